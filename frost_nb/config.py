@@ -1,0 +1,347 @@
+"""Run configuration: one dataclass per concept, validated on construction.
+
+Every default of `../shared/spec/frost.md` lives here as a field, never as a
+constant buried in the code that uses it. `make_config(size, ...)` builds the
+three sizes of the project:
+
+- ``smoke``: CI, seconds on a CPU (digits, tiny widths, few steps);
+- ``demo``: a laptop CPU, minutes (Fashion-MNIST or CIFAR-10, 16 steps);
+- ``paper``: the paper's model settings (ImageNet-100 at 224 px), for a GPU.
+
+A config is plain data: ``to_dict`` / ``from_dict`` round-trip through JSON and
+``key()`` hashes everything that changes the trained model (the cache key).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the parameter and the fix."""
+
+
+def _fail(param: str, value: Any, expected: str) -> None:
+    raise ConfigError(f"{param}={value!r} is invalid: expected {expected}.")
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    """isinstance for the simple annotations used here (int, float, str, bool, X | None)."""
+    if isinstance(annotation, str):
+        annotation = eval(annotation, vars(typing) | {"Any": Any})  # noqa: S307 (our own annotations)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is Any:
+        return True
+    if annotation is float:  # ints are fine where floats are expected, bools are not
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is not None:
+        return isinstance(value, origin)
+    return isinstance(value, annotation)
+
+
+class _Validated:
+    """Checks field types on construction, then runs the subclass's range checks."""
+
+    _section = ""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int) and not isinstance(value, bool) and f.type in ("float", float):
+                setattr(self, f.name, float(value))
+            elif not _type_ok(value, f.type):
+                _fail(f"{self._section}.{f.name}", value, f"a value of type {f.type}")
+        self.validate()
+
+    def validate(self) -> None:  # overridden
+        pass
+
+    def _check(self, name: str, ok: bool, expected: str) -> None:
+        if not ok:
+            _fail(f"{self._section}.{name}", getattr(self, name), expected)
+
+
+MODELS = ("vanilla", "recurrent", "basic_ssm", "frost")
+BACKBONES = ("resnet", "vit")
+UPDATES = ("canonical", "convex", "gated")
+ALPHA_PARAMS = ("softplus", "exp", "sigmoid")
+SIZES = ("smoke", "demo", "paper")
+
+
+@dataclass
+class DataConfig(_Validated):
+    _section = "data"
+    name: str = "digits"  # a key of frost_nb.data.DATASETS
+    root: str | None = None  # data root: this, then $FROST_DATA, then <repo>/data
+    val_fraction: float = 0.1  # seeded held-out part of the training split (threshold calibration)
+    split_seed: int = 0
+    augment: bool = True  # the usual augmentation of the set, drawn per image
+    download: bool = True  # allow torchvision's download after local copies are tried
+    limit: int | None = None  # keep only the first `limit` images of each split (quick runs)
+
+    def validate(self) -> None:
+        self._check("val_fraction", 0.0 <= self.val_fraction < 1.0, "a fraction in [0, 1)")
+        self._check("limit", self.limit is None or self.limit > 0, "None or a positive count")
+
+
+@dataclass
+class ModelConfig(_Validated):
+    _section = "model"
+    name: str = "frost"  # vanilla | recurrent | basic_ssm | frost (spec section 2)
+    backbone: str = "resnet"  # resnet | vit
+    in_channels: int = 3
+    image_size: int = 32
+    num_classes: int = 10
+    steps: int = 16  # T: applications of the transition block
+    width: int = 64  # state channels (resnet) or token dimension (vit)
+    # resnet family
+    bottleneck: int = 16  # inner width of the bottleneck branch
+    dilation: int = 2  # of the branch's 3x3 convolution (no pooling inside the recurrence)
+    stem_stride: int = 4  # total downsampling of the stem (8x8 states from 32 px images)
+    norm_groups: int = 8  # GroupNorm groups: no running statistics in the shared block (spec 7)
+    # vit family
+    patch_size: int = 4
+    heads: int = 4
+    mlp_ratio: float = 4.0
+    # state-space maps B, C, D (basic_ssm and frost)
+    bcd_kernel: int = 1  # kernel size of the B, C, D convolutions (resnet); vit uses linear maps
+    bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
+    init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
+    # FROST (spec section 3)
+    update: str = "canonical"  # canonical | convex | gated
+    alpha_param: str = "softplus"  # softplus | exp | sigmoid
+    alpha_init: float = 0.5  # initial value of alpha (the raw parameter is its inverse)
+    hurst: float = 0.5  # H, fixed by default
+    learn_hurst: bool = False
+
+    def validate(self) -> None:
+        self._check("name", self.name in MODELS, f"one of {MODELS}")
+        self._check("backbone", self.backbone in BACKBONES, f"one of {BACKBONES}")
+        for name in ("in_channels", "image_size", "num_classes", "steps", "width", "bottleneck",
+                     "dilation", "stem_stride", "norm_groups", "patch_size", "heads", "bcd_kernel"):
+            self._check(name, getattr(self, name) >= 1, "a positive integer")
+        self._check("num_classes", self.num_classes >= 2, "at least 2 classes")
+        self._check("bcd_kernel", self.bcd_kernel % 2 == 1, "an odd kernel size (shape-preserving)")
+        self._check("bcd_hidden", self.bcd_hidden >= 0, "0 or a positive width")
+        self._check("mlp_ratio", self.mlp_ratio > 0, "a positive ratio")
+        self._check("init_state", self.init_state in ("embedding", "zeros"), "'embedding' or 'zeros'")
+        self._check("update", self.update in UPDATES, f"one of {UPDATES}")
+        self._check("alpha_param", self.alpha_param in ALPHA_PARAMS, f"one of {ALPHA_PARAMS}")
+        upper = 1.0 if self.alpha_param == "sigmoid" else float("inf")
+        self._check("alpha_init", 0.0 < self.alpha_init < upper, f"a value in (0, {upper})")
+        self._check("hurst", 0.0 <= self.hurst <= 1.0, "a Hurst exponent in [0, 1]")
+        if self.backbone == "resnet":
+            self._check("width", self.width % self.norm_groups == 0, "a multiple of model.norm_groups")
+            self._check("bottleneck", self.bottleneck % self.norm_groups == 0,
+                        "a multiple of model.norm_groups")
+            self._check("image_size", self.image_size % self.stem_stride == 0,
+                        "a multiple of model.stem_stride")
+        else:
+            self._check("width", self.width % self.heads == 0, "a multiple of model.heads")
+            self._check("image_size", self.image_size % self.patch_size == 0,
+                        "a multiple of model.patch_size")
+
+
+@dataclass
+class LossConfig(_Validated):
+    _section = "loss"
+    ranking: bool = True  # False: task loss only (the paper's baselines)
+    rank_frac: float = 0.25  # fraction of the N x T loss matrix in the easy set and in the hard set
+    margin: float = 0.2
+    lambda_rel: float = 1.0
+    lambda_abs: float = 0.1
+    rank_grad_to_backbone: bool = True  # does the ranking gradient reach the backbone? (paper: ambiguous)
+    label_smoothing: float = 0.0
+
+    def validate(self) -> None:
+        self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
+        self._check("margin", self.margin >= 0, "a non-negative margin")
+        self._check("lambda_rel", self.lambda_rel >= 0, "a non-negative weight")
+        self._check("lambda_abs", self.lambda_abs >= 0, "a non-negative weight")
+        self._check("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "a value in [0, 1)")
+
+
+CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
+
+
+@dataclass
+class HaltingConfig(_Validated):
+    _section = "halting"
+    sketch_k: int = 200  # KLL size (rank error about 1.3% at 200)
+    calibrate_on: str = "last_epoch+val"  # which halting scores feed the sketch (spec section 4)
+
+    def validate(self) -> None:
+        self._check("sketch_k", 8 <= self.sketch_k <= 65535, "a KLL size in [8, 65535]")
+        self._check("calibrate_on", self.calibrate_on in CALIBRATION_SOURCES,
+                    f"one of {CALIBRATION_SOURCES}")
+
+
+@dataclass
+class TrainConfig(_Validated):
+    _section = "train"
+    epochs: int = 10
+    batch_size: int = 128
+    eval_batch_size: int = 512
+    optimizer: str = "sgd"  # sgd | adamw
+    lr: float = 0.05
+    weight_decay: float = 5e-4
+    momentum: float = 0.9
+    warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero (per optimiser step)
+    grad_clip: float = 0.0  # 0: off
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | mps
+    amp: str = "auto"  # auto (bf16 on CUDA) | bf16 | off
+    channels_last: str = "auto"  # auto (on CUDA for resnet) | on | off
+    num_workers: int = 0  # DataLoader workers for folder data sets (ImageNet-100)
+
+    def validate(self) -> None:
+        self._check("epochs", self.epochs >= 1, "at least 1 epoch")
+        self._check("batch_size", self.batch_size >= 1, "a positive batch size")
+        self._check("eval_batch_size", self.eval_batch_size >= 1, "a positive batch size")
+        self._check("optimizer", self.optimizer in ("sgd", "adamw"), "'sgd' or 'adamw'")
+        self._check("lr", self.lr > 0, "a positive learning rate")
+        self._check("weight_decay", self.weight_decay >= 0, "a non-negative weight decay")
+        self._check("momentum", 0 <= self.momentum < 1, "a momentum in [0, 1)")
+        self._check("warmup_epochs", 0 <= self.warmup_epochs <= self.epochs, "between 0 and train.epochs")
+        self._check("grad_clip", self.grad_clip >= 0, "0 (off) or a positive norm")
+        self._check("device", self.device in ("auto", "cpu", "cuda", "mps"), "auto, cpu, cuda or mps")
+        self._check("amp", self.amp in ("auto", "bf16", "off"), "auto, bf16 or off")
+        self._check("channels_last", self.channels_last in ("auto", "on", "off"), "auto, on or off")
+        self._check("num_workers", self.num_workers >= 0, "a non-negative count")
+
+
+@dataclass
+class RunConfig:
+    """Everything that defines one training run (and so one cached model)."""
+
+    size: str = "smoke"
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    halting: HaltingConfig = field(default_factory=HaltingConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.size not in SIZES:
+            _fail("size", self.size, f"one of {SIZES}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunConfig:
+        sections = {"data": DataConfig, "model": ModelConfig, "loss": LossConfig,
+                    "halting": HaltingConfig, "train": TrainConfig}
+        unknown = set(d) - set(sections) - {"size"}
+        if unknown:
+            raise ConfigError(f"unknown config sections {sorted(unknown)}; expected {sorted(sections)}")
+        kwargs: dict[str, Any] = {"size": d.get("size", "smoke")}
+        for name, klass in sections.items():
+            values = dict(d.get(name, {}))
+            names = {f.name for f in dataclasses.fields(klass)}
+            bad = set(values) - names
+            if bad:
+                raise ConfigError(f"unknown {name} parameters {sorted(bad)}; known: {sorted(names)}")
+            kwargs[name] = klass(**values)
+        return cls(**kwargs)
+
+    def key(self) -> str:
+        """Hash of everything that changes the trained model (not where data or outputs live)."""
+        d = self.to_dict()
+        for where in ("root", "download"):
+            d["data"].pop(where)
+        for where in ("device", "num_workers", "eval_batch_size"):
+            d["train"].pop(where)
+        blob = json.dumps(d, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def replace(self, **overrides: Any) -> RunConfig:
+        """A copy with dotted overrides, e.g. ``replace(**{"train.epochs": 3})``."""
+        d = self.to_dict()
+        for dotted, value in overrides.items():
+            section, _, name = dotted.partition(".")
+            if not name:
+                if section != "size":
+                    raise ConfigError(f"override {dotted!r} must look like 'section.field'")
+                d["size"] = value
+                continue
+            if section not in d or not isinstance(d[section], dict):
+                raise ConfigError(f"override {dotted!r}: unknown section {section!r}")
+            if name not in d[section]:
+                raise ConfigError(f"override {dotted!r}: unknown parameter; known: {sorted(d[section])}")
+            d[section][name] = value
+        return RunConfig.from_dict(d)
+
+
+# Per-size settings. Data-set-dependent model fields (channels, image size,
+# classes) come from frost_nb.data.DATASETS in make_config.
+_SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "data.name": "digits",
+        "model.steps": 4, "model.width": 16, "model.bottleneck": 8, "model.stem_stride": 1,
+        "model.norm_groups": 4, "model.patch_size": 2, "model.heads": 2, "model.mlp_ratio": 2.0,
+        "train.epochs": 2, "train.batch_size": 64, "train.lr": 0.05, "train.warmup_epochs": 0.5,
+    },
+    "demo": {
+        "data.name": "fashion-mnist",
+        "model.steps": 16, "model.width": 64, "model.bottleneck": 16, "model.stem_stride": 4,
+        "model.norm_groups": 8, "model.patch_size": 4, "model.heads": 4, "model.mlp_ratio": 2.0,
+        "train.epochs": 10, "train.batch_size": 128, "train.lr": 0.05, "train.warmup_epochs": 1.0,
+    },
+    "paper": {
+        "data.name": "imagenet100",
+        # ResNet-50 family: constant-width stack of 16 bottleneck branches at 56x56
+        "model.steps": 16, "model.width": 256, "model.bottleneck": 64, "model.stem_stride": 4,
+        "model.norm_groups": 32, "model.bcd_kernel": 3,
+        # ViT-B/16 family (used when backbone="vit"): 12 steps, 768-d tokens
+        "model.patch_size": 16, "model.heads": 12, "model.mlp_ratio": 4.0,
+        "train.epochs": 100, "train.batch_size": 256, "train.lr": 0.1, "train.warmup_epochs": 5.0,
+        "train.num_workers": 8,
+    },
+}
+_VIT_PAPER = {"model.steps": 12, "model.width": 768, "train.optimizer": "adamw", "train.lr": 1e-3,
+              "train.weight_decay": 0.05}
+
+
+def make_config(size: str = "smoke", dataset: str | None = None, model: str = "frost",
+                backbone: str = "resnet", **overrides: Any) -> RunConfig:
+    """The config of one size, data set, model and backbone, with dotted overrides.
+
+    >>> make_config("smoke").model.steps
+    4
+    >>> make_config("demo", "cifar10", "recurrent", **{"train.epochs": 3}).train.epochs
+    3
+    """
+    from .data import DATASETS  # local import: data imports config
+
+    if size not in SIZES:
+        _fail("size", size, f"one of {SIZES}")
+    values: dict[str, Any] = dict(_SIZE_DEFAULTS[size])
+    if size == "paper" and backbone == "vit":
+        values.update(_VIT_PAPER)
+    if dataset is not None:
+        values["data.name"] = dataset
+    name = values["data.name"]
+    if name not in DATASETS:
+        _fail("dataset", name, f"one of {sorted(DATASETS)}")
+    info = DATASETS[name]
+    values.update({"model.in_channels": info.channels, "model.image_size": info.image_size,
+                   "model.num_classes": info.num_classes, "model.name": model,
+                   "model.backbone": backbone})
+    if model != "frost":
+        values["loss.ranking"] = False  # baselines: task loss only (spec section 4)
+    values.update(overrides)
+    values["size"] = size
+    return RunConfig().replace(**values)

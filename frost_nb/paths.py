@@ -1,0 +1,56 @@
+"""Folders of the project, resolved from the package location (never the working directory).
+
+Environment variables move them: ``FROST_DATA`` (data root), ``FROST_OUTPUTS`` (figures,
+metrics, checkpoints) and ``FROST_CACHE`` (trained-model cache). Smoke runs
+(``FROST_SMOKE=1``) write to a temporary folder unless ``FROST_OUTPUTS`` is set, so tests
+and CI never overwrite the committed demo-size outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def smoke_mode() -> bool:
+    """True when ``FROST_SMOKE`` is set to a true value (1, true, yes)."""
+    return os.environ.get("FROST_SMOKE", "").strip().lower() in ("1", "true", "yes")
+
+
+def data_root(root: str | os.PathLike | None = None) -> Path:
+    """The data root: the argument, then ``$FROST_DATA``, then ``<repo>/data``."""
+    if root is not None:
+        return Path(root).expanduser()
+    if os.environ.get("FROST_DATA"):
+        return Path(os.environ["FROST_DATA"]).expanduser()
+    return repo_root() / "data"
+
+
+def outputs_dir() -> Path:
+    """``$FROST_OUTPUTS``, else a temporary folder in smoke mode, else ``<repo>/outputs``."""
+    if os.environ.get("FROST_OUTPUTS"):
+        path = Path(os.environ["FROST_OUTPUTS"]).expanduser()
+    elif smoke_mode():
+        path = Path(tempfile.gettempdir()) / "frost_nb_smoke_outputs"
+    else:
+        path = repo_root() / "outputs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir() -> Path:
+    """Trained-model cache: ``$FROST_CACHE``, else ``<outputs>/cache`` (git-ignored)."""
+    path = Path(os.environ["FROST_CACHE"]).expanduser() if os.environ.get("FROST_CACHE") \
+        else outputs_dir() / "cache"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def committed_checkpoints_dir() -> Path:
+    """Small demo checkpoints committed with the repo (read-only for the cache)."""
+    return repo_root() / "outputs" / "checkpoints"
