@@ -340,6 +340,8 @@ def make_config(size: str = "smoke", dataset: str | None = None, model: str = "f
     values.update({"model.in_channels": info.channels, "model.image_size": info.image_size,
                    "model.num_classes": info.num_classes, "model.name": model,
                    "model.backbone": backbone})
+    if info.image_size <= 8 and size != "paper":
+        values.update({"model.stem_stride": 1, "model.patch_size": 2})  # keep 8x8 states on digits
     if model != "frost":
         values["loss.ranking"] = False  # baselines: task loss only (spec section 4)
     values.update(overrides)

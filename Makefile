@@ -1,0 +1,31 @@
+# Two commands do all set-up on a fresh machine (each installs what it needs):
+#   make demo   train FROST on the embedded digits set and run the halting sweep (offline)
+#   make test   unit tests, every notebook at smoke size under nbval, papermill smoke runs
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# smoke runs write here, never over the committed demo outputs
+SMOKE_OUT ?= $(or $(TMPDIR),/tmp)/frost_nb_smoke
+
+.PHONY: install demo test notebooks-smoke fashion-mnist clean-smoke
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[notebooks,test]"
+	touch $@
+
+demo: install
+	$(PY) -m frost_nb demo
+
+test: install
+	rm -rf $(SMOKE_OUT)
+	FROST_SMOKE=1 FROST_OUTPUTS=$(SMOKE_OUT) FROST_PROGRESS=0 MPLBACKEND=Agg \
+	  $(PY) -m pytest -q tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	  -p no:cacheprovider
+
+# the Fashion-MNIST copy of Debian (root; the loader also finds it in data/ or downloads it)
+fashion-mnist:
+	apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist

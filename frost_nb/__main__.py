@@ -1,0 +1,207 @@
+"""Command line: ``python -m frost_nb {demo,train,evaluate,sweep} ...``.
+
+``demo`` is the project's main job: train FROST on the embedded default data set (scikit-learn's
+digits, no download), run the halting quantile sweep and write figures and metrics to
+``outputs/``. ``train`` trains (or loads from the cache) any model on any data set and size;
+``evaluate`` runs adaptive inference of a checkpoint at one quantile; ``sweep`` evaluates a
+checkpoint over the quantile grid of the paper's Table 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+
+
+def _value(text: str) -> Any:
+    """A --set value: JSON when it parses (numbers, true/false, null), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _overrides(pairs: list[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set {pair!r}: expected section.field=value, e.g. train.lr=0.1")
+        out[key.strip()] = _value(value.strip())
+    return out
+
+
+def _config(args):
+    from .config import make_config
+
+    overrides = _overrides(args.set)
+    if args.epochs is not None:
+        overrides["train.epochs"] = args.epochs
+    if args.seed is not None:
+        overrides["train.seed"] = args.seed
+    if args.root is not None:
+        overrides["data.root"] = args.root
+    return make_config(args.size, args.dataset, args.model, args.backbone, **overrides)
+
+
+def _summary(result) -> dict[str, Any]:
+    c = result.config
+    return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
+            "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed,
+            "params": result.model.num_parameters(),
+            "accuracy": result.metrics.get("test_accuracy"),
+            "train_seconds": result.metrics.get("train_seconds"),
+            "checkpoint": str(result.checkpoint), "from_cache": result.from_cache}
+
+
+def cmd_train(args) -> int:
+    from .checkpoint import train_or_load
+    from .training import train
+
+    config = _config(args)
+    if args.checkpoint:
+        result = train(config, checkpoint=args.checkpoint, progress=not args.no_progress or None)
+    else:
+        result = train_or_load(config, progress=not args.no_progress or None, retrain=args.retrain)
+    print(json.dumps(_summary(result), indent=2))
+    return 0
+
+
+def _split(config, split: str, root: str | None = None):
+    """The ``split`` of the data set a config was trained on (same held-out rule)."""
+    from .data import load_dataset
+
+    d = config.data
+    return load_dataset(d.name, split, root=root or d.root, val_fraction=d.val_fraction,
+                        split_seed=d.split_seed, download=d.download, limit=d.limit)
+
+
+def _load(args):
+    from .checkpoint import checkpoint_config, load_model
+
+    config = checkpoint_config(args.checkpoint)
+    model, calibrator = load_model(args.checkpoint)
+    return config, model, calibrator, _split(config, args.split, args.root)
+
+
+def cmd_evaluate(args) -> int:
+    from .halting import adaptive_predict
+    from .notebook import validate_params
+
+    validate_params(quantile=args.quantile)
+    import torch
+
+    from .data import make_batches
+
+    config, model, calibrator, dataset = _load(args)
+    tau = calibrator.threshold(args.quantile)
+    correct, depths = [], []
+    for x, y in make_batches(dataset, config.train.eval_batch_size, shuffle=False, augment=False,
+                             device=torch.device("cpu")):
+        res = adaptive_predict(model, x, tau)
+        correct.append(res.logits.argmax(-1) == y)
+        depths.append(res.depth)
+    correct, depths = torch.cat(correct).float(), torch.cat(depths).float()
+    print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, "quantile": args.quantile,
+                      "threshold": tau, "accuracy": correct.mean().item(),
+                      "mean_depth": depths.mean().item(), "std_depth": depths.std().item(),
+                      "steps": config.model.steps}, indent=2))
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .halting import sweep
+    from .notebook import validate_params
+    from .training import evaluate
+
+    for q in args.quantiles:
+        validate_params(quantile=q)
+    config, model, calibrator, dataset = _load(args)
+    outputs = evaluate(model, dataset, batch_size=config.train.eval_batch_size)
+    table = sweep(outputs.scores, outputs.correct, calibrator, args.quantiles)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    """Train FROST on the embedded default, sweep the halting quantile, write outputs."""
+    from .checkpoint import train_or_load
+    from .halting import sweep
+    from .notebook import save_figure, write_metrics
+    from .plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
+    from .training import evaluate
+
+    config = _config(args)
+    result = train_or_load(config, progress=not args.no_progress or None, retrain=args.retrain)
+    outputs = evaluate(result.model, _split(config, "test"), batch_size=config.train.eval_batch_size)
+    table = sweep(outputs.scores, outputs.correct, result.calibrator, PAPER_QUANTILES)
+    name = f"demo_{config.model.name}_{config.data.name}"
+    figures = {"training": plot_training(result.history, f"{config.model.name} on {config.data.name}"),
+               "alpha": plot_alpha(result.history), "halting_scores": plot_halting_scores(result.history),
+               "sweep": plot_sweep(table, f"halting sweep, {config.data.name} test split")}
+    paths = [str(save_figure(fig, f"{name}_{kind}")) for kind, fig in figures.items()]
+    metrics = {**_summary(result), "accuracy_per_step": result.metrics.get("test_accuracy_per_step"),
+               "sweep": table.to_dict(orient="records")}
+    path = write_metrics(name, metrics)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    print(json.dumps({**_summary(result), "metrics": str(path), "figures": paths}, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m frost_nb", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def run_options(p, size="demo", dataset=None):
+        p.add_argument("--size", default=size, choices=("smoke", "demo", "paper"))
+        p.add_argument("--dataset", default=dataset, help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
+        p.add_argument("--model", default="frost", help="vanilla, recurrent, basic_ssm, frost")
+        p.add_argument("--backbone", default="resnet", help="resnet or vit")
+        p.add_argument("--epochs", type=int, default=None)
+        p.add_argument("--seed", type=int, default=None)
+        p.add_argument("--root", default=None, help="data root (default: $FROST_DATA, then data/)")
+        p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                       help="any config field, e.g. --set train.lr=0.1 (repeatable)")
+        p.add_argument("--retrain", action="store_true", help="ignore the trained-model cache")
+        p.add_argument("--no-progress", action="store_true")
+
+    run_options(sub.add_parser("demo", help="the main job: FROST on digits + halting sweep"),
+                dataset="digits")
+    p = sub.add_parser("train", help="train a model (or load it from the cache)")
+    run_options(p)
+    p.add_argument("--checkpoint", default=None, help="write/resume this checkpoint instead of the cache")
+    for name, helptext in (("evaluate", "adaptive inference at one quantile"),
+                           ("sweep", "halting quantile sweep")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--checkpoint", required=True)
+        p.add_argument("--split", default="test", choices=("train", "val", "test"))
+        p.add_argument("--root", default=None)
+        if name == "evaluate":
+            p.add_argument("--quantile", type=float, default=0.5)
+        else:
+            p.add_argument("--quantiles", type=float, nargs="+", default=list(PAPER_QUANTILES))
+            p.add_argument("--csv", default=None)
+    args = parser.parse_args(argv)
+    from .checkpoint import CheckpointError
+    from .config import ConfigError
+    from .data import DataError
+    from .notebook import ParameterError
+    from .training import TrainingError
+
+    commands = {"demo": cmd_demo, "train": cmd_train, "evaluate": cmd_evaluate, "sweep": cmd_sweep}
+    try:
+        return commands[args.command](args)
+    except (ConfigError, DataError, ParameterError, CheckpointError, TrainingError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

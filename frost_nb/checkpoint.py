@@ -1,0 +1,147 @@
+"""Checkpoints and the trained-model cache.
+
+A checkpoint holds everything needed to rebuild and evaluate a model without knowing how it
+was made: the full config, the weights, the KLL sketch (as bytes: a sketch cannot be
+pickled), the training history, the optimiser, schedule and RNG states (to resume), and the
+metrics of the finished run. Files are written atomically: a temporary file in the same
+folder, then ``os.replace``, so an interrupted save never leaves half a checkpoint.
+
+The cache maps ``RunConfig.key()`` (a hash of everything that changes the trained model) to
+``<key>.pt``; committed demo checkpoints in ``outputs/checkpoints/`` are found the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import ConfigError, ModelConfig, RunConfig
+from .paths import cache_dir, committed_checkpoints_dir
+
+FORMAT = 1  # bump when the layout of the checkpoint dict changes
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, damaged, or not the one that was asked for."""
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
+    """Write ``state`` to ``path`` atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        torch.save({"format": FORMAT, **state}, tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():  # only when the save or the rename failed
+            tmp.unlink()
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """The checkpoint dict at ``path``, with a clear error when it is missing or damaged."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist: train a model first "
+                              "(python -m frost_nb train ...) or pass the path of an existing .pt file")
+    try:
+        # weights_only: a checkpoint is data (tensors, numbers, strings, bytes), never code
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError) as err:
+        raise CheckpointError(f"checkpoint {path} is damaged or not a frost_nb checkpoint "
+                              f"({type(err).__name__}: {err}); delete it and train again") from err
+    if not isinstance(state, dict) or "config" not in state or "model" not in state:
+        raise CheckpointError(f"checkpoint {path} is not a frost_nb checkpoint (no config or weights)")
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} has format {state.get('format')}, this code reads "
+                              f"format {FORMAT}; train it again with this version")
+    return state
+
+
+def _check_expected(path: Path, config: RunConfig, expect: str | ModelConfig | RunConfig | None) -> None:
+    """Refuse a checkpoint of another model than the one the caller expects."""
+    if expect is None:
+        return
+    if isinstance(expect, str):
+        if config.model.name != expect:
+            raise CheckpointError(f"checkpoint {path} holds a '{config.model.name}' model, "
+                                  f"not the expected '{expect}'")
+        return
+    want = expect.model if isinstance(expect, RunConfig) else expect
+    have, need = config.model.__dict__, want.__dict__
+    diff = {k: (have[k], need[k]) for k in need if have.get(k) != need[k]}
+    if diff:
+        detail = ", ".join(f"model.{k}: checkpoint {a!r} vs expected {b!r}" for k, (a, b) in diff.items())
+        raise CheckpointError(f"checkpoint {path} holds another model ({detail})")
+
+
+def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
+               expect: str | ModelConfig | RunConfig | None = None):
+    """A ready model (eval mode) and its halting calibrator from a checkpoint.
+
+    ``expect`` (a model name or config) makes a checkpoint of another model a clear error.
+    """
+    from .halting import HaltingCalibrator
+    from .models import create_model
+
+    path = Path(path)
+    state = load_checkpoint(path, map_location=device)
+    try:
+        config = RunConfig.from_dict(state["config"])
+    except (ConfigError, TypeError) as err:
+        raise CheckpointError(f"checkpoint {path} has an unreadable config: {err}") from err
+    _check_expected(path, config, expect)
+    model = create_model(config.model)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"checkpoint {path}: its weights do not fit its own config ({err})") from err
+    model.to(device).eval()
+    calibrator = HaltingCalibrator.from_bytes(state["calibrator"]) if state.get("calibrator") \
+        else HaltingCalibrator(config.halting.sketch_k)
+    return model, calibrator
+
+
+def checkpoint_config(path: str | os.PathLike) -> RunConfig:
+    return RunConfig.from_dict(load_checkpoint(path)["config"])
+
+
+def cached_checkpoint(config: RunConfig) -> Path | None:
+    """The finished checkpoint of ``config``: committed ones first, then the cache."""
+    name = f"{config.key()}.pt"
+    for folder in (committed_checkpoints_dir(), cache_dir()):
+        path = folder / name
+        if path.is_file():
+            try:
+                if load_checkpoint(path).get("complete"):
+                    return path
+            except CheckpointError:
+                continue  # a damaged cache entry is retrained, not fatal
+    return None
+
+
+def train_or_load(config: RunConfig, *, progress: bool | None = None, retrain: bool = False):
+    """A trained model for ``config``: from the cache when it was trained before, else trained now.
+
+    Training writes its checkpoint into the cache every epoch, so an interrupted run resumes.
+    Returns a ``TrainResult`` (model, calibrator, history, metrics, checkpoint path, cached flag).
+    """
+    from .training import TrainResult, Trainer
+
+    path = None if retrain else cached_checkpoint(config)
+    if path is not None:
+        model, calibrator = load_model(path, expect=config)
+        state = load_checkpoint(path)
+        return TrainResult(model=model, calibrator=calibrator, history=state["history"],
+                           metrics=state.get("metrics", {}), config=config, checkpoint=path,
+                           from_cache=True)
+    target = cache_dir() / f"{config.key()}.pt"
+    if retrain and target.exists():
+        target.unlink()
+    return Trainer(config, checkpoint=target, progress=progress).fit()

@@ -1,0 +1,147 @@
+"""Notebook glue: parameter validation, the smoke switch, the environment record, outputs.
+
+Notebooks call these so that their cells stay short: a bad papermill parameter stops the
+notebook at once with a message naming it; ``FROST_SMOKE=1`` shrinks every notebook to a
+smoke run (nbval cannot pass parameters); metrics JSON files carry the environment they
+were made in; figures are saved byte-stable (no timestamps in their metadata).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .config import BACKBONES, MODELS, SIZES
+from .paths import outputs_dir, repo_root, smoke_mode
+
+
+class ParameterError(ValueError):
+    """A notebook or command-line parameter is wrong; the message names it."""
+
+
+def _datasets() -> tuple[str, ...]:
+    from .data import DATASETS
+    return tuple(DATASETS)
+
+
+# name -> (type, check, what is expected); the common parameters of every notebook
+_RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
+    "dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
+    "model": (str, lambda v: v in MODELS, f"one of {MODELS}"),
+    "backbone": (str, lambda v: v in BACKBONES, f"one of {BACKBONES}"),
+    "size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
+    "epochs": (int, lambda v: v >= 1, "a positive number of epochs"),
+    "seed": (int, lambda v: v >= 0, "a non-negative integer"),
+    "quantile": ((int, float), lambda v: 0.0 <= v <= 1.0 and not math.isnan(v), "a quantile in [0, 1]"),
+    "retrain": (bool, lambda v: True, "True or False"),
+    "checkpoint": ((str, type(None)), lambda v: True, "a path or None"),
+}
+
+
+def validate_params(**params: Any) -> dict[str, Any]:
+    """Check notebook parameters by name and type; returns them unchanged.
+
+    >>> validate_params(quantile=1.5)
+    Traceback (most recent call last):
+    ...
+    frost_nb.notebook.ParameterError: parameter quantile=1.5 is invalid: expected a quantile in [0, 1]
+    """
+    for name, value in params.items():
+        if name not in _RULES:
+            raise ParameterError(f"unknown parameter {name!r}; known: {sorted(_RULES)}")
+        kind, ok, expected = _RULES[name]
+        expected = expected.format(choices=_datasets())
+        if isinstance(value, bool) and kind is not bool:
+            ok_type = False  # True is an int to Python, never an epoch count to us
+        else:
+            ok_type = isinstance(value, kind)
+        if not ok_type or not ok(value):
+            raise ParameterError(f"parameter {name}={value!r} is invalid: expected {expected}")
+    return params
+
+
+def effective_size(size: str) -> str:
+    """``smoke`` whenever ``FROST_SMOKE`` is set, whatever the notebook's parameter says."""
+    return "smoke" if smoke_mode() else size
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(),
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment(device: str | None = None) -> dict[str, Any]:
+    """What a result was computed with: versions, device, machine, commit."""
+    import torch
+
+    from .training import pick_device
+
+    return {"torch": torch.__version__, "python": platform.python_version(),
+            "device": device or str(pick_device("auto")),
+            "cpu_threads": torch.get_num_threads(), "machine": platform.machine(),
+            "commit": git_commit()}
+
+
+def _atomic_write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None) -> Path:
+    """Write ``outputs/metrics/<name>.json`` atomically, with the environment under ``env``."""
+    record = {**metrics, "env": environment(device)}
+    blob = json.dumps(record, indent=2, sort_keys=False, default=float).encode()
+    return _atomic_write(outputs_dir() / "metrics" / f"{name}.json", blob)
+
+
+def save_figure(fig, name: str) -> Path:
+    """Save a matplotlib figure as ``outputs/figures/<name>.png``, byte-stable (no date, no version)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    return _atomic_write(outputs_dir() / "figures" / f"{name}.png", buf.getvalue())
+
+
+def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2):
+    """A forward pass of every model family and backbone on random input: shapes and sizes.
+
+    Returns a pandas table (one row per model) for notebook 00.
+    """
+    import pandas as pd
+    import torch
+
+    from .config import make_config
+    from .models import create_model
+
+    rows = []
+    for backbone in BACKBONES:
+        for name in MODELS:
+            cfg = make_config(size, dataset, name, backbone).model
+            torch.manual_seed(0)
+            model = create_model(cfg).eval()
+            x = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size)
+            with torch.no_grad():
+                out = model(x)
+            alpha = model.alpha()
+            rows.append({"backbone": backbone, "model": name, "steps": cfg.steps,
+                         "params (M)": round(model.num_parameters() / 1e6, 4),
+                         "logits": tuple(out.logits.shape), "halting": tuple(out.halt_logits.shape),
+                         "alpha": None if alpha is None else round(float(alpha), 4)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,332 @@
+"""The training loop: final-step task loss plus the ranking halting losses (spec section 4).
+
+No framework: a plain loop over device-resident batches, SGD or AdamW with linear warm-up
+and cosine decay per optimiser step, bf16 autocast and channels-last on CUDA, a checkpoint
+every epoch (atomic; resuming continues the same run), a NaN guard that stops before the
+last good checkpoint is touched, and a history with, per optimiser step, the data of the
+paper's figures 1 (alpha) and 2 (easy / hard halting scores and the median threshold).
+
+Which halting scores feed the KLL sketch is ``halting.calibrate_on``: the scores of the
+last training epoch, those of a pass over the held-out split, or both (the default).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .config import RunConfig
+from .data import load_dataset, make_batches
+from .halting import HaltingCalibrator
+from .losses import total_loss
+from .models import create_model
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (a NaN or infinite loss, a checkpoint of another run)."""
+
+
+def pick_device(preference: str = "auto") -> torch.device:
+    """CUDA, then Apple's MPS, then the CPU (or exactly the one asked for)."""
+    if preference == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if preference == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("train.device='cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
+    if preference == "mps" and not torch.backends.mps.is_available():
+        raise TrainingError("train.device='mps' but MPS is not available; use 'auto' or 'cpu'")
+    return torch.device(preference)
+
+
+def show_progress(progress: bool | None) -> bool:
+    """Progress bars in a terminal or a notebook, not in logs (``FROST_PROGRESS`` overrides)."""
+    if os.environ.get("FROST_PROGRESS"):
+        return os.environ["FROST_PROGRESS"] not in ("0", "false", "no")
+    if progress is not None:
+        return progress
+    try:  # a Jupyter kernel: tqdm.auto draws a widget
+        from IPython import get_ipython
+        if get_ipython() is not None and "IPKernelApp" in get_ipython().config:
+            return True
+    except ImportError:
+        pass
+    return sys.stderr.isatty()
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up to 1, then cosine decay to 0 (per optimiser step)."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def make_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
+    """No weight decay on norms, biases and the FROST scalars (alpha, H): decay would bias them."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim <= 1 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0)
+    return torch.optim.AdamW(groups, lr=cfg.lr)
+
+
+@dataclass
+class StepOutputs:
+    """Per-sample, per-step outputs of the full-depth model over a split (on the CPU)."""
+
+    scores: torch.Tensor  # (N, T) halting scores sigmoid(halt_logits)
+    preds: torch.Tensor  # (N, T) predicted class at each step
+    y: torch.Tensor  # (N,)
+
+    @property
+    def correct(self) -> torch.Tensor:
+        return self.preds == self.y[:, None]  # (N, T)
+
+    @property
+    def accuracy(self) -> float:
+        """Full-depth accuracy (the last step)."""
+        return self.correct[:, -1].float().mean().item()
+
+    def accuracy_per_step(self) -> list[float]:
+        return self.correct.float().mean(0).tolist()
+
+
+@torch.no_grad()
+def collect_outputs(model: torch.nn.Module, batches, *, amp: bool = False) -> StepOutputs:
+    """Run the full-depth model over ``batches`` and keep per-step scores and predictions."""
+    model.eval()
+    scores, preds, ys = [], [], []
+    for x, y in batches:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
+            out = model(x)
+        scores.append(torch.sigmoid(out.halt_logits.float()).cpu())  # (B, T)
+        preds.append(out.logits.argmax(-1).cpu())  # (B, T)
+        ys.append(y.cpu())
+    return StepOutputs(torch.cat(scores), torch.cat(preds), torch.cat(ys))
+
+
+def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512,
+             device: torch.device | str = "cpu") -> StepOutputs:
+    """Full-depth outputs of ``model`` on an ImageData split (no augmentation)."""
+    batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=torch.device(device))
+    return collect_outputs(model, batches)
+
+
+@dataclass
+class TrainResult:
+    model: torch.nn.Module
+    calibrator: HaltingCalibrator
+    history: dict[str, Any]
+    metrics: dict[str, Any]
+    config: RunConfig
+    checkpoint: Path | None = None
+    from_cache: bool = False
+
+
+def _new_history() -> dict[str, Any]:
+    steps = ("step", "epoch", "lr", "loss", "task", "rel", "abs", "accuracy", "alpha", "hurst",
+             "easy_score", "hard_score", "threshold_median")
+    epochs = ("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds")
+    return {"steps": {k: [] for k in steps}, "epochs": {k: [] for k in epochs}}
+
+
+@dataclass
+class Trainer:
+    """Trains one RunConfig; ``fit()`` resumes from ``checkpoint`` when it holds the same run."""
+
+    config: RunConfig
+    checkpoint: Path | str | None = None
+    progress: bool | None = None
+    device: torch.device = field(init=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        self.device = pick_device(cfg.train.device)
+        self.checkpoint = Path(self.checkpoint) if self.checkpoint is not None else None
+        on_cuda = self.device.type == "cuda"
+        self.amp = cfg.train.amp == "bf16" or (cfg.train.amp == "auto" and on_cuda)
+        self.channels_last = cfg.model.backbone == "resnet" and (
+            cfg.train.channels_last == "on" or (cfg.train.channels_last == "auto" and on_cuda))
+        d = cfg.data
+        split = dict(root=d.root, val_fraction=d.val_fraction, split_seed=d.split_seed,
+                     download=d.download, limit=d.limit)
+        self.train_set = load_dataset(d.name, "train", **split)
+        self.val_set = load_dataset(d.name, "val", **split) if d.val_fraction > 0 else None
+        self.test_set = load_dataset(d.name, "test", **split)
+
+        torch.manual_seed(cfg.train.seed)
+        self.model = create_model(cfg.model).to(self.device)
+        if self.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.optimizer = make_optimizer(self.model, cfg.train)
+        # the data order and augmentation come from this generator alone (saved for resuming)
+        self.generator = torch.Generator().manual_seed(cfg.train.seed)
+        self.batches = make_batches(self.train_set, cfg.train.batch_size, shuffle=True,
+                                    augment=d.augment, device=self.device, generator=self.generator,
+                                    drop_last=len(self.train_set) > cfg.train.batch_size,
+                                    num_workers=cfg.train.num_workers)
+        self.steps_per_epoch = len(self.batches)
+        total = cfg.train.epochs * self.steps_per_epoch
+        warmup = round(cfg.train.warmup_epochs * self.steps_per_epoch)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_factor(s, warmup, total))
+        self.calibrator = HaltingCalibrator(cfg.halting.sketch_k)
+        self.history = _new_history()
+        self.epoch = 0  # epochs completed
+        self.step = 0  # optimiser steps completed
+        self.train_seconds = 0.0
+
+    # ------------------------------------------------------------------ state
+    def state(self, complete: bool, metrics: dict | None = None) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
+                "calibrator": self.calibrator.to_bytes() if not self.calibrator.is_empty else b"",
+                "history": self.history, "epoch": self.epoch, "step": self.step,
+                "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {}}
+
+    def _resume(self) -> bool:
+        if self.checkpoint is None or not self.checkpoint.exists():
+            return False
+        state = load_checkpoint(self.checkpoint, map_location=self.device)
+        theirs = RunConfig.from_dict(state["config"])
+        if theirs.key() != self.config.key():
+            raise CheckpointError(f"checkpoint {self.checkpoint} belongs to another run (config key "
+                                  f"{theirs.key()} vs {self.config.key()}); pass another path or delete it")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"]["torch"].cpu())
+        self.generator.set_state(state["rng"]["data"].cpu())
+        if state["calibrator"]:
+            self.calibrator = HaltingCalibrator.from_bytes(state["calibrator"])
+        self.history, self.epoch, self.step = state["history"], state["epoch"], state["step"]
+        self.train_seconds = state.get("train_seconds", 0.0)
+        return True
+
+    # ------------------------------------------------------------------ loop
+    def _log_step(self, epoch: int, loss: float, parts: dict, acc: float, threshold: float) -> None:
+        model = self.model
+        alpha, hurst = model.alpha(), model.hurst()
+        row = {"step": self.step, "epoch": epoch, "lr": self.scheduler.get_last_lr()[0], "loss": loss,
+               "task": parts["task"], "rel": parts.get("rel", float("nan")),
+               "abs": parts.get("abs", float("nan")), "accuracy": acc,
+               "alpha": float(alpha) if alpha is not None else float("nan"),
+               "hurst": float(hurst) if hurst is not None else float("nan"),
+               "easy_score": parts.get("easy_score", float("nan")),
+               "hard_score": parts.get("hard_score", float("nan")), "threshold_median": threshold}
+        for k, v in row.items():
+            self.history["steps"][k].append(float(v) if k not in ("step", "epoch") else int(v))
+
+    def _train_epoch(self, epoch: int, bar) -> tuple[float, float, HaltingCalibrator]:
+        cfg, model = self.config, self.model
+        model.train()
+        sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores
+        total_loss_sum, correct, seen = 0.0, 0, 0
+        for x, y in self.batches:
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+                out = model(x, detach_halt_input=not cfg.loss.rank_grad_to_backbone)
+                loss, parts = total_loss(out.logits, out.halt_logits, y, cfg.loss)
+            if not torch.isfinite(loss):
+                raise TrainingError(
+                    f"the loss became {loss.item()} at epoch {epoch + 1}, step {self.step + 1} "
+                    f"(parts: {parts}); training stopped. The last good checkpoint "
+                    f"({self.checkpoint}) is intact. Lower train.lr (now {cfg.train.lr}) or set "
+                    "train.grad_clip, then train again.")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.train.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.step += 1
+            scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
+            sketch.update(scores)
+            batch_correct = (out.logits[:, -1].argmax(-1) == y).sum().item()
+            correct, seen = correct + batch_correct, seen + len(y)
+            total_loss_sum += loss.item() * len(y)
+            self._log_step(epoch, loss.item(), parts, batch_correct / len(y), sketch.threshold(0.5))
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{correct / seen:.3f}", refresh=False)
+        return total_loss_sum / seen, correct / seen, sketch
+
+    def _calibrate(self, train_sketch: HaltingCalibrator) -> tuple[HaltingCalibrator, float]:
+        """The epoch's calibrator from the sources in halting.calibrate_on; val accuracy."""
+        source = self.config.halting.calibrate_on
+        calibrator = HaltingCalibrator(self.config.halting.sketch_k)
+        if "last_epoch" in source:
+            calibrator.merge(train_sketch)
+        val_acc = float("nan")
+        if self.val_set is not None:
+            outputs = self.outputs(self.val_set)
+            val_acc = outputs.accuracy
+            if "val" in source:
+                calibrator.update(outputs.scores)
+        if calibrator.is_empty:  # calibrate_on="val" without a held-out split
+            raise TrainingError("halting.calibrate_on='val' needs data.val_fraction > 0")
+        return calibrator, val_acc
+
+    def outputs(self, dataset) -> StepOutputs:
+        batches = make_batches(dataset, self.config.train.eval_batch_size, shuffle=False,
+                               augment=False, device=self.device,
+                               num_workers=self.config.train.num_workers)
+        return collect_outputs(self.model, batches, amp=self.amp)
+
+    def fit(self, until_epoch: int | None = None) -> TrainResult:
+        """Train to ``train.epochs`` (or stop after ``until_epoch``, as an interruption would)."""
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        self._resume()
+        last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
+        show = show_progress(self.progress)
+        bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch,
+                   desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
+                   disable=not show, leave=True) if self.epoch < last else None
+        while self.epoch < last:
+            start = time.perf_counter()
+            train_loss, train_acc, sketch = self._train_epoch(self.epoch, bar)
+            self.calibrator, val_acc = self._calibrate(sketch)
+            self.train_seconds += time.perf_counter() - start
+            self.epoch += 1
+            for k, v in zip(("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds"),
+                            (self.epoch, train_loss, train_acc, val_acc, self.train_seconds)):
+                self.history["epochs"][k].append(v)
+            if self.checkpoint is not None and self.epoch < cfg.train.epochs:
+                save_checkpoint(self.checkpoint, self.state(complete=False))
+        if bar is not None:
+            bar.close()
+        metrics = {}
+        if self.epoch >= cfg.train.epochs:
+            test = self.outputs(self.test_set)
+            metrics = {"test_accuracy": test.accuracy, "test_accuracy_per_step": test.accuracy_per_step(),
+                       "train_seconds": self.train_seconds, "params": self.model.num_parameters(),
+                       "device": str(self.device), "epochs": self.epoch}
+            if self.checkpoint is not None:
+                save_checkpoint(self.checkpoint, self.state(complete=True, metrics=metrics))
+        self.model.eval()
+        return TrainResult(self.model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
+
+
+def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
+          progress: bool | None = None) -> TrainResult:
+    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run)."""
+    return Trainer(config, checkpoint=checkpoint, progress=progress).fit()

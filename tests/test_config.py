@@ -1,0 +1,65 @@
+"""Config validation, sizes, round trips and the cache key."""
+
+import json
+
+import pytest
+
+from frost_nb.config import ConfigError, ModelConfig, RunConfig, TrainConfig, make_config
+
+
+def test_sizes_fill_dataset_fields():
+    smoke = make_config("smoke")
+    assert (smoke.data.name, smoke.model.in_channels, smoke.model.image_size) == ("digits", 1, 8)
+    assert smoke.model.stem_stride == 1  # 8x8 states on 8x8 digits
+    demo = make_config("demo", "cifar10")
+    assert (demo.model.in_channels, demo.model.image_size, demo.model.steps) == (3, 32, 16)
+    paper = make_config("paper", "imagenet100", "frost", "vit")
+    assert (paper.model.width, paper.model.steps, paper.model.patch_size) == (768, 12, 16)
+    assert make_config("paper", "imagenet100").model.steps == 16
+
+
+def test_baselines_train_with_task_loss_only():
+    assert make_config("demo", model="frost").loss.ranking
+    for name in ("vanilla", "recurrent", "basic_ssm"):
+        assert not make_config("demo", model=name).loss.ranking
+
+
+def test_round_trip_and_key():
+    cfg = make_config("demo", "fashion-mnist", **{"train.epochs": 3})
+    back = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert back == cfg and back.key() == cfg.key()
+    assert cfg.replace(**{"train.seed": 1}).key() != cfg.key()
+    # where data lives does not change the trained model
+    assert cfg.replace(**{"data.root": "/elsewhere", "train.device": "cpu"}).key() == cfg.key()
+
+
+@pytest.mark.parametrize("overrides, name", [
+    ({"train.epochs": -1}, "train.epochs"),
+    ({"train.epochs": "3"}, "train.epochs"),
+    ({"train.epochs": True}, "train.epochs"),
+    ({"model.steps": 0}, "model.steps"),
+    ({"model.update": "fancy"}, "model.update"),
+    ({"loss.rank_frac": 0.9}, "loss.rank_frac"),
+    ({"halting.calibrate_on": "everything"}, "halting.calibrate_on"),
+    ({"model.hurst": 1.5}, "model.hurst"),
+])
+def test_bad_values_name_the_parameter(overrides, name):
+    with pytest.raises(ConfigError, match=name.replace(".", r"\.")):
+        make_config("smoke", **overrides)
+
+
+def test_unknown_names_are_refused():
+    with pytest.raises(ConfigError, match="dataset"):
+        make_config("smoke", "mnist-3d")
+    with pytest.raises(ConfigError, match="model.name"):
+        make_config("smoke", model="transformerxl")
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        make_config("smoke", **{"train.epocs": 3})
+    with pytest.raises(ConfigError, match="size"):
+        make_config("huge")
+
+
+def test_ints_accepted_for_floats():
+    assert TrainConfig(lr=1).lr == 1.0 and isinstance(TrainConfig(lr=1).lr, float)
+    with pytest.raises(ConfigError):
+        ModelConfig(alpha_init=0.0)

@@ -1,0 +1,43 @@
+"""Notebooks as functional tests: papermill smoke runs whose metrics JSON are asserted."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+papermill = pytest.importorskip("papermill")
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+pytestmark = pytest.mark.notebooks
+
+
+def _run(name, tmp_path, monkeypatch, **parameters):
+    monkeypatch.setenv("FROST_SMOKE", "1")
+    out = tmp_path / name
+    papermill.execute_notebook(str(NOTEBOOKS / name), str(out), parameters=parameters,
+                               kernel_name="python3", progress_bar=False, cwd=str(tmp_path))
+    return out
+
+
+def test_setup_notebook_runs(tmp_path, monkeypatch):
+    _run("00_setup.ipynb", tmp_path, monkeypatch)
+
+
+def test_training_notebook_writes_its_metrics(tmp_path, monkeypatch, isolated_outputs):
+    _run("01_training.ipynb", tmp_path, monkeypatch, dataset="cifar10", epochs=50)
+    metrics = json.loads((isolated_outputs / "outputs" / "metrics" / "01_training.json").read_text())
+    assert set(metrics) >= {"dataset", "model", "backbone", "size", "epochs", "seed", "params",
+                            "accuracy", "train_seconds", "env"}
+    # FROST_SMOKE forces smoke size whatever the parameters say
+    assert (metrics["size"], metrics["dataset"], metrics["epochs"]) == ("smoke", "digits", 2)
+    assert metrics["accuracy"] > 0.5  # 10 classes: chance is 0.1
+    assert set(metrics["env"]) >= {"torch", "device", "commit"}
+    figures = {p.name for p in (isolated_outputs / "outputs" / "figures").iterdir()}
+    assert {"01_training_curves.png", "01_alpha.png", "01_halting_scores.png"} <= figures
+
+
+def test_bad_parameter_stops_the_notebook(tmp_path, monkeypatch):
+    with pytest.raises(papermill.PapermillExecutionError, match="epochs"):
+        _run("01_training.ipynb", tmp_path, monkeypatch, epochs=-3)
+    with pytest.raises(papermill.PapermillExecutionError, match="dataset"):
+        _run("01_training.ipynb", tmp_path, monkeypatch, dataset="mnist-3d")

@@ -1,0 +1,113 @@
+"""The training loop: history, resuming, NaN guard, atomic checkpoints, the model cache."""
+
+import hashlib
+
+import pytest
+import torch
+
+from frost_nb import training
+from frost_nb.checkpoint import (CheckpointError, load_checkpoint, load_model, save_checkpoint,
+                                 train_or_load)
+from frost_nb.training import Trainer, TrainingError, lr_factor
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_lr_schedule_warms_up_then_decays():
+    f = [lr_factor(s, 10, 100) for s in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(f[10:], f[11:])) and f[-1] < 0.01
+
+
+def test_training_learns_and_logs_history(tiny_config, tmp_path):
+    result = Trainer(tiny_config, checkpoint=tmp_path / "run.pt").fit()
+    steps = result.history["steps"]
+    n = len(steps["step"])
+    assert n == 2 * (256 // 32) and all(len(v) == n for v in steps.values())
+    assert all(a > 0 for a in steps["alpha"])  # frost logs alpha every step
+    assert 0 <= min(steps["threshold_median"]) and max(steps["threshold_median"]) <= 1
+    # 10 classes: chance is 0.1; the tiny run is far from converged but must learn something
+    assert result.metrics["test_accuracy"] > 0.3
+    assert result.calibrator.n > 0 and result.calibrator.threshold(1.0) == float("inf")
+    assert load_checkpoint(tmp_path / "run.pt")["complete"]
+
+
+def test_resumed_run_matches_uninterrupted_run(tiny_config, tmp_path):
+    whole = Trainer(tiny_config, checkpoint=tmp_path / "whole.pt").fit()
+    Trainer(tiny_config, checkpoint=tmp_path / "split.pt").fit(until_epoch=1)  # "interrupted"
+    state = load_checkpoint(tmp_path / "split.pt")
+    assert state["epoch"] == 1 and not state["complete"]
+    resumed = Trainer(tiny_config, checkpoint=tmp_path / "split.pt").fit()
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert whole.history == resumed.history
+    assert whole.calibrator.threshold(0.5) == resumed.calibrator.threshold(0.5)
+
+
+def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, monkeypatch):
+    path = tmp_path / "run.pt"
+    Trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
+    before = _digest(path)
+    real = training.total_loss
+
+    def poisoned(*args, **kwargs):
+        loss, parts = real(*args, **kwargs)
+        return loss * float("nan"), parts
+
+    monkeypatch.setattr(training, "total_loss", poisoned)
+    with pytest.raises(TrainingError, match="loss became nan.*checkpoint.*intact.*train.lr"):
+        Trainer(tiny_config, checkpoint=path).fit()
+    assert _digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]  # nothing half-written
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {"config": {}, "model": {}, "x": 1})
+    before = _digest(path)
+
+    def broken_save(obj, f, *a, **k):
+        open(f, "wb").write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, {"config": {}, "model": {}, "x": 2})
+    assert _digest(path) == before and [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+def test_load_model_rebuilds_the_same_model(tiny_config, tmp_path):
+    result = Trainer(tiny_config, checkpoint=tmp_path / "run.pt").fit()
+    model, calibrator = load_model(tmp_path / "run.pt")
+    x = torch.randn(5, 1, 8, 8)
+    with torch.no_grad():
+        assert torch.allclose(model(x).logits, result.model(x).logits)
+    assert calibrator.threshold(0.3) == result.calibrator.threshold(0.3)
+
+
+def test_bad_checkpoints_give_clear_errors(tiny_config, tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_model(tmp_path / "missing.pt")
+    path = tmp_path / "run.pt"
+    Trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
+    with pytest.raises(CheckpointError, match="holds a 'frost' model, not the expected 'vanilla'"):
+        load_model(path, expect="vanilla")
+    other = tiny_config.replace(**{"model.width": 32})
+    with pytest.raises(CheckpointError, match="model.width"):
+        load_model(path, expect=other)
+    with pytest.raises(CheckpointError, match="another run"):
+        Trainer(other, checkpoint=path).fit()
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="damaged"):
+        load_model(truncated)
+
+
+def test_cache_returns_the_trained_model(tiny_config):
+    first = train_or_load(tiny_config)
+    again = train_or_load(tiny_config)
+    assert not first.from_cache and again.from_cache
+    assert again.metrics["test_accuracy"] == first.metrics["test_accuracy"]
+    assert again.checkpoint == first.checkpoint
