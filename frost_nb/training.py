@@ -226,8 +226,8 @@ class Trainer:
         row = {"step": self.step, "epoch": epoch, "lr": self.scheduler.get_last_lr()[0], "loss": loss,
                "task": parts["task"], "rel": parts.get("rel", float("nan")),
                "abs": parts.get("abs", float("nan")), "accuracy": acc,
-               "alpha": float(alpha) if alpha is not None else float("nan"),
-               "hurst": float(hurst) if hurst is not None else float("nan"),
+               "alpha": alpha.item() if alpha is not None else float("nan"),
+               "hurst": hurst.item() if hurst is not None else float("nan"),
                "easy_score": parts.get("easy_score", float("nan")),
                "hard_score": parts.get("hard_score", float("nan")), "threshold_median": threshold}
         for k, v in row.items():

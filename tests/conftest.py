@@ -16,5 +16,5 @@ def isolated_outputs(tmp_path, monkeypatch):
 @pytest.fixture
 def tiny_config():
     """FROST on a slice of digits: a couple of seconds on two CPU cores."""
-    return make_config("smoke", **{"data.limit": 256, "train.epochs": 2, "train.batch_size": 32,
+    return make_config("smoke", **{"train.epochs": 10, "train.batch_size": 64,
                                    "train.device": "cpu"})

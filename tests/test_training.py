@@ -25,11 +25,11 @@ def test_training_learns_and_logs_history(tiny_config, tmp_path):
     result = Trainer(tiny_config, checkpoint=tmp_path / "run.pt").fit()
     steps = result.history["steps"]
     n = len(steps["step"])
-    assert n == 2 * (256 // 32) and all(len(v) == n for v in steps.values())
+    assert n == 10 * (1294 // 64) and all(len(v) == n for v in steps.values())
     assert all(a > 0 for a in steps["alpha"])  # frost logs alpha every step
     assert 0 <= min(steps["threshold_median"]) and max(steps["threshold_median"]) <= 1
     # 10 classes: chance is 0.1; the tiny run is far from converged but must learn something
-    assert result.metrics["test_accuracy"] > 0.3
+    assert result.metrics["test_accuracy"] > 0.5
     assert result.calibrator.n > 0 and result.calibrator.threshold(1.0) == float("inf")
     assert load_checkpoint(tmp_path / "run.pt")["complete"]
 
@@ -42,8 +42,15 @@ def test_resumed_run_matches_uninterrupted_run(tiny_config, tmp_path):
     resumed = Trainer(tiny_config, checkpoint=tmp_path / "split.pt").fit()
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
-    assert whole.history == resumed.history
-    assert whole.calibrator.threshold(0.5) == resumed.calibrator.threshold(0.5)
+    # the KLL sketch compacts with its own unseeded coin flips (datasketches offers no seed), so
+    # thresholds agree within the sketch's rank error, not bit for bit; everything else is exact
+    a, b = dict(whole.history["steps"]), dict(resumed.history["steps"])
+    assert a.pop("threshold_median") == pytest.approx(b.pop("threshold_median"), abs=0.02)
+    assert a == b
+    for key in ("epoch", "train_loss", "train_accuracy", "val_accuracy"):  # not wall-clock seconds
+        assert whole.history["epochs"][key] == resumed.history["epochs"][key]
+    assert whole.calibrator.n == resumed.calibrator.n
+    assert whole.calibrator.threshold(0.5) == pytest.approx(resumed.calibrator.threshold(0.5), abs=0.02)
 
 
 def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, monkeypatch):

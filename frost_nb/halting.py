@@ -1,0 +1,276 @@
+"""Halting of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), spec section 4.
+
+Score per sample and step ``p_t = sigmoid(w . GAP(h_t) + b)``. Every score seen is fed into
+a KLL streaming sketch; for a target quantile q the threshold is
+
+    tau_q = sketch.get_quantile(q)   for q < 1                        # eq. (tau)
+    tau_1 = +inf                     (lies above every score, by definition)
+
+and a sample exits at the first step t (1-based) with ``p_t > tau_q``; one that never
+exceeds it runs all T steps. Lower q, earlier exits. The sketch is randomised: its
+guarantee is on rank (about 1.3% at k = 200), not on value.
+
+``adaptive_predict`` really skips the work of exited samples: the active batch is
+compacted after every step. ``sweep`` reads the same exits off cached full-depth outputs
+without calling the model (the two agree; see the tests).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import torch
+from datasketches import kll_floats_sketch
+from torch import Tensor
+
+
+def _as_float32_numpy(scores: Any) -> np.ndarray:
+    """Flattened float32 copy of a tensor (any device or float dtype, bf16 too) or array."""
+    if isinstance(scores, Tensor):
+        # numpy has no bf16: go through float32 on the tensor's side, then to the host
+        return scores.detach().reshape(-1).to(dtype=torch.float32).cpu().numpy()
+    return np.ascontiguousarray(np.asarray(scores, dtype=np.float32).reshape(-1))
+
+
+class HaltingCalibrator:
+    """KLL quantile sketch of halting scores, and the thresholds read from it.
+
+    >>> cal = HaltingCalibrator(k=200)
+    >>> cal.update(torch.rand(64, 16))      # all steps, all samples; flattened
+    >>> tau = cal.threshold(0.5)            # exit when p_t > tau
+    >>> cal.threshold(1.0)                  # full depth for everyone
+    inf
+
+    A KLL sketch cannot be pickled: checkpoints store ``to_bytes()`` and restore with
+    ``HaltingCalibrator.from_bytes``. (Pickling this wrapper goes through those bytes.)
+    """
+
+    def __init__(self, k: int = 200) -> None:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 8 <= k <= 65535:
+            raise ValueError(f"sketch size k={k!r} must be an integer in [8, 65535] (default 200)")
+        self._sketch = kll_floats_sketch(int(k))
+
+    # --- feeding -----------------------------------------------------------------------
+    def update(self, scores: Any) -> HaltingCalibrator:
+        """Add scores of any shape (torch tensor on any device, numpy array, sequence)."""
+        arr = _as_float32_numpy(scores)
+        bad = np.isnan(arr)
+        if bad.any():
+            raise ValueError(f"halting scores contain {int(bad.sum())} NaN value(s) out of "
+                             f"{arr.size}; the model diverged or the scores were computed from "
+                             f"a NaN loss. NaN would poison the sketch's quantiles, so nothing "
+                             f"was added.")
+        if arr.size:
+            self._sketch.update(arr)  # vectorised update of datasketches >= 5
+        return self
+
+    def merge(self, other: HaltingCalibrator) -> HaltingCalibrator:
+        """Fold ``other``'s scores into this sketch (e.g. the per-rank sketches of DDP)."""
+        if not isinstance(other, HaltingCalibrator):
+            raise TypeError(f"can only merge another HaltingCalibrator, got {type(other).__name__}")
+        self._sketch.merge(other._sketch)
+        return self
+
+    def reset(self) -> HaltingCalibrator:
+        """Forget every score (same k)."""
+        self._sketch = kll_floats_sketch(self.k)
+        return self
+
+    # --- reading -----------------------------------------------------------------------
+    @property
+    def k(self) -> int:
+        return int(self._sketch.k)
+
+    @property
+    def n(self) -> int:
+        """Number of scores fed so far."""
+        return int(self._sketch.n)
+
+    @property
+    def is_empty(self) -> bool:
+        return bool(self._sketch.is_empty())
+
+    @property
+    def rank_error(self) -> float:
+        """A-priori normalised rank error of one quantile (about 0.013 at k=200)."""
+        return float(self._sketch.normalized_rank_error(False))
+
+    def threshold(self, q: float) -> float:
+        """tau_q: exit at the first step with p_t > tau_q. q in [0, 1]; q == 1 gives +inf."""
+        if isinstance(q, Tensor) and q.numel() == 1:
+            q = q.item()
+        if isinstance(q, bool) or not isinstance(q, numbers.Real):
+            raise ValueError(f"quantile q={q!r} must be a real number in [0, 1], the target "
+                             f"fraction of halting scores below the threshold, e.g. 0.5")
+        if not 0.0 <= float(q) <= 1.0:  # NaN fails this too
+            raise ValueError(f"quantile q={q!r} is outside [0, 1]: give the target fraction of "
+                             f"halting scores below the threshold, e.g. 0.5 (q=1 means full "
+                             f"depth for everyone)")
+        q = float(q)
+        if q == 1.0:
+            return math.inf  # eq. (tau): above every score, including unseen test scores
+        if self.is_empty:
+            raise ValueError("no halting scores were fed to the calibrator, so it has no "
+                             "threshold: train the model (the trainer feeds the sketch) or call "
+                             "calibrator.update(sigmoid(halt_logits)) over a held-out pass first")
+        return float(self._sketch.get_quantile(q))  # eq. (tau)
+
+    def thresholds(self, qs: Sequence[float]) -> list[float]:
+        return [self.threshold(q) for q in qs]
+
+    @property
+    def median(self) -> float:
+        return self.threshold(0.5)
+
+    # --- serialisation -----------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        return bytes(self._sketch.serialize())
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> HaltingCalibrator:
+        obj = cls.__new__(cls)
+        obj._sketch = kll_floats_sketch.deserialize(bytes(blob))  # keeps k
+        return obj
+
+    def __getstate__(self) -> dict:
+        return {"sketch": self.to_bytes()}
+
+    def __setstate__(self, state: dict) -> None:
+        self._sketch = kll_floats_sketch.deserialize(state["sketch"])
+
+    def __repr__(self) -> str:
+        if self.is_empty:
+            return f"HaltingCalibrator(k={self.k}, n=0)"
+        return f"HaltingCalibrator(k={self.k}, n={self.n}, median={self.median:.4g})"
+
+
+def exit_steps(scores: Tensor, tau: float) -> Tensor:
+    """Exit depth in 1..T of each sample: first t with p_t > tau, else T. (N, T) -> (N,) int64."""
+    scores = torch.as_tensor(scores)
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be (N, T), got shape {tuple(scores.shape)}")
+    if scores.is_floating_point() and scores.element_size() < 4:
+        scores = scores.float()  # compare in float32: bf16 > tau would round tau to bf16
+    n, t = scores.shape
+    exceed = scores > tau  # (N, T) bool, eq. (exit)
+    first = exceed.to(torch.uint8).argmax(dim=1)  # (N,) index of the first True (0 if none)
+    full = torch.full((n,), t, dtype=torch.int64, device=scores.device)
+    return torch.where(exceed.any(dim=1), first.to(torch.int64) + 1, full)
+
+
+class AdaptiveResult(NamedTuple):
+    logits: Tensor  # (N, K) class logits at each sample's exit step
+    depth: Tensor  # (N,) int64 exit depth in 1..T
+    halt_scores: Tensor | None  # (N,) float32 p at the exit step (return_scores=True), else None
+
+
+def _select(obj: Any, idx: Tensor) -> Any:
+    """The rows ``idx`` of a state or context: tensors, objects with ``select``, tuples."""
+    if obj is None:
+        return None
+    if isinstance(obj, Tensor):
+        return obj.index_select(0, idx)
+    if hasattr(obj, "select") and callable(obj.select):
+        return obj.select(idx)
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_select(o, idx) for o in obj)
+    raise TypeError(f"do not know how to take a subset of the batch from {type(obj).__name__}")
+
+
+def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
+                     return_scores: bool = False) -> AdaptiveResult:
+    """Run the model step by step, dropping each sample from the batch once it exits.
+
+    Uses the model's step-wise API (``embed``, optional ``context``, ``init_state``, ``step``,
+    ``readout``, ``config.steps``). At step t the active samples are read out; those with
+    ``sigmoid(halt_logit) > tau`` (and all of them at t = T) write their logits at their
+    original index, and only the rest go on to the next step, so exited samples cost nothing.
+    Runs without gradient and leaves the model's mode alone: call ``model.eval()`` first.
+    """
+    steps = int(model.config.steps)
+    tau = float(tau)
+    n = x.shape[0]
+    with torch.no_grad():
+        e = model.embed(x)
+        context = getattr(model, "context", None)
+        ctx = context(e) if callable(context) else e  # per-sample step inputs
+        h = model.init_state(ctx)  # h_0
+        idx = torch.arange(n, device=x.device)  # original row of each active sample
+        depth = torch.full((n,), steps, dtype=torch.int64, device=x.device)
+        out = scores_out = None
+        for t in range(steps):
+            h = model.step(h, ctx, t)  # h_{t+1}
+            logits, halt_logit, _ = model.readout(h, ctx)  # (n_active, K), (n_active,)
+            p = torch.sigmoid(halt_logit.float())  # (n_active,)
+            if out is None:
+                out = logits.new_empty((n, logits.shape[1]))
+                scores_out = p.new_empty((n,))
+            if t == steps - 1:  # everyone left stops at T
+                out[idx] = logits
+                scores_out[idx] = p
+                break
+            done = p > tau  # eq. (exit)
+            exit_pos = done.nonzero().squeeze(1)  # one host sync per step: compaction needs it
+            if exit_pos.numel() == 0:
+                continue
+            rows = idx[exit_pos]
+            out[rows] = logits[exit_pos]
+            scores_out[rows] = p[exit_pos]
+            depth[rows] = t + 1
+            if exit_pos.numel() == idx.numel():
+                break
+            keep = (~done).nonzero().squeeze(1)
+            idx, h, ctx = idx[keep], _select(h, keep), _select(ctx, keep)
+    return AdaptiveResult(out, depth, scores_out if return_scores else None)
+
+
+def sweep(scores: Tensor, step_outputs: Tensor, calibrator: HaltingCalibrator,
+          quantiles: Sequence[float], *extra: Any, y: Tensor | None = None):
+    """Accuracy and depth at each quantile, read off cached full-depth outputs (no model call).
+
+    ``scores`` (N, T) halting probabilities (``sigmoid(halt_logits.float())``);
+    ``step_outputs`` either the bool correctness (N, T) of each step's prediction, or the
+    step logits (N, T, K) together with the labels ``y``. Each sample's prediction is the
+    one at its exit step, exactly as ``adaptive_predict`` would make it. Returns a pandas
+    DataFrame with columns quantile, threshold, mean_depth, std_depth (population std) and
+    accuracy (a fraction).
+
+    Both ``sweep(scores, correct, calibrator, quantiles)`` and the labelled order
+    ``sweep(scores, logits, y, calibrator, quantiles)`` are accepted.
+    """
+    if not isinstance(calibrator, HaltingCalibrator):  # order (scores, logits, y, cal, qs)
+        if len(extra) != 1 or y is not None:
+            raise TypeError("call sweep(scores, step_outputs, calibrator, quantiles, y=None) or "
+                            "sweep(scores, step_logits, y, calibrator, quantiles)")
+        y, calibrator, quantiles = calibrator, quantiles, extra[0]
+    elif extra:
+        raise TypeError(f"sweep got {len(extra)} unexpected positional argument(s)")
+    if not isinstance(calibrator, HaltingCalibrator):
+        raise TypeError(f"calibrator must be a HaltingCalibrator, got {type(calibrator).__name__}")
+    import pandas as pd  # only the sweep needs it
+
+    scores = torch.as_tensor(scores).detach().float().cpu()
+    step_outputs = torch.as_tensor(step_outputs).detach().cpu()
+    if step_outputs.dtype == torch.bool:
+        correct = step_outputs  # (N, T)
+    else:
+        if y is None:
+            raise ValueError("sweep needs the labels y when given step logits (N, T, K)")
+        correct = step_outputs.argmax(dim=-1) == torch.as_tensor(y).cpu()[:, None]  # (N, T)
+    if correct.shape != scores.shape:
+        raise ValueError(f"scores {tuple(scores.shape)} and step outputs "
+                         f"{tuple(correct.shape)} disagree on (N, T)")
+    rows = []
+    for q in quantiles:
+        tau = calibrator.threshold(q)
+        depth = exit_steps(scores, tau)  # (N,)
+        hit = correct.gather(1, (depth - 1)[:, None]).squeeze(1)  # (N,)
+        d = depth.double()
+        rows.append({"quantile": float(q), "threshold": tau, "mean_depth": d.mean().item(),
+                     "std_depth": d.std(unbiased=False).item(),
+                     "accuracy": hit.double().mean().item()})
+    return pd.DataFrame(rows, columns=["quantile", "threshold", "mean_depth", "std_depth",
+                                       "accuracy"])

@@ -1,0 +1,365 @@
+"""The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
+
+Spec: ``../shared/spec/frost.md`` sections 2 and 3. Every family is a stem ``x -> e``,
+T residual steps on a state ``h`` of fixed shape, and two heads shared by all steps:
+
+    vanilla    h_{t+1} = h_t + A_t(h_t)                  T distinct branches     readout GAP(h_t)
+    recurrent  h_{t+1} = h_t + A(h_t)                    one shared branch       readout GAP(h_t)
+    basic_ssm  h_{t+1} = h_t + A(h_t) + B(e)             + B, C, D maps          readout GAP(C(h_t) + D(e))
+    frost      scaled operators (spec sec. 3):
+               A_a(h) = alpha^(1-H) * A(alpha^H * h),  B_a = alpha * B,  C_a = C,  D_a = D
+               canonical  h_{t+1} = h_t + A_a(h_t) + alpha * B(e)                 eq. (14)-(15)
+               convex     h_{t+1} = h_t + alpha * (A(h_t) + B(e))                 eq. (8)
+               gated      h_{t+1} = h_t + g * (A_a(h_t) + B_a(e)), g = sigmoid(W_g h_t + b_g)  (app. C)
+
+``A`` is a residual *branch only*; the update supplies the skip.
+
+- ResNet family: ``A`` is a bottleneck branch 1x1 -> GroupNorm -> ReLU -> 3x3 (dilated) -> GN
+  -> ReLU -> 1x1 -> GN, without bias before a norm. GroupNorm, not BatchNorm: running statistics
+  averaged over steps break evaluation of a weight-tied block (spec sec. 7). The branch
+  normalises right after its first (bias-free, linear) map, so ``A(c*h) = A(h)`` for c > 0 and
+  in the canonical and gated updates H only rescales the step: ``A_a(h) = alpha^(1-H) * A(h)``.
+- ViT family: ``A(h) = a + m`` with ``a = Attn(LN1(h))`` and ``m = MLP(LN2(h + a))``, so that
+  ``h + A(h)`` is exactly one standard pre-norm encoder block. The attention part is scale
+  invariant, the MLP part is not (it sees ``alpha^H * h + a``), so H does more than rescale.
+
+Readout heads: the classifier is ``Linear(LayerNorm(r_t))`` on the pooled readout ``r_t``
+(GAP(h_t), or GAP(C(h_t) + D(e))): the residual state is not normalised and grows with t, the
+LayerNorm makes every step's readout scale-free. The halting head is ``w . GAP(h_t) + b``
+(spec sec. 4), on the raw pooled state, no norm.
+
+B(e) and GAP(D(e)) do not depend on t: they are computed once per forward (``context``), not
+at every step. When C and D are pointwise linear maps (1x1 convolutions or token-wise Linear,
+no hidden layer), GAP(C(h)) = C(GAP(h)) exactly, so they are applied to pooled vectors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .config import MODELS, ConfigError, ModelConfig, RunConfig
+
+__all__ = ["FrostNet", "ModelOutput", "StepContext", "create_model", "MODELS"]
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor  # (N, T, K) class logits of the readout of h_1 .. h_T
+    halt_logits: Tensor  # (N, T) w . GAP(h_t) + b; halting scores are sigmoid(halt_logits)
+    pooled: Tensor  # (N, T, D) GAP(h_t) for t = 1..T
+    states: Tensor | None = None  # (N, T+1, *state) h_0 .. h_T when asked for
+
+
+@dataclass
+class StepContext:
+    """What the step-wise API needs from the stem, computed once per forward.
+
+    e: the stem output, (N, C, H, W) or (N, L, D); be: B(e), same shape (basic_ssm, frost);
+    d_pooled: GAP(D(e)), (N, D) (basic_ssm, frost). ``select(idx)`` keeps a subset of samples
+    (adaptive inference compacts the active batch with it).
+    """
+
+    e: Tensor
+    be: Tensor | None = None
+    d_pooled: Tensor | None = None
+
+    def select(self, idx: Tensor) -> StepContext:
+        pick = lambda v: None if v is None else v[idx]  # noqa: E731
+        return StepContext(self.e[idx], pick(self.be), pick(self.d_pooled))
+
+    def __len__(self) -> int:
+        return self.e.shape[0]
+
+
+# --- building blocks --------------------------------------------------------------------------
+
+def resnet_stem(cfg: ModelConfig) -> nn.Sequential:
+    """Image to a (N, width, H/s, W/s) map, s = stem_stride, with GroupNorm and ReLU.
+
+    s in {1, 2, 3}: one 3x3 convolution of stride s (small images). s a multiple of 4: the
+    ResNet stem, 7x7 convolution of stride s/2 then 3x3 max-pool of stride 2 (224 px -> 56x56
+    at s = 4), straight to ``width`` channels.
+    """
+    c, w, s = cfg.in_channels, cfg.width, cfg.stem_stride
+    if s <= 3:
+        layers = [nn.Conv2d(c, w, 3, stride=s, padding=1, bias=False)]
+    elif s % 4 == 0:
+        layers = [nn.Conv2d(c, w, 7, stride=s // 2, padding=3, bias=False)]
+    else:
+        raise ConfigError(f"model.stem_stride={s} is invalid: expected 1, 2, 3 or a multiple of 4.")
+    layers += [nn.GroupNorm(cfg.norm_groups, w), nn.ReLU(inplace=True)]
+    if s > 3:
+        layers.append(nn.MaxPool2d(3, stride=2, padding=1))
+    return nn.Sequential(*layers)
+
+
+class PatchEmbed(nn.Module):
+    """ViT stem: non-overlapping patches to tokens plus a learned position embedding (no CLS)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        p, d = cfg.patch_size, cfg.width
+        self.proj = nn.Conv2d(cfg.in_channels, d, p, stride=p)
+        self.pos = nn.Parameter(torch.zeros(1, (cfg.image_size // p) ** 2, d))
+        nn.init.trunc_normal_(self.pos, std=0.02)
+
+    def forward(self, x: Tensor) -> Tensor:
+        e = self.proj(x)  # (N, D, H/p, W/p)
+        return e.flatten(2).transpose(1, 2) + self.pos  # (N, L, D)
+
+
+class BottleneckBranch(nn.Module):
+    """ResNet bottleneck *branch*: no skip, no stride, no pooling; shape preserving."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        w, b, d, g = cfg.width, cfg.bottleneck, cfg.dilation, cfg.norm_groups
+        self.conv1 = nn.Conv2d(w, b, 1, bias=False)
+        self.gn1 = nn.GroupNorm(g, b)  # normalises right after the first linear map: A(c h) = A(h)
+        self.conv2 = nn.Conv2d(b, b, 3, padding=d, dilation=d, bias=False)
+        self.gn2 = nn.GroupNorm(g, b)
+        self.conv3 = nn.Conv2d(b, w, 1, bias=False)
+        self.gn3 = nn.GroupNorm(g, w)
+
+    def forward(self, h: Tensor) -> Tensor:
+        z = F.relu(self.gn1(self.conv1(h)))  # (N, b, H, W)
+        z = F.relu(self.gn2(self.conv2(z)))  # (N, b, H, W)
+        return self.gn3(self.conv3(z))  # (N, C, H, W)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        n, l, d = x.shape
+        qkv = self.qkv(x).view(n, l, 3, self.heads, d // self.heads)  # (N, L, 3, nh, hd)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (N, nh, L, hd) each
+        y = F.scaled_dot_product_attention(q, k, v)  # (N, nh, L, hd)
+        return self.proj(y.transpose(1, 2).reshape(n, l, d))  # (N, L, D)
+
+
+class EncoderBranch(nn.Module):
+    """ViT encoder *branch*: A(h) = a + MLP(LN2(h + a)), a = Attn(LN1(h)).
+
+    h + A(h) is exactly one pre-norm encoder block (attention, then MLP, each with its skip).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, hidden = cfg.width, int(cfg.width * cfg.mlp_ratio)
+        self.ln1 = nn.LayerNorm(d, eps=1e-6)
+        self.attn = Attention(d, cfg.heads)
+        self.ln2 = nn.LayerNorm(d, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
+
+    def forward(self, h: Tensor) -> Tensor:
+        a = self.attn(self.ln1(h))  # (N, L, D)
+        m = self.mlp(self.ln2(h + a))  # (N, L, D)
+        return a + m
+
+
+def state_map(cfg: ModelConfig) -> nn.Module:
+    """B, C or D: width -> width, linear (bcd_hidden = 0) or two layers with a nonlinearity.
+
+    ResNet: convolutions of kernel bcd_kernel (both layers), padding k//2, ReLU between.
+    ViT: token-wise Linear layers, GELU between.
+    """
+    w, h = cfg.width, cfg.bcd_hidden
+    if cfg.backbone == "vit":
+        lin = nn.Linear
+        act: nn.Module = nn.GELU()
+    else:
+        k = cfg.bcd_kernel
+        lin = lambda i, o: nn.Conv2d(i, o, k, padding=k // 2)  # noqa: E731
+        act = nn.ReLU(inplace=True)
+    return lin(w, w) if h == 0 else nn.Sequential(lin(w, h), act, lin(h, w))
+
+
+def gap(h: Tensor) -> Tensor:
+    """Global average pool: (N, C, H, W) -> (N, C), or mean over tokens (N, L, D) -> (N, D)."""
+    return h.mean((2, 3)) if h.dim() == 4 else h.mean(1)
+
+
+def _init_vit(m: nn.Module) -> None:
+    if isinstance(m, nn.Linear):
+        nn.init.trunc_normal_(m.weight, std=0.02)
+        nn.init.zeros_(m.bias)
+
+
+# alpha = f(raw) and the inverse that sets raw from alpha_init
+_ALPHA = {
+    "softplus": (F.softplus, lambda a: a + math.log(-math.expm1(-a))),  # log(exp(a) - 1), stable
+    "exp": (torch.exp, math.log),
+    "sigmoid": (torch.sigmoid, lambda a: math.log(a / (1 - a))),
+}
+
+
+# --- the model --------------------------------------------------------------------------------
+
+class FrostNet(nn.Module):
+    """vanilla, recurrent, basic_ssm or frost (``config.name``) on a resnet or vit backbone."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise ConfigError(f"FrostNet needs a ModelConfig, got {type(config).__name__}.")
+        self.config = cfg = config
+        vit = cfg.backbone == "vit"
+        self.stem = PatchEmbed(cfg) if vit else resnet_stem(cfg)
+        branch = EncoderBranch if vit else BottleneckBranch
+        n_branches = cfg.steps if cfg.name == "vanilla" else 1  # vanilla: T distinct branches
+        self.branches = nn.ModuleList(branch(cfg) for _ in range(n_branches))
+        self.has_bcd = cfg.name in ("basic_ssm", "frost")
+        if self.has_bcd:
+            self.B, self.C, self.D = state_map(cfg), state_map(cfg), state_map(cfg)
+            # GAP commutes with a pointwise linear map: then C and D act on pooled vectors (exact)
+            self.pool_first = cfg.bcd_hidden == 0 and (vit or cfg.bcd_kernel == 1)
+        if cfg.name == "frost":
+            to_alpha, from_alpha = _ALPHA[cfg.alpha_param]
+            self._to_alpha = to_alpha
+            self.alpha_raw = nn.Parameter(torch.tensor(from_alpha(cfg.alpha_init)))
+            if cfg.learn_hurst:
+                if not 0.0 < cfg.hurst < 1.0:
+                    raise ConfigError(f"model.hurst={cfg.hurst!r} is invalid with learn_hurst=True: "
+                                      "expected a value in (0, 1) (H = sigmoid(raw)).")
+                self.hurst_raw = nn.Parameter(torch.tensor(math.log(cfg.hurst / (1 - cfg.hurst))))
+            else:
+                self.register_buffer("hurst_value", torch.tensor(float(cfg.hurst)))
+            if cfg.update == "gated":  # per-channel, per-position gate from h_t
+                w = cfg.width
+                self.gate = nn.Linear(w, w) if vit else nn.Conv2d(w, w, 1)
+        self.head_norm = nn.LayerNorm(cfg.width)
+        self.head = nn.Linear(cfg.width, cfg.num_classes)
+        self.halt_head = nn.Linear(cfg.width, 1)  # the same w, b at every step
+        if vit:
+            self.apply(_init_vit)
+
+    # --- scalars of the FROST update --------------------------------------------------------
+
+    def alpha(self) -> Tensor | None:
+        """alpha > 0 (0-dim tensor, differentiable) for frost, None for the other families."""
+        return self._to_alpha(self.alpha_raw) if self.config.name == "frost" else None
+
+    def hurst(self) -> Tensor | None:
+        """H (0-dim tensor) for frost: a fixed buffer, or sigmoid(raw) in (0, 1) when learn_hurst."""
+        if self.config.name != "frost":
+            return None
+        return torch.sigmoid(self.hurst_raw) if self.config.learn_hurst else self.hurst_value
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    # --- step-wise API (forward is exactly this loop) ---------------------------------------
+
+    def embed(self, x: Tensor) -> Tensor:
+        """Stem: (N, C_in, S, S) -> e, (N, C, S/s, S/s) or (N, L, D)."""
+        return self.stem(x)
+
+    def _gap_of(self, m: nn.Module, z: Tensor) -> Tensor:
+        """GAP(m(z)) for C or D: (N, D)."""
+        if self.pool_first:  # GAP(W z + b) = W GAP(z) + b
+            return F.linear(gap(z), m.weight.flatten(1), m.bias)
+        return gap(m(z))
+
+    def context(self, e: Tensor) -> StepContext:
+        """e with the t-independent terms B(e) and GAP(D(e)), computed once."""
+        if not self.has_bcd:
+            return StepContext(e)
+        return StepContext(e, self.B(e), self._gap_of(self.D, e))  # B(e) like e; GAP(D(e)) (N, D)
+
+    def _ctx(self, ctx: StepContext | Tensor) -> StepContext:
+        return ctx if isinstance(ctx, StepContext) else self.context(ctx)
+
+    def init_state(self, ctx: StepContext | Tensor) -> Tensor:
+        """h_0: e ("embedding") or zeros ("zeros")."""
+        e = ctx.e if isinstance(ctx, StepContext) else ctx
+        return e if self.config.init_state == "embedding" else torch.zeros_like(e)
+
+    def step(self, h: Tensor, ctx: StepContext | Tensor, t: int) -> Tensor:
+        """h_{t+1} from h_t, t = 0..T-1. ``ctx`` from context(e); a bare e works (B(e) recomputed)."""
+        cfg = self.config
+        A = self.branches[t if cfg.name == "vanilla" else 0]
+        if cfg.name in ("vanilla", "recurrent"):
+            return h + A(h)
+        be = self._ctx(ctx).be  # B(e)
+        if cfg.name == "basic_ssm":
+            return h + A(h) + be
+        alpha = self.alpha()
+        if cfg.update == "convex":
+            return h + alpha * (A(h) + be)  # eq. (8): (1 - alpha) h + alpha (h + A(h) + B(e))
+        H = self.hurst()
+        update = alpha ** (1 - H) * A(alpha ** H * h) + alpha * be  # A_a(h_t) + B_a(e)
+        if cfg.update == "canonical":
+            return h + update  # eq. (14)-(15)
+        g = torch.sigmoid(self.gate(h))  # like h: per channel and position
+        return h + g * update  # (1 - g) h + g (h + A_a(h) + B_a(e))
+
+    def readout(self, h: Tensor, ctx: StepContext | Tensor,
+                detach_halt_input: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """(class logits (N, K), halt logit (N,), GAP(h) (N, D)) of the state h."""
+        pooled = gap(h)  # (N, D)
+        r = pooled
+        if self.has_bcd:
+            r = self._gap_of(self.C, h) + self._ctx(ctx).d_pooled  # GAP(C(h_t) + D(e))
+        logits = self.head(self.head_norm(r))  # (N, K)
+        halt = self.halt_head(pooled.detach() if detach_halt_input else pooled).squeeze(-1)  # (N,)
+        return logits, halt, pooled
+
+    def forward(self, x: Tensor, return_states: bool = False,
+                detach_halt_input: bool = False) -> ModelOutput:
+        """All T steps. ``detach_halt_input``: the halting head sees GAP(h_t).detach()."""
+        ctx = self.context(self.embed(x))
+        h = self.init_state(ctx)
+        states = [h] if return_states else None
+        logits, halts, pooled = [], [], []
+        for t in range(self.config.steps):
+            h = self.step(h, ctx, t)
+            lg, hl, p = self.readout(h, ctx, detach_halt_input)
+            logits.append(lg)
+            halts.append(hl)
+            pooled.append(p)
+            if states is not None:
+                states.append(h)
+        return ModelOutput(
+            logits=torch.stack(logits, 1),  # (N, T, K)
+            halt_logits=torch.stack(halts, 1),  # (N, T)
+            pooled=torch.stack(pooled, 1),  # (N, T, D)
+            states=None if states is None else torch.stack(states, 1),  # (N, T+1, *state)
+        )
+
+
+def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone: str | None = None,
+                 **fields: Any) -> FrostNet:
+    """The model of a config, or of a name (vanilla | recurrent | basic_ssm | frost) plus fields.
+
+    >>> create_model("recurrent", backbone="vit", width=32, heads=2).config.backbone
+    'vit'
+    """
+    if backbone is not None:
+        fields["backbone"] = backbone
+    if isinstance(cfg_or_name, RunConfig):
+        cfg_or_name = cfg_or_name.model
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    bad = set(fields) - known
+    if bad:
+        raise ConfigError(f"unknown model parameters {sorted(bad)}; known: {sorted(known)}")
+    if isinstance(cfg_or_name, ModelConfig):
+        cfg = dataclasses.replace(cfg_or_name, **fields) if fields else cfg_or_name
+    elif isinstance(cfg_or_name, str):
+        cfg = ModelConfig(name=cfg_or_name, **fields)  # validation names the unknown model
+    else:
+        raise ConfigError(f"create_model needs a ModelConfig or a model name from {MODELS}, "
+                          f"got {type(cfg_or_name).__name__}.")
+    return FrostNet(cfg)

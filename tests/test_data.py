@@ -1,0 +1,664 @@
+"""Tests of frost_nb.data: loaders (real and fabricated files), splits, errors, batches.
+
+Fabricated files are written in each set's real on-disk format (IDX headers, packed JPEG
+npz, torchvision's CIFAR pickles, ImageFolder trees) so the parsers are tested, not mocks.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import io
+import pickle
+import urllib.error
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from frost_nb import data
+from frost_nb.data import (DATASETS, DataError, ImageData, available_datasets, load_dataset,
+                           make_batches, random_crop, random_flip)
+
+SHARED_CIFAR10 = Path("/work/shared/data/cifar10")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    data.clear_cache()  # every test sees its own files, never a decoded copy of another's
+    yield
+    data.clear_cache()
+
+
+@pytest.fixture
+def no_system_fashion(monkeypatch, tmp_path):
+    monkeypatch.setattr(data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "no-system-copy")
+
+
+# --- fabricated files in each set's real format ----------------------------------------------
+
+def write_idx(path: Path, arr: np.ndarray) -> None:
+    """IDX: magic 0x0000080<ndim> (unsigned bytes), big-endian int32 sizes, then the bytes."""
+    header = np.array([0x0800 + arr.ndim, *arr.shape], dtype=">i4").tobytes()
+    blob = header + arr.astype(np.uint8).tobytes()
+    if path.suffix == ".gz":
+        blob = gzip.compress(blob)
+    path.write_bytes(blob)
+
+
+def make_fashion(folder: Path, n_train=12, n_test=5, gz=True, seed=0):
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    for part, prefix, n in (("train", "train", n_train), ("test", "t10k", n_test)):
+        x = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        y = rng.integers(0, 10, n, dtype=np.uint8)
+        ext = ".gz" if gz else ""
+        write_idx(folder / f"{prefix}-images-idx3-ubyte{ext}", x)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte{ext}", y)
+        arrays[part] = (x, y)
+    return arrays
+
+
+def flat_colour_images(labels: np.ndarray) -> np.ndarray:
+    """(N, 32, 32, 3) images of one flat colour each (JPEG keeps flat colours almost exactly)."""
+    colours = np.stack([labels * 23 % 256, labels * 71 % 256, 255 - labels * 19 % 256], axis=1)
+    return np.broadcast_to(colours[:, None, None, :], (len(labels), 32, 32, 3)).astype(np.uint8)
+
+
+def write_packed(path: Path, images: np.ndarray, labels: np.ndarray, classes: list[str]) -> None:
+    """The packed JPEG format of ../shared/data/cifar10/README.md."""
+    blobs = []
+    for im in images:
+        buf = io.BytesIO()
+        Image.fromarray(im).save(buf, format="JPEG", quality=95)
+        blobs.append(np.frombuffer(buf.getvalue(), dtype=np.uint8))
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
+    np.savez(path, jpeg=np.concatenate(blobs), offsets=offsets, labels=labels.astype(np.int64),
+             classes=np.array(classes))
+
+
+CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
+                   "truck"]
+
+
+def make_packed_cifar10(folder: Path, n_train=20, n_test=10):
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for part, n in (("train", n_train), ("test", n_test)):
+        labels = np.sort(np.arange(n) % 10)  # sorted by class, like the real files
+        images = flat_colour_images(labels)
+        write_packed(folder / f"{part}.npz", images, labels, CIFAR10_CLASSES)
+        out[part] = (images, labels)
+    return out
+
+
+def dump(path: Path, obj) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=2)
+
+
+def make_cifar10_pickles(folder: Path, per_batch=3, n_test=4, seed=0):
+    """torchvision's cifar-10-batches-py: rows of 1024 R, 1024 G, 1024 B bytes."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    xs, ys = [], []
+    for i in range(1, 6):
+        x = rng.integers(0, 256, (per_batch, 3, 32, 32), dtype=np.uint8)
+        y = rng.integers(0, 10, per_batch).tolist()
+        dump(folder / f"data_batch_{i}", {"batch_label": f"batch {i}", "data": x.reshape(per_batch, -1),
+                                          "labels": y, "filenames": ["f.png"] * per_batch})
+        xs.append(x)
+        ys += y
+    xt = rng.integers(0, 256, (n_test, 3, 32, 32), dtype=np.uint8)
+    yt = rng.integers(0, 10, n_test).tolist()
+    dump(folder / "test_batch", {"data": xt.reshape(n_test, -1), "labels": yt})
+    dump(folder / "batches.meta", {"label_names": CIFAR10_CLASSES, "num_cases_per_batch": per_batch})
+    return np.concatenate(xs), np.array(ys), xt, np.array(yt)
+
+
+def make_cifar100_pickles(folder: Path, n_train=7, n_test=3, seed=1):
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True)
+    out = {}
+    for part, n in (("train", n_train), ("test", n_test)):
+        x = rng.integers(0, 256, (n, 3, 32, 32), dtype=np.uint8)
+        y = rng.integers(0, 100, n).tolist()
+        dump(folder / part, {"data": x.reshape(n, -1), "fine_labels": y,
+                             "coarse_labels": [c // 5 for c in y]})
+        out[part] = (x, np.array(y))
+    dump(folder / "meta", {"fine_label_names": [f"class{i:02d}" for i in range(100)],
+                           "coarse_label_names": [f"super{i}" for i in range(20)]})
+    return out
+
+
+def make_image_folders(root: Path, per_class_train=5, per_class_val=2):
+    rng = np.random.default_rng(2)
+    for split, n in (("train", per_class_train), ("val", per_class_val)):
+        for cls in ("n01440764", "n01443537"):
+            d = root / "imagenet100" / split / cls
+            d.mkdir(parents=True)
+            for i in range(n):
+                im = rng.integers(0, 256, (30 + 3 * i, 40, 3), dtype=np.uint8)
+                Image.fromarray(im).save(d / f"img{i}.JPEG", format="JPEG")
+
+
+def image_keys(ds: ImageData) -> collections.Counter:
+    """Multiset of (pixels, label): compares splits without knowing their order."""
+    return collections.Counter((x.numpy().tobytes(), int(y)) for x, y in zip(ds.x, ds.y))
+
+
+# --- digits and splits --------------------------------------------------------------------------
+
+def test_digits_shapes_pixels_and_fixed_test_split():
+    from sklearn.datasets import load_digits
+
+    train, val, test = (load_dataset("digits", s) for s in ("train", "val", "test"))
+    assert len(train) + len(val) + len(test) == 1797
+    assert len(test) == 359  # sum over classes of round(20% of the class)
+    assert len(val) == round(0.1 * (1797 - 359)) == 144
+    for ds in (train, val, test):
+        assert ds.x.dtype == torch.uint8 and ds.x.shape[1:] == (1, 8, 8)
+        assert ds.y.dtype == torch.int64 and ds.x.shape[0] == ds.y.shape[0]
+    assert test.classes == [str(c) for c in range(10)]
+    counts = torch.bincount(test.y, minlength=10)
+    assert counts.min() >= 35 and counts.max() <= 37  # stratified
+    # 0..16 -> 0..255 exactly: the three splits are the rescaled bundled images
+    raw = load_digits()
+    expected = collections.Counter(
+        (np.rint(im * 255 / 16).astype(np.uint8)[None].tobytes(), int(t))
+        for im, t in zip(raw.images, raw.target))
+    assert image_keys(train) + image_keys(val) + image_keys(test) == expected
+    assert int(train.x.max()) == 255
+    # the test split does not move with split_seed or val_fraction
+    other = load_dataset("digits", "test", split_seed=5, val_fraction=0.3)
+    assert torch.equal(other.x, test.x) and torch.equal(other.y, test.y)
+
+
+def test_val_split_disjoint_complete_and_seeded():
+    whole = load_dataset("digits", "train", val_fraction=0.0)  # the whole training split
+    train = load_dataset("digits", "train", split_seed=3)
+    val = load_dataset("digits", "val", split_seed=3)
+    assert image_keys(train) + image_keys(val) == image_keys(whole)  # disjoint and complete
+    again = load_dataset("digits", "val", split_seed=3)
+    assert torch.equal(again.x, val.x) and torch.equal(again.y, val.y)
+    other = load_dataset("digits", "val", split_seed=4)
+    assert len(other) == len(val) and image_keys(other) != image_keys(val)
+
+
+def test_split_indices_properties():
+    for n, frac in ((1438, 0.1), (10, 0.25), (7, 0.0), (5, 0.9)):
+        tr, va = data._split_indices(n, frac, seed=0)
+        assert len(va) == round(frac * n) and len(tr) + len(va) == n
+        assert torch.equal(torch.sort(torch.cat([tr, va])).values, torch.arange(n))
+    # val sets of one seed are nested in val_fraction
+    small, large = data._split_indices(100, 0.1, 0)[1], data._split_indices(100, 0.3, 0)[1]
+    assert set(small.tolist()) <= set(large.tolist())
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5])
+def test_val_fraction_honoured(fraction):
+    n = 1797 - 359
+    assert len(load_dataset("digits", "val", val_fraction=fraction)) == round(fraction * n)
+    assert len(load_dataset("digits", "train", val_fraction=fraction)) == n - round(fraction * n)
+
+
+def test_limit_keeps_first_images_of_split():
+    full = load_dataset("digits", "train", split_seed=1)
+    few = load_dataset("digits", "train", split_seed=1, limit=10)
+    assert len(few) == 10 and torch.equal(few.x, full.x[:10]) and torch.equal(few.y, full.y[:10])
+    assert len(load_dataset("digits", "test", limit=10_000)) == 359  # a limit above N keeps all
+
+
+def test_loaded_tensors_do_not_alias_the_cache():
+    ds = load_dataset("digits", "test")
+    ds.x.zero_()
+    assert int(load_dataset("digits", "test").x.max()) == 255
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    ({"name": "mnist", "split": "train"}, "name="),
+    ({"name": "digits", "split": "validation"}, "split="),
+    ({"name": "digits", "split": "val", "val_fraction": 1.0}, "val_fraction="),
+    ({"name": "digits", "split": "val", "limit": 0}, "limit="),
+])
+def test_bad_parameters_raise_data_error(kwargs, param):
+    with pytest.raises(DataError) as err:
+        load_dataset(**kwargs)
+    assert isinstance(err.value, ValueError) and param in str(err.value)
+    if param == "name=":
+        assert all(repr(n) in str(err.value) for n in DATASETS)
+    if param == "split=":
+        assert "'train', 'val', 'test'" in str(err.value)
+
+
+# --- Fashion-MNIST -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout, gz", [("fashion-mnist", True), ("fashion-mnist/raw", False),
+                                        ("FashionMNIST/raw", True)])
+def test_fashion_mnist_from_idx_files(tmp_path, layout, gz, no_system_fashion):
+    arrays = make_fashion(tmp_path / layout, gz=gz)
+    test = load_dataset("fashion-mnist", "test", tmp_path, download=False)
+    x, y = arrays["test"]
+    assert torch.equal(test.x, torch.from_numpy(x)[:, None]) and test.y.tolist() == y.tolist()
+    assert test.source == str(tmp_path / layout) and test.classes[0] == "T-shirt/top"
+    train = load_dataset("fashion-mnist", "train", tmp_path, val_fraction=0.25, download=False)
+    val = load_dataset("fashion-mnist", "val", tmp_path, val_fraction=0.25, download=False)
+    assert (len(train), len(val)) == (9, 3)
+    assert train.x.shape == (9, 1, 28, 28)
+
+
+def test_local_fashion_copy_wins_over_system_copy(tmp_path):
+    make_fashion(tmp_path / "fashion-mnist")
+    assert load_dataset("fashion-mnist", "test", tmp_path).source == str(tmp_path / "fashion-mnist")
+
+
+@pytest.mark.skipif(not data.FASHION_MNIST_SYSTEM_DIR.is_dir(), reason="no system Fashion-MNIST")
+def test_fashion_mnist_system_copy(tmp_path):
+    train = load_dataset("fashion-mnist", "train", tmp_path, download=False)
+    val = load_dataset("fashion-mnist", "val", tmp_path, download=False)
+    test = load_dataset("fashion-mnist", "test", tmp_path, download=False)
+    assert (len(train), len(val), len(test)) == (54_000, 6_000, 10_000)
+    assert test.x.shape == (10_000, 1, 28, 28) and torch.bincount(test.y).tolist() == [1000] * 10
+    x = torch.cat([xb for xb, _ in make_batches(test, 4096, shuffle=False, augment=False, device="cpu")])
+    assert abs(float(x.mean())) < 0.02 and abs(float(x.std()) - 1) < 0.02  # registry mean/std fit
+
+
+def test_truncated_idx_gz_names_file(tmp_path, no_system_fashion):
+    make_fashion(tmp_path / "fashion-mnist")
+    bad = tmp_path / "fashion-mnist" / "t10k-images-idx3-ubyte.gz"
+    bad.write_bytes(bad.read_bytes()[:200])
+    with pytest.raises(DataError, match="t10k-images-idx3-ubyte.gz is truncated or corrupt"):
+        load_dataset("fashion-mnist", "test", tmp_path, download=False)
+
+
+def test_idx_wrong_magic_and_short_payload(tmp_path, no_system_fashion):
+    folder = tmp_path / "fashion-mnist"
+    make_fashion(folder, gz=False)
+    labels = folder / "t10k-labels-idx1-ubyte"
+    write_idx(labels, np.zeros((5, 2), np.uint8))  # a 2-d array where labels (1-d) belong
+    with pytest.raises(DataError, match="magic 0x00000802, expected 0x00000801"):
+        load_dataset("fashion-mnist", "test", tmp_path, download=False)
+    images = folder / "train-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:-10])
+    with pytest.raises(DataError, match="train-images-idx3-ubyte is truncated"):
+        load_dataset("fashion-mnist", "train", tmp_path, download=False)
+
+
+# --- CIFAR-10 / CIFAR-100 ----------------------------------------------------------------------
+
+def test_cifar10_packed_fabricated(tmp_path):
+    files = make_packed_cifar10(tmp_path / "cifar10")
+    test = load_dataset("cifar10", "test", tmp_path, download=False)
+    images, labels = files["test"]
+    assert test.x.shape == (10, 3, 32, 32) and test.classes == CIFAR10_CLASSES
+    assert test.source == str(tmp_path / "cifar10" / "test.npz")
+    assert sorted(test.y.tolist()) == sorted(labels.tolist())
+    assert test.y.tolist() != sorted(test.y.tolist())  # fixed shuffle of the class-sorted file
+    # every image is its label's flat colour, up to JPEG error
+    expected = torch.from_numpy(flat_colour_images(test.y.numpy())).permute(0, 3, 1, 2).int()
+    assert (test.x.int() - expected).abs().max() <= 3
+    train = load_dataset("cifar10", "train", tmp_path, download=False, val_fraction=0.2)
+    assert len(train) == 16 and len(load_dataset("cifar10", "val", tmp_path, val_fraction=0.2)) == 4
+
+
+@pytest.mark.skipif(not (SHARED_CIFAR10 / "test.npz").is_file(), reason="no shared CIFAR-10 copy")
+def test_cifar10_real_packed_copy(tmp_path):
+    (tmp_path / "cifar10").symlink_to(SHARED_CIFAR10)  # read through the data root, never write there
+    test = load_dataset("cifar10", "test", tmp_path, download=False)
+    assert test.x.shape == (10_000, 3, 32, 32) and test.classes == CIFAR10_CLASSES
+    assert torch.bincount(test.y).tolist() == [1000] * 10
+    assert len(set(test.y[:100].tolist())) == 10  # `limit` on the test split sees every class
+    assert torch.equal(load_dataset("cifar10", "test", tmp_path, limit=50).y, test.y[:50])
+    x = torch.cat([xb for xb, _ in make_batches(test, 5000, shuffle=False, augment=False, device="cpu")])
+    mean, std = x.mean((0, 2, 3)), x.std((0, 2, 3))
+    assert mean.abs().max() < 0.05 and (std - 1).abs().max() < 0.05  # registry stats fit the JPEG copy
+    train = load_dataset("cifar10", "train", tmp_path)
+    val = load_dataset("cifar10", "val", tmp_path)
+    assert (len(train), len(val)) == (45_000, 5_000)
+    assert torch.bincount(torch.cat([train.y, val.y])).tolist() == [5000] * 10
+
+
+def test_truncated_npz_names_file(tmp_path):
+    make_packed_cifar10(tmp_path / "cifar10")
+    bad = tmp_path / "cifar10" / "train.npz"
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    with pytest.raises(DataError, match="train.npz is truncated or corrupt"):
+        load_dataset("cifar10", "train", tmp_path, download=False)
+
+
+def test_npz_with_inconsistent_offsets(tmp_path):
+    make_packed_cifar10(tmp_path / "cifar10")
+    path = tmp_path / "cifar10" / "test.npz"
+    with np.load(path) as z:
+        parts = dict(z)
+    parts["offsets"] = parts["offsets"][:-1]  # one image short
+    np.savez(path, **parts)
+    with pytest.raises(DataError, match="test.npz: inconsistent offsets"):
+        load_dataset("cifar10", "test", tmp_path, download=False)
+
+
+def test_npz_with_garbage_jpeg(tmp_path):
+    make_packed_cifar10(tmp_path / "cifar10")
+    path = tmp_path / "cifar10" / "test.npz"
+    with np.load(path) as z:
+        parts = dict(z)
+    parts["jpeg"][: parts["offsets"][1]] = 7  # image 0 is no longer a JPEG
+    np.savez(path, **parts)
+    with pytest.raises(DataError, match="test.npz: image 0 cannot be decoded"):
+        load_dataset("cifar10", "test", tmp_path, download=False)
+
+
+@pytest.mark.parametrize("where", ["cifar10/cifar-10-batches-py", "cifar-10-batches-py"])
+def test_cifar10_torchvision_pickles(tmp_path, where):
+    x, y, xt, yt = make_cifar10_pickles(tmp_path / where)
+    train = load_dataset("cifar10", "train", tmp_path, download=False, val_fraction=0.0)
+    test = load_dataset("cifar10", "test", tmp_path, download=False)
+    assert test.source == str(tmp_path / where) and test.classes == CIFAR10_CLASSES
+    assert torch.equal(test.x, torch.from_numpy(xt)) and test.y.tolist() == yt.tolist()
+    assert len(train) == 15
+    ref = collections.Counter((im.tobytes(), int(t)) for im, t in zip(x, y))
+    assert image_keys(train) == ref
+
+
+def test_cifar10_pickles_match_torchvision(tmp_path, monkeypatch):
+    """Same pixels as torchvision's own reader (its md5 check is switched off for fake files)."""
+    import torchvision.datasets.cifar as tv_cifar
+
+    make_cifar10_pickles(tmp_path / "cifar-10-batches-py")
+    monkeypatch.setattr(tv_cifar.CIFAR10, "_check_integrity", lambda self: True)
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda *a, **k: True)
+    ref = tv_cifar.CIFAR10(str(tmp_path), train=False, download=False)
+    ours = load_dataset("cifar10", "test", tmp_path, download=False)
+    assert torch.equal(ours.x, torch.from_numpy(ref.data).permute(0, 3, 1, 2))  # HWC -> CHW
+    assert ours.y.tolist() == ref.targets and ours.classes == ref.classes
+
+
+def test_packed_copy_wins_over_pickles(tmp_path):
+    make_cifar10_pickles(tmp_path / "cifar10" / "cifar-10-batches-py")
+    make_packed_cifar10(tmp_path / "cifar10")
+    assert load_dataset("cifar10", "test", tmp_path).source.endswith("test.npz")
+
+
+def test_cifar100_torchvision_pickles(tmp_path):
+    arrays = make_cifar100_pickles(tmp_path / "cifar100" / "cifar-100-python")
+    test = load_dataset("cifar100", "test", tmp_path, download=False)
+    x, y = arrays["test"]
+    assert torch.equal(test.x, torch.from_numpy(x)) and test.y.tolist() == y.tolist()
+    assert len(test.classes) == 100 and test.classes[7] == "class07"
+    assert len(load_dataset("cifar100", "train", tmp_path, val_fraction=0.0)) == 7
+
+
+def test_corrupt_pickle_names_file(tmp_path):
+    make_cifar100_pickles(tmp_path / "cifar-100-python")
+    (tmp_path / "cifar-100-python" / "test").write_bytes(b"\x80\x02}q\x00")  # cut-off pickle
+    with pytest.raises(DataError, match="cifar-100-python/test is truncated or corrupt"):
+        load_dataset("cifar100", "test", tmp_path, download=False)
+
+
+# --- missing data and downloads ----------------------------------------------------------------
+
+def test_missing_data_lists_places_and_how_to_get(tmp_path):
+    root = tmp_path / "nothing"
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar10", "train", root, download=False)
+    msg = str(err.value)
+    for place in ("cifar10", "cifar10/cifar-10-batches-py", "cifar-10-batches-py"):
+        assert str(root / place) in msg
+    assert DATASETS["cifar10"].how_to_get in msg and "download=False" in msg
+
+
+def test_missing_fashion_lists_system_place(tmp_path, no_system_fashion):
+    with pytest.raises(DataError) as err:
+        load_dataset("fashion-mnist", "test", tmp_path, download=False)
+    assert str(data.FASHION_MNIST_SYSTEM_DIR) in str(err.value)
+    assert str(tmp_path / "FashionMNIST" / "raw") in str(err.value)
+
+
+def test_failed_download_says_so(tmp_path, monkeypatch):
+    import torchvision.datasets
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR100", offline)
+    with pytest.raises(DataError) as err:
+        load_dataset("cifar100", "train", tmp_path, download=True)
+    msg = str(err.value)
+    assert "download" in msg and "failed (no internet access?)" in msg
+    assert "Temporary failure in name resolution" in msg and str(tmp_path / "cifar-100-python") in msg
+    assert isinstance(err.value.__cause__, urllib.error.URLError)
+
+
+class FakeCIFAR10:
+    """Stands in for torchvision.datasets.CIFAR10: records calls, holds (N, H, W, C) data."""
+
+    calls: list = []
+
+    def __init__(self, root, train=True, download=False):
+        FakeCIFAR10.calls.append((root, train, download))
+        n = 6 if train else 4
+        self.data = np.arange(n * 32 * 32 * 3, dtype=np.int64).reshape(n, 32, 32, 3).astype(np.uint8)
+        self.targets = list(range(n))
+        self.classes = CIFAR10_CLASSES
+
+
+def test_download_used_only_when_local_copies_missing(tmp_path, monkeypatch):
+    import torchvision.datasets
+
+    FakeCIFAR10.calls = []
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
+    local = tmp_path / "local"
+    make_packed_cifar10(local / "cifar10")
+    assert load_dataset("cifar10", "test", local, download=True).source.endswith("test.npz")
+    assert FakeCIFAR10.calls == []  # a local copy: no download tried
+    empty = tmp_path / "empty"
+    test = load_dataset("cifar10", "test", empty, download=True)
+    assert FakeCIFAR10.calls == [(str(empty / "cifar10"), False, True)]
+    assert "download" in test.source and test.x.shape == (4, 3, 32, 32)
+    fake = FakeCIFAR10(None, train=False)
+    assert torch.equal(test.x, torch.from_numpy(fake.data).permute(0, 3, 1, 2))
+    assert test.y.tolist() == [0, 1, 2, 3]
+
+
+def test_available_datasets_checks_existence_only(tmp_path, no_system_fashion):
+    (tmp_path / "cifar10").mkdir()
+    for part in ("train", "test"):
+        (tmp_path / "cifar10" / f"{part}.npz").write_bytes(b"not decoded")  # garbage: never opened
+    make_image_folders(tmp_path)
+    found = available_datasets(tmp_path)
+    assert set(found) == set(DATASETS)
+    assert found["cifar10"] == str(tmp_path / "cifar10")
+    assert found["imagenet100"] == str(tmp_path / "imagenet100")
+    assert "load_digits" in found["digits"]
+    assert found["cifar100"] == f"missing: {DATASETS['cifar100'].how_to_get}"
+    assert found["fashion-mnist"].startswith("missing: ")
+
+
+# --- ImageNet-100 (folders) --------------------------------------------------------------------
+
+def test_imagenet_folders_splits_and_transforms(tmp_path):
+    make_image_folders(tmp_path)
+    train = load_dataset("imagenet100", "train", tmp_path, val_fraction=0.2)
+    val = load_dataset("imagenet100", "val", tmp_path, val_fraction=0.2)
+    test = load_dataset("imagenet100", "test", tmp_path)
+    assert (len(train), len(val), len(test)) == (8, 2, 4)
+    assert train.x is None and train.classes == ["n01440764", "n01443537"]
+    assert test.source == str(tmp_path / "imagenet100" / "val")
+    assert sorted(train.folder.indices + val.folder.indices) == list(range(10))  # disjoint, complete
+    image, label = test.folder[0]
+    assert image.shape == (3, 224, 224) and image.dtype == torch.float32 and label == int(test.y[0])
+    assert torch.equal(test.folder[0][0], image)  # evaluation transform: deterministic
+    assert float(image.min()) < -1.5  # normalised with ImageNet statistics, not in [0, 1]
+    assert train.folder[0][0].shape == (3, 224, 224)
+    assert len(load_dataset("imagenet100", "test", tmp_path, limit=3)) == 3
+
+
+def test_imagenet_batches_reproducible(tmp_path):
+    make_image_folders(tmp_path)
+    train = load_dataset("imagenet100", "train", tmp_path, val_fraction=0.0)
+
+    def one_pass(seed, workers=0):
+        b = make_batches(train, 4, shuffle=True, augment=True, device="cpu",
+                         generator=torch.Generator().manual_seed(seed), num_workers=workers)
+        assert len(b) == 3
+        return list(b)
+
+    first, again, other = one_pass(0), one_pass(0), one_pass(1)
+    assert [x.shape for x, _ in first] == [(4, 3, 224, 224)] * 2 + [(2, 3, 224, 224)]
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, again))
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(first, other))
+    ys = torch.cat([y for _, y in first])
+    assert sorted(ys.tolist()) == sorted(train.y.tolist())
+    # the transforms' randomness is seeded per image, not per worker
+    with_workers = one_pass(0, workers=2)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(first, with_workers))
+
+
+# --- augmentation and batches ------------------------------------------------------------------
+
+def reference_crop(img: torch.Tensor, dy: int, dx: int, pad: int) -> torch.Tensor:
+    c, h, w = img.shape
+    padded = torch.zeros(c, h + 2 * pad, w + 2 * pad, dtype=img.dtype)
+    padded[:, pad:pad + h, pad:pad + w] = img
+    return padded[:, dy:dy + h, dx:dx + w]
+
+
+def test_random_crop_and_flip_match_slow_reference():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (16, 3, 9, 7), generator=g, dtype=torch.uint8)
+    dy, dx = torch.randint(0, 5, (16,), generator=g), torch.randint(0, 5, (16,), generator=g)
+    flip = torch.rand(16, generator=g) < 0.5
+    out = random_flip(random_crop(x, dy, dx, pad=2), flip)
+    for i in range(16):
+        ref = reference_crop(x[i], int(dy[i]), int(dx[i]), 2)
+        ref = ref.flip(2) if flip[i] else ref
+        assert torch.equal(out[i], ref)
+    centre = torch.full((16,), 2)
+    assert torch.equal(random_crop(x, centre, centre, 2), x)  # the centre crop is the identity
+
+
+def synthetic(n: int, name: str = "cifar10", seed: int = 0, same_image: bool = False) -> ImageData:
+    info = DATASETS[name]
+    g = torch.Generator().manual_seed(seed)
+    shape = (1 if same_image else n, info.channels, info.image_size, info.image_size)
+    x = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8).expand(n, *shape[1:]).contiguous()
+    return ImageData(x=x, y=torch.arange(n) % info.num_classes, info=info, classes=[], name=name,
+                     split="train", source="synthetic")
+
+
+@pytest.mark.parametrize("name, pad, flips", [("cifar10", 4, True), ("fashion-mnist", 2, True),
+                                              ("digits", 1, False)])
+def test_augmentation_drawn_per_image(name, pad, flips):
+    ds = synthetic(64, name, same_image=True)  # 64 copies of one image
+    info = ds.info
+    (x, _), = make_batches(ds, 64, shuffle=False, augment=True, device="cpu",
+                           generator=torch.Generator().manual_seed(0))
+    mean, std = torch.tensor(info.mean).view(1, -1, 1, 1), torch.tensor(info.std).view(1, -1, 1, 1)
+    pixels = torch.round((x * std + mean) * 255).to(torch.uint8)  # back to uint8
+    distinct = {p.numpy().tobytes() for p in pixels}
+    # each output is one of the (2p+1)^2 shifts (and their mirror images) of the input
+    variants = set()
+    for dy in range(2 * pad + 1):
+        for dx in range(2 * pad + 1):
+            v = reference_crop(ds.x[0], dy, dx, pad)
+            variants |= {v.numpy().tobytes()} | ({v.flip(2).numpy().tobytes()} if flips else set())
+    assert len(variants) == (2 * pad + 1) ** 2 * (2 if flips else 1)
+    assert distinct <= variants
+    assert len(distinct) >= min(20, len(variants))  # identical inputs, different crops (digits: all 9)
+
+
+def test_unaugmented_batches_are_normalised_pixels():
+    ds = load_dataset("digits", "train")
+    batches = make_batches(ds, 100, shuffle=False, augment=False, device="cpu")
+    x = torch.cat([xb for xb, _ in batches])  # in order: the whole split
+    y = torch.cat([yb for _, yb in batches])
+    assert x.dtype == torch.float32 and x.shape == (len(ds), 1, 8, 8) and torch.equal(y, ds.y)
+    assert torch.allclose(x * 0.38 + 0.3, ds.x.float() / 255, atol=1e-6)
+    assert abs(float(x.mean())) < 0.05 and abs(float(x.std()) - 1) < 0.05  # registry stats fit digits
+
+
+def test_batch_count_and_drop_last():
+    ds = synthetic(10)
+    for drop_last, sizes in ((False, [4, 4, 2]), (True, [4, 4])):
+        b = make_batches(ds, 4, shuffle=True, augment=False, device="cpu", drop_last=drop_last)
+        assert len(b) == len(sizes) and [len(x) for x, _ in b] == sizes
+    with pytest.raises(DataError, match="batch_size=0"):
+        make_batches(ds, 0, shuffle=False, augment=False, device="cpu")
+
+
+def as_list(batches):
+    return [(x.clone(), y.clone()) for x, y in batches]
+
+
+def same(a, b):
+    return len(a) == len(b) and all(torch.equal(p[0], q[0]) and torch.equal(p[1], q[1])
+                                    for p, q in zip(a, b))
+
+
+def test_batches_reproducible_and_resumable():
+    ds = synthetic(50)
+
+    def batches(seed):
+        return make_batches(ds, 8, shuffle=True, augment=True, device="cpu",
+                            generator=torch.Generator().manual_seed(seed))
+
+    assert same(as_list(batches(0)), as_list(batches(0)))
+    assert not same(as_list(batches(0)), as_list(batches(1)))
+    # same generator state, same pass; the next pass differs
+    b = batches(0)
+    state = b.generator.get_state()
+    first = as_list(b)
+    b.generator.set_state(state)
+    assert same(as_list(b), first)
+    assert not same(as_list(b), first)
+    # one draw per pass however many batches are consumed, and exact resumption
+    b = batches(0)
+    it = iter(b)
+    next(it)
+    seed, state = b.epoch_seed, b.generator.get_state()
+    assert same(as_list(b.iterate(seed, start=3)), first[3:])
+    full = batches(0)
+    iter(full)
+    assert torch.equal(full.generator.get_state(), state)
+
+
+def test_evaluation_pass_leaves_generator_alone():
+    g = torch.Generator().manual_seed(0)
+    state = g.get_state()
+    list(make_batches(synthetic(20), 8, shuffle=False, augment=False, device="cpu", generator=g))
+    assert torch.equal(g.get_state(), state)
+
+
+def test_labels_stay_aligned_after_shuffle_and_augmentation():
+    n, info = 300, DATASETS["cifar10"]
+    labels = torch.arange(n) % 10
+    # every pixel of image i encodes its label: 20 * label + 7 (no pixel is 0 like the padding)
+    x = (labels * 20 + 7).to(torch.uint8).view(n, 1, 1, 1).expand(n, 3, 32, 32).contiguous()
+    ds = ImageData(x=x, y=labels, info=info, classes=[], name="cifar10", split="train",
+                   source="synthetic")
+    mean, std = torch.tensor(info.mean).view(1, 3, 1, 1), torch.tensor(info.std).view(1, 3, 1, 1)
+    seen = []
+    for xb, yb in make_batches(ds, 64, shuffle=True, augment=True, device="cpu",
+                               generator=torch.Generator().manual_seed(0)):
+        centre = torch.round((xb * std + mean) * 255)[:, :, 16, 16]  # (B, 3): never padding
+        assert torch.equal(centre, (yb * 20 + 7).float()[:, None].expand(-1, 3))
+        seen.append(yb)
+    seen = torch.cat(seen)
+    assert sorted(seen.tolist()) == sorted(labels.tolist()) and not torch.equal(seen, labels)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_batches_equal_cpu_batches():
+    ds = synthetic(100)
+
+    def run(device):
+        return as_list(make_batches(ds, 32, shuffle=True, augment=True, device=device,
+                                    generator=torch.Generator().manual_seed(0)))
+
+    on_gpu = run("cuda")
+    assert on_gpu[0][0].is_cuda and on_gpu[0][1].is_cuda
+    assert same([(x.cpu(), y.cpu()) for x, y in on_gpu], run("cpu"))

@@ -1,0 +1,425 @@
+"""Tests of frost_nb.halting: the KLL calibrator in rank, exits, compacted inference, sweep."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from frost_nb.halting import (AdaptiveResult, HaltingCalibrator, adaptive_predict, exit_steps,
+                              sweep)
+
+QS = np.linspace(0.01, 0.99, 50)
+
+
+def _rank_of(data: np.ndarray, tau: float) -> float:
+    return float(np.mean(data <= tau))
+
+
+# --- calibrator: thresholds in rank -------------------------------------------------------------
+
+@pytest.mark.parametrize("dist", ["uniform", "beta", "clumped"])
+def test_thresholds_match_np_quantile_in_rank(dist):
+    rng = np.random.default_rng(0)
+    data = {"uniform": lambda: rng.uniform(size=100_000),
+            "beta": lambda: rng.beta(0.3, 2.0, size=100_000),  # most mass near 0, long tail
+            "clumped": lambda: np.concatenate([rng.beta(50, 2, 60_000), rng.beta(2, 50, 40_000)]),
+            }[dist]().astype(np.float32)
+    cal = HaltingCalibrator(200)
+    for chunk in np.array_split(rng.permutation(data), 37):  # streamed in batches
+        cal.update(chunk)
+    assert cal.n == data.size and not cal.is_empty
+    assert 0.005 < cal.rank_error < 0.02
+    errors = [abs(_rank_of(data, cal.threshold(q)) - q) for q in QS]
+    assert max(errors) < 0.02, max(errors)
+    # and against np.quantile: the sketch's threshold and numpy's sit at nearly the same rank
+    for q in (0.1, 0.25, 0.5, 0.75, 0.9):
+        assert abs(_rank_of(data, cal.threshold(q)) - _rank_of(data, np.quantile(data, q))) < 0.02
+
+
+def test_q_one_is_infinite_and_gives_full_depth():
+    cal = HaltingCalibrator().update(np.linspace(0.0, 0.5, 1000))
+    assert cal.threshold(1) == math.inf and cal.threshold(1.0) == math.inf
+    assert cal.threshold(np.float64(1.0)) == math.inf
+    scores = torch.full((7, 5), 0.99)  # above every calibration score
+    assert cal.threshold(0.999) <= 0.5  # the sketch's own estimate would let these exit at once
+    assert torch.equal(exit_steps(scores, cal.threshold(1.0)), torch.full((7,), 5))
+
+
+@pytest.mark.parametrize("q", [1.5, -0.1, float("nan"), float("inf"), "0.5", None, True, [0.5]])
+def test_bad_quantile_raises_naming_q(q):
+    cal = HaltingCalibrator().update(np.random.default_rng(0).uniform(size=100))
+    with pytest.raises(ValueError,
+                       match=r"quantile q=.* (is outside|must be a real number in) \[0, 1\]"):
+        cal.threshold(q)
+
+
+def test_quantile_error_message_shows_value():
+    with pytest.raises(ValueError, match=r"q=1\.5 is outside \[0, 1\]"):
+        HaltingCalibrator().threshold(1.5)
+    with pytest.raises(ValueError, match=r"q='0\.5' must be a real number"):
+        HaltingCalibrator().threshold("0.5")
+    assert HaltingCalibrator().update([0.25, 0.5]).threshold(torch.tensor(0.0)) == 0.25
+
+
+def test_empty_sketch_raises_clear_error():
+    cal = HaltingCalibrator()
+    assert cal.is_empty and cal.n == 0
+    with pytest.raises(ValueError, match="no halting scores were fed.*train the model"):
+        cal.threshold(0.5)
+    cal.update(torch.empty(0))  # an empty batch is a no-op
+    assert cal.is_empty
+    assert repr(cal) == "HaltingCalibrator(k=200, n=0)"
+
+
+def test_nan_scores_are_rejected_and_nothing_is_added():
+    cal = HaltingCalibrator().update([0.1, 0.2])
+    with pytest.raises(ValueError, match="NaN"):
+        cal.update(torch.tensor([0.3, float("nan"), 0.4]))
+    assert cal.n == 2
+
+
+def test_bad_k_raises():
+    for k in (4, 70000, 2.5, True):
+        with pytest.raises(ValueError, match="k="):
+            HaltingCalibrator(k)
+
+
+def test_inputs_of_any_shape_and_dtype_are_flattened():
+    rng = np.random.default_rng(1)
+    cal = HaltingCalibrator()
+    cal.update(torch.rand(4, 5, 6, dtype=torch.bfloat16))  # bf16 (no numpy equivalent)
+    cal.update(torch.rand(3, 7, dtype=torch.float16))
+    cal.update(torch.rand(8, 2, dtype=torch.float64).t())  # non-contiguous
+    cal.update(rng.uniform(size=(2, 3, 4)))  # float64 numpy
+    cal.update(rng.uniform(size=(10, 10)).astype(np.float32)[:, ::2])  # strided numpy
+    cal.update([0.5, 0.25])
+    x = torch.rand(5, 3, requires_grad=True)
+    cal.update(torch.sigmoid(x))  # attached to a graph
+    assert cal.n == 120 + 21 + 16 + 24 + 50 + 2 + 15
+    assert 0.0 <= cal.threshold(0.0) <= cal.median <= cal.threshold(0.99) <= 1.0
+
+
+def test_exact_below_k_and_monotone():
+    # fewer than k items: the sketch is exact
+    data = np.arange(100, dtype=np.float32) / 100
+    cal = HaltingCalibrator(200).update(data)
+    assert cal.threshold(0.0) == 0.0
+    assert math.isclose(cal.median, 0.5, abs_tol=0.011)
+    taus = [cal.threshold(q) for q in np.linspace(0, 0.99, 30)]
+    assert all(a <= b for a, b in zip(taus, taus[1:]))
+
+
+def test_serialise_round_trip_gives_identical_thresholds():
+    rng = np.random.default_rng(2)
+    cal = HaltingCalibrator(128).update(rng.beta(2, 5, size=50_000))
+    blob = cal.to_bytes()
+    assert isinstance(blob, bytes)
+    back = HaltingCalibrator.from_bytes(blob)
+    assert back.k == 128 and back.n == cal.n
+    assert back.thresholds(QS) == cal.thresholds(QS)
+    for other in (pickle.loads(pickle.dumps(cal)), copy.deepcopy(cal)):
+        assert other.k == 128 and other.thresholds(QS) == cal.thresholds(QS)
+    assert HaltingCalibrator.from_bytes(HaltingCalibrator().to_bytes()).is_empty
+
+
+def test_merge_counts_each_score_once_and_approximates_the_union():
+    rng = np.random.default_rng(3)
+    a_data = rng.uniform(0.0, 0.6, size=40_000).astype(np.float32)
+    b_data = rng.beta(5, 1, size=60_000).astype(np.float32)
+    a, b = HaltingCalibrator().update(a_data), HaltingCalibrator().update(b_data)
+    b_before = b.thresholds(QS)
+    assert a.merge(b) is a
+    assert a.n == 100_000 and b.n == 60_000
+    assert b.thresholds(QS) == b_before  # the other sketch is left alone
+    union = np.concatenate([a_data, b_data])
+    errors = [abs(_rank_of(union, a.threshold(q)) - q) for q in QS]
+    assert max(errors) < 0.02, max(errors)
+    with pytest.raises(TypeError):
+        a.merge(b_data)
+
+
+def test_reset_and_repr():
+    cal = HaltingCalibrator(64).update(np.full(10, 0.25))
+    assert repr(cal) == "HaltingCalibrator(k=64, n=10, median=0.25)"
+    assert cal.reset() is cal and cal.is_empty and cal.k == 64
+
+
+# --- exit steps -------------------------------------------------------------------------------
+
+def test_exit_steps_known_answers():
+    scores = torch.tensor([[0.9, 0.1, 0.1, 0.1],   # exits at once
+                           [0.1, 0.2, 0.8, 0.9],   # first above 0.5 at t = 3
+                           [0.1, 0.2, 0.3, 0.4],   # never: T
+                           [0.5, 0.5, 0.5, 0.51],  # strict >: only the last
+                           [0.1, 0.7, 0.1, 0.7]])  # first one counts
+    assert exit_steps(scores, 0.5).tolist() == [1, 3, 4, 4, 2]
+    assert exit_steps(scores, 0.5).dtype == torch.int64
+    assert exit_steps(scores, math.inf).tolist() == [4] * 5
+    assert exit_steps(scores, -math.inf).tolist() == [1] * 5
+    assert exit_steps(scores, 0.0).tolist() == [1] * 5
+    assert exit_steps(scores.numpy(), 0.85).tolist() == [1, 4, 4, 4, 4]
+    with pytest.raises(ValueError, match=r"\(N, T\)"):
+        exit_steps(scores[0], 0.5)
+    # bf16 scores are compared with tau in float32 (bf16(0.5004) would round tau to 0.5)
+    half = torch.full((2, 3), 0.5, dtype=torch.bfloat16)
+    assert exit_steps(half, 0.4999).tolist() == [1, 1]
+    assert exit_steps(half, 0.5001).tolist() == [3, 3]
+
+
+# --- adaptive inference on a stand-in with the models' step-wise API ------------------------------
+
+class _Context:
+    """What the model precomputes from e once: here B(e). select() keeps a subset of samples."""
+
+    def __init__(self, e, be):
+        self.e, self.be = e, be
+
+    def select(self, idx):
+        return _Context(self.e[idx], self.be[idx])
+
+
+class StandIn(nn.Module):
+    """Weight-tied residual recurrence with the step-wise API of frost_nb.models."""
+
+    def __init__(self, d_in=6, d=16, k=5, steps=6, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.config = SimpleNamespace(steps=steps)
+        self.stem, self.a, self.b = nn.Linear(d_in, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.cls, self.halt = nn.Linear(d, k), nn.Linear(d, 1)
+        self.batch_sizes: list[int] = []
+
+    def embed(self, x):
+        return torch.tanh(self.stem(x))
+
+    def context(self, e):
+        return _Context(e, self.b(e))
+
+    def init_state(self, ctx):
+        return ctx.e
+
+    def step(self, h, ctx, t):
+        self.batch_sizes.append(h.shape[0])
+        return h + 0.5 * torch.tanh(self.a(h)) + 0.2 * ctx.be
+
+    def readout(self, h, ctx):
+        pooled = h + ctx.e
+        return self.cls(pooled), 4.0 * self.halt(pooled).squeeze(-1), pooled
+
+    def forward(self, x):
+        ctx = self.context(self.embed(x))
+        h, logits, halts = self.init_state(ctx), [], []
+        for t in range(self.config.steps):
+            h = self.step(h, ctx, t)
+            lg, hl, _ = self.readout(h, ctx)
+            logits.append(lg)
+            halts.append(hl)
+        return SimpleNamespace(logits=torch.stack(logits, 1), halt_logits=torch.stack(halts, 1))
+
+
+@pytest.fixture(scope="module")
+def standin():
+    model = StandIn().eval()
+    x = torch.randn(300, 6, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = model(x)
+    scores = torch.sigmoid(out.halt_logits)
+    return model, x, out, scores
+
+
+def _check_adaptive(model, x, out, scores, tau):
+    res = adaptive_predict(model, x, tau, return_scores=True)
+    assert isinstance(res, AdaptiveResult)
+    depth = exit_steps(scores, tau)
+    assert torch.equal(res.depth, depth)
+    at_exit = out.logits[torch.arange(len(x)), depth - 1]  # (N, K)
+    assert torch.allclose(res.logits, at_exit, atol=1e-5)
+    assert torch.allclose(res.halt_scores, scores[torch.arange(len(x)), depth - 1], atol=1e-6)
+    return res
+
+
+def test_adaptive_predict_matches_full_depth(standin):
+    model, x, out, scores = standin
+    taus = [float(torch.quantile(scores, q)) for q in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    for tau in taus:
+        _check_adaptive(model, x, out, scores, tau)
+    depth = exit_steps(scores, taus[2])
+    assert len(depth.unique()) >= 4  # the median threshold spreads exits over many steps
+
+
+def test_adaptive_predict_extremes(standin):
+    model, x, out, scores = standin
+    t = model.config.steps
+    res = _check_adaptive(model, x, out, scores, math.inf)
+    assert (res.depth == t).all()
+    assert torch.allclose(res.logits, out.logits[:, -1], atol=1e-5)
+    for tau in (-math.inf, float(scores.min()) - 1e-3):
+        res = _check_adaptive(model, x, out, scores, tau)
+        assert (res.depth == 1).all()
+    model.batch_sizes.clear()
+    adaptive_predict(model, x, -math.inf)
+    assert model.batch_sizes == [len(x)]  # everyone left after one step: no more work
+
+
+def test_adaptive_predict_really_compacts(standin):
+    model, x, out, scores = standin
+    tau = float(torch.quantile(scores, 0.5))
+    model.batch_sizes.clear()
+    res = adaptive_predict(model, x, tau)
+    sizes = model.batch_sizes
+    # batch size at step t is the number of samples with depth >= t+1
+    expected = [int((exit_steps(scores, tau) >= t + 1).sum()) for t in range(len(sizes))]
+    assert sizes == expected
+    assert sizes[0] == len(x) and sizes[-1] < len(x) // 2
+    assert all(a >= b for a, b in zip(sizes, sizes[1:]))
+    assert sum(sizes) == int(res.depth.sum())  # work done = total depth, not N * T
+    assert res.halt_scores is None
+
+
+def test_adaptive_predict_handles_plain_tensor_context():
+    """A model without context(): the embedding itself is the per-sample context."""
+    class NoContext(StandIn):
+        context = None  # no context(): step and readout take e
+
+        def init_state(self, e):
+            return e
+
+        def step(self, h, e, t):
+            return h + 0.5 * torch.tanh(self.a(h)) + 0.2 * self.b(e)
+
+        def readout(self, h, e):
+            return self.cls(h + e), 4.0 * self.halt(h + e).squeeze(-1), h
+
+    model = NoContext().eval()
+    x = torch.randn(50, 6)
+    with torch.no_grad():
+        e = model.embed(x)
+        h, logits, halts = e, [], []
+        for t in range(model.config.steps):
+            h = model.step(h, e, t)
+            lg, hl, _ = model.readout(h, e)
+            logits.append(lg)
+            halts.append(hl)
+    out = SimpleNamespace(logits=torch.stack(logits, 1), halt_logits=torch.stack(halts, 1))
+    scores = torch.sigmoid(out.halt_logits)
+    _check_adaptive(model, x, out, scores, float(scores.median()))
+
+
+def test_adaptive_predict_under_bf16_autocast(standin):
+    model, x, _, _ = standin
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        out = model(x)
+        scores = torch.sigmoid(out.halt_logits.float())
+        res = adaptive_predict(model, x, float(scores.median()), return_scores=True)
+    assert res.logits.shape == (len(x), 5) and res.halt_scores.dtype == torch.float32
+    assert ((res.depth >= 1) & (res.depth <= model.config.steps)).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_inputs_and_adaptive_predict():
+    cal = HaltingCalibrator().update(torch.rand(64, 16, device="cuda", dtype=torch.bfloat16))
+    assert cal.n == 1024
+    model = StandIn().eval().cuda()
+    x = torch.randn(500, 6, device="cuda")
+    with torch.no_grad():
+        out = model(x)
+    scores = torch.sigmoid(out.halt_logits)
+    tau = float(scores.median())
+    res = adaptive_predict(model, x, tau)
+    depth = exit_steps(scores, tau)
+    assert res.depth.is_cuda and res.logits.is_cuda
+    # batch-size-dependent kernels may move a score across tau by an ulp: allow a few flips
+    same = res.depth == depth
+    assert same.float().mean() > 0.99
+    at_exit = out.logits[torch.arange(len(x), device="cuda"), depth - 1]
+    assert torch.allclose(res.logits[same], at_exit[same], atol=1e-4)
+    cal.update(scores)
+    y = torch.zeros(500, dtype=torch.int64, device="cuda")
+    df = sweep(scores, out.logits, cal, [0.5, 1.0], y=y)
+    assert df.mean_depth.iloc[1] == model.config.steps
+
+
+# --- sweep -------------------------------------------------------------------------------------
+
+def test_sweep_agrees_with_adaptive_predict(standin):
+    model, x, out, scores = standin
+    y = torch.randint(0, 5, (len(x),), generator=torch.Generator().manual_seed(1))
+    cal = HaltingCalibrator().update(scores)
+    qs = [0.125, 0.25, 0.5, 0.75, 0.875, 1.0]
+    df = sweep(scores, out.logits, y, cal, qs)
+    assert list(df.columns) == ["quantile", "threshold", "mean_depth", "std_depth", "accuracy"]
+    assert df["quantile"].tolist() == qs
+    for row in df.itertuples():
+        res = adaptive_predict(model, x, row.threshold)
+        d = res.depth.double()
+        assert math.isclose(row.mean_depth, d.mean().item(), rel_tol=1e-12)
+        assert math.isclose(row.std_depth, d.std(unbiased=False).item(), abs_tol=1e-12)
+        assert math.isclose(row.accuracy, (res.logits.argmax(1) == y).double().mean().item())
+    last = df.iloc[-1]
+    assert last.threshold == math.inf and last.mean_depth == model.config.steps
+    assert last.std_depth == 0.0
+    assert math.isclose(last.accuracy, (out.logits[:, -1].argmax(1) == y).double().mean().item())
+    assert df["mean_depth"].is_monotonic_increasing
+    # the bool form (N, T) gives the same table, without labels; y as a keyword too
+    correct = out.logits.argmax(-1) == y[:, None]
+    assert sweep(scores, correct, cal, qs).equals(df)
+    assert sweep(scores, out.logits, cal, qs, y=y).equals(df)
+    with pytest.raises(ValueError, match="labels"):
+        sweep(scores, out.logits, cal, qs)
+    with pytest.raises(TypeError):
+        sweep(scores, out.logits, y, cal)
+
+
+# --- the real models, once frost_nb.models provides the step-wise API ---------------------------
+
+def _real_model(name, backbone, **overrides):
+    models = pytest.importorskip("frost_nb.models")
+    if not hasattr(models, "create_model"):
+        pytest.skip("frost_nb.models has no create_model yet")
+    from frost_nb.config import make_config
+
+    cfg = make_config("smoke", "digits", name, backbone, **overrides).model
+    model = models.create_model(cfg).eval()
+    for attr in ("embed", "init_state", "step", "readout"):
+        if not hasattr(model, attr):
+            pytest.skip(f"the model has no step-wise {attr}() yet")
+    return model, cfg
+
+
+REAL = [(m, b, {}) for m in ("vanilla", "recurrent", "basic_ssm", "frost")
+        for b in ("resnet", "vit")]
+REAL += [("frost", b, {"model.update": u}) for u in ("convex", "gated") for b in ("resnet", "vit")]
+REAL += [("frost", "resnet", {"model.init_state": "zeros"})]
+
+
+@pytest.mark.parametrize("name,backbone,overrides", REAL)
+def test_adaptive_predict_on_real_models(name, backbone, overrides):
+    model, cfg = _real_model(name, backbone, **overrides)
+    torch.manual_seed(0)
+    x = torch.randn(40, cfg.in_channels, cfg.image_size, cfg.image_size)
+    with torch.no_grad():
+        out = model(x)
+    scores = torch.sigmoid(out.halt_logits.float())
+    sizes: list[int] = []
+    step = model.step
+
+    def counting_step(h, ctx, t):
+        sizes.append(h.shape[0])
+        return step(h, ctx, t)
+
+    model.step = counting_step  # instance attribute: records the active batch per step
+    for tau in (float(scores.median()), math.inf, -math.inf):
+        sizes.clear()
+        res = adaptive_predict(model, x, tau)
+        depth = exit_steps(scores, tau)
+        assert torch.equal(res.depth, depth)
+        assert sum(sizes) == int(depth.sum())  # work done = total depth
+        at_exit = out.logits[torch.arange(len(x)), depth - 1]
+        assert torch.allclose(res.logits, at_exit, atol=1e-4, rtol=1e-4)

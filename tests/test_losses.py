@@ -1,0 +1,207 @@
+"""Tests of frost_nb.losses: known answers by brute force, gradient routing, autocast."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from frost_nb.config import LossConfig
+from frost_nb.losses import (RankingLosses, ranking_losses, set_size, step_losses, task_loss,
+                             total_loss)
+
+
+def _batch(n=8, t=4, k=5, seed=0, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, t, k, generator=g, requires_grad=requires_grad)
+    halt = torch.randn(n, t, generator=g, requires_grad=requires_grad)
+    y = torch.randint(0, k, (n,), generator=g)
+    return logits, halt, y
+
+
+# --- task and step losses ------------------------------------------------------------------
+
+def test_task_loss_is_final_step_cross_entropy():
+    logits, _, y = _batch()
+    assert torch.allclose(task_loss(logits, y), F.cross_entropy(logits[:, -1], y))
+    smooth = task_loss(logits, y, label_smoothing=0.1)
+    assert torch.allclose(smooth, F.cross_entropy(logits[:, -1], y, label_smoothing=0.1))
+    assert not torch.allclose(smooth, task_loss(logits, y))
+
+
+def test_step_losses_per_sample_per_step_detached_float32():
+    logits, _, y = _batch(requires_grad=True)
+    l = step_losses(logits.bfloat16(), y)
+    assert l.shape == (8, 4) and l.dtype == torch.float32 and not l.requires_grad
+    l = step_losses(logits, y)
+    for i, t in itertools.product(range(8), range(4)):
+        expected = F.cross_entropy(logits[i, t][None], y[i][None])
+        assert torch.allclose(l[i, t], expected.detach(), atol=1e-6)
+
+
+def test_bad_shapes_raise():
+    logits, halt, y = _batch()
+    with pytest.raises(ValueError, match=r"\(N, T, K\)"):
+        task_loss(logits[:, 0], y)
+    with pytest.raises(ValueError, match="y must be"):
+        step_losses(logits, y[:3])
+    with pytest.raises(ValueError, match=r"\(N, T\)"):
+        ranking_losses(halt, step_losses(logits, y)[:, :2])
+    with pytest.raises(ValueError, match="rank_frac"):
+        ranking_losses(halt, step_losses(logits, y), rank_frac=0.6)
+
+
+# --- ranking sets ----------------------------------------------------------------------------
+
+def test_set_size():
+    assert set_size(128 * 16, 0.25) == 512
+    assert set_size(100, 0.29) == 29  # not 28 from 28.999999999999996
+    assert set_size(3, 0.25) == 1  # at least one entry
+    assert set_size(10, 0.5) == 5
+
+
+@pytest.mark.parametrize("n,t,frac", [(8, 4, 0.25), (7, 3, 0.25), (16, 16, 0.1), (5, 2, 0.5)])
+def test_easy_and_hard_sets_are_lowest_and_highest_losses(n, t, frac):
+    logits, halt, y = _batch(n, t, seed=n + t)
+    losses = step_losses(logits, y)
+    r = ranking_losses(halt, losses, rank_frac=frac)
+    m = set_size(n * t, frac)
+    assert r.easy_mask.shape == r.hard_mask.shape == (n, t)
+    assert r.easy_mask.dtype == torch.bool
+    assert int(r.easy_mask.sum()) == int(r.hard_mask.sum()) == m
+    assert not (r.easy_mask & r.hard_mask).any()
+    flat = losses.reshape(-1).sort().values
+    assert losses[r.easy_mask].max() <= flat[m - 1] and losses[~r.easy_mask].min() >= flat[m - 1]
+    assert losses[r.hard_mask].min() >= flat[-m] and losses[~r.hard_mask].max() <= flat[-m]
+    assert torch.allclose(r.easy_score, torch.sigmoid(halt[r.easy_mask]).mean())
+    assert torch.allclose(r.hard_score, torch.sigmoid(halt[r.hard_mask]).mean())
+
+
+def test_ties_are_broken_deterministically():
+    halt = torch.randn(4, 4)
+    losses = torch.ones(4, 4)  # every entry tied
+    r1, r2 = ranking_losses(halt, losses), ranking_losses(halt, losses.clone())
+    assert torch.equal(r1.easy_mask, r2.easy_mask) and torch.equal(r1.hard_mask, r2.hard_mask)
+    # stable sort: ties go to the lowest flat index (sample, then step)
+    assert r1.easy_mask.reshape(-1)[:4].all() and r1.hard_mask.reshape(-1)[-4:].all()
+
+
+# --- known answers ---------------------------------------------------------------------------
+
+def _brute_force_rel(z, losses, m, margin):
+    entries = sorted(range(len(losses)), key=lambda i: (losses[i], i))
+    easy, hard = entries[:m], entries[len(losses) - m:]
+    sig = [1.0 / (1.0 + math.exp(-v)) for v in z]
+    total = 0.0
+    for e in easy:
+        for d in hard:
+            total += max(0.0, margin - (sig[e] - sig[d]))
+    return total / (len(easy) * len(hard))
+
+
+def test_rel_known_answer_hand_made():
+    # 3 samples x 2 steps; rank_frac 1/3 -> 2 easy, 2 hard
+    losses = torch.tensor([[0.1, 2.0], [0.5, 0.05], [3.0, 1.0]])
+    z = torch.tensor([[2.0, 0.0], [0.7, -0.5], [-2.0, 0.5]])
+    # easy: losses 0.05 (z=-0.5, p=0.3775), 0.1 (z=2, p=0.8808)
+    # hard: losses 2.0 (z=0, p=0.5), 3.0 (z=-2, p=0.1192)
+    # hinges max(0, 0.2 - (p_e - p_d)): only (0.3775, 0.5) is active: 0.2 + 0.1225 = 0.3225
+    r = ranking_losses(z, losses, rank_frac=1 / 3, margin=0.2)
+    expected = (0.2 - (1 / (1 + math.exp(0.5)) - 0.5)) / 4  # = 0.0806...
+    assert math.isclose(float(r.rel), expected, rel_tol=1e-6)
+    brute = _brute_force_rel(z.reshape(-1).tolist(), losses.reshape(-1).tolist(), 2, 0.2)
+    assert math.isclose(expected, brute, rel_tol=1e-9)
+    assert r.easy_mask.tolist() == [[True, False], [False, True], [False, False]]
+    assert r.hard_mask.tolist() == [[False, True], [False, False], [True, False]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rel_and_abs_known_answer_random(seed):
+    logits, halt, y = _batch(6, 5, seed=seed)
+    halt = halt * 0.3  # keep scores close so the hinge is active
+    losses = step_losses(logits, y)
+    frac, margin = 0.2, 0.25
+    r = ranking_losses(halt, losses, frac, margin)
+    m = set_size(30, frac)
+    expected = _brute_force_rel(halt.reshape(-1).tolist(), losses.reshape(-1).tolist(), m, margin)
+    assert math.isclose(float(r.rel), expected, rel_tol=1e-5)
+    # L_abs against the probability form of torch's BCE
+    pe, pd = torch.sigmoid(halt[r.easy_mask]), torch.sigmoid(halt[r.hard_mask])
+    expected_abs = (F.binary_cross_entropy(pe, torch.ones_like(pe))
+                    + F.binary_cross_entropy(pd, torch.zeros_like(pd)))
+    assert torch.allclose(r.abs, expected_abs, atol=1e-6)
+
+
+def test_abs_is_stable_for_saturated_logits():
+    losses = torch.arange(8.0).reshape(2, 4)
+    z = torch.tensor([[60.0, 60.0, 0.0, 0.0], [0.0, 0.0, -60.0, -60.0]])  # easy saturated at 1
+    r = ranking_losses(z, losses, rank_frac=0.25)
+    assert torch.isfinite(r.abs) and float(r.abs) < 1e-6
+    r = ranking_losses(-z, losses, rank_frac=0.25)  # saturated the wrong way: large, finite
+    assert torch.isfinite(r.abs) and math.isclose(float(r.abs), 120.0, rel_tol=1e-4)
+
+
+# --- gradients -------------------------------------------------------------------------------
+
+def test_ranking_gradient_reaches_halt_logits_only():
+    logits, halt, y = _batch(requires_grad=True)
+    r = ranking_losses(halt, step_losses(logits, y))
+    (r.rel + r.abs).backward()
+    assert logits.grad is None  # the loss matrix is detached
+    assert halt.grad is not None and halt.grad.abs().sum() > 0
+    in_sets = r.easy_mask | r.hard_mask
+    assert (halt.grad[~in_sets] == 0).all()  # entries in neither set get nothing
+
+
+def test_total_loss_gradients_task_through_last_step_only():
+    logits, halt, y = _batch(requires_grad=True)
+    loss, _ = total_loss(logits, halt, y, LossConfig())
+    loss.backward()
+    assert (logits.grad[:, :-1] == 0).all() and logits.grad[:, -1].abs().sum() > 0
+    assert halt.grad.abs().sum() > 0
+
+
+# --- total loss ------------------------------------------------------------------------------
+
+def test_total_loss_with_ranking_off_is_task_loss():
+    logits, halt, y = _batch(requires_grad=True)
+    cfg = LossConfig(ranking=False, label_smoothing=0.1)
+    loss, parts = total_loss(logits, halt, y, cfg)
+    assert torch.equal(loss, task_loss(logits, y, 0.1))
+    assert set(parts) == {"loss", "task", "rel", "abs", "easy_score", "hard_score"}
+    assert all(not v.requires_grad for v in parts.values())
+    loss.backward()
+    assert halt.grad is None  # the diagnostics are not differentiated
+    loss, parts = total_loss(logits, None, y, cfg)
+    assert math.isnan(float(parts["rel"]))
+    with pytest.raises(ValueError, match="halt_logits"):
+        total_loss(logits, None, y, LossConfig())
+
+
+def test_total_loss_with_ranking_combines_terms():
+    logits, halt, y = _batch()
+    cfg = LossConfig(lambda_rel=0.7, lambda_abs=0.3, margin=0.5, rank_frac=0.125)
+    loss, parts = total_loss(logits, halt, y, cfg)
+    r = ranking_losses(halt, step_losses(logits, y), 0.125, 0.5)
+    assert isinstance(r, RankingLosses)
+    assert torch.allclose(loss, task_loss(logits, y) + 0.7 * r.rel + 0.3 * r.abs)
+    assert math.isclose(float(parts["rel"]), float(r.rel), rel_tol=1e-6)
+    assert math.isclose(float(parts["easy_score"]), float(r.easy_score), rel_tol=1e-6)
+
+
+def test_bf16_autocast_does_not_raise():
+    torch.manual_seed(0)
+    feats = torch.randn(16, 4, 12)
+    y = torch.randint(0, 5, (16,))
+    cls, halt_head = torch.nn.Linear(12, 5), torch.nn.Linear(12, 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = cls(feats)  # (N, T, K) bf16
+        halt = halt_head(feats).squeeze(-1)  # (N, T) bf16
+        assert logits.dtype == torch.bfloat16
+        loss, parts = total_loss(logits, halt, y, LossConfig())
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    loss.backward()
+    assert torch.isfinite(halt_head.weight.grad).all() and halt_head.weight.grad.abs().sum() > 0

@@ -1,0 +1,372 @@
+"""frost_nb.models: pinned parameter counts and FLOPs, shapes, and the update rules' identities."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from frost_nb.config import ConfigError, ModelConfig, make_config
+from frost_nb.models import FrostNet, ModelOutput, StepContext, create_model
+
+NAMES = ("vanilla", "recurrent", "basic_ssm", "frost")
+BACKBONES = ("resnet", "vit")
+# small models: 8x8 images, 4 steps, width 16 (a fraction of a second each on a CPU)
+SMALL = dict(in_channels=3, image_size=8, num_classes=5, steps=4, width=16, bottleneck=8,
+             stem_stride=1, norm_groups=4, patch_size=2, heads=2, mlp_ratio=2.0)
+# B, C, D maps of the paper setting: pointwise two-layer maps sized to Table 3's parameter
+# excess of basic_ssm over recurrent (docs/parameters.md); no-ops once config.py's paper size has them
+PAPER_BCD = {"resnet": dict(bcd_kernel=1, bcd_hidden=896), "vit": dict(bcd_kernel=1, bcd_hidden=2816)}
+
+
+def small(name, backbone, seed=0, **fields):
+    torch.manual_seed(seed)
+    return create_model(name, backbone=backbone, **(SMALL | fields))
+
+
+def images(n=6, seed=1):
+    return torch.randn(n, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+
+
+def paper_model(name, backbone, **fields):
+    cfg = make_config("paper", "imagenet100", name, backbone).model
+    cfg = dataclasses.replace(cfg, **(PAPER_BCD[backbone] | fields))
+    with torch.device("meta"):  # shapes only: 86M parameters in no time
+        return create_model(cfg)
+
+
+# --- parameter counts and FLOPs at the paper's settings (ImageNet-100, 224 px) ------------------
+
+PAPER_PARAMS = {  # ours, exact (heads included)
+    ("resnet", "vanilla"): 1_191_013, ("resnet", "recurrent"): 135_013,
+    ("resnet", "basic_ssm"): 1_514_725, ("resnet", "frost"): 1_514_726,
+    ("vit", "vanilla"): 85_874_789, ("vit", "recurrent"): 7_908_197,
+    ("vit", "basic_ssm"): 20_895_077, ("vit", "frost"): 20_895_078,
+}
+HEADS = {"resnet": 26_469, "vit": 79_205}  # LayerNorm + Linear classifier, halting Linear
+TABLE3 = {  # the paper's Table 3, millions
+    ("resnet", "vanilla"): 1.24, ("resnet", "recurrent"): 0.11,
+    ("resnet", "basic_ssm"): 1.49, ("resnet", "frost"): 1.49,
+    ("vit", "vanilla"): 85.80, ("vit", "recurrent"): 7.83,
+    ("vit", "basic_ssm"): 20.81, ("vit", "frost"): 20.81,
+}
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+@pytest.mark.parametrize("name", NAMES)
+def test_paper_parameter_counts(name, backbone):
+    model = paper_model(name, backbone)
+    n = model.num_parameters()
+    assert n == PAPER_PARAMS[backbone, name]
+    heads = sum(p.numel() for k, p in model.named_parameters() if k.startswith(("head", "halt_head")))
+    assert heads == HEADS[backbone]
+    # without the heads our counts round to Table 3's (the paper seems to leave the heads out),
+    # except the ResNet vanilla row (1.16 against 1.24; see docs/parameters.md)
+    ours = round((n - heads) / 1e6, 2)
+    if (backbone, name) == ("resnet", "vanilla"):
+        assert ours == 1.16
+    elif (backbone, name) in (("vit", "basic_ssm"), ("vit", "frost")):
+        assert ours == 20.82  # hidden 2816; 2813..2815 would give 20.81
+    else:
+        assert ours == TABLE3[backbone, name]
+
+
+def test_paper_parameter_breakdown():
+    # ResNet bottleneck branch at 256/64: three convolutions and three GroupNorms
+    model = paper_model("vanilla", "resnet")
+    branch = sum(p.numel() for p in model.branches[0].parameters())
+    assert branch == 256 * 64 * 2 + 64 * 64 * 9 + 2 * (64 + 64 + 256) == 70_400
+    # ViT-B encoder block: 7,087,872 (as timm's); 11 more in vanilla than in recurrent
+    assert PAPER_PARAMS["vit", "vanilla"] - PAPER_PARAMS["vit", "recurrent"] == 11 * 7_087_872
+    # B, C, D: three two-layer maps width -> hidden -> width with biases
+    for bb, w, h in (("resnet", 256, 896), ("vit", 768, 2816)):
+        assert PAPER_PARAMS[bb, "basic_ssm"] - PAPER_PARAMS[bb, "recurrent"] == 3 * (2 * w * h + h + w)
+    gated = paper_model("frost", "resnet", update="gated").num_parameters()
+    assert gated == PAPER_PARAMS["resnet", "frost"] + 256 * 257  # a 1x1 gate, 256 -> 256
+
+
+PAPER_FLOPS = {  # (total, fixed = stem + B(e) + GAP(D(e))) at batch 1, torch.utils.flop_counter
+    ("resnet", "recurrent"): (7_932_649_472, 944_111_616),
+    ("resnet", "basic_ssm"): (59_723_915_264, 6_698_696_704),
+    ("vit", "recurrent"): (34_943_625_216, 231_211_008),
+    ("vit", "basic_ssm"): (58_681_288_704, 3_622_305_792),
+}
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+@pytest.mark.parametrize("name", ["recurrent", "basic_ssm"])
+def test_paper_flops(name, backbone):
+    model = paper_model(name, backbone)
+    x = torch.empty(1, 3, 224, 224, device="meta")
+    with FlopCounterMode(display=False) as total:
+        model(x)
+    with FlopCounterMode(display=False) as fixed:
+        model.context(model.embed(x))
+    assert (total.get_total_flops(), fixed.get_total_flops()) == PAPER_FLOPS[backbone, name]
+    if (name, backbone) == ("recurrent", "resnet"):  # per step: branch at 56x56 + the two heads
+        per_step = (total.get_total_flops() - fixed.get_total_flops()) // 16
+        assert per_step == 2 * 56 * 56 * (256 * 64 * 2 + 64 * 64 * 9) + 2 * (256 * 100 + 256)
+
+
+# --- construction -------------------------------------------------------------------------------
+
+def test_create_model_registry():
+    assert isinstance(create_model("recurrent", backbone="vit", **SMALL), FrostNet)
+    cfg = ModelConfig(name="basic_ssm", **SMALL)
+    model = create_model(cfg)
+    assert model.config is cfg
+    assert create_model(cfg, steps=2).config.steps == 2  # fields override a config
+    assert create_model(make_config("smoke")).config.name == "frost"  # a RunConfig: its model
+    with pytest.raises(ConfigError, match="model.name"):
+        create_model("resnet50")
+    with pytest.raises(ConfigError, match="unknown model parameters"):
+        create_model("frost", depth=3)
+    with pytest.raises(ConfigError, match="stem_stride"):
+        create_model("recurrent", **(SMALL | dict(image_size=20, stem_stride=5)))
+    with pytest.raises(ConfigError, match="hurst"):
+        create_model("frost", learn_hurst=True, hurst=1.0)
+
+
+@pytest.mark.parametrize("stride,side", [(1, 8), (2, 4), (4, 2)])
+def test_resnet_stem_strides(stride, side):
+    model = small("recurrent", "resnet", stem_stride=stride)
+    assert model.embed(images(2)).shape == (2, 16, side, side)
+
+
+# --- shapes and the step-wise API -----------------------------------------------------------------
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+@pytest.mark.parametrize("name", NAMES)
+def test_shapes_and_stepwise_loop(name, backbone):
+    model = small(name, backbone)
+    x = images()
+    out = model(x, return_states=True)
+    state = (16, 8, 8) if backbone == "resnet" else (16, 16)  # (C, H, W) or (L, D)
+    assert isinstance(out, ModelOutput)
+    assert out.logits.shape == (6, 4, 5)
+    assert out.halt_logits.shape == (6, 4)
+    assert out.pooled.shape == (6, 4, 16)
+    assert out.states.shape == (6, 5, *state)
+    assert model(x).states is None
+    # (b) forward is exactly the step-wise loop
+    ctx = model.context(model.embed(x))
+    assert isinstance(ctx, StepContext) and len(ctx) == 6
+    h = model.init_state(ctx)
+    assert torch.equal(h, out.states[:, 0])
+    for t in range(4):
+        h = model.step(h, ctx, t)
+        logits, halt, pooled = model.readout(h, ctx)
+        assert torch.equal(h, out.states[:, t + 1])
+        assert torch.equal(logits, out.logits[:, t])
+        assert torch.equal(halt, out.halt_logits[:, t])
+        assert torch.equal(pooled, out.pooled[:, t])
+        assert torch.allclose(pooled, out.states[:, t + 1].flatten(2).mean(2) if backbone == "resnet"
+                              else out.states[:, t + 1].mean(1), atol=1e-6)
+    # a bare e works in place of the context (B(e), D(e) recomputed)
+    e = model.embed(x)
+    h1 = model.step(model.init_state(e), e, 0)
+    assert torch.allclose(h1, out.states[:, 1], atol=1e-6)
+    assert torch.allclose(model.readout(h1, e)[0], out.logits[:, 0], atol=1e-6)
+
+
+def test_init_state_zeros():
+    model = small("basic_ssm", "resnet", init_state="zeros")
+    out = model(images(), return_states=True)
+    assert out.states[:, 0].abs().max() == 0
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_compacted_batch_matches_full_batch(backbone):
+    # (g) stepping a subset of samples with ctx.select gives their rows of the full batch
+    model = small("frost", backbone, update="gated")
+    x = images(8)
+    out = model(x, return_states=True)
+    ctx = model.context(model.embed(x))
+    h = model.init_state(ctx)
+    idx = torch.arange(8)
+    for t, keep in enumerate([[0, 2, 3, 5, 6, 7], [1, 2, 3, 5], [0, 3], [1]]):
+        h = model.step(h, ctx, t)
+        logits, halt, _ = model.readout(h, ctx)
+        assert torch.allclose(logits, out.logits[idx, t], atol=1e-5)
+        assert torch.allclose(halt, out.halt_logits[idx, t], atol=1e-5)
+        keep = torch.tensor(keep)
+        h, ctx, idx = h[keep], ctx.select(keep), idx[keep]
+
+
+# --- analytic identities of the update rules ----------------------------------------------------
+
+def test_resnet_branch_is_scale_invariant():
+    # (a) the bottleneck branch normalises right after its first (bias-free) linear map:
+    # A(c h) = A(h) for c > 0, up to GroupNorm's eps
+    model = small("recurrent", "resnet").double()
+    h = torch.randn(4, 16, 8, 8, dtype=torch.float64)
+    A = model.branches[0]
+    for c in (0.3, 1.7, 12.0):
+        assert torch.allclose(A(c * h), A(h), atol=1e-3)
+    A.gn1.eps = 1e-12  # exact but for GroupNorm's eps; a conv bias before gn1 would break it
+    for c in (0.3, 1.7, 12.0):
+        assert torch.allclose(A(c * h), A(h), atol=1e-9)
+    # the ViT branch is not: its MLP sees c h + a (documented in the module)
+    vit = small("recurrent", "vit").double()
+    tokens = torch.randn(4, 16, 16, dtype=torch.float64)
+    B = vit.branches[0]
+    with torch.no_grad():  # a and m comparable to h (at init, std 0.02, A is nearly invariant)
+        for p in B.parameters():
+            if p.dim() == 2:
+                p.normal_(std=0.5)
+    rel = lambda u, v: ((u - v).norm() / v.norm()).item()  # noqa: E731
+    assert rel(B(3.0 * tokens), B(tokens)) > 0.05
+    assert rel(B.attn(B.ln1(3.0 * tokens)), B.attn(B.ln1(tokens))) < 1e-5  # its attention part is
+
+
+def test_recurrent_equals_vanilla_with_shared_weights():
+    # (c)
+    for backbone in BACKBONES:
+        rec, van = small("recurrent", backbone), small("vanilla", backbone, seed=5)
+        state = {k: v for k, v in rec.state_dict().items() if not k.startswith("branches.")}
+        for t in range(4):
+            state |= {k.replace("branches.0.", f"branches.{t}."): v
+                      for k, v in rec.state_dict().items() if k.startswith("branches.0.")}
+        van.load_state_dict(state)
+        x = images()
+        a, b = rec(x, return_states=True), van(x, return_states=True)
+        assert torch.allclose(a.states, b.states, atol=1e-6)
+        assert torch.allclose(a.logits, b.logits, atol=1e-6)
+
+
+def _set_alpha(model, alpha):
+    with torch.no_grad():
+        model.alpha_raw.fill_(math.log(math.expm1(alpha)))  # softplus^-1
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_frost_with_alpha_one_is_basic_ssm(backbone):
+    # (d) at alpha = 1 every scaled operator is the plain one, whatever H (any branch)
+    ssm = small("basic_ssm", backbone)
+    x = images()
+    ref = ssm(x, return_states=True)
+    for update in ("canonical", "convex"):
+        for H in (0.0, 0.3, 1.0):
+            frost = small("frost", backbone, update=update, hurst=H)
+            frost.load_state_dict(ssm.state_dict() | {k: v for k, v in frost.state_dict().items()
+                                                      if k in ("alpha_raw", "hurst_value")})
+            _set_alpha(frost, 1.0)
+            out = frost(x, return_states=True)
+            assert torch.allclose(out.states, ref.states, atol=1e-5)
+            assert torch.allclose(out.logits, ref.logits, atol=1e-5)
+
+
+def _parts(model, x):
+    ctx = model.context(model.embed(x))
+    h = model.init_state(ctx)
+    h = model.step(h, ctx, 0)  # an h_1 that is not e
+    return h, ctx, model.branches[0], model.alpha(), model.hurst()
+
+
+def test_canonical_update_and_scale_invariance():
+    # eq. (14)-(15), and with the scale-invariant ResNet branch H only rescales the step
+    model = small("frost", "resnet", alpha_init=0.4, hurst=0.3).double()
+    h, ctx, A, a, H = _parts(model, images().double())
+    new = model.step(h, ctx, 1)
+    assert torch.allclose(new, h + a ** (1 - H) * A(a ** H * h) + a * ctx.be, atol=1e-10)
+    assert torch.allclose(new, h + a ** (1 - H) * A(h) + a * ctx.be, atol=1e-4)
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_convex_and_gated_updates(backbone):
+    # (e) convex: h + alpha (A(h) + B(e)), eq. (8); gated: h + g (A_a(h) + B_a(e))
+    x = images().double()
+    model = small("frost", backbone, update="convex", alpha_init=0.3).double()
+    h, ctx, A, a, _ = _parts(model, x)
+    assert torch.allclose(model.step(h, ctx, 1), h + a * (A(h) + ctx.be), atol=1e-10)
+    assert torch.allclose(model.step(h, ctx, 1), (1 - a) * h + a * (h + A(h) + ctx.be), atol=1e-10)
+    model = small("frost", backbone, update="gated", alpha_init=0.3, hurst=0.7).double()
+    h, ctx, A, a, H = _parts(model, x)
+    g = torch.sigmoid(model.gate(h))
+    assert g.shape == h.shape
+    expected = (1 - g) * h + g * (h + a ** (1 - H) * A(a ** H * h) + a * ctx.be)
+    assert torch.allclose(model.step(h, ctx, 1), expected, atol=1e-10)
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_readout_is_gap_of_c_plus_d(backbone):
+    # the pooled-C fast path (pointwise linear C) against the full map GAP(C(h) + D(e))
+    for fields in (dict(bcd_kernel=1), dict(bcd_kernel=3), dict(bcd_hidden=8)):
+        if backbone == "vit" and fields.get("bcd_kernel") == 3:
+            continue
+        model = small("basic_ssm", backbone, **fields).double()
+        x = images().double()
+        e = model.embed(x)
+        h = torch.randn_like(e)
+        dims = (2, 3) if backbone == "resnet" else (1,)
+        r = (model.C(h) + model.D(e)).mean(dims)
+        logits, _, pooled = model.readout(h, model.context(e))
+        assert torch.allclose(logits, model.head(model.head_norm(r)), atol=1e-10)
+        assert torch.allclose(pooled, h.mean(dims), atol=1e-12)
+
+
+# --- parameters and gradients -------------------------------------------------------------------
+
+def test_alpha_init_and_parameterisations():
+    # (h)
+    for param in ("softplus", "exp", "sigmoid"):
+        for a0 in (0.05, 0.5, 0.97):
+            model = small("frost", "resnet", alpha_param=param, alpha_init=a0)
+            assert model.alpha().item() == pytest.approx(a0, rel=1e-6)
+    model = small("frost", "resnet", alpha_param="softplus", alpha_init=3.0)
+    assert model.alpha().item() == pytest.approx(3.0, rel=1e-6)
+    assert model.hurst().item() == 0.5 and "hurst_value" in dict(model.named_buffers())
+    assert not any("hurst" in k for k, _ in model.named_parameters())  # H is fixed by default
+    for name in ("vanilla", "recurrent", "basic_ssm"):
+        model = small(name, "resnet")
+        assert model.alpha() is None and model.hurst() is None
+
+
+def test_learnable_hurst_gets_gradients_and_stays_in_unit_interval():
+    # (i)
+    model = small("frost", "resnet", learn_hurst=True, hurst=0.8, alpha_init=0.5)
+    assert model.hurst().item() == pytest.approx(0.8, rel=1e-6)
+    opt = torch.optim.SGD([model.hurst_raw], lr=2.0)
+    x = images()
+    seen = [model.hurst().item()]
+    for sign in (1.0, -1.0):  # push H down, then up
+        for _ in range(10):
+            opt.zero_grad()
+            out = model(x, return_states=True)
+            (sign * out.states[:, -1].square().mean()).backward()
+            assert model.hurst_raw.grad is not None and model.hurst_raw.grad.abs() > 0
+            opt.step()
+            seen.append(model.hurst().item())
+            assert 0.0 < seen[-1] < 1.0
+    assert max(seen) - min(seen) > 0.1  # it really moved
+
+
+def test_detach_halt_input():
+    # (f) the halting loss trains the halting head only
+    model = small("frost", "resnet")
+    x = images()
+    model(x, detach_halt_input=True).halt_logits.sum().backward()
+    assert model.halt_head.weight.grad.abs().sum() > 0
+    for p in [*model.stem.parameters(), *model.branches.parameters(), model.alpha_raw]:
+        assert p.grad is None
+    model.zero_grad(set_to_none=True)
+    model(x).halt_logits.sum().backward()
+    assert all(p.grad.abs().sum() > 0 for p in model.stem.parameters())
+    assert model.alpha_raw.grad.abs() > 0
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_bf16_autocast_and_channels_last(backbone):
+    model = small("frost", backbone, update="gated")
+    x = images()
+    ref = model(x)
+    if backbone == "resnet":
+        model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+    assert out.logits.shape == ref.logits.shape
+    assert torch.isfinite(out.logits.float()).all() and torch.isfinite(out.halt_logits.float()).all()
+    assert torch.allclose(out.logits.float(), ref.logits, atol=0.15, rtol=0.05)
+    out.logits.float().sum().backward()
+    assert model.alpha_raw.grad is not None
