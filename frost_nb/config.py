@@ -321,6 +321,12 @@ _SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
         "train.num_workers": 8,
     },
 }
+# demo settings per data set (CPU budgets: Fashion-MNIST about 15 min, CIFAR-10 about an hour)
+_DEMO_DATASET: dict[str, dict[str, Any]] = {
+    "digits": {"train.epochs": 30, "train.batch_size": 64},  # 1,294 training images: about a minute
+    "fashion-mnist": {"train.epochs": 15},  # 28 px -> 7x7 states (ResNet stem)
+    "cifar10": {"model.stem_stride": 2, "train.epochs": 18},  # 32 px -> 16x16 states
+}
 _VIT_PAPER = {"model.steps": 12, "model.width": 768, "model.bcd_hidden": 2816,  # +12.99M (Table 3: 12.98M)
               "train.optimizer": "adamw", "train.lr": 1e-3, "train.weight_decay": 0.05}
 
@@ -346,6 +352,8 @@ def make_config(size: str = "smoke", dataset: str | None = None, model: str = "f
     name = values["data.name"]
     if name not in DATASETS:
         _fail("dataset", name, f"one of {sorted(DATASETS)}")
+    if size == "demo":
+        values.update(_DEMO_DATASET.get(name, {}))
     info = DATASETS[name]
     values.update({"model.in_channels": info.channels, "model.image_size": info.image_size,
                    "model.num_classes": info.num_classes, "model.name": model,
