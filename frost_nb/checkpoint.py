@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .config import ConfigError, ModelConfig, RunConfig
-from .paths import cache_dir, committed_checkpoints_dir
+from .paths import atomic_path, cache_dir, committed_checkpoints_dir
 
 FORMAT = 1  # bump when the layout of the checkpoint dict changes
 
@@ -32,16 +32,9 @@ class CheckpointError(RuntimeError):
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     """Write ``state`` to ``path`` atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         torch.save({"format": FORMAT, **state}, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():  # only when the save or the rename failed
-            tmp.unlink()
-    return path
+    return Path(path)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from .config import BACKBONES, MODELS, SIZES
-from .paths import outputs_dir, repo_root, smoke_mode
+from .paths import atomic_path, outputs_dir, repo_root, smoke_mode
 
 
 class ParameterError(ValueError):
@@ -35,7 +34,8 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "model": (str, lambda v: v in MODELS, f"one of {MODELS}"),
     "backbone": (str, lambda v: v in BACKBONES, f"one of {BACKBONES}"),
     "size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
-    "epochs": (int, lambda v: v >= 1, "a positive number of epochs"),
+    "epochs": ((int, type(None)), lambda v: v is None or v >= 1,
+               "a positive number of epochs, or None for the size's default"),
     "seed": (int, lambda v: v >= 0, "a non-negative integer"),
     "quantile": ((int, float), lambda v: 0.0 <= v <= 1.0 and not math.isnan(v), "a quantile in [0, 1]"),
     "retrain": (bool, lambda v: True, "True or False"),
@@ -92,14 +92,8 @@ def environment(device: str | None = None) -> dict[str, Any]:
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 

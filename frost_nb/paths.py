@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -54,3 +55,20 @@ def cache_dir() -> Path:
 def committed_checkpoints_dir() -> Path:
     """Small demo checkpoints committed with the repo (read-only for the cache)."""
     return repo_root() / "outputs" / "checkpoints"
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename.
+
+    A failed or interrupted write leaves ``path`` as it was and no temporary file behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():  # only when the write or the rename failed
+            tmp.unlink()
