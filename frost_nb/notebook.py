@@ -135,7 +135,7 @@ def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2
                 out = model(x)
             alpha = model.alpha()
             rows.append({"backbone": backbone, "model": name, "steps": cfg.steps,
-                         "params (M)": round(model.num_parameters() / 1e6, 4),
+                         "params": model.num_parameters(),
                          "logits": tuple(out.logits.shape), "halting": tuple(out.halt_logits.shape),
-                         "alpha": None if alpha is None else round(float(alpha), 4)})
+                         "alpha": None if alpha is None else round(alpha.item(), 4)})
     return pd.DataFrame(rows)
