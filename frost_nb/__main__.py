@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from typing import Any
 
@@ -64,9 +65,9 @@ def cmd_train(args) -> int:
 
     config = _config(args)
     if args.checkpoint:
-        result = train(config, checkpoint=args.checkpoint, progress=not args.no_progress or None)
+        result = train(config, checkpoint=args.checkpoint, progress=False if args.no_progress else None)
     else:
-        result = train_or_load(config, progress=not args.no_progress or None, retrain=args.retrain)
+        result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
     print(json.dumps(_summary(result), indent=2))
     return 0
 
@@ -138,7 +139,7 @@ def cmd_demo(args) -> int:
     from .training import evaluate
 
     config = _config(args)
-    result = train_or_load(config, progress=not args.no_progress or None, retrain=args.retrain)
+    result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
     outputs = evaluate(result.model, _split(config, "test"), batch_size=config.train.eval_batch_size)
     table = sweep(outputs.scores, outputs.correct, result.calibrator, PAPER_QUANTILES)
     name = f"demo_{config.model.name}_{config.data.name}"
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def run_options(p, size="demo", dataset=None):
         p.add_argument("--size", default=size, choices=("smoke", "demo", "paper"))
-        p.add_argument("--dataset", default=dataset, help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
+        p.add_argument("--dataset", default=dataset,
+                       help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
         p.add_argument("--model", default="frost", help="vanilla, recurrent, basic_ssm, frost")
         p.add_argument("--backbone", default="resnet", help="resnet or vit")
         p.add_argument("--epochs", type=int, default=None)
@@ -189,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--quantiles", type=float, nargs="+", default=list(PAPER_QUANTILES))
             p.add_argument("--csv", default=None)
     args = parser.parse_args(argv)
+    # one line per epoch on stderr (the progress bar carries it when one is shown)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from .checkpoint import CheckpointError
     from .config import ConfigError
     from .data import DataError

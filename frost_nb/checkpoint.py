@@ -125,7 +125,7 @@ def train_or_load(config: RunConfig, *, progress: bool | None = None, retrain: b
     Training writes its checkpoint into the cache every epoch, so an interrupted run resumes.
     Returns a ``TrainResult`` (model, calibrator, history, metrics, checkpoint path, cached flag).
     """
-    from .training import TrainResult, Trainer
+    from .training import Trainer, TrainResult
 
     path = None if retrain else cached_checkpoint(config)
     if path is not None:

@@ -34,7 +34,7 @@ def _fail(param: str, value: Any, expected: str) -> None:
 def _type_ok(value: Any, annotation: Any) -> bool:
     """isinstance for the simple annotations used here (int, float, str, bool, X | None)."""
     if isinstance(annotation, str):
-        annotation = eval(annotation, vars(typing) | {"Any": Any})  # noqa: S307 (our own annotations)
+        annotation = eval(annotation, vars(typing) | {"Any": Any})
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(_type_ok(value, a) for a in typing.get_args(annotation))

@@ -37,9 +37,10 @@ import math
 import pickle
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -601,7 +602,7 @@ def _download(name: str, root: Path, part: str, looked: list[str]) -> _Part:
                      "cifar100": ("CIFAR100", root / "cifar100")}[name]
     try:
         ds = getattr(tvd, klass)(str(folder), train=part == "train", download=True)
-    except Exception as err:  # noqa: BLE001 (URLError, HTTPError, RuntimeError, OSError, ...)
+    except Exception as err:
         raise _missing(name, looked, f"download=True, but torchvision's {klass} download into {folder} "
                        f"failed (no internet access?): {type(err).__name__}: {err}") from err
     x = torch.as_tensor(np.asarray(ds.data), dtype=torch.uint8)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch

@@ -41,13 +41,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from .config import MODELS, ConfigError, ModelConfig, RunConfig
 
-__all__ = ["FrostNet", "ModelOutput", "StepContext", "create_model", "MODELS"]
+__all__ = ["MODELS", "FrostNet", "ModelOutput", "StepContext", "create_model"]
 
 
 @dataclass
@@ -72,7 +71,7 @@ class StepContext:
     d_pooled: Tensor | None = None
 
     def select(self, idx: Tensor) -> StepContext:
-        pick = lambda v: None if v is None else v[idx]  # noqa: E731
+        pick = lambda v: None if v is None else v[idx]
         return StepContext(self.e[idx], pick(self.be), pick(self.d_pooled))
 
     def __len__(self) -> int:
@@ -182,7 +181,7 @@ def state_map(cfg: ModelConfig) -> nn.Module:
         act: nn.Module = nn.GELU()
     else:
         k = cfg.bcd_kernel
-        lin = lambda i, o: nn.Conv2d(i, o, k, padding=k // 2)  # noqa: E731
+        lin = lambda i, o: nn.Conv2d(i, o, k, padding=k // 2)
         act = nn.ReLU(inplace=True)
     return lin(w, w) if h == 0 else nn.Sequential(lin(w, h), act, lin(h, w))
 

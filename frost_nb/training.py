@@ -12,6 +12,7 @@ last training epoch, those of a pass over the held-out split, or both (the defau
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -28,6 +29,8 @@ from .data import load_dataset, make_batches
 from .halting import HaltingCalibrator
 from .losses import total_loss
 from .models import create_model
+
+log = logging.getLogger("frost_nb")
 
 
 class TrainingError(RuntimeError):
@@ -75,7 +78,7 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
 def make_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
     """No weight decay on norms, biases and the FROST scalars (alpha, H): decay would bias them."""
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         if p.requires_grad:
             (no_decay if p.ndim <= 1 else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
@@ -295,7 +298,8 @@ class Trainer:
         from tqdm.auto import tqdm
 
         cfg = self.config
-        self._resume()
+        if self._resume():
+            log.info("resumed %s after epoch %d of %d", self.checkpoint, self.epoch, cfg.train.epochs)
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
         show = show_progress(self.progress)
         bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch,
@@ -312,6 +316,13 @@ class Trainer:
                 self.history["epochs"][k].append(v)
             if self.checkpoint is not None and self.epoch < cfg.train.epochs:
                 save_checkpoint(self.checkpoint, self.state(complete=False))
+            line = (f"epoch {self.epoch}/{cfg.train.epochs}: train loss {train_loss:.4f}, "
+                    f"train acc {train_acc:.4f}, val acc {val_acc:.4f}, "
+                    f"{self.train_seconds:.0f} s so far")
+            if show:
+                bar.write(line)
+            else:
+                log.info(line)
         if bar is not None:
             bar.close()
         metrics = {}
@@ -322,6 +333,8 @@ class Trainer:
                        "device": str(self.device), "epochs": self.epoch}
             if self.checkpoint is not None:
                 save_checkpoint(self.checkpoint, self.state(complete=True, metrics=metrics))
+            log.info("test accuracy at full depth %.4f after %d epochs, %.0f s of training",
+                     test.accuracy, self.epoch, self.train_seconds)
         self.model.eval()
         return TrainResult(self.model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
 

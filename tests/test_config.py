@@ -4,7 +4,13 @@ import json
 
 import pytest
 
-from frost_nb.config import ConfigError, ModelConfig, RunConfig, TrainConfig, make_config
+from frost_nb.config import (
+    ConfigError,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    make_config,
+)
 
 
 def test_sizes_fill_dataset_fields():

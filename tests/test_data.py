@@ -19,8 +19,16 @@ import torch
 from PIL import Image
 
 from frost_nb import data
-from frost_nb.data import (DATASETS, DataError, ImageData, available_datasets, load_dataset,
-                           make_batches, random_crop, random_flip)
+from frost_nb.data import (
+    DATASETS,
+    DataError,
+    ImageData,
+    available_datasets,
+    load_dataset,
+    make_batches,
+    random_crop,
+    random_flip,
+)
 
 SHARED_CIFAR10 = Path("/work/shared/data/cifar10")
 

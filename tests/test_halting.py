@@ -12,8 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from frost_nb.halting import (AdaptiveResult, HaltingCalibrator, adaptive_predict, exit_steps,
-                              sweep)
+from frost_nb.halting import (
+    AdaptiveResult,
+    HaltingCalibrator,
+    adaptive_predict,
+    exit_steps,
+    sweep,
+)
 
 QS = np.linspace(0.01, 0.99, 50)
 

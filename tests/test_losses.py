@@ -10,8 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from frost_nb.config import LossConfig
-from frost_nb.losses import (RankingLosses, ranking_losses, set_size, step_losses, task_loss,
-                             total_loss)
+from frost_nb.losses import (
+    RankingLosses,
+    ranking_losses,
+    set_size,
+    step_losses,
+    task_loss,
+    total_loss,
+)
 
 
 def _batch(n=8, t=4, k=5, seed=0, requires_grad=False):

@@ -215,7 +215,7 @@ def test_resnet_branch_is_scale_invariant():
         for p in B.parameters():
             if p.dim() == 2:
                 p.normal_(std=0.5)
-    rel = lambda u, v: ((u - v).norm() / v.norm()).item()  # noqa: E731
+    rel = lambda u, v: ((u - v).norm() / v.norm()).item()
     assert rel(B(3.0 * tokens), B(tokens)) > 0.05
     assert rel(B.attn(B.ln1(3.0 * tokens)), B.attn(B.ln1(tokens))) < 1e-5  # its attention part is
 

@@ -6,8 +6,13 @@ import pytest
 import torch
 
 from frost_nb import training
-from frost_nb.checkpoint import (CheckpointError, load_checkpoint, load_model, save_checkpoint,
-                                 train_or_load)
+from frost_nb.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_model,
+    save_checkpoint,
+    train_or_load,
+)
 from frost_nb.training import Trainer, TrainingError, lr_factor
 
 
