@@ -15,6 +15,8 @@ import logging
 import sys
 from typing import Any
 
+from .paths import shown_path
+
 PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 
 
@@ -56,7 +58,7 @@ def _summary(result) -> dict[str, Any]:
             "params": result.model.num_parameters(),
             "accuracy": result.metrics.get("test_accuracy"),
             "train_seconds": result.metrics.get("train_seconds"),
-            "checkpoint": str(result.checkpoint), "from_cache": result.from_cache}
+            "checkpoint": shown_path(result.checkpoint), "from_cache": result.from_cache}
 
 
 def cmd_train(args) -> int:
@@ -146,12 +148,12 @@ def cmd_demo(args) -> int:
     figures = {"training": plot_training(result.history, f"{config.model.name} on {config.data.name}"),
                "alpha": plot_alpha(result.history), "halting_scores": plot_halting_scores(result.history),
                "sweep": plot_sweep(table, f"halting sweep, {config.data.name} test split")}
-    paths = [str(save_figure(fig, f"{name}_{kind}")) for kind, fig in figures.items()]
+    paths = [shown_path(save_figure(fig, f"{name}_{kind}")) for kind, fig in figures.items()]
     metrics = {**_summary(result), "accuracy_per_step": result.metrics.get("test_accuracy_per_step"),
                "sweep": table.to_dict(orient="records")}
     path = write_metrics(name, metrics)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    print(json.dumps({**_summary(result), "metrics": str(path), "figures": paths}, indent=2))
+    print(json.dumps({**_summary(result), "metrics": shown_path(path), "figures": paths}, indent=2))
     return 0
 
 

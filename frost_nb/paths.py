@@ -18,6 +18,17 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+def shown_path(path: str | os.PathLike | None) -> str | None:
+    """``path`` relative to the repository when inside it (metrics stay machine-independent)."""
+    if path is None:
+        return None
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(repo_root().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def smoke_mode() -> bool:
     """True when ``FROST_SMOKE`` is set to a true value (1, true, yes)."""
     return os.environ.get("FROST_SMOKE", "").strip().lower() in ("1", "true", "yes")
