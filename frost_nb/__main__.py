@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -63,8 +64,13 @@ def _summary(result) -> dict[str, Any]:
 
 def cmd_train(args) -> int:
     from .checkpoint import train_or_load
-    from .training import train
+    from .training import TrainingError, train
 
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise TrainingError(f"started by torchrun with {world} processes, but multi-process (DDP) "
+                            "training is not implemented yet: every process would train the same "
+                            "model. Start it with --nproc-per-node 1 (or without torchrun).")
     config = _config(args)
     if args.checkpoint:
         result = train(config, checkpoint=args.checkpoint, progress=False if args.no_progress else None)

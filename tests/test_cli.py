@@ -44,3 +44,13 @@ def test_quantile_outside_unit_interval(tmp_path, capsys):
     ckpt = _train_smoke(tmp_path, capsys)
     assert main(["evaluate", "--checkpoint", str(ckpt), "--quantile", "1.5"]) == 2
     assert "quantile=1.5" in capsys.readouterr().err
+
+
+def test_torchrun_with_several_processes_is_refused(monkeypatch, tmp_path, capsys):
+    # DDP is not implemented yet: N processes would each train the same model
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["train", "--size", "smoke", "--checkpoint", str(tmp_path / "x.pt")]) == 2
+    assert "DDP" in capsys.readouterr().err and not (tmp_path / "x.pt").exists()
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc-per-node 1 trains as usual
+    assert main(["train", "--size", "smoke", "--epochs", "1", "--set", "data.limit=128",
+                 "--checkpoint", str(tmp_path / "x.pt")]) == 0
