@@ -30,7 +30,8 @@ from frost_nb.data import (
     random_flip,
 )
 
-SHARED_CIFAR10 = Path("/work/shared/data/cifar10")
+# the project's shared folder sits beside the checkout (CI clones it so too)
+SHARED_CIFAR10 = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
 
 
 @pytest.fixture(autouse=True)
