@@ -92,6 +92,9 @@ class DataConfig(_Validated):
     limit: int | None = None  # keep only the first `limit` images of each split (quick runs)
 
     def validate(self) -> None:
+        from .data import DATASETS  # local import: data imports config
+
+        self._check("name", self.name in DATASETS, f"one of {sorted(DATASETS)}")
         self._check("val_fraction", 0.0 <= self.val_fraction < 1.0, "a fraction in [0, 1)")
         self._check("limit", self.limit is None or self.limit > 0, "None or a positive count")
 
@@ -347,6 +350,10 @@ def make_config(size: str = "smoke", dataset: str | None = None, model: str = "f
     values: dict[str, Any] = dict(_SIZE_DEFAULTS[size])
     if size == "paper" and backbone == "vit":
         values.update(_VIT_PAPER)
+    if "data.name" in overrides:  # the data set decides the model's input and classes
+        if dataset is not None and dataset != overrides["data.name"]:
+            _fail("data.name", overrides["data.name"], f"the dataset argument {dataset!r} or nothing")
+        dataset = overrides["data.name"]
     if dataset is not None:
         values["data.name"] = dataset
     name = values["data.name"]

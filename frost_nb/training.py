@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .config import RunConfig
+from .config import ConfigError, RunConfig
 from .data import load_dataset, make_batches
 from .halting import HaltingCalibrator
 from .losses import total_loss
@@ -35,6 +35,17 @@ log = logging.getLogger("frost_nb")
 
 class TrainingError(RuntimeError):
     """Training cannot go on (a NaN or infinite loss, a checkpoint of another run)."""
+
+
+def _check_model_fits_data(cfg: RunConfig, info) -> None:
+    """The model's input and classes must be the data set's (make_config sets them so)."""
+    for field_name, want in (("in_channels", info.channels), ("image_size", info.image_size),
+                             ("num_classes", info.num_classes)):
+        have = getattr(cfg.model, field_name)
+        if have != want:
+            raise ConfigError(f"model.{field_name}={have} does not fit {info.name} ({field_name} "
+                              f"{want}): build the config with make_config(size, {info.name!r}, ...) "
+                              f"or set model.{field_name}={want}")
 
 
 def pick_device(preference: str = "auto") -> torch.device:
@@ -171,6 +182,10 @@ class Trainer:
         self.train_set = load_dataset(d.name, "train", **split)
         self.val_set = load_dataset(d.name, "val", **split) if d.val_fraction > 0 else None
         self.test_set = load_dataset(d.name, "test", **split)
+        _check_model_fits_data(cfg, self.train_set.info)
+        if self.val_set is not None and len(self.val_set) == 0:
+            raise ConfigError(f"data.val_fraction={d.val_fraction} leaves no image of {d.name} held out "
+                              "for calibrating the threshold: raise it (default 0.1) or set it to 0")
 
         torch.manual_seed(cfg.train.seed)
         self.model = create_model(cfg.model).to(self.device)
@@ -248,11 +263,8 @@ class Trainer:
                 out = model(x, detach_halt_input=not cfg.loss.rank_grad_to_backbone)
                 loss, parts = total_loss(out.logits, out.halt_logits, y, cfg.loss)
             if not torch.isfinite(loss):
-                raise TrainingError(
-                    f"the loss became {loss.item()} at epoch {epoch + 1}, step {self.step + 1} "
-                    f"(parts: {parts}); training stopped. The last good checkpoint "
-                    f"({self.checkpoint}) is intact. Lower train.lr (now {cfg.train.lr}) or set "
-                    "train.grad_clip, then train again.")
+                self._stop(f"the loss became {loss.item()} at epoch {epoch + 1}, step {self.step + 1} "
+                           f"(parts: {parts})")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.train.grad_clip > 0:
@@ -261,6 +273,9 @@ class Trainer:
             self.scheduler.step()
             self.step += 1
             scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
+            if not torch.isfinite(scores).all():
+                self._stop(f"the halting scores became non-finite at epoch {epoch + 1}, "
+                           f"step {self.step + 1}")
             sketch.update(scores)
             batch_correct = (out.logits[:, -1].argmax(-1) == y).sum().item()
             correct, seen = correct + batch_correct, seen + len(y)
@@ -270,6 +285,11 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{correct / seen:.3f}", refresh=False)
         return total_loss_sum / seen, correct / seen, sketch
+
+    def _stop(self, what: str) -> None:
+        raise TrainingError(
+            f"{what}; training stopped. The last good checkpoint ({self.checkpoint}) is intact. "
+            f"Lower train.lr (now {self.config.train.lr}) or set train.grad_clip, then train again.")
 
     def _calibrate(self, train_sketch: HaltingCalibrator) -> tuple[HaltingCalibrator, float]:
         """The epoch's calibrator from the sources in halting.calibrate_on; val accuracy."""
@@ -308,6 +328,9 @@ class Trainer:
         while self.epoch < last:
             start = time.perf_counter()
             train_loss, train_acc, sketch = self._train_epoch(self.epoch, bar)
+            bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+            if bad:  # never calibrate on or checkpoint broken weights, whatever the loss said
+                self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
             self.calibrator, val_acc = self._calibrate(sketch)
             self.train_seconds += time.perf_counter() - start
             self.epoch += 1

@@ -34,6 +34,9 @@ def test_train_evaluate_sweep(tmp_path, capsys):
     (["train", "--size", "smoke", "--dataset", "cifar100", "--root", "/nonexistent",
       "--set", "data.download=false"], "cifar100"),
     (["evaluate", "--checkpoint", "/nonexistent/model.pt"], "does not exist"),
+    (["train", "--size", "smoke", "--set", "data.name=mnist-3d"], "mnist-3d"),
+    (["train", "--size", "smoke", "--set", "model.num_classes=7"], "model.num_classes=7 does not fit"),
+    (["train", "--size", "smoke", "--set", "data.val_fraction=0.0003"], "data.val_fraction"),
 ])
 def test_bad_input_gives_a_clear_error(argv, message, capsys):
     assert main(argv) == 2

@@ -69,3 +69,13 @@ def test_ints_accepted_for_floats():
     assert TrainConfig(lr=1).lr == 1.0 and isinstance(TrainConfig(lr=1).lr, float)
     with pytest.raises(ConfigError):
         ModelConfig(alpha_init=0.0)
+
+
+def test_data_name_override_sets_the_model_input():
+    # overriding data.name must not leave the model built for the default data set
+    cfg = make_config("demo", **{"data.name": "cifar10"})
+    assert (cfg.data.name, cfg.model.in_channels, cfg.model.image_size) == ("cifar10", 3, 32)
+    with pytest.raises(ConfigError, match="data.name"):
+        make_config("demo", "digits", **{"data.name": "cifar10"})
+    with pytest.raises(ConfigError, match="data.name"):
+        RunConfig().replace(**{"data.name": "mnist-3d"})

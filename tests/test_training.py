@@ -123,3 +123,23 @@ def test_cache_returns_the_trained_model(tiny_config):
     assert not first.from_cache and again.from_cache
     assert again.metrics["test_accuracy"] == first.metrics["test_accuracy"]
     assert again.checkpoint == first.checkpoint
+
+
+def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config, tmp_path,
+                                                                     monkeypatch):
+    # an optimiser step can break the weights while the loss of that step was still finite
+    path = tmp_path / "run.pt"
+    trainer = Trainer(tiny_config.replace(**{"halting.calibrate_on": "last_epoch"}), checkpoint=path)
+    real_step = trainer.optimizer.step
+
+    def breaking_step(*args, **kwargs):
+        out = real_step(*args, **kwargs)
+        if trainer.step + 1 == trainer.steps_per_epoch:  # the last step of epoch 1
+            with torch.no_grad():
+                next(trainer.model.parameters()).fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(trainer.optimizer, "step", breaking_step)
+    with pytest.raises(TrainingError, match="weights .* non-finite in epoch 1.*intact"):
+        trainer.fit()
+    assert not path.exists()  # epoch 1 was never saved with broken weights
