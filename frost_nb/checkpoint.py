@@ -12,6 +12,7 @@ The cache maps ``RunConfig.key()`` (a hash of everything that changes the traine
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import zipfile
@@ -106,16 +107,17 @@ def checkpoint_config(path: str | os.PathLike) -> RunConfig:
 
 
 def cached_checkpoint(config: RunConfig) -> Path | None:
-    """The finished checkpoint of ``config``: committed ones first, then the cache."""
+    """The finished checkpoint of ``config``: the local cache first (a retrained run wins), then
+    the committed ones (what a fresh clone has)."""
     name = f"{config.key()}.pt"
-    for folder in (committed_checkpoints_dir(), cache_dir()):
+    for folder in (cache_dir(), committed_checkpoints_dir()):
         path = folder / name
         if path.is_file():
             try:
                 if load_checkpoint(path).get("complete"):
                     return path
             except CheckpointError:
-                continue  # a damaged cache entry is retrained, not fatal
+                continue  # damaged: train_or_load sets it aside and trains again
     return None
 
 
@@ -137,4 +139,11 @@ def train_or_load(config: RunConfig, *, progress: bool | None = None, retrain: b
     target = cache_dir() / f"{config.key()}.pt"
     if retrain and target.exists():
         target.unlink()
+    elif target.exists():
+        try:
+            load_checkpoint(target)  # an unfinished run: the trainer resumes it
+        except CheckpointError as err:  # damaged: keep it for inspection, train afresh
+            aside = target.with_suffix(".pt.damaged")
+            os.replace(target, aside)
+            logging.getLogger("frost_nb").warning("%s; moved it to %s and training again", err, aside)
     return Trainer(config, checkpoint=target, progress=progress).fit()

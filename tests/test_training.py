@@ -125,6 +125,29 @@ def test_cache_returns_the_trained_model(tiny_config):
     assert again.checkpoint == first.checkpoint
 
 
+def test_cache_order_retrain_and_damaged_entries(tiny_config, tmp_path, monkeypatch):
+    from frost_nb import checkpoint as ckpt_module
+
+    config = tiny_config.replace(**{"train.epochs": 1})
+    committed = tmp_path / "committed"
+    monkeypatch.setattr(ckpt_module, "committed_checkpoints_dir", lambda: committed)
+    first = train_or_load(config)
+    committed.mkdir()
+    (committed / first.checkpoint.name).write_bytes(first.checkpoint.read_bytes())
+    first.checkpoint.unlink()
+    assert train_or_load(config).checkpoint.parent == committed  # a fresh clone: the committed run
+    retrained = train_or_load(config, retrain=True)
+    assert retrained.checkpoint.parent != committed and not retrained.from_cache
+    assert train_or_load(config).checkpoint == retrained.checkpoint  # the retrained run wins
+    assert (committed / first.checkpoint.name).is_file()  # the committed file is never touched
+    retrained.checkpoint.write_bytes(b"not a checkpoint")
+    assert train_or_load(config).checkpoint.parent == committed  # a damaged cache entry is skipped
+    (committed / first.checkpoint.name).unlink()
+    again = train_or_load(config)  # nothing good left: the damaged file is set aside, trained again
+    assert again.checkpoint == retrained.checkpoint and not again.from_cache
+    assert retrained.checkpoint.with_suffix(".pt.damaged").read_bytes() == b"not a checkpoint"
+
+
 def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config, tmp_path,
                                                                      monkeypatch):
     # an optimiser step can break the weights while the loss of that step was still finite
