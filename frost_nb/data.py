@@ -564,7 +564,7 @@ def _read_cifar_pickle(folder: Path, name: str, part: str) -> _Part:
         files, meta_file, names_key, labels_key = [part], "meta", "fine_label_names", "fine_labels"
     xs, ys = [], []
     for file in files:
-        entry = _unpickle(folder / file)
+        entry = _unpickle(folder / file, name)
         try:
             # each row is the 1024 red, then green, then blue pixels: already (C, H, W) order
             xs.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
@@ -573,7 +573,7 @@ def _read_cifar_pickle(folder: Path, name: str, part: str) -> _Part:
             raise DataError(f"{folder / file}: not a CIFAR batch ({type(err).__name__}: {err}); "
                             f"replace it ({DATASETS[name].how_to_get}).") from err
     try:
-        classes = tuple(str(c) for c in _unpickle(folder / meta_file)[names_key])
+        classes = tuple(str(c) for c in _unpickle(folder / meta_file, name)[names_key])
     except (KeyError, TypeError) as err:
         raise DataError(f"{folder / meta_file}: no {names_key!r} list; replace it "
                         f"({DATASETS[name].how_to_get}).") from err
@@ -585,13 +585,13 @@ def _read_cifar_pickle(folder: Path, name: str, part: str) -> _Part:
     return _Part(torch.from_numpy(x), torch.from_numpy(y), classes, str(folder))
 
 
-def _unpickle(path: Path) -> dict:
+def _unpickle(path: Path, name: str) -> dict:
     try:
         with open(path, "rb") as f:
             return pickle.load(f, encoding="latin1")  # the releases are Python 2 pickles
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError, ImportError) as err:
-        raise DataError(f"{path} is truncated or corrupt ({type(err).__name__}: {err}); "
-                        "delete it and get the data again.") from err
+        raise DataError(f"{name}: {path} is truncated or corrupt ({type(err).__name__}: {err}); "
+                        f"delete it and get the data again ({DATASETS[name].how_to_get}).") from err
 
 
 def _download(name: str, root: Path, part: str, looked: list[str]) -> _Part:
@@ -618,14 +618,15 @@ def _download(name: str, root: Path, part: str, looked: list[str]) -> _Part:
 # ---------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=4)
-def _scan_image_folder(path: str) -> Any:
+def _scan_image_folder(path: str, name: str) -> Any:
     """An ImageFolder without transforms (scanning 130k files takes seconds: done once)."""
     from torchvision.datasets import ImageFolder
 
     try:
         return ImageFolder(path)
     except (FileNotFoundError, OSError) as err:  # e.g. no class folders, or none with images
-        raise DataError(f"{path}: not an image folder ({err}).") from err
+        raise DataError(f"{name}: {path} is not an image folder ({err}). Expected one folder per "
+                        f"class holding the images; to get it: {DATASETS[name].how_to_get}.") from err
 
 
 def _folder_transform(info: DatasetInfo, train: bool) -> Any:
@@ -656,11 +657,11 @@ def _load_folder_split(info: DatasetInfo, root: Path, split: str, val_fraction: 
         raise _missing(info.name, looked, "Folder sets are never downloaded.")
     place = Path(hit[1])
     if split == "test":
-        scanned = _scan_image_folder(str(place / "val"))
+        scanned = _scan_image_folder(str(place / "val"), info.name)
         # ImageFolder sorts by class: a fixed shuffle so `limit` sees every class
         idx = _fixed_order(len(scanned))
     else:
-        scanned = _scan_image_folder(str(place / "train"))
+        scanned = _scan_image_folder(str(place / "train"), info.name)
         train_idx, val_idx = _split_indices(len(scanned), val_fraction, split_seed)
         idx = train_idx if split == "train" else val_idx
     if limit is not None:

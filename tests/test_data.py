@@ -403,7 +403,7 @@ def test_cifar100_torchvision_pickles(tmp_path):
 def test_corrupt_pickle_names_file(tmp_path):
     make_cifar100_pickles(tmp_path / "cifar-100-python")
     (tmp_path / "cifar-100-python" / "test").write_bytes(b"\x80\x02}q\x00")  # cut-off pickle
-    with pytest.raises(DataError, match="cifar-100-python/test is truncated or corrupt"):
+    with pytest.raises(DataError, match="cifar100: .*cifar-100-python/test is truncated or corrupt"):
         load_dataset("cifar100", "test", tmp_path, download=False)
 
 
@@ -503,6 +503,14 @@ def test_imagenet_folders_splits_and_transforms(tmp_path):
     assert float(image.min()) < -1.5  # normalised with ImageNet statistics, not in [0, 1]
     assert train.folder[0][0].shape == (3, 224, 224)
     assert len(load_dataset("imagenet100", "test", tmp_path, limit=3)) == 3
+
+
+def test_imagenet_empty_class_folders_say_how_to_get_the_set(tmp_path):
+    make_image_folders(tmp_path)
+    for image in (tmp_path / "imagenet100" / "train").rglob("*.*"):
+        image.unlink()  # class folders without images
+    with pytest.raises(DataError, match="imagenet100: .*train is not an image folder.*to get it"):
+        load_dataset("imagenet100", "train", tmp_path)
 
 
 def test_imagenet_batches_reproducible(tmp_path):
