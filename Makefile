@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # smoke runs write here, never over the committed demo outputs
 SMOKE_OUT ?= $(or $(TMPDIR),/tmp)/frost_nb_smoke
 
-.PHONY: install demo test notebooks-smoke fashion-mnist clean-smoke
+.PHONY: install demo test notebooks notebooks-smoke fashion-mnist clean-smoke
 
 install: $(VENV)/.installed
 
@@ -25,6 +25,15 @@ test: install
 	FROST_SMOKE=1 FROST_OUTPUTS=$(SMOKE_OUT) FROST_PROGRESS=0 MPLBACKEND=Agg \
 	  $(PY) -m pytest -q tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  -p no:cacheprovider
+
+# execute the notebooks at their default (demo) size in place, as they are committed; trained
+# models come from outputs/checkpoints/ or the cache. NB=notebooks/01_training.ipynb for one.
+NB ?= $(wildcard notebooks/[0-9]*.ipynb)
+notebooks: install
+	for nb in $(NB); do \
+	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace $$nb && \
+	  $(PY) -c "import sys; from frost_nb.notebook import strip_execution_metadata as s; s(sys.argv[1])" $$nb \
+	  || exit 1; done
 
 # the Fashion-MNIST copy of Debian (root; the loader also finds it in data/ or downloads it)
 fashion-mnist:

@@ -139,3 +139,21 @@ def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2
                          "logits": tuple(out.logits.shape), "halting": tuple(out.halt_logits.shape),
                          "alpha": None if alpha is None else round(alpha.item(), 4)})
     return pd.DataFrame(rows)
+
+
+def strip_execution_metadata(path) -> bool:
+    """Drop the per-cell run timestamps (and any papermill metadata) that executing a notebook
+    adds, so that committed notebooks differ only where their outputs do. True if it changed."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    nb = json.loads(path.read_text())
+    changed = nb.get("metadata", {}).pop("papermill", None) is not None
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {})
+        for key in ("execution", "papermill"):
+            changed |= meta.pop(key, None) is not None
+    if changed:
+        _atomic_write(path, (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode())
+    return changed

@@ -41,3 +41,29 @@ def test_bad_parameter_stops_the_notebook(tmp_path, monkeypatch):
         _run("01_training.ipynb", tmp_path, monkeypatch, epochs=-3)
     with pytest.raises(papermill.PapermillExecutionError, match="dataset"):
         _run("01_training.ipynb", tmp_path, monkeypatch, dataset="mnist-3d")
+
+
+def test_strip_execution_metadata(tmp_path):
+    from frost_nb.notebook import strip_execution_metadata
+
+    cell = {"cell_type": "code", "source": "1", "outputs": [], "execution_count": 1,
+            "metadata": {"tags": ["parameters"], "execution": {"iopub.execute_input": "t"},
+                         "papermill": {"duration": 1.0}}}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"cells": [cell], "metadata": {"papermill": {}}, "nbformat": 4,
+                                "nbformat_minor": 5}))
+    assert strip_execution_metadata(path)
+    nb = json.loads(path.read_text())
+    assert nb["cells"][0]["metadata"] == {"tags": ["parameters"]} and "papermill" not in nb["metadata"]
+    assert not strip_execution_metadata(path)  # nothing left to strip
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9]*.ipynb")), ids=lambda p: p.name)
+def test_committed_notebooks_are_executed_and_clean(path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "python3" and "papermill" not in nb["metadata"]
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c["execution_count"] for c in code), "commit the notebook executed (make notebooks)"
+    assert not any({"execution", "papermill"} & set(c["metadata"]) for c in code)
+    text = json.dumps([c.get("outputs", []) for c in code])
+    assert "size smoke" not in text  # committed at demo size, not smoke output
