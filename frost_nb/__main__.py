@@ -91,9 +91,11 @@ def _split(config, split: str, root: str | None = None):
 
 def _load(args):
     from .checkpoint import checkpoint_config, load_model
+    from .training import pick_device
 
     config = checkpoint_config(args.checkpoint)
     model, calibrator = load_model(args.checkpoint)
+    model.to(pick_device(config.train.device))  # the GPU when there is one
     return config, model, calibrator, _split(config, args.split, args.root)
 
 
@@ -109,11 +111,12 @@ def cmd_evaluate(args) -> int:
     config, model, calibrator, dataset = _load(args)
     tau = calibrator.threshold(args.quantile)
     correct, depths = [], []
+    device = next(model.parameters()).device
     for x, y in make_batches(dataset, config.train.eval_batch_size, shuffle=False, augment=False,
-                             device=torch.device("cpu")):
+                             device=device):
         res = adaptive_predict(model, x, tau)
-        correct.append(res.logits.argmax(-1) == y)
-        depths.append(res.depth)
+        correct.append((res.logits.argmax(-1) == y).cpu())
+        depths.append(res.depth.cpu())
     correct, depths = torch.cat(correct).float(), torch.cat(depths).float()
     print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, "quantile": args.quantile,
                       "threshold": tau, "accuracy": correct.mean().item(),
@@ -134,7 +137,10 @@ def cmd_sweep(args) -> int:
     table = sweep(outputs.scores, outputs.correct, calibrator, args.quantiles)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.csv:
-        table.to_csv(args.csv, index=False)
+        from .paths import atomic_path
+
+        with atomic_path(args.csv) as tmp:
+            table.to_csv(tmp, index=False)
     return 0
 
 

@@ -135,9 +135,12 @@ def collect_outputs(model: torch.nn.Module, batches, *, amp: bool = False) -> St
 
 
 def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512,
-             device: torch.device | str = "cpu") -> StepOutputs:
-    """Full-depth outputs of ``model`` on an ImageData split (no augmentation)."""
-    batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=torch.device(device))
+             device: torch.device | str | None = None) -> StepOutputs:
+    """Full-depth outputs of ``model`` on an ImageData split (no augmentation), on ``device``
+    (default: where the model's weights are)."""
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    model.to(device)
+    batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=device)
     return collect_outputs(model, batches)
 
 
