@@ -80,23 +80,14 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _split(config, split: str, root: str | None = None):
-    """The ``split`` of the data set a config was trained on (same held-out rule)."""
-    from .data import load_dataset
-
-    d = config.data
-    return load_dataset(d.name, split, root=root or d.root, val_fraction=d.val_fraction,
-                        split_seed=d.split_seed, download=d.download, limit=d.limit)
-
-
 def _load(args):
     from .checkpoint import checkpoint_config, load_model
-    from .training import pick_device
+    from .training import load_split, pick_device
 
     config = checkpoint_config(args.checkpoint)
     model, calibrator = load_model(args.checkpoint)
     model.to(pick_device(config.train.device))  # the GPU when there is one
-    return config, model, calibrator, _split(config, args.split, args.root)
+    return config, model, calibrator, load_split(config, args.split, args.root)
 
 
 def cmd_evaluate(args) -> int:
@@ -150,11 +141,11 @@ def cmd_demo(args) -> int:
     from .halting import sweep
     from .notebook import save_figure, write_metrics
     from .plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
-    from .training import evaluate
+    from .training import evaluate, load_split
 
     config = _config(args)
     result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
-    outputs = evaluate(result.model, _split(config, "test"), batch_size=config.train.eval_batch_size)
+    outputs = evaluate(result.model, load_split(config, "test"), batch_size=config.train.eval_batch_size)
     table = sweep(outputs.scores, outputs.correct, result.calibrator, PAPER_QUANTILES)
     name = f"demo_{config.model.name}_{config.data.name}"
     figures = {"training": plot_training(result.history, f"{config.model.name} on {config.data.name}"),

@@ -97,10 +97,25 @@ def _atomic_write(path: Path, data: bytes) -> Path:
     return path
 
 
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None) -> Path:
-    """Write ``outputs/metrics/<name>.json`` atomically, with the environment under ``env``."""
-    record = {**metrics, "env": environment(device)}
-    blob = json.dumps(record, indent=2, sort_keys=False, default=float).encode()
+    """Write ``outputs/metrics/<name>.json`` atomically, with the environment under ``env``.
+
+    Strict JSON: a non-finite number (the threshold +inf of q = 1, a NaN) is written as null.
+    """
+    record = _finite_or_null({**metrics, "env": environment(device)})
+    blob = json.dumps(record, indent=2, sort_keys=False, default=float, allow_nan=False).encode()
     return _atomic_write(outputs_dir() / "metrics" / f"{name}.json", blob)
 
 

@@ -48,6 +48,14 @@ def _check_model_fits_data(cfg: RunConfig, info) -> None:
                               f"or set model.{field_name}={want}")
 
 
+def load_split(config: RunConfig, split: str, root: str | os.PathLike | None = None):
+    """The ``split`` ("train", "val", "test") of the data set ``config`` trains on, with its
+    held-out rule (the same images the trainer used); ``root`` overrides ``data.root``."""
+    d = config.data
+    return load_dataset(d.name, split, root=root or d.root, val_fraction=d.val_fraction,
+                        split_seed=d.split_seed, download=d.download, limit=d.limit)
+
+
 def pick_device(preference: str = "auto") -> torch.device:
     """CUDA, then Apple's MPS, then the CPU (or exactly the one asked for)."""
     if preference == "auto":
@@ -180,11 +188,9 @@ class Trainer:
         self.channels_last = cfg.model.backbone == "resnet" and (
             cfg.train.channels_last == "on" or (cfg.train.channels_last == "auto" and on_cuda))
         d = cfg.data
-        split = dict(root=d.root, val_fraction=d.val_fraction, split_seed=d.split_seed,
-                     download=d.download, limit=d.limit)
-        self.train_set = load_dataset(d.name, "train", **split)
-        self.val_set = load_dataset(d.name, "val", **split) if d.val_fraction > 0 else None
-        self.test_set = load_dataset(d.name, "test", **split)
+        self.train_set = load_split(cfg, "train")
+        self.val_set = load_split(cfg, "val") if d.val_fraction > 0 else None
+        self.test_set = load_split(cfg, "test")
         _check_model_fits_data(cfg, self.train_set.info)
         if self.val_set is not None and len(self.val_set) == 0:
             raise ConfigError(f"data.val_fraction={d.val_fraction} leaves no image of {d.name} held out "

@@ -33,7 +33,14 @@ def test_training_notebook_writes_its_metrics(tmp_path, monkeypatch, isolated_ou
     assert metrics["accuracy"] > 0.5  # 10 classes: chance is 0.1
     assert set(metrics["env"]) >= {"torch", "device", "commit"}
     figures = {p.name for p in (isolated_outputs / "outputs" / "figures").iterdir()}
-    assert {"01_training_curves.png", "01_alpha.png", "01_halting_scores.png"} <= figures
+    assert {"01_training_curves.png", "01_alpha.png", "01_halting_scores.png",
+            "01_sweep.png"} <= figures
+    # the halting sweep: depth rises with q and q = 1 (threshold +inf, written null) is full depth
+    sweep = metrics["sweep"]
+    depths = [row["mean_depth"] for row in sweep]
+    assert depths == sorted(depths) and depths[0] < depths[-1]
+    assert sweep[-1]["quantile"] == 1.0 and sweep[-1]["threshold"] is None
+    assert sweep[-1]["mean_depth"] == 4 and sweep[-1]["std_depth"] == 0  # smoke: T = 4
 
 
 def test_bad_parameter_stops_the_notebook(tmp_path, monkeypatch):
@@ -67,3 +74,16 @@ def test_committed_notebooks_are_executed_and_clean(path):
     assert not any({"execution", "papermill"} & set(c["metadata"]) for c in code)
     text = json.dumps([c.get("outputs", []) for c in code])
     assert "size smoke" not in text  # committed at demo size, not smoke output
+
+
+def test_metrics_are_strict_json(isolated_outputs):
+    import numpy as np
+    import torch
+
+    from frost_nb.notebook import write_metrics
+
+    path = write_metrics("t", {"sweep": [{"q": 1.0, "threshold": float("inf")}],
+                               "nan": float("nan"), "np": np.float32(0.5), "t": torch.tensor(2.0)})
+    record = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert record["sweep"][0]["threshold"] is None and record["nan"] is None
+    assert record["np"] == 0.5 and record["t"] == 2.0 and "torch" in record["env"]
