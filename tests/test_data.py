@@ -679,3 +679,16 @@ def test_cuda_batches_equal_cpu_batches():
     on_gpu = run("cuda")
     assert on_gpu[0][0].is_cuda and on_gpu[0][1].is_cuda
     assert same([(x.cpu(), y.cpu()) for x, y in on_gpu], run("cpu"))
+
+
+def test_data_root_order_argument_then_env_then_repo(tmp_path, monkeypatch):
+    from frost_nb.paths import data_root, repo_root
+
+    monkeypatch.delenv("FROST_DATA", raising=False)
+    assert data_root() == repo_root() / "data"
+    monkeypatch.setenv("FROST_DATA", str(tmp_path / "env"))
+    assert data_root() == tmp_path / "env"
+    assert data_root(tmp_path / "arg") == tmp_path / "arg"
+    # and load_dataset follows it: the set is found under $FROST_DATA, not in data/
+    make_cifar100_pickles(tmp_path / "env" / "cifar-100-python")
+    assert load_dataset("cifar100", "test", download=False).source.startswith(str(tmp_path / "env"))

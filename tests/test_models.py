@@ -15,9 +15,6 @@ BACKBONES = ("resnet", "vit")
 # small models: 8x8 images, 4 steps, width 16 (a fraction of a second each on a CPU)
 SMALL = dict(in_channels=3, image_size=8, num_classes=5, steps=4, width=16, bottleneck=8,
              stem_stride=1, norm_groups=4, patch_size=2, heads=2, mlp_ratio=2.0)
-# B, C, D maps of the paper setting: pointwise two-layer maps sized to Table 3's parameter
-# excess of basic_ssm over recurrent (docs/parameters.md); no-ops once config.py's paper size has them
-PAPER_BCD = {"resnet": dict(bcd_kernel=1, bcd_hidden=896), "vit": dict(bcd_kernel=1, bcd_hidden=2816)}
 
 
 def small(name, backbone, seed=0, **fields):
@@ -31,7 +28,7 @@ def images(n=6, seed=1):
 
 def paper_model(name, backbone, **fields):
     cfg = make_config("paper", "imagenet100", name, backbone).model
-    cfg = dataclasses.replace(cfg, **(PAPER_BCD[backbone] | fields))
+    cfg = dataclasses.replace(cfg, **fields) if fields else cfg  # the paper size as config.py has it
     with torch.device("meta"):  # shapes only: 86M parameters in no time
         return create_model(cfg)
 
