@@ -107,6 +107,27 @@ def make_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr)
 
 
+def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: RunConfig, *,
+                 amp: bool, channels_last: bool):
+    """One training forward pass: the model's outputs, the total loss and its parts."""
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
+        out = model(x, detach_halt_input=not cfg.loss.rank_grad_to_backbone)
+        loss, parts = total_loss(out.logits, out.halt_logits, y, cfg.loss)
+    return out, loss, parts
+
+
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                   grad_clip: float = 0.0) -> None:
+    """Backward pass, optional gradient clipping, optimiser step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+
+
 @dataclass
 class StepOutputs:
     """Per-sample, per-step outputs of the full-depth model over a split (on the CPU)."""
@@ -266,19 +287,12 @@ class Trainer:
         sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores
         total_loss_sum, correct, seen = 0.0, 0, 0
         for x, y in self.batches:
-            if self.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-                out = model(x, detach_halt_input=not cfg.loss.rank_grad_to_backbone)
-                loss, parts = total_loss(out.logits, out.halt_logits, y, cfg.loss)
+            out, loss, parts = forward_loss(model, x, y, cfg, amp=self.amp,
+                                            channels_last=self.channels_last)
             if not torch.isfinite(loss):
                 self._stop(f"the loss became {loss.item()} at epoch {epoch + 1}, step {self.step + 1} "
                            f"(parts: {parts})")
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.train.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-            self.optimizer.step()
+            optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
             self.scheduler.step()
             self.step += 1
             scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
