@@ -92,8 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for backbone in a.backbones:
         for model in a.models:
-            rows.append(measure(a.size, a.dataset, model, backbone, a.batch_size, a.steps, a.warmup,
-                                a.amp, a.channels_last, a.device))
+            try:
+                rows.append(measure(a.size, a.dataset, model, backbone, a.batch_size, a.steps,
+                                    a.warmup, a.amp, a.channels_last, a.device))
+            except torch.OutOfMemoryError as err:  # a row that says so; the others still run
+                rows.append({"size": a.size, "backbone": backbone, "model": model,
+                             "batch_size": a.batch_size, "images_per_s": float("nan"),
+                             "error": f"out of memory: {str(err).splitlines()[0][:120]}"})
+                torch.cuda.empty_cache()
             print(pd.DataFrame(rows[-1:]).to_string(index=False, float_format="%.2f"), flush=True)
             if a.csv:  # after every row: a run cut short keeps what it measured
                 pd.DataFrame(rows).to_csv(a.csv, index=False)

@@ -16,9 +16,9 @@ import os
 import sys
 from typing import Any
 
+from .halting import PAPER_QUANTILES
 from .paths import shown_path
 
-PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 
 
 def _value(text: str) -> Any:
@@ -77,6 +77,27 @@ def cmd_train(args) -> int:
     else:
         result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
     print(json.dumps(_summary(result), indent=2))
+    return 0
+
+
+def cmd_grid(args) -> int:
+    """Train (or find in the cache) every run of a named grid, or one shard of it."""
+    from .checkpoint import train_or_load
+    from .experiments import grid, shard
+    from .notebook import ParameterError
+
+    try:
+        index, count = (int(v) for v in args.shard.split("/"))
+    except ValueError:
+        raise ParameterError(f"--shard {args.shard!r} must look like INDEX/COUNT, e.g. 0/2") from None
+    seeds = tuple(args.seeds)
+    try:
+        runs = shard(grid(args.name, args.size, args.dataset, seeds), index, count)
+    except ValueError as err:
+        raise ParameterError(str(err)) from None
+    for label, config in runs.items():
+        result = train_or_load(config, progress=False if args.no_progress else None)
+        print(json.dumps({"run": label, **_summary(result)}), flush=True)
     return 0
 
 
@@ -184,6 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("train", help="train a model (or load it from the cache)")
     run_options(p)
     p.add_argument("--checkpoint", default=None, help="write/resume this checkpoint instead of the cache")
+    p = sub.add_parser("grid", help="train every run of a named grid of experiments (the cache keeps them)")
+    p.add_argument("name", help="families, hurst, loss, update, tuning or conflict (frost_nb/experiments.py)")
+    p.add_argument("--size", default="demo", choices=("smoke", "demo", "paper"))
+    p.add_argument("--dataset", default="fashion-mnist")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--shard", default="0/1", help="INDEX/COUNT: train every COUNT-th run from INDEX")
+    p.add_argument("--no-progress", action="store_true")
     for name, helptext in (("evaluate", "adaptive inference at one quantile"),
                            ("sweep", "halting quantile sweep")):
         p = sub.add_parser(name, help=helptext)
@@ -204,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     from .notebook import ParameterError
     from .training import TrainingError
 
-    commands = {"demo": cmd_demo, "train": cmd_train, "evaluate": cmd_evaluate, "sweep": cmd_sweep}
+    commands = {"demo": cmd_demo, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep}
     try:
         return commands[args.command](args)
     except (ConfigError, DataError, ParameterError, CheckpointError, TrainingError) as err:

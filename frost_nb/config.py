@@ -212,6 +212,10 @@ class TrainConfig(_Validated):
     amp: str = "auto"  # auto (bf16 on CUDA) | bf16 | off
     channels_last: str = "auto"  # auto (on CUDA for resnet) | on | off
     num_workers: int = 0  # DataLoader workers for folder data sets (ImageNet-100)
+    # every this many optimiser steps, record the cosine between the task and ranking
+    # gradients (analysis.gradient_conflict; 3 extra passes on that batch); 0: never.
+    # A measurement only: it does not change the trained weights.
+    diagnostics_every: int = 0
 
     def validate(self) -> None:
         self._check("epochs", self.epochs >= 1, "at least 1 epoch")
@@ -227,6 +231,7 @@ class TrainConfig(_Validated):
         self._check("amp", self.amp in ("auto", "bf16", "off"), "auto, bf16 or off")
         self._check("channels_last", self.channels_last in ("auto", "on", "off"), "auto, on or off")
         self._check("num_workers", self.num_workers >= 0, "a non-negative count")
+        self._check("diagnostics_every", self.diagnostics_every >= 0, "0 (off) or a step count")
 
 
 @dataclass
@@ -271,6 +276,8 @@ class RunConfig:
             d["data"].pop(where)
         for where in ("device", "num_workers", "eval_batch_size"):
             d["train"].pop(where)
+        if not d["train"]["diagnostics_every"]:  # keys of runs without diagnostics stay as they were
+            d["train"].pop("diagnostics_every")
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -28,6 +28,9 @@ from datasketches import kll_floats_sketch
 from torch import Tensor
 
 
+PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid of Table 2
+
+
 def _as_float32_numpy(scores: Any) -> np.ndarray:
     """Flattened float32 copy of a tensor (any device or float dtype, bf16 too) or array."""
     if isinstance(scores, Tensor):

@@ -40,6 +40,9 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "quantile": ((int, float), lambda v: 0.0 <= v <= 1.0 and not math.isnan(v), "a quantile in [0, 1]"),
     "retrain": (bool, lambda v: True, "True or False"),
     "checkpoint": ((str, type(None)), lambda v: True, "a path or None"),
+    "seeds": (int, lambda v: 1 <= v <= 10, "a number of seeds from 1 to 10"),
+    "samples": ((int, type(None)), lambda v: v is None or v >= 1,
+                "a positive number of test images, or None for the whole test split"),
 }
 
 

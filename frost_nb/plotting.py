@@ -93,3 +93,61 @@ def plot_sweep(table, title: str = "") -> plt.Figure:
     ax.set(xlabel="mean depth (steps)", ylabel="test accuracy", title=title or "halting sweep")
     fig.tight_layout()
     return fig
+
+
+def plot_scale_consistency(table, paper_rows: Sequence[dict] = (), title: str = "") -> plt.Figure:
+    """cos(GAP(h_t), GAP(h_T)) against t per model: the mean over seeds of the per-run means,
+    a band of the mean within-run std over samples; the paper's Table 1 as crosses."""
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    colors = {}
+    for model, part in table.groupby("model", sort=False):
+        g = part.groupby("step")
+        mean, std = g["mean"].mean(), g["std"].mean()
+        line, = ax.plot(mean.index, mean.values, "o-", ms=3, label=model)
+        colors[model] = line.get_color()
+        ax.fill_between(mean.index, mean - std, mean + std, color=line.get_color(), alpha=0.12)
+    for model in sorted({r["model"] for r in paper_rows}):
+        rows = [r for r in paper_rows if r["model"] == model]
+        ax.plot([r["step"] for r in rows], [r["mean"] for r in rows], "x", ms=7,
+                color=colors.get(model, "k"), label=f"paper: {model}")
+    ax.set(xlabel="step t", ylabel="cos(GAP(h_t), GAP(h_T))", ylim=(-0.1, 1.05),
+           title=title or "scale consistency (Table 1)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_similarity_matrices(matrices: dict[str, Any], title: str = "") -> plt.Figure:
+    """One heatmap per model of the mean cosine between the pooled states of every two steps."""
+    n = len(matrices)
+    fig, axes = plt.subplots(1, n, figsize=(3.1 * n, 3.2), squeeze=False)
+    for ax, (label, m) in zip(axes[0], matrices.items()):
+        m = np.asarray(m)
+        im = ax.imshow(m, vmin=-1, vmax=1, cmap="RdBu_r", origin="upper")
+        ax.set(title=label, xlabel="step t", ylabel="step s")
+        ticks = np.arange(0, m.shape[0], max(1, m.shape[0] // 4))
+        ax.set_xticks(ticks)
+        ax.set_yticks(ticks)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean cosine")
+    fig.suptitle(title or "step-by-step similarity of the pooled states (h_0 .. h_T)")
+    return fig
+
+
+def plot_step_sizes(step_norms: dict[str, Any], kappa: dict[str, float] | None = None,
+                    title: str = "") -> plt.Figure:
+    """Median ||h_{t+1} - h_t|| against t (log scale, quartile band) per model, with the
+    geometric line of the fitted rate kappa through the median at t = 0."""
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for label, s in step_norms.items():
+        s = np.asarray(s, dtype=float)  # (N, T)
+        t = np.arange(s.shape[1])
+        q25, med, q75 = np.quantile(s, [0.25, 0.5, 0.75], axis=0)
+        line, = ax.plot(t, med, "o-", ms=3, label=label)
+        ax.fill_between(t, q25, q75, color=line.get_color(), alpha=0.12)
+        if kappa and label in kappa:
+            ax.plot(t, med[0] * kappa[label] ** t, ls=":", color=line.get_color(), lw=1)
+    ax.set(xlabel="step t", ylabel="||h_{t+1} - h_t||", yscale="log",
+           title=title or "step sizes (dotted: fitted kappa^t)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

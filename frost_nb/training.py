@@ -188,7 +188,9 @@ def _new_history() -> dict[str, Any]:
     steps = ("step", "epoch", "lr", "loss", "task", "rel", "abs", "accuracy", "alpha", "hurst",
              "easy_score", "hard_score", "threshold_median")
     epochs = ("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds")
-    return {"steps": {k: [] for k in steps}, "epochs": {k: [] for k in epochs}}
+    diagnostics = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm")  # train.diagnostics_every
+    return {"steps": {k: [] for k in steps}, "epochs": {k: [] for k in epochs},
+            "diagnostics": {k: [] for k in diagnostics}}
 
 
 @dataclass
@@ -264,6 +266,7 @@ class Trainer:
         if state["calibrator"]:
             self.calibrator = HaltingCalibrator.from_bytes(state["calibrator"])
         self.history, self.epoch, self.step = state["history"], state["epoch"], state["step"]
+        self.history.setdefault("diagnostics", _new_history()["diagnostics"])  # older checkpoints
         self.train_seconds = state.get("train_seconds", 0.0)
         return True
 
@@ -286,7 +289,10 @@ class Trainer:
         model.train()
         sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores
         total_loss_sum, correct, seen = 0.0, 0, 0
+        every = cfg.train.diagnostics_every
         for x, y in self.batches:
+            if every and self.step % every == 0:
+                self._diagnose(x, y)
             out, loss, parts = forward_loss(model, x, y, cfg, amp=self.amp,
                                             channels_last=self.channels_last)
             if not torch.isfinite(loss):
@@ -308,6 +314,19 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{correct / seen:.3f}", refresh=False)
         return total_loss_sum / seen, correct / seen, sketch
+
+    def _diagnose(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Gradient conflict on this batch at the current weights (before the step)."""
+        from .analysis import gradient_conflict
+
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
+            g = gradient_conflict(self.model, x, y, self.config.loss)
+        d = self.history["diagnostics"]
+        for k, v in (("step", self.step), ("grad_cosine", g["cosine"]),
+                     ("task_grad_norm", g["task_norm"]), ("rank_grad_norm", g["rank_norm"])):
+            d[k].append(v)
 
     def _stop(self, what: str) -> None:
         raise TrainingError(

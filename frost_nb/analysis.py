@@ -1,0 +1,207 @@
+"""Measurements behind the paper's geometric claims (FROST, Yu and Hwang, ICML 2026).
+
+Spec section 5. Pure functions over tensors (no printing, no I/O); ``collect_trajectories``
+is the one pass over the data that runs a model, everything else works on its result.
+
+- Scale consistency (Table 1): cosine similarity between the pooled state GAP(h_t) and the
+  final pooled state GAP(h_T), per sample, then mean and standard deviation over samples.
+- Step-by-step similarity: the (T+1) x (T+1) matrix of mean cosines between every pair of
+  pooled states h_0 .. h_T, which shows whether the trajectory is one smooth phase.
+- Contraction: step sizes s_t = ||h_{t+1} - h_t|| on the full state (not pooled). A contraction
+  with rate kappa has s_t <= kappa^t s_0, and then the distance to the fixed point obeys
+      ||h_t - h_*|| <= kappa^t / (1 - kappa) * ||h_1 - h_0||                      (the paper's bound)
+  We fit kappa per sample as exp(slope) of a least-squares line through log s_t against t
+  and check the bound with h_T standing in for h_* (a finite run has no h_*).
+- Gradient conflict (appendix D): the cosine between the gradients of the task loss and of
+  the weighted ranking loss over the parameters both losses reach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .config import LossConfig
+from .losses import ranking_losses, step_losses, task_loss
+from .models import gap
+
+
+
+
+@dataclass
+class Trajectories:
+    """Per-sample trajectories of a model over a split (float32, on the CPU)."""
+
+    pooled: Tensor  # (N, T+1, D) GAP(h_t) for t = 0..T
+    step_norms: Tensor  # (N, T) ||h_{t+1} - h_t|| over the full state
+    state_norms: Tensor  # (N, T+1) ||h_t||
+    dist_to_final: Tensor  # (N, T+1) ||h_t - h_T||
+    second_diff_norms: Tensor  # (N, T-1) ||(h_{t+1} - h_t) - (h_t - h_{t-1})||, t = 1..T-1
+    logits: Tensor  # (N, T, K) class logits at t = 1..T
+    halt_logits: Tensor  # (N, T)
+    y: Tensor  # (N,)
+
+    @property
+    def steps(self) -> int:
+        return self.step_norms.shape[1]
+
+    def __len__(self) -> int:
+        return self.y.shape[0]
+
+
+def _flat_norm(z: Tensor) -> Tensor:
+    return z.flatten(1).float().norm(dim=1)  # (B,)
+
+
+@torch.no_grad()
+def collect_trajectories(model: torch.nn.Module, batches, *, max_samples: int | None = None
+                         ) -> Trajectories:
+    """Run ``model`` step by step over ``batches`` (full depth) and keep its trajectories.
+
+    Uses the model's step API (``embed``, ``context``, ``init_state``, ``step``, ``readout``),
+    which is exactly its forward pass; full states are reduced to norms batch by batch, so
+    memory stays O(N T D) for the pooled states only.
+    """
+    model.eval()
+    parts: dict[str, list[Tensor]] = {k: [] for k in Trajectories.__dataclass_fields__}
+    seen = 0
+    for x, y in batches:
+        if max_samples is not None and seen >= max_samples:
+            break
+        if max_samples is not None:
+            x, y = x[: max_samples - seen], y[: max_samples - seen]
+        ctx = model.context(model.embed(x))
+        h = model.init_state(ctx)
+        states, logits, halts = [h.float()], [], []
+        for t in range(model.config.steps):
+            h = model.step(h, ctx, t)
+            lg, hl, _ = model.readout(h, ctx)
+            states.append(h.float())
+            logits.append(lg.float())
+            halts.append(hl.float())
+        hs = torch.stack(states, 1)  # (B, T+1, *state)
+        diffs = hs[:, 1:] - hs[:, :-1]  # (B, T, *state)
+        b, t1 = hs.shape[:2]
+        parts["pooled"].append(torch.stack([gap(s) for s in states], 1).cpu())  # (B, T+1, D)
+        parts["step_norms"].append(diffs.reshape(b, t1 - 1, -1).norm(dim=2).cpu())
+        parts["state_norms"].append(hs.reshape(b, t1, -1).norm(dim=2).cpu())
+        parts["dist_to_final"].append((hs - hs[:, -1:]).reshape(b, t1, -1).norm(dim=2).cpu())
+        parts["second_diff_norms"].append(
+            (diffs[:, 1:] - diffs[:, :-1]).reshape(b, t1 - 2, -1).norm(dim=2).cpu())
+        parts["logits"].append(torch.stack(logits, 1).cpu())  # (B, T, K)
+        parts["halt_logits"].append(torch.stack(halts, 1).cpu())  # (B, T)
+        parts["y"].append(y.cpu())
+        seen += len(y)
+    if seen == 0:
+        raise ValueError("collect_trajectories got no batches (an empty split?)")
+    return Trajectories(**{k: torch.cat(v) for k, v in parts.items()})
+
+
+# ---------------------------------------------------------------- scale consistency
+def cosine_to_final(pooled: Tensor) -> Tensor:
+    """(N, T+1, D) pooled states -> (N, T+1) cosine of each step's state with the last one."""
+    if pooled.dim() != 3:
+        raise ValueError(f"pooled must be (N, T+1, D), got shape {tuple(pooled.shape)}")
+    return torch.nn.functional.cosine_similarity(pooled, pooled[:, -1:], dim=2)  # (N, T+1)
+
+
+def scale_consistency_rows(pooled: Tensor, steps=None) -> list[dict]:
+    """Table 1 rows: for each step t (default every t = 1..T), mean and std over samples of
+    cos(GAP(h_t), GAP(h_T)). Population std (ddof 0), as a spread over the test set."""
+    cos = cosine_to_final(pooled)  # (N, T+1)
+    last = cos.shape[1] - 1
+    steps = range(1, last + 1) if steps is None else steps
+    rows = []
+    for t in steps:
+        if not 0 <= t <= last:
+            raise ValueError(f"step {t} outside 0..{last}")
+        c = cos[:, t]
+        rows.append({"step": int(t), "mean": c.mean().item(), "std": c.std(unbiased=False).item()})
+    return rows
+
+
+def similarity_matrix(pooled: Tensor) -> Tensor:
+    """(T+1, T+1) mean over samples of cos(GAP(h_s), GAP(h_t)) for every pair of steps."""
+    z = torch.nn.functional.normalize(pooled.float(), dim=2)  # (N, T+1, D) unit vectors
+    return torch.einsum("nsd,ntd->st", z, z) / z.shape[0]  # (T+1, T+1)
+
+
+def adjacent_similarity(pooled: Tensor) -> Tensor:
+    """(T,) mean cos(GAP(h_t), GAP(h_{t+1})): a dip marks an abrupt change of phase."""
+    return torch.diagonal(similarity_matrix(pooled), offset=1)
+
+
+# ---------------------------------------------------------------- contraction
+def fit_contraction(step_norms: Tensor, eps: float = 1e-12) -> Tensor:
+    """Per-sample rate kappa: exp(slope) of the least-squares line log s_t = a + t log kappa,
+    t = 0..T-1. Returns (N,); kappa < 1 means the steps shrink geometrically on average."""
+    if step_norms.dim() != 2 or step_norms.shape[1] < 2:
+        raise ValueError(f"step_norms must be (N, T) with T >= 2, got {tuple(step_norms.shape)}")
+    logs = step_norms.double().clamp_min(eps).log()  # (N, T)
+    t = torch.arange(logs.shape[1], dtype=torch.float64)
+    tc = t - t.mean()
+    slope = ((logs - logs.mean(1, keepdim=True)) * tc).sum(1) / (tc * tc).sum()  # (N,)
+    return slope.exp().float()
+
+
+def contraction_bound(step_norms: Tensor, dist_to_final: Tensor, kappa: Tensor) -> Tensor:
+    """(N, T) whether ||h_t - h_T|| <= kappa^t / (1 - kappa) ||h_1 - h_0|| for t = 0..T-1.
+
+    False for every t of a sample with kappa >= 1 (the bound is not defined there).
+    """
+    n, t = step_norms.shape
+    if dist_to_final.shape != (n, t + 1) or kappa.shape != (n,):
+        raise ValueError("expected step_norms (N, T), dist_to_final (N, T+1) and kappa (N,)")
+    k = kappa.double()[:, None]  # (N, 1)
+    steps = torch.arange(t, dtype=torch.float64)[None]  # (1, T)
+    bound = k.pow(steps) / (1 - k) * step_norms[:, :1].double()  # (N, T)
+    holds = dist_to_final[:, :t].double() <= bound * (1 + 1e-6)  # relative slack for rounding
+    return holds & (k < 1)
+
+
+def contraction_summary(traj: Trajectories) -> dict:
+    """kappa (median and quartiles over samples), the share of samples with kappa < 1, and
+    the share of samples for which the error bound holds at every step."""
+    kappa = fit_contraction(traj.step_norms)
+    holds = contraction_bound(traj.step_norms, traj.dist_to_final, kappa)
+    q = torch.quantile(kappa.double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+    return {"kappa": q[1].item(), "kappa_q25": q[0].item(), "kappa_q75": q[2].item(),
+            "contracting": (kappa < 1).float().mean().item(),
+            "bound_holds": holds.all(1).float().mean().item()}
+
+
+# ---------------------------------------------------------------- gradient conflict
+HEADS = ("head.", "head_norm.", "halt_head.")
+
+
+def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig) -> dict:
+    """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs.
+
+    Over the parameters both losses reach (the heads excluded; C and D, which only the
+    classifier reads, drop out by themselves). The ranking loss is computed as training with
+    ``loss`` would (including whether its gradient reaches the backbone), also for a model
+    trained without it. Returns cosine, both gradient norms and the number of parameters.
+    """
+    was_training = model.training
+    model.train()
+    out = model(x, detach_halt_input=not loss.rank_grad_to_backbone)
+    task = task_loss(out.logits, y, loss.label_smoothing)
+    rank = ranking_losses(out.halt_logits, step_losses(out.logits, y), loss.rank_frac, loss.margin)
+    ranking = loss.lambda_rel * rank.rel + loss.lambda_abs * rank.abs
+    named = [(n, p) for n, p in model.named_parameters()
+             if p.requires_grad and not n.startswith(HEADS)]
+    params = [p for _, p in named]
+    g_task = torch.autograd.grad(task, params, retain_graph=True, allow_unused=True)
+    g_rank = torch.autograd.grad(ranking, params, allow_unused=True)
+    both = [(a, b) for a, b in zip(g_task, g_rank) if a is not None and b is not None]
+    model.train(was_training)
+    if not both:
+        return {"cosine": float("nan"), "task_norm": float("nan"), "rank_norm": float("nan"),
+                "params": 0}
+    ga = torch.cat([a.flatten().float() for a, _ in both])
+    gb = torch.cat([b.flatten().float() for _, b in both])
+    cos = torch.nn.functional.cosine_similarity(ga, gb, dim=0)
+    return {"cosine": cos.item(), "task_norm": ga.norm().item(), "rank_norm": gb.norm().item(),
+            "params": ga.numel()}

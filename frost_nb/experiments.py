@@ -1,0 +1,205 @@
+"""The runs behind the analysis notebooks: named grids of configs, fixed before measuring.
+
+Every grid is a dict ``label -> RunConfig`` built from ``make_config``; notebooks train or
+load each run from the trained-model cache (``train_or_load``), and the command line fills
+the cache ahead of time, in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
+
+- ``families`` (notebooks 02 and 03; the paper's Table 1 setting): vanilla, recurrent and
+  basic_ssm with the task loss only, frost with the full objective, and frost without the
+  ranking losses as a control; the size's default budget, one run per seed.
+- The ablations of notebook 04 share one smaller budget, ``ABLATION_EPOCHS`` epochs, with
+  the gradient-conflict probe on (``train.diagnostics_every``); each arm changes one thing
+  from the reference run (frost, canonical update, H = 0.5 fixed, both ranking losses at the
+  defaults):
+  ``hurst``   H in HURST_VALUES fixed, and H learnable from 0.5;
+  ``loss``    L_abs only, L_rel only, both, neither;
+  ``update``  canonical, convex, gated;
+  ``tuning``  one loss setting at a time moved down and up (TUNING_VALUES);
+  ``conflict`` vanilla, recurrent, basic_ssm trained with the ranking losses (appendix D),
+              beside the reference frost run.
+
+The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
+the mean held-out accuracy over the quantile grid of Table 2 (each run's own calibrator),
+and a setting replaces the default only if it beats the reference by more than
+``ADOPT_MARGIN`` (in accuracy, a fraction) -- one seed per arm cannot resolve less.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import RunConfig, make_config
+
+ABLATION_EPOCHS = 5
+DIAGNOSTICS_EVERY = 50  # optimiser steps between gradient-conflict probes (421 steps per epoch on Fashion-MNIST)
+SMOKE_DIAGNOSTICS_EVERY = 5
+SMOKE_EPOCHS = 2  # every grid at smoke size: seconds per run, so a notebook's CI run stays short
+HURST_VALUES = (0.1, 0.3, 0.5, 0.7, 0.9)
+TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
+                 "loss.margin": (0.1, 0.4), "loss.rank_frac": (0.125, 0.5)}
+ADOPT_MARGIN = 0.01
+FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
+GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict")
+
+
+def _ablation(size: str, dataset: str | None, seed: int, model: str = "frost",
+              **overrides: Any) -> RunConfig:
+    budget: dict[str, Any] = {"train.seed": seed}
+    if size == "smoke":
+        budget.update({"train.epochs": SMOKE_EPOCHS, "train.diagnostics_every": SMOKE_DIAGNOSTICS_EVERY})
+    else:
+        budget.update({"train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": DIAGNOSTICS_EVERY})
+    return make_config(size, dataset, model, **{**budget, **overrides})
+
+
+def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0) -> RunConfig:
+    """The reference run every ablation arm differs from in one setting."""
+    return _ablation(size, dataset, seed)
+
+
+def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
+         seeds: tuple[int, ...] = (0,)) -> dict[str, RunConfig]:
+    """The runs of grid ``name`` (one of GRIDS); labels carry the seed when there are several."""
+    if name not in GRIDS:
+        raise ValueError(f"unknown grid {name!r}; known: {GRIDS}")
+    runs: dict[str, RunConfig] = {}
+    for seed in seeds:
+        tag = f" seed {seed}" if len(seeds) > 1 else ""
+        for label, cfg in _grid(name, size, dataset, seed).items():
+            runs[label + tag] = cfg
+    return runs
+
+
+def _grid(name: str, size: str, dataset: str | None, seed: int) -> dict[str, RunConfig]:
+    if name == "families":
+        s: dict[str, Any] = {"train.seed": seed}
+        if size == "smoke":
+            s["train.epochs"] = SMOKE_EPOCHS
+        runs = {m: make_config(size, dataset, m, **s) for m in FAMILIES}
+        runs["frost (no ranking)"] = make_config(size, dataset, "frost", **s, **{"loss.ranking": False})
+        return runs
+    ref = _ablation(size, dataset, seed)
+    if name == "hurst":
+        runs = {f"H = {h}": _ablation(size, dataset, seed, **{"model.hurst": h}) for h in HURST_VALUES}
+        runs["H learnable"] = _ablation(size, dataset, seed, **{"model.learn_hurst": True})
+        return runs
+    if name == "loss":
+        return {"both": ref,
+                "abs only": _ablation(size, dataset, seed, **{"loss.lambda_rel": 0.0}),
+                "rel only": _ablation(size, dataset, seed, **{"loss.lambda_abs": 0.0}),
+                "neither": _ablation(size, dataset, seed, **{"loss.ranking": False})}
+    if name == "update":
+        return {u: _ablation(size, dataset, seed, **{"model.update": u})
+                for u in ("canonical", "convex", "gated")}
+    if name == "tuning":
+        runs = {"reference": ref}
+        for field, values in TUNING_VALUES.items():
+            for v in values:
+                runs[f"{field.split('.')[1]} = {v}"] = _ablation(size, dataset, seed, **{field: v})
+        return runs
+    # conflict: the baselines trained with the ranking losses, beside the reference frost
+    runs = {m: _ablation(size, dataset, seed, m, **{"loss.ranking": True}) for m in FAMILIES[:3]}
+    runs["frost"] = ref
+    return runs
+
+
+def shard(runs: dict[str, RunConfig], index: int, count: int) -> dict[str, RunConfig]:
+    """Every ``count``-th run starting at ``index`` (for training a grid in parallel)."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: the index must be in 0..{count - 1}")
+    return {k: v for i, (k, v) in enumerate(runs.items()) if i % count == index}
+
+
+def selection_score(sweep_table) -> float:
+    """The tuning score: mean accuracy over the quantile grid of a ``halting.sweep`` table."""
+    return float(sweep_table["accuracy"].mean())
+
+
+def run_summary(result, splits: tuple[str, ...] = ("val", "test")) -> dict[str, Any]:
+    """What the ablation tables show about one trained run (a ``TrainResult``).
+
+    Per split: accuracy at full depth, at q = 0.125 and q = 0.5 (with the mean depth there)
+    and the selection score (mean accuracy over Table 2's quantile grid); plus the final
+    alpha and H and the last logged easy / hard halting scores and median threshold.
+    """
+    from .halting import PAPER_QUANTILES, sweep
+    from .training import evaluate, load_split
+
+    cfg = result.config
+    steps = result.history["steps"]
+    row: dict[str, Any] = {"key": cfg.key(), "epochs": cfg.train.epochs, "seed": cfg.train.seed,
+                           "alpha": steps["alpha"][-1], "hurst": steps["hurst"][-1],
+                           "easy_score": steps["easy_score"][-1], "hard_score": steps["hard_score"][-1],
+                           "threshold_median": steps["threshold_median"][-1]}
+    for split in splits:
+        out = evaluate(result.model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size)
+        table = sweep(out.scores, out.correct, result.calibrator, PAPER_QUANTILES).set_index("quantile")
+        row.update({f"{split}_accuracy": out.accuracy,
+                    f"{split}_accuracy_q0.125": float(table.loc[0.125, "accuracy"]),
+                    f"{split}_depth_q0.125": float(table.loc[0.125, "mean_depth"]),
+                    f"{split}_accuracy_q0.5": float(table.loc[0.5, "accuracy"]),
+                    f"{split}_depth_q0.5": float(table.loc[0.5, "mean_depth"]),
+                    f"{split}_score": selection_score(table)})
+    return row
+
+
+def family_label(cfg: RunConfig) -> str:
+    """The model family of a run as the tables name it ("frost (no ranking)" for the control)."""
+    name = cfg.model.name
+    if name == "frost" and not cfg.loss.ranking:
+        return "frost (no ranking)"
+    if name != "frost" and cfg.loss.ranking:
+        return f"{name} (ranking)"
+    return name
+
+
+def load_runs(runs: dict[str, RunConfig], progress: bool | None = None) -> dict[str, Any]:
+    """``train_or_load`` every run of a grid (in order); label -> TrainResult."""
+    from .checkpoint import train_or_load
+
+    return {label: train_or_load(cfg, progress=progress) for label, cfg in runs.items()}
+
+
+def run_trajectories(result, split: str = "test", max_samples: int | None = None):
+    """``analysis.collect_trajectories`` of a trained run over one split of its data set."""
+    from .analysis import collect_trajectories
+    from .data import make_batches
+    from .training import load_split
+
+    cfg = result.config
+    device = next(result.model.parameters()).device
+    batches = make_batches(load_split(cfg, split), cfg.train.eval_batch_size, shuffle=False,
+                           augment=False, device=device)
+    return collect_trajectories(result.model, batches, max_samples=max_samples)
+
+
+def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any]):
+    """Table 1 rows for every run: model, seed, step, mean and std of cos(GAP(h_t), GAP(h_T))."""
+    import pandas as pd
+
+    from .analysis import scale_consistency_rows
+
+    rows = []
+    for label, traj in trajectories.items():
+        cfg = results[label].config
+        for row in scale_consistency_rows(traj.pooled):
+            rows.append({"model": family_label(cfg), "seed": cfg.train.seed, **row})
+    return pd.DataFrame(rows)
+
+
+def beside_paper_table1(table, steps=None):
+    """Ours (mean over seeds of the per-run mean, with the seeds' spread and the mean
+    within-run std) next to the paper's Table 1, one row per model and step."""
+    import pandas as pd
+
+    from .paper import TABLE1, TABLE1_STEPS
+
+    steps = TABLE1_STEPS if steps is None else steps
+    t = table[table["step"].isin(steps)]
+    g = t.groupby(["model", "step"])
+    ours = pd.DataFrame({"mean": g["mean"].mean(), "spread over seeds": g["mean"].std(ddof=0),
+                         "std over samples": g["std"].mean(), "seeds": g["seed"].nunique()})
+    paper = {(m, s): cell for m, cells in TABLE1.items() for s, cell in zip(TABLE1_STEPS, cells)}
+    ours["paper mean"] = [paper.get(i, (float("nan"),) * 2)[0] for i in ours.index]
+    ours["paper std"] = [paper.get(i, (float("nan"),) * 2)[1] for i in ours.index]
+    return ours.reset_index()

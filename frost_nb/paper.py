@@ -1,0 +1,29 @@
+"""The paper's published numbers (FROST, Yu and Hwang, ICML 2026), for side-by-side tables.
+
+Transcribed from ``../shared/spec/frost.md`` section 5. Reference data only: nothing in the
+library compares against these to decide anything; notebooks print them beside ours.
+"""
+
+from __future__ import annotations
+
+# Table 1 (ImageNet-100): cos(GAP(h_t), GAP(h_T)), mean (std) over 10K samples; no recurrent row
+TABLE1_STEPS = (1, 3, 6, 9, 12, 15)
+TABLE1 = {
+    "vanilla": ((0.384, 0.11), (0.425, 0.11), (0.510, 0.11), (0.622, 0.13), (0.656, 0.13), (0.837, 0.11)),
+    "basic_ssm": ((0.054, 0.24), (0.351, 0.19), (0.714, 0.10), (0.901, 0.04), (0.977, 0.01), (0.999, 0.00)),
+    "frost": ((0.299, 0.19), (0.697, 0.12), (0.902, 0.04), (0.968, 0.01), (0.993, 0.00), (1.000, 0.00)),
+}
+
+# Table 2 (CIFAR-100, T = 16): the halting quantile sweep
+TABLE2 = {"quantile": (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0),
+          "mean_depth": (4.37, 6.06, 7.26, 8.30, 9.43, 10.77, 12.49, 16.00),
+          "accuracy": (0.4539, 0.5240, 0.5578, 0.5772, 0.5947, 0.6070, 0.6177, 0.6199)}
+
+# Minkowski dimension: the paper's number for FROST is lost; baselines "close to" the Koch curve
+KOCH_DIMENSION = 1.2619  # log 4 / log 3
+
+
+def table1_rows() -> list[dict]:
+    """Table 1 as rows (model, step, mean, std)."""
+    return [{"model": m, "step": t, "mean": mean, "std": std}
+            for m, cells in TABLE1.items() for t, (mean, std) in zip(TABLE1_STEPS, cells)]
