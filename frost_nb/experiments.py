@@ -115,12 +115,14 @@ def selection_score(sweep_table) -> float:
     return float(sweep_table["accuracy"].mean())
 
 
-def run_summary(result, splits: tuple[str, ...] = ("val", "test")) -> dict[str, Any]:
+def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
+                sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the ablation tables show about one trained run (a ``TrainResult``).
 
     Per split: accuracy at full depth, at q = 0.125 and q = 0.5 (with the mean depth there)
     and the selection score (mean accuracy over Table 2's quantile grid); plus the final
     alpha and H and the last logged easy / hard halting scores and median threshold.
+    ``sweeps``, when given, receives each split's full sweep table (split -> DataFrame).
     """
     from .halting import PAPER_QUANTILES, sweep
     from .training import evaluate, load_split
@@ -133,7 +135,10 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test")) -> dict[str, 
                            "threshold_median": steps["threshold_median"][-1]}
     for split in splits:
         out = evaluate(result.model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size)
-        table = sweep(out.scores, out.correct, result.calibrator, PAPER_QUANTILES).set_index("quantile")
+        full = sweep(out.scores, out.correct, result.calibrator, PAPER_QUANTILES)
+        if sweeps is not None:
+            sweeps[split] = full
+        table = full.set_index("quantile")
         row.update({f"{split}_accuracy": out.accuracy,
                     f"{split}_accuracy_q0.125": float(table.loc[0.125, "accuracy"]),
                     f"{split}_depth_q0.125": float(table.loc[0.125, "mean_depth"]),

@@ -58,18 +58,64 @@ def plot_alpha(history: dict[str, Any], title: str = "") -> plt.Figure:
     return fig
 
 
-def plot_halting_scores(history: dict[str, Any], title: str = "") -> plt.Figure:
-    """Mean halting score of the easy and hard sets and the median threshold: figure 2."""
+def _halting_scores_on(ax, history: dict[str, Any], title: str) -> None:
     steps = history["steps"]
     w = _window(len(steps["step"]))
     x = np.asarray(steps["step"])[w - 1:] if w > 1 else np.asarray(steps["step"])
-    fig, ax = plt.subplots(figsize=(5, 3.4))
     ax.plot(x, _smooth(steps["easy_score"], w), label="easy set")
     ax.plot(x, _smooth(steps["hard_score"], w), label="hard set")
     ax.plot(x, _smooth(steps["threshold_median"], w), label="median threshold (KLL)", ls="--")
-    ax.set(xlabel="optimiser step", ylabel="halting score", ylim=(0, 1),
-           title=title or "halting scores over training")
+    ax.set(xlabel="optimiser step", ylabel="halting score", ylim=(0, 1), title=title)
+
+
+def plot_halting_scores(history: dict[str, Any], title: str = "") -> plt.Figure:
+    """Mean halting score of the easy and hard sets and the median threshold: figure 2."""
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    _halting_scores_on(ax, history, title or "halting scores over training")
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_halting_panels(histories: dict[str, dict[str, Any]], title: str = "") -> plt.Figure:
+    """Figure 2 for several runs side by side (one panel per run, same axes)."""
+    n = len(histories)
+    fig, axes = plt.subplots(1, n, figsize=(3.3 * n, 3.2), sharey=True, squeeze=False)
+    for ax, (label, history) in zip(axes[0], histories.items()):
+        _halting_scores_on(ax, history, label)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title or "halting scores over training")
+    fig.tight_layout()
+    return fig
+
+
+def plot_series(histories: dict[str, dict[str, Any]], key: str, section: str = "steps",
+                ylabel: str | None = None, title: str = "", hline: float | None = None,
+                smooth: bool = False) -> plt.Figure:
+    """One history series (e.g. alpha, hurst, grad_cosine) of several runs against the step."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for label, history in histories.items():
+        part = history[section]
+        x, y = np.asarray(part["step"]), np.asarray(part[key], dtype=float)
+        if smooth:
+            w = _window(len(y))
+            x, y = (x[w - 1:] if w > 1 else x), _smooth(y, w)
+        ax.plot(x, y, label=label)
+    if hline is not None:
+        ax.axhline(hline, color="grey", lw=0.8, ls="--")
+    ax.set(xlabel="optimiser step", ylabel=ylabel or key, title=title or key)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweeps(tables: dict[str, Any], title: str = "") -> plt.Figure:
+    """Accuracy against mean depth of several halting sweeps (pandas tables) on one plot."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for label, table in tables.items():
+        ax.plot(table["mean_depth"], table["accuracy"], "o-", ms=3, label=label)
+    ax.set(xlabel="mean depth (steps)", ylabel="accuracy", title=title or "halting sweeps")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
@@ -149,5 +195,35 @@ def plot_step_sizes(step_norms: dict[str, Any], kappa: dict[str, float] | None =
     ax.set(xlabel="step t", ylabel="||h_{t+1} - h_t||", yscale="log",
            title=title or "step sizes (dotted: fitted kappa^t)")
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_dimension_fits(fits: dict[str, Any], title: str = "") -> plt.Figure:
+    """log N(eps) against log(1/eps) (box counting) with the fitted lines, one per set."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for label, fit in fits.items():
+        x = np.log(1 / np.asarray(fit.scales))
+        line, = ax.plot(x, np.log(fit.counts), "o", ms=4)
+        ax.plot(x, fit.intercept + fit.dimension * x, color=line.get_color(), lw=1,
+                label=f"{label}: slope {fit.dimension:.3f}")
+    ax.set(xlabel="log(1/eps)", ylabel="log N(eps)", title=title or "box counting")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_planar_trajectories(planar: dict[str, Any], per_model: int = 8, title: str = "") -> plt.Figure:
+    """The first ``per_model`` projected trajectories (N, T+1, 2) of each model, one panel each;
+    a dot marks h_0."""
+    n = len(planar)
+    fig, axes = plt.subplots(1, n, figsize=(3.1 * n, 3.1), squeeze=False)
+    for ax, (label, xy) in zip(axes[0], planar.items()):
+        xy = np.asarray(xy)[:per_model]
+        for path in xy:
+            line, = ax.plot(path[:, 0], path[:, 1], "-", lw=0.9, marker=".", ms=2)
+            ax.plot(path[0, 0], path[0, 1], "o", ms=4, color=line.get_color())
+        ax.set(title=label, xticks=[], yticks=[])
+    fig.suptitle(title or "pooled-state trajectories on the top-2 principal components")
     fig.tight_layout()
     return fig

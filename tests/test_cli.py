@@ -37,6 +37,9 @@ def test_train_evaluate_sweep(tmp_path, capsys):
     (["train", "--size", "smoke", "--set", "data.name=mnist-3d"], "mnist-3d"),
     (["train", "--size", "smoke", "--set", "model.num_classes=7"], "model.num_classes=7 does not fit"),
     (["train", "--size", "smoke", "--set", "data.val_fraction=0.0003"], "data.val_fraction"),
+    (["grid", "nope", "--size", "smoke"], "unknown grid 'nope'"),
+    (["grid", "loss", "--size", "smoke", "--shard", "2/2"], "shard 2/2"),
+    (["grid", "loss", "--size", "smoke", "--shard", "half"], "INDEX/COUNT"),
 ])
 def test_bad_input_gives_a_clear_error(argv, message, capsys):
     assert main(argv) == 2
@@ -57,3 +60,12 @@ def test_torchrun_with_several_processes_is_refused(monkeypatch, tmp_path, capsy
     monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc-per-node 1 trains as usual
     assert main(["train", "--size", "smoke", "--epochs", "1", "--set", "data.limit=128",
                  "--checkpoint", str(tmp_path / "x.pt")]) == 0
+
+
+def test_grid_trains_its_shard_into_the_cache(capsys):
+    assert main(["grid", "update", "--size", "smoke", "--dataset", "digits", "--shard", "1/3",
+                 "--no-progress"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["run"] for r in rows] == ["convex"] and not rows[0]["from_cache"]
+    assert main(["grid", "update", "--size", "smoke", "--dataset", "digits", "--shard", "1/3"]) == 0
+    assert json.loads(capsys.readouterr().out)["from_cache"]
