@@ -23,6 +23,13 @@ def _window(n: int) -> int:
     return max(1, n // 50)
 
 
+def _finish(fig: plt.Figure, ax) -> plt.Figure:
+    """A small legend and a tight layout: the common last lines of a one-axes figure."""
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def plot_training(history: dict[str, Any], title: str = "") -> plt.Figure:
     """Loss per step, training accuracy per step and held-out accuracy per epoch."""
     steps, epochs = history["steps"], history["epochs"]
@@ -104,9 +111,7 @@ def plot_series(histories: dict[str, dict[str, Any]], key: str, section: str = "
     if hline is not None:
         ax.axhline(hline, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="optimiser step", ylabel=ylabel or key, title=title or key)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def plot_sweeps(tables: dict[str, Any], title: str = "") -> plt.Figure:
@@ -115,9 +120,7 @@ def plot_sweeps(tables: dict[str, Any], title: str = "") -> plt.Figure:
     for label, table in tables.items():
         ax.plot(table["mean_depth"], table["accuracy"], "o-", ms=3, label=label)
     ax.set(xlabel="mean depth (steps)", ylabel="accuracy", title=title or "halting sweeps")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def plot_accuracy_per_step(accuracy: Sequence[float], title: str = "") -> plt.Figure:
@@ -194,9 +197,7 @@ def plot_step_sizes(step_norms: dict[str, Any], kappa: dict[str, float] | None =
             ax.plot(t, med[0] * kappa[label] ** t, ls=":", color=line.get_color(), lw=1)
     ax.set(xlabel="step t", ylabel="||h_{t+1} - h_t||", yscale="log",
            title=title or "step sizes (dotted: fitted kappa^t)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def plot_dimension_fits(fits: dict[str, Any], title: str = "") -> plt.Figure:
@@ -208,9 +209,7 @@ def plot_dimension_fits(fits: dict[str, Any], title: str = "") -> plt.Figure:
         ax.plot(x, fit.intercept + fit.dimension * x, color=line.get_color(), lw=1,
                 label=f"{label}: slope {fit.dimension:.3f}")
     ax.set(xlabel="log(1/eps)", ylabel="log N(eps)", title=title or "box counting")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def plot_planar_trajectories(planar: dict[str, Any], per_model: int = 8, title: str = "") -> plt.Figure:
