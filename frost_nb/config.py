@@ -123,7 +123,10 @@ class ModelConfig(_Validated):
     bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
     # FROST (spec section 3)
-    update: str = "canonical"  # canonical | convex | gated
+    # canonical | convex | gated. gated won the demo-size comparison of notebook 04 by the rule
+    # fixed before it ran (held-out score +0.019 over canonical, convex -0.035); paper size keeps
+    # canonical, since Table 3 gives frost basic_ssm's parameter count (no gate)
+    update: str = "gated"
     alpha_param: str = "softplus"  # softplus | exp | sigmoid
     alpha_init: float = 0.5  # initial value of alpha (the raw parameter is its inverse)
     hurst: float = 0.5  # H, fixed by default
@@ -165,7 +168,9 @@ class ModelConfig(_Validated):
 class LossConfig(_Validated):
     _section = "loss"
     ranking: bool = True  # False: task loss only (the paper's baselines)
-    rank_frac: float = 0.25  # fraction of the N x T loss matrix in the easy set and in the hard set
+    # fraction of the N x T loss matrix in the easy set and in the hard set: 0.5 (every entry in
+    # one of the two) won notebook 04's tuning on the held-out split (+0.10 over 0.25)
+    rank_frac: float = 0.5
     margin: float = 0.2
     lambda_rel: float = 1.0
     lambda_abs: float = 0.1
@@ -322,6 +327,7 @@ _SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
         # ResNet-50 family: constant-width stack of 16 bottleneck branches at 56x56
         "model.steps": 16, "model.width": 256, "model.bottleneck": 64, "model.stem_stride": 4,
         "model.norm_groups": 32,
+        "model.update": "canonical",  # Table 3: frost has basic_ssm's parameters, so no gate
         # B, C, D: pointwise two-layer maps 256 -> 896 -> 256; they add 1.38M parameters over
         # recurrent, as Table 3 does (docs/parameters.md shows why no setting also fits its FLOPs)
         "model.bcd_kernel": 1, "model.bcd_hidden": 896,

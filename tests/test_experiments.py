@@ -3,11 +3,14 @@
 import pytest
 
 from frost_nb.checkpoint import train_or_load
+from frost_nb.config import make_config
 from frost_nb.experiments import (
     ABLATION_EPOCHS,
     GRIDS,
     HURST_VALUES,
+    PRE_SELECTION,
     TUNING_VALUES,
+    family_label,
     grid,
     reference,
     run_summary,
@@ -27,7 +30,7 @@ def _diff(a, b):
     return out
 
 
-@pytest.mark.parametrize("name", [g for g in GRIDS if g != "families"])
+@pytest.mark.parametrize("name", [g for g in GRIDS if g not in ("families", "adopted")])
 def test_every_ablation_arm_changes_one_setting(name):
     ref = reference()
     assert ref.train.epochs == ABLATION_EPOCHS and ref.train.diagnostics_every > 0
@@ -40,6 +43,16 @@ def test_every_ablation_arm_changes_one_setting(name):
         else:
             assert len(changed) <= 1, (label, changed)
     assert sum(cfg.key() == ref.key() for cfg in runs.values()) == 1  # the reference, once
+
+
+def test_adopted_grid_sets_the_current_defaults_against_the_pinned_reference():
+    runs = grid("adopted")
+    assert runs["reference"].key() == reference().key()
+    assert _diff(reference(), runs["adopted defaults"]) == set(PRE_SELECTION)  # what the selection changed
+    default = make_config("demo", "fashion-mnist", "frost")
+    for field in PRE_SELECTION:
+        section, name = field.split(".")
+        assert getattr(getattr(runs["adopted defaults"], section), name) == getattr(getattr(default, section), name)
 
 
 def test_grid_values_are_the_declared_ones():
@@ -55,11 +68,14 @@ def test_grid_values_are_the_declared_ones():
 
 def test_families_train_baselines_on_the_task_loss_only():
     runs = grid("families", seeds=(0, 1))
-    assert len(runs) == 9 and "frost (no ranking) seed 0" in runs  # the control: first seed only
+    assert len(runs) == 10  # 4 families x 2 seeds and the two frost controls, first seed only
+    assert {"frost (no ranking) seed 0", "frost (adopted defaults) seed 0"} <= set(runs)
     for label, cfg in runs.items():
         ranked = cfg.model.name == "frost" and "no ranking" not in label
         assert cfg.loss.ranking == ranked, label
         assert cfg.train.diagnostics_every == 0
+        assert family_label(cfg) == label.rsplit(" seed ", 1)[0]
+    assert runs["frost (adopted defaults) seed 0"].key() == make_config("demo", "fashion-mnist", "frost").key()
     assert {c.train.seed for c in runs.values()} == {0, 1}
 
 
