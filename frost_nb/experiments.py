@@ -8,8 +8,8 @@ the cache ahead of time, in parallel shards (``python -m frost_nb grid hurst --s
   basic_ssm with the task loss only, frost with the full objective, one run per seed; and
   frost without the ranking losses as a control, first seed only; the size's default budget.
   These ran before notebook 04 changed two defaults, so they keep ``PRE_SELECTION`` (their
-  cache keys and committed checkpoints stay valid); "frost (adopted defaults)", first seed
-  only, is frost as the defaults now stand (the model ``make demo``-style training gives).
+  cache keys and committed checkpoints stay valid); "frost (adopted defaults)", every seed,
+  is frost as the defaults now stand (what ``make_config`` gives, notebooks 01 and 05 use).
 - The ablations of notebook 04 share one smaller budget, ``ABLATION_EPOCHS`` epochs, with
   the gradient-conflict probe on (``train.diagnostics_every``); each arm changes one thing
   from the reference run (frost, canonical update, H = 0.5 fixed, both ranking losses at the
@@ -42,7 +42,7 @@ TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
                  "loss.margin": (0.1, 0.4), "loss.rank_frac": (0.125, 0.5)}
 ADOPT_MARGIN = 0.01
 FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
-ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # families' controls, first seed only
+ONCE = ("frost (no ranking)",)  # the families' control without ranking losses: first seed only
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted")
 # The defaults in force when the families and ablation grids were fixed and run (the reference
 # of every arm). Notebook 04's selection then changed two of them (config.py): pinning them
@@ -76,7 +76,7 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
         tag = f" seed {seed}" if len(seeds) > 1 else ""
         for label, cfg in _grid(name, size, dataset, seed).items():
             if label in ONCE and seed != seeds[0]:
-                continue  # the controls run once (their first seed): references, not results
+                continue  # the control runs once (its first seed): a reference, not a result
             runs[label + tag] = cfg
     return runs
 

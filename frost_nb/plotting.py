@@ -226,3 +226,68 @@ def plot_planar_trajectories(planar: dict[str, Any], per_model: int = 8, title: 
     fig.suptitle(title or "pooled-state trajectories on the top-2 principal components")
     fig.tight_layout()
     return fig
+
+
+def plot_exit_histogram(histogram: Sequence[int], title: str = "") -> plt.Figure:
+    """Number of samples exiting at each step 1..T (``Exits.histogram()``)."""
+    counts = np.asarray(histogram)
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.bar(np.arange(1, len(counts) + 1), counts, width=0.8)
+    ax.set(xlabel="exit step", ylabel="samples", title=title or "exit steps", xlim=(0.3, len(counts) + 0.7))
+    fig.tight_layout()
+    return fig
+
+
+def plot_depth_per_class(table, steps: int, title: str = "") -> plt.Figure:
+    """Mean exit depth (bars, with the std over samples) and accuracy (dots) of each class."""
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    x = np.arange(len(table))
+    ax.bar(x, table["mean_depth"], yerr=table["std_depth"], capsize=2, alpha=0.8, label="mean exit depth")
+    ax.set(ylabel="exit depth (steps)", ylim=(0, steps + 0.5), title=title or "exit depth per class")
+    ax.set_xticks(x, [str(c) for c in table["class"]], rotation=40, ha="right", fontsize=7)
+    acc = ax.twinx()
+    acc.plot(x, table["accuracy"], "ko", ms=4, label="accuracy")
+    acc.set(ylabel="accuracy", ylim=(0, 1.02))
+    bars, dots = ax.get_legend_handles_labels(), acc.get_legend_handles_labels()
+    ax.legend(bars[0] + dots[0], bars[1] + dots[1], loc="lower left", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], title: str = "") -> plt.Figure:
+    """Two rows of test images: those that exit earliest and those that exit latest, each
+    titled with its class and exit step. ``images`` (N, C, H, W): uint8, or floats in [0, 1]."""
+    n = max(len(earliest), len(latest))
+    fig, axes = plt.subplots(2, n, figsize=(1.3 * n, 3.2), squeeze=False)
+    for row, (name, picks) in enumerate((("earliest", earliest), ("latest", latest))):
+        for col, ax in enumerate(axes[row]):
+            ax.axis("off")
+            if col >= len(picks):
+                continue
+            i = int(picks[col])
+            img = np.asarray(images[i])
+            img = (img / 255.0 if img.dtype == np.uint8 else img.astype(float)).transpose(1, 2, 0)
+            ax.imshow(img.squeeze(-1) if img.shape[-1] == 1 else img.clip(0, 1), cmap="gray")
+            ax.set_title(f"{labels[i]}\nstep {int(depth[i])}", fontsize=7)
+        axes[row][0].text(-0.15, 0.5, name, transform=axes[row][0].transAxes, rotation=90,
+                          va="center", ha="right", fontsize=8)
+    fig.suptitle(title or "earliest and latest exits", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=None, title: str = "") -> plt.Figure:
+    """Accuracy against mean depth: each run's halting sweep (solid), the fixed-depth curve
+    of each run (all samples stopped at step t; dashed) and, if given, the paper's Table 2
+    (crosses; another data set, for the shape only)."""
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for i, (label, table) in enumerate(sweeps.items()):
+        colour = f"C{i}"
+        ax.plot(table["mean_depth"], table["accuracy"], "o-", ms=3, color=colour, label=f"{label}: halting")
+        if label in fixed:
+            f = fixed[label]
+            ax.plot(f["depth"], f["accuracy"], "--", lw=1, color=colour, label=f"{label}: fixed depth")
+    if paper is not None:
+        ax.plot(paper["mean_depth"], paper["accuracy"], "kx--", lw=0.8, label="paper (CIFAR-100)")
+    ax.set(xlabel="mean depth (steps)", ylabel="accuracy", ylim=(0, 1), title=title or "accuracy against depth")
+    return _finish(fig, ax)

@@ -50,6 +50,27 @@ def test_bad_parameter_stops_the_notebook(tmp_path, monkeypatch):
         _run("01_training.ipynb", tmp_path, monkeypatch, dataset="mnist-3d")
 
 
+def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs):
+    _run("05_halting.ipynb", tmp_path, monkeypatch, quantile=0.25)
+    out = isolated_outputs / "outputs"
+    metrics = json.loads((out / "metrics" / "05_halting.json").read_text())
+    assert metrics["quantile"] == 0.25 and 0 <= metrics["accuracy"] <= 1
+    assert 1 <= metrics["mean_depth"] <= metrics["steps"] and sum(metrics["histogram"]) == metrics["test_images"]
+    sweep = metrics["sweep"]
+    assert {r["seed"] for r in sweep} == {0, 1}  # smoke: two seeds
+    assert {"quantile", "threshold", "mean_depth", "accuracy", "seed"} <= set(sweep[0])
+    figures = {p.name for p in (out / "figures").iterdir()}
+    assert {"05_exit_histogram.png", "05_depth_per_class.png", "05_exit_examples.png",
+            "05_depth_accuracy.png"} <= figures
+
+
+def test_halting_notebook_refuses_bad_input(tmp_path, monkeypatch):
+    with pytest.raises(papermill.PapermillExecutionError, match="quantile"):
+        _run("05_halting.ipynb", tmp_path, monkeypatch, quantile=1.5)
+    with pytest.raises(papermill.PapermillExecutionError, match="does not exist"):
+        _run("05_halting.ipynb", tmp_path, monkeypatch, checkpoint=str(tmp_path / "missing.pt"))
+
+
 def test_strip_execution_metadata(tmp_path):
     from frost_nb.notebook import strip_execution_metadata
 

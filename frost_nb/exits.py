@@ -1,0 +1,145 @@
+"""Where each sample exits at a quantile, read off one cached full-depth pass (notebook 05).
+
+``ExitCache`` keeps what one full-depth pass over a split gives (per-sample, per-step halting
+scores and correctness, the labels) together with the model's KLL calibrator. After that,
+``at(q)`` is arithmetic on those tensors: the widgets of notebook 05 never run the model
+again when a slider moves. Exits follow eq. (exit) exactly as ``adaptive_predict`` takes
+them (``halting.exit_steps``): the first step with ``p_t > tau_q``, else T.
+
+>>> cache = ExitCache.from_model(model, calibrator, load_split(config, "test"))
+>>> e = cache.at(0.5)
+>>> e.accuracy, e.mean_depth, e.histogram()      # fraction, steps, samples per exit step
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .halting import PAPER_QUANTILES, HaltingCalibrator, exit_steps, sweep
+from .training import StepOutputs, evaluate
+
+
+@dataclass(frozen=True)
+class Exits:
+    """Per-sample exits at one quantile: depth (N,) in 1..T, and whether the prediction
+    made at that step is correct (N,)."""
+
+    quantile: float
+    threshold: float
+    depth: Tensor
+    correct: Tensor
+    margin: Tensor  # (N,) score at the exit step minus the threshold (-inf where tau = +inf)
+    steps: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct.double().mean().item()
+
+    @property
+    def mean_depth(self) -> float:
+        return self.depth.double().mean().item()
+
+    @property
+    def std_depth(self) -> float:
+        return self.depth.double().std(unbiased=False).item()
+
+    def histogram(self) -> np.ndarray:
+        """Number of samples exiting at each step 1..T, shape (T,)."""
+        return torch.bincount(self.depth - 1, minlength=self.steps).numpy()
+
+    def order(self) -> Tensor:
+        """Sample indices from the earliest exit to the latest; at equal depth the one whose
+        score cleared the threshold by more comes first."""
+        key = self.depth.double() * 4.0 - self.margin.clamp(-1.0, 1.0).double()  # depth dominates
+        return torch.argsort(key, stable=True)
+
+    def summary(self) -> dict[str, float]:
+        return {"quantile": self.quantile, "threshold": self.threshold, "accuracy": self.accuracy,
+                "mean_depth": self.mean_depth, "std_depth": self.std_depth}
+
+
+@dataclass
+class ExitCache:
+    """One full-depth pass over a split (``StepOutputs``) with the model's calibrator."""
+
+    outputs: StepOutputs
+    calibrator: HaltingCalibrator
+    label: str = ""
+    _memo: dict[float, Exits] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module, calibrator: HaltingCalibrator, dataset, *,
+                   batch_size: int = 512, label: str = "") -> ExitCache:
+        """Run ``model`` once over ``dataset`` (an ImageData split) at full depth."""
+        return cls(evaluate(model, dataset, batch_size=batch_size), calibrator, label)
+
+    @property
+    def steps(self) -> int:
+        return self.outputs.scores.shape[1]
+
+    @property
+    def y(self) -> Tensor:
+        return self.outputs.y
+
+    def at(self, quantile: float) -> Exits:
+        """Exits at quantile q of the calibrator (q in [0, 1]; q = 1: full depth for all)."""
+        tau = self.calibrator.threshold(quantile)  # validates q
+        q = float(quantile)
+        if q not in self._memo:
+            scores, correct = self.outputs.scores, self.outputs.correct
+            depth = exit_steps(scores, tau)  # (N,)
+            at_exit = (depth - 1)[:, None]
+            self._memo[q] = Exits(q, tau, depth, correct.gather(1, at_exit).squeeze(1),
+                                  scores.gather(1, at_exit).squeeze(1).double() - tau, self.steps)
+        return self._memo[q]
+
+    def sweep(self, quantiles=PAPER_QUANTILES):
+        """Table 2's quantile grid (``halting.sweep``): quantile, threshold, mean_depth,
+        std_depth, accuracy."""
+        return sweep(self.outputs.scores, self.outputs.correct, self.calibrator, quantiles)
+
+    def fixed_depth(self):
+        """Accuracy when every sample stops at the same step t = 1..T (no halting rule)."""
+        import pandas as pd
+
+        acc = self.outputs.accuracy_per_step()
+        return pd.DataFrame({"depth": np.arange(1, len(acc) + 1), "accuracy": acc})
+
+    def per_class(self, quantile: float, classes: list[str] | None = None):
+        """Mean exit depth and accuracy of each true class at quantile q."""
+        import pandas as pd
+
+        e = self.at(quantile)
+        y = self.y.numpy()
+        frame = pd.DataFrame({"class": y, "depth": e.depth.numpy(), "correct": e.correct.numpy()})
+        table = frame.groupby("class").agg(samples=("depth", "size"), mean_depth=("depth", "mean"),
+                                           std_depth=("depth", lambda d: d.std(ddof=0)),
+                                           accuracy=("correct", "mean")).reset_index()
+        if classes is not None:
+            table["class"] = [classes[int(c)] for c in table["class"]]
+        return table
+
+
+def summarise_sweeps(tables: dict[Any, Any]):
+    """Mean and spread (std over runs) of several runs' sweeps, one row per quantile."""
+    import pandas as pd
+
+    stacked = pd.concat([t.assign(run=k) for k, t in tables.items()])
+    g = stacked.groupby("quantile")
+    return pd.DataFrame({"mean_depth": g["mean_depth"].mean(), "mean_depth_spread": g["mean_depth"].std(ddof=0),
+                         "accuracy": g["accuracy"].mean(), "accuracy_spread": g["accuracy"].std(ddof=0),
+                         "runs": g["run"].nunique()}).reset_index()
+
+
+def versus_fixed_depth(sweep_table, fixed_table):
+    """Each sweep row beside the fixed-depth accuracy at the same mean depth (linear
+    interpolation between steps): ``gain`` > 0 where halting beats stopping everyone at once."""
+    table = sweep_table[["quantile", "mean_depth", "accuracy"]].copy()
+    table["fixed_depth_accuracy"] = np.interp(table["mean_depth"], fixed_table["depth"], fixed_table["accuracy"])
+    table["gain"] = table["accuracy"] - table["fixed_depth_accuracy"]
+    return table

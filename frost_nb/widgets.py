@@ -1,0 +1,98 @@
+"""Live exploration of the halting threshold in JupyterLab (notebook 05).
+
+``HaltingExplorer`` shows, for the model chosen in a selector and the quantile on a slider,
+the accuracy, mean and std of the exit depth, the KLL threshold, a histogram of exit steps,
+the exit depth per class and the test images that exit earliest and latest. Everything is
+read off ``ExitCache`` objects computed once (``frost_nb.exits``): moving the slider never
+runs a model. The same views exist as static figures (``frost_nb.plotting``) for headless
+runs, where widget state is not kept.
+
+>>> explorer = HaltingExplorer({"seed 0": cache}, images=test.x, classes=test.classes)
+>>> explorer.widget          # display it in a notebook
+>>> explorer.slider.value = 0.25; explorer.current.accuracy
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+from torch import Tensor
+
+from .exits import ExitCache, Exits
+from .plotting import plot_depth_per_class, plot_exit_examples, plot_exit_histogram
+
+
+def describe(e: Exits) -> str:
+    """The one-line summary the explorer shows (and the browser test reads)."""
+    return (f"q = {e.quantile:.3f} · threshold {e.threshold:.4f} · accuracy {100 * e.accuracy:.2f}% · "
+            f"mean depth {e.mean_depth:.2f} of {e.steps} (std {e.std_depth:.2f})")
+
+
+class HaltingExplorer:
+    """Quantile slider and model selector over cached exits, with three live views."""
+
+    def __init__(self, caches: dict[str, ExitCache], *, images: Tensor | None = None,
+                 classes: Sequence[str] | None = None, quantile: float = 0.5, examples: int = 8,
+                 step: float = 0.025) -> None:
+        import ipywidgets as W
+
+        if not caches:
+            raise ValueError("HaltingExplorer needs at least one ExitCache (label -> cache)")
+        self.caches, self.images, self.examples = caches, images, examples
+        self.classes = list(classes) if classes is not None else None
+        first = next(iter(caches.values()))
+        first.at(quantile)  # a bad quantile fails here, with the calibrator's message
+        self.slider = W.FloatSlider(value=quantile, min=0.0, max=1.0, step=step, description="quantile q",
+                                    readout_format=".3f", continuous_update=False,
+                                    layout=W.Layout(width="420px"))
+        self.selector = W.Dropdown(options=list(caches), value=next(iter(caches)), description="model")
+        self.stats = W.HTML()
+        self.histogram, self.per_class, self.gallery = W.Output(), W.Output(), W.Output()
+        self.slider.observe(self._on_change, names="value")
+        self.selector.observe(self._on_change, names="value")
+        views = [W.HBox([self.histogram, self.per_class])]
+        if images is not None:
+            views.append(self.gallery)
+        self.widget = W.VBox([W.HBox([self.selector, self.slider]), self.stats, *views])
+        self.redraws = 0
+        self.refresh()
+
+    @property
+    def cache(self) -> ExitCache:
+        return self.caches[self.selector.value]
+
+    @property
+    def current(self) -> Exits:
+        return self.cache.at(self.slider.value)
+
+    def _on_change(self, _change) -> None:
+        self.refresh()
+
+    def _show(self, out, fig) -> None:
+        from IPython.display import display
+
+        out.clear_output(wait=True)
+        with out:
+            display(fig)
+        plt.close(fig)
+
+    def refresh(self) -> None:
+        """Redraw every view for the current model and quantile (no model call)."""
+        e = self.current
+        self.stats.value = f"<b>{self.selector.value}</b>: {describe(e)}"
+        self._show(self.histogram, plot_exit_histogram(e.histogram(), f"exit steps at q = {e.quantile:.3f}"))
+        table = self.cache.per_class(e.quantile, self.classes)
+        self._show(self.per_class, plot_depth_per_class(table, e.steps))
+        if self.images is not None:
+            order = e.order()
+            names = [self.classes[int(c)] if self.classes else str(int(c)) for c in self.cache.y]
+            fig = plot_exit_examples(self.images, order[:self.examples], order.flip(0)[:self.examples],
+                                     e.depth, names)
+            self._show(self.gallery, fig)
+        self.redraws += 1
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)

@@ -1,0 +1,91 @@
+"""Exits read off cached outputs (notebook 05) agree with adaptive inference; the explorer
+widget redraws from the caches alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from frost_nb.config import make_config
+from frost_nb.exits import ExitCache, summarise_sweeps, versus_fixed_depth
+from frost_nb.halting import HaltingCalibrator, adaptive_predict
+from frost_nb.models import create_model
+from frost_nb.training import collect_outputs
+
+
+@pytest.fixture(scope="module")
+def model_and_cache():
+    """An untrained smoke FROST model on random 8x8 images, its scores in the calibrator."""
+    torch.manual_seed(0)
+    model = create_model(make_config("smoke").model).eval()
+    x, y = torch.randn(96, 1, 8, 8), torch.randint(0, 10, (96,))
+    outputs = collect_outputs(model, [(x[:50], y[:50]), (x[50:], y[50:])])
+    calibrator = HaltingCalibrator(200)
+    calibrator.update(outputs.scores)
+    return model, x, y, ExitCache(outputs, calibrator, "smoke")
+
+
+@pytest.mark.parametrize("q", [0.0, 0.2, 0.5, 0.8, 1.0])
+def test_cached_exits_are_those_of_adaptive_inference(model_and_cache, q):
+    model, x, y, cache = model_and_cache
+    e = cache.at(q)
+    res = adaptive_predict(model, x, cache.calibrator.threshold(q))
+    assert torch.equal(e.depth, res.depth)
+    assert torch.equal(e.correct, res.logits.argmax(-1) == y)
+    assert e.accuracy == pytest.approx((res.logits.argmax(-1) == y).double().mean().item())
+
+
+def test_exit_views_add_up(model_and_cache):
+    _, _, y, cache = model_and_cache
+    e = cache.at(0.5)
+    assert e.histogram().sum() == len(y) and len(e.histogram()) == cache.steps
+    assert np.dot(np.arange(1, cache.steps + 1), e.histogram()) / len(y) == pytest.approx(e.mean_depth)
+    d = e.depth[e.order()]
+    assert torch.all(d[1:] >= d[:-1])  # earliest first
+    table = cache.per_class(0.5, [f"c{i}" for i in range(10)])
+    assert table["samples"].sum() == len(y) and set(table["class"]) <= {f"c{i}" for i in range(10)}
+    weighted = (table["samples"] * table["mean_depth"]).sum() / len(y)
+    assert weighted == pytest.approx(e.mean_depth)
+    assert cache.at(1.0).mean_depth == cache.steps and cache.at(1.0).std_depth == 0
+
+
+def test_sweep_against_fixed_depth(model_and_cache):
+    _, _, _, cache = model_and_cache
+    sweep = cache.sweep((0.25, 0.5, 1.0))
+    assert list(sweep["quantile"]) == [0.25, 0.5, 1.0]
+    assert sweep["accuracy"].iloc[-1] == pytest.approx(cache.outputs.accuracy)  # q = 1 is full depth
+    fixed = cache.fixed_depth()
+    assert list(fixed["depth"]) == list(range(1, cache.steps + 1))
+    vs = versus_fixed_depth(sweep, fixed)
+    assert vs["gain"].iloc[-1] == pytest.approx(0.0, abs=1e-6)  # at depth T both are the full-depth accuracy
+    both = summarise_sweeps({"a": sweep, "b": sweep.assign(accuracy=sweep["accuracy"] + 0.1)})
+    assert both["accuracy"].to_numpy() == pytest.approx(sweep["accuracy"].to_numpy() + 0.05)
+    assert both["accuracy_spread"].to_numpy() == pytest.approx(0.05) and (both["runs"] == 2).all()
+
+
+def test_a_quantile_outside_0_1_is_refused(model_and_cache):
+    cache = model_and_cache[3]
+    for q in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="outside"):
+            cache.at(q)
+
+
+def test_explorer_redraws_from_the_caches_only(model_and_cache, monkeypatch):
+    pytest.importorskip("ipywidgets")
+    from frost_nb.widgets import HaltingExplorer, describe
+
+    model, x, _, cache = model_and_cache
+    other = ExitCache(cache.outputs, cache.calibrator, "other")
+    images = (x.clamp(-2, 2) * 60 + 128).to(torch.uint8)
+    explorer = HaltingExplorer({"a": cache, "b": other}, images=images, classes=[str(i) for i in range(10)],
+                               quantile=0.5, examples=3)
+    monkeypatch.setattr(type(model), "forward", lambda *a, **k: pytest.fail("the explorer ran the model"))
+    before = explorer.redraws
+    explorer.slider.value = 0.25
+    assert explorer.current.quantile == 0.25 and explorer.redraws == before + 1
+    assert describe(cache.at(0.25)) in explorer.stats.value
+    explorer.selector.value = "b"
+    assert explorer.redraws == before + 2 and explorer.stats.value.startswith("<b>b</b>")
+    with pytest.raises(ValueError, match="outside"):
+        HaltingExplorer({"a": cache}, quantile=2.0)
