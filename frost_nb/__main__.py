@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from typing import Any
 
@@ -62,21 +61,43 @@ def _summary(result) -> dict[str, Any]:
             "checkpoint": shown_path(result.checkpoint), "from_cache": result.from_cache}
 
 
-def cmd_train(args) -> int:
-    from .checkpoint import train_or_load
-    from .training import TrainingError, train
+def _single_process_only(command: str) -> None:
+    """Refuse torchrun's extra processes: each would train the same runs."""
+    from .distributed import launched_world_size
+    from .training import TrainingError
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = launched_world_size()
     if world > 1:
-        raise TrainingError(f"started by torchrun with {world} processes, but multi-process (DDP) "
-                            "training is not implemented yet: every process would train the same "
-                            "model. Start it with --nproc-per-node 1 (or without torchrun).")
+        raise TrainingError(f"'{command}' runs in a single process, but torchrun started {world}; "
+                            f"multi-process (DDP) training is what 'train' does: python -m "
+                            f"torch.distributed.run --nproc-per-node {world} -m frost_nb train ... "
+                            f"(or run '{command}' without torchrun)")
+
+
+def cmd_train(args) -> int:
+    """Train one run; under torchrun every process runs this, with DDP (rank 0 writes and prints)."""
+    from .checkpoint import cache_path, train_or_load
+    from .distributed import barrier, join_process_group, leave_process_group
+    from .training import pick_device, train
+
     config = _config(args)
-    if args.checkpoint:
-        result = train(config, checkpoint=args.checkpoint, progress=False if args.no_progress else None)
-    else:
-        result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
-    print(json.dumps(_summary(result), indent=2))
+    progress = False if args.no_progress else None
+    setup, _ = join_process_group(pick_device(config.train.device))
+    try:
+        if args.checkpoint:
+            result = train(config, checkpoint=args.checkpoint, progress=progress)
+        else:
+            if args.retrain and setup.is_distributed:
+                # train_or_load deletes the cached checkpoint on --retrain: rank 0 does it first,
+                # so that the ranks do not race to delete the same file
+                if setup.is_main:
+                    cache_path(config).unlink(missing_ok=True)
+                barrier()
+            result = train_or_load(config, progress=progress, retrain=args.retrain)
+    finally:
+        leave_process_group()
+    if setup.is_main:
+        print(json.dumps(_summary(result), indent=2))
     return 0
 
 
@@ -86,6 +107,7 @@ def cmd_grid(args) -> int:
     from .experiments import grid, shard
     from .notebook import ParameterError
 
+    _single_process_only("grid")
     try:
         index, count = (int(v) for v in args.shard.split("/"))
     except ValueError:
@@ -164,6 +186,7 @@ def cmd_demo(args) -> int:
     from .plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
     from .training import evaluate, load_split
 
+    _single_process_only("demo")
     config = _config(args)
     result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
     outputs = evaluate(result.model, load_split(config, "test"), batch_size=config.train.eval_batch_size)

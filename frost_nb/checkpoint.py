@@ -106,12 +106,15 @@ def checkpoint_config(path: str | os.PathLike) -> RunConfig:
     return RunConfig.from_dict(load_checkpoint(path)["config"])
 
 
+def cache_path(config: RunConfig) -> Path:
+    """Where the trained-model cache keeps ``config``'s run (finished or not)."""
+    return cache_dir() / f"{config.key()}.pt"
+
+
 def cached_checkpoint(config: RunConfig) -> Path | None:
     """The finished checkpoint of ``config``: the local cache first (a retrained run wins), then
     the committed ones (what a fresh clone has)."""
-    name = f"{config.key()}.pt"
-    for folder in (cache_dir(), committed_checkpoints_dir()):
-        path = folder / name
+    for path in (cache_path(config), committed_checkpoints_dir() / cache_path(config).name):
         if path.is_file():
             try:
                 if load_checkpoint(path).get("complete"):
@@ -136,7 +139,7 @@ def train_or_load(config: RunConfig, *, progress: bool | None = None, retrain: b
         return TrainResult(model=model, calibrator=calibrator, history=state["history"],
                            metrics=state.get("metrics", {}), config=config, checkpoint=path,
                            from_cache=True)
-    target = cache_dir() / f"{config.key()}.pt"
+    target = cache_path(config)
     if retrain and target.exists():
         target.unlink()
     elif target.exists():

@@ -8,6 +8,16 @@ paper's figures 1 (alpha) and 2 (easy / hard halting scores and the median thres
 
 Which halting scores feed the KLL sketch is ``halting.calibrate_on``: the scores of the
 last training epoch, those of a pass over the held-out split, or both (the default).
+
+Under torchrun (``distributed.py``) the same loop runs in every process with DDP.
+``train.batch_size`` stays the global batch: each of the N ranks trains on its N-th of every
+batch, so the steps per epoch, the schedule and the cache key mean the same for any N. The
+history logs the whole batch's loss and accuracy (summed over the ranks) and the mean over
+the ranks of the loss parts; the ranking losses themselves rank the entries of each rank's
+share, and the per-step median threshold and the gradient diagnostics are rank 0's. Each
+epoch the ranks' halting sketches are pooled, so every rank holds the same calibrator. Every
+rank evaluates the whole held-out and test splits (the same weights give the same outputs);
+rank 0 alone writes checkpoints, logs and progress.
 """
 
 from __future__ import annotations
@@ -26,11 +36,14 @@ import torch
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .config import ConfigError, RunConfig
 from .data import load_dataset, make_batches
+from .distributed import barrier, join_process_group, shard_batches, sum_over_ranks, wrap_model
 from .halting import HaltingCalibrator
 from .losses import total_loss
 from .models import create_model
 
 log = logging.getLogger("frost_nb")
+
+LOGGED_PARTS = ("task", "rel", "abs", "easy_score", "hard_score")  # of the loss, per step
 
 
 class TrainingError(RuntimeError):
@@ -204,7 +217,12 @@ class Trainer:
 
     def __post_init__(self) -> None:
         cfg = self.config
-        self.device = pick_device(cfg.train.device)
+        # under torchrun: join the job's process group (each CUDA process takes its own GPU)
+        self.distributed, self.device = join_process_group(pick_device(cfg.train.device))
+        world = self.distributed.world_size
+        if cfg.train.batch_size % world:
+            raise ConfigError(f"train.batch_size={cfg.train.batch_size} is the global batch, split "
+                              f"evenly among the {world} processes: make it a multiple of {world}")
         self.checkpoint = Path(self.checkpoint) if self.checkpoint is not None else None
         on_cuda = self.device.type == "cuda"
         self.amp = cfg.train.amp == "bf16" or (cfg.train.amp == "auto" and on_cuda)
@@ -223,13 +241,20 @@ class Trainer:
         self.model = create_model(cfg.model).to(self.device)
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
+        # the training forward runs through DDP's wrapper (its backward averages the gradients
+        # over the ranks); without the ranking loss the halting head gets no gradient
+        self.parallel_model = wrap_model(self.model, self.distributed, self.device,
+                                         find_unused_parameters=not cfg.loss.ranking)
         self.optimizer = make_optimizer(self.model, cfg.train)
-        # the data order and augmentation come from this generator alone (saved for resuming)
+        # the data order and augmentation come from this generator alone (saved for resuming);
+        # every rank draws the same global batches and trains on its share of each
         self.generator = torch.Generator().manual_seed(cfg.train.seed)
-        self.batches = make_batches(self.train_set, cfg.train.batch_size, shuffle=True,
-                                    augment=d.augment, device=self.device, generator=self.generator,
-                                    drop_last=len(self.train_set) > cfg.train.batch_size,
-                                    num_workers=cfg.train.num_workers)
+        self.batches = shard_batches(
+            make_batches(self.train_set, cfg.train.batch_size, shuffle=True, augment=d.augment,
+                         device=self.device, generator=self.generator,
+                         drop_last=len(self.train_set) > cfg.train.batch_size,
+                         num_workers=cfg.train.num_workers),
+            self.distributed)
         self.steps_per_epoch = len(self.batches)
         total = cfg.train.epochs * self.steps_per_epoch
         warmup = round(cfg.train.warmup_epochs * self.steps_per_epoch)
@@ -285,34 +310,42 @@ class Trainer:
             self.history["steps"][k].append(float(v) if k not in ("step", "epoch") else int(v))
 
     def _train_epoch(self, epoch: int, bar) -> tuple[float, float, HaltingCalibrator]:
-        cfg, model = self.config, self.model
-        model.train()
-        sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores
+        cfg = self.config
+        self.model.train()
+        sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores (this rank's)
         total_loss_sum, correct, seen = 0.0, 0, 0
         every = cfg.train.diagnostics_every
         for x, y in self.batches:
             if every and self.step % every == 0:
                 self._diagnose(x, y)
-            out, loss, parts = forward_loss(model, x, y, cfg, amp=self.amp,
+            out, loss, parts = forward_loss(self.parallel_model, x, y, cfg, amp=self.amp,
                                             channels_last=self.channels_last)
-            if not torch.isfinite(loss):
-                self._stop(f"the loss became {loss.item()} at epoch {epoch + 1}, step {self.step + 1} "
-                           f"(parts: {parts})")
-            optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
-            self.scheduler.step()
-            self.step += 1
             scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
-            if not torch.isfinite(scores).all():
+            # Sums over the ranks' shares of the batch, in one all-reduce: the history logs the
+            # whole batch, and the guards below stop every rank at once (a rank stopping alone
+            # would leave the others waiting in backward).
+            loss_sum, batch_correct, batch_seen, bad_scores, *part_sums = sum_over_ranks(
+                [loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
+                 (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS)], self.device)
+            batch_loss = loss_sum / batch_seen
+            if not math.isfinite(batch_loss):
+                self._stop(f"the loss became {batch_loss} at epoch {epoch + 1}, step {self.step + 1} "
+                           f"(parts: {parts})")
+            if bad_scores:
                 self._stop(f"the halting scores became non-finite at epoch {epoch + 1}, "
                            f"step {self.step + 1}")
+            optimizer_step(self.model, self.optimizer, loss, cfg.train.grad_clip)
+            self.scheduler.step()
+            self.step += 1
             sketch.update(scores)
-            batch_correct = (out.logits[:, -1].argmax(-1) == y).sum().item()
-            correct, seen = correct + batch_correct, seen + len(y)
-            total_loss_sum += loss.item() * len(y)
-            self._log_step(epoch, loss.item(), parts, batch_correct / len(y), sketch.threshold(0.5))
+            correct, seen = correct + batch_correct, seen + batch_seen
+            total_loss_sum += loss_sum
+            world = self.distributed.world_size
+            parts = {k: v / world for k, v in zip(LOGGED_PARTS, part_sums)}  # mean over the ranks
+            self._log_step(epoch, batch_loss, parts, batch_correct / batch_seen, sketch.threshold(0.5))
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{correct / seen:.3f}", refresh=False)
+                bar.set_postfix(loss=f"{batch_loss:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
         return total_loss_sum / seen, correct / seen, sketch
 
     def _diagnose(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -338,18 +371,20 @@ class Trainer:
         source = self.config.halting.calibrate_on
         calibrator = HaltingCalibrator(self.config.halting.sketch_k)
         if "last_epoch" in source:
-            calibrator.merge(train_sketch)
+            calibrator.merge(train_sketch)  # this rank's share of the epoch's scores
         val_acc = float("nan")
         if self.val_set is not None:
-            outputs = self.outputs(self.val_set)
+            outputs = self.outputs(self.val_set)  # the whole split, on every rank
             val_acc = outputs.accuracy
-            if "val" in source:
+            if "val" in source and self.distributed.is_main:  # held-out scores count once
                 calibrator.update(outputs.scores)
+        calibrator.merge_across_ranks()  # every rank: the same sketch, each score once
         if calibrator.is_empty:  # calibrate_on="val" without a held-out split
             raise TrainingError("halting.calibrate_on='val' needs data.val_fraction > 0")
         return calibrator, val_acc
 
     def outputs(self, dataset) -> StepOutputs:
+        """Full-depth outputs of the whole ``dataset`` (on every rank of a DDP job)."""
         batches = make_batches(dataset, self.config.train.eval_batch_size, shuffle=False,
                                augment=False, device=self.device,
                                num_workers=self.config.train.num_workers)
@@ -359,11 +394,12 @@ class Trainer:
         """Train to ``train.epochs`` (or stop after ``until_epoch``, as an interruption would)."""
         from tqdm.auto import tqdm
 
-        cfg = self.config
-        if self._resume():
+        cfg, main = self.config, self.distributed.is_main
+        resumed = self._resume()  # every rank reads the same checkpoint
+        if resumed and main:
             log.info("resumed %s after epoch %d of %d", self.checkpoint, self.epoch, cfg.train.epochs)
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
-        show = show_progress(self.progress)
+        show = show_progress(self.progress) and main
         bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch,
                    desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
                    disable=not show, leave=True) if self.epoch < last else None
@@ -379,14 +415,14 @@ class Trainer:
             for k, v in zip(("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds"),
                             (self.epoch, train_loss, train_acc, val_acc, self.train_seconds)):
                 self.history["epochs"][k].append(v)
-            if self.checkpoint is not None and self.epoch < cfg.train.epochs:
+            if self.checkpoint is not None and self.epoch < cfg.train.epochs and main:
                 save_checkpoint(self.checkpoint, self.state(complete=False))
             line = (f"epoch {self.epoch}/{cfg.train.epochs}: train loss {train_loss:.4f}, "
                     f"train acc {train_acc:.4f}, val acc {val_acc:.4f}, "
                     f"{self.train_seconds:.0f} s so far")
             if show:
                 bar.write(line)
-            else:
+            elif main:
                 log.info(line)
         if bar is not None:
             bar.close()
@@ -396,10 +432,12 @@ class Trainer:
             metrics = {"test_accuracy": test.accuracy, "test_accuracy_per_step": test.accuracy_per_step(),
                        "train_seconds": self.train_seconds, "params": self.model.num_parameters(),
                        "device": str(self.device), "epochs": self.epoch}
-            if self.checkpoint is not None:
+            if self.checkpoint is not None and main:
                 save_checkpoint(self.checkpoint, self.state(complete=True, metrics=metrics))
-            log.info("test accuracy at full depth %.4f after %d epochs, %.0f s of training",
-                     test.accuracy, self.epoch, self.train_seconds)
+            if main:
+                log.info("test accuracy at full depth %.4f after %d epochs, %.0f s of training",
+                         test.accuracy, self.epoch, self.train_seconds)
+        barrier()  # rank 0's checkpoint is on disk before any rank returns (and may read it)
         self.model.eval()
         return TrainResult(self.model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
 

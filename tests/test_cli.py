@@ -52,14 +52,13 @@ def test_quantile_outside_unit_interval(tmp_path, capsys):
     assert "quantile=1.5" in capsys.readouterr().err
 
 
-def test_torchrun_with_several_processes_is_refused(monkeypatch, tmp_path, capsys):
-    # DDP is not implemented yet: N processes would each train the same model
+def test_grid_and_demo_refuse_several_torchrun_processes(monkeypatch, capsys):
+    # only train runs under DDP: N processes of grid or demo would each train the same runs
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert main(["train", "--size", "smoke", "--checkpoint", str(tmp_path / "x.pt")]) == 2
-    assert "DDP" in capsys.readouterr().err and not (tmp_path / "x.pt").exists()
-    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc-per-node 1 trains as usual
-    assert main(["train", "--size", "smoke", "--epochs", "1", "--set", "data.limit=128",
-                 "--checkpoint", str(tmp_path / "x.pt")]) == 0
+    for command in (["grid", "update", "--size", "smoke"], ["demo", "--size", "smoke"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "runs in a single process" in err and "frost_nb train" in err
 
 
 def test_grid_trains_its_shard_into_the_cache(capsys):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from torch import nn
 from frost_nb.halting import (
     AdaptiveResult,
     HaltingCalibrator,
+    _select,
     adaptive_predict,
     exit_steps,
     sweep,
@@ -428,3 +431,61 @@ def test_adaptive_predict_on_real_models(name, backbone, overrides):
         assert sum(sizes) == int(depth.sum())  # work done = total depth
         at_exit = out.logits[torch.arange(len(x)), depth - 1]
         assert torch.allclose(res.logits, at_exit, atol=1e-4, rtol=1e-4)
+
+
+# --- compaction: dataclass contexts are copied row by row with index_select -------------------
+
+@dataclass
+class _DataContext:
+    """A dataclass context like the models' StepContext; ``shared`` is not per sample."""
+
+    e: torch.Tensor
+    be: torch.Tensor
+    shared: torch.Tensor | None = None
+    selects: ClassVar[list[int]] = []  # sizes passed to select(): the slow path was taken
+
+    def select(self, idx):
+        _DataContext.selects.append(len(idx))
+        return _DataContext(self.e[idx], self.be[idx], self.shared)
+
+
+class _DataStandIn(StandIn):
+    def __init__(self, shared: bool):
+        super().__init__()
+        self.shared = torch.ones(1, 16) if shared else None
+
+    def context(self, e):
+        return _DataContext(e, self.b(e), self.shared)
+
+    def step(self, h, ctx, t):
+        extra = 0.0 if ctx.shared is None else 0.01 * ctx.shared
+        return super().step(h, ctx, t) + extra
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_adaptive_predict_with_dataclass_context(shared):
+    model = _DataStandIn(shared).eval()
+    x = torch.randn(120, 6, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        out = model(x)
+    scores = torch.sigmoid(out.halt_logits)
+    _DataContext.selects.clear()
+    res = _check_adaptive(model, x, out, scores, float(scores.median()))
+    assert (res.depth < model.config.steps).any()  # some compaction happened
+    # per-sample fields only: rows copied field by field; a shared field: the context's select()
+    assert bool(_DataContext.selects) == shared
+
+
+def test_row_copy_of_step_context_equals_its_select():
+    models = pytest.importorskip("frost_nb.models")
+    g = torch.Generator().manual_seed(0)
+    keep = torch.tensor([0, 2, 3, 6])
+    for ctx in (models.StepContext(torch.randn(7, 4, 3, 3, generator=g),
+                                   torch.randn(7, 4, 3, 3, generator=g),
+                                   torch.randn(7, 4, generator=g)),
+                models.StepContext(torch.randn(7, 5, 4, generator=g))):  # be, d_pooled None
+        fast, slow = _select(ctx, keep, 7), ctx.select(keep)
+        assert type(fast) is type(slow)
+        for name in ("e", "be", "d_pooled"):
+            a, b = getattr(fast, name), getattr(slow, name)
+            assert (a is None and b is None) or torch.equal(a, b)

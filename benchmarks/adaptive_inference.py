@@ -1,0 +1,193 @@
+"""Adaptive inference against full depth: how much of the ideal FLOP speed-up is real (CPU).
+
+For a trained checkpoint and real test images, at each halting quantile q and batch size,
+in one process and side by side:
+
+    mean_depth   mean exit depth at tau_q = calibrator.threshold(q); accuracy at the exits
+    ideal        FLOPs at full depth / FLOPs at the measured exit depths, the fixed part
+                 (stem, B(e), GAP(D(e))) and the readout heads of every step included
+                 (``frost_nb.complexity``)
+    measured     full-depth wall time / adaptive wall time
+    ratio        measured / ideal (1: the skipped FLOPs come back in full as time)
+
+and, to tell apart the two reasons why ``ratio`` falls short of 1:
+
+    time_ideal   the speed-up if every step cost its full-batch time and the fixed part its
+                 measured time: t_full / (t_fixed + mean_depth / T * (t_full - t_fixed)).
+                 Below ``ideal`` when the fixed part takes a larger share of the time than
+                 of the FLOPs (max-pooling and normalisations count no FLOPs)
+    efficiency   measured / time_ideal: what adaptive inference itself loses (compaction of
+                 the active batch, late steps on few samples at a fixed per-step overhead)
+    fixed_share  t_fixed / t_full, the time share of embed + context + init_state
+
+so that ratio = (time_ideal / ideal) * efficiency.
+
+The full-depth reference is ``adaptive_predict`` itself at tau = +inf: the same code path
+(the same step and readout calls, the same per-step exit test and host sync) with nothing
+ever exiting, so the ratio measures what skipping costs and nothing else. ``forward_us``,
+the model's plain forward at full depth timed in the same rounds, shows that this reference
+is not a slowed-down one. Times ``*_us`` are microseconds per image.
+
+Timing (CPU, ``time.perf_counter``): ``--warmup`` untimed rounds, then ``--repeats`` rounds.
+Batch by batch, a round runs the fixed part alone and the plain forward, then for every
+quantile a full-depth pass and an adaptive pass of that same batch, back to back, so the
+slow drifts of a busy machine hit both sides alike. A variant's time is the sum over the
+batches of its median over rounds (a preemption spoils one batch of one round, not the
+estimate). The images are the first ``--images`` of the test split. Example (the committed
+demo checkpoint; about 5 minutes on one busy core, most of it at batch size 1):
+
+    python benchmarks/adaptive_inference.py --threads 1 --images 512 --repeats 5 --csv /tmp/a.csv
+
+Prints the machine, then one table row per (quantile, batch size); ``--csv`` writes them
+with the setting of the run on every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from frost_nb.checkpoint import checkpoint_config, load_model
+from frost_nb.complexity import flops_per_image, ideal_speedup
+from frost_nb.data import make_batches
+from frost_nb.halting import adaptive_predict
+from frost_nb.paths import committed_checkpoints_dir
+from frost_nb.training import load_split
+
+DEFAULT_CHECKPOINT = committed_checkpoints_dir() / "abcc8fb3b47a8cd4.pt"  # frost, Fashion-MNIST
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _fixed_part(model, x: torch.Tensor):
+    """embed, context, init_state: what adaptive_predict runs before the first step."""
+    e = model.embed(x)
+    context = getattr(model, "context", None)
+    return model.init_state(context(e) if callable(context) else e)
+
+
+def measure(model, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], batch_size: int,
+            repeats: int, warmup: int, costs: tuple[int, int]) -> list[dict]:
+    """Rows of one batch size: every quantile of ``taus`` against full depth, interleaved."""
+    steps = int(model.config.steps)
+    chunks = list(x.split(batch_size))  # (B, C, H, W) views, the last one may be shorter
+    keys = ["fixed", "forward"] + [(kind, q) for q in taus for kind in ("full", "adaptive")]
+    seconds = {k: [[] for _ in chunks] for k in keys}  # [batch][round]
+    exits = {q: [None] * len(chunks) for q in taus}  # AdaptiveResult of each batch
+    for r in range(warmup + repeats):
+        for c, xb in enumerate(chunks):
+            for k in keys:
+                start = time.perf_counter()
+                if k == "fixed":
+                    with torch.no_grad():
+                        _fixed_part(model, xb)
+                elif k == "forward":
+                    with torch.no_grad():
+                        model(xb)
+                else:
+                    kind, q = k
+                    res = adaptive_predict(model, xb, math.inf if kind == "full" else taus[q])
+                    if kind == "adaptive":
+                        exits[q][c] = res
+                elapsed = time.perf_counter() - start  # CPU: a call returns when it is done
+                if r >= warmup:
+                    seconds[k][c].append(elapsed)
+    total = {k: sum(statistics.median(rounds) for rounds in seconds[k]) for k in keys}
+    n, t_fixed = x.shape[0], total["fixed"]
+    rows = []
+    for q, tau in taus.items():
+        depth = torch.cat([res.depth for res in exits[q]])  # (N,)
+        logits = torch.cat([res.logits for res in exits[q]])  # (N, K)
+        t_full, t_adaptive = total[("full", q)], total[("adaptive", q)]
+        mean_depth = depth.double().mean().item()
+        ideal = ideal_speedup(depth, steps, *costs)
+        measured = t_full / t_adaptive
+        time_ideal = t_full / (t_fixed + mean_depth / steps * (t_full - t_fixed))
+        rows.append({"quantile": q, "tau": tau, "batch_size": batch_size,
+                     "mean_depth": mean_depth,
+                     "accuracy": (logits.argmax(1) == y).double().mean().item(),
+                     "ideal": ideal, "measured": measured, "ratio": measured / ideal,
+                     "time_ideal": time_ideal, "efficiency": measured / time_ideal,
+                     "fixed_share": t_fixed / t_full,
+                     "full_us": 1e6 * t_full / n, "adaptive_us": 1e6 * t_adaptive / n,
+                     "forward_us": 1e6 * total["forward"] / n})
+    return rows
+
+
+def _table(rows: list[dict], images: int, a: argparse.Namespace) -> pd.DataFrame:
+    """The rows with the setting of the run on each (so that a CSV stands on its own)."""
+    df = pd.DataFrame(rows)
+    df["images"], df["repeats"], df["threads"] = images, a.repeats, torch.get_num_threads()
+    df["cpu"], df["torch"], df["checkpoint"] = cpu_name(), torch.__version__, Path(a.checkpoint).name
+    return df
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT),
+                   help="a trained frost_nb checkpoint (.pt) with its halting calibrator")
+    p.add_argument("--quantiles", nargs="+", type=float, default=[0.25, 0.5, 0.75])
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16, 64, 256])
+    p.add_argument("--images", type=int, default=512, help="test images (the first N)")
+    p.add_argument("--repeats", type=int, default=5, help="timed rounds (medians over them)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--csv", default=None)
+    a = p.parse_args(argv)
+    for name in ("images", "repeats", "threads"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(a, name)}")
+    if a.warmup < 0 or min(a.batch_sizes) < 1:
+        p.error("--warmup must be >= 0 and every --batch-sizes value >= 1")
+    if not all(0.0 <= q <= 1.0 for q in a.quantiles):
+        p.error(f"--quantiles must lie in [0, 1], got {a.quantiles}")
+
+    torch.set_num_threads(a.threads)
+    model, calibrator = load_model(a.checkpoint)  # eval mode, CPU
+    config = checkpoint_config(a.checkpoint)
+    data = load_split(config, "test")
+    batches = make_batches(data, min(a.images, len(data)), shuffle=False, augment=False,
+                           device="cpu")
+    x, y = next(iter(batches))  # (N, C, H, W) float32, normalised as in training; (N,)
+    costs = flops_per_image(model, x.shape[1:])
+    taus = {float(q): calibrator.threshold(q) for q in a.quantiles}
+
+    m, full = config.model, costs[0] + config.model.steps * costs[1]
+    print(f"machine: {cpu_name()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s)")
+    print(f"model: {m.name} {m.backbone}, T={m.steps}, width {m.width}, {a.checkpoint}")
+    print(f"data: {x.shape[0]} {config.data.name} test images; {a.repeats} timed round(s) "
+          f"after {a.warmup} warm-up")
+    print(f"FLOPs per image: fixed {costs[0] / 1e6:.3f} M, per step {costs[1] / 1e6:.3f} M, "
+          f"full depth {full / 1e6:.3f} M (fixed share {costs[0] / full:.3f})", flush=True)
+    rows = []
+    for batch_size in a.batch_sizes:
+        rows += measure(model, x, y, taus, batch_size, a.repeats, a.warmup, costs)
+        print(pd.DataFrame(rows[-len(taus):]).to_string(index=False, float_format="%.3f"),
+              flush=True)
+        if a.csv:  # after every batch size: a run cut short keeps what it measured
+            _table(rows, x.shape[0], a).to_csv(a.csv, index=False)
+    table = pd.DataFrame(rows).sort_values(["quantile", "batch_size"], kind="stable")
+    print(table.to_string(index=False, float_format="%.3f"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Compute cost of FROST inference (Yu and Hwang, ICML 2026, arXiv 2601.19551), in FLOPs.
+
+Every model family is a stem, then T steps of one update followed by the two readout heads
+(spec sections 2-4), so the cost of a sample that exits after d steps is affine in d:
+
+    C(d) = C_fixed + d * C_step                                        C(T): full depth
+    C_fixed = embed + context + init_state      (B(e), GAP(D(e)): once per forward)
+    C_step  = step + readout                    (the heads are read at every step: the
+                                                 halting score decides the exit)
+
+and the ideal speed-up of adaptive inference over a set of samples with exit depths d_i is
+
+    S_ideal = sum_i C(T) / sum_i C(d_i) = (C_fixed + T C_step) / (C_fixed + mean(d) C_step)
+
+FLOPs are those of ``torch.utils.flop_counter.FlopCounterMode``: 2 per multiply-add of
+convolutions, linear maps and matrix products (attention included). Normalisations,
+activations and element-wise updates are not counted; they are a small share of the work
+but are memory-bound, so a wall-clock speed-up can fall short of ``S_ideal`` for that
+reason alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
+
+__all__ = ["count_flops", "flops_per_image", "ideal_speedup"]
+
+
+def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """(FLOPs of ``fn(*args, **kwargs)`` as FlopCounterMode counts them, its result)."""
+    with FlopCounterMode(display=False) as counter:
+        out = fn(*args, **kwargs)
+    return int(counter.get_total_flops()), out
+
+
+def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple[int, int]:
+    """(C_fixed, C_step) of one image of shape ``input_shape`` (C, H, W), without batch axis.
+
+    Uses the step-wise API of ``frost_nb.models`` (``embed``, optional ``context``,
+    ``init_state``, ``step``, ``readout``). C_step is measured on step t = 0; every step has
+    the same shapes, so the same cost (vanilla's distinct branches too). Runs without
+    gradient on the model's device; the model's mode is left alone.
+    """
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"input_shape={input_shape!r} must be (C, H, W) of one image, "
+                         f"e.g. (1, 28, 28); the batch axis is added here")
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    x = torch.zeros((1, *shape), device=device)  # (1, C, H, W)
+
+    def prologue(x: Tensor):
+        e = model.embed(x)
+        context = getattr(model, "context", None)
+        ctx = context(e) if callable(context) else e
+        return model.init_state(ctx), ctx
+
+    def one_step(h: Tensor, ctx: Any):
+        return model.readout(model.step(h, ctx, 0), ctx)
+
+    with torch.no_grad():
+        fixed, (h, ctx) = count_flops(prologue, x)
+        per_step, _ = count_flops(one_step, h, ctx)
+    return fixed, per_step
+
+
+def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
+                  per_step: float) -> float:
+    """S_ideal = (C_fixed + T C_step) / (C_fixed + mean(d) C_step); 1 at full depth."""
+    d = torch.as_tensor(depths, dtype=torch.float64).reshape(-1)
+    if d.numel() == 0:
+        raise ValueError("depths is empty: give the exit depth of at least one sample")
+    if int(steps) < 1 or bool(((d < 1) | (d > int(steps))).any()):
+        raise ValueError(f"exit depths must lie in 1..steps={steps}, got "
+                         f"{d.min().item():g}..{d.max().item():g}")
+    if fixed < 0 or per_step <= 0:
+        raise ValueError(f"costs must be fixed >= 0 and per_step > 0, got {fixed}, {per_step}")
+    full = fixed + int(steps) * per_step
+    return float(full / (fixed + d.mean().item() * per_step))

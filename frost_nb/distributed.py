@@ -1,0 +1,165 @@
+"""Multi-process training with torch's DistributedDataParallel (DDP), started by torchrun.
+
+``python -m torch.distributed.run --nproc-per-node N -m frost_nb train ...`` starts N copies
+of the command and describes the job in environment variables (WORLD_SIZE, RANK, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT). The trainer joins the process group they describe, wraps the
+model in DDP (which averages the gradients over the ranks in backward), and gives each rank
+a disjoint share of every batch. Without torchrun every function here is a no-op: rank 0 of 1.
+
+The halting sketches of the ranks are pooled by ``HaltingCalibrator.merge_across_ranks``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .config import ConfigError
+
+
+@dataclass(frozen=True)
+class DistributedSetup:
+    """Where this process stands in a DDP job (rank 0 of 1 without one)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0  # the GPU of this process on its machine
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone writes checkpoints, logs and progress bars."""
+        return self.rank == 0
+
+
+def launched_world_size() -> int:
+    """How many processes torchrun started for this job (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def in_process_group() -> bool:
+    """True inside an initialised process group of more than one process."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def join_process_group(device: torch.device) -> tuple[DistributedSetup, torch.device]:
+    """This process's place in the job, and the device it trains on.
+
+    Under torchrun (WORLD_SIZE > 1) the first call joins the process group the environment
+    describes: NCCL on CUDA, gloo on the CPU. A group the caller initialised is used as it
+    is. Each CUDA process takes the GPU of its LOCAL_RANK. Without torchrun: rank 0 of 1 on
+    ``device``. Calling it again is harmless.
+    """
+    if not dist.is_available():
+        return DistributedSetup(), device
+    if not dist.is_initialized():
+        if launched_world_size() <= 1:
+            return DistributedSetup(), device
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")  # env:// rendezvous
+    rank, world = dist.get_rank(), dist.get_world_size()
+    setup = DistributedSetup(rank, world, int(os.environ.get("LOCAL_RANK", rank)))
+    if not setup.is_distributed:
+        return setup, device
+    if device.type == "mps":
+        raise ConfigError("train.device resolves to Apple's MPS, which torch's DDP does not support: "
+                          "set train.device='cpu' to train with several processes")
+    if device.type == "cuda":
+        device = torch.device("cuda", setup.local_rank)
+        torch.cuda.set_device(device)  # NCCL and the object collectives use the current device
+    return setup, device
+
+
+def leave_process_group() -> None:
+    """Destroy the process group, if there is one (at the end of a torchrun command)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    """Wait until every rank gets here (nothing to wait for in a single process)."""
+    if in_process_group():
+        dist.barrier()
+
+
+def sum_over_ranks(values: Sequence[torch.Tensor | float], device: torch.device) -> list[float]:
+    """The sum over all ranks of each of a few numbers, in one all-reduce (in a single
+    process, the numbers themselves). One host sync either way."""
+    # float32: MPS has no float64; the numbers are per-batch losses and counts
+    stacked = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=device).reshape(())
+                           for v in values])  # (len(values),)
+    if in_process_group():
+        dist.all_reduce(stacked)  # SUM
+    return stacked.tolist()
+
+
+@functools.cache
+def _let_ddp_see_model_outputs() -> None:
+    """DDP finds the tensors of the forward's output through torch's pytree, which knows
+    tuples, lists and dicts but not dataclasses. Without this, the models' ``ModelOutput``
+    would be opaque to it, and with ``find_unused_parameters`` it would wait for gradients
+    of outputs the loss does not use (the halting logits of a model trained without the
+    ranking loss) and stop with "Expected to have finished reduction"."""
+    from torch.export import register_dataclass
+
+    from .models import ModelOutput
+
+    try:
+        register_dataclass(ModelOutput)
+    except ValueError:  # registered already (elsewhere in this process)
+        pass
+
+
+def wrap_model(model: torch.nn.Module, setup: DistributedSetup, device: torch.device, *,
+               find_unused_parameters: bool) -> torch.nn.Module:
+    """DDP's wrapper around ``model`` in a multi-process job, else ``model`` itself.
+
+    Only the training forward goes through the wrapper: its backward all-reduces the
+    gradients. Everything else (the step-wise API, ``state_dict``, evaluation) uses ``model``,
+    which is the wrapper's ``.module``, so checkpoints are the same with or without DDP. DDP
+    also broadcasts rank 0's weights when it is built. ``find_unused_parameters``: some
+    parameters get no gradient (DDP then leaves their ``.grad`` None, as a single process
+    would, so the optimiser skips them). DDP then warns once per rank that it "did not find
+    any unused parameters": a false positive here, since its search starts from every output
+    (the halting logits included) rather than from the loss; turning the flag off fails.
+    """
+    if not setup.is_distributed:
+        return model
+    _let_ddp_see_model_outputs()
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device] if device.type == "cuda" else None,
+        find_unused_parameters=find_unused_parameters)
+
+
+class ShardedBatches:
+    """This rank's share of every batch of ``batches``.
+
+    Every rank iterates the same ``batches`` (same data set, same generator seed and state,
+    so the same permutation and augmentation) and rank r keeps the r-th of ``world_size``
+    contiguous slices of each batch: the shares are disjoint and together make the batch.
+    Each rank still builds the whole batch; that is a gather on the device for in-memory
+    sets, but for folder sets it decodes every image on every rank.
+    """
+
+    def __init__(self, batches, setup: DistributedSetup) -> None:
+        self.batches, self.setup = batches, setup
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        world, rank = self.setup.world_size, self.setup.rank
+        for x, y in self.batches:
+            yield x.tensor_split(world)[rank], y.tensor_split(world)[rank]  # (B / world, ...)
+
+
+def shard_batches(batches, setup: DistributedSetup):
+    """``batches`` itself in a single process, else this rank's share (``ShardedBatches``)."""
+    return ShardedBatches(batches, setup) if setup.is_distributed else batches

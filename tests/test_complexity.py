@@ -1,0 +1,81 @@
+"""Tests of frost_nb.complexity: the FLOPs of the step-wise API and the ideal speed-up."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from frost_nb.complexity import count_flops, flops_per_image, ideal_speedup
+from frost_nb.config import make_config
+from frost_nb.models import create_model
+
+
+def _model(name="frost", backbone="resnet", **overrides):
+    torch.manual_seed(0)
+    cfg = make_config("smoke", "digits", name, backbone, **overrides).model
+    return create_model(cfg).eval(), cfg
+
+
+FAMILIES = [(m, b, {}) for m in ("vanilla", "recurrent", "basic_ssm", "frost")
+            for b in ("resnet", "vit")]
+FAMILIES += [("frost", "resnet", {"model.update": "gated", "model.bcd_kernel": 3}),
+             ("frost", "resnet", {"model.bcd_hidden": 8})]  # C, D not pooled first
+
+
+@pytest.mark.parametrize("name,backbone,overrides", FAMILIES)
+def test_fixed_plus_steps_equals_the_forward(name, backbone, overrides):
+    model, cfg = _model(name, backbone, **overrides)
+    shape = (cfg.in_channels, cfg.image_size, cfg.image_size)
+    fixed, per_step = flops_per_image(model, shape)
+    assert fixed > 0 and per_step > 0
+    with torch.no_grad():
+        full, _ = count_flops(model, torch.zeros(1, *shape))
+    assert fixed + cfg.steps * per_step == full  # C(T) = C_fixed + T C_step, exactly
+    with torch.no_grad():  # and linear in the batch
+        full4, _ = count_flops(model, torch.zeros(4, *shape))
+    assert full4 == 4 * full
+
+
+def test_resnet_step_flops_known_answer():
+    """The bottleneck branch, the gate and the heads of the frost ResNet, counted by hand."""
+    model, cfg = _model("frost", "resnet", **{"model.update": "gated"})
+    s = cfg.image_size // cfg.stem_stride  # spatial side of the state (stride <= 3: one conv)
+    w, b, k = cfg.width, cfg.bottleneck, cfg.num_classes
+    hw = s * s
+    branch = 2 * hw * (w * b + 9 * b * b + b * w)  # 1x1, 3x3, 1x1 convolutions
+    gate = 2 * hw * w * w  # 1x1 convolution W_g h_t
+    heads = 2 * (w * w + w * k + w)  # C on the pooled state (pool first), classifier, halting
+    _, per_step = flops_per_image(model, (cfg.in_channels, cfg.image_size, cfg.image_size))
+    assert per_step == branch + gate + heads
+    canonical, _ = _model("frost", "resnet", **{"model.update": "canonical"})
+    _, per_step = flops_per_image(canonical, (cfg.in_channels, cfg.image_size, cfg.image_size))
+    assert per_step == branch + heads  # no gate
+
+
+def test_flops_per_image_leaves_mode_and_checks_shape():
+    model, cfg = _model()
+    model.train()
+    flops_per_image(model, (cfg.in_channels, cfg.image_size, cfg.image_size))
+    assert model.training
+    with pytest.raises(ValueError, match=r"\(C, H, W\)"):
+        flops_per_image(model, (1, cfg.in_channels, cfg.image_size, cfg.image_size))
+
+
+def test_ideal_speedup_values():
+    t, fixed, step = 16, 3.0, 1.0
+    assert ideal_speedup(torch.full((10,), t), t, fixed, step) == 1.0  # full depth
+    assert ideal_speedup([1] * 5, t, 0.0, step) == t  # no fixed part: T / mean depth
+    assert math.isclose(ideal_speedup([4, 12], t, fixed, step), (3 + 16) / (3 + 8))
+    s = [ideal_speedup([d], t, fixed, step) for d in range(1, t + 1)]
+    assert all(a > b for a, b in zip(s, s[1:]))  # lower depth, bigger speed-up
+    assert s[0] < (fixed + t * step) / fixed  # bounded by the fixed part
+
+
+@pytest.mark.parametrize("depths,steps,fixed,per_step", [
+    ([0, 3], 4, 1.0, 1.0), ([5], 4, 1.0, 1.0), ([], 4, 1.0, 1.0),
+    ([2], 4, -1.0, 1.0), ([2], 4, 1.0, 0.0)])
+def test_ideal_speedup_rejects_bad_input(depths, steps, fixed, per_step):
+    with pytest.raises(ValueError):
+        ideal_speedup(depths, steps, fixed, per_step)

@@ -1,0 +1,187 @@
+"""Multi-process (DDP) training: sharded batches, pooled halting sketches, torchrun.
+
+The two-process tests run on the CPU with gloo: two spawned processes (one thread each) train
+a slice of digits for a few steps; one test starts the command line under torchrun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from frost_nb.__main__ import main
+from frost_nb.checkpoint import load_checkpoint, load_model
+from frost_nb.config import make_config
+from frost_nb.distributed import DistributedSetup, ShardedBatches, leave_process_group
+from frost_nb.halting import HaltingCalibrator
+from frost_nb.models import create_model
+from frost_nb.training import Trainer, load_split
+
+WORLD = 2
+QS = (0.1, 0.25, 0.5, 0.75, 0.9)
+# 192 training images, 3 global batches of 64 (32 per rank) an epoch; 4 steps per sample
+FROST = make_config("smoke", **{"train.epochs": 2, "train.batch_size": 64, "train.device": "cpu",
+                                "data.limit": 192})
+BASELINE = make_config("smoke", model="recurrent", **{"train.epochs": 1, "train.batch_size": 64,
+                                                      "train.device": "cpu", "data.limit": 192})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _record(result, folder, name: str, rank: int) -> None:
+    """What this rank ended with, for the test process to compare across ranks."""
+    torch.save({"params": {k: v.clone() for k, v in result.model.state_dict().items()},
+                "sketch": result.calibrator.to_bytes(), "n": result.calibrator.n,
+                "thresholds": result.calibrator.thresholds(QS), "history": result.history},
+               folder / f"{name}_rank{rank}.pt")
+
+
+def _train_on_each_rank(rank: int, port: int, folder) -> None:
+    """One rank of the job, joined the way torchrun's environment makes the trainer join."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD),
+                      RANK=str(rank), LOCAL_RANK=str(rank), FROST_OUTPUTS=str(folder / "outputs"),
+                      FROST_CACHE=str(folder / "cache"), FROST_PROGRESS="0")
+    torch.set_num_threads(1)
+    try:
+        _record(Trainer(FROST, checkpoint=folder / "whole.pt").fit(), folder, "whole", rank)
+        Trainer(FROST, checkpoint=folder / "split.pt").fit(until_epoch=1)  # "interrupted"
+        _record(Trainer(FROST, checkpoint=folder / "split.pt").fit(), folder, "resumed", rank)
+        _record(Trainer(BASELINE).fit(), folder, "baseline", rank)
+    finally:
+        leave_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory):
+    """What each of two ranks ended with: a whole run, an interrupted and resumed one, a baseline."""
+    folder = tmp_path_factory.mktemp("ddp")
+    mp.spawn(_train_on_each_rank, args=(_free_port(), folder), nprocs=WORLD)
+    return {(name, rank): torch.load(folder / f"{name}_rank{rank}.pt", weights_only=False)
+            for name in ("whole", "resumed", "baseline") for rank in range(WORLD)}, folder
+
+
+def _scores_fed(config) -> int:
+    """Halting scores of the last epoch (every training image once) plus the held-out pass."""
+    steps = config.model.steps
+    train, val = load_split(config, "train"), load_split(config, "val")
+    return (len(train) // config.train.batch_size) * config.train.batch_size * steps + len(val) * steps
+
+
+@pytest.mark.parametrize("name", ["whole", "resumed", "baseline"])
+def test_ranks_end_with_the_same_parameters(two_rank_runs, name):
+    runs, _ = two_rank_runs
+    a, b = runs[name, 0]["params"], runs[name, 1]["params"]
+    assert a.keys() == b.keys()
+    for key in a:  # each rank trained on other images: only DDP's gradient sync makes them equal
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_pooled_sketch_counts_every_score_once_and_gives_the_same_threshold(two_rank_runs):
+    runs, _ = two_rank_runs
+    for name, config in (("whole", FROST), ("resumed", FROST), ("baseline", BASELINE)):
+        expected = _scores_fed(config)
+        for rank in range(WORLD):  # each rank's share of the epoch, the held-out pass once
+            assert runs[name, rank]["n"] == expected, (name, rank)
+        # rank 0 merged and sent its sketch: the same bytes, so the same thresholds
+        assert runs[name, 0]["sketch"] == runs[name, 1]["sketch"], name
+        assert runs[name, 0]["thresholds"] == runs[name, 1]["thresholds"], name
+
+
+def test_rank_zero_writes_a_checkpoint_that_resumes_exactly(two_rank_runs):
+    runs, folder = two_rank_runs
+    whole = load_checkpoint(folder / "whole.pt")
+    assert whole["complete"] and whole["epoch"] == 2
+    assert whole["step"] == 2 * (192 // 64)  # the global batch: 3 steps an epoch, as one process
+    model, calibrator = load_model(folder / "whole.pt")
+    assert calibrator.n == runs["whole", 0]["n"]
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, runs["whole", 0]["params"][key]), key
+    for key, value in runs["resumed", 0]["params"].items():  # interrupted + resumed == whole
+        assert torch.equal(value, runs["whole", 0]["params"][key]), key
+    assert runs["resumed", 0]["history"]["steps"]["loss"] == runs["whole", 0]["history"]["steps"]["loss"]
+    assert sorted(p.name for p in folder.glob("*.pt") if "rank" not in p.name) == ["split.pt", "whole.pt"]
+
+
+def test_unused_halting_head_of_a_baseline_stays_untouched(two_rank_runs):
+    """Without the ranking loss the halting head gets no gradient: DDP must leave its grad None
+    (as one process does, so AdamW skips it) instead of decaying it or waiting for it."""
+    runs, _ = two_rank_runs
+    torch.manual_seed(BASELINE.train.seed)
+    initial = create_model(BASELINE.model).state_dict()
+    trained = runs["baseline", 0]["params"]
+    for key in ("halt_head.weight", "halt_head.bias"):
+        assert torch.equal(trained[key], initial[key]), key
+    assert not torch.equal(trained["head.weight"], initial["head.weight"])
+
+
+# --- without processes ----------------------------------------------------------------------
+
+def test_sharded_batches_are_disjoint_and_make_the_batch():
+    batches = [(torch.arange(10.0).view(10, 1), torch.arange(10)),
+               (torch.arange(10.0, 15.0).view(5, 1), torch.arange(10, 15))]  # a short last batch
+    shares = [list(ShardedBatches(batches, DistributedSetup(rank, WORLD))) for rank in range(WORLD)]
+    assert all(len(ShardedBatches(batches, DistributedSetup(r, WORLD))) == 2 for r in range(WORLD))
+    for b, (x, y) in enumerate(batches):
+        assert torch.equal(torch.cat([s[b][0] for s in shares]), x)
+        assert torch.equal(torch.cat([s[b][1] for s in shares]), y)
+    assert [len(s[0][1]) for s in shares] == [5, 5] and [len(s[1][1]) for s in shares] == [3, 2]
+
+
+def test_pooled_serialised_sketches_count_each_score_once_and_match_the_union():
+    rng = np.random.default_rng(7)
+    shares = [rng.beta(0.5, 2.0, 30_000).astype(np.float32), rng.beta(4.0, 1.0, 50_000).astype(np.float32)]
+    calibrators = [HaltingCalibrator(200).update(s) for s in shares]
+    pooled = HaltingCalibrator.pooled([c.to_bytes() for c in calibrators])
+    assert pooled.n == 80_000 and [c.n for c in calibrators] == [30_000, 50_000]  # sources untouched
+    union = np.concatenate(shares)
+    for q in QS:  # in rank, as the sketch guarantees (about 1.3% at k = 200), not in value
+        assert abs(np.mean(union <= pooled.threshold(q)) - q) < 2 * pooled.rank_error
+        assert abs(np.mean(union <= pooled.threshold(q)) - np.mean(union <= np.quantile(union, q))) \
+            < 2 * pooled.rank_error
+    with pytest.raises(ValueError, match="at least one"):
+        HaltingCalibrator.pooled([])
+
+
+def test_merge_across_ranks_without_a_process_group_changes_nothing():
+    cal = HaltingCalibrator().update(np.linspace(0.0, 1.0, 1000))
+    before = cal.to_bytes()
+    assert cal.merge_across_ranks() is cal and cal.to_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["grid", "loss", "--size", "smoke"], ["demo", "--size", "smoke"]])
+def test_single_process_commands_refuse_torchrun(command, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert f"'{command[0]}' runs in a single process" in err and "-m frost_nb train" in err
+
+
+# --- the command line under torchrun -------------------------------------------------------
+
+def test_torchrun_train_on_two_cpu_processes(tmp_path):
+    ckpt = tmp_path / "ddp.pt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(WORLD),
+           "-m", "frost_nb", "train", "--size", "smoke", "--epochs", "1", "--set", "data.limit=192",
+           "--set", "train.device=cpu", "--checkpoint", str(ckpt), "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)  # one JSON object: rank 0 alone prints
+    assert summary["dataset"] == "digits" and summary["epochs"] == 1
+    assert proc.stderr.count("epoch 1/1:") == 1  # and logs
+    state = load_checkpoint(ckpt)
+    assert state["complete"] and state["step"] == 192 // 64
+    config = make_config("smoke", **{"train.epochs": 1, "data.limit": 192, "train.device": "cpu"})
+    assert HaltingCalibrator.from_bytes(state["calibrator"]).n == _scores_fed(config)
