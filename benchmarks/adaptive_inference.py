@@ -56,7 +56,7 @@ import pandas as pd
 import torch
 
 from frost_nb.checkpoint import checkpoint_config, load_model
-from frost_nb.complexity import flops_per_image, ideal_speedup
+from frost_nb.complexity import flops_per_image, ideal_speedup, prologue
 from frost_nb.data import make_batches
 from frost_nb.halting import adaptive_predict
 from frost_nb.paths import committed_checkpoints_dir
@@ -76,13 +76,6 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _fixed_part(model, x: torch.Tensor):
-    """embed, context, init_state: what adaptive_predict runs before the first step."""
-    e = model.embed(x)
-    context = getattr(model, "context", None)
-    return model.init_state(context(e) if callable(context) else e)
-
-
 def measure(model, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], batch_size: int,
             repeats: int, warmup: int, costs: tuple[int, int]) -> list[dict]:
     """Rows of one batch size: every quantile of ``taus`` against full depth, interleaved."""
@@ -97,7 +90,7 @@ def measure(model, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], b
                 start = time.perf_counter()
                 if k == "fixed":
                     with torch.no_grad():
-                        _fixed_part(model, xb)
+                        prologue(model, xb)
                 elif k == "forward":
                     with torch.no_grad():
                         model(xb)

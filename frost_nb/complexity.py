@@ -28,7 +28,23 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["count_flops", "flops_per_image", "ideal_speedup"]
+__all__ = ["count_flops", "flops_per_image", "ideal_speedup", "prologue", "parameters_without_heads",
+           "seconds_per_image", "images_per_second"]
+
+HEAD_PREFIXES = ("head", "halt_head")  # the classifier (with its LayerNorm) and the halting head
+
+
+def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
+    """(h_0, ctx): embed, context and init_state, what every forward runs once before step 1."""
+    e = model.embed(x)
+    context = getattr(model, "context", None)
+    ctx = context(e) if callable(context) else e
+    return model.init_state(ctx), ctx
+
+
+def parameters_without_heads(model: torch.nn.Module) -> int:
+    """Parameters of the backbone alone (what the paper's Table 3 seems to count)."""
+    return sum(p.numel() for k, p in model.named_parameters() if not k.startswith(HEAD_PREFIXES))
 
 
 def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
@@ -54,17 +70,11 @@ def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple
     device = param.device if param is not None else torch.device("cpu")
     x = torch.zeros((1, *shape), device=device)  # (1, C, H, W)
 
-    def prologue(x: Tensor):
-        e = model.embed(x)
-        context = getattr(model, "context", None)
-        ctx = context(e) if callable(context) else e
-        return model.init_state(ctx), ctx
-
     def one_step(h: Tensor, ctx: Any):
         return model.readout(model.step(h, ctx, 0), ctx)
 
     with torch.no_grad():
-        fixed, (h, ctx) = count_flops(prologue, x)
+        fixed, (h, ctx) = count_flops(prologue, model, x)
         per_step, _ = count_flops(one_step, h, ctx)
     return fixed, per_step
 
@@ -82,3 +92,65 @@ def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
         raise ValueError(f"costs must be fixed >= 0 and per_step > 0, got {fixed}, {per_step}")
     full = fixed + int(steps) * per_step
     return float(full / (fixed + d.mean().item() * per_step))
+
+
+def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, batch_size: int = 8,
+                      repeats: int = 3, warmup: int = 1) -> tuple[float, float]:
+    """Measured wall time per image (fixed part, one step): the same affine model as the FLOPs.
+
+    Times, on random input of shape (batch_size, *input_shape) on the model's device, the
+    fixed part alone (``prologue``) and the fixed part plus all T steps with their readout;
+    medians over ``repeats`` rounds after ``warmup`` untimed ones. The step time is the
+    difference over T. Runs without gradient; CUDA is synchronised around each timing.
+    """
+    import statistics
+    import time
+
+    if batch_size < 1 or repeats < 1 or warmup < 0:
+        raise ValueError(f"batch_size={batch_size} and repeats={repeats} must be >= 1, warmup={warmup} >= 0")
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    x = torch.randn((batch_size, *(int(s) for s in input_shape)), device=device)
+    steps = int(model.config.steps)
+
+    def fixed_only():
+        return prologue(model, x)
+
+    def full_depth():
+        h, ctx = prologue(model, x)
+        for t in range(steps):
+            h = model.step(h, ctx, t)
+            model.readout(h, ctx)
+
+    def timed(fn) -> float:
+        runs = []
+        for r in range(warmup + repeats):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            if r >= warmup:
+                runs.append(time.perf_counter() - start)
+        return statistics.median(runs) / batch_size
+
+    with torch.no_grad():
+        fixed = timed(fixed_only)
+        full = timed(full_depth)
+    return fixed, max(full - fixed, 0.0) / steps
+
+
+def images_per_second(fixed_s: float, step_s: float, depth: float) -> float:
+    """Throughput of samples that run ``depth`` steps on average (fractional depths allowed)."""
+    return 1.0 / (fixed_s + depth * step_s)
+
+
+def relative_to_vanilla(table):
+    """A complexity table (pandas; columns backbone, model, gflops, images_per_s) with
+    ``gflops / vanilla`` and ``images_per_s / vanilla``: each row over its backbone's
+    vanilla row (the first one, at full depth)."""
+    base = table[table["model"] == "vanilla"].groupby("backbone").first()
+    return table.assign(**{
+        "gflops / vanilla": table["gflops"] / table["backbone"].map(base["gflops"]),
+        "images_per_s / vanilla": table["images_per_s"] / table["backbone"].map(base["images_per_s"])})

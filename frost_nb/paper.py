@@ -27,3 +27,16 @@ def table1_rows() -> list[dict]:
     """Table 1 as rows (model, step, mean, std)."""
     return [{"model": m, "step": t, "mean": mean, "std": std}
             for m, cells in TABLE1.items() for t, (mean, std) in zip(TABLE1_STEPS, cells)]
+
+# Table 3 (ImageNet-100 at 224): parameters (M, backbone), GFLOPs per image at the mean depth,
+# throughput (images/s, the paper's hardware); FROST at its mean depth (std in the paper)
+TABLE3 = [
+    {"backbone": "resnet", "model": "vanilla", "mean_depth": 16, "params_m": 1.24, "gflops": 8.37, "images_per_s": 33.1},
+    {"backbone": "resnet", "model": "recurrent", "mean_depth": 16, "params_m": 0.11, "gflops": 8.37, "images_per_s": 32.9},
+    {"backbone": "resnet", "model": "basic_ssm", "mean_depth": 16, "params_m": 1.49, "gflops": 82.77, "images_per_s": 23.3},
+    {"backbone": "resnet", "model": "frost", "mean_depth": 7.56, "params_m": 1.49, "gflops": 39.11, "images_per_s": 47.2},
+    {"backbone": "vit", "model": "vanilla", "mean_depth": 12, "params_m": 85.80, "gflops": 35.13, "images_per_s": 21.5},
+    {"backbone": "vit", "model": "recurrent", "mean_depth": 12, "params_m": 7.83, "gflops": 35.13, "images_per_s": 22.0},
+    {"backbone": "vit", "model": "basic_ssm", "mean_depth": 12, "params_m": 20.81, "gflops": 65.45, "images_per_s": 16.0},
+    {"backbone": "vit", "model": "frost", "mean_depth": 4.53, "params_m": 20.81, "gflops": 24.71, "images_per_s": 42.3},
+]

@@ -291,3 +291,22 @@ def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=Non
         ax.plot(paper["mean_depth"], paper["accuracy"], "kx--", lw=0.8, label="paper (CIFAR-100)")
     ax.set(xlabel="mean depth (steps)", ylabel="accuracy", ylim=(0, 1), title=title or "accuracy against depth")
     return _finish(fig, ax)
+
+
+def plot_complexity_ratios(table, title: str = "") -> plt.Figure:
+    """GFLOPs and throughput over vanilla's, ours beside the paper's (Table 3), per row of a
+    table with columns backbone, model, depth and the ratio columns (``paper ...`` for theirs)."""
+    labels = [f"{b} {m}" + ("" if d == "full depth" else f"\n{d}") for b, m, d in
+              zip(table["backbone"], table["model"], table["depth"])]
+    x = np.arange(len(table))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharex=True)
+    for ax, col in zip(axes, ("gflops / vanilla", "images_per_s / vanilla")):
+        ax.bar(x - 0.2, table[col], width=0.4, label="ours")
+        ax.bar(x + 0.2, table[f"paper {col}"], width=0.4, label="paper")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set(ylabel=col, title=col)
+        ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=6)
+        ax.legend(fontsize=7)
+    fig.suptitle(title or "cost relative to vanilla (same backbone)")
+    fig.tight_layout()
+    return fig

@@ -79,3 +79,23 @@ def test_ideal_speedup_values():
 def test_ideal_speedup_rejects_bad_input(depths, steps, fixed, per_step):
     with pytest.raises(ValueError):
         ideal_speedup(depths, steps, fixed, per_step)
+
+
+def test_parameters_without_heads_leave_out_exactly_the_two_heads():
+    from frost_nb.complexity import parameters_without_heads
+
+    model = create_model(make_config("smoke").model)
+    heads = sum(p.numel() for m in (model.head, model.head_norm, model.halt_head) for p in m.parameters())
+    assert parameters_without_heads(model) == model.num_parameters() - heads > 0
+
+
+def test_measured_time_per_image_and_throughput():
+    from frost_nb.complexity import images_per_second, seconds_per_image
+
+    model = create_model(make_config("smoke").model).eval()
+    fixed, step = seconds_per_image(model, (1, 8, 8), batch_size=4, repeats=2)
+    assert fixed > 0 and step > 0
+    assert images_per_second(fixed, step, 1) > images_per_second(fixed, step, 2.5) > \
+        images_per_second(fixed, step, model.config.steps)
+    with pytest.raises(ValueError, match="repeats"):
+        seconds_per_image(model, (1, 8, 8), repeats=0)

@@ -71,6 +71,20 @@ def test_halting_notebook_refuses_bad_input(tmp_path, monkeypatch):
         _run("05_halting.ipynb", tmp_path, monkeypatch, checkpoint=str(tmp_path / "missing.pt"))
 
 
+def test_complexity_notebook_writes_its_table(tmp_path, monkeypatch, isolated_outputs):
+    _run("06_complexity.ipynb", tmp_path, monkeypatch, repeats=1)
+    metrics = json.loads((isolated_outputs / "outputs" / "metrics" / "06_complexity.json").read_text())
+    rows = metrics["rows"]
+    assert {(r["backbone"], r["model"]) for r in rows} == {(b, m) for b in ("resnet", "vit")
+                                                           for m in ("vanilla", "recurrent", "basic_ssm", "frost")}
+    assert {"backbone", "model", "params_m", "gflops", "mean_depth", "images_per_s", "device"} <= set(rows[0])
+    frost = [r for r in rows if r["model"] == "frost" and r["backbone"] == "resnet"]
+    assert len(frost) == 3  # the paper's mean depth, our demo's, full depth
+    by_depth = sorted(frost, key=lambda r: r["mean_depth"])  # fewer steps: fewer FLOPs, more images/s
+    assert [r["gflops"] for r in by_depth] == sorted(r["gflops"] for r in frost)
+    assert by_depth[0]["images_per_s"] > by_depth[-1]["images_per_s"]
+
+
 def test_strip_execution_metadata(tmp_path):
     from frost_nb.notebook import strip_execution_metadata
 
