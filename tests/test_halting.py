@@ -489,3 +489,34 @@ def test_row_copy_of_step_context_equals_its_select():
         for name in ("e", "be", "d_pooled"):
             a, b = getattr(fast, name), getattr(slow, name)
             assert (a is None and b is None) or torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["vanilla", "recurrent", "basic_ssm", "frost"])
+@pytest.mark.parametrize("backbone", ["resnet", "vit"])
+def test_compaction_copies_no_stem_output(name, backbone):
+    # the models' StepContext keeps the stem output e for init_state only: once the active
+    # batch is compacted the context holds B(e) and GAP(D(e)) of the active rows, no e
+    # (nothing for vanilla and recurrent), and the exits are those of the full forward
+    model, cfg = _real_model(name, backbone, **{"model.stem_stride": 4} if backbone == "resnet"
+                             else {})
+    torch.manual_seed(1)
+    x = torch.randn(48, cfg.in_channels, cfg.image_size, cfg.image_size)
+    with torch.no_grad():
+        out = model(x)
+    scores = torch.sigmoid(out.halt_logits.float())
+    seen = []
+    step = model.step
+
+    def recording_step(h, ctx, t):
+        fields = {k: v for k, v in vars(ctx).items() if v is not None}
+        seen.append((h.shape[0], sorted(fields), {v.shape[0] for v in fields.values()}))
+        return step(h, ctx, t)
+
+    model.step = recording_step
+    _check_adaptive(model, x, out, scores, float(scores.quantile(0.5)))
+    bcd = ["be", "d_pooled"] if name in ("basic_ssm", "frost") else []
+    assert seen[0] == (48, sorted(["e", *bcd]), {48})
+    compacted = [s for s in seen if s[0] < 48]
+    assert compacted  # some samples exited before T
+    for n_active, fields, rows in compacted:
+        assert fields == bcd and rows <= {n_active}

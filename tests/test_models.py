@@ -5,10 +5,11 @@ import math
 
 import pytest
 import torch
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from frost_nb.config import ConfigError, ModelConfig, make_config
-from frost_nb.models import FrostNet, ModelOutput, StepContext, create_model
+from frost_nb.models import ChannelsLastMaxPool2d, FrostNet, ModelOutput, StepContext, create_model
 
 NAMES = ("vanilla", "recurrent", "basic_ssm", "frost")
 BACKBONES = ("resnet", "vit")
@@ -173,10 +174,17 @@ def test_init_state_zeros():
     assert out.states[:, 0].abs().max() == 0
 
 
-@pytest.mark.parametrize("backbone", BACKBONES)
-def test_compacted_batch_matches_full_batch(backbone):
-    # (g) stepping a subset of samples with ctx.select gives their rows of the full batch
-    model = small("frost", backbone, update="gated")
+FAMILIES = [(n, b, {}) for n in NAMES for b in BACKBONES]
+FAMILIES += [("frost", b, {"update": u}) for u in ("canonical", "convex") for b in BACKBONES]
+FAMILIES += [("basic_ssm", "resnet", {"bcd_kernel": 3}), ("frost", "vit", {"bcd_hidden": 8}),
+             ("frost", "resnet", {"stem_stride": 4})]
+
+
+@pytest.mark.parametrize("name,backbone,fields", FAMILIES)
+def test_compacted_batch_matches_full_batch(name, backbone, fields):
+    # (g) stepping a subset of samples with ctx.select gives their rows of the full batch; the
+    # selected context has no e, so this also shows that no step and no readout reads e
+    model = small(name, backbone, **fields)
     x = images(8)
     out = model(x, return_states=True)
     ctx = model.context(model.embed(x))
@@ -189,6 +197,69 @@ def test_compacted_batch_matches_full_batch(backbone):
         assert torch.allclose(halt, out.halt_logits[idx, t], atol=1e-5)
         keep = torch.tensor(keep)
         h, ctx, idx = h[keep], ctx.select(keep), idx[keep]
+        assert ctx.e is None
+
+
+def test_step_context_select():
+    # select copies rows with index_select (int64 indices or a bool mask) and drops e, which
+    # only init_state reads; e is an init-only argument, so a row copy of the fields drops it too
+    g = torch.Generator().manual_seed(0)
+    e, be = torch.randn(7, 4, 3, 3, generator=g), torch.randn(7, 4, 3, 3, generator=g)
+    dp = torch.randn(7, 4, generator=g)
+    ctx = StepContext(e, be, dp)
+    assert ctx.e is e and len(ctx) == 7
+    assert [f.name for f in dataclasses.fields(ctx)] == ["be", "d_pooled"]
+    keep = torch.tensor([0, 2, 3, 6])
+    mask = torch.zeros(7, dtype=torch.bool)
+    mask[keep] = True
+    for idx in (keep, mask):
+        sub = ctx.select(idx)
+        assert sub.e is None and len(sub) == 4
+        assert torch.equal(sub.be, be[keep]) and torch.equal(sub.d_pooled, dp[keep])
+    assert StepContext(be=be).e is None
+    empty = StepContext(e).select(keep)  # vanilla, recurrent: nothing to copy
+    assert empty.e is None and empty.be is None and empty.d_pooled is None
+    with pytest.raises(TypeError, match="no tensor"):
+        len(empty)
+    model = small("basic_ssm", "resnet")
+    ctx = model.context(model.embed(images()))
+    assert torch.equal(model.init_state(ctx), ctx.e)
+    with pytest.raises(ValueError, match="stem output"):
+        model.init_state(ctx.select(keep[:2]))
+
+
+def test_channels_last_max_pool_equals_max_pool():
+    # the ResNet stem pools in channels-last layout: the same values and gradients (ties too:
+    # both kernels keep the first maximum of a window), an NCHW result
+    pool, ref = ChannelsLastMaxPool2d(3, stride=2, padding=1), nn.MaxPool2d(3, stride=2, padding=1)
+    g = torch.Generator().manual_seed(0)
+    z = torch.randint(0, 3, (5, 8, 14, 13), generator=g).float()  # many ties in every window
+    za, zb = z.clone().requires_grad_(), z.clone().requires_grad_()
+    a, b = pool(za), ref(zb)
+    assert torch.equal(a, b) and a.is_contiguous()
+    grad = torch.randn(a.shape, generator=g)
+    a.backward(grad)
+    b.backward(grad)
+    assert torch.equal(za.grad, zb.grad)
+    cl = z.contiguous(memory_format=torch.channels_last)  # a channels-last model keeps its layout
+    assert torch.equal(pool(cl), b) and pool(cl).is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(pool(z[0]), ref(z[0]))  # unbatched (C, H, W)
+    # in the model: the stem's pool is this one, the parameters are unchanged, and outputs and
+    # gradients are those of a plain nn.MaxPool2d
+    model = small("frost", "resnet", stem_stride=4)
+    assert isinstance(model.stem[3], ChannelsLastMaxPool2d)
+    stem_keys = [k for k in model.state_dict() if k.startswith("stem.")]
+    assert stem_keys == ["stem.0.weight", "stem.1.weight", "stem.1.bias"]
+    plain = small("frost", "resnet", stem_stride=4)
+    plain.stem[3] = nn.MaxPool2d(3, stride=2, padding=1)
+    x = images()
+    out, out_plain = model(x, return_states=True), plain(x, return_states=True)
+    for f in ("logits", "halt_logits", "states"):
+        assert torch.equal(getattr(out, f), getattr(out_plain, f))
+    for o in (out, out_plain):
+        (o.logits.square().sum() + o.halt_logits.square().sum()).backward()
+    for (k, p), q in zip(model.named_parameters(), plain.parameters()):
+        assert torch.equal(p.grad, q.grad), k
 
 
 # --- analytic identities of the update rules ----------------------------------------------------
@@ -263,7 +334,7 @@ def _parts(model, x):
 
 def test_canonical_update_and_scale_invariance():
     # eq. (14)-(15), and with the scale-invariant ResNet branch H only rescales the step
-    model = small("frost", "resnet", alpha_init=0.4, hurst=0.3).double()
+    model = small("frost", "resnet", update="canonical", alpha_init=0.4, hurst=0.3).double()
     h, ctx, A, a, H = _parts(model, images().double())
     new = model.step(h, ctx, 1)
     assert torch.allclose(new, h + a ** (1 - H) * A(a ** H * h) + a * ctx.be, atol=1e-10)
