@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .config import ConfigError, ModelConfig, RunConfig
-from .paths import atomic_path, cache_dir, committed_checkpoints_dir
+from .paths import atomic_path, cache_dir, committed_checkpoints_dir, repo_root
 
 FORMAT = 1  # bump when the layout of the checkpoint dict changes
 
@@ -38,9 +38,19 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     return Path(path)
 
 
+def checkpoint_file(path: str | os.PathLike) -> Path:
+    """``path`` as given; a relative path missing from the working directory is looked up in
+    the repository (a notebook runs in ``notebooks/`` but names ``outputs/checkpoints/...``)."""
+    path = Path(path).expanduser()
+    if not path.is_absolute() and not path.exists() and (repo_root() / path).exists():
+        return repo_root() / path
+    return path
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """The checkpoint dict at ``path``, with a clear error when it is missing or damaged."""
-    path = Path(path)
+    """The checkpoint dict at ``path`` (``checkpoint_file``), with a clear error when it is
+    missing or damaged."""
+    path = checkpoint_file(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist: train a model first "
                               "(python -m frost_nb train ...) or pass the path of an existing .pt file")
@@ -84,7 +94,7 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
     from .halting import HaltingCalibrator
     from .models import create_model
 
-    path = Path(path)
+    path = checkpoint_file(path)
     state = load_checkpoint(path, map_location=device)
     try:
         config = RunConfig.from_dict(state["config"])
