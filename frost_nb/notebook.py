@@ -31,6 +31,7 @@ def _datasets() -> tuple[str, ...]:
 # name -> (type, check, what is expected); the common parameters of every notebook
 _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
+    "collapse_dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
     "model": (str, lambda v: v in MODELS, f"one of {MODELS}"),
     "backbone": (str, lambda v: v in BACKBONES, f"one of {BACKBONES}"),
     "size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
@@ -122,13 +123,18 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None)
     return _atomic_write(outputs_dir() / "metrics" / f"{name}.json", blob)
 
 
-def save_figure(fig, name: str) -> Path:
-    """Save a matplotlib figure as ``outputs/figures/<name>.png``, byte-stable (no date, no version)."""
+def figure_png(fig, dpi: int = 110) -> bytes:
+    """A matplotlib figure as PNG bytes, byte-stable (no date, no version), whatever the backend."""
     import io
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
-    return _atomic_write(outputs_dir() / "figures" / f"{name}.png", buf.getvalue())
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def save_figure(fig, name: str) -> Path:
+    """Save a matplotlib figure as ``outputs/figures/<name>.png``, byte-stable (no date, no version)."""
+    return _atomic_write(outputs_dir() / "figures" / f"{name}.png", figure_png(fig))
 
 
 def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2):

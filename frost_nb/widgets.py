@@ -7,6 +7,11 @@ read off ``ExitCache`` objects computed once (``frost_nb.exits``): moving the sl
 runs a model. The same views exist as static figures (``frost_nb.plotting``) for headless
 runs, where widget state is not kept.
 
+The figures go to ``Image`` widgets as PNG bytes, not through ``Output`` widgets and
+``display(fig)``: that draws a figure only where the inline backend is active, and in
+JupyterLab a kernel started with ``MPLBACKEND=Agg`` (as ``make test`` sets it) showed
+``<Figure size ...>`` text in place of all three views (found by ``tests/test_browser.py``).
+
 >>> explorer = HaltingExplorer({"seed 0": cache}, images=test.x, classes=test.classes)
 >>> explorer.widget          # display it in a notebook
 >>> explorer.slider.value = 0.25; explorer.current.accuracy
@@ -20,6 +25,7 @@ import matplotlib.pyplot as plt
 from torch import Tensor
 
 from .exits import ExitCache, Exits
+from .notebook import figure_png
 from .plotting import plot_depth_per_class, plot_exit_examples, plot_exit_histogram
 
 
@@ -48,13 +54,20 @@ class HaltingExplorer:
                                     layout=W.Layout(width="420px"))
         self.selector = W.Dropdown(options=list(caches), value=next(iter(caches)), description="model")
         self.stats = W.HTML()
-        self.histogram, self.per_class, self.gallery = W.Output(), W.Output(), W.Output()
+        # each figure a PNG in an Image widget: shown the same under every matplotlib backend
+        self.histogram, self.per_class, self.gallery = (
+            W.Image(format="png", layout=W.Layout(max_width="100%", height="auto")) for _ in range(3))
         self.slider.observe(self._on_change, names="value")
         self.selector.observe(self._on_change, names="value")
-        views = [W.HBox([self.histogram, self.per_class])]
+        views = [W.HBox([self.histogram, self.per_class], layout=W.Layout(flex_flow="row wrap"))]
         if images is not None:
             views.append(self.gallery)
         self.widget = W.VBox([W.HBox([self.selector, self.slider]), self.stats, *views])
+        # stable CSS classes for the browser test (tests/test_browser.py) and for styling
+        for w, name in ((self.widget, "explorer"), (self.slider, "quantile"), (self.selector, "model"),
+                        (self.stats, "stats"), (self.histogram, "histogram"), (self.per_class, "per-class"),
+                        (self.gallery, "gallery")):
+            w.add_class(f"frost-{name}")
         self.redraws = 0
         self.refresh()
 
@@ -69,18 +82,15 @@ class HaltingExplorer:
     def _on_change(self, _change) -> None:
         self.refresh()
 
-    def _show(self, out, fig) -> None:
-        from IPython.display import display
-
-        out.clear_output(wait=True)
-        with out:
-            display(fig)
-        plt.close(fig)
+    @staticmethod
+    def _show(image, fig) -> None:
+        image.value = figure_png(fig, dpi=90)
+        plt.close(fig)  # never left to pyplot: the inline backend would show it under the next cell
 
     def refresh(self) -> None:
-        """Redraw every view for the current model and quantile (no model call)."""
+        """Redraw every view for the current model and quantile (no model call); the summary
+        line last, so the numbers never run ahead of their figures."""
         e = self.current
-        self.stats.value = f"<b>{self.selector.value}</b>: {describe(e)}"
         self._show(self.histogram, plot_exit_histogram(e.histogram(), f"exit steps at q = {e.quantile:.3f}"))
         table = self.cache.per_class(e.quantile, self.classes)
         self._show(self.per_class, plot_depth_per_class(table, e.steps))
@@ -90,6 +100,7 @@ class HaltingExplorer:
             fig = plot_exit_examples(self.images, order[:self.examples], order.flip(0)[:self.examples],
                                      e.depth, names)
             self._show(self.gallery, fig)
+        self.stats.value = f"<b>{self.selector.value}</b>: {describe(e)}"
         self.redraws += 1
 
     def _ipython_display_(self) -> None:

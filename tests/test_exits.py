@@ -85,6 +85,9 @@ def test_explorer_redraws_from_the_caches_only(model_and_cache, monkeypatch):
     explorer.slider.value = 0.25
     assert explorer.current.quantile == 0.25 and explorer.redraws == before + 1
     assert describe(cache.at(0.25)) in explorer.stats.value
+    # the views are PNGs of their own, whatever the matplotlib backend (here Agg, no inline display)
+    views = (explorer.histogram, explorer.per_class, explorer.gallery)
+    assert all(bytes(v.value).startswith(b"\x89PNG") for v in views)
     explorer.selector.value = "b"
     assert explorer.redraws == before + 2 and explorer.stats.value.startswith("<b>b</b>")
     with pytest.raises(ValueError, match="outside"):
