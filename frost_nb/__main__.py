@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     run_options(p)
     p.add_argument("--checkpoint", default=None, help="write/resume this checkpoint instead of the cache")
     p = sub.add_parser("grid", help="train every run of a named grid of experiments (the cache keeps them)")
-    p.add_argument("name", help="families, hurst, loss, update, tuning, conflict or adopted (frost_nb/experiments.py)")
+    p.add_argument("name", help="families, hurst, loss, update, tuning, conflict, adopted, ponder or collapse "
+                   "(frost_nb/experiments.py)")
     p.add_argument("--size", default="demo", choices=("smoke", "demo", "paper"))
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])

@@ -174,8 +174,18 @@ class LossConfig(_Validated):
     margin: float = 0.2
     lambda_rel: float = 1.0
     lambda_abs: float = 0.1
-    rank_grad_to_backbone: bool = True  # does the ranking gradient reach the backbone? (paper: ambiguous)
+    # does the halting loss's gradient (ranking or ponder) reach the backbone? (paper: ambiguous)
+    rank_grad_to_backbone: bool = True
     label_smoothing: float = 0.0
+    # PonderNet (Banino et al., 2021; spec section 6), a baseline halting loss in place of the
+    # ranking losses: sum_t p_t CE(y_t, y) + ponder_beta KL(p || truncated geometric(ponder_prior)).
+    # ponder_prior (lambda_p) = 0.125, our choice for T = 16: a prior mean between a third and a
+    # half of the step limit (the untruncated mean 1 / lambda_p is 8 = T / 2 steps, the truncated,
+    # renormalised one 5.9 steps), so the prior neither forces early exits nor full depth;
+    # 0.2 would give 4.5 steps (0.28 T). ponder_beta = 0.01 is PonderNet's.
+    ponder: bool = False
+    ponder_prior: float = 0.125
+    ponder_beta: float = 0.01
 
     def validate(self) -> None:
         self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
@@ -183,7 +193,21 @@ class LossConfig(_Validated):
         self._check("lambda_rel", self.lambda_rel >= 0, "a non-negative weight")
         self._check("lambda_abs", self.lambda_abs >= 0, "a non-negative weight")
         self._check("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "a value in [0, 1)")
+        self._check("ponder", not (self.ponder and self.ranking),
+                    "False while loss.ranking is on (PonderNet's loss replaces the ranking losses: "
+                    "set loss.ranking=False with it)")
+        self._check("ponder_prior", 0.0 < self.ponder_prior < 1.0, "a halting probability in (0, 1)")
+        self._check("ponder_beta", self.ponder_beta >= 0, "a non-negative weight")
 
+    @property
+    def halting_trained(self) -> bool:
+        """Whether a loss trains the halting head (the ranking losses or PonderNet's)."""
+        return self.ranking or self.ponder
+
+
+# LossConfig fields added after trained runs were cached under their keys. They change nothing
+# while loss.ponder is off, and key() leaves them out then, so those runs keep their keys.
+PONDER_FIELDS = ("ponder", "ponder_prior", "ponder_beta")
 
 CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
 
@@ -283,6 +307,9 @@ class RunConfig:
             d["train"].pop(where)
         if not d["train"]["diagnostics_every"]:  # keys of runs without diagnostics stay as they were
             d["train"].pop("diagnostics_every")
+        if not d["loss"]["ponder"]:  # likewise runs without PonderNet (its fields came later)
+            for name in PONDER_FIELDS:
+                d["loss"].pop(name)
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

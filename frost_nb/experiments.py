@@ -20,6 +20,15 @@ the cache ahead of time, in parallel shards (``python -m frost_nb grid hurst --s
   ``tuning``  one loss setting at a time moved down and up (TUNING_VALUES);
   ``conflict`` vanilla, recurrent, basic_ssm trained with the ranking losses (appendix D),
               beside the reference frost run.
+- Notebook 07 (halting rules of related work; the collapse claim), at the families' budget:
+  ``ponder``   "frost (ponder)": frost's architecture at the adopted defaults (gated update),
+               as "frost (adopted defaults)" of ``families``, trained with PonderNet's loss in
+               place of the ranking losses (``loss.ponder``);
+  ``collapse`` vanilla, recurrent and basic_ssm trained with the ranking losses as frost now
+               trains with them ("<family> (ranking)": the families' task-only run with
+               loss.ranking on and the adopted rank_frac), each beside its task-only
+               reference, which is the ``families`` run itself (same key); the seeds are the
+               caller's (notebook 07: 0, 1, 2).
 
 The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
 the mean held-out accuracy over the quantile grid of Table 2 (each run's own calibrator),
@@ -31,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import RunConfig, make_config
+from .config import LossConfig, RunConfig, make_config
 
 ABLATION_EPOCHS = 5
 DIAGNOSTICS_EVERY = 50  # optimiser steps between gradient-conflict probes (421 steps per epoch on Fashion-MNIST)
@@ -42,8 +51,9 @@ TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
                  "loss.margin": (0.1, 0.4), "loss.rank_frac": (0.125, 0.5)}
 ADOPT_MARGIN = 0.01
 FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
-ONCE = ("frost (no ranking)",)  # the families' control without ranking losses: first seed only
-GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted")
+ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
+# adopted defaults (three more 15-epoch runs did not fit the 2-core CPU budget of that session)
+GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
 # The defaults in force when the families and ablation grids were fixed and run (the reference
 # of every arm). Notebook 04's selection then changed two of them (config.py): pinning them
 # here keeps those runs what they were; the "adopted" grid trains the new defaults at the
@@ -90,6 +100,17 @@ def _grid(name: str, size: str, dataset: str | None, seed: int) -> dict[str, Run
         runs["frost (no ranking)"] = make_config(size, dataset, "frost",
                                                  **{**PRE_SELECTION, **s, "loss.ranking": False})
         runs["frost (adopted defaults)"] = make_config(size, dataset, "frost", **s)
+        return runs
+    if name == "ponder":
+        frost = _grid("families", size, dataset, seed)["frost (adopted defaults)"]
+        return {"frost (ponder)": frost.replace(**{"loss.ranking": False, "loss.ponder": True})}
+    if name == "collapse":
+        families = _grid("families", size, dataset, seed)
+        ranking = {"loss.ranking": True, "loss.rank_frac": LossConfig().rank_frac}
+        runs = {}
+        for m in FAMILIES[:3]:
+            runs[m] = families[m]  # the task-only reference, with its families key
+            runs[f"{m} (ranking)"] = families[m].replace(**ranking)
         return runs
     ref = _ablation(size, dataset, seed)
     if name == "hurst":
@@ -165,8 +186,11 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
 
 def family_label(cfg: RunConfig) -> str:
     """The model family of a run as the tables name it ("frost (no ranking)" for the control;
-    "frost (adopted defaults)" for frost whose update or rank_frac differ from PRE_SELECTION)."""
+    "frost (adopted defaults)" for frost whose update or rank_frac differ from PRE_SELECTION;
+    "<family> (ponder)" and "<family> (ranking)" for runs with those halting losses)."""
     name = cfg.model.name
+    if cfg.loss.ponder:
+        return f"{name} (ponder)"
     if name == "frost" and not cfg.loss.ranking:
         return "frost (no ranking)"
     if name == "frost" and (cfg.model.update, cfg.loss.rank_frac) != (
@@ -195,6 +219,47 @@ def run_trajectories(result, split: str = "test", max_samples: int | None = None
     batches = make_batches(load_split(cfg, split), cfg.train.eval_batch_size, shuffle=False,
                            augment=False, device=device)
     return collect_trajectories(result.model, batches, max_samples=max_samples)
+
+
+def run_rule_curves(result, model: str, count: int | None = None):
+    """Every halting rule's curve for one trained run (``halting_rules.model_curves``) from its
+    trajectories on the held-out and test splits: FROST's rule with its calibrator when it was
+    trained with the ranking losses, PonderNet's when with PonderNet's loss."""
+    from .halting_rules import THRESHOLDS, model_curves
+
+    loss = result.config.loss
+    return model_curves(run_trajectories(result, "val"), run_trajectories(result, "test"), model,
+                        calibrator=result.calibrator if loss.ranking else None, ponder=loss.ponder,
+                        count=THRESHOLDS if count is None else count)
+
+
+def collapse_row(result, reference) -> dict[str, Any]:
+    """The collapse verdict (``halting_rules.collapsed``) of a run trained with the ranking
+    losses against its task-only ``reference``, on the test split, with the gradient-conflict
+    cosine (``analysis.gradient_conflict``, the ranking loss as the run trains it) of both
+    models on the first training batch's worth of the held-out split."""
+    from .analysis import gradient_conflict
+    from .data import make_batches
+    from .exits import ExitCache
+    from .halting_rules import COLLAPSE_QUANTILE, collapsed
+    from .training import evaluate, load_split
+
+    cfg = result.config
+    test = load_split(cfg, "test")
+    cache = ExitCache.from_model(result.model, result.calibrator, test, batch_size=cfg.train.eval_batch_size)
+    reference_accuracy = evaluate(reference.model, test, batch_size=cfg.train.eval_batch_size).accuracy
+    histogram = cache.at(COLLAPSE_QUANTILE).histogram()
+    flag, reasons = collapsed(cache.outputs.accuracy, reference_accuracy, histogram)
+    device = next(result.model.parameters()).device
+    x, y = next(iter(make_batches(load_split(cfg, "val"), cfg.train.batch_size, shuffle=False,
+                                  augment=False, device=device)))
+    cosine = {k: gradient_conflict(r.model, x, y, cfg.loss)["cosine"]
+              for k, r in (("run", result), ("reference", reference))}
+    return {"model": cfg.model.name, "seed": cfg.train.seed, "collapsed": flag,
+            "reasons": "; ".join(reasons), "accuracy": cache.outputs.accuracy,
+            "reference_accuracy": reference_accuracy,
+            "one_step_share": float(histogram.max() / histogram.sum()),
+            "gradient_cosine": cosine["run"], "reference_gradient_cosine": cosine["reference"]}
 
 
 def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any]):

@@ -14,6 +14,18 @@ with p = sigmoid(halt_logit). Everything touching the halting score is computed 
 logit in float32 (BCE with logits): the probability form is unstable and refused under
 bf16 autocast. Whether the ranking gradient reaches the backbone is the model's business
 (``model(x, detach_halt_input=...)``), not this module's.
+
+PonderNet (Banino et al., 2021, "PonderNet: Learning to Ponder"), a baseline halting loss
+that replaces the ranking losses (``loss.ponder``; spec section 6), with the same halting head:
+
+    lambda_t = sigmoid(halt_logit_t)                                       # halting hazard
+    p_t = lambda_t prod_{s<t} (1 - lambda_s)  for t < T,   p_T = prod_{s<T} (1 - lambda_s)
+    p_G(t) = lambda_p (1 - lambda_p)^(t-1) / Z,  t = 1..T                  # truncated, renormalised
+    L = sum_t p_t CE(y_t, y) + beta KL(p || p_G)                           # eq. (ponder)
+
+computed in log space (log lambda = logsigmoid(z), log(1 - lambda) = logsigmoid(-z)), so
+saturated logits give finite losses. The last step takes the remaining mass, so its own
+halting logit gets no gradient.
 """
 
 from __future__ import annotations
@@ -50,14 +62,20 @@ def task_loss(logits: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor
     return F.cross_entropy(logits[:, -1].float(), y, label_smoothing=label_smoothing)  # eq. (task)
 
 
-def step_losses(logits: Tensor, y: Tensor) -> Tensor:
-    """Per-sample, per-step cross-entropy l[i, t], detached float32 of shape (N, T)."""
+def _per_step_ce(logits: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor:
+    """CE(y_t[i], y[i]) for every sample and step, float32 (N, T), differentiable."""
     _check_logits(logits, y)
     n, t, k = logits.shape
+    flat = logits.float().reshape(n * t, k)  # (N*T, K)
+    target = y[:, None].expand(n, t).reshape(n * t)  # (N*T,)
+    return F.cross_entropy(flat, target, reduction="none",
+                           label_smoothing=label_smoothing).view(n, t)  # (N, T)
+
+
+def step_losses(logits: Tensor, y: Tensor) -> Tensor:
+    """Per-sample, per-step cross-entropy l[i, t], detached float32 of shape (N, T)."""
     with torch.no_grad():
-        flat = logits.detach().float().reshape(n * t, k)  # (N*T, K)
-        target = y[:, None].expand(n, t).reshape(n * t)  # (N*T,)
-        return F.cross_entropy(flat, target, reduction="none").view(n, t)  # (N, T)
+        return _per_step_ce(logits.detach(), y)
 
 
 def set_size(numel: int, rank_frac: float) -> int:
@@ -105,21 +123,76 @@ def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
                          p_easy.detach().mean(), p_hard.detach().mean())
 
 
+# --- PonderNet ---------------------------------------------------------------------------------
+
+class PonderLosses(NamedTuple):
+    loss: Tensor  # scalar, ce + beta * kl
+    ce: Tensor  # scalar, mean over samples of sum_t p_t CE(y_t, y)
+    kl: Tensor  # scalar, mean over samples of KL(p || p_G)
+    halting: Tensor  # (N, T) the halting distribution p (differentiable)
+
+
+def log_halting_distribution(halt_logits: Tensor) -> Tensor:
+    """log p_t of PonderNet's halting distribution, (N, T) float32; each row sums to 1 in p."""
+    if halt_logits.dim() != 2:
+        raise ValueError(f"halt_logits must be (N, T), got shape {tuple(halt_logits.shape)}")
+    z = halt_logits.float()  # (N, T)
+    log_stay = F.logsigmoid(-z)  # log(1 - lambda_t)
+    log_not_yet = torch.cat([torch.zeros_like(z[:, :1]), log_stay[:, :-1].cumsum(1)], 1)  # sum_{s<t}
+    log_p = log_not_yet + F.logsigmoid(z)  # log lambda_t + sum_{s<t} log(1 - lambda_s)
+    return torch.cat([log_p[:, :-1], log_not_yet[:, -1:]], 1)  # the last step takes the rest
+
+
+def halting_distribution(halt_logits: Tensor) -> Tensor:
+    """PonderNet's p_t = lambda_t prod_{s<t} (1 - lambda_s), p_T the remaining mass: (N, T)."""
+    return log_halting_distribution(halt_logits).exp()
+
+
+def log_geometric_prior(lambda_p: float, steps: int) -> Tensor:
+    """log p_G(t), t = 1..T: the geometric(lambda_p) prior truncated to T and renormalised, (T,)."""
+    if not 0.0 < lambda_p < 1.0 or steps < 1:
+        raise ValueError(f"need lambda_p in (0, 1) and steps >= 1, got {lambda_p!r} and {steps!r}")
+    t = torch.arange(steps, dtype=torch.float64)  # t - 1
+    log_g = math.log(lambda_p) + t * math.log1p(-lambda_p)
+    return (log_g - torch.logsumexp(log_g, 0)).float()
+
+
+def ponder_loss(logits: Tensor, halt_logits: Tensor, y: Tensor, prior: float = 0.125,
+                beta: float = 0.01, label_smoothing: float = 0.0) -> PonderLosses:
+    """PonderNet's loss: the halting-weighted per-step cross-entropy plus beta KL(p || p_G).
+
+    ``logits`` (N, T, K) and ``halt_logits`` (N, T) both receive gradient (unlike the ranking
+    losses, whose loss matrix is detached); ``prior`` is lambda_p. Float32 under autocast.
+    """
+    ce = _per_step_ce(logits, y, label_smoothing)  # (N, T)
+    n, t = ce.shape
+    if halt_logits.shape != (n, t):
+        raise ValueError(f"halt_logits must be (N, T) = {(n, t)}, got {tuple(halt_logits.shape)}")
+    log_p = log_halting_distribution(halt_logits)  # (N, T)
+    p = log_p.exp()
+    log_prior = log_geometric_prior(prior, t).to(log_p.device)  # (T,)
+    weighted = (p * ce).sum(1).mean()  # eq. (ponder), reconstruction term
+    kl = (p * (log_p - log_prior)).sum(1).mean()  # eq. (ponder), KL(p || p_G)
+    return PonderLosses(weighted + beta * kl, weighted, kl, p)
+
+
 def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
                cfg: LossConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """L = L_task + lambda_rel L_rel + lambda_abs L_abs (cfg.ranking), else L_task.
+    """L = L_task + lambda_rel L_rel + lambda_abs L_abs (cfg.ranking), PonderNet's loss
+    (cfg.ponder), else L_task.
 
     Returns ``(loss, parts)``; ``parts`` always has the keys loss, task, rel, abs, easy_score,
     hard_score as detached scalar tensors (no GPU sync here: call ``float()`` when logging).
     With ``cfg.ranking`` off the ranking terms are still reported (computed without
-    gradient, a diagnostic of the untrained halting head) but not added; they are NaN when
-    ``halt_logits`` is None.
+    gradient, a diagnostic of the halting head) but not added; they are NaN when
+    ``halt_logits`` is None. ``task`` is always the final step's cross-entropy.
     """
     task = task_loss(logits, y, cfg.label_smoothing)
     nan = torch.full((), float("nan"), device=task.device)
     if halt_logits is None:
-        if cfg.ranking:
-            raise ValueError("loss.ranking is on but no halt_logits were given")
+        if cfg.ranking or cfg.ponder:
+            raise ValueError("a halting loss (loss.ranking or loss.ponder) is on but no "
+                             "halt_logits were given")
         rank = RankingLosses(nan, nan, None, None, nan, nan)  # type: ignore[arg-type]
     elif cfg.ranking:
         rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin)
@@ -129,8 +202,12 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
                                   cfg.margin)
     if cfg.ranking:
         loss = task + cfg.lambda_rel * rank.rel + cfg.lambda_abs * rank.abs  # eq. (total)
+    elif cfg.ponder:
+        loss = ponder_loss(logits, halt_logits, y, cfg.ponder_prior, cfg.ponder_beta,
+                           cfg.label_smoothing).loss  # eq. (ponder)
     else:
         loss = task
     parts = {"loss": loss.detach(), "task": task.detach(), "rel": rank.rel.detach(),
              "abs": rank.abs.detach(), "easy_score": rank.easy_score, "hard_score": rank.hard_score}
     return loss, parts
+

@@ -310,3 +310,56 @@ def plot_complexity_ratios(table, title: str = "") -> plt.Figure:
     fig.suptitle(title or "cost relative to vanilla (same backbone)")
     fig.tight_layout()
     return fig
+
+
+def plot_rule_curves(curves, fixed, oracle, title: str = "") -> plt.Figure:
+    """Accuracy against mean depth of every halting rule (``halting_rules`` curve tables), one
+    panel per model: a line per rule, the fixed-depth curve (all samples stop at step t,
+    dashed) and the oracle's bound (dotted). Colours follow the rule across panels."""
+    models = list(dict.fromkeys(curves["model"]))
+    rules = list(dict.fromkeys(curves["rule"]))
+    colours = {rule: f"C{i}" for i, rule in enumerate(rules)}
+    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.6), sharey=True,
+                             squeeze=False)
+    for ax, model in zip(axes[0], models):
+        for rule, part in curves[curves["model"] == model].groupby("rule", sort=False):
+            part = part.sort_values("mean_depth", kind="stable")
+            ax.plot(part["mean_depth"], part["accuracy"], "o-", ms=2, lw=1, color=colours[rule], label=rule)
+        for table, ls, colour, label in ((fixed, "--", "k", "fixed depth"),
+                                         (oracle, ":", "grey", "oracle (bound)")):
+            part = table[table["model"] == model].sort_values("mean_depth", kind="stable")
+            ax.plot(part["mean_depth"], part["accuracy"], ls=ls, lw=1, color=colour, label=label)
+        ax.set(title=model, xlabel="mean depth (steps)")
+    axes[0][0].set(ylabel="test accuracy")
+    handles = {}
+    for ax in axes[0]:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    fig.suptitle(title or "halting rules: accuracy against mean depth")
+    fig.tight_layout()
+    fig.legend(handles.values(), handles.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
+
+
+def plot_collapse(table, title: str = "") -> plt.Figure:
+    """Per family and seed: full-depth accuracy with the ranking losses against the task-only
+    reference (a red cross marks a collapsed run), and the gradient-conflict cosine of both."""
+    families = list(dict.fromkeys(table["model"]))
+    x = {m: i for i, m in enumerate(families)}
+    pos = np.array([x[m] for m in table["model"]], dtype=float)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax1.plot(pos - 0.1, table["reference_accuracy"], "o", color="C0", label="task loss only")
+    ok = ~np.asarray(table["collapsed"], dtype=bool)
+    ax1.plot(pos[ok] + 0.1, np.asarray(table["accuracy"])[ok], "o", color="C1", label="with ranking losses")
+    ax1.plot(pos[~ok] + 0.1, np.asarray(table["accuracy"])[~ok], "x", color="C3", ms=8, label="collapsed")
+    ax1.set(ylabel="test accuracy (full depth)", ylim=(0, 1.02), title="accuracy")
+    ax2.plot(pos - 0.1, table["reference_gradient_cosine"], "o", color="C0", label="task loss only")
+    ax2.plot(pos + 0.1, table["gradient_cosine"], "o", color="C1", label="with ranking losses")
+    ax2.axhline(0.0, color="grey", lw=0.8, ls="--")
+    ax2.set(ylabel="cos(grad task, grad ranking)", title="gradient conflict")
+    for ax in (ax1, ax2):
+        ax.set_xticks(range(len(families)), families)
+        ax.legend(fontsize=7)
+    fig.suptitle(title or "the ranking losses on the non-fractal families")
+    fig.tight_layout()
+    return fig

@@ -1,4 +1,5 @@
-"""The training loop: final-step task loss plus the ranking halting losses (spec section 4).
+"""The training loop: final-step task loss plus the ranking halting losses (spec section 4),
+or PonderNet's loss in their place (``loss.ponder``, a baseline of spec section 6).
 
 No framework: a plain loop over device-resident batches, SGD or AdamW with linear warm-up
 and cosine decay per optimiser step, bf16 autocast and channels-last on CUDA, a checkpoint
@@ -242,9 +243,10 @@ class Trainer:
         if self.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         # the training forward runs through DDP's wrapper (its backward averages the gradients
-        # over the ranks); without the ranking loss the halting head gets no gradient
+        # over the ranks); without a halting loss (ranking or PonderNet's) the halting head gets
+        # no gradient
         self.parallel_model = wrap_model(self.model, self.distributed, self.device,
-                                         find_unused_parameters=not cfg.loss.ranking)
+                                         find_unused_parameters=not cfg.loss.halting_trained)
         self.optimizer = make_optimizer(self.model, cfg.train)
         # the data order and augmentation come from this generator alone (saved for resuming);
         # every rank draws the same global batches and trains on its share of each

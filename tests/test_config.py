@@ -79,3 +79,32 @@ def test_data_name_override_sets_the_model_input():
         make_config("demo", "digits", **{"data.name": "cifar10"})
     with pytest.raises(ConfigError, match="data.name"):
         RunConfig().replace(**{"data.name": "mnist-3d"})
+
+
+# cache keys of runs committed in outputs/checkpoints before LossConfig grew the PonderNet
+# fields (computed before the change): regression values, not results
+KEY_DEMO_FASHION_FROST = "f1ccca2cbdda17b8"
+KEY_DEMO_FASHION_VANILLA = "40dd98b9f1c7f51e"
+
+
+def test_new_loss_fields_leave_existing_keys_alone():
+    assert make_config("demo", "fashion-mnist", "frost").key() == KEY_DEMO_FASHION_FROST
+    assert make_config("demo", "fashion-mnist", "vanilla").key() == KEY_DEMO_FASHION_VANILLA
+    base = make_config("demo", "fashion-mnist", "frost", **{"loss.ranking": False})
+    ponder = base.replace(**{"loss.ponder": True})
+    assert ponder.key() != base.key()
+    assert ponder.replace(**{"loss.ponder_prior": 0.2}).key() != ponder.key()
+    assert ponder.replace(**{"loss.ponder_beta": 0.1}).key() != ponder.key()
+    # off, the ponder settings change nothing, and neither does the key
+    assert base.replace(**{"loss.ponder_prior": 0.2}).key() == base.key()
+    back = RunConfig.from_dict(json.loads(json.dumps(ponder.to_dict())))
+    assert back == ponder and back.key() == ponder.key()
+
+
+def test_ponder_replaces_the_ranking_losses():
+    with pytest.raises(ConfigError, match=r"loss\.ponder.*loss\.ranking=False"):
+        make_config("smoke", **{"loss.ponder": True})
+    cfg = make_config("smoke", **{"loss.ranking": False, "loss.ponder": True})
+    assert cfg.loss.halting_trained and not make_config("smoke", model="vanilla").loss.halting_trained
+    with pytest.raises(ConfigError, match="loss.ponder_prior"):
+        make_config("smoke", **{"loss.ranking": False, "loss.ponder": True, "loss.ponder_prior": 1.0})

@@ -32,6 +32,8 @@ FROST = make_config("smoke", **{"train.epochs": 2, "train.batch_size": 64, "trai
                                 "data.limit": 192})
 BASELINE = make_config("smoke", model="recurrent", **{"train.epochs": 1, "train.batch_size": 64,
                                                       "train.device": "cpu", "data.limit": 192})
+# PonderNet's loss reaches every parameter (DDP without find_unused_parameters)
+PONDER = FROST.replace(**{"train.epochs": 1, "loss.ranking": False, "loss.ponder": True})
 
 
 def _free_port() -> int:
@@ -59,17 +61,19 @@ def _train_on_each_rank(rank: int, port: int, folder) -> None:
         Trainer(FROST, checkpoint=folder / "split.pt").fit(until_epoch=1)  # "interrupted"
         _record(Trainer(FROST, checkpoint=folder / "split.pt").fit(), folder, "resumed", rank)
         _record(Trainer(BASELINE).fit(), folder, "baseline", rank)
+        _record(Trainer(PONDER).fit(), folder, "ponder", rank)
     finally:
         leave_process_group()
 
 
 @pytest.fixture(scope="module")
 def two_rank_runs(tmp_path_factory):
-    """What each of two ranks ended with: a whole run, an interrupted and resumed one, a baseline."""
+    """What each of two ranks ended with: a whole run, an interrupted and resumed one, a baseline,
+    a PonderNet run."""
     folder = tmp_path_factory.mktemp("ddp")
     mp.spawn(_train_on_each_rank, args=(_free_port(), folder), nprocs=WORLD)
     return {(name, rank): torch.load(folder / f"{name}_rank{rank}.pt", weights_only=False)
-            for name in ("whole", "resumed", "baseline") for rank in range(WORLD)}, folder
+            for name in ("whole", "resumed", "baseline", "ponder") for rank in range(WORLD)}, folder
 
 
 def _scores_fed(config) -> int:
@@ -79,7 +83,7 @@ def _scores_fed(config) -> int:
     return (len(train) // config.train.batch_size) * config.train.batch_size * steps + len(val) * steps
 
 
-@pytest.mark.parametrize("name", ["whole", "resumed", "baseline"])
+@pytest.mark.parametrize("name", ["whole", "resumed", "baseline", "ponder"])
 def test_ranks_end_with_the_same_parameters(two_rank_runs, name):
     runs, _ = two_rank_runs
     a, b = runs[name, 0]["params"], runs[name, 1]["params"]

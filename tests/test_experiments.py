@@ -10,6 +10,7 @@ from frost_nb.experiments import (
     HURST_VALUES,
     PRE_SELECTION,
     TUNING_VALUES,
+    collapse_row,
     family_label,
     grid,
     reference,
@@ -30,7 +31,7 @@ def _diff(a, b):
     return out
 
 
-@pytest.mark.parametrize("name", [g for g in GRIDS if g not in ("families", "adopted")])
+@pytest.mark.parametrize("name", [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse")])
 def test_every_ablation_arm_changes_one_setting(name):
     ref = reference()
     assert ref.train.epochs == ABLATION_EPOCHS and ref.train.diagnostics_every > 0
@@ -68,8 +69,9 @@ def test_grid_values_are_the_declared_ones():
 
 def test_families_train_baselines_on_the_task_loss_only():
     runs = grid("families", seeds=(0, 1))
-    assert len(runs) == 11  # 5 frost variants and families x 2 seeds, the no-ranking control once
-    assert "frost (no ranking) seed 0" in runs and "frost (no ranking) seed 1" not in runs
+    assert len(runs) == 10  # families x 2 seeds, the no-ranking control and adopted defaults once
+    for once in ("frost (no ranking)", "frost (adopted defaults)"):
+        assert f"{once} seed 0" in runs and f"{once} seed 1" not in runs
     for label, cfg in runs.items():
         ranked = cfg.model.name == "frost" and "no ranking" not in label
         assert cfg.loss.ranking == ranked, label
@@ -100,3 +102,45 @@ def test_run_summary_of_a_smoke_run():
         assert min(row[f"{split}_accuracy_q0.125"], row[f"{split}_accuracy"]) - 1e-9 <= \
             row[f"{split}_score"] <= 1
     assert row["alpha"] > 0 and row["key"] == cfg.key()
+
+
+def test_ponder_grid_is_the_adopted_frost_with_pondernets_loss():
+    runs = grid("ponder", seeds=(0, 1))
+    assert list(runs) == ["frost (ponder) seed 0", "frost (ponder) seed 1"]
+    for seed in (0, 1):
+        frost = grid("families", seeds=(seed,))["frost (adopted defaults)"]  # its seed's run
+        ponder = runs[f"frost (ponder) seed {seed}"]
+        assert _diff(frost, ponder) == {"loss.ranking", "loss.ponder"}  # same data, model, budget
+        assert ponder.loss.ponder and not ponder.loss.ranking and ponder.model.update == "gated"
+        assert family_label(ponder) == "frost (ponder)"
+    assert grid("ponder", size="smoke", dataset=None)["frost (ponder)"].train.epochs == 2
+
+
+def test_collapse_grid_pairs_each_ranking_run_with_its_families_reference():
+    seeds = (0, 1, 2)
+    runs = grid("collapse", "demo", "digits", seeds=seeds)
+    families = grid("families", "demo", "digits", seeds=seeds)
+    assert len(runs) == 3 * 2 * len(seeds)
+    for m in ("vanilla", "recurrent", "basic_ssm"):
+        for seed in seeds:
+            reference, ranked = runs[f"{m} seed {seed}"], runs[f"{m} (ranking) seed {seed}"]
+            assert reference.key() == families[f"{m} seed {seed}"].key()  # the families run itself
+            assert not reference.loss.ranking and ranked.loss.ranking
+            assert _diff(reference, ranked) == {"loss.ranking", "loss.rank_frac"}
+            assert ranked.loss.rank_frac == make_config("demo", "digits", "frost").loss.rank_frac
+            assert ranked.train.epochs == families[f"frost seed {seed}"].train.epochs  # frost's budget
+            assert family_label(ranked) == f"{m} (ranking)" and family_label(reference) == m
+
+
+def test_collapse_row_of_a_smoke_run():
+    runs = grid("collapse", size="smoke", dataset=None)
+    ranked = train_or_load(runs["recurrent (ranking)"], progress=False)
+    reference = train_or_load(runs["recurrent"], progress=False)
+    row = collapse_row(ranked, reference)
+    assert set(row) == {"model", "seed", "collapsed", "reasons", "accuracy", "reference_accuracy",
+                        "one_step_share", "gradient_cosine", "reference_gradient_cosine"}
+    assert (row["model"], row["seed"]) == ("recurrent", 0)
+    assert row["accuracy"] == pytest.approx(ranked.metrics["test_accuracy"])
+    assert row["reference_accuracy"] == pytest.approx(reference.metrics["test_accuracy"])
+    assert -1 <= row["gradient_cosine"] <= 1 and 0 < row["one_step_share"] <= 1
+    assert row["collapsed"] == bool(row["reasons"])

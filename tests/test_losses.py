@@ -12,6 +12,9 @@ import torch.nn.functional as F
 from frost_nb.config import LossConfig
 from frost_nb.losses import (
     RankingLosses,
+    halting_distribution,
+    log_geometric_prior,
+    ponder_loss,
     ranking_losses,
     set_size,
     step_losses,
@@ -211,3 +214,77 @@ def test_bf16_autocast_does_not_raise():
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     loss.backward()
     assert torch.isfinite(halt_head.weight.grad).all() and halt_head.weight.grad.abs().sum() > 0
+
+
+# --- PonderNet --------------------------------------------------------------------------------
+
+def test_halting_distribution_sums_to_one_with_the_rest_on_the_last_step():
+    halt = torch.tensor([[0.0, 0.0, 0.0, 0.0], [60.0, 3.0, -2.0, 9.0], [-60.0, -60.0, -60.0, 5.0]])
+    p = halting_distribution(halt)
+    assert torch.allclose(p.sum(1), torch.ones(3), atol=1e-6)
+    assert torch.allclose(p[0], torch.tensor([0.5, 0.25, 0.125, 0.125]))  # lambda = 1/2 each step
+    assert p[1, 0] > 0.999 and p[2, -1] > 0.999  # halts at once; never halts: T takes the mass
+    assert torch.isfinite(halting_distribution(torch.full((2, 5), 1e4))).all()
+
+
+def test_geometric_prior_truncated_and_renormalised():
+    log_prior = log_geometric_prior(0.2, 4)
+    g = torch.tensor([0.2 * 0.8 ** t for t in range(4)])
+    assert torch.allclose(log_prior.exp(), g / g.sum())
+    with pytest.raises(ValueError, match="lambda_p"):
+        log_geometric_prior(1.0, 4)
+
+
+def test_ponder_loss_known_answer():
+    logits, halt, y = _batch(6, 5, seed=1)
+    out = ponder_loss(logits, halt, y, prior=0.3, beta=0.5)
+    p = halting_distribution(halt)
+    ce = torch.stack([F.cross_entropy(logits[:, t], y, reduction="none") for t in range(5)], 1)
+    prior = log_geometric_prior(0.3, 5).exp()
+    kl = (p * (p.log() - prior.log())).sum(1).mean()
+    assert torch.allclose(out.ce, (p * ce).sum(1).mean(), atol=1e-6)
+    assert torch.allclose(out.kl, kl, atol=1e-6) and float(out.kl) > 0
+    assert torch.allclose(out.loss, out.ce + 0.5 * out.kl)
+    assert torch.allclose(out.halting, p)
+
+
+def test_ponder_kl_vanishes_when_lambda_follows_the_prior():
+    # the prior's own hazards lambda_t = p_G(t) / (1 - sum_{s<t} p_G(s)) give p = p_G exactly
+    prior = log_geometric_prior(0.125, 16).double().exp()
+    left = 1 - torch.cat([torch.zeros(1, dtype=torch.float64), prior.cumsum(0)[:-1]])
+    hazard = (prior / left).clamp(max=1 - 1e-9)
+    halt = torch.logit(hazard).float().expand(3, 16)
+    logits, _, y = _batch(3, 16, seed=2)
+    out = ponder_loss(logits, halt, y, prior=0.125, beta=1.0)
+    assert abs(float(out.kl)) < 1e-5
+    # a constant lambda = lambda_p is the untruncated geometric with its tail on T: not the prior
+    const = torch.full((3, 16), math.log(0.125 / 0.875))
+    assert float(ponder_loss(logits, const, y, prior=0.125).kl) > 1e-3
+
+
+def test_ponder_gradient_reaches_logits_and_halt_logits():
+    logits, halt, y = _batch(requires_grad=True)
+    ponder_loss(logits, halt, y).loss.backward()
+    assert (logits.grad.abs().sum(-1) > 0).all()  # every step's prediction is weighted by p_t
+    assert (halt.grad[:, :-1].abs() > 0).all()
+    assert (halt.grad[:, -1] == 0).all()  # the last step takes the rest: its lambda is unused
+
+
+def test_total_loss_with_ponder():
+    logits, halt, y = _batch(requires_grad=True)
+    cfg = LossConfig(ranking=False, ponder=True, ponder_prior=0.2, ponder_beta=0.05)
+    loss, parts = total_loss(logits, halt, y, cfg)
+    assert torch.allclose(loss, ponder_loss(logits, halt, y, 0.2, 0.05).loss)
+    assert torch.allclose(parts["task"], task_loss(logits, y))  # still the final step's CE
+    assert set(parts) == {"loss", "task", "rel", "abs", "easy_score", "hard_score"}
+    loss.backward()
+    assert halt.grad.abs().sum() > 0 and logits.grad[:, 0].abs().sum() > 0
+    with pytest.raises(ValueError, match="halt_logits"):
+        total_loss(logits, None, y, cfg)
+
+
+def test_ponder_under_bf16_autocast():
+    logits, halt, y = _batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = ponder_loss(logits.bfloat16(), halt.bfloat16(), y)
+    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)

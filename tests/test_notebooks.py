@@ -122,3 +122,57 @@ def test_metrics_are_strict_json(isolated_outputs):
     record = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     assert record["sweep"][0]["threshold"] is None and record["nan"] is None
     assert record["np"] == 0.5 and record["t"] == 2.0 and "torch" in record["env"]
+
+
+def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
+    import numpy as np
+
+    _run("07_halting_baselines.ipynb", tmp_path, monkeypatch)
+    out = isolated_outputs / "outputs"
+    metrics = json.loads((out / "metrics" / "07_halting_baselines.json").read_text())
+    assert {"curves", "summary", "collapse", "env"} <= set(metrics)
+    assert (metrics["size"], metrics["dataset"], metrics["collapse_dataset"]) == ("smoke", "digits", "digits")
+    steps = metrics["steps"]
+    curves = metrics["curves"]
+    assert {"rule", "model", "threshold", "mean_depth", "accuracy"} <= set(curves[0])
+    models = {"frost", "basic_ssm", "recurrent", "vanilla", "frost (ponder)"}
+    assert {r["model"] for r in curves} == models
+    signal_rules = {"step size", "second-order step", "KL between steps", "confidence"}
+    for model in models:
+        rows = [r for r in curves if r["model"] == model]
+        by_rule = {rule: [r for r in rows if r["rule"] == rule] for rule in {r["rule"] for r in rows}}
+        learned = {"frost": {"frost"}, "frost (ponder)": {"ponder"}}.get(model, set())
+        assert set(by_rule) == signal_rules | learned | {"fixed depth", "oracle"}, model
+        fixed = by_rule["fixed depth"]
+        assert [r["mean_depth"] for r in fixed] == list(range(1, steps + 1))
+        full = fixed[-1]["accuracy"]
+        # the oracle's bound (nondecreasing in depth) is above every point of every rule
+        oracle = sorted((r["mean_depth"], r["accuracy"]) for r in by_rule["oracle"])
+        assert oracle[0][0] == 1 and oracle[-1][0] == steps
+        for rule, points in by_rule.items():
+            assert all(1 <= r["mean_depth"] <= steps and 0 <= r["accuracy"] <= 1 for r in points)
+            if rule == "oracle":
+                continue
+            for r in points:
+                above = next(a for d, a in oracle if d >= r["mean_depth"] - 1e-9)
+                assert r["accuracy"] <= above + 1e-6, (model, rule, r)
+            if rule != "fixed depth":  # a threshold that never fires: full depth, full-depth accuracy
+                deepest = max(points, key=lambda r: r["mean_depth"])
+                assert deepest["mean_depth"] == steps and deepest["accuracy"] == pytest.approx(full)
+    frost = [r["mean_depth"] for r in curves if r["rule"] == "frost"]  # rows in the order of q
+    assert frost == sorted(frost) and frost[-1] == steps
+    summary = metrics["summary"]
+    assert {(r["rule"], r["model"]) for r in summary} == {(r["rule"], r["model"]) for r in curves}
+    assert all(0 <= r["auc"] <= 1 for r in summary)
+    for r in summary:  # NaN (null) only when the curve never reaches 99% of full depth
+        assert r["depth_at_99pct"] is None or 1 <= r["depth_at_99pct"] <= steps
+    collapse = metrics["collapse"]
+    assert sorted((r["model"], r["seed"]) for r in collapse) == sorted(
+        (m, s) for m in ("vanilla", "recurrent", "basic_ssm") for s in (0, 1))  # smoke: two seeds
+    for r in collapse:
+        assert {"model", "seed", "collapsed", "accuracy", "gradient_cosine"} <= set(r)
+        assert r["collapsed"] == (r["accuracy"] < 0.5 * r["reference_accuracy"] or r["one_step_share"] > 0.95)
+        assert -1 <= r["gradient_cosine"] <= 1
+    assert np.isfinite([r["reference_accuracy"] for r in collapse]).all()
+    figures = {p.name for p in (out / "figures").iterdir()}
+    assert {"07_rule_curves.png", "07_collapse.png"} <= figures

@@ -1,6 +1,7 @@
 """The training loop: history, resuming, NaN guard, atomic checkpoints, the model cache."""
 
 import hashlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +167,42 @@ def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config,
     with pytest.raises(TrainingError, match="weights .* non-finite in epoch 1.*intact"):
         trainer.fit()
     assert not path.exists()  # epoch 1 was never saved with broken weights
+
+
+def test_ponder_training_trains_the_halting_head(tiny_config, tmp_path):
+    config = tiny_config.replace(**{"train.epochs": 1, "loss.ranking": False, "loss.ponder": True})
+    trainer = Trainer(config, checkpoint=tmp_path / "ponder.pt")
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    result = trainer.fit()
+    after = dict(result.model.named_parameters())
+    assert not torch.equal(before["halt_head.weight"], after["halt_head.weight"])
+    assert all(not torch.equal(before[n], after[n]) for n in before), "a parameter got no gradient"
+    assert result.calibrator.n > 0 and 0 <= result.calibrator.threshold(0.5) <= 1  # harmless
+    assert result.metrics["test_accuracy"] > 0.1
+
+
+def test_ponder_loss_reaches_the_backbone_through_the_halting_head(tiny_config):
+    from frost_nb.losses import ponder_loss
+    from frost_nb.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(tiny_config.model)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+    out = model(x, detach_halt_input=not tiny_config.loss.rank_grad_to_backbone)
+    kl = ponder_loss(out.logits.detach(), out.halt_logits, y).kl  # the halting path only
+    kl.backward()
+    stem = next(model.stem.parameters())
+    assert stem.grad is not None and stem.grad.abs().sum() > 0
+
+
+def test_relative_checkpoint_paths_fall_back_to_the_repository(tmp_path, monkeypatch):
+    # a notebook runs in notebooks/ and names outputs/checkpoints/<key>.pt: found in the repo
+    from frost_nb.checkpoint import checkpoint_file
+    from frost_nb.paths import repo_root
+
+    monkeypatch.chdir(tmp_path)
+    assert checkpoint_file("pyproject.toml") == repo_root() / "pyproject.toml"
+    (tmp_path / "pyproject.toml").write_text("")  # the working directory wins when it has it
+    assert checkpoint_file("pyproject.toml") == Path("pyproject.toml")
+    assert checkpoint_file("no/such/file.pt") == Path("no/such/file.pt")
+    assert checkpoint_file(tmp_path / "x.pt") == tmp_path / "x.pt"

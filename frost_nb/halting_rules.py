@@ -1,0 +1,335 @@
+"""Halting rules of related work, applied to the same trained models (spec section 6; notebook 07).
+
+Every rule reads the per-step outputs of one full-depth pass (``analysis.Trajectories``) and
+exits each sample at the first step t in 1..T whose condition holds, else at T (as FROST's
+eq. (exit) does). A signal that is undefined at a step is NaN there, and a NaN never
+satisfies a condition, so a rule cannot fire at such a step; +-inf likewise only fires where
+the comparison with the threshold holds (a relative step of +inf never is "< eps").
+
+    rule               signal s_t at step t (t = 1..T)                              exit when
+    step size          ||h_t - h_{t-1}|| / ||h_t||                                  s_t < eps
+    second-order step  ||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})|| / ||h_t||, t >= 2  s_t < eps
+    KL between steps   KL(softmax y_t || softmax y_{t-1}), t >= 2                   s_t < eps
+    confidence         max_k softmax(y_t)_k                                         s_t > threshold
+    ponder             1 - prod_{s<=t} (1 - lambda_s), lambda = sigmoid(halt logit)  s_t > threshold
+    frost              sigmoid(halt logit_t), threshold tau_q of the KLL calibrator  s_t > tau_q
+
+(Geiping et al. for the step size and the KL; Pappone et al., 2025, for the second-order step;
+BranchyNet / MSDNet for the confidence; Banino et al., 2021, PonderNet; FROST, spec section 4.)
+h_0 exists, so the step size is defined from t = 1; the second-order step and the KL need two
+steps and are NaN at t = 1. A state of norm 0 has no relative step: 0 / 0 is NaN, x / 0 is
++inf, and neither fires. PonderNet's cumulative halting probability is 1 at t = T (the last
+step takes the remaining mass), which changes nothing: every sample stops at T anyway.
+
+The oracle (not a rule, an upper bound) exits each sample at the earliest step whose prediction
+is correct, else at T, counted wrong (``oracle_exits``). ``oracle_curve`` turns it into a bound
+at every mean depth B: no exit assignment with mean depth B can be right on more samples than
+``oracle_accuracy_at(correct, B)``, the most samples whose earliest correct steps fit into the
+budget (cheapest first; the rest stop at step 1).
+
+Threshold protocol (MSDNet): a rule's candidate thresholds come from the held-out (val) split
+only, the quantiles of its per-step signal there plus -inf and +inf (the extremes: no exit
+before T, or exit at the first step where the signal is defined); each is applied unchanged to
+the test split. FROST's thresholds are its calibrator's tau_q on a quantile grid instead (the
+calibrator saw training and held-out scores, never test ones).
+
+Curve tables (pandas) have the columns of ``CURVE_COLUMNS``: one row per threshold, with the
+mean depth and accuracy it gives on val and on test. ``curve_auc`` and ``depth_to_reach``
+summarise a curve; ``collapsed`` is the collapse verdict of notebook 07, fixed before any run.
+Pure functions: no printing, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .analysis import Trajectories
+from .halting import HaltingCalibrator, exit_steps
+from .losses import halting_distribution
+
+CURVE_COLUMNS = ("rule", "model", "threshold", "val_mean_depth", "val_accuracy", "mean_depth",
+                 "accuracy")
+THRESHOLDS = 40  # candidate thresholds per rule: quantiles of its signal on the held-out split
+FROST_QUANTILES = tuple(i / 32 for i in range(33))  # 0, 1/32, ..., 1
+REACH_FRACTION = 0.99  # depth_at_99pct: the depth at which a curve reaches 99% of full depth
+FIXED, ORACLE, FROST = "fixed depth", "oracle", "frost"
+
+# Collapse (notebook 07), fixed before any run. A model trained with the ranking losses has
+# collapsed when either holds:
+#   (a) its test accuracy at full depth is below COLLAPSE_ACCURACY_RATIO (one half) of the
+#       reference's (same family, same seed, same budget, trained without the ranking losses);
+#   (b) at q = COLLAPSE_QUANTILE (0.5) of its own calibrator, more than COLLAPSE_ONE_STEP_SHARE
+#       (95%) of the test samples exit at one and the same step (the halting score separates
+#       nothing).
+COLLAPSE_ACCURACY_RATIO = 0.5
+COLLAPSE_ONE_STEP_SHARE = 0.95
+COLLAPSE_QUANTILE = 0.5
+
+
+# ---------------------------------------------------------------- signals
+def _relative(norms: Tensor, state_norms: Tensor) -> Tensor:
+    return norms.double() / state_norms.double()  # IEEE: 0 / 0 = NaN, x / 0 = inf
+
+
+def step_size_signal(traj: Trajectories) -> Tensor:
+    """||h_t - h_{t-1}|| / ||h_t|| for t = 1..T, (N, T) float64."""
+    return _relative(traj.step_norms, traj.state_norms[:, 1:])
+
+
+def second_order_signal(traj: Trajectories) -> Tensor:
+    """||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})|| / ||h_t||, (N, T) float64; NaN at t = 1."""
+    s = _relative(traj.second_diff_norms, traj.state_norms[:, 2:])  # (N, T-1), t = 2..T
+    return torch.cat([torch.full_like(s[:, :1], math.nan), s], 1)
+
+
+def kl_signal(traj: Trajectories) -> Tensor:
+    """KL(softmax y_t || softmax y_{t-1}), (N, T) float64; NaN at t = 1 (there is no y_0).
+    Clamped at 0 (rounding can leave -1e-17 where the two are equal)."""
+    logp = F.log_softmax(traj.logits.double(), dim=-1)  # (N, T, K)
+    kl = (logp[:, 1:].exp() * (logp[:, 1:] - logp[:, :-1])).sum(-1).clamp_min(0.0)  # (N, T-1)
+    return torch.cat([torch.full_like(kl[:, :1], math.nan), kl], 1)
+
+
+def confidence_signal(traj: Trajectories) -> Tensor:
+    """max_k softmax(y_t)_k, (N, T) float64."""
+    return F.softmax(traj.logits.double(), dim=-1).amax(-1)
+
+
+def ponder_signal(traj: Trajectories) -> Tensor:
+    """PonderNet's cumulative halting probability 1 - prod_{s<=t} (1 - lambda_s), (N, T)
+    float64 (the cumulative sum of ``losses.halting_distribution``; 1 at t = T)."""
+    return halting_distribution(traj.halt_logits).double().cumsum(1)
+
+
+def frost_signal(traj: Trajectories) -> Tensor:
+    """FROST's halting score sigmoid(halt logit), (N, T) float32 as ``adaptive_predict`` has it."""
+    return torch.sigmoid(traj.halt_logits.float())
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    signal: Callable[[Trajectories], Tensor]  # (N, T)
+    exits_when: str  # "below": s_t < threshold; "above": s_t > threshold
+
+
+RULES = {r.name: r for r in (
+    Rule("step size", step_size_signal, "below"),
+    Rule("second-order step", second_order_signal, "below"),
+    Rule("KL between steps", kl_signal, "below"),
+    Rule("confidence", confidence_signal, "above"),
+    Rule("ponder", ponder_signal, "above"),
+    Rule(FROST, frost_signal, "above"),
+)}
+SIGNAL_RULES = ("step size", "second-order step", "KL between steps", "confidence")  # any model
+
+
+def rule_exits(rule: Rule, signal: Tensor, threshold: float) -> Tensor:
+    """Exit depth in 1..T of each sample, (N,) int64: the first t whose condition holds, else T."""
+    if rule.exits_when == "above":
+        return exit_steps(signal, threshold)  # first s_t > threshold
+    if rule.exits_when == "below":
+        return exit_steps(-signal, -threshold)  # s_t < eps  <=>  -s_t > -eps (NaN stays NaN)
+    raise ValueError(f"rule {rule.name!r}: exits_when must be 'below' or 'above'")
+
+
+# ---------------------------------------------------------------- exits and accuracy
+def correct_per_step(traj: Trajectories) -> Tensor:
+    """(N, T) bool: is the prediction of step t correct?"""
+    return traj.logits.argmax(-1) == traj.y[:, None]
+
+
+def depth_and_accuracy(depth: Tensor, correct: Tensor) -> tuple[float, float]:
+    """Mean exit depth and the accuracy of the predictions made at the exit steps."""
+    hit = correct.gather(1, (depth - 1)[:, None])  # (N, 1)
+    return depth.double().mean().item(), hit.double().mean().item()
+
+
+def oracle_exits(correct: Tensor) -> Tensor:
+    """Earliest step whose prediction is correct, else T (those samples count wrong): (N,)."""
+    return exit_steps(correct.float(), 0.5)
+
+
+def oracle_accuracy_at(correct: Tensor, depths: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The most accuracy any exit assignment of mean depth <= B can reach, for each B in depths.
+
+    A sample whose earliest correct step is e costs e - 1 steps beyond step 1; the bound takes
+    the cheapest first until the budget N (B - 1) is spent (every other sample stops at step 1,
+    wrong unless e = 1). Any rule with mean depth B is right on at most that many samples.
+    """
+    n, _ = correct.shape
+    solvable = correct.any(1)
+    extra = np.sort((oracle_exits(correct)[solvable] - 1).numpy())  # (M,) cost of each
+    spent = np.concatenate([[0], np.cumsum(extra)])  # cost of the k cheapest, k = 0..M
+    budget = n * (np.asarray(depths, dtype=float) - 1.0) + 1e-6  # slack for mean-of-ints rounding
+    k = np.searchsorted(spent, budget, side="right") - 1
+    return np.where(budget >= 0, k / n, np.nan)
+
+
+# ---------------------------------------------------------------- curves
+def candidate_thresholds(signal: Tensor, count: int = THRESHOLDS) -> np.ndarray:
+    """``count`` quantiles (levels 0..1) of the finite values of ``signal``, and -inf, +inf."""
+    values = signal.double().reshape(-1).numpy()
+    values = values[np.isfinite(values)]
+    levels = np.linspace(0.0, 1.0, count) if count > 1 else np.array([0.5])
+    qs = np.quantile(values, levels) if values.size else np.array([])
+    return np.unique(np.concatenate([[-np.inf], qs, [np.inf]]))
+
+
+def _frame(rows: list[dict]):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
+
+
+def threshold_curve(rule: Rule, val: Trajectories, test: Trajectories,
+                    thresholds: Sequence[float], model: str = ""):
+    """One row per threshold: the mean depth and accuracy it gives on val and on test."""
+    signals = rule.signal(val), rule.signal(test)
+    corrects = correct_per_step(val), correct_per_step(test)
+    rows = []
+    for thr in thresholds:
+        (vd, va), (td, ta) = (depth_and_accuracy(rule_exits(rule, s, float(thr)), c)
+                              for s, c in zip(signals, corrects))
+        rows.append({"rule": rule.name, "model": model, "threshold": float(thr),
+                     "val_mean_depth": vd, "val_accuracy": va, "mean_depth": td, "accuracy": ta})
+    return _frame(rows)
+
+
+def rule_curve(rule: Rule | str, val: Trajectories, test: Trajectories, model: str = "",
+               count: int = THRESHOLDS):
+    """A rule's curve under the MSDNet protocol: thresholds from val's signal only, applied
+    unchanged to test (``candidate_thresholds``)."""
+    rule = RULES[rule] if isinstance(rule, str) else rule
+    return threshold_curve(rule, val, test, candidate_thresholds(rule.signal(val), count), model)
+
+
+def frost_curve(val: Trajectories, test: Trajectories, calibrator: HaltingCalibrator,
+                model: str = "", quantiles: Sequence[float] = FROST_QUANTILES):
+    """FROST's curve: the calibrator's tau_q (``halting.exit_steps``), rows in the order of q."""
+    return threshold_curve(RULES[FROST], val, test, calibrator.thresholds(quantiles), model)
+
+
+def fixed_depth_curve(val: Trajectories, test: Trajectories, model: str = ""):
+    """Every sample stops at the same step t = 1..T (``threshold`` holds t)."""
+    cv, ct = correct_per_step(val).double().mean(0), correct_per_step(test).double().mean(0)
+    return _frame([{"rule": FIXED, "model": model, "threshold": float(t + 1),
+                    "val_mean_depth": float(t + 1), "val_accuracy": cv[t].item(),
+                    "mean_depth": float(t + 1), "accuracy": ct[t].item()} for t in range(len(ct))])
+
+
+def oracle_curve(test: Trajectories, model: str = "", per_step: int = 4):
+    """The oracle's bound on test at mean depths 1, 1 + 1/per_step, ..., T, and the oracle's own
+    point (earliest correct step, else T). An upper bound, not a rule: no threshold, no val."""
+    correct = correct_per_step(test)
+    steps = correct.shape[1]
+    depths = np.linspace(1.0, steps, per_step * (steps - 1) + 1)
+    point, _ = depth_and_accuracy(oracle_exits(correct), correct)  # on the bound's flat end
+    depths = np.append(depths, point)
+    acc = oracle_accuracy_at(correct, depths)
+    order = np.argsort(depths, kind="stable")
+    return _frame([{"rule": ORACLE, "model": model, "threshold": math.nan, "val_mean_depth": math.nan,
+                    "val_accuracy": math.nan, "mean_depth": float(depths[i]), "accuracy": float(acc[i])}
+                   for i in order])
+
+
+def model_curves(val: Trajectories, test: Trajectories, model: str = "", *,
+                 calibrator: HaltingCalibrator | None = None, ponder: bool = False,
+                 count: int = THRESHOLDS):
+    """Every curve of one model: the signal rules, FROST's (given its ranking-trained calibrator),
+    PonderNet's (``ponder``: a model trained with PonderNet's loss), fixed depth and the oracle."""
+    import pandas as pd
+
+    parts = [rule_curve(name, val, test, model, count) for name in SIGNAL_RULES]
+    if ponder:
+        parts.append(rule_curve("ponder", val, test, model, count))
+    if calibrator is not None:
+        parts.append(frost_curve(val, test, calibrator, model))
+    parts += [fixed_depth_curve(val, test, model), oracle_curve(test, model)]
+    return pd.concat(parts, ignore_index=True)
+
+
+# ---------------------------------------------------------------- summaries
+def _sorted_points(curve) -> tuple[np.ndarray, np.ndarray]:
+    """(depth, accuracy) of the finite rows, sorted by depth then accuracy."""
+    x = np.asarray(curve["mean_depth"], dtype=float)
+    y = np.asarray(curve["accuracy"], dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    order = np.lexsort((y, x))
+    return x[order], y[order]
+
+
+def curve_auc(curve, steps: int) -> float:
+    """Mean accuracy over mean depths 1..T: the area under accuracy against depth, the curve
+    sorted by depth and extended flat to both ends (its lowest-depth accuracy down to depth 1,
+    its highest-depth accuracy up to T), divided by T - 1. A flat curve gives its accuracy."""
+    if steps < 2:
+        raise ValueError(f"steps={steps}: the depth range 1..T needs T >= 2")
+    x, y = _sorted_points(curve)
+    if not x.size:
+        return math.nan
+    x = np.clip(np.concatenate([[1.0], x, [float(steps)]]), 1.0, float(steps))
+    y = np.concatenate([[y[0]], y, [y[-1]]])
+    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (steps - 1))
+
+
+def depth_to_reach(curve, target: float) -> float:
+    """The smallest mean depth at which the curve, linearly interpolated between its points
+    (sorted by depth), reaches ``target`` accuracy; NaN when it never does. No extension: a
+    curve whose shallowest point already reaches it answers that point's depth."""
+    x, y = _sorted_points(curve)
+    for i in range(len(x)):
+        if y[i] >= target:
+            if i == 0:
+                return float(x[0])
+            return float(x[i - 1] + (target - y[i - 1]) / (y[i] - y[i - 1]) * (x[i] - x[i - 1]))
+    return math.nan
+
+
+def summary(curves, steps: int):
+    """One row per (rule, model): ``auc`` (``curve_auc``) and ``depth_at_99pct``, the depth at
+    which the curve reaches 99% of that model's full-depth accuracy (the fixed-depth curve at
+    t = T, test split)."""
+    import pandas as pd
+
+    full = curves[(curves["rule"] == FIXED) & (curves["mean_depth"] == steps)]
+    full = dict(zip(full["model"], full["accuracy"]))
+    rows = []
+    for (rule, model), curve in curves.groupby(["rule", "model"], sort=False):
+        target = REACH_FRACTION * full.get(model, math.nan)
+        rows.append({"rule": rule, "model": model, "auc": curve_auc(curve, steps),
+                     "depth_at_99pct": depth_to_reach(curve, target)})
+    return pd.DataFrame(rows, columns=["rule", "model", "auc", "depth_at_99pct"])
+
+
+def collapsed(accuracy: float, reference_accuracy: float,
+              depth_histogram: Sequence[int] | np.ndarray) -> tuple[bool, list[str]]:
+    """The collapse verdict of a run trained with the ranking losses, and the reasons.
+
+    Collapsed when (a) its full-depth accuracy is below half of ``reference_accuracy`` (same
+    family, same seed, trained without the ranking losses), or (b) more than 95% of the samples
+    exit at one step at q = 0.5 (``depth_histogram``: samples per exit step 1..T there, with
+    the run's own calibrator). Both read the test split. Returns ``(flag, reasons)``; the
+    reasons are empty when the run did not collapse.
+    """
+    counts = np.asarray(depth_histogram, dtype=float)
+    if not (math.isfinite(accuracy) and math.isfinite(reference_accuracy)) or counts.sum() <= 0:
+        raise ValueError(f"collapsed needs finite accuracies and a non-empty histogram; got "
+                         f"{accuracy!r}, {reference_accuracy!r} and {counts.tolist()}")
+    reasons = []
+    if accuracy < COLLAPSE_ACCURACY_RATIO * reference_accuracy:
+        reasons.append(f"full-depth accuracy {accuracy:.4f} is below half of the reference's "
+                       f"{reference_accuracy:.4f}")
+    share = counts.max() / counts.sum()
+    if share > COLLAPSE_ONE_STEP_SHARE:
+        reasons.append(f"{share:.1%} of the samples exit at step {int(counts.argmax()) + 1} "
+                       f"at q = {COLLAPSE_QUANTILE}")
+    return bool(reasons), reasons

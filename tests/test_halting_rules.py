@@ -1,0 +1,301 @@
+"""Halting rules of related work: exits known by construction, the oracle's bound, the MSDNet
+threshold protocol, AUC and depth-to-reach, the collapse verdict, and a smoke run end to end."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from frost_nb.analysis import Trajectories
+from frost_nb.halting import HaltingCalibrator, exit_steps
+from frost_nb.halting_rules import (
+    CURVE_COLUMNS,
+    FROST_QUANTILES,
+    RULES,
+    SIGNAL_RULES,
+    candidate_thresholds,
+    collapsed,
+    confidence_signal,
+    correct_per_step,
+    curve_auc,
+    depth_to_reach,
+    fixed_depth_curve,
+    frost_curve,
+    kl_signal,
+    model_curves,
+    oracle_accuracy_at,
+    oracle_curve,
+    oracle_exits,
+    ponder_signal,
+    rule_curve,
+    rule_exits,
+    second_order_signal,
+    step_size_signal,
+    summary,
+)
+
+T = 4
+
+
+def _traj(n=2, t=T, k=3, *, step_norms=None, state_norms=None, second=None, logits=None,
+          halt=None, y=None, seed=0):
+    """Trajectories with the given fields; the others random (seeded) or neutral."""
+    g = torch.Generator().manual_seed(seed)
+    return Trajectories(
+        pooled=torch.zeros(n, t + 1, 2),
+        step_norms=(torch.rand(n, t, generator=g) if step_norms is None
+                    else torch.as_tensor(step_norms).float()),
+        state_norms=(torch.ones(n, t + 1) if state_norms is None
+                     else torch.as_tensor(state_norms).float()),
+        dist_to_final=torch.zeros(n, t + 1),
+        second_diff_norms=(torch.rand(n, t - 1, generator=g) if second is None
+                           else torch.as_tensor(second).float()),
+        logits=torch.randn(n, t, k, generator=g) if logits is None else torch.as_tensor(logits).float(),
+        halt_logits=torch.randn(n, t, generator=g) if halt is None else torch.as_tensor(halt).float(),
+        y=torch.zeros(n, dtype=torch.int64) if y is None else torch.as_tensor(y))
+
+
+def _exits(name, traj, thr):
+    rule = RULES[name]
+    return rule_exits(rule, rule.signal(traj), thr).tolist()
+
+
+# --- each rule on hand-made outputs ---------------------------------------------------------
+
+def test_step_size_exits_at_the_first_small_relative_step():
+    traj = _traj(step_norms=[[1.0, 0.5, 0.05, 0.01], [1.0, 1.0, 1.0, 1.0], [4.0, 0.3, 0.3, 0.3]],
+                 state_norms=[[1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [1, 2, 2, 2, 10]], n=3)
+    # relative steps: [1, .5, .05, .01], [1, 1, 1, 1], [2, .15, .15, .03]
+    expected = torch.tensor([2.0, 0.15, 0.15, 0.03], dtype=torch.float64)
+    assert torch.allclose(step_size_signal(traj)[2], expected)
+    assert _exits("step size", traj, 0.1) == [3, T, 4]
+    assert _exits("step size", traj, 0.2) == [3, T, 2]
+    assert _exits("step size", traj, 0.5) == [3, T, 2]  # strict: 0.5 is not < 0.5
+    assert _exits("step size", traj, math.inf) == [1, 1, 1]  # the extreme: exit at once
+    assert _exits("step size", traj, -math.inf) == [T, T, T]  # never fires: full depth
+
+
+def test_relative_step_of_a_zero_state_never_fires():
+    traj = _traj(step_norms=[[0.0, 1.0, 0.0, 0.0]], state_norms=[[1, 0, 0, 1, 1]], n=1)
+    s = step_size_signal(traj)[0]
+    assert math.isnan(s[0]) and s[1] == math.inf  # 0 / 0 and 1 / 0
+    assert _exits("step size", traj, 0.5) == [3]
+    assert _exits("step size", traj, math.inf) == [3]  # the first step where it is defined
+
+
+def test_second_order_is_undefined_at_step_one():
+    traj = _traj(second=[[0.05, 1.0, 1.0], [1.0, 1.0, 0.01]], state_norms=[[1, 1, 1, 1, 1], [1, 1, 1, 1, 2]])
+    s = second_order_signal(traj)
+    assert torch.isnan(s[:, 0]).all()
+    assert torch.allclose(s[1, 1:], torch.tensor([1.0, 1.0, 0.005], dtype=torch.float64))
+    assert _exits("second-order step", traj, 0.1) == [2, 4]
+    assert _exits("second-order step", traj, math.inf) == [2, 2]  # never at step 1
+    assert _exits("second-order step", traj, 0.001) == [T, T]
+
+
+def test_kl_between_steps():
+    a, b = torch.tensor([2.0, 0.0, -1.0]), torch.tensor([0.0, 1.0, 0.0])
+    logits = torch.stack([torch.stack([a, b, b, a]),  # KL 0 at t = 3
+                          torch.stack([a, a, b, b])])  # KL 0 at t = 2 and t = 4
+    traj = _traj(logits=logits)
+    s = kl_signal(traj)
+    assert torch.isnan(s[:, 0]).all()
+    pa, pb = torch.softmax(a.double(), 0), torch.softmax(b.double(), 0)
+    expected = (pb * (pb.log() - pa.log())).sum()  # KL(softmax y_2 || softmax y_1), sample 0
+    assert torch.allclose(s[0, 1], expected) and s[0, 2] == 0
+    assert _exits("KL between steps", traj, 1e-9) == [3, 2]
+    assert _exits("KL between steps", traj, math.inf) == [2, 2]
+
+
+def test_confidence():
+    # max softmax of [log 3, 0] is 0.75, of [0, 0] 0.5, of [log 9, 0] 0.9
+    lo, mid, hi = [0.0, 0.0], [math.log(3), 0.0], [math.log(9), 0.0]
+    traj = _traj(logits=[[lo, mid, hi, hi], [lo, lo, lo, lo]], k=2)
+    expected = torch.tensor([0.5, 0.75, 0.9, 0.9], dtype=torch.float64)
+    assert torch.allclose(confidence_signal(traj)[0], expected)
+    assert _exits("confidence", traj, 0.7) == [2, T]
+    assert _exits("confidence", traj, 0.8) == [3, T]
+    assert _exits("confidence", traj, math.inf) == [T, T]
+    assert _exits("confidence", traj, -math.inf) == [1, 1]
+
+
+def test_ponder_cumulative_halting_probability():
+    # lambda = 0.5 at every step: 1 - prod (1 - lambda) = 0.5, 0.75, 0.875, then 1 (the rest)
+    traj = _traj(halt=[[0.0] * T, [-20.0] * T])
+    s = ponder_signal(traj)
+    assert torch.allclose(s[0], torch.tensor([0.5, 0.75, 0.875, 1.0], dtype=torch.float64), atol=1e-6)
+    assert torch.allclose(s[1, -1], torch.tensor(1.0, dtype=torch.float64), atol=1e-6)
+    assert _exits("ponder", traj, 0.8) == [3, T]
+    assert _exits("ponder", traj, 0.3) == [1, T]
+    assert _exits("ponder", traj, math.inf) == [T, T]
+
+
+def test_frost_curve_uses_the_calibrators_thresholds():
+    val, test = _traj(n=50, seed=1), _traj(n=60, seed=2)
+    cal = HaltingCalibrator(200).update(torch.sigmoid(val.halt_logits))
+    curve = frost_curve(val, test, cal, "m", quantiles=(0.0, 0.5, 1.0))
+    assert list(curve.columns) == list(CURVE_COLUMNS)
+    assert curve["threshold"].tolist() == [cal.threshold(0.0), cal.threshold(0.5), math.inf]
+    depth = exit_steps(torch.sigmoid(test.halt_logits), cal.threshold(0.5))  # halting.exit_steps
+    assert curve["mean_depth"][1] == pytest.approx(depth.double().mean().item())
+    assert curve["mean_depth"][2] == T  # q = 1: full depth for everyone
+    full = frost_curve(val, test, cal)
+    assert len(full) == len(FROST_QUANTILES) and full["mean_depth"].is_monotonic_increasing
+
+
+# --- the oracle ------------------------------------------------------------------------------
+
+def test_oracle_exits_at_the_earliest_correct_step():
+    # y = 0; predictions per step: sample 0 right from step 3, sample 1 at step 1 only, sample 2 never
+    right, wrong = [5.0, 0.0], [0.0, 5.0]
+    traj = _traj(logits=[[wrong, wrong, right, wrong], [right, wrong, wrong, wrong], [wrong] * 4], n=3, k=2)
+    correct = correct_per_step(traj)
+    assert oracle_exits(correct).tolist() == [3, 1, T]
+    curve = oracle_curve(traj)
+    point = curve[np.isclose(curve["mean_depth"], (3 + 1 + T) / 3)]
+    assert point["accuracy"].tolist() == pytest.approx([2 / 3])  # never-correct counts wrong
+    # the bound: sample 1 is right at depth 1 for free; sample 0 needs 2 more steps
+    assert oracle_accuracy_at(correct, [1.0, 1.5, 5 / 3, 2.0, 4.0]).tolist() == \
+        pytest.approx([1 / 3, 1 / 3, 2 / 3, 2 / 3, 2 / 3])
+
+
+def test_oracle_bound_equals_brute_force_over_every_exit_assignment():
+    g = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        correct = torch.rand(4, 3, generator=g) < 0.4  # (N, T)
+        best: dict[int, int] = {}  # total depth -> most correct
+        for exits in itertools.product(range(3), repeat=4):
+            total = sum(exits) + 4
+            hits = sum(bool(correct[i, e]) for i, e in enumerate(exits))
+            best[total] = max(best.get(total, 0), hits)
+        for total in range(4, 13):
+            brute = max(v for k, v in best.items() if k <= total)
+            assert oracle_accuracy_at(correct, [total / 4])[0] == pytest.approx(brute / 4)
+
+
+def test_no_rule_beats_the_oracle():
+    val, test = _traj(n=40, t=6, k=3, seed=4), _traj(n=40, t=6, k=3, seed=5)
+    cal = HaltingCalibrator(200).update(torch.sigmoid(val.halt_logits))
+    curves = model_curves(val, test, "m", calibrator=cal, ponder=True)
+    rules = curves[~curves["rule"].isin(["oracle"])]
+    bound = oracle_accuracy_at(correct_per_step(test), rules["mean_depth"].to_numpy())
+    assert (rules["accuracy"].to_numpy() <= bound + 1e-12).all()
+    assert set(curves["rule"]) == {*SIGNAL_RULES, "ponder", "frost", "fixed depth", "oracle"}
+
+
+# --- the threshold protocol ------------------------------------------------------------------
+
+def test_thresholds_come_from_the_held_out_split_only():
+    val = _traj(n=30, step_norms=torch.linspace(0.01, 0.3, 120).reshape(30, 4), seed=6)
+    test = _traj(n=30, step_norms=torch.linspace(0.5, 2.0, 120).reshape(30, 4), seed=7)  # larger
+    curve = rule_curve("step size", val, test, "m", count=10)
+    expected = candidate_thresholds(step_size_signal(val), 10)
+    assert curve["threshold"].to_numpy() == pytest.approx(expected)
+    assert expected[1] == pytest.approx(0.01) and expected[-2] == pytest.approx(0.3)  # val's range
+    # test's own signal would give other thresholds; the curve does not move with test
+    assert not np.allclose(candidate_thresholds(step_size_signal(test), 10)[1:-1], expected[1:-1])
+    other = rule_curve("step size", val, _traj(n=30, seed=8), "m", count=10)
+    assert other["threshold"].tolist() == curve["threshold"].tolist()
+    assert other["val_mean_depth"].tolist() == curve["val_mean_depth"].tolist()
+    # val's thresholds never fire on test's larger steps except the +inf extreme
+    assert (curve["mean_depth"].to_numpy()[:-1] == T).all() and curve["mean_depth"].iloc[-1] == 1
+
+
+def test_candidate_thresholds_skip_undefined_values():
+    s = torch.tensor([[math.nan, 1.0, 2.0], [math.nan, 3.0, math.inf]])
+    thr = candidate_thresholds(s, 3)
+    assert thr.tolist() == [-math.inf, 1.0, 2.0, 3.0, math.inf]
+    assert candidate_thresholds(torch.full((2, 2), math.nan)).tolist() == [-math.inf, math.inf]
+
+
+def test_fixed_depth_curve_ends_at_full_depth_accuracy():
+    val, test = _traj(n=20, seed=9), _traj(n=20, seed=10)
+    curve = fixed_depth_curve(val, test, "m")
+    assert curve["mean_depth"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert curve["accuracy"].iloc[-1] == correct_per_step(test)[:, -1].double().mean().item()
+
+
+# --- AUC, depth to reach, summary ------------------------------------------------------------
+
+def _curve(points, rule="r", model="m"):
+    return pd.DataFrame({"rule": rule, "model": model, "mean_depth": [p[0] for p in points],
+                         "accuracy": [p[1] for p in points]})
+
+
+def test_auc_of_a_flat_curve_is_its_accuracy():
+    assert curve_auc(_curve([(1, 0.7), (16, 0.7)]), 16) == pytest.approx(0.7)
+    assert curve_auc(_curve([(5, 0.8)]), 16) == pytest.approx(0.8)  # one point, extended flat
+
+
+def test_auc_extends_flat_and_sorts_by_depth():
+    # flat 0.2 on [1, 2], the trapezoid 0.4 on [2, 3], flat 0.6 on [3, 4]: (0.2 + 0.4 + 0.6) / 3
+    assert curve_auc(_curve([(3, 0.6), (2, 0.2)]), 4) == pytest.approx(0.4)
+    assert curve_auc(_curve([(1, 0.0), (4, 1.0)]), 4) == pytest.approx(0.5)
+    assert math.isnan(curve_auc(_curve([(math.nan, 0.5)]), 4))
+    with pytest.raises(ValueError, match="T >= 2"):
+        curve_auc(_curve([(1, 0.5)]), 1)
+
+
+def test_depth_to_reach_interpolates():
+    curve = _curve([(3, 0.9), (1, 0.5), (4, 0.95)])
+    assert depth_to_reach(curve, 0.8) == pytest.approx(1 + 0.3 / 0.4 * 2)  # 2.5
+    assert depth_to_reach(curve, 0.9) == pytest.approx(3.0)
+    assert depth_to_reach(curve, 0.4) == pytest.approx(1.0)  # the shallowest point reaches it
+    assert math.isnan(depth_to_reach(curve, 0.96))
+    # a curve that dips: the first crossing counts
+    assert depth_to_reach(_curve([(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.95)]), 0.7) == pytest.approx(1.5)
+
+
+def test_summary_targets_99_percent_of_full_depth():
+    fixed = _curve([(1, 0.5), (2, 0.8), (3, 0.9), (4, 1.0)], rule="fixed depth")
+    rule = _curve([(1, 0.9), (2, 1.0)], rule="confidence")
+    table = summary(pd.concat([fixed, rule]), steps=4)
+    assert list(table.columns) == ["rule", "model", "auc", "depth_at_99pct"]
+    row = table.set_index("rule").loc["confidence"]
+    assert row["depth_at_99pct"] == pytest.approx(1 + 0.09 / 0.1)  # reaches 0.99 at 1.9
+    assert row["auc"] == pytest.approx((0.95 + 1.0 + 1.0) / 3)
+    assert table.set_index("rule").loc["fixed depth", "depth_at_99pct"] == pytest.approx(3.9)
+
+
+# --- collapse -----------------------------------------------------------------------------
+
+def test_collapse_definition():
+    assert collapsed(0.8, 0.9, [30, 30, 40]) == (False, [])
+    flag, reasons = collapsed(0.4, 0.9, [30, 30, 40])
+    assert flag and len(reasons) == 1 and "below half" in reasons[0]
+    flag, reasons = collapsed(0.9, 0.9, [0, 1, 99])
+    assert flag and "99.0% of the samples exit at step 3" in reasons[0]
+    assert collapsed(0.45, 0.9, [5, 0, 95]) == (False, [])  # exactly half and exactly 95%: not yet
+    assert len(collapsed(0.1, 0.9, [100, 0, 0])[1]) == 2
+    with pytest.raises(ValueError):
+        collapsed(float("nan"), 0.9, [1, 2])
+
+
+# --- end to end on a tiny trained model ------------------------------------------------------
+
+def test_rules_on_a_tiny_trained_model():
+    from frost_nb.checkpoint import train_or_load
+    from frost_nb.config import make_config
+    from frost_nb.experiments import run_trajectories
+
+    cfg = make_config("smoke", **{"train.epochs": 2, "train.device": "cpu"})
+    result = train_or_load(cfg, progress=False)
+    val, test = run_trajectories(result, "val"), run_trajectories(result, "test")
+    curves = model_curves(val, test, "frost", calibrator=result.calibrator)
+    assert set(curves["rule"]) == {*SIGNAL_RULES, "frost", "fixed depth", "oracle"}
+    assert curves["mean_depth"].between(1, cfg.model.steps).all()
+    full = curves[curves["rule"] == "fixed depth"]["accuracy"].iloc[-1]
+    assert full == pytest.approx(result.metrics["test_accuracy"])
+    for rule in SIGNAL_RULES:  # the extremes reach both ends of the depth range
+        c = curves[curves["rule"] == rule]
+        assert c["mean_depth"].max() == cfg.model.steps
+    rules = curves[curves["rule"] != "oracle"]
+    bound = oracle_accuracy_at(correct_per_step(test), rules["mean_depth"].to_numpy())
+    assert (rules["accuracy"].to_numpy() <= bound + 1e-12).all()
+    table = summary(curves, cfg.model.steps)
+    assert len(table) == len(SIGNAL_RULES) + 3 and table["auc"].between(0, 1).all()
