@@ -74,6 +74,23 @@ def effective_size(size: str) -> str:
     return "smoke" if smoke_mode() else size
 
 
+def trained_frost(checkpoint: str | None, size: str, dataset: str | None):
+    """``(config, model, calibrator)`` of the model a notebook studies: the checkpoint when one
+    is given (a missing or damaged file stops here, saying so), else FROST at the size's
+    defaults on ``dataset`` from the trained-model cache or ``outputs/checkpoints/`` (trained
+    when in neither). Smoke mode ignores ``dataset`` (digits)."""
+    from .checkpoint import checkpoint_config, load_model, train_or_load
+    from .config import make_config
+
+    if checkpoint is not None:
+        config = checkpoint_config(checkpoint)
+        model, calibrator = load_model(checkpoint)
+        return config, model, calibrator
+    config = make_config(size, None if smoke_mode() else dataset, "frost")
+    result = train_or_load(config)
+    return config, result.model, result.calibrator
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(),
