@@ -28,18 +28,12 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
+from .halting import prologue  # the fixed part of a forward (re-exported)
+
 __all__ = ["count_flops", "flops_per_image", "ideal_speedup", "prologue", "parameters_without_heads",
            "seconds_per_image", "images_per_second"]
 
 HEAD_PREFIXES = ("head", "halt_head")  # the classifier (with its LayerNorm) and the halting head
-
-
-def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
-    """(h_0, ctx): embed, context and init_state, what every forward runs once before step 1."""
-    e = model.embed(x)
-    context = getattr(model, "context", None)
-    ctx = context(e) if callable(context) else e
-    return model.init_state(ctx), ctx
 
 
 def parameters_without_heads(model: torch.nn.Module) -> int:

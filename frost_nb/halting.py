@@ -241,6 +241,15 @@ def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
     raise TypeError(f"do not know how to take a subset of the batch from {type(obj).__name__}")
 
 
+def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
+    """(h_0, ctx): embed, context and init_state, what every forward runs once before step 1
+    (``ctx`` is the stem output itself for a model without ``context``)."""
+    e = model.embed(x)
+    context = getattr(model, "context", None)
+    ctx = context(e) if callable(context) else e
+    return model.init_state(ctx), ctx
+
+
 def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
                      return_scores: bool = False) -> AdaptiveResult:
     """Run the model step by step, dropping each sample from the batch once it exits.
@@ -259,10 +268,7 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
     tau = float(tau)
     n = x.shape[0]
     with torch.no_grad():
-        e = model.embed(x)
-        context = getattr(model, "context", None)
-        ctx = context(e) if callable(context) else e  # per-sample step inputs
-        h = model.init_state(ctx)  # h_0
+        h, ctx = prologue(model, x)  # h_0 and the per-sample step inputs
         idx = torch.arange(n, device=x.device)  # original row of each active sample
         depth = torch.full((n,), steps, dtype=torch.int64, device=x.device)
         out = scores_out = None
