@@ -1,14 +1,25 @@
 # Two commands do all set-up on a fresh machine (each installs what it needs):
-#   make demo   train FROST on the embedded digits set and run the halting sweep (offline)
+#   make demo   get the data the committed notebooks use (make data), then train FROST on the
+#               embedded digits set (a load: its run is committed) and run the halting sweep
 #   make test   unit tests, every notebook at smoke size under nbval, papermill smoke runs, and
-#               notebook 05 in JupyterLab in headless Chromium (tests/test_browser.py)
+#               notebook 05 in JupyterLab in headless Chromium (tests/test_browser.py); every
+#               real data set hidden, downloads off; fails if it changed any file git tracks
+# and a third thing people do:
+#   make lab    JupyterLab on notebooks/ with the project's environment
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # smoke runs write here, never over the committed demo outputs
 SMOKE_OUT ?= $(or $(TMPDIR),/tmp)/frost_nb_smoke
 
-.PHONY: install browser demo test notebooks notebooks-smoke fashion-mnist clean-smoke
+# make test runs with every real data set out of sight: the data root and Debian's data folder
+# point at this empty folder and downloads are off (FROST_OFFLINE), so a machine that happens to
+# have Fashion-MNIST cannot hide a test that needs it (the top-level conftest.py does the same
+# for a bare pytest run)
+NO_DATA := $(SMOKE_OUT)/no-data
+LAB_ARGS ?=
+
+.PHONY: install browser data demo test lab notebooks fashion-mnist
 
 install: $(VENV)/.installed
 
@@ -32,14 +43,41 @@ $(VENV)/.browser: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[browser]"
 	touch $@
 
-demo: install
+# the data the committed notebooks use: Fashion-MNIST (Debian's package as root, else
+# torchvision's download) and links to the shared CIFAR copies when they sit beside the checkout.
+# Never fails the demo (which needs only the bundled digits): a step that cannot run says so.
+data: install
+	@if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || [ -d data/fashion-mnist ]; then \
+	  echo "data: Fashion-MNIST present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist \
+	  || echo "data: apt-get could not install dataset-fashion-mnist" >&2; \
+	else \
+	  $(PY) -c "from frost_nb.data import load_dataset as l; l('fashion-mnist', 'train'); l('fashion-mnist', 'test')" \
+	  || echo "data: Fashion-MNIST not installed (no root for apt-get, download failed): notebooks 02-06 need it" >&2; \
+	fi
+	@for name in cifar10 cifar100; do \
+	  if [ -d ../shared/data/$$name ] && [ ! -e data/$$name ]; then \
+	    ln -s ../../shared/data/$$name data/$$name && echo "data: linked data/$$name -> ../shared/data/$$name"; fi; \
+	done
+
+demo: install data
 	$(PY) -m frost_nb demo
 
 test: install $(if $(SKIP_BROWSER),,browser)
-	rm -rf $(SMOKE_OUT)
+	rm -rf $(SMOKE_OUT) && mkdir -p $(NO_DATA)
+	git status --porcelain --untracked-files=all > $(or $(TMPDIR),/tmp)/frost_nb_status_before 2>/dev/null || true
 	FROST_SMOKE=1 FROST_OUTPUTS=$(SMOKE_OUT) FROST_PROGRESS=0 MPLBACKEND=Agg \
+	  FROST_DATA=$(NO_DATA) FROST_SYSTEM_DATA=$(NO_DATA) FROST_OFFLINE=1 \
 	  $(PY) -m pytest -q tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  -p no:cacheprovider $(if $(SKIP_BROWSER),-m "not browser")
+	@git status --porcelain --untracked-files=all > $(or $(TMPDIR),/tmp)/frost_nb_status_after 2>/dev/null || true
+	@diff $(or $(TMPDIR),/tmp)/frost_nb_status_before $(or $(TMPDIR),/tmp)/frost_nb_status_after \
+	  || { echo "make test changed the working tree (lines above): tests must write only to temporary folders" >&2; exit 1; }
+
+# JupyterLab on the notebooks with the project's environment (LAB_ARGS="--no-browser --port 8899")
+lab: install
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
 
 # execute the notebooks at their default (demo) size in place, as they are committed; trained
 # models come from outputs/checkpoints/ or the cache. NB=notebooks/01_training.ipynb for one.
@@ -50,6 +88,6 @@ notebooks: install
 	  $(PY) -c "import sys; from frost_nb.notebook import strip_execution_metadata as s; s(sys.argv[1])" $$nb \
 	  || exit 1; done
 
-# the Fashion-MNIST copy of Debian (root; the loader also finds it in data/ or downloads it)
+# the Fashion-MNIST copy of Debian alone (root; make data also tries torchvision's download)
 fashion-mnist:
 	apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist

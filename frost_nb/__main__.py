@@ -51,14 +51,21 @@ def _config(args):
     return make_config(args.size, args.dataset, args.model, args.backbone, **overrides)
 
 
-def _summary(result) -> dict[str, Any]:
+def _run_record(result) -> dict[str, Any]:
+    """What a run is and what it reached: the same whether it was trained now or loaded."""
     c = result.config
     return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
-            "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed,
+            "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed, "key": c.key(),
             "params": result.model.num_parameters(),
             "accuracy": result.metrics.get("test_accuracy"),
-            "train_seconds": result.metrics.get("train_seconds"),
-            "checkpoint": shown_path(result.checkpoint), "from_cache": result.from_cache}
+            "train_seconds": result.metrics.get("train_seconds")}
+
+
+def _summary(result) -> dict[str, Any]:
+    """``_run_record`` plus where the model came from this time (printed, never in metrics files:
+    a metrics file must not change because a run was loaded rather than trained)."""
+    return {**_run_record(result), "checkpoint": shown_path(result.checkpoint),
+            "from_cache": result.from_cache}
 
 
 def _single_process_only(command: str) -> None:
@@ -196,7 +203,7 @@ def cmd_demo(args) -> int:
                "alpha": plot_alpha(result.history), "halting_scores": plot_halting_scores(result.history),
                "sweep": plot_sweep(table, f"halting sweep, {config.data.name} test split")}
     paths = [shown_path(save_figure(fig, f"{name}_{kind}")) for kind, fig in figures.items()]
-    metrics = {**_summary(result), "accuracy_per_step": result.metrics.get("test_accuracy_per_step"),
+    metrics = {**_run_record(result), "accuracy_per_step": result.metrics.get("test_accuracy_per_step"),
                "sweep": table.to_dict(orient="records")}
     path = write_metrics(name, metrics)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))

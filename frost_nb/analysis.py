@@ -1,6 +1,6 @@
 """Measurements behind the paper's geometric claims (FROST, Yu and Hwang, ICML 2026).
 
-Spec section 5. Pure functions over tensors (no printing, no I/O); ``collect_trajectories``
+docs/method.md section 9. Pure functions over tensors (no printing, no I/O); ``collect_trajectories``
 is the one pass over the data that runs a model, everything else works on its result.
 
 - Scale consistency (Table 1): cosine similarity between the pooled state GAP(h_t) and the

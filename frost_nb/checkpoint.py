@@ -6,6 +6,12 @@ pickled), the training history, the optimiser, schedule and RNG states (to resum
 metrics of the finished run. Files are written atomically: a temporary file in the same
 folder, then ``os.replace``, so an interrupted save never leaves half a checkpoint.
 
+Committed checkpoints (``outputs/checkpoints/``) are *lean* exports (``export_lean``): weights,
+calibrator, config, metrics and the per-epoch history, with the per-step series thinned to
+``LEAN_STEP_POINTS`` evenly spaced steps (first and last kept), enough to draw alpha over
+training (the paper's figure 1); no optimiser, schedule or RNG state, so they load and
+evaluate but do not resume. A demo run's lean file is about a quarter of its full checkpoint.
+
 The cache maps ``RunConfig.key()`` (a hash of everything that changes the trained model) to
 ``<key>.pt``; committed demo checkpoints in ``outputs/checkpoints/`` are found the same way.
 """
@@ -36,6 +42,40 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     with atomic_path(path) as tmp:
         torch.save({"format": FORMAT, **state}, tmp)
     return Path(path)
+
+
+LEAN_STEP_POINTS = 1000  # per-step history points kept in a lean export
+_RESUME_ONLY = ("optimizer", "scheduler", "rng")  # what only resuming needs
+
+
+def lean_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A finished run's checkpoint dict without what only resuming needs, its per-step history
+    thinned to ``LEAN_STEP_POINTS`` evenly spaced steps (the first and the last kept, and the
+    steps where alpha and H reach their extremes, so the alpha tables read the same values)."""
+    if not state.get("complete"):
+        raise CheckpointError("only a finished run can be exported lean (this one would need resuming)")
+    history = dict(state["history"])
+    steps = history.get("steps", {})
+    n = len(steps.get("step", ()))
+    if n > LEAN_STEP_POINTS:
+        keep = {round(i * (n - 1) / (LEAN_STEP_POINTS - 1)) for i in range(LEAN_STEP_POINTS)}
+        for key in ("alpha", "hurst"):  # their extremes are what the alpha tables report
+            series = [v for v in steps.get(key, ()) if v == v]  # NaN-free (hurst is NaN when fixed)
+            if series:
+                values = steps[key]
+                keep |= {values.index(min(series)), values.index(max(series))}
+        keep = sorted(keep)
+        history["steps"] = {k: [v[i] for i in keep] for k, v in steps.items()}
+    lean = {k: v for k, v in state.items() if k not in _RESUME_ONLY and k != "format"}
+    return {**lean, "history": history, "lean": True}
+
+
+def export_lean(source: str | os.PathLike, target: str | os.PathLike | None = None) -> Path:
+    """Write the lean export of the finished checkpoint ``source`` (tensors on the CPU) to
+    ``target``, by default ``outputs/checkpoints/<same name>``: what gets committed."""
+    source = checkpoint_file(source)
+    target = Path(target) if target is not None else committed_checkpoints_dir() / source.name
+    return save_checkpoint(target, lean_state(load_checkpoint(source, map_location="cpu")))
 
 
 def checkpoint_file(path: str | os.PathLike) -> Path:

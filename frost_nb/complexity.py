@@ -1,7 +1,8 @@
 """Compute cost of FROST inference (Yu and Hwang, ICML 2026, arXiv 2601.19551), in FLOPs.
 
 Every model family is a stem, then T steps of one update followed by the two readout heads
-(spec sections 2-4), so the cost of a sample that exits after d steps is affine in d:
+(docs/method.md sections 3-6; this cost model is its section 8), so the cost of a sample that
+exits after d steps is affine in d:
 
     C(d) = C_fixed + d * C_step                                        C(T): full depth
     C_fixed = embed + context + init_state      (B(e), GAP(D(e)): once per forward)

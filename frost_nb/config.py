@@ -1,6 +1,6 @@
 """Run configuration: one dataclass per concept, validated on construction.
 
-Every default of `../shared/spec/frost.md` lives here as a field, never as a
+Every default of `docs/method.md` (section 13) lives here as a field, never as a
 constant buried in the code that uses it. `make_config(size, ...)` builds the
 three sizes of the project:
 
@@ -102,7 +102,7 @@ class DataConfig(_Validated):
 @dataclass
 class ModelConfig(_Validated):
     _section = "model"
-    name: str = "frost"  # vanilla | recurrent | basic_ssm | frost (spec section 2)
+    name: str = "frost"  # vanilla | recurrent | basic_ssm | frost (docs/method.md section 3)
     backbone: str = "resnet"  # resnet | vit
     in_channels: int = 3
     image_size: int = 32
@@ -113,7 +113,7 @@ class ModelConfig(_Validated):
     bottleneck: int = 16  # inner width of the bottleneck branch
     dilation: int = 2  # of the branch's 3x3 convolution (no pooling inside the recurrence)
     stem_stride: int = 4  # total downsampling of the stem (8x8 states from 32 px images)
-    norm_groups: int = 8  # GroupNorm groups: no running statistics in the shared block (spec 7)
+    norm_groups: int = 8  # GroupNorm: no running statistics in a shared block (docs/method.md section 12)
     # vit family
     patch_size: int = 4
     heads: int = 4
@@ -122,7 +122,7 @@ class ModelConfig(_Validated):
     bcd_kernel: int = 1  # kernel size of the B, C, D convolutions (resnet); vit uses linear maps
     bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
-    # FROST (spec section 3)
+    # FROST (docs/method.md sections 4 and 5)
     # canonical | convex | gated. gated won the demo-size comparison of notebook 04 by the rule
     # fixed before it ran (held-out score +0.019 over canonical, convex -0.035); paper size keeps
     # canonical, since Table 3 gives frost basic_ssm's parameter count (no gate)
@@ -177,7 +177,7 @@ class LossConfig(_Validated):
     # does the halting loss's gradient (ranking or ponder) reach the backbone? (paper: ambiguous)
     rank_grad_to_backbone: bool = True
     label_smoothing: float = 0.0
-    # PonderNet (Banino et al., 2021; spec section 6), a baseline halting loss in place of the
+    # PonderNet (Banino et al., 2021; docs/method.md section 10), a baseline halting loss in place of the
     # ranking losses: sum_t p_t CE(y_t, y) + ponder_beta KL(p || truncated geometric(ponder_prior)).
     # ponder_prior (lambda_p) = 0.125, our choice for T = 16: a prior mean between a third and a
     # half of the step limit (the untruncated mean 1 / lambda_p is 8 = T / 2 steps, the truncated,
@@ -216,7 +216,7 @@ CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
 class HaltingConfig(_Validated):
     _section = "halting"
     sketch_k: int = 200  # KLL size (rank error about 1.3% at 200)
-    calibrate_on: str = "last_epoch+val"  # which halting scores feed the sketch (spec section 4)
+    calibrate_on: str = "last_epoch+val"  # which halting scores feed the sketch (docs/method.md section 7)
 
     def validate(self) -> None:
         self._check("sketch_k", 8 <= self.sketch_k <= 65535, "a KLL size in [8, 65535]")
@@ -412,7 +412,7 @@ def make_config(size: str = "smoke", dataset: str | None = None, model: str = "f
     if info.image_size <= 8 and size != "paper":
         values.update({"model.stem_stride": 1, "model.patch_size": 2})  # keep 8x8 states on digits
     if model != "frost":
-        values["loss.ranking"] = False  # baselines: task loss only (spec section 4)
+        values["loss.ranking"] = False  # baselines: task loss only (docs/method.md section 6)
     values.update(overrides)
     values["size"] = size
     return RunConfig().replace(**values)

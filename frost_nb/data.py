@@ -10,7 +10,7 @@ Where data comes from, in order (local copies always before any download):
 
 - ``digits``: scikit-learn's bundled ``load_digits`` (offline; pixels 0..16 rescaled to 0..255).
 - ``fashion-mnist``: IDX files in ``<root>/fashion-mnist/`` (or ``.../raw/``, or torchvision's
-  ``<root>/FashionMNIST/raw/``), then the Debian package's ``/usr/share/datasets/fashion-mnist/``,
+  ``<root>/FashionMNIST/raw/``), then the Debian package's ``/usr/share/datasets/fashion-mnist/`` (``$FROST_SYSTEM_DATA``),
   then torchvision's download.
 - ``cifar10``: ``<root>/cifar10/{train,test}.npz`` (packed JPEG copy, see
   ``../shared/data/cifar10/README.md``), then torchvision's ``cifar-10-batches-py`` in
@@ -21,8 +21,8 @@ Where data comes from, in order (local copies always before any download):
 
 Splits: "test" is the set's own test split (digits: a fixed stratified 20%, seed 0);
 "val" is a seeded random ``val_fraction`` of the training split and "train" the rest, so
-the two are disjoint and together the whole training split. The spec uses "val" to
-calibrate halting thresholds on images the model was not trained on.
+the two are disjoint and together the whole training split. "val" calibrates the halting
+threshold on images the model was not trained on (docs/method.md section 7).
 
 Decoded arrays are cached in-process (``functools.lru_cache``), never written to disk.
 """
@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from .paths import data_root
+from .paths import data_root, downloads_allowed, system_data_dir
 
 
 class DataError(ValueError):
@@ -88,7 +88,6 @@ DATASETS: dict[str, DatasetInfo] = {
 }
 
 SPLITS = ("train", "val", "test")
-FASHION_MNIST_SYSTEM_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian dataset-fashion-mnist
 DIGITS_TEST_FRACTION = 0.2  # load_digits has no test split: a fixed stratified one (seed 0)
 FIXED_ORDER_SEED = 0  # seed of every order that must not depend on split_seed
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
@@ -383,12 +382,17 @@ _CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", 
 _CIFAR100_FILES = ("train", "test", "meta")
 
 
+def fashion_mnist_system_dir() -> Path:
+    """Where Debian's ``dataset-fashion-mnist`` puts the IDX files (moved by ``$FROST_SYSTEM_DATA``)."""
+    return system_data_dir() / "fashion-mnist"
+
+
 def _candidates(name: str, root: Path) -> list[tuple[str, Path, str]]:
     """(format, place, what is looked for) for each local place, in the order tried."""
     if name == "fashion-mnist":
         idx = "four IDX files (.gz or uncompressed)"
         return [("idx", root / "fashion-mnist", idx), ("idx", root / "fashion-mnist" / "raw", idx),
-                ("idx", root / "FashionMNIST" / "raw", idx), ("idx", FASHION_MNIST_SYSTEM_DIR, idx)]
+                ("idx", root / "FashionMNIST" / "raw", idx), ("idx", fashion_mnist_system_dir(), idx)]
     if name == "cifar10":
         pickled = "torchvision's pickled batches"
         return [("packed", root / "cifar10", "train.npz and test.npz (packed JPEG)"),
@@ -461,6 +465,9 @@ def _load_part(name: str, root: str, part: str, download: bool) -> _Part:
         return _read_cifar_pickle(Path(place), name, part)
     if not download:
         raise _missing(name, looked, "download=False, so torchvision's download was not tried.")
+    if not downloads_allowed():
+        raise _missing(name, looked, "Downloads are switched off (FROST_OFFLINE is set; make test sets "
+                       "it so that no test depends on a data set it did not make).")
     return _download(name, Path(root), part, looked)
 
 

@@ -1,4 +1,4 @@
-"""Fractal dimension of point sets and of latent trajectories (spec section 5, Minkowski claim).
+"""Fractal dimension of point sets and of latent trajectories (docs/method.md section 9.2).
 
 The paper says the latent trajectories of vanilla and basic_ssm have a box-counting
 (Minkowski) dimension close to the Koch curve's log 4 / log 3 = 1.2619 and FROST's is

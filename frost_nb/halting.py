@@ -1,4 +1,4 @@
-"""Halting of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), spec section 4.
+"""Halting of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), docs/method.md sections 6-8.
 
 Score per sample and step ``p_t = sigmoid(w . GAP(h_t) + b)``. Every score seen is fed into
 a KLL streaming sketch; for a target quantile q the threshold is

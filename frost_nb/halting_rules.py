@@ -1,4 +1,4 @@
-"""Halting rules of related work, applied to the same trained models (spec section 6; notebook 07).
+"""Halting rules of related work, applied to the same trained models (docs/method.md section 10; notebook 07).
 
 Every rule reads the per-step outputs of one full-depth pass (``analysis.Trajectories``) and
 exits each sample at the first step t in 1..T whose condition holds, else at T (as FROST's
@@ -15,7 +15,7 @@ the comparison with the threshold holds (a relative step of +inf never is "< eps
     frost              sigmoid(halt logit_t), threshold tau_q of the KLL calibrator  s_t > tau_q
 
 (Geiping et al. for the step size and the KL; Pappone et al., 2025, for the second-order step;
-BranchyNet / MSDNet for the confidence; Banino et al., 2021, PonderNet; FROST, spec section 4.)
+BranchyNet / MSDNet for the confidence; Banino et al., 2021, PonderNet; FROST, docs/method.md section 7.)
 h_0 exists, so the step size is defined from t = 1; the second-order step and the KL need two
 steps and are NaN at t = 1. A state of norm 0 has no relative step: 0 / 0 is NaN, x / 0 is
 +inf, and neither fires. PonderNet's cumulative halting probability is 1 at t = T (the last

@@ -1,4 +1,4 @@
-"""Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), spec section 4.
+"""Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), docs/method.md section 6.
 
 Pure functions: no printing, no I/O, no state.
 
@@ -16,7 +16,7 @@ bf16 autocast. Whether the ranking gradient reaches the backbone is the model's 
 (``model(x, detach_halt_input=...)``), not this module's.
 
 PonderNet (Banino et al., 2021, "PonderNet: Learning to Ponder"), a baseline halting loss
-that replaces the ranking losses (``loss.ponder``; spec section 6), with the same halting head:
+that replaces the ranking losses (``loss.ponder``; docs/method.md section 10), with the same halting head:
 
     lambda_t = sigmoid(halt_logit_t)                                       # halting hazard
     p_t = lambda_t prod_{s<t} (1 - lambda_s)  for t < T,   p_T = prod_{s<T} (1 - lambda_s)

@@ -1,12 +1,12 @@
 """The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
 
-Spec: ``../shared/spec/frost.md`` sections 2 and 3. Every family is a stem ``x -> e``,
+Method: ``docs/method.md`` sections 3-5. Every family is a stem ``x -> e``,
 T residual steps on a state ``h`` of fixed shape, and two heads shared by all steps:
 
     vanilla    h_{t+1} = h_t + A_t(h_t)                  T distinct branches     readout GAP(h_t)
     recurrent  h_{t+1} = h_t + A(h_t)                    one shared branch       readout GAP(h_t)
     basic_ssm  h_{t+1} = h_t + A(h_t) + B(e)             + B, C, D maps          readout GAP(C(h_t) + D(e))
-    frost      scaled operators (spec sec. 3):
+    frost      scaled operators (docs/method.md section 4):
                A_a(h) = alpha^(1-H) * A(alpha^H * h),  B_a = alpha * B,  C_a = C,  D_a = D
                canonical  h_{t+1} = h_t + A_a(h_t) + alpha * B(e)                 eq. (14)-(15)
                convex     h_{t+1} = h_t + alpha * (A(h_t) + B(e))                 eq. (8)
@@ -16,7 +16,7 @@ T residual steps on a state ``h`` of fixed shape, and two heads shared by all st
 
 - ResNet family: ``A`` is a bottleneck branch 1x1 -> GroupNorm -> ReLU -> 3x3 (dilated) -> GN
   -> ReLU -> 1x1 -> GN, without bias before a norm. GroupNorm, not BatchNorm: running statistics
-  averaged over steps break evaluation of a weight-tied block (spec sec. 7). The branch
+  averaged over steps break evaluation of a weight-tied block (docs/method.md section 12). The branch
   normalises right after its first (bias-free, linear) map, so ``A(c*h) = A(h)`` for c > 0 and
   in the canonical and gated updates H only rescales the step: ``A_a(h) = alpha^(1-H) * A(h)``.
 - ViT family: ``A(h) = a + m`` with ``a = Attn(LN1(h))`` and ``m = MLP(LN2(h + a))``, so that
@@ -26,7 +26,7 @@ T residual steps on a state ``h`` of fixed shape, and two heads shared by all st
 Readout heads: the classifier is ``Linear(LayerNorm(r_t))`` on the pooled readout ``r_t``
 (GAP(h_t), or GAP(C(h_t) + D(e))): the residual state is not normalised and grows with t, the
 LayerNorm makes every step's readout scale-free. The halting head is ``w . GAP(h_t) + b``
-(spec sec. 4), on the raw pooled state, no norm.
+(docs/method.md section 6), on the raw pooled state, no norm.
 
 B(e) and GAP(D(e)) do not depend on t: they are computed once per forward (``context``), not
 at every step; e itself is read by ``init_state`` only, so the context of a subset of the

@@ -1,6 +1,6 @@
 """The paper's published numbers (FROST, Yu and Hwang, ICML 2026), for side-by-side tables.
 
-Transcribed from ``../shared/spec/frost.md`` section 5. Reference data only: nothing in the
+Transcribed from the paper, as listed in ``docs/method.md`` section 11. Reference data only: nothing in the
 library compares against these to decide anything; notebooks print them beside ours.
 """
 

@@ -1,7 +1,11 @@
 """Folders of the project, resolved from the package location (never the working directory).
 
-Environment variables move them: ``FROST_DATA`` (data root), ``FROST_OUTPUTS`` (figures,
-metrics, checkpoints) and ``FROST_CACHE`` (trained-model cache). Smoke runs
+Environment variables move them: ``FROST_DATA`` (data root), ``FROST_SYSTEM_DATA`` (where
+Debian's data set packages live, ``/usr/share/datasets``), ``FROST_OUTPUTS`` (figures,
+metrics, checkpoints) and ``FROST_CACHE`` (trained-model cache). ``FROST_OFFLINE=1`` refuses
+every download. ``make test`` points both data folders at an empty one and sets
+``FROST_OFFLINE``, so a test that reaches for a real data set fails on every machine, not only
+on one without the data (docs/testing.md). Smoke runs
 (``FROST_SMOKE=1``) write to a temporary folder unless ``FROST_OUTPUTS`` is set, so tests
 and CI never overwrite the committed demo-size outputs.
 """
@@ -41,6 +45,17 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
     if os.environ.get("FROST_DATA"):
         return Path(os.environ["FROST_DATA"]).expanduser()
     return repo_root() / "data"
+
+
+def system_data_dir() -> Path:
+    """Where Debian's data set packages install (``dataset-fashion-mnist``): ``$FROST_SYSTEM_DATA``,
+    else ``/usr/share/datasets``."""
+    return Path(os.environ.get("FROST_SYSTEM_DATA") or "/usr/share/datasets").expanduser()
+
+
+def downloads_allowed() -> bool:
+    """False when ``FROST_OFFLINE`` is set to a true value (``make test`` sets it)."""
+    return os.environ.get("FROST_OFFLINE", "").strip().lower() not in ("1", "true", "yes")
 
 
 def outputs_dir() -> Path:

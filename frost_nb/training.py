@@ -1,5 +1,5 @@
-"""The training loop: final-step task loss plus the ranking halting losses (spec section 4),
-or PonderNet's loss in their place (``loss.ponder``, a baseline of spec section 6).
+"""The training loop: final-step task loss plus the ranking halting losses (docs/method.md section 6),
+or PonderNet's loss in their place (``loss.ponder``, a baseline of docs/method.md section 10).
 
 No framework: a plain loop over device-resident batches, SGD or AdamW with linear warm-up
 and cosine decay per optimiser step, bf16 autocast and channels-last on CUDA, a checkpoint
@@ -285,6 +285,10 @@ class Trainer:
         if theirs.key() != self.config.key():
             raise CheckpointError(f"checkpoint {self.checkpoint} belongs to another run (config key "
                                   f"{theirs.key()} vs {self.config.key()}); pass another path or delete it")
+        if state.get("lean"):
+            raise CheckpointError(f"checkpoint {self.checkpoint} is a lean export (weights, calibrator, "
+                                  "config and metrics, no optimiser state): it can be loaded and evaluated, "
+                                  "not resumed; train into another path to continue")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

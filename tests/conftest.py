@@ -1,4 +1,6 @@
-"""Shared fixtures: every test writes outputs and caches into its own temporary folder."""
+"""Shared fixtures: every test writes outputs and caches into its own temporary folder.
+
+(The repository's top-level ``conftest.py`` hides every real data set from tests and notebooks.)"""
 
 import pytest
 

@@ -43,7 +43,7 @@ def fresh_cache():
 
 @pytest.fixture
 def no_system_fashion(monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "FASHION_MNIST_SYSTEM_DIR", tmp_path / "no-system-copy")
+    monkeypatch.setenv("FROST_SYSTEM_DATA", str(tmp_path / "no-system-copy"))
 
 
 # --- fabricated files in each set's real format ----------------------------------------------
@@ -264,15 +264,44 @@ def test_local_fashion_copy_wins_over_system_copy(tmp_path):
     assert load_dataset("fashion-mnist", "test", tmp_path).source == str(tmp_path / "fashion-mnist")
 
 
-@pytest.mark.skipif(not data.FASHION_MNIST_SYSTEM_DIR.is_dir(), reason="no system Fashion-MNIST")
-def test_fashion_mnist_system_copy(tmp_path):
-    train = load_dataset("fashion-mnist", "train", tmp_path, download=False)
-    val = load_dataset("fashion-mnist", "val", tmp_path, download=False)
-    test = load_dataset("fashion-mnist", "test", tmp_path, download=False)
-    assert (len(train), len(val), len(test)) == (54_000, 6_000, 10_000)
-    assert test.x.shape == (10_000, 1, 28, 28) and torch.bincount(test.y).tolist() == [1000] * 10
-    x = torch.cat([xb for xb, _ in make_batches(test, 4096, shuffle=False, augment=False, device="cpu")])
-    assert abs(float(x.mean())) < 0.02 and abs(float(x.std()) - 1) < 0.02  # registry mean/std fit
+def test_fashion_mnist_system_copy(tmp_path, monkeypatch):
+    """Debian's copy (``$FROST_SYSTEM_DATA/fashion-mnist``) is found when the data root has none;
+    fabricated files in the package's layout stand in for it (tests never read real data)."""
+    system = tmp_path / "usr-share-datasets"
+    make_fashion(system / "fashion-mnist", n_train=40, n_test=10)
+    monkeypatch.setenv("FROST_SYSTEM_DATA", str(system))
+    root = tmp_path / "empty-root"
+    train = load_dataset("fashion-mnist", "train", root, download=False, val_fraction=0.25)
+    val = load_dataset("fashion-mnist", "val", root, download=False, val_fraction=0.25)
+    test = load_dataset("fashion-mnist", "test", root, download=False)
+    assert (len(train), len(val), len(test)) == (30, 10, 10)
+    assert test.source == str(system / "fashion-mnist") and test.x.shape == (10, 1, 28, 28)
+
+
+def test_tests_never_see_real_data():
+    """make test hides every system-wide data set and switches downloads off: any test that
+    reaches for Fashion-MNIST (or CIFAR) without fabricating it fails on every machine."""
+    import os
+
+    from frost_nb.paths import data_root, downloads_allowed, system_data_dir
+
+    assert not downloads_allowed(), "FROST_OFFLINE is not set for the test run"
+    for folder in (system_data_dir(), data_root()):
+        assert not folder.exists() or not any(folder.iterdir()), f"{folder} is not empty in tests"
+    with pytest.raises(DataError, match="Downloads are switched off"):
+        load_dataset("fashion-mnist", "test")
+    assert os.environ.get("FROST_DATA"), "FROST_DATA must point at an empty folder in tests"
+
+
+def test_offline_switch_blocks_download_before_torchvision(tmp_path, monkeypatch):
+    import torchvision.datasets
+
+    FakeCIFAR10.calls = []
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
+    monkeypatch.setenv("FROST_OFFLINE", "1")
+    with pytest.raises(DataError, match="FROST_OFFLINE"):
+        load_dataset("cifar10", "test", tmp_path / "empty", download=True)
+    assert FakeCIFAR10.calls == []
 
 
 def test_truncated_idx_gz_names_file(tmp_path, no_system_fashion):
@@ -422,11 +451,12 @@ def test_missing_data_lists_places_and_how_to_get(tmp_path):
 def test_missing_fashion_lists_system_place(tmp_path, no_system_fashion):
     with pytest.raises(DataError) as err:
         load_dataset("fashion-mnist", "test", tmp_path, download=False)
-    assert str(data.FASHION_MNIST_SYSTEM_DIR) in str(err.value)
+    assert str(data.fashion_mnist_system_dir()) in str(err.value)
     assert str(tmp_path / "FashionMNIST" / "raw") in str(err.value)
 
 
 def test_failed_download_says_so(tmp_path, monkeypatch):
+    monkeypatch.delenv("FROST_OFFLINE", raising=False)  # the download path itself, faked
     import torchvision.datasets
 
     def offline(*args, **kwargs):
@@ -455,6 +485,7 @@ class FakeCIFAR10:
 
 
 def test_download_used_only_when_local_copies_missing(tmp_path, monkeypatch):
+    monkeypatch.delenv("FROST_OFFLINE", raising=False)  # the download path itself, faked
     import torchvision.datasets
 
     FakeCIFAR10.calls = []
