@@ -76,8 +76,9 @@ test: install $(if $(SKIP_BROWSER),,browser)
 	  || { echo "make test changed the working tree (lines above): tests must write only to temporary folders" >&2; exit 1; }
 
 # JupyterLab on the notebooks with the project's environment (LAB_ARGS="--no-browser --port 8899")
+# (as root, e.g. in a container, JupyterLab needs --allow-root: added then)
 lab: install
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # execute the notebooks at their default (demo) size in place, as they are committed; trained
 # models come from outputs/checkpoints/ or the cache. NB=notebooks/01_training.ipynb for one.

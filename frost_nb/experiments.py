@@ -201,6 +201,39 @@ def family_label(cfg: RunConfig) -> str:
     return name
 
 
+# Seconds per epoch of one demo-size run alone on the 2-core CPU, measured on the committed runs
+# (README's results table: digits 97 s / 30 epochs, Fashion-MNIST 136-144 s, CIFAR-10 about
+# 240 s with augmentation): the estimate a notebook shows before it would train.
+CPU_EPOCH_SECONDS = {"digits": 3.5, "fashion-mnist": 140.0, "cifar10": 240.0}
+
+
+class RunsNotTrained(RuntimeError):
+    """A notebook would have to train runs that are neither committed nor cached."""
+
+
+def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
+    """Stop at once, saying how long training would take, when some of ``runs`` are neither in
+    the cache nor committed and ``retrain`` is False. Smoke runs train in seconds: never stopped."""
+    from .checkpoint import cached_checkpoint
+    from .paths import smoke_mode
+
+    if retrain or smoke_mode():
+        return
+    unique: dict[str, tuple[str, RunConfig]] = {}
+    for label, cfg in runs.items():  # one entry per run: grids share their reference run
+        unique.setdefault(cfg.key(), (label, cfg))
+    missing = {label: cfg for label, cfg in unique.values() if cached_checkpoint(cfg) is None}
+    if not missing:
+        return
+    seconds = sum(cfg.train.epochs * CPU_EPOCH_SECONDS.get(cfg.data.name, 240.0) for cfg in missing.values())
+    shown = ", ".join(list(missing)[:4]) + (", ..." if len(missing) > 4 else "")
+    raise RunsNotTrained(
+        f"{len(missing)} of the {len(unique)} runs this notebook reads are neither committed nor in the cache "
+        f"({shown}). Training them takes about {seconds / 3600:.1f} h on a 2-core CPU (one run at a time). "
+        "To train them here, set retrain = True in the parameters cell (papermill: -p retrain True); "
+        "or fill the cache first, in parallel shards: python -m frost_nb grid <name> --shard i/n.")
+
+
 def load_runs(runs: dict[str, RunConfig], progress: bool | None = None) -> dict[str, Any]:
     """``train_or_load`` every run of a grid (in order); label -> TrainResult."""
     from .checkpoint import train_or_load

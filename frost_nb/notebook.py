@@ -160,9 +160,23 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None)
 
 
 def _same_results(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Equal once the environment is set aside (compared through JSON, as written)."""
+    """Equal once the environment is set aside, numbers within float32 rounding (a reduction on
+    another thread count or device moves the last digits, not the result)."""
     strip = lambda d: json.loads(json.dumps({k: v for k, v in d.items() if k != "env"}, default=float))
-    return strip(old) == strip(new)
+    return _close(strip(old), strip(new))
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) \
+                or not isinstance(b, (int, float)):
+            return False
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+    return a == b
 
 
 def figure_png(fig, dpi: int = 110) -> bytes:

@@ -103,6 +103,16 @@ class HaltingExplorer:
         self.stats.value = f"<b>{self.selector.value}</b>: {describe(e)}"
         self.redraws += 1
 
+    def show_static(self) -> None:
+        """The explorer's summary line and views as they stand, as plain outputs (text and PNG):
+        what a notebook viewer without widget state, or a headless run, shows of it."""
+        from IPython.display import Image, display
+
+        print(f"{self.selector.value}: {describe(self.current)}")
+        views = (self.histogram, self.per_class) + ((self.gallery,) if self.images is not None else ())
+        for view in views:
+            display(Image(data=view.value, format="png"))
+
     def _ipython_display_(self) -> None:
         from IPython.display import display
 

@@ -144,3 +144,36 @@ def test_collapse_row_of_a_smoke_run():
     assert row["reference_accuracy"] == pytest.approx(reference.metrics["test_accuracy"])
     assert -1 <= row["gradient_cosine"] <= 1 and 0 < row["one_step_share"] <= 1
     assert row["collapsed"] == bool(row["reasons"])
+
+
+def test_notebook_stops_before_training_what_is_not_committed(monkeypatch):
+    """At demo size a notebook whose runs are neither committed nor cached stops at once, saying
+    how long training would take and how to ask for it; retrain=True lets it train."""
+    from frost_nb.experiments import RunsNotTrained, require_trained
+
+    monkeypatch.delenv("FROST_SMOKE", raising=False)
+    runs = {**grid("hurst", "demo", "fashion-mnist"), "again": grid("hurst", "demo", "fashion-mnist")["H = 0.5"]}
+    with pytest.raises(RunsNotTrained, match=r"6 of the 6 runs .* about 1\.2 h .*retrain = True"):
+        require_trained(runs, retrain=False)
+    require_trained(runs, retrain=True)  # allowed: nothing raised, nothing trained here
+    monkeypatch.setenv("FROST_SMOKE", "1")
+    require_trained(runs, retrain=False)  # smoke runs train in seconds: never stopped
+
+
+def test_committed_notebook_runs_are_all_committed():
+    """What notebooks 01, 02, 03, 05 and 07 read at their committed parameters is committed in
+    outputs/checkpoints/, so a fresh clone re-executes them without training (04 says how long
+    it would train instead; test above)."""
+    from frost_nb.checkpoint import checkpoint_config
+    from frost_nb.config import make_config
+    from frost_nb.experiments import require_trained
+
+    five = checkpoint_config("outputs/checkpoints/abcc8fb3b47a8cd4.pt")
+    digits = grid("families", "demo", "digits")
+    needed = {"01": make_config("demo", "fashion-mnist", "frost"), "demo": make_config("demo", None, "frost"),
+              **{f"02: {k}": c for k, c in grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2)).items()},
+              **{f"05: seed {s}": five.replace(**{"train.seed": s}) for s in range(3)},
+              **{f"07: {k}": digits[k] for k in ("frost (adopted defaults)", "basic_ssm", "recurrent", "vanilla")},
+              **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits").items()},
+              **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2)).items()}}
+    require_trained(needed, retrain=False)

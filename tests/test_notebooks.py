@@ -111,6 +111,27 @@ def test_committed_notebooks_are_executed_and_clean(path):
     assert "size smoke" not in text  # committed at demo size, not smoke output
 
 
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9]*.ipynb")), ids=lambda p: p.name)
+def test_committed_notebooks_show_every_figure_they_save(path):
+    """A reader of the committed notebook (JupyterLab, a code host) sees each saved figure inline:
+    every cell holds at least as many PNG outputs as it has save_figure calls."""
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        source = "".join(cell["source"])
+        saved = sum(line.count("save_figure(") for line in source.splitlines() if "import" not in line)
+        shown = sum("image/png" in out.get("data", {}) for out in cell.get("outputs", []))
+        assert shown >= saved, f"code cell {i} saves {saved} figure(s) but shows {shown}"
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9]*.ipynb")), ids=lambda p: p.name)
+def test_committed_parameters_are_the_run_parameters(path):
+    """No committed notebook carries papermill's injected cell: its parameters cell itself holds
+    the values its committed run used, so opening it in JupyterLab repeats that run."""
+    nb = json.loads(path.read_text())
+    tags = [t for c in nb["cells"] for t in c.get("metadata", {}).get("tags", [])]
+    assert "injected-parameters" not in tags and tags.count("parameters") == 1
+
+
 def test_metrics_are_strict_json(isolated_outputs):
     import numpy as np
     import torch
@@ -176,3 +197,19 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     assert np.isfinite([r["reference_accuracy"] for r in collapse]).all()
     figures = {p.name for p in (out / "figures").iterdir()}
     assert {"07_rule_curves.png", "07_collapse.png"} <= figures
+
+
+def test_metrics_file_kept_when_results_are_the_same(isolated_outputs):
+    """Writing the same results again (a re-run, a loaded run, another thread count) leaves the file
+    as it was, environment included; a real change rewrites it."""
+    from frost_nb.notebook import write_metrics
+
+    path = write_metrics("same", {"acc": 0.9, "rows": [{"q": 0.5, "depth": 8.123456789}]})
+    path.write_text(path.read_text().replace('"commit"', '"commit_of_first_run"'))
+    first = path.read_bytes()
+    write_metrics("same", {"acc": 0.9, "rows": [{"q": 0.5, "depth": 8.123456789 * (1 + 1e-8)}]})
+    assert path.read_bytes() == first
+    write_metrics("same", {"acc": 0.91, "rows": [{"q": 0.5, "depth": 8.123456789}]})
+    assert path.read_bytes() != first and json.loads(path.read_text())["acc"] == 0.91
+    write_metrics("same", {"acc": 0.91, "rows": [{"q": 0.5, "depth": 8.123456789}], "new": 1})
+    assert json.loads(path.read_text())["new"] == 1
