@@ -39,7 +39,9 @@ demo checkpoint; about 5 minutes on one busy core, most of it at batch size 1):
     python benchmarks/adaptive_inference.py --threads 1 --images 512 --repeats 5 --csv /tmp/a.csv
 
 Prints the machine, then one table row per (quantile, batch size); ``--csv`` writes them
-with the setting of the run on every row.
+with the setting of the run on every row; ``--metrics`` also writes them as
+``outputs/metrics/bench_<name>.json`` (default name ``adaptive_inference``), which
+``python -m frost_nb verdicts`` reads (the adaptive-inference row of the verdict table).
 """
 
 from __future__ import annotations
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--csv", default=None)
+    p.add_argument("--metrics", nargs="?", const="adaptive_inference", default=None, metavar="NAME",
+                   help="also write outputs/metrics/bench_NAME.json (default NAME: adaptive_inference)")
     a = p.parse_args(argv)
     for name in ("images", "repeats", "threads"):
         if getattr(a, name) < 1:
@@ -179,6 +183,16 @@ def main(argv: list[str] | None = None) -> int:
             _table(rows, x.shape[0], a).to_csv(a.csv, index=False)
     table = pd.DataFrame(rows).sort_values(["quantile", "batch_size"], kind="stable")
     print(table.to_string(index=False, float_format="%.3f"))
+    if a.metrics:
+        from frost_nb.notebook import write_metrics
+
+        run = {"benchmark": "adaptive_inference", "checkpoint": Path(a.checkpoint).name,
+               "dataset": config.data.name, "model": m.name, "update": m.update, "steps": m.steps,
+               "images": int(x.shape[0]), "repeats": a.repeats, "warmup": a.warmup,
+               "threads": torch.get_num_threads(), "cpu": cpu_name()}
+        path = write_metrics(f"bench_{a.metrics}", {**run, "rows": table.to_dict(orient="records")},
+                             device="cpu")
+        print(f"metrics: {path}")
     return 0
 
 

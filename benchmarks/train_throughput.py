@@ -7,7 +7,9 @@ ImageNet-100 at 224 px is not, here). Example (a GPU, the paper's settings):
 
     python benchmarks/train_throughput.py --size paper --models vanilla frost --backbones resnet vit
 
-Prints one row per (backbone, model) and, with ``--csv``, writes them; ``kll_share`` is the
+Prints one row per (backbone, model) and, with ``--csv``, writes them; with ``--metrics``,
+also as ``outputs/metrics/bench_<name>.json`` (default name ``train_throughput``), which
+``python -m frost_nb verdicts`` reads (the KLL row of the verdict table); ``kll_share`` is the
 fraction of the step time spent feeding the halting scores to the KLL sketch (on CUDA the
 timed steps synchronise once each for that measurement). The epoch time of
 a real run follows as training images / images_per_s (plus evaluation and data loading,
@@ -73,6 +75,7 @@ def measure(size: str, dataset: str | None, model: str, backbone: str, batch_siz
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     row = {"size": size, "dataset": cfg.data.name, "backbone": backbone, "model": model,
+           "update": cfg.model.update,
            "params_m": net.num_parameters() / 1e6, "batch_size": n, "image_size": m.image_size,
            "steps_T": m.steps, "amp_bf16": use_amp, "channels_last": use_cl,
            "ms_per_step": 1e3 * seconds / steps, "images_per_s": n * steps / seconds,
@@ -97,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--channels-last", default="auto", choices=("auto", "on", "off"))
     p.add_argument("--device", default="auto")
     p.add_argument("--csv", default=None)
+    p.add_argument("--metrics", nargs="?", const="train_throughput", default=None, metavar="NAME",
+                   help="also write outputs/metrics/bench_NAME.json (default NAME: train_throughput)")
     a = p.parse_args(argv)
     rows = []
     for backbone in a.backbones:
@@ -113,6 +118,15 @@ def main(argv: list[str] | None = None) -> int:
             if a.csv:  # after every row: a run cut short keeps what it measured
                 pd.DataFrame(rows).to_csv(a.csv, index=False)
     print(pd.DataFrame(rows).to_string(index=False, float_format="%.2f"))
+    if a.metrics:
+        from frost_nb.notebook import write_metrics
+
+        settings = {k: getattr(a, k) for k in ("size", "dataset", "batch_size", "steps", "warmup", "amp",
+                                               "channels_last", "device")}
+        path = write_metrics(f"bench_{a.metrics}", {"benchmark": "train_throughput", **settings,
+                                                     "rows": pd.DataFrame(rows).to_dict(orient="records")},
+                             device=str(pick_device(a.device)))
+        print(f"metrics: {path}")
     return 0
 
 

@@ -1,10 +1,11 @@
-"""Command line: ``python -m frost_nb {demo,train,evaluate,sweep} ...``.
+"""Command line: ``python -m frost_nb {demo,train,grid,evaluate,sweep,verdicts} ...``.
 
 ``demo`` is the project's main job: train FROST on the embedded default data set (scikit-learn's
 digits, no download), run the halting quantile sweep and write figures and metrics to
 ``outputs/``. ``train`` trains (or loads from the cache) any model on any data set and size;
 ``evaluate`` runs adaptive inference of a checkpoint at one quantile; ``sweep`` evaluates a
-checkpoint over the quantile grid of the paper's Table 2.
+checkpoint over the quantile grid of the paper's Table 2; ``verdicts`` prints (or writes into,
+or checks against, the README) the verdict table of the paper's claims.
 """
 
 from __future__ import annotations
@@ -211,6 +212,40 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_verdicts(args) -> int:
+    """The verdict table of the paper's claims from the metrics files (frost_nb/verdicts.py)."""
+    import difflib
+    from pathlib import Path
+
+    from .verdicts import current_block, markdown_table, replace_block, verdict_rows
+
+    table = markdown_table(verdict_rows(args.metrics_dir))
+    target = args.write or args.check
+    if target is None:
+        print(table)
+        return 0
+    if not Path(target).is_file():
+        print(f"error: {target} does not exist", file=sys.stderr)
+        return 2
+    text = Path(target).read_text()
+    block = current_block(text)
+    if block is None:
+        print(f"error: {target} has no <!-- verdicts:start --> ... <!-- verdicts:end --> block",
+              file=sys.stderr)
+        return 2
+    if args.write:
+        Path(target).write_text(replace_block(text, table))
+        return 0
+    if block != table:
+        diff = difflib.unified_diff(block.splitlines(), table.splitlines(), f"{target} (verdicts block)",
+                                    "generated from the metrics", lineterm="")
+        print("\n".join(diff), file=sys.stderr)
+        print(f"{target}: the verdict table is stale; refresh it with "
+              f"python -m frost_nb verdicts --write {target}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m frost_nb", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -254,6 +289,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("--quantiles", type=float, nargs="+", default=list(PAPER_QUANTILES))
             p.add_argument("--csv", default=None)
+    p = sub.add_parser("verdicts", help="the verdict table of the paper's claims, from outputs/metrics/")
+    p.add_argument("--metrics-dir", default=None,
+                   help="metrics folder (default: the committed outputs/metrics)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--write", metavar="FILE",
+                       help="replace the table between the verdicts markers of FILE")
+    group.add_argument("--check", metavar="FILE",
+                       help="exit 1 when FILE's table differs from the generated one")
     args = parser.parse_args(argv)
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -263,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     from .notebook import ParameterError
     from .training import TrainingError
 
-    commands = {"demo": cmd_demo, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep}
+    commands = {"demo": cmd_demo, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep,
+                "verdicts": cmd_verdicts}
     try:
         return commands[args.command](args)
     except (ConfigError, DataError, ParameterError, CheckpointError, TrainingError) as err:

@@ -1,0 +1,753 @@
+"""The paper's claims as data: a verdict table generated from the committed metrics files.
+
+Every claim of FROST (Yu and Hwang, ICML 2026) that a notebook or a benchmark measures is one
+small function below. It reads the metrics files of ``outputs/metrics/`` (what notebooks,
+``python -m frost_nb sweep --csv`` and the benchmarks wrote) and returns rows
+
+    {claim, reading, dataset, paper, ours, verdict, notebook}
+
+one per (claim, reading, data set): ``reading`` is the update form of the FROST model that was
+measured (``canonical``, ``convex``, ``gated``; ``n/a`` for claims about the baselines), taken
+from what the metrics name: a run's key (its committed checkpoint in ``outputs/checkpoints/``,
+else the grid of ``frost_nb.experiments`` it belongs to), a checkpoint path, or, for a file
+that names no run, the committed checkpoint of the same size, data set and model whose test
+accuracy it reports. A new metrics file (another update form, another data set) adds rows;
+nothing here names today's runs or numbers.
+
+The verdict of each row follows from its numbers by the rule written beside its claim:
+``reproduced``, ``partly reproduced`` or ``not reproduced``. A metrics file that is missing
+drops its rows; one whose layout a claim cannot read drops that claim's rows with a warning.
+
+    python -m frost_nb verdicts                  # the markdown table
+    python -m frost_nb verdicts --write README.md  # refresh the README's block
+    python -m frost_nb verdicts --check README.md  # exit 1 when the block is stale
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import warnings
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from . import paper
+from .paths import committed_checkpoints_dir, repo_root
+
+COLUMNS = ("claim", "reading", "dataset", "paper", "ours", "verdict", "notebook")
+HEADER = ("claim", "reading", "data set", "paper", "ours", "verdict", "notebook")
+REPRODUCED, PARTLY, NOT = "reproduced", "partly reproduced", "not reproduced"
+NA = "n/a"  # the reading of a claim about the baselines: no FROST update form involved
+UNKNOWN = "unknown"  # a run whose config the metrics do not lead to
+START, END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
+
+
+def default_metrics_dir() -> Path:
+    """The committed metrics: always the repository's, also in smoke mode (whose outputs
+    folder is a temporary one)."""
+    return repo_root() / "outputs" / "metrics"
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the files
+
+class Metrics:
+    """The metrics files of one folder, read on demand; a missing file reads as ``None``."""
+
+    def __init__(self, folder: str | os.PathLike | None = None):
+        self.folder = Path(folder) if folder is not None else default_metrics_dir()
+        # checkpoints beside the metrics first (a copied outputs/ tree), then the committed ones
+        self.checkpoint_dirs = list(dict.fromkeys(  # once each, even when they are the same folder
+            p.resolve() for p in (self.folder.parent / "checkpoints", committed_checkpoints_dir())))
+        self._json: dict[str, Any] = {}  # each file read once per table
+
+    def json(self, name: str) -> dict[str, Any] | None:
+        if name not in self._json:
+            path = self.folder / f"{name}.json"
+            self._json[name] = json.loads(path.read_text()) if path.is_file() else None
+        return self._json[name]
+
+    def names(self, pattern: str) -> list[str]:
+        """Stems of the JSON files matching ``pattern`` (a glob without ``.json``), sorted."""
+        return sorted(p.stem for p in self.folder.glob(f"{pattern}.json"))
+
+    def csvs(self, pattern: str) -> list[Path]:
+        return sorted(self.folder.glob(f"{pattern}.csv"))
+
+    # -- the run behind a number, and its update form --------------------------------------
+
+    def checkpoint(self, key: str | None) -> dict[str, Any] | None:
+        """``{config, metrics}`` of the committed checkpoint ``<key>.pt``, or None."""
+        if not key:
+            return None
+        for folder in self.checkpoint_dirs:
+            path = folder / f"{key}.pt"
+            if path.is_file():
+                return _read_checkpoint(str(path), _stamp(path))
+        return None
+
+    def config_of(self, key: str | None = None, *, grid: str | None = None, label: str | None = None,
+                  size: str = "demo", dataset: str | None = None, seeds: tuple[int, ...] = (0, 1, 2)):
+        """The ``RunConfig`` of a run: by ``key`` (a committed checkpoint, else any run of
+        ``frost_nb.experiments``'s grids at ``size`` and ``dataset`` with that key), else by
+        ``label`` in ``grid`` (for metrics that name runs by label only). None when not found."""
+        state = self.checkpoint(key)
+        if state is not None:
+            return state["config"]
+        if key:
+            found = _grid_keys(size, dataset, seeds).get(key)
+            if found is not None:
+                return found
+        if grid and label:
+            from .experiments import grid as make_grid
+
+            for run_seeds in ((seeds[0],), seeds):  # labels carry " seed N" only with several seeds
+                try:
+                    runs = make_grid(grid, size, dataset, run_seeds)
+                except (ValueError, KeyError):
+                    return None
+                if label in runs:
+                    return runs[label]
+        return None
+
+    def match(self, size: str, dataset: str, model: str, accuracy: float,
+              tolerance: float = 6e-5) -> dict[str, Any] | None:
+        """The committed checkpoint of ``size``, ``dataset`` and ``model`` whose test accuracy
+        is ``accuracy`` (for files that name no run: a sweep CSV, 01's metrics); None when
+        none or several with different update forms match."""
+        found = []
+        for folder in self.checkpoint_dirs:
+            for path in sorted(folder.glob("*.pt")):
+                state = _read_checkpoint(str(path), _stamp(path))
+                cfg, acc = state["config"], state["metrics"].get("test_accuracy")
+                if (cfg is not None and acc is not None and cfg.size == size and cfg.data.name == dataset
+                        and cfg.model.name == model and abs(acc - accuracy) <= tolerance):
+                    found.append(state)
+        if len({reading(s["config"]) for s in found}) == 1:
+            return found[0]
+        return None
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    """What tells a rewritten checkpoint from the one cached: modification time and size."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
+
+
+@lru_cache(maxsize=None)
+def _read_checkpoint(path: str, stamp: tuple[int, int]) -> dict[str, Any]:
+    """Config and metrics of a checkpoint (``config`` None when it cannot be read)."""
+    from .checkpoint import CheckpointError, load_checkpoint
+    from .config import ConfigError, RunConfig
+
+    try:
+        state = load_checkpoint(path)
+        return {"config": RunConfig.from_dict(state["config"]), "metrics": dict(state.get("metrics") or {})}
+    except (CheckpointError, ConfigError, TypeError, KeyError):
+        return {"config": None, "metrics": {}}
+
+
+@lru_cache(maxsize=None)
+def _grid_keys(size: str, dataset: str | None, seeds: tuple[int, ...]) -> dict[str, Any]:
+    """key -> RunConfig over every named grid of ``frost_nb.experiments`` (configs only)."""
+    from .experiments import GRIDS, grid
+
+    keys = {}
+    for name in GRIDS:
+        try:
+            runs = grid(name, size, dataset, seeds)
+        except (ValueError, KeyError):
+            continue
+        keys.update({cfg.key(): cfg for cfg in runs.values()})
+    return keys
+
+
+def reading(cfg) -> str:
+    """The update form a run's FROST model used; ``n/a`` for a baseline, ``unknown`` for none."""
+    if cfg is None:
+        return UNKNOWN
+    if cfg.model.name != "frost":
+        return NA
+    return str(cfg.model.update)
+
+
+def _is_frost_method(cfg) -> bool:
+    """FROST as the paper trains it: the frost model with the ranking losses (not a control)."""
+    return (cfg is not None and cfg.model.name == "frost" and bool(cfg.loss.ranking)
+            and not getattr(cfg.loss, "ponder", False))
+
+
+# --------------------------------------------------------------------------------------------
+# Small helpers shared by the rules
+
+def _row(claim: str, reading_: str, dataset: str, paper_: str, ours: str, verdict: str,
+         notebook: str) -> dict[str, str]:
+    return dict(zip(COLUMNS, (claim, reading_, dataset, paper_, ours, verdict, notebook)))
+
+
+def _grade(met: int, parts: int) -> str:
+    """A claim of several parts: all met -> reproduced, some -> partly, none -> not."""
+    return REPRODUCED if met == parts else PARTLY if met > 0 else NOT
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def _interp(x: float, xs: list[float], ys: list[float]) -> float:
+    """Piecewise-linear interpolation, clamped at the ends (np.interp without numpy)."""
+    if x <= xs[0]:
+        return ys[0]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ys[-1]
+
+
+def _by(rows: list[dict], key: str) -> dict[Any, list[dict]]:
+    out: dict[Any, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r[key], []).append(r)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The claims. Each takes a Metrics and returns its rows.
+
+# Table 1 (notebook 02): FROST's pooled state is close to its final one early (scale
+# consistency), more so than basic_ssm's, and the untied vanilla stack is the least consistent.
+TABLE1_EARLY = (1, 3, 6, 9)  # the steps where the paper's frost row is above its basic_ssm row
+TABLE1_SHOWN = 3  # the step whose pair the table shows (the paper's largest gap)
+TABLE1_CONVERGED = 6  # the step at which weight-tied and untied models are compared
+
+
+def table1_scale_consistency(m: Metrics) -> list[dict]:
+    """Two parts: (a) frost above basic_ssm at every step of TABLE1_EARLY (mean over seeds);
+    (b) frost above vanilla at step TABLE1_CONVERGED (weight tying makes the direction
+    converge). Both -> reproduced, one -> partly, none -> not."""
+    d = m.json("02_scale_consistency")
+    if d is None:
+        return []
+    keys = {(r["model"], r["seed"]): r.get("key") for r in d["runs"]}
+    curve = {label: {t: _mean(r["mean"] for r in rows_t) for t, rows_t in _by(rows, "step").items()}
+             for label, rows in _by(d["table1"], "model").items()}
+    at = paper.TABLE1_STEPS.index(TABLE1_SHOWN)
+    p_frost, p_basic = paper.TABLE1["frost"][at][0], paper.TABLE1["basic_ssm"][at][0]
+    rows = []
+    for label, c in curve.items():
+        cfgs = [m.config_of(k, size=d["size"], dataset=d["dataset"])
+                for (lab, _), k in keys.items() if lab == label]
+        if not cfgs or not all(_is_frost_method(cfg) for cfg in cfgs):
+            continue
+        basic, vanilla = curve["basic_ssm"], curve["vanilla"]
+        above_basic = all(c[t] > basic[t] for t in TABLE1_EARLY)
+        above_vanilla = c[TABLE1_CONVERGED] > vanilla[TABLE1_CONVERGED]
+        rows.append(_row("Table 1: frost more scale-consistent than basic_ssm (cos at t = 3)",
+                         reading(cfgs[0]), d["dataset"], f"{p_frost:.2f} vs {p_basic:.2f}",
+                         f"{c[TABLE1_SHOWN]:.2f} vs {basic[TABLE1_SHOWN]:.2f}",
+                         _grade(above_basic + above_vanilla, 2), "02"))
+    return rows
+
+
+# Appendix B (notebook 02): the steps contract geometrically, ||h_{t+1} - h_t|| ~ kappa^t with
+# kappa < 1, and the error bound kappa^t / (1 - kappa) ||h_1 - h_0|| holds.
+KAPPA_CONTRACTS = 0.99  # a median rate below this shrinks the step by at least 1% per step
+BOUND_SHARE = 0.9  # "holds" when the bound holds for at least 90% of the samples
+
+
+def contraction_kappa(m: Metrics) -> list[dict]:
+    """Two parts: (a) median kappa (mean over seeds) below KAPPA_CONTRACTS; (b) the bound holds
+    for at least BOUND_SHARE of the samples. Both -> reproduced, one -> partly, none -> not."""
+    d = m.json("02_scale_consistency")
+    if d is None:
+        return []
+    keys = {(r["model"], r["seed"]): r.get("key") for r in d["runs"]}
+    rows = []
+    for label, runs in _by(d["kappa"], "model").items():
+        cfgs = [m.config_of(keys.get((label, r["seed"])), size=d["size"], dataset=d["dataset"]) for r in runs]
+        if not all(_is_frost_method(cfg) for cfg in cfgs):
+            continue
+        kappa, bound = _mean(r["kappa"] for r in runs), _mean(r["bound_holds"] for r in runs)
+        rows.append(_row("Appendix B: the steps contract (kappa < 1, error bound holds)", reading(cfgs[0]),
+                         d["dataset"], "< 1", f"{kappa:.3f} (bound {bound:.0%})",
+                         _grade((kappa < KAPPA_CONTRACTS) + (bound >= BOUND_SHARE), 2), "02"))
+    return rows
+
+
+# Minkowski dimension (notebook 03): vanilla and basic_ssm near the Koch curve's 1.26, FROST
+# "significantly higher".
+DIMENSION_TOLERANCE = 0.05  # the estimators' validated error on sets of known dimension
+
+
+def minkowski_dimension(m: Metrics) -> list[dict]:
+    """Two parts: (a) frost's box dimension above the highest of vanilla's and basic_ssm's by
+    more than DIMENSION_TOLERANCE; (b) those baselines within 2 x DIMENSION_TOLERANCE of the
+    Koch curve's dimension. Both -> reproduced, one -> partly, none -> not. Without a validated
+    estimator (a validation row off by more than DIMENSION_TOLERANCE) no row is given."""
+    d = m.json("03_minkowski")
+    if d is None:
+        return []
+    if any(abs(v["error"]) > DIMENSION_TOLERANCE for v in d.get("validation", [])):
+        return []
+    dims = {r["model"]: r["box dimension"] for r in d["models"]}
+    baselines = [dims[b] for b in ("vanilla", "basic_ssm") if b in dims]
+    rows = []
+    for label, dim in dims.items():
+        cfg = m.config_of(grid="families", label=label, size=d["size"], dataset=d["dataset"])
+        if not _is_frost_method(cfg) or not baselines:
+            continue
+        higher = dim > max(baselines) + DIMENSION_TOLERANCE
+        near_koch = all(abs(b - paper.KOCH_DIMENSION) <= 2 * DIMENSION_TOLERANCE for b in baselines)
+        rows.append(_row("Minkowski dimension: frost higher than the baselines", reading(cfg),
+                         d["dataset"], f"> {paper.KOCH_DIMENSION:.2f}",
+                         f"{dim:.2f} vs {max(baselines):.2f}", _grade(higher + near_koch, 2), "03"))
+    return rows
+
+
+# Figure 1 (notebooks 01, 02, 04): alpha falls from its start, recovers, and stays below 1.
+ALPHA_FALL = 0.05  # a fall: the minimum at least this far below the start
+ALPHA_RECOVERY = 0.25  # a recovery: the end at least this share of the fall above the minimum
+
+
+def alpha_trajectory(m: Metrics) -> list[dict]:
+    """Three parts, each met by every run: (a) alpha falls by ALPHA_FALL or more; (b) it then
+    recovers by at least ALPHA_RECOVERY of the fall; (c) its maximum stays below 1. All ->
+    reproduced, some -> partly, none -> not. Reads every metrics file with an
+    ``alpha_trajectory`` summary (start, min, end, max per run)."""
+    rows = []
+    for name in m.names("*"):
+        d = m.json(name)
+        if not isinstance(d, dict) or not isinstance(d.get("alpha_trajectory"), dict):
+            continue
+        summary = d["alpha_trajectory"]["summary"]
+        groups: dict[str, list[dict]] = {}
+        for r in summary:
+            cfg = m.config_of(r.get("key"), grid="families", label=r["run"], size=d["size"],
+                              dataset=d["dataset"])
+            groups.setdefault(reading(cfg), []).append(r)
+        for read, runs in groups.items():
+            fell = all(r["start"] - r["min"] >= ALPHA_FALL for r in runs)
+            recovered = all(r["end"] - r["min"] >= ALPHA_RECOVERY * (r["start"] - r["min"]) for r in runs)
+            below_one = all(r["max"] < 1.0 for r in runs)
+            ours = f"{_mean(r['start'] for r in runs):.2f} -> {_mean(r['min'] for r in runs):.2f} -> " \
+                   f"{_mean(r['end'] for r in runs):.2f}"
+            rows.append(_row("Figure 1: alpha falls, recovers, stays below 1 (start -> min -> end)", read,
+                             d["dataset"], "fall, recovery, < 1", ours,
+                             _grade(fell + recovered + below_one, 3),
+                             name[:2] if name[:2].isdigit() else name))
+    return rows
+
+
+# H ablation (notebook 04): a small H drives alpha up; a learnable H runs away above 1.
+def hurst_sweep(m: Metrics) -> list[dict]:
+    """Three parts: (a) the final alpha is largest at the smallest fixed H; (b) it falls
+    monotonically with H; (c) a learnable H ends above 1. All -> reproduced, some -> partly,
+    none -> not."""
+    d = m.json("04_alpha_H_ablation")
+    if d is None:
+        return []
+    groups: dict[str, list[dict]] = {}
+    for r in d["hurst_sweep"]:
+        cfg = m.config_of(r.get("key"), grid="hurst", label=r["run"], size=d["size"], dataset=d["dataset"])
+        groups.setdefault(reading(cfg), []).append({**r, "learn": bool(cfg and cfg.model.learn_hurst)})
+    rows = []
+    for read, runs in groups.items():
+        fixed = sorted((r for r in runs if not r["learn"]), key=lambda r: r["hurst"])
+        learned = [r for r in runs if r["learn"]]
+        if len(fixed) < 2:
+            continue
+        alphas = [r["alpha"] for r in fixed]
+        largest_at_smallest = alphas[0] == max(alphas)
+        monotone = all(a >= b for a, b in zip(alphas, alphas[1:]))
+        runaway = bool(learned) and all(r["hurst"] > 1.0 for r in learned)
+        ours = f"alpha max at H = {fixed[alphas.index(max(alphas))]['hurst']:.1f}" + \
+               (f"; learned H {learned[0]['hurst']:.2f}" if learned else "")
+        rows.append(_row("H sweep: small H raises alpha; learnable H runs above 1", read, d["dataset"],
+                         f"max at H = {fixed[0]['hurst']:.1f}; learned H > 1", ours,
+                         _grade(largest_at_smallest + monotone + runaway, 3), "04"))
+    return rows
+
+
+# Loss ablation (notebook 04; the paper's is on CIFAR-100): L_rel alone compresses the scores
+# into a narrow band; L_abs alone collapses (scores saturate, accuracy falls).
+RANK_NARROW = 0.05  # "narrower": the easy-hard score gap at least this much below both losses'
+COLLAPSE_GAP = 0.5  # L_abs collapses when its gap is below half of both losses' ...
+COLLAPSE_ACCURACY = 0.01  # ... or its full-depth test accuracy is over one point below theirs
+
+
+def loss_ablation(m: Metrics) -> list[dict]:
+    """Two parts against the run with both losses: (a) L_rel only has a gap (easy minus hard
+    halting score) narrower by RANK_NARROW or more; (b) L_abs only collapses (gap below
+    COLLAPSE_GAP of both's, or full-depth accuracy COLLAPSE_ACCURACY below). Both ->
+    reproduced, one -> partly, none -> not."""
+    d = m.json("04_alpha_H_ablation")
+    if d is None:
+        return []
+    groups: dict[str, dict[str, dict]] = {}
+    for r in d["loss_ablation"]:
+        cfg = m.config_of(r.get("key"), grid="loss", label=r["run"], size=d["size"], dataset=d["dataset"])
+        if cfg is None:
+            continue
+        lo = cfg.loss
+        arm = "neither" if not lo.ranking else "both" if lo.lambda_rel and lo.lambda_abs \
+            else "rel" if lo.lambda_rel else "abs"
+        groups.setdefault(reading(cfg), {})[arm] = r
+    rows = []
+    for read, arms in groups.items():
+        if not {"both", "rel", "abs"} <= set(arms):
+            continue
+        gap = {a: arms[a]["easy_score"] - arms[a]["hard_score"] for a in ("both", "rel", "abs")}
+        narrow = gap["rel"] <= gap["both"] - RANK_NARROW
+        collapse = (gap["abs"] < COLLAPSE_GAP * gap["both"]
+                    or arms["abs"]["test_accuracy"] < arms["both"]["test_accuracy"] - COLLAPSE_ACCURACY)
+        rows.append(_row("Loss ablation: L_rel alone narrows the scores, L_abs alone collapses "
+                         "(easy - hard score: rel / abs / both)", read, d["dataset"],
+                         "narrow / collapse", f"{gap['rel']:.2f} / {gap['abs']:.2f} / {gap['both']:.2f}",
+                         _grade(narrow + collapse, 2), "04"))
+    return rows
+
+
+# Appendix D (notebook 04): the task and ranking gradients agree (cosine > 0) for FROST and
+# conflict (cosine < 0) for the baselines trained with the ranking losses.
+def gradient_conflict(m: Metrics) -> list[dict]:
+    """Frost's mean cosine above 0 is required; then every baseline below 0 -> reproduced,
+    some -> partly, none (or frost's not positive) -> not."""
+    d = m.json("04_alpha_H_ablation")
+    if d is None:
+        return []
+    summary = {r["model"]: r["mean cosine"] for r in d["gradient_conflict"]["summary"]}
+    cfg = m.config_of(grid="conflict", label="frost", size=d["size"], dataset=d["dataset"])
+    if "frost" not in summary:
+        return []
+    base = {k: v for k, v in summary.items() if k != "frost"}
+    negative = sum(v < 0 for v in base.values())
+    verdict = NOT if summary["frost"] <= 0 else _grade(negative, len(base))
+    return [_row("Appendix D: task and ranking gradients agree for frost, conflict for baselines (cos)",
+                 reading(cfg), d["dataset"], "> 0 vs < 0",
+                 f"{summary['frost']:+.2f} vs {min(base.values()):+.2f}..{max(base.values()):+.2f}",
+                 verdict, "04")]
+
+
+# Table 2 (notebook 05, the sweep CSVs, 01's and the demo's sweeps): the halting sweep.
+def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[list[float] | None]]]:
+    """(notebook, dataset, reading, runs' sweeps, runs' fixed-depth curves) of every source of a
+    Table 2 sweep of FROST (with its ranking losses), most seeds first. A fixed-depth curve is
+    the test accuracy of stopping every sample at step 1..T (from the metrics, else from the
+    run's committed checkpoint)."""
+    def frost(cfg, model: str) -> bool:  # a run whose config is unknown counts by its name
+        return _is_frost_method(cfg) if cfg is not None else model == "frost"
+
+    d = m.json("05_halting")
+    if d is not None:
+        cfg = m.config_of(d.get("key"), size=d["size"], dataset=d["dataset"])
+        seeds = sorted({r["seed"] for r in d["sweep"]})
+        sweeps = [[r for r in d["sweep"] if r["seed"] == s] for s in seeds]
+        fixed = [d.get("fixed_depth", {}).get(f"seed {s}") for s in seeds]
+        if frost(cfg, d.get("model", "frost")):
+            yield "05", d["dataset"], reading(cfg), sweeps, fixed
+    for name in ["01_training"] + m.names("demo_*"):
+        d = m.json(name)
+        if d is None or "sweep" not in d:
+            continue
+        key = Path(d["checkpoint"]).stem if d.get("checkpoint") else d.get("key")
+        state = m.checkpoint(key) or m.match(d["size"], d["dataset"], d["model"], d["accuracy"]) or {}
+        fixed = d.get("accuracy_per_step") or state.get("metrics", {}).get("test_accuracy_per_step")
+        if frost(state.get("config"), d["model"]):
+            yield "01" if name == "01_training" else "demo", d["dataset"], reading(state.get("config")), \
+                [d["sweep"]], [fixed]
+    from .data import DATASETS
+    from .experiments import FAMILIES
+
+    # sweep_<size>_<model>_<dataset>[_<tag>].csv: how the committed sweep CSVs are named
+    models, datasets = "|".join(FAMILIES), "|".join(map(re.escape, DATASETS))
+    pattern = re.compile(rf"sweep_([a-z]+)_({models})_({datasets})(_.*)?")
+    for path in m.csvs("sweep_*"):
+        found = pattern.fullmatch(path.stem)
+        if not found:
+            continue
+        with open(path) as f:
+            sweep = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        size, model, dataset = found.group(1), found.group(2), found.group(3)
+        full = max(sweep, key=lambda r: r["quantile"])["accuracy"]
+        state = m.match(size, dataset, model, full) or {}
+        if frost(state.get("config"), model):
+            yield "05", dataset, reading(state.get("config")), [sweep], \
+                [state.get("metrics", {}).get("test_accuracy_per_step")]
+
+
+def _mean_sweep(sweeps: list[list[dict]]) -> dict[float, tuple[float, float]]:
+    """quantile -> (mean depth, accuracy), averaged over runs."""
+    by_q = _by([r for s in sweeps for r in s], "quantile")
+    return {q: (_mean(r["mean_depth"] for r in rs), _mean(r["accuracy"] for r in rs))
+            for q, rs in sorted(by_q.items())}
+
+
+KEPT_CLOSE = 0.05  # our share of full-depth accuracy at most 5 points below the paper's
+KEPT_SHOWN = (0.25, 0.5)
+
+
+def table2_vs_paper(m: Metrics) -> list[dict]:
+    """Share of full-depth accuracy kept at each quantile q < 1 of the paper's grid, against
+    the paper's (Table 2): within KEPT_CLOSE of it (or above) at every q -> reproduced; only at
+    q >= 0.5 -> partly; else -> not."""
+    p = dict(zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"]))
+    p_kept = {q: a / p[1.0] for q, a in p.items()}
+    rows = []
+    for notebook, dataset, read, sweeps, _ in _sweeps(m):
+        s = _mean_sweep(sweeps)
+        if 1.0 not in s:
+            continue
+        kept = {q: acc / s[1.0][1] for q, (_, acc) in s.items() if q in p_kept and q < 1.0}
+        close = {q: kept[q] >= p_kept[q] - KEPT_CLOSE for q in kept}
+        verdict = REPRODUCED if all(close.values()) else \
+            PARTLY if all(v for q, v in close.items() if q >= 0.5) else NOT
+        shown = [q for q in KEPT_SHOWN if q in kept]
+        rows.append(_row("Table 2: accuracy kept at q = 0.25 / 0.5 (share of full depth)", read, dataset,
+                         " / ".join(f"{p_kept[q]:.2f}" for q in shown),
+                         " / ".join(f"{kept[q]:.2f}" for q in shown), verdict, notebook))
+    return rows
+
+
+# Half a point: about twice the standard error of a paired difference of two rules on the
+# same 10,000 test images (the two disagree on a few hundred of them).
+FIXED_GAIN = 0.005  # "beats a fixed depth": half a point above it at the same mean depth
+FIXED_LOSS = 0.005  # "never worse": at most half a point below it
+
+
+def table2_vs_fixed_depth(m: Metrics) -> list[dict]:
+    """Adaptive halting against stopping every sample at the same depth: the accuracy at each
+    q < 1 minus the fixed-depth accuracy at that mean depth (linear between steps), mean over
+    runs. At least FIXED_GAIN above somewhere and never more than FIXED_LOSS below ->
+    reproduced; FIXED_GAIN above somewhere -> partly; else -> not."""
+    rows = []
+    for notebook, dataset, read, sweeps, fixed in _sweeps(m):
+        pairs = [(s, f) for s, f in zip(sweeps, fixed) if f]
+        if not pairs:
+            continue
+        gains: dict[float, list[float]] = {}
+        for sweep, curve in pairs:
+            steps = list(range(1, len(curve) + 1))
+            for r in sweep:
+                if r["quantile"] < 1.0:
+                    gains.setdefault(r["quantile"], []).append(
+                        r["accuracy"] - _interp(r["mean_depth"], steps, curve))
+        gain = {q: _mean(g) for q, g in gains.items()}
+        best, worst = max(gain.values()), min(gain.values())
+        verdict = REPRODUCED if best >= FIXED_GAIN and worst >= -FIXED_LOSS else \
+            PARTLY if best >= FIXED_GAIN else NOT
+        rows.append(_row("Table 2: halting beats a fixed depth (points, best / worst q)", read, dataset,
+                         "> 0", f"{100 * best:+.1f} / {100 * worst:+.1f}", verdict, notebook))
+    return rows
+
+
+# Table 3 (notebook 06): cost ratios to vanilla at the paper's ImageNet-100 settings.
+RATIO_CLOSE, RATIO_NEAR = 0.2, 0.5  # relative error of our ratio against the paper's
+
+
+def _table3(m: Metrics, column: str, what: str) -> list[dict]:
+    """Every non-vanilla row with a paper ratio: all within RATIO_CLOSE (relative) ->
+    reproduced; all within RATIO_NEAR -> partly; else -> not. The row shown is frost at the
+    paper's mean depth."""
+    d = m.json("06_complexity")
+    if d is None:
+        return []
+    from .config import make_config
+
+    rows = []
+    for backbone, rs in _by(d["ratios"], "backbone").items():
+        compared = [r for r in rs if r["model"] != "vanilla" and r.get(f"paper {column}") is not None]
+        shown = [r for r in compared if r["model"] == "frost"]
+        if not compared or not shown:
+            continue
+        err = max(abs(r[column] / r[f"paper {column}"] - 1) for r in compared)
+        verdict = REPRODUCED if err <= RATIO_CLOSE else PARTLY if err <= RATIO_NEAR else NOT
+        cfg = make_config(d["size"], None, "frost", backbone)
+        name = "ResNet" if backbone == "resnet" else "ViT" if backbone == "vit" else backbone
+        rows.append(_row(f"Table 3 ({name}): {what} / vanilla, frost at the paper's depth",
+                         reading(cfg), f"{cfg.data.name} (shapes)", f"{shown[0][f'paper {column}']:.2f}",
+                         f"{shown[0][column]:.2f}", verdict, "06"))
+    return rows
+
+
+def table3_flops(m: Metrics) -> list[dict]:
+    return _table3(m, "gflops / vanilla", "GFLOPs")
+
+
+def table3_throughput(m: Metrics) -> list[dict]:
+    return _table3(m, "images_per_s / vanilla", "images/s")
+
+
+# Halting rules of related work (notebook 07): FROST's learned score is the better rule.
+AREA_TIE = 0.005  # areas (mean accuracy over depth 1..T) closer than this are a tie
+
+
+def halting_rules(m: Metrics) -> list[dict]:
+    """On each FROST model of notebook 07, the area under accuracy against mean depth of
+    FROST's rule: within AREA_TIE of the best rule that needs no labels (all but the oracle)
+    -> reproduced; above the fixed depth's by more than AREA_TIE -> partly; else -> not."""
+    rows = []
+    for name in m.names("07_halting_baselines*"):
+        d = m.json(name)
+        area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
+        for model in sorted({mod for mod, rule in area if rule == "frost"}):
+            cfg = m.config_of(d.get("keys", {}).get(model), size=d["size"], dataset=d["dataset"])
+            others = {rule: a for (mod, rule), a in area.items()
+                      if mod == model and rule not in ("frost", "oracle")}
+            if not others:
+                continue
+            own, (best_rule, best) = area[(model, "frost")], max(others.items(), key=lambda kv: kv[1])
+            fixed = others.get("fixed depth", -math.inf)
+            verdict = REPRODUCED if own >= best - AREA_TIE else PARTLY if own > fixed + AREA_TIE else NOT
+            rows.append(_row("Halting rules: frost's score is the best rule (area under accuracy-depth)",
+                             reading(cfg), d["dataset"], "best", f"{own:.3f} vs {best:.3f} ({best_rule})",
+                             verdict, "07"))
+    return rows
+
+
+# Appendix D (notebook 07): the non-fractal families collapse when trained with the ranking
+# losses. Collapse as frost_nb.halting_rules defines it, fixed before the runs.
+def collapse(m: Metrics) -> list[dict]:
+    """Each baseline run trained with the ranking losses is collapsed when its full-depth
+    accuracy is below COLLAPSE_ACCURACY_RATIO of its task-only twin's, or more than
+    COLLAPSE_ONE_STEP_SHARE of the samples exit at one step. Every run collapsed ->
+    reproduced; some -> partly; none -> not."""
+    from .halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
+
+    rows = []
+    for name in m.names("07_halting_baselines*"):
+        d = m.json(name)
+        runs = d.get("collapse") or []
+        if not runs:
+            continue
+        fell = sum(r["accuracy"] < COLLAPSE_ACCURACY_RATIO * r["reference_accuracy"]
+                   or r["one_step_share"] > COLLAPSE_ONE_STEP_SHARE for r in runs)
+        rows.append(_row("Appendix D: the baselines collapse under the ranking losses (runs)",
+                         NA, d.get("collapse_dataset", d["dataset"]), "all", f"{fell} of {len(runs)}",
+                         _grade(fell, len(runs)), "07"))
+    return rows
+
+
+# Speed (benchmarks/adaptive_inference.py --metrics): early exits turn into time. The paper's
+# own Table 3 gives FROST at its mean depth 2.03 times basic_ssm's images/s for 2.12 times
+# fewer FLOPs: 0.96 of the ideal speed-up.
+SPEED_CLOSE, SPEED_NEAR = 0.9, 0.75  # measured / ideal speed-up
+
+
+def _paper_speed_share(backbone: str = "resnet") -> float:
+    rows = {r["model"]: r for r in paper.TABLE3 if r["backbone"] == backbone}
+    speed = rows["frost"]["images_per_s"] / rows["basic_ssm"]["images_per_s"]
+    return speed / (rows["basic_ssm"]["gflops"] / rows["frost"]["gflops"])
+
+
+def adaptive_speed(m: Metrics) -> list[dict]:
+    """At the largest batch measured, the lowest measured / ideal ratio over the quantiles:
+    at least SPEED_CLOSE -> reproduced; at least SPEED_NEAR -> partly; else -> not."""
+    rows = []
+    for name in m.names("bench_*"):
+        d = m.json(name)
+        if d.get("benchmark") != "adaptive_inference" or not d.get("rows"):
+            continue
+        largest = max(r["batch_size"] for r in d["rows"])
+        worst = min(r["ratio"] for r in d["rows"] if r["batch_size"] == largest)
+        state = m.checkpoint(Path(d["checkpoint"]).stem) if d.get("checkpoint") else None
+        read = d.get("update") or reading((state or {}).get("config"))
+        device = d.get("env", {}).get("device", "")
+        verdict = REPRODUCED if worst >= SPEED_CLOSE else PARTLY if worst >= SPEED_NEAR else NOT
+        rows.append(_row(f"Adaptive inference: measured / ideal speed-up (batch {largest}, {device})",
+                         read, d.get("dataset", UNKNOWN), f"{_paper_speed_share():.2f}", f"{worst:.2f}",
+                         verdict, "bench"))
+    return rows
+
+
+# Speed (benchmarks/train_throughput.py --metrics): the KLL sketch is a cheap streaming
+# quantile; feeding it the halting scores must not slow training.
+KLL_CHEAP, KLL_NOTICEABLE = 0.01, 0.05  # share of a training step
+
+
+def kll_overhead(m: Metrics) -> list[dict]:
+    """The largest share of a training step spent updating the KLL sketch, over the frost rows
+    measured: below KLL_CHEAP -> reproduced; below KLL_NOTICEABLE -> partly; else -> not."""
+    rows = []
+    for name in m.names("bench_*"):
+        d = m.json(name)
+        if d.get("benchmark") != "train_throughput":
+            continue
+        measured = [{**r, "reading": r.get("update", UNKNOWN)} for r in d.get("rows", [])
+                    if r.get("model") == "frost" and r.get("kll_share") is not None]
+        for read, rs in _by(measured, "reading").items():
+            share = max(r["kll_share"] for r in rs)
+            device = d.get("env", {}).get("device", "")
+            verdict = REPRODUCED if share < KLL_CHEAP else PARTLY if share < KLL_NOTICEABLE else NOT
+            rows.append(_row(f"KLL threshold: share of a training step ({rs[0].get('size', '')}, {device})",
+                             read, rs[0].get("dataset", UNKNOWN), "small", f"{share:.2%}", verdict, "bench"))
+    return rows
+
+
+CLAIMS: tuple[Callable[[Metrics], list[dict]], ...] = (
+    table1_scale_consistency, contraction_kappa, minkowski_dimension, alpha_trajectory,
+    hurst_sweep, loss_ablation, gradient_conflict, table2_vs_paper, table2_vs_fixed_depth,
+    table3_flops, table3_throughput, halting_rules, collapse, adaptive_speed, kll_overhead)
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+
+def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str, str]]:
+    """Every claim's rows from the metrics in ``metrics_dir`` (default: the committed ones),
+    one per (claim, reading, data set): where two sources give the same triple, the first
+    (the one with more seeds) is kept."""
+    m = Metrics(metrics_dir)
+    rows, seen = [], set()
+    for claim in CLAIMS:
+        try:
+            found = claim(m)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as err:
+            warnings.warn(f"verdicts: {claim.__name__} cannot read the metrics in {m.folder} "
+                          f"({type(err).__name__}: {err}); its rows are left out", stacklevel=2)
+            continue
+        for row in found:
+            triple = (row["claim"], row["reading"], row["dataset"])
+            if triple not in seen:
+                seen.add(triple)
+                rows.append(row)
+    return rows
+
+
+def verdict_table(notebook: str | None = None, metrics_dir: str | os.PathLike | None = None):
+    """The verdict rows as a pandas DataFrame; ``notebook`` ("02", "07", "bench") keeps that
+    notebook's rows only (a notebook's closing cell)."""
+    import pandas as pd
+
+    rows = verdict_rows(metrics_dir)
+    if notebook is not None:
+        rows = [r for r in rows if r["notebook"] == notebook]
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    """The rows as a GitHub markdown table (no trailing newline)."""
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(HEADER) + " |", "| " + " | ".join("---" for _ in HEADER) + " |"]
+    lines += ["| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def replace_block(text: str, table: str) -> str:
+    """``text`` with the lines between the START and END markers replaced by ``table``."""
+    block = re.compile(re.escape(START) + r"\n.*?" + re.escape(END), re.S)
+    if not block.search(text):
+        raise ValueError(f"no block between {START} and {END}")
+    return block.sub(lambda _: f"{START}\n{table}\n{END}", text, count=1)
+
+
+def current_block(text: str) -> str | None:
+    """The lines between the START and END markers of ``text`` (None without markers)."""
+    found = re.search(re.escape(START) + r"\n(.*?)\n?" + re.escape(END), text, re.S)
+    return found.group(1) if found else None

@@ -1,0 +1,216 @@
+"""The verdict table: generated from the committed metrics, its rules follow the numbers."""
+
+import json
+import shutil
+
+import pytest
+
+from frost_nb.__main__ import main
+from frost_nb.paths import repo_root
+from frost_nb.config import UPDATES
+from frost_nb.verdicts import (COLUMNS, END, NA, NOT, PARTLY, REPRODUCED, START, current_block,
+                               default_metrics_dir, markdown_table, replace_block, verdict_rows,
+                               verdict_table)
+
+README = repo_root() / "README.md"
+
+
+@pytest.fixture(scope="module")
+def committed_rows():
+    return verdict_rows()
+
+
+def _copy(tmp_path, *names):
+    """A metrics folder holding copies of the committed ``names`` (with their suffix)."""
+    folder = tmp_path / "metrics"
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy(default_metrics_dir() / name, folder / name)
+    return folder
+
+
+def _edit(folder, name, change):
+    path = folder / name
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _verdict(folder, claim_start, reading=None, dataset=None):
+    rows = [r for r in verdict_rows(folder) if r["claim"].startswith(claim_start)
+            and reading in (None, r["reading"]) and dataset in (None, r["dataset"])]
+    assert len(rows) == 1, rows
+    return rows[0]["verdict"]
+
+
+def test_readme_block_is_the_generated_table(committed_rows):
+    """The drift test: refresh with ``python -m frost_nb verdicts --write README.md``."""
+    block = current_block(README.read_text())
+    assert block is not None, f"README.md has no {START} ... {END} block"
+    assert block == markdown_table(committed_rows), \
+        "README.md's verdict table is stale: python -m frost_nb verdicts --write README.md"
+
+
+def test_committed_rows_are_unique_and_complete(committed_rows):
+    triples = [(r["claim"], r["reading"], r["dataset"]) for r in committed_rows]
+    assert len(triples) == len(set(triples))
+    assert all(set(r) == set(COLUMNS) and all(r.values()) for r in committed_rows)
+    assert {r["verdict"] for r in committed_rows} <= {REPRODUCED, PARTLY, NOT}
+    # every reading comes from a run's config: an update form, or n/a for the baselines
+    assert {r["reading"] for r in committed_rows} <= set(UPDATES) | {NA}
+
+
+def test_verdict_table_filters_one_notebook(committed_rows):
+    table = verdict_table("02")
+    assert list(table.columns) == list(COLUMNS)
+    assert set(table["notebook"]) <= {"02"}
+    assert len(table) == sum(r["notebook"] == "02" for r in committed_rows)
+
+
+def test_kappa_rule_follows_the_numbers(tmp_path):
+    folder = _copy(tmp_path, "02_scale_consistency.json")
+
+    def frost_runs(kappa, bound):
+        def change(data):  # the frost runs of one reading: those named "frost" (canonical)
+            for r in data["kappa"]:
+                if r["model"] == "frost":
+                    r["kappa"], r["bound_holds"] = kappa, bound
+        return change
+    for kappa, bound, verdict in ((1.02, 0.1, NOT), (0.95, 0.97, REPRODUCED), (0.95, 0.1, PARTLY),
+                                  (1.0, 0.95, PARTLY)):
+        _edit(folder, "02_scale_consistency.json", frost_runs(kappa, bound))
+        assert _verdict(folder, "Appendix B", "canonical") == verdict, (kappa, bound)
+
+
+def test_table1_rule_follows_the_numbers(tmp_path):
+    folder = _copy(tmp_path, "02_scale_consistency.json")
+
+    def curves(frost):
+        def change(data):  # flat curves: basic_ssm 0.5, vanilla 0.3, frost as given
+            level = {"basic_ssm": 0.5, "vanilla": 0.3, "frost": frost}
+            for r in data["table1"]:
+                r["mean"] = level.get(r["model"], r["mean"])
+        return change
+    for frost, verdict in ((0.6, REPRODUCED), (0.4, PARTLY), (0.2, NOT)):
+        _edit(folder, "02_scale_consistency.json", curves(frost))
+        assert _verdict(folder, "Table 1", "canonical") == verdict, frost
+
+
+def test_collapse_rule_counts_runs(tmp_path):
+    folder = _copy(tmp_path, "07_halting_baselines.json")
+
+    def collapsed(count):
+        def change(d):  # the first `count` runs lose their accuracy, the others keep it
+            for i, r in enumerate(d["collapse"]):
+                r["one_step_share"] = 0.3
+                r["accuracy"] = (0.1 if i < count else 1.0) * r["reference_accuracy"]
+        return change
+    runs = len(json.loads((folder / "07_halting_baselines.json").read_text())["collapse"])
+    for count, verdict in ((0, NOT), (1, PARTLY), (runs, REPRODUCED)):
+        _edit(folder, "07_halting_baselines.json", collapsed(count))
+        assert _verdict(folder, "Appendix D: the baselines collapse") == verdict, count
+    # the other criterion: nearly every sample exits at one step
+    _edit(folder, "07_halting_baselines.json", collapsed(0))
+    _edit(folder, "07_halting_baselines.json", lambda d: d["collapse"][0].update(one_step_share=0.99))
+    assert _verdict(folder, "Appendix D: the baselines collapse") == PARTLY
+
+
+def test_flop_ratio_rule_uses_its_tolerance(tmp_path):
+    folder = _copy(tmp_path, "06_complexity.json")
+
+    def frost_off_by(factor):
+        def change(d):  # every ViT row at the paper's ratio, frost's times `factor`
+            for r in d["ratios"]:
+                if r["backbone"] == "vit" and r["paper gflops / vanilla"]:
+                    scale = factor if r["model"] == "frost" else 1.0
+                    r["gflops / vanilla"] = scale * r["paper gflops / vanilla"]
+        return change
+    for factor, verdict in ((1.0, REPRODUCED), (1.15, REPRODUCED), (1.3, PARTLY), (0.6, PARTLY), (2.0, NOT)):
+        _edit(folder, "06_complexity.json", frost_off_by(factor))
+        assert _verdict(folder, "Table 3 (ViT): GFLOPs") == verdict, factor
+
+
+def test_sweep_csv_rule_follows_the_numbers(tmp_path):
+    """A sweep CSV names no run: its reading comes from the committed checkpoint it matches."""
+    name = "sweep_demo_frost_fashion-mnist_adopted.csv"
+    folder = _copy(tmp_path, name)
+    lines = (folder / name).read_text().splitlines()
+    header, committed = lines[0].split(","), [line.split(",") for line in lines[1:]]
+    acc, q = header.index("accuracy"), header.index("quantile")
+    full = float(committed[-1][acc])
+
+    def kept(share_of):  # accuracy at q < 1 set to share_of(q) times full depth's
+        rows = [list(r) for r in committed]
+        for r in rows:
+            if float(r[q]) < 1.0:
+                r[acc] = str(share_of(float(r[q])) * full)
+        (folder / name).write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+    for share_of, verdict in ((lambda q: 0.99, REPRODUCED), (lambda q: 0.99 if q >= 0.5 else 0.3, PARTLY),
+                              (lambda q: 0.5, NOT)):
+        kept(share_of)
+        assert _verdict(folder, "Table 2: accuracy kept", "gated", "fashion-mnist") == verdict
+
+
+def test_missing_files_drop_their_rows(tmp_path, committed_rows):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert verdict_rows(empty) == []
+    assert verdict_rows(tmp_path / "no such folder") == []
+    folder = _copy(tmp_path, "06_complexity.json")
+    rows = verdict_rows(folder)
+    assert rows and {r["notebook"] for r in rows} == {"06"}
+    assert rows == [r for r in committed_rows if r["notebook"] == "06"]
+
+
+def test_unreadable_file_drops_its_claim_with_a_warning(tmp_path):
+    folder = _copy(tmp_path, "06_complexity.json", "07_halting_baselines.json")
+    _edit(folder, "06_complexity.json", lambda d: d.pop("ratios"))
+    with pytest.warns(UserWarning, match="table3"):
+        rows = verdict_rows(folder)
+    assert rows and all(r["notebook"] == "07" for r in rows)
+
+
+def test_benchmark_metrics_add_speed_rows(tmp_path):
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    adaptive = {"benchmark": "adaptive_inference", "checkpoint": "abcc8fb3b47a8cd4.pt",
+                "dataset": "fashion-mnist", "update": "canonical", "env": {"device": "cpu"},
+                "rows": [{"quantile": q, "batch_size": b, "ratio": r}
+                         for q, b, r in ((0.25, 64, 0.74), (0.25, 256, 0.88), (0.5, 256, 0.96))]}
+    train = {"benchmark": "train_throughput", "size": "demo", "env": {"device": "cpu"},
+             "rows": [{"model": "frost", "update": "gated", "size": "demo", "dataset": "fashion-mnist",
+                       "kll_share": 0.0007},
+                      {"model": "vanilla", "update": "gated", "size": "demo", "dataset": "fashion-mnist",
+                       "kll_share": 0.5}]}
+    (folder / "bench_adaptive_inference.json").write_text(json.dumps(adaptive))
+    (folder / "bench_train_throughput.json").write_text(json.dumps(train))
+    rows = {r["claim"].split(":")[0]: r for r in verdict_rows(folder)}
+    assert rows["Adaptive inference"]["verdict"] == PARTLY  # 0.88 at batch 256: below 0.9
+    assert rows["Adaptive inference"]["ours"] == "0.88"
+    assert rows["KLL threshold"]["verdict"] == REPRODUCED  # frost's share only
+    assert rows["KLL threshold"]["reading"] == "gated"
+
+
+def test_replace_block_keeps_the_rest():
+    text = f"intro\n{START}\nold\n{END}\nrest\n"
+    assert replace_block(text, "| a |") == f"intro\n{START}\n| a |\n{END}\nrest\n"
+    assert current_block(replace_block(text, "| a |")) == "| a |"
+    with pytest.raises(ValueError):
+        replace_block("no markers", "| a |")
+
+
+def test_cli_check_and_write(tmp_path, capsys):
+    folder = _copy(tmp_path, "06_complexity.json")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n{START}\n| stale | table |\n{END}\n\nafter\n")
+    args = ["verdicts", "--metrics-dir", str(folder)]
+    assert main(args + ["--check", str(readme)]) == 1
+    assert "stale" in capsys.readouterr().err
+    assert main(args + ["--write", str(readme)]) == 0
+    assert main(args + ["--check", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith("# x\n\n") and text.endswith("\n\nafter\n")
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() == current_block(text)
+    (tmp_path / "plain.md").write_text("no block here\n")
+    assert main(args + ["--check", str(tmp_path / "plain.md")]) == 2
