@@ -12,12 +12,16 @@ is the one pass over the data that runs a model, everything else works on its re
       ||h_t - h_*|| <= kappa^t / (1 - kappa) * ||h_1 - h_0||                      (the paper's bound)
   We fit kappa per sample as exp(slope) of a least-squares line through log s_t against t
   and check the bound with h_T standing in for h_* (a finite run has no h_*).
+- Contraction from the Jacobian: sigma_t = ||d h_{t+1} / d h_t||_2 (spectral norm) of each
+  sample at its own state, by power iteration with Jacobian-vector products. Appendix B's
+  argument needs sigma_t <= kappa < 1; the step sizes above are only a proxy for it.
 - Gradient conflict (appendix D): the cosine between the gradients of the task loss and of
   the weighted ranking loss over the parameters both losses reach.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +30,6 @@ from torch import Tensor
 from .config import LossConfig
 from .losses import ranking_losses, step_losses, task_loss
 from .models import gap
-
 
 
 
@@ -172,8 +175,90 @@ def contraction_summary(traj: Trajectories) -> dict:
             "bound_holds": holds.all(1).float().mean().item()}
 
 
+def _per_sample_norm(z: Tensor) -> Tensor:
+    """||z_i|| over all but the batch axis, shaped to broadcast against z: (N, 1, ..., 1)."""
+    return z.flatten(1).norm(dim=1).view(-1, *([1] * (z.dim() - 1)))
+
+
+def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters: int = 20,
+                       generator: torch.Generator | None = None) -> Tensor:
+    """(N,) spectral norm of d h_{t+1} / d h_t for each sample, at the states ``h`` (N, *state).
+
+    Power iteration on J^T J: v <- J^T J v / ||J^T J v||, then sigma = ||J v||, with J v from
+    ``torch.func.jvp`` and J^T u from ``torch.func.vjp`` (its linearisation is built once). The
+    step maps every sample on its own (GroupNorm, LayerNorm and attention work per sample), so
+    the batch's Jacobian is block-diagonal and one batched iteration, normalised per sample,
+    runs every sample's iteration at once. The estimate is a lower bound that rises towards
+    sigma_max; its error shrinks like (sigma_2 / sigma_max)^(2 iters).
+    Attention runs on PyTorch's math kernel here: the fused CPU kernel has no forward mode.
+    (``torch.func`` differentiates inside although the loop runs under ``no_grad``.)
+    """
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if iters < 1:
+        raise ValueError(f"iters={iters} must be at least 1")
+    h = h.detach()  # (N, *state), in the model's dtype
+    f = lambda z: model.step(z, ctx, t)  # h_t -> h_{t+1}, like h
+    v = torch.randn(h.shape, generator=generator, dtype=h.dtype).to(h.device)  # (N, *state)
+    v = v / _per_sample_norm(v)
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), warnings.catch_warnings():
+        # forward mode loads torch's own decompositions once per process through torch.jit.script,
+        # which warns of its deprecation: torch's business, and noise in a notebook's output
+        warnings.filterwarnings("ignore", message=".*torch.jit.script.*", category=FutureWarning)
+        _, vjp_fn = torch.func.vjp(f, h)
+        for _ in range(iters):
+            _, jv = torch.func.jvp(f, (h,), (v,))  # J v, like h
+            (w,) = vjp_fn(jv)  # J^T J v, like h
+            v = w / _per_sample_norm(w).clamp_min(1e-30)
+        _, jv = torch.func.jvp(f, (h,), (v,))
+    return jv.flatten(1).norm(dim=1)  # (N,) ||J v|| with ||v|| = 1
+
+
+def jacobian_norms(model: torch.nn.Module, batches, *, iters: int = 20,
+                   max_samples: int | None = None, seed: int = 0) -> Tensor:
+    """(N, T) sigma_{i,t} = ||d h_{t+1} / d h_t||_2 of sample i at step t = 0..T-1, along the
+    model's own full-depth trajectory (``step_jacobian_norm`` at every step), on the CPU."""
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    rows, seen = [], 0
+    for x, _ in batches:
+        if max_samples is not None and seen >= max_samples:
+            break
+        if max_samples is not None:
+            x = x[: max_samples - seen]
+        with torch.no_grad():
+            ctx = model.context(model.embed(x))
+            h = model.init_state(ctx)
+        norms = []
+        for t in range(model.config.steps):
+            norms.append(step_jacobian_norm(model, h, ctx, t, iters=iters, generator=generator))
+            with torch.no_grad():
+                h = model.step(h, ctx, t)
+        rows.append(torch.stack(norms, 1).cpu())  # (B, T)
+        seen += x.shape[0]
+    if seen == 0:
+        raise ValueError("jacobian_norms got no batches (an empty split?)")
+    return torch.cat(rows)
+
+
+def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
+    """Contraction read off the Jacobian norms (N, T), over steps t >= first_step (0-based):
+    the median and quartiles of sigma over samples and steps, the share of entries below 1, the
+    share of samples below 1 at every step (appendix B's condition), and kappa_jvp, the median
+    over samples of each sample's largest sigma (the rate appendix B's bound would use)."""
+    if norms.dim() != 2 or not 0 <= first_step < norms.shape[1]:
+        raise ValueError(f"norms must be (N, T) and first_step in 0..T-1, got {tuple(norms.shape)}, "
+                         f"{first_step}")
+    s = norms[:, first_step:].double()  # (N, T')
+    q = torch.quantile(s.reshape(-1), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+    return {"jvp_norm": q[1].item(), "jvp_norm_q25": q[0].item(), "jvp_norm_q75": q[2].item(),
+            "jvp_below_one": (s < 1).double().mean().item(),
+            "jvp_contracting": (s < 1).all(1).double().mean().item(),
+            "kappa_jvp": s.max(1).values.median().item()}
+
+
 # ---------------------------------------------------------------- gradient conflict
-HEADS = ("head.", "head_norm.", "halt_head.")
+HEADS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")
 
 
 def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig) -> dict:
@@ -188,7 +273,8 @@ def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossCo
     model.train()
     out = model(x, detach_halt_input=not loss.rank_grad_to_backbone)
     task = task_loss(out.logits, y, loss.label_smoothing)
-    rank = ranking_losses(out.halt_logits, step_losses(out.logits, y), loss.rank_frac, loss.margin)
+    rank = ranking_losses(out.halt_logits, step_losses(out.logits, y), loss.rank_frac, loss.margin,
+                          loss.rank_pairs)
     ranking = loss.lambda_rel * rank.rel + loss.lambda_abs * rank.abs
     named = [(n, p) for n, p in model.named_parameters()
              if p.requires_grad and not n.startswith(HEADS)]

@@ -75,9 +75,18 @@ class _Validated:
 
 MODELS = ("vanilla", "recurrent", "basic_ssm", "frost")
 BACKBONES = ("resnet", "vit")
-UPDATES = ("canonical", "convex", "gated")
+LEAKY_UPDATES = ("leaky", "leaky_gated")  # the interpolating readings (docs/method.md section 5.4)
+UPDATES = ("canonical", "convex", "gated") + LEAKY_UPDATES
 ALPHA_PARAMS = ("softplus", "exp", "sigmoid")
+HURST_PARAMS = ("sigmoid", "free")  # learnable H = sigmoid(raw) in (0, 1), or H = raw (unbounded)
 SIZES = ("smoke", "demo", "paper")
+
+
+def default_alpha_param(update: str) -> str:
+    """The alpha map of ``model.alpha_param="auto"``: sigmoid for the leaky forms, whose alpha is
+    an interpolation weight and must stay in (0, 1); softplus, as before they existed, for the
+    residual forms."""
+    return "sigmoid" if update in LEAKY_UPDATES else "softplus"
 
 
 @dataclass
@@ -123,14 +132,27 @@ class ModelConfig(_Validated):
     bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
     # FROST (docs/method.md sections 4 and 5)
-    # canonical | convex | gated. gated won the demo-size comparison of notebook 04 by the rule
-    # fixed before it ran (held-out score +0.019 over canonical, convex -0.035); paper size keeps
-    # canonical, since Table 3 gives frost basic_ssm's parameter count (no gate)
+    # canonical | convex | gated (residual), leaky | leaky_gated (interpolating, section 5.4).
+    # gated won the demo-size comparison of notebook 04 by the rule fixed before it ran (held-out
+    # score +0.019 over canonical, convex -0.035); paper size keeps canonical, since Table 3 gives
+    # frost basic_ssm's parameter count (no gate)
     update: str = "gated"
-    alpha_param: str = "softplus"  # softplus | exp | sigmoid
+    # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param: softplus for
+    # the residual forms, sigmoid for the leaky ones). "auto" is resolved on construction, so a
+    # config never holds it: every config of a residual form is what it was (same dict, same key)
+    alpha_param: str = "auto"
     alpha_init: float = 0.5  # initial value of alpha (the raw parameter is its inverse)
     hurst: float = 0.5  # H, fixed by default
     learn_hurst: bool = False
+    # learnable H as sigmoid(raw), in (0, 1), or "free": H = raw, which can leave (0, 1) (tests
+    # the paper's "a learnable H diverges"); only with learn_hurst
+    hurst_param: str = "sigmoid"
+    # leaky forms only: the scaled operators A_a(h) = alpha^(1-H) A(alpha^H h), B_a = alpha B
+    # inside the bracket instead of the plain A, B (docs/method.md section 5.4); H enters here
+    scaled_inside: bool = False
+    # halting head on LayerNorm(GAP(h_t)) (as the classifier head) instead of the raw GAP(h_t),
+    # whose norm grows with t under a residual update (docs/method.md section 6.1)
+    halt_norm: bool = False
 
     def validate(self) -> None:
         self._check("name", self.name in MODELS, f"one of {MODELS}")
@@ -144,12 +166,26 @@ class ModelConfig(_Validated):
         self._check("mlp_ratio", self.mlp_ratio > 0, "a positive ratio")
         self._check("init_state", self.init_state in ("embedding", "zeros"), "'embedding' or 'zeros'")
         self._check("update", self.update in UPDATES, f"one of {UPDATES}")
-        self._check("alpha_param", self.alpha_param in ALPHA_PARAMS, f"one of {ALPHA_PARAMS}")
+        self._check("alpha_param", self.alpha_param in ("auto",) + ALPHA_PARAMS,
+                    f"one of {('auto',) + ALPHA_PARAMS}")
+        if self.alpha_param == "auto":  # resolved here: to_dict and key() never see "auto"
+            self.alpha_param = default_alpha_param(self.update)
         upper = 1.0 if self.alpha_param == "sigmoid" else float("inf")
         self._check("alpha_init", 0.0 < self.alpha_init < upper, f"a value in (0, {upper})")
         self._check("hurst", 0.0 <= self.hurst <= 1.0, "a Hurst exponent in [0, 1]")
-        if self.learn_hurst:  # learnable H = sigmoid(raw) cannot start at 0 or 1
+        self._check("hurst_param", self.hurst_param in HURST_PARAMS, f"one of {HURST_PARAMS}")
+        self._check("hurst_param", self.hurst_param == "sigmoid" or self.learn_hurst,
+                    "'sigmoid' unless model.learn_hurst (a fixed H has no parameterisation)")
+        if self.learn_hurst and self.hurst_param == "sigmoid":  # sigmoid(raw) cannot start at 0 or 1
             self._check("hurst", 0.0 < self.hurst < 1.0, "a value in (0, 1) when model.learn_hurst")
+        leaky = self.update in LEAKY_UPDATES
+        self._check("scaled_inside", leaky or not self.scaled_inside,
+                    f"False unless model.update is one of {LEAKY_UPDATES} (the other forms fix "
+                    "their operators)")
+        # with the plain A and B in the bracket H enters nowhere: a learnable H would get no gradient
+        self._check("learn_hurst", not (self.learn_hurst and leaky and not self.scaled_inside),
+                    f"False with model.update in {LEAKY_UPDATES} unless model.scaled_inside=True "
+                    "(H enters only through the scaled operators)")
         self._check("stem_stride", self.stem_stride <= 3 or self.stem_stride % 4 == 0,
                     "1, 2, 3 or a multiple of 4")
         if self.backbone == "resnet":
@@ -164,6 +200,22 @@ class ModelConfig(_Validated):
                         "a multiple of model.patch_size")
 
 
+def _follow_update(old: ModelConfig, update: str) -> str:
+    """alpha_param for ``old`` with its form changed to ``update``: an alpha map that was the old
+    form's default (not chosen) becomes the new form's ("auto"); a chosen one stays."""
+    if update != old.update and old.alpha_param == default_alpha_param(old.update):
+        return "auto"
+    return old.alpha_param
+
+
+def replace_model(cfg: ModelConfig, **fields: Any) -> ModelConfig:
+    """``dataclasses.replace`` for a ModelConfig, except that an alpha map left at its form's
+    default follows a change of ``update`` (as in RunConfig.replace and make_config)."""
+    if "update" in fields and "alpha_param" not in fields:
+        fields["alpha_param"] = _follow_update(cfg, fields["update"])
+    return dataclasses.replace(cfg, **fields)
+
+
 @dataclass
 class LossConfig(_Validated):
     _section = "loss"
@@ -171,6 +223,9 @@ class LossConfig(_Validated):
     # fraction of the N x T loss matrix in the easy set and in the hard set: 0.5 (every entry in
     # one of the two) won notebook 04's tuning on the held-out split (+0.10 over 0.25)
     rank_frac: float = 0.5
+    # "global": S_easy and S_hard over all N x T entries, pairs across steps; "per_step": the sets
+    # are taken within each step's N entries and pairs only within the same t (docs/method.md 6.1)
+    rank_pairs: str = "global"
     margin: float = 0.2
     lambda_rel: float = 1.0
     lambda_abs: float = 0.1
@@ -189,6 +244,7 @@ class LossConfig(_Validated):
 
     def validate(self) -> None:
         self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
+        self._check("rank_pairs", self.rank_pairs in RANK_PAIRS, f"one of {RANK_PAIRS}")
         self._check("margin", self.margin >= 0, "a non-negative margin")
         self._check("lambda_rel", self.lambda_rel >= 0, "a non-negative weight")
         self._check("lambda_abs", self.lambda_abs >= 0, "a non-negative weight")
@@ -205,11 +261,23 @@ class LossConfig(_Validated):
         return self.ranking or self.ponder
 
 
+RANK_PAIRS = ("global", "per_step")
+SKETCH_WINDOWS = ("epoch", "run")
+
+
 # LossConfig fields added after trained runs were cached under their keys. They change nothing
 # while loss.ponder is off, and key() leaves them out then, so those runs keep their keys.
 PONDER_FIELDS = ("ponder", "ponder_prior", "ponder_beta")
 
 CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
+
+# Fields added after trained runs were cached (and checkpoints committed) under their keys, for
+# the readings of issue 15. At their defaults they reproduce the model and the training of
+# before, and key() leaves them out then, so every earlier run keeps its key. (model.update's
+# new values and model.alpha_param="auto" need nothing here: "auto" is resolved on
+# construction, to softplus for every form that existed before.)
+LATER_FIELDS = {"model": ("hurst_param", "scaled_inside", "halt_norm"), "loss": ("rank_pairs",),
+                "halting": ("sketch_window",)}
 
 
 @dataclass
@@ -217,11 +285,16 @@ class HaltingConfig(_Validated):
     _section = "halting"
     sketch_k: int = 200  # KLL size (rank error about 1.3% at 200)
     calibrate_on: str = "last_epoch+val"  # which halting scores feed the sketch (docs/method.md section 7)
+    # "epoch": a fresh sketch every epoch (that epoch's sources); "run": one sketch accumulates the
+    # sources of every epoch of the run (the paper: "across batches and iterations during
+    # training and validation"); resuming keeps it (the checkpoint stores the sketch)
+    sketch_window: str = "epoch"
 
     def validate(self) -> None:
         self._check("sketch_k", 8 <= self.sketch_k <= 65535, "a KLL size in [8, 65535]")
         self._check("calibrate_on", self.calibrate_on in CALIBRATION_SOURCES,
                     f"one of {CALIBRATION_SOURCES}")
+        self._check("sketch_window", self.sketch_window in SKETCH_WINDOWS, f"one of {SKETCH_WINDOWS}")
 
 
 @dataclass
@@ -310,6 +383,11 @@ class RunConfig:
         if not d["loss"]["ponder"]:  # likewise runs without PonderNet (its fields came later)
             for name in PONDER_FIELDS:
                 d["loss"].pop(name)
+        for section, names in LATER_FIELDS.items():  # and runs with none of issue 15's options
+            defaults = {f.name: f.default for f in dataclasses.fields(getattr(self, section))}
+            for name in names:
+                if d[section][name] == defaults[name]:
+                    d[section].pop(name)
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -328,6 +406,8 @@ class RunConfig:
             if name not in d[section]:
                 raise ConfigError(f"override {dotted!r}: unknown parameter; known: {sorted(d[section])}")
             d[section][name] = value
+        if "model.alpha_param" not in overrides:
+            d["model"]["alpha_param"] = _follow_update(self.model, d["model"]["update"])
         return RunConfig.from_dict(d)
 
 

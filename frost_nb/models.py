@@ -11,6 +11,10 @@ T residual steps on a state ``h`` of fixed shape, and two heads shared by all st
                canonical  h_{t+1} = h_t + A_a(h_t) + alpha * B(e)                 eq. (14)-(15)
                convex     h_{t+1} = h_t + alpha * (A(h_t) + B(e))                 eq. (8)
                gated      h_{t+1} = h_t + g * (A_a(h_t) + B_a(e)), g = sigmoid(W_g h_t + b_g)  (app. C)
+               interpolating readings (docs/method.md section 5.4), alpha in (0, 1) by default:
+               leaky        h_{t+1} = (1 - alpha) * h_t + alpha * [A(h_t) + B(e)]
+               leaky_gated  h_{t+1} = (1 - g) * h_t + g * [A(h_t) + B(e)]
+               (``scaled_inside``: A_a and B_a in the bracket instead of A and B)
 
 ``A`` is a residual *branch only*; the update supplies the skip.
 
@@ -26,7 +30,8 @@ T residual steps on a state ``h`` of fixed shape, and two heads shared by all st
 Readout heads: the classifier is ``Linear(LayerNorm(r_t))`` on the pooled readout ``r_t``
 (GAP(h_t), or GAP(C(h_t) + D(e))): the residual state is not normalised and grows with t, the
 LayerNorm makes every step's readout scale-free. The halting head is ``w . GAP(h_t) + b``
-(docs/method.md section 6), on the raw pooled state, no norm.
+(docs/method.md section 6), on the raw pooled state by default; ``halt_norm`` puts a LayerNorm
+before it, ``w . LayerNorm(GAP(h_t)) + b``, so that the score cannot read the state's norm.
 
 B(e) and GAP(D(e)) do not depend on t: they are computed once per forward (``context``), not
 at every step; e itself is read by ``init_state`` only, so the context of a subset of the
@@ -45,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import MODELS, ConfigError, ModelConfig, RunConfig
+from .config import LEAKY_UPDATES, MODELS, ConfigError, ModelConfig, RunConfig, replace_model
 
 __all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "StepContext", "create_model"]
 
@@ -53,7 +58,7 @@ __all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "StepCo
 @dataclass
 class ModelOutput:
     logits: Tensor  # (N, T, K) class logits of the readout of h_1 .. h_T
-    halt_logits: Tensor  # (N, T) w . GAP(h_t) + b; halting scores are sigmoid(halt_logits)
+    halt_logits: Tensor  # (N, T) w . GAP(h_t) + b (GAP(h_t) LayerNorm-ed with halt_norm); scores sigmoid(.)
     pooled: Tensor  # (N, T, D) GAP(h_t) for t = 1..T
     states: Tensor | None = None  # (N, T+1, *state) h_0 .. h_T when asked for
 
@@ -259,22 +264,30 @@ class FrostNet(nn.Module):
             self.B, self.C, self.D = state_map(cfg), state_map(cfg), state_map(cfg)
             # GAP commutes with a pointwise linear map: then C and D act on pooled vectors (exact)
             self.pool_first = cfg.bcd_hidden == 0 and (vit or cfg.bcd_kernel == 1)
-        if cfg.name == "frost":
+        # leaky_gated with the plain A, B has no alpha (the gate interpolates): no parameter that
+        # no loss reaches (DDP refuses those), and alpha() is None
+        self.has_alpha = cfg.name == "frost" and (cfg.update != "leaky_gated" or cfg.scaled_inside)
+        if self.has_alpha:
             to_alpha, from_alpha = _ALPHA[cfg.alpha_param]
             self._to_alpha = to_alpha
             self.alpha_raw = nn.Parameter(torch.tensor(from_alpha(cfg.alpha_init)))
-            if cfg.learn_hurst:
+        if cfg.name == "frost":
+            if cfg.learn_hurst and cfg.hurst_param == "free":  # H = raw: may leave (0, 1)
+                self.hurst_raw = nn.Parameter(torch.tensor(float(cfg.hurst)))
+            elif cfg.learn_hurst:
                 if not 0.0 < cfg.hurst < 1.0:
                     raise ConfigError(f"model.hurst={cfg.hurst!r} is invalid with learn_hurst=True: "
                                       "expected a value in (0, 1) (H = sigmoid(raw)).")
                 self.hurst_raw = nn.Parameter(torch.tensor(math.log(cfg.hurst / (1 - cfg.hurst))))
             else:
                 self.register_buffer("hurst_value", torch.tensor(float(cfg.hurst)))
-            if cfg.update == "gated":  # per-channel, per-position gate from h_t
+            if cfg.update in ("gated", "leaky_gated"):  # per-channel, per-position gate from h_t
                 w = cfg.width
                 self.gate = nn.Linear(w, w) if vit else nn.Conv2d(w, w, 1)
         self.head_norm = nn.LayerNorm(cfg.width)
         self.head = nn.Linear(cfg.width, cfg.num_classes)
+        if cfg.halt_norm:  # scale-free halting input; created only when on (parameter counts)
+            self.halt_head_norm = nn.LayerNorm(cfg.width)
         self.halt_head = nn.Linear(cfg.width, 1)  # the same w, b at every step
         if vit:
             self.apply(_init_vit)
@@ -282,14 +295,19 @@ class FrostNet(nn.Module):
     # --- scalars of the FROST update --------------------------------------------------------
 
     def alpha(self) -> Tensor | None:
-        """alpha > 0 (0-dim tensor, differentiable) for frost, None for the other families."""
-        return self._to_alpha(self.alpha_raw) if self.config.name == "frost" else None
+        """alpha > 0 (0-dim tensor, differentiable) for frost, None for the other families and
+        for leaky_gated with the plain operators (no alpha there)."""
+        return self._to_alpha(self.alpha_raw) if self.has_alpha else None
 
     def hurst(self) -> Tensor | None:
-        """H (0-dim tensor) for frost: a fixed buffer, or sigmoid(raw) in (0, 1) when learn_hurst."""
-        if self.config.name != "frost":
+        """H (0-dim tensor) for frost: a fixed buffer, or when learn_hurst sigmoid(raw) in (0, 1)
+        (hurst_param "sigmoid") or raw itself, unbounded ("free")."""
+        cfg = self.config
+        if cfg.name != "frost":
             return None
-        return torch.sigmoid(self.hurst_raw) if self.config.learn_hurst else self.hurst_value
+        if not cfg.learn_hurst:
+            return self.hurst_value
+        return self.hurst_raw if cfg.hurst_param == "free" else torch.sigmoid(self.hurst_raw)
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
@@ -332,7 +350,9 @@ class FrostNet(nn.Module):
         be = self._ctx(ctx).be  # B(e)
         if cfg.name == "basic_ssm":
             return h + A(h) + be
-        alpha = self.alpha()
+        alpha = self.alpha()  # None for leaky_gated with the plain operators
+        if cfg.update in LEAKY_UPDATES:
+            return self._leaky_step(h, A, be, alpha)
         if cfg.update == "convex":
             return h + alpha * (A(h) + be)  # eq. (8): (1 - alpha) h + alpha (h + A(h) + B(e))
         H = self.hurst()
@@ -342,6 +362,23 @@ class FrostNet(nn.Module):
         g = torch.sigmoid(self.gate(h))  # like h: per channel and position
         return h + g * update  # (1 - g) h + g (h + A_a(h) + B_a(e))
 
+    def _leaky_step(self, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor | None) -> Tensor:
+        """The interpolating readings (docs/method.md section 5.4): keep (1 - w) of the state and
+        replace the rest by the residual *term*, w = alpha or the gate. leaky's Jacobian
+        (1 - alpha) I + alpha J_A has norm below 1 whenever ||J_A|| < 1 and alpha lies in (0, 1)
+        (the gate adds a term of its own dependence on h); a residual form keeps the identity
+        with weight 1, so a small branch Jacobian does not bound it."""
+        cfg = self.config
+        if cfg.scaled_inside:
+            H = self.hurst()
+            term = alpha ** (1 - H) * A(alpha ** H * h) + alpha * be  # A_a(h_t) + B_a(e), like h
+        else:
+            term = A(h) + be  # A(h_t) + B(e), like h
+        if cfg.update == "leaky":
+            return (1 - alpha) * h + alpha * term  # eq. (8) read as an interpolation
+        g = torch.sigmoid(self.gate(h))  # like h: per channel and position (app. C)
+        return (1 - g) * h + g * term  # app. C: "interpolation between h and the residual term"
+
     def readout(self, h: Tensor, ctx: StepContext | Tensor,
                 detach_halt_input: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """(class logits (N, K), halt logit (N,), GAP(h) (N, D)) of the state h."""
@@ -350,7 +387,10 @@ class FrostNet(nn.Module):
         if self.has_bcd:
             r = self._gap_of(self.C, h) + self._ctx(ctx).d_pooled  # GAP(C(h_t) + D(e))
         logits = self.head(self.head_norm(r))  # (N, K)
-        halt = self.halt_head(pooled.detach() if detach_halt_input else pooled).squeeze(-1)  # (N,)
+        z = pooled.detach() if detach_halt_input else pooled  # (N, D)
+        if self.config.halt_norm:
+            z = self.halt_head_norm(z)  # LayerNorm(GAP(h_t)): blind to the scale of h_t
+        halt = self.halt_head(z).squeeze(-1)  # (N,)
         return logits, halt, pooled
 
     def forward(self, x: Tensor, return_states: bool = False,
@@ -392,7 +432,7 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
     if bad:
         raise ConfigError(f"unknown model parameters {sorted(bad)}; known: {sorted(known)}")
     if isinstance(cfg_or_name, ModelConfig):
-        cfg = dataclasses.replace(cfg_or_name, **fields) if fields else cfg_or_name
+        cfg = replace_model(cfg_or_name, **fields) if fields else cfg_or_name
     elif isinstance(cfg_or_name, str):
         cfg = ModelConfig(name=cfg_or_name, **fields)  # validation names the unknown model
     else:

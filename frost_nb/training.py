@@ -9,6 +9,8 @@ paper's figures 1 (alpha) and 2 (easy / hard halting scores and the median thres
 
 Which halting scores feed the KLL sketch is ``halting.calibrate_on``: the scores of the
 last training epoch, those of a pass over the held-out split, or both (the default).
+``halting.sketch_window`` says over how long: a fresh sketch every epoch ("epoch", the
+default), or one sketch that accumulates those sources over every epoch of the run ("run").
 
 Under torchrun (``distributed.py``) the same loop runs in every process with DDP.
 ``train.batch_size`` stays the global batch: each of the N ranks trains on its N-th of every
@@ -373,9 +375,14 @@ class Trainer:
             f"Lower train.lr (now {self.config.train.lr}) or set train.grad_clip, then train again.")
 
     def _calibrate(self, train_sketch: HaltingCalibrator) -> tuple[HaltingCalibrator, float]:
-        """The epoch's calibrator from the sources in halting.calibrate_on; val accuracy."""
+        """The epoch's calibrator from the sources in halting.calibrate_on (with
+        sketch_window="run", added to the sketch of the epochs before); val accuracy."""
         source = self.config.halting.calibrate_on
         calibrator = HaltingCalibrator(self.config.halting.sketch_k)
+        if self.config.halting.sketch_window == "run" and self.distributed.is_main:
+            # the run's sketch so far (already pooled over the ranks, and restored on resume):
+            # folded in on one rank only, so that merging across ranks counts it once
+            calibrator.merge(self.calibrator)
         if "last_epoch" in source:
             calibrator.merge(train_sketch)  # this rank's share of the epoch's scores
         val_acc = float("nan")

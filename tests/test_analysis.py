@@ -13,8 +13,11 @@ from frost_nb.analysis import (
     cosine_to_final,
     fit_contraction,
     gradient_conflict,
+    jacobian_norms,
+    jacobian_summary,
     scale_consistency_rows,
     similarity_matrix,
+    step_jacobian_norm,
 )
 from frost_nb.config import LossConfig, make_config
 from frost_nb.models import create_model
@@ -129,7 +132,8 @@ def _manual_cosine(model, x, y, loss):
         if which == "task":
             task_loss(out.logits, y).backward()
         else:
-            r = ranking_losses(out.halt_logits, step_losses(out.logits, y), loss.rank_frac, loss.margin)
+            r = ranking_losses(out.halt_logits, step_losses(out.logits, y), loss.rank_frac, loss.margin,
+                               loss.rank_pairs)
             (loss.lambda_rel * r.rel + loss.lambda_abs * r.abs).backward()
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     a, b = grads("task"), grads("rank")
@@ -139,11 +143,11 @@ def _manual_cosine(model, x, y, loss):
     return torch.nn.functional.cosine_similarity(ga, gb, dim=0).item()
 
 
-@pytest.mark.parametrize("name", ["recurrent", "frost"])
-def test_gradient_conflict_matches_two_backward_passes(name):
+@pytest.mark.parametrize("name,pairs", [("recurrent", "global"), ("frost", "global"), ("frost", "per_step")])
+def test_gradient_conflict_matches_two_backward_passes(name, pairs):
     model = _model(name)
     x, y = _batches(n=16, batch=16)[0]
-    loss = LossConfig()
+    loss = LossConfig(rank_pairs=pairs)
     got = gradient_conflict(model, x, y, loss)
     assert all(p.grad is None for p in model.parameters())  # the caller's grads are left alone
     assert -1 <= got["cosine"] <= 1 and got["rank_norm"] > 0 and got["task_norm"] > 0
@@ -169,3 +173,87 @@ def test_diagnostics_are_recorded_and_change_nothing(tiny_config, tmp_path):
     assert d["step"] == list(range(0, n_steps, 5))
     assert all(-1 <= c <= 1 for c in d["grad_cosine"])
     assert plain.history["diagnostics"]["step"] == []
+
+
+# --- contraction from Jacobian-vector products ----------------------------------------------------
+
+def _linear_leaky(update="leaky", W=None, alpha=0.5, steps=4):
+    """frost on smoke digits (width 16) whose branch is the 1x1 linear map W: its step map is
+    affine with the linear part M = (1 - alpha) I + alpha W at every position (leaky), or
+    I + alpha W (canonical), so ||d h_{t+1} / d h_t||_2 = ||M||_2 exactly."""
+    model = _model(steps=steps, **{"model.update": update, "model.alpha_init": alpha}).double().eval()
+    conv = torch.nn.Conv2d(16, 16, 1, bias=False).double()
+    with torch.no_grad():
+        conv.weight.copy_(W.view(16, 16, 1, 1))
+    model.branches[0] = conv
+    return model
+
+
+def _double_batches(n=6, batch=4):
+    return [(x.double(), y) for x, y in _batches(n=n, batch=batch)]
+
+
+def test_jvp_norm_of_a_linear_step_map_is_its_operator_norm():
+    W = torch.randn(16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4)) / 6
+    a = 0.5
+    M = (1 - a) * torch.eye(16, dtype=torch.float64) + a * W
+    exact = torch.linalg.matrix_norm(M, ord=2).item()
+    assert 0.5 < exact < 1  # a contraction, though W itself is not symmetric
+    norms = jacobian_norms(_linear_leaky(W=W, alpha=a, steps=3), _double_batches(n=5), iters=100)
+    assert norms.shape == (5, 3)  # per sample and step
+    torch.testing.assert_close(norms, torch.full((5, 3), exact, dtype=torch.float64), rtol=1e-6, atol=0)
+    canonical = torch.eye(16, dtype=torch.float64) + a * W  # the residual form: I + alpha W
+    got = jacobian_norms(_linear_leaky("canonical", W=W, alpha=a, steps=3), _double_batches(n=2), iters=100)
+    torch.testing.assert_close(got, torch.full((2, 3), torch.linalg.matrix_norm(canonical, ord=2).item(),
+                                               dtype=torch.float64), rtol=1e-6, atol=0)
+    assert (got > 1).all()  # the residual form does not contract with this branch
+
+
+def test_jvp_summary_of_a_contraction_and_of_the_residual_form():
+    # W symmetric with eigenvalues 0.3..0.45 and 0.6: leaky's M has norm 1 - a + 0.6 a < 1, the
+    # canonical form's I + a W has norm 1 + 0.6 a > 1; every sample and step the same
+    g = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(16, 16, dtype=torch.float64, generator=g))
+    eig = torch.cat([torch.linspace(0.3, 0.45, 15), torch.tensor([0.6])]).double()
+    W = q @ torch.diag(eig) @ q.T
+    leaky = jacobian_summary(jacobian_norms(_linear_leaky(W=W, alpha=0.8), _double_batches(), iters=50))
+    assert leaky["kappa_jvp"] == pytest.approx(0.68, rel=1e-6)
+    assert leaky["jvp_norm"] == pytest.approx(0.68, rel=1e-6)
+    assert leaky["jvp_below_one"] == 1.0 and leaky["jvp_contracting"] == 1.0
+    res = jacobian_summary(jacobian_norms(_linear_leaky("canonical", W=W, alpha=0.8), _double_batches(),
+                                          iters=50))
+    assert res["kappa_jvp"] == pytest.approx(1.48, rel=1e-6)
+    assert res["jvp_below_one"] == 0.0 and res["jvp_contracting"] == 0.0
+
+
+@pytest.mark.parametrize("backbone", ["resnet", "vit"])
+def test_jvp_norm_per_sample_against_the_full_jacobian(backbone):
+    # a real (nonlinear) step: the batched power iteration gives each sample its own norm, a
+    # lower bound of the exact one (from the full Jacobian) that comes close within 50 iterations
+    torch.manual_seed(0)
+    cfg = make_config("smoke", None, "frost", backbone, **{"model.steps": 3, "model.update": "leaky"})
+    model = create_model(cfg.model).double().eval()
+    x = _double_batches(n=3, batch=3)[0][0]
+    with torch.no_grad():
+        ctx = model.context(model.embed(x))
+        h = model.step(model.init_state(ctx), ctx, 0)
+    est = step_jacobian_norm(model, h, ctx, 1, iters=50, generator=torch.Generator().manual_seed(0))
+    assert est.shape == (3,)
+    for i in range(3):
+        one = ctx.select(torch.tensor([i]))
+        J = torch.autograd.functional.jacobian(lambda z: model.step(z, one, 1), h[i:i + 1])  # noqa: B023
+        exact = torch.linalg.matrix_norm(J.reshape(h[0].numel(), -1), ord=2).item()
+        assert 0.97 * exact <= est[i].item() <= exact * (1 + 1e-9)
+    assert len(set(est.tolist())) == 3  # samples differ
+
+
+def test_jvp_summary_known_answer_and_max_samples():
+    norms = torch.tensor([[2.0, 0.9, 0.8], [0.5, 0.7, 1.2], [3.0, 0.6, 0.4]])
+    s = jacobian_summary(norms, first_step=1)  # steps 1..2 only: 0.9 0.8 0.7 1.2 0.6 0.4
+    assert s["jvp_norm"] == pytest.approx(0.75) and s["jvp_below_one"] == pytest.approx(5 / 6)
+    assert s["jvp_contracting"] == pytest.approx(2 / 3) and s["kappa_jvp"] == pytest.approx(0.9)
+    assert jacobian_summary(norms)["jvp_contracting"] == 0.0
+    with pytest.raises(ValueError, match="first_step"):
+        jacobian_summary(norms, first_step=3)
+    model = _model(steps=2, **{"model.update": "leaky"}).eval()
+    assert jacobian_norms(model, _batches(), iters=3, max_samples=7).shape == (7, 2)

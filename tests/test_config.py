@@ -54,6 +54,60 @@ def test_bad_values_name_the_parameter(overrides, name):
         make_config("smoke", **overrides)
 
 
+@pytest.mark.parametrize("overrides, message", [
+    ({"model.update": "lossy"},
+     "model.update='lossy' is invalid: expected one of ('canonical', 'convex', 'gated', 'leaky', "
+     "'leaky_gated')."),
+    ({"model.alpha_param": "tanh"},
+     "model.alpha_param='tanh' is invalid: expected one of ('auto', 'softplus', 'exp', 'sigmoid')."),
+    ({"model.learn_hurst": True, "model.hurst_param": "tanh"},
+     "model.hurst_param='tanh' is invalid: expected one of ('sigmoid', 'free')."),
+    ({"model.hurst_param": "free"},  # a fixed H has no parameterisation
+     "model.hurst_param='free' is invalid: expected 'sigmoid' unless model.learn_hurst"),
+    ({"model.scaled_inside": True},  # the default form, gated, fixes its operators
+     "model.scaled_inside=True is invalid: expected False unless model.update is one of "
+     "('leaky', 'leaky_gated')"),
+    ({"model.update": "leaky", "model.learn_hurst": True},  # H would enter nowhere
+     "model.learn_hurst=True is invalid: expected False with model.update in ('leaky', 'leaky_gated') "
+     "unless model.scaled_inside=True"),
+    ({"model.update": "leaky", "model.alpha_init": 1.5},  # sigmoid by default: alpha < 1
+     "model.alpha_init=1.5 is invalid: expected a value in (0, 1.0)."),
+    ({"model.halt_norm": 1}, "model.halt_norm=1 is invalid: expected a value of type bool."),
+    ({"loss.rank_pairs": "per_sample"},
+     "loss.rank_pairs='per_sample' is invalid: expected one of ('global', 'per_step')."),
+    ({"halting.sketch_window": "week"},
+     "halting.sketch_window='week' is invalid: expected one of ('epoch', 'run')."),
+])
+def test_new_options_are_validated_naming_field_and_allowed_values(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        make_config("smoke", **overrides)
+    assert str(err.value).startswith(message)
+
+
+def test_leaky_forms_default_to_sigmoid_alpha():
+    # "auto" is resolved on construction: sigmoid (alpha in (0, 1)) for the leaky forms, softplus
+    # for the residual ones, and a config never holds "auto" (stored dicts stay as they were)
+    for update, param in (("canonical", "softplus"), ("convex", "softplus"), ("gated", "softplus"),
+                          ("leaky", "sigmoid"), ("leaky_gated", "sigmoid")):
+        assert ModelConfig(update=update).alpha_param == param
+        assert make_config("smoke", **{"model.update": update}).model.alpha_param == param
+        assert make_config("paper", "imagenet100", **{"model.update": update}).model.alpha_param == param
+    assert ModelConfig().alpha_param == "softplus" and make_config("demo").model.alpha_param == "softplus"
+    assert make_config("smoke", **{"model.update": "leaky"}).to_dict()["model"]["alpha_param"] == "sigmoid"
+    # a chosen map stays chosen; one left at its form's default follows a change of form
+    chosen = make_config("smoke", **{"model.update": "leaky", "model.alpha_param": "softplus"})
+    assert chosen.model.alpha_param == "softplus"
+    leaky = make_config("smoke", **{"model.update": "leaky"})
+    assert leaky.replace(**{"model.update": "gated"}).model.alpha_param == "softplus"
+    assert leaky.replace(**{"model.update": "leaky_gated"}).model.alpha_param == "sigmoid"
+    assert make_config("smoke").replace(**{"model.update": "leaky"}).model.alpha_param == "sigmoid"
+    exp = make_config("smoke", **{"model.alpha_param": "exp"})
+    assert exp.replace(**{"model.update": "leaky"}).model.alpha_param == "exp"
+    # and the same key as the explicit choice: the same model
+    explicit = make_config("smoke", **{"model.update": "leaky", "model.alpha_param": "sigmoid"})
+    assert leaky.key() == explicit.key() and leaky == explicit
+
+
 def test_unknown_names_are_refused():
     with pytest.raises(ConfigError, match="dataset"):
         make_config("smoke", "mnist-3d")
@@ -99,6 +153,54 @@ def test_new_loss_fields_leave_existing_keys_alone():
     assert base.replace(**{"loss.ponder_prior": 0.2}).key() == base.key()
     back = RunConfig.from_dict(json.loads(json.dumps(ponder.to_dict())))
     assert back == ponder and back.key() == ponder.key()
+
+
+NEW_OPTIONS = {"model.update": ("leaky", "leaky_gated"), "model.scaled_inside": (True,),
+               "model.halt_norm": (True,), "model.hurst_param": ("free",),
+               "loss.rank_pairs": ("per_step",), "halting.sketch_window": ("run",)}
+
+
+def test_issue_15_options_leave_existing_keys_alone():
+    # the pinned keys of the committed runs, and the defaults of every new field change nothing
+    assert make_config("demo", "fashion-mnist", "frost").key() == KEY_DEMO_FASHION_FROST
+    assert make_config("demo", "fashion-mnist", "vanilla").key() == KEY_DEMO_FASHION_VANILLA
+    base = make_config("demo", "fashion-mnist", "frost")
+    leaky = base.replace(**{"model.update": "leaky", "model.scaled_inside": True,
+                            "model.learn_hurst": True})
+    defaults = {"model.scaled_inside": False, "model.halt_norm": False, "model.hurst_param": "sigmoid",
+                "loss.rank_pairs": "global", "halting.sketch_window": "epoch"}
+    assert base.replace(**defaults).key() == base.key()  # explicit defaults: the same key
+    for dotted in NEW_OPTIONS:  # though a checkpoint's stored config holds every one of them
+        section, _, name = dotted.partition(".")
+        assert name in base.to_dict()[section]
+    # every new value makes a run of its own, and survives the JSON round trip
+    keys = {base.key()}
+    for dotted, values in NEW_OPTIONS.items():
+        for value in values:
+            cfg = (leaky if dotted in ("model.scaled_inside", "model.hurst_param") else base)
+            cfg = cfg.replace(**{dotted: value})
+            back = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+            assert back == cfg and back.key() == cfg.key()
+            keys.add(cfg.key())
+    assert len(keys) == 1 + sum(len(v) for v in NEW_OPTIONS.values())
+
+
+def test_committed_checkpoints_keep_their_keys():
+    """Every committed checkpoint is found by its stored config's key: fields added since (with
+    defaults that reproduce the run) must not move it."""
+    from frost_nb.checkpoint import load_checkpoint
+    from frost_nb.paths import committed_checkpoints_dir
+
+    files = sorted(committed_checkpoints_dir().glob("*.pt"))
+    assert len(files) >= 30, "the committed checkpoints are missing"
+    for path in files:
+        stored = load_checkpoint(path)["config"]
+        cfg = RunConfig.from_dict(stored)
+        assert cfg.key() == path.stem, path.name
+        d = cfg.to_dict()  # every stored value reads back unchanged ("softplus" stays softplus)
+        for section, values in stored.items():
+            if section != "size":
+                assert {k: d[section][k] for k in values} == values, (path.name, section)
 
 
 def test_ponder_replaces_the_ranking_losses():

@@ -34,6 +34,10 @@ BASELINE = make_config("smoke", model="recurrent", **{"train.epochs": 1, "train.
                                                       "train.device": "cpu", "data.limit": 192})
 # PonderNet's loss reaches every parameter (DDP without find_unused_parameters)
 PONDER = FROST.replace(**{"train.epochs": 1, "loss.ranking": False, "loss.ponder": True})
+# the reading of docs/method.md section 5.5: a whole-run sketch must count each rank's scores once
+# per epoch, and the leaky update with a normalised halting input leaves no parameter unused
+ADOPTED = FROST.replace(**{"model.update": "leaky", "model.halt_norm": True, "loss.rank_pairs": "per_step",
+                           "halting.sketch_window": "run"})
 
 
 def _free_port() -> int:
@@ -62,6 +66,7 @@ def _train_on_each_rank(rank: int, port: int, folder) -> None:
         _record(Trainer(FROST, checkpoint=folder / "split.pt").fit(), folder, "resumed", rank)
         _record(Trainer(BASELINE).fit(), folder, "baseline", rank)
         _record(Trainer(PONDER).fit(), folder, "ponder", rank)
+        _record(Trainer(ADOPTED).fit(), folder, "adopted", rank)
     finally:
         leave_process_group()
 
@@ -69,11 +74,12 @@ def _train_on_each_rank(rank: int, port: int, folder) -> None:
 @pytest.fixture(scope="module")
 def two_rank_runs(tmp_path_factory):
     """What each of two ranks ended with: a whole run, an interrupted and resumed one, a baseline,
-    a PonderNet run."""
+    a PonderNet run, a run of the adopted reading."""
     folder = tmp_path_factory.mktemp("ddp")
     mp.spawn(_train_on_each_rank, args=(_free_port(), folder), nprocs=WORLD)
     return {(name, rank): torch.load(folder / f"{name}_rank{rank}.pt", weights_only=False)
-            for name in ("whole", "resumed", "baseline", "ponder") for rank in range(WORLD)}, folder
+            for name in ("whole", "resumed", "baseline", "ponder", "adopted")
+            for rank in range(WORLD)}, folder
 
 
 def _scores_fed(config) -> int:
@@ -83,7 +89,7 @@ def _scores_fed(config) -> int:
     return (len(train) // config.train.batch_size) * config.train.batch_size * steps + len(val) * steps
 
 
-@pytest.mark.parametrize("name", ["whole", "resumed", "baseline", "ponder"])
+@pytest.mark.parametrize("name", ["whole", "resumed", "baseline", "ponder", "adopted"])
 def test_ranks_end_with_the_same_parameters(two_rank_runs, name):
     runs, _ = two_rank_runs
     a, b = runs[name, 0]["params"], runs[name, 1]["params"]
@@ -94,8 +100,8 @@ def test_ranks_end_with_the_same_parameters(two_rank_runs, name):
 
 def test_pooled_sketch_counts_every_score_once_and_gives_the_same_threshold(two_rank_runs):
     runs, _ = two_rank_runs
-    for name, config in (("whole", FROST), ("resumed", FROST), ("baseline", BASELINE)):
-        expected = _scores_fed(config)
+    for name, config in (("whole", FROST), ("resumed", FROST), ("baseline", BASELINE), ("adopted", ADOPTED)):
+        expected = _scores_fed(config) * (config.train.epochs if name == "adopted" else 1)  # a run's sketch
         for rank in range(WORLD):  # each rank's share of the epoch, the held-out pass once
             assert runs[name, rank]["n"] == expected, (name, rank)
         # rank 0 merged and sent its sketch: the same bytes, so the same thresholds

@@ -405,6 +405,10 @@ REAL = [(m, b, {}) for m in ("vanilla", "recurrent", "basic_ssm", "frost")
         for b in ("resnet", "vit")]
 REAL += [("frost", b, {"model.update": u}) for u in ("convex", "gated") for b in ("resnet", "vit")]
 REAL += [("frost", "resnet", {"model.init_state": "zeros"})]
+REAL += [("frost", b, {"model.update": u, "model.halt_norm": True}) for u in ("leaky", "leaky_gated")
+         for b in ("resnet", "vit")]
+REAL += [("frost", "vit", {"model.update": "leaky", "model.scaled_inside": True, "model.learn_hurst": True,
+                           "model.hurst_param": "free"})]
 
 
 @pytest.mark.parametrize("name,backbone,overrides", REAL)

@@ -153,6 +153,80 @@ def test_abs_is_stable_for_saturated_logits():
     assert torch.isfinite(r.abs) and math.isclose(float(r.abs), 120.0, rel_tol=1e-4)
 
 
+# --- per-step sets and pairs (loss.rank_pairs = "per_step") ------------------------------------
+
+def _brute_force_per_step(z, losses, frac, margin):
+    """L_rel and L_abs by explicit same-step pairs: loops over t, then (easy, hard) in column t."""
+    n, t = losses.shape
+    m = set_size(n, frac)
+    rels, bce = [], []
+    for s in range(t):
+        col = sorted(range(n), key=lambda i: (float(losses[i, s]), i))
+        easy, hard = col[:m], col[n - m:]
+        p = lambda i: 1.0 / (1.0 + math.exp(-float(z[i, s])))
+        rels.append(sum(max(0.0, margin - (p(e) - p(d))) for e in easy for d in hard) / m ** 2)
+        bce.append((sum(-math.log(p(e)) for e in easy) / m, sum(-math.log(1 - p(d)) for d in hard) / m))
+    rel = sum(rels) / t
+    abs_ = sum(b[0] for b in bce) / t + sum(b[1] for b in bce) / t
+    return rel, abs_
+
+
+@pytest.mark.parametrize("n,t,frac,seed",
+                         [(8, 4, 0.25, 0), (7, 3, 0.5, 1), (16, 5, 0.125, 2), (3, 2, 0.25, 3)])
+def test_per_step_rel_and_abs_known_answer(n, t, frac, seed):
+    logits, halt, y = _batch(n, t, seed=seed)
+    halt = halt * 0.3  # scores close together: most hinges active
+    losses = step_losses(logits, y)
+    r = ranking_losses(halt, losses, frac, 0.25, pairs="per_step")
+    rel, abs_ = _brute_force_per_step(halt, losses, frac, 0.25)
+    assert math.isclose(float(r.rel), rel, rel_tol=1e-5) and math.isclose(float(r.abs), abs_, rel_tol=1e-5)
+    # each step holds its own m easiest and m hardest samples
+    m = set_size(n, frac)
+    assert r.easy_mask.sum(0).tolist() == [m] * t and r.hard_mask.sum(0).tolist() == [m] * t
+    for s in range(t):
+        col = losses[:, s].sort().values
+        assert losses[r.easy_mask[:, s], s].max() <= col[m - 1] <= losses[~r.easy_mask[:, s], s].min()
+    # one step's sets and pairs are the global ones of that step's column alone
+    cols = [ranking_losses(halt[:, s:s + 1], losses[:, s:s + 1], frac, 0.25) for s in range(t)]
+    assert torch.allclose(r.rel, torch.stack([c.rel for c in cols]).mean(), atol=1e-7)
+    assert torch.equal(r.easy_mask, torch.cat([c.easy_mask for c in cols], 1))
+
+
+def test_per_step_pairs_never_cross_steps():
+    # Later steps easier for every sample (losses fall with t) and a score that only counts
+    # steps (equal within a step, rising with t): the global sets put every easy entry at a late
+    # step and every hard one at an early step, and the score ranks them perfectly, so no hinge
+    # is active. Per step, easy and hard entries share a step and so a score: every same-step
+    # hinge is exactly the margin. A pair across steps anywhere would lower the mean below it.
+    n, t = 6, 4
+    losses = torch.arange(t, 0, -1.0)[None] + 0.01 * torch.arange(n)[:, None]  # (N, T)
+    z = torch.linspace(-3, 3, t)[None].expand(n, t).clone()  # a step counter
+    glob = ranking_losses(z, losses, 0.25, 0.2)
+    assert float(glob.rel) == 0.0
+    assert glob.easy_mask[:, -1].all() and glob.hard_mask[:, 0].all()  # the last / first step
+    per = ranking_losses(z, losses, 0.25, 0.2, pairs="per_step")
+    assert math.isclose(float(per.rel), 0.2, rel_tol=1e-6)
+    assert per.easy_mask.sum(0).tolist() == per.hard_mask.sum(0).tolist() == [1] * t
+    # shifting every score of one step moves no same-step difference (it would move every pair
+    # of that step with another step), so the per-step loss stays exactly the margin
+    for s in range(t):
+        z_moved = z.clone()
+        z_moved[:, s] += 0.5
+        assert math.isclose(float(ranking_losses(z_moved, losses, 0.25, 0.2, pairs="per_step").rel),
+                            0.2, rel_tol=1e-6)
+
+
+def test_per_step_pairs_in_total_loss_and_bad_value():
+    logits, halt, y = _batch()
+    cfg = LossConfig(rank_pairs="per_step", rank_frac=0.25)
+    loss, parts = total_loss(logits, halt, y, cfg)
+    r = ranking_losses(halt, step_losses(logits, y), 0.25, cfg.margin, pairs="per_step")
+    assert torch.allclose(loss, task_loss(logits, y) + r.rel + 0.1 * r.abs)
+    assert float(parts["rel"]) != float(total_loss(logits, halt, y, LossConfig(rank_frac=0.25))[1]["rel"])
+    with pytest.raises(ValueError, match=r"pairs='within'.*\('global', 'per_step'\)"):
+        ranking_losses(halt, step_losses(logits, y), pairs="within")
+
+
 # --- gradients -------------------------------------------------------------------------------
 
 def test_ranking_gradient_reaches_halt_logits_only():

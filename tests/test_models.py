@@ -178,6 +178,10 @@ FAMILIES = [(n, b, {}) for n in NAMES for b in BACKBONES]
 FAMILIES += [("frost", b, {"update": u}) for u in ("canonical", "convex") for b in BACKBONES]
 FAMILIES += [("basic_ssm", "resnet", {"bcd_kernel": 3}), ("frost", "vit", {"bcd_hidden": 8}),
              ("frost", "resnet", {"stem_stride": 4})]
+FAMILIES += [("frost", b, {"update": u, "halt_norm": True}) for u in ("leaky", "leaky_gated")
+             for b in BACKBONES]
+FAMILIES += [("frost", "vit", {"update": "leaky", "scaled_inside": True, "learn_hurst": True,
+                               "hurst_param": "free"})]
 
 
 @pytest.mark.parametrize("name,backbone,fields", FAMILIES)
@@ -438,3 +442,185 @@ def test_bf16_autocast_and_channels_last(backbone):
     assert torch.allclose(out.logits.float(), ref.logits, atol=0.15, rtol=0.05)
     out.logits.float().sum().backward()
     assert model.alpha_raw.grad is not None
+
+
+# --- the interpolating readings (docs/method.md section 5.4) ------------------------------------
+
+def _linear_branch(model, backbone, W):
+    """Replace the shared branch A by the plain linear map h -> W h (per position or token)."""
+    c = W.shape[0]
+    lin = nn.Conv2d(c, c, 1, bias=False) if backbone == "resnet" else nn.Linear(c, c, bias=False)
+    lin = lin.to(W.dtype)  # before the copy: a float32 weight would round W
+    with torch.no_grad():
+        lin.weight.copy_(W.view(lin.weight.shape))
+    model.branches[0] = lin
+    return lin
+
+
+def _sym(c, lo, hi, seed=0):
+    """A symmetric c x c matrix with eigenvalues evenly spread over [lo, hi] (float64)."""
+    q, _ = torch.linalg.qr(torch.randn(c, c, dtype=torch.float64,
+                                       generator=torch.Generator().manual_seed(seed)))
+    return q @ torch.diag(torch.linspace(lo, hi, c, dtype=torch.float64)) @ q.T
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+@pytest.mark.parametrize("update", ["leaky", "leaky_gated"])
+@pytest.mark.parametrize("scaled", [False, True])
+def test_leaky_forms_equal_their_formula_on_a_linear_branch(backbone, update, scaled):
+    model = small("frost", backbone, update=update, scaled_inside=scaled, alpha_init=0.3,
+                  hurst=0.7).double()
+    W = torch.randn(16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) / 4
+    lin = _linear_branch(model, backbone, W)
+    h, ctx, A, a, H = _parts(model, images().double())
+    assert A is lin
+    Wh = torch.einsum("ij,njyx->niyx", W, h) if backbone == "resnet" else h @ W.T  # W h, like h
+    w = a if update == "leaky" else torch.sigmoid(model.gate(h))  # alpha, or the gate like h
+    if scaled:  # A_a(h) = a^(1-H) A(a^H h) = a W h for a linear A; B_a = a B
+        assert a.item() == pytest.approx(0.3) and H.item() == pytest.approx(0.7)
+        expected = (1 - w) * h + w * (a ** (1 - H) * A(a ** H * h) + a * ctx.be)
+        assert torch.allclose(expected, (1 - w) * h + w * a * (Wh + ctx.be), atol=1e-12)
+    else:  # plain A and B: alpha appears once (leaky) or not at all (leaky_gated)
+        expected = (1 - w) * h + w * (Wh + ctx.be)
+    assert torch.allclose(model.step(h, ctx, 1), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_leaky_forms_on_the_real_branch(backbone):
+    x = images().double()
+    model = small("frost", backbone, update="leaky", alpha_init=0.3).double()
+    assert model.config.alpha_param == "sigmoid" and model.alpha().item() == pytest.approx(0.3)
+    h, ctx, A, a, _ = _parts(model, x)
+    assert torch.allclose(model.step(h, ctx, 1), (1 - a) * h + a * (A(h) + ctx.be), atol=1e-12)
+    # alpha -> 1 replaces the state by the residual term: h_{t+1} = A(h_t) + B(e)
+    with torch.no_grad():
+        model.alpha_raw.fill_(40.0)
+    assert torch.allclose(model.step(h, ctx, 1), A(h) + ctx.be, atol=1e-12)
+    # leaky_gated with the plain operators has no alpha: the gate is the interpolation weight
+    gated = small("frost", backbone, update="leaky_gated").double()
+    assert gated.alpha() is None and not hasattr(gated, "alpha_raw")
+    assert gated.num_parameters() == small("frost", backbone, update="gated").num_parameters() - 1
+    assert small("frost", backbone, update="leaky_gated", scaled_inside=True).alpha() is not None
+    # a config's alpha map left at its form's default follows a change of form, a chosen one stays
+    assert create_model(ModelConfig(**SMALL), update="leaky").config.alpha_param == "sigmoid"
+    chosen = ModelConfig(alpha_param="exp", **SMALL)
+    assert create_model(chosen, update="leaky").config.alpha_param == "exp"
+    assert create_model(ModelConfig(**SMALL), update="leaky", alpha_param="softplus").config.alpha_param == \
+        "softplus"
+
+
+@pytest.mark.parametrize("update", ["leaky", "leaky_gated"])
+def test_hurst_enters_only_with_the_scaled_operators_inside(update):
+    x = images()
+    for scaled, same in ((False, True), (True, False)):
+        lo, hi = (small("frost", "vit", update=update, scaled_inside=scaled, hurst=H)(x).logits
+                  for H in (0.2, 0.8))
+        assert torch.equal(lo, hi) == same
+
+
+@pytest.mark.parametrize("update,name", [("leaky", "leaky"), ("leaky_gated", "leaky_gated"),
+                                         ("leaky", "scaled")])
+def test_every_parameter_of_the_new_forms_gets_a_gradient(update, name):
+    # no parameter that no loss reaches (DDP without find_unused_parameters refuses those)
+    fields = dict(scaled_inside=True, learn_hurst=True) if name == "scaled" else {}
+    model = small("frost", "resnet", update=update, halt_norm=True, **fields)
+    out = model(images())
+    (out.logits.square().mean() + out.halt_logits.square().mean()).backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum()] == []
+
+
+def _step_norms(model, x):
+    with torch.no_grad():
+        states = model(x, return_states=True).states.double()  # (N, T+1, *state)
+    return (states[:, 1:] - states[:, :-1]).flatten(2).norm(dim=2)  # (N, T) ||h_{t+1} - h_t||
+
+
+def test_leaky_contracts_where_the_maths_says_and_canonical_does_not():
+    # A linear branch W, symmetric with eigenvalues in [0.3, 0.6] (operator norm 0.6). leaky:
+    # h_{t+1} - h_t = ((1 - a) I + a W)(h_t - h_{t-1}), norm <= kappa = 1 - a + 0.6 a < 1, so the
+    # steps shrink at least geometrically; canonical: (I + a W), every eigenvalue >= 1 + 0.3 a,
+    # so they grow at least by that factor (the residual form bounds nothing)
+    W, a = _sym(16, 0.3, 0.6), 0.8
+    x = images().double()
+    leaky = small("frost", "resnet", update="leaky", alpha_init=a, steps=12).double()
+    canonical = small("frost", "resnet", update="canonical", alpha_init=a, steps=12).double()
+    for model in (leaky, canonical):
+        _linear_branch(model, "resnet", W)
+    kappa = 1 - a + 0.6 * a  # 0.68
+    s = _step_norms(leaky, x)  # (N, 12)
+    assert (s[:, 1:] <= kappa * s[:, :-1] * (1 + 1e-9)).all()
+    assert (s <= kappa ** torch.arange(12.0, dtype=torch.float64) * s[:, :1] * (1 + 1e-9)).all()
+    assert (s[:, -1] / s[:, 0]).max() < kappa ** 11 < 0.02
+    c = _step_norms(canonical, x)
+    assert (c[:, 1:] >= (1 + 0.3 * a) * c[:, :-1] * (1 - 1e-9)).all()
+    assert (c[:, -1] / c[:, 0]).min() > (1 + 0.3 * a) ** 11 > 10
+
+
+def test_leaky_keeps_the_state_bounded_with_the_real_branch():
+    # The branch ends in a GroupNorm (unit weight, zero bias at init), so ||A(h)|| <= sqrt(C H W)
+    # whatever h, and ||h_{t+1}|| <= (1 - a) ||h_t|| + a (sqrt(C H W) + ||B(e)||): the state never
+    # leaves max(||h_0||, sqrt(C H W) + ||B(e)||). The residual forms add a step of nearly that
+    # size every time, and the state grows far past it (docs/method.md section 5.4)
+    x = images()
+    bound = None
+    for update in ("leaky", "canonical", "convex", "gated"):
+        model = small("frost", "resnet", update=update, steps=30)
+        with torch.no_grad():
+            norms = model(x, return_states=True).states.flatten(2).norm(dim=2)  # (N, 31)
+            be = model.context(model.embed(x)).be.flatten(1).norm(dim=1)  # (N,)
+        if bound is None:
+            bound = torch.maximum(norms[:, 0], (16 * 8 * 8) ** 0.5 + be)  # (N,)
+            assert (norms <= bound[:, None] * (1 + 1e-5)).all(), update
+        else:
+            assert (norms[:, -1] > 5 * bound).all(), update
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_halt_norm_makes_the_score_blind_to_the_state_scale(backbone):
+    x = images().double()
+    for halt_norm in (False, True):
+        model = small("frost", backbone, halt_norm=halt_norm).double().eval()
+        if halt_norm:
+            model.halt_head_norm.eps = 1e-12  # exact but for LayerNorm's eps
+        ctx = model.context(model.embed(x))
+        h = model.step(model.init_state(ctx), ctx, 0)
+        with torch.no_grad():
+            z = model.readout(h, ctx)[1]  # (N,)
+            scaled = [model.readout(c * h, ctx)[1] for c in (0.5, 3.0, 40.0)]  # GAP(c h) = c GAP(h)
+        assert all(torch.allclose(z, zc, atol=1e-9) for zc in scaled) == halt_norm
+    # w . LayerNorm(GAP(h_t)) + b, with the LayerNorm the classifier head has
+    pooled = model.readout(h, ctx)[2]
+    ref = model.halt_head(torch.nn.functional.layer_norm(pooled, (16,), model.halt_head_norm.weight,
+                                                         model.halt_head_norm.bias, 1e-12)).squeeze(-1)
+    assert torch.allclose(model.readout(h, ctx)[1], ref, atol=1e-12)
+
+
+def test_halt_norm_parameter_counts():
+    # the counts change only when it is on: one LayerNorm of the width (weight and bias)
+    for backbone, width in (("resnet", 256), ("vit", 768)):
+        for name in NAMES:
+            assert paper_model(name, backbone, halt_norm=True).num_parameters() == \
+                PAPER_PARAMS[backbone, name] + 2 * width
+    assert small("frost", "resnet", halt_norm=True).num_parameters() == \
+        small("frost", "resnet").num_parameters() + 2 * 16
+
+
+def test_free_hurst_can_leave_the_unit_interval():
+    model = small("frost", "resnet", update="canonical", learn_hurst=True, hurst_param="free",
+                  hurst=0.5, alpha_init=0.4).double()
+    assert model.hurst().item() == 0.5 and model.hurst_raw.item() == 0.5  # H = raw, from hurst
+    with torch.no_grad():
+        model.hurst_raw.fill_(1.3)
+    h, ctx, A, a, H = _parts(model, images().double())
+    assert H.item() == pytest.approx(1.3)
+    assert torch.allclose(model.step(h, ctx, 1), h + a ** (1 - 1.3) * A(a ** 1.3 * h) + a * ctx.be,
+                          atol=1e-10)
+    with torch.no_grad():
+        model.hurst_raw.fill_(-0.4)
+    assert model.hurst().item() == pytest.approx(-0.4)
+    sig = small("frost", "resnet", learn_hurst=True, hurst=0.5)  # today's: sigmoid(raw) in (0, 1)
+    with torch.no_grad():
+        sig.hurst_raw.fill_(1.3)
+    assert sig.hurst().item() == pytest.approx(1 / (1 + math.exp(-1.3)))
+    # free H starts anywhere in [0, 1], sigmoid H only inside
+    assert small("frost", "resnet", learn_hurst=True, hurst_param="free", hurst=1.0).hurst().item() == 1.0

@@ -206,3 +206,40 @@ def test_relative_checkpoint_paths_fall_back_to_the_repository(tmp_path, monkeyp
     assert checkpoint_file("pyproject.toml") == Path("pyproject.toml")
     assert checkpoint_file("no/such/file.pt") == Path("no/such/file.pt")
     assert checkpoint_file(tmp_path / "x.pt") == tmp_path / "x.pt"
+
+
+def test_run_sketch_counts_every_score_of_every_epoch_and_survives_resume(tiny_config, tmp_path):
+    # sketch_window="run": one KLL sketch over the whole run, fed each epoch with that epoch's
+    # training scores and its held-out pass (calibrate_on's sources); "epoch" starts afresh
+    cfg = tiny_config.replace(**{"train.epochs": 3})
+    run_cfg = cfg.replace(**{"halting.sketch_window": "run"})
+    epoch = Trainer(cfg, checkpoint=tmp_path / "epoch.pt")
+    per_epoch = epoch.steps_per_epoch * cfg.train.batch_size * 4 + len(epoch.val_set) * 4  # T = 4
+    assert per_epoch == 20 * 64 * 4 + 144 * 4  # 20 full batches of 64 (drop_last), 144 held out
+    assert epoch.fit().calibrator.n == per_epoch
+    whole = Trainer(run_cfg, checkpoint=tmp_path / "whole.pt").fit()
+    assert whole.calibrator.n == 3 * per_epoch
+    Trainer(run_cfg, checkpoint=tmp_path / "split.pt").fit(until_epoch=2)  # "interrupted"
+    assert load_model(tmp_path / "split.pt")[1].n == 2 * per_epoch  # the checkpoint keeps the sketch
+    resumed = Trainer(run_cfg, checkpoint=tmp_path / "split.pt").fit()
+    assert resumed.calibrator.n == 3 * per_epoch
+    assert resumed.calibrator.threshold(0.5) == pytest.approx(whole.calibrator.threshold(0.5), abs=0.02)
+    val_only = Trainer(run_cfg.replace(**{"halting.calibrate_on": "val"}), checkpoint=tmp_path / "v.pt")
+    assert val_only.fit().calibrator.n == 3 * len(val_only.val_set) * 4
+
+
+def test_adopted_reading_trains(tiny_config, tmp_path):
+    # leaky update, per-step pairs, normalised halting input, whole-run sketch: every parameter
+    # is trained (none that no loss reaches), alpha stays in (0, 1) and the training loss falls
+    cfg = tiny_config.replace(**{"train.epochs": 3, "model.update": "leaky", "model.halt_norm": True,
+                                 "loss.rank_pairs": "per_step", "halting.sketch_window": "run"})
+    assert cfg.model.alpha_param == "sigmoid"
+    trainer = Trainer(cfg, checkpoint=tmp_path / "run.pt")
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    result = trainer.fit()
+    after = dict(result.model.named_parameters())
+    assert "halt_head_norm.weight" in after
+    assert [n for n in before if torch.equal(before[n], after[n])] == []
+    assert all(0 < a < 1 for a in result.history["steps"]["alpha"])
+    losses = result.history["epochs"]["train_loss"]
+    assert losses[-1] < losses[0]
