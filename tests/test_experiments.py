@@ -31,7 +31,7 @@ def _diff(a, b):
     return out
 
 
-@pytest.mark.parametrize("name", [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse")])
+@pytest.mark.parametrize("name", [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "readings")])
 def test_every_ablation_arm_changes_one_setting(name):
     ref = reference()
     assert ref.train.epochs == ABLATION_EPOCHS and ref.train.diagnostics_every > 0
@@ -177,3 +177,32 @@ def test_committed_notebook_runs_are_all_committed():
               **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits").items()},
               **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2)).items()}}
     require_trained(needed, retrain=False)
+
+
+def test_readings_grid_and_its_measurements():
+    """Experiment (b)'s grid: every update form x h_0 under the adopted halting settings; the row
+    it measures on a trained run, and the fixed rule applied to rows."""
+    from frost_nb.experiments import ADOPTED_READING, READING_FORMS, reading_row, reading_verdicts
+
+    runs = grid("readings", "smoke", None)
+    assert len(runs) == 2 * len(READING_FORMS)
+    leaky, gated = runs["leaky, h0 = zeros"], runs["gated, h0 = embedding"]
+    assert (leaky.model.update, leaky.model.alpha_param, leaky.model.init_state) == ("leaky", "sigmoid", "zeros")
+    assert gated.model.alpha_param == "softplus"  # each form's own default map
+    for cfg in (leaky, gated):
+        assert cfg.model.halt_norm == ADOPTED_READING["model.halt_norm"]
+        assert cfg.loss.rank_pairs == "per_step" and cfg.halting.sketch_window == "run"
+    row = reading_row(train_or_load(leaky), jvp_samples=8)
+    assert 0.0 < row["jvp_norm"] and 0.0 <= row["bound_holds"] <= 1.0
+    assert len(row["accuracy per depth"]) == leaky.model.steps and row["accuracy"] == row["accuracy per depth"][-1]
+    assert 0.0 < row["alpha start"] < 1.0 and row["alpha min"] <= row["alpha end"]
+
+    def fake(update, seed, jvp, bound, cos3):
+        return {"update": update, "init_state": "embedding", "seed": seed, "jvp_norm": jvp, "bound_holds": bound,
+                "kappa": 1.0, "cos t=3": cos3, "accuracy": 0.9, "area frost": 0.8, "area fixed": 0.8}
+
+    rows = [fake("leaky", s, 0.8, 0.7, 0.9 + 0.01 * s) for s in range(3)]
+    rows += [fake("gated", s, 1.02, 0.0, 0.5) for s in range(3)]
+    out = reading_verdicts(rows, basic_ssm_cos3=[0.70, 0.72, 0.74])
+    assert out["leaky, h0 = embedding"]["contracts"] and out["leaky, h0 = embedding"]["table1_reproduced"]
+    assert not out["gated, h0 = embedding"]["contracts"] and not out["gated, h0 = embedding"]["table1_reproduced"]
