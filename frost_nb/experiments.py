@@ -435,3 +435,25 @@ def reading_verdicts(rows, basic_ssm_cos3: list[float]) -> dict[str, dict[str, A
             "area frost": float(np.mean([r["area frost"] for r in rs])),
             "area fixed": float(np.mean([r["area fixed"] for r in rs]))}
     return out
+
+
+def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", seeds: tuple[int, ...] = (0, 1, 2),
+                            rows: list[dict] | None = None, jvp_samples: int = 100) -> dict[str, Any]:
+    """Experiment (b) from trained runs only (``require_trained``): a ``reading_row`` per run of the
+    ``readings`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
+    Table 1 cosine at t = 3 on the same seeds (task-only families runs), and the fixed rule's
+    verdict per form; what ``write_metrics("15_update_forms", ...)`` records."""
+    from .analysis import cosine_to_final
+    from .checkpoint import train_or_load
+
+    runs = grid("readings", size, dataset, seeds)
+    families = {s: _grid("families", size, dataset, s)["basic_ssm"] for s in seeds}
+    require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)
+    if rows is None:
+        rows = [{"run": label, **reading_row(train_or_load(cfg, progress=False), jvp_samples=jvp_samples)}
+                for label, cfg in runs.items()]
+    basic = [float(cosine_to_final(run_trajectories(train_or_load(cfg, progress=False), "test").pooled)
+                   .mean(0)[3]) for cfg in families.values()]
+    return {"dataset": dataset, "size": size, "seeds": list(seeds), "jvp_samples": jvp_samples,
+            "rule": READING_EXPERIMENTS["update_forms"], "basic_ssm cos t=3": basic, "runs": rows,
+            "forms": reading_verdicts(rows, basic)}

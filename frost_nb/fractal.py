@@ -4,34 +4,53 @@ The paper says the latent trajectories of vanilla and basic_ssm have a box-count
 (Minkowski) dimension close to the Koch curve's log 4 / log 3 = 1.2619 and FROST's is
 "significantly higher", without a protocol. Ours, stated so that anyone can repeat it:
 
-Estimators (pure numpy):
+Estimators (pure numpy, scipy's KD-tree for pair counts):
 - Normalisation: the set is translated to the origin and divided by its largest side, so it
   fits the unit cube with its shape kept (the dimension is invariant to this).
-- Box counting: N(eps) = number of occupied boxes of side eps = 2^-k, k = 2..7 (BOX_SCALES:
-  1/4 .. 1/128 of the set's extent), on the grid anchored at the normalised set's corner with
-  the far faces counted as inside (so a side of length 1 takes exactly 1/eps boxes, not one
-  more); the dimension is the least-squares slope of log N against log(1/eps). The grid is
-  axis-aligned, and for a fractal the estimate depends on orientation at these scales: the
-  Koch curve gives 1.29 as generated and 1.23 turned by 40 degrees. Averaging over rotations
-  was tried and dropped: it biases filled sets (the turned bounding box is half empty).
-- Correlation dimension (Grassberger-Procaccia): C(r) = share of point pairs closer than r,
-  on at most ``max_points`` points (a seeded subsample), the slope of log C against log r for
-  r in CORRELATION_SCALES (1/64 .. 1/8 of the extent).
-- Validation (tests and notebook 03): a straight line (1), a filled square (2) and the Koch
-  curve (1.2619) must come out within 0.05.
+- Box counting: N(eps) = occupied boxes of side eps, averaged over BOX_OFFSETS grids, each
+  shifted by a seeded uniform random fraction of a box along every axis. One grid anchored at
+  the set's corner (this module's estimator until issue 15) lets the set's own structure line
+  up with it or not: over sides 1/4 .. 1/128 the middle-third Cantor dust came out 0.11 too
+  high, the Cesaro-Koch curve of ratio 0.3 0.10 too high. Averaging over shifts removes
+  that lattice effect. The shifted grids overhang the set's
+  bounding box by one box per axis on average: the estimate approaches the dimension from
+  below as eps shrinks, slowly for sets that fill their box (a filled square: (1/eps + 1)^2).
+- Correlation dimension (Grassberger-Procaccia): C(r) = share of pairs (q, p) at most r apart,
+  q from a seeded subsample of at most CORRELATION_POINTS points and p from the whole set
+  (a KD-tree counts them; the whole set makes C(r) smooth down to small r).
+- Fitting range. Given sides (radii), the least-squares slope of log N against log(1/eps)
+  (log C against log r) over exactly those: a fixed protocol window. Not given: the
+  candidates AUTO_BOX_SCALES (AUTO_CORRELATION_SCALES) from 1/4 of the extent down to the
+  points' resolution (at least MIN_POINTS_PER_BOX points per occupied box; at least
+  MIN_NEIGHBOURS neighbours per point on average), then ``stable_range``: the longest range
+  whose local slopes (secants over FIT_WIDTH octaves) stay within 2 * FIT_TOLERANCE of each
+  other, at least FIT_MIN_SPAN octaves long; no such range (a lacunar set whose log-log curve
+  wobbles everywhere): the whole resolved range.
+- Validation (tests/test_fractal.py; notebook 03 shows four of the sets): a line, a filled
+  square, the Koch and Cesaro-Koch curves, the Sierpinski triangle, carpet and pentagon, the
+  hexaflake, Vicsek's fractal, the quadratic Koch curve of 8 quarters, Cantor sets of ratio
+  1/4, 1/3 and (1/2, 1/4), Cantor dusts in the plane (1/3, 1/4) and in space (1/4): dimensions
+  0.5 to 2, all within 0.05 with automatic ranges (docs/fidelity.md has the table, before and
+  after).
 
 Trajectories (``trajectory_dimensions``): each sample's trajectory is the polyline through
-its pooled states h_0 .. h_T; all samples are projected onto the same top-2 principal
+its pooled states h_0 .. h_T; all samples are projected onto the same top principal
 components (fitted once on every sample's states together); each projected polyline is
 resampled at ``n_points`` points spaced evenly along its arc length (so we measure the curve,
 not its T+1 vertices; 8192 points keep the spacing below half the smallest box for curves up
-to 16 times longer than their extent) and measured as above; a sample whose projection has no extent gets NaN.
+to 16 times longer than their extent) and measured over the fixed window BOX_SCALES (or
+CORRELATION_SCALES); a sample whose projection has no extent gets NaN.
+
+Protocols (``minkowski_protocols``, experiment 3(d) of issue 15): the point set is either
+each sample's polyline (the dimension is the mean over samples) or the cloud of all states of
+all samples together (one dimension per model); the projection has 2 or 3 principal
+components; the box window is coarse (COARSE_BOX_SCALES, 1/4 .. 1/32) or fine
+(FINE_BOX_SCALES, 1/8 .. 1/128). Eight protocols in all (PROTOCOLS).
 
 Be aware what this measures: a polyline through finitely many vertices has dimension 1 as
-eps -> 0. What comes out is an effective dimension over the stated window of scales,
-relative to each trajectory's own extent; the Koch curve is measured with the same window,
-which is what makes a comparison with 1.26 meaningful. (A single contracting orbit, the
-vertices alone, has box dimension 0.)
+eps -> 0, and a finite cloud has dimension 0. What comes out is an effective dimension over
+the stated window of scales, relative to the extent of the point set; the Koch curve is
+measured with the same window, which is what makes a comparison with 1.26 meaningful.
 """
 
 from __future__ import annotations
@@ -42,6 +61,21 @@ import numpy as np
 
 BOX_SCALES = tuple(2.0 ** -k for k in range(2, 8))  # box sides, in units of the set's extent
 CORRELATION_SCALES = tuple(2.0 ** -k for k in np.arange(3, 6.01, 0.5))  # pair distances r
+AUTO_BOX_SCALES = tuple(2.0 ** (-k / 4) for k in range(8, 49))  # 1/4 .. 1/4096, 4 per octave
+AUTO_CORRELATION_SCALES = tuple(2.0 ** (-k / 4) for k in range(8, 65))  # 1/4 .. 1/65536
+BOX_OFFSETS = 8  # shifted grids averaged per box side (4 leave the 3-D Cantor dust 0.06 off)
+MIN_POINTS_PER_BOX = 8  # automatic sides: uniform random points then miss 0.03% of the boxes
+CORRELATION_POINTS = 10000  # subsample paired with the whole set
+MIN_NEIGHBOURS = 8  # automatic radii keep at least this many neighbours per point on average
+FIT_WIDTH = 2.0  # octaves of a local (secant) slope: exact over one period of ratio 1/4 or 1/2
+FIT_TOLERANCE = 0.03  # local slopes of a stable range lie within 2 * this of each other
+FIT_MIN_SPAN = 3.0  # octaves a stable range must span
+PROTOCOL_SCALES = tuple(2.0 ** (-k / 4) for k in range(8, 29))  # 1/4 .. 1/128, 4 per octave
+COARSE_BOX_SCALES = PROTOCOL_SCALES[:13]  # 1/4 .. 1/32
+FINE_BOX_SCALES = PROTOCOL_SCALES[4:]  # 1/8 .. 1/128
+WINDOWS = {"coarse": COARSE_BOX_SCALES, "fine": FINE_BOX_SCALES}
+PROTOCOLS = tuple((point_set, dims, window) for point_set in ("polyline", "cloud")
+                  for dims in (2, 3) for window in WINDOWS)
 
 
 @dataclass(frozen=True)
@@ -60,22 +94,135 @@ def straight_line(n: int = 8192) -> np.ndarray:
     return np.stack([t, 0.37 * t], 1)  # (n, 2)
 
 
-def filled_square(n: int = 100000, seed: int = 0) -> np.ndarray:
-    """n uniform random points in the unit square (dimension 2)."""
+def filled_square(n: int = 400000, seed: int = 0) -> np.ndarray:
+    """n uniform random points in the unit square (dimension 2). Box counting needs about 8
+    points per box: 400,000 resolve boxes down to 1/215 of the side."""
     return np.random.default_rng(seed).random((n, 2))  # (n, 2)
+
+
+KOCH_MOTIF = (0.0, 1 / 3, 0.5 + 1j * np.sqrt(3) / 6, 2 / 3, 1.0)  # 4 segments of 1/3
+QUADRATIC_KOCH_2 = (0.0, 0.25, 0.25 + 0.25j, 0.5 + 0.25j, 0.5, 0.5 - 0.25j, 0.75 - 0.25j, 0.75,
+                    1.0)  # 8 segments of 1/4 (the Minkowski sausage)
+
+
+def motif_curve(motif, level: int) -> np.ndarray:
+    """Vertices of the curve that replaces every segment by ``motif`` ``level`` times.
+
+    ``motif``: complex points from 0 to 1 (the generator polyline); each segment a -> b of the
+    current polyline becomes a + (b - a) * motif. With m segments of equal length r and no
+    overlap in the limit, the curve has dimension log m / log(1/r).
+    """
+    m = np.asarray(motif, dtype=np.complex128)
+    if m.ndim != 1 or len(m) < 2 or m[0] != 0 or m[-1] != 1:
+        raise ValueError("motif must be complex points running from 0 to 1")
+    pts = np.array([0.0, 1.0], dtype=np.complex128)
+    for _ in range(level):
+        a, b = pts[:-1, None], pts[1:, None]  # (M, 1) segment ends
+        pts = np.concatenate([(a + (b - a) * m[None, :-1]).reshape(-1), pts[-1:]])
+    return np.stack([pts.real, pts.imag], 1)  # ((len(motif) - 1)^level + 1, 2)
 
 
 def koch_curve(level: int = 7) -> np.ndarray:
     """Vertices of the Koch curve polyline after ``level`` refinements (dimension log4/log3)."""
-    pts = np.array([[0.0, 0.0], [1.0, 0.0]])
-    rot = np.array([[0.5, -np.sqrt(3) / 2], [np.sqrt(3) / 2, 0.5]])  # +60 degrees
-    for _ in range(level):
-        a, b = pts[:-1], pts[1:]  # (M, 2) segment ends
-        d = (b - a) / 3
-        p1, p2 = a + d, a + 2 * d
-        peak = p1 + d @ rot.T
-        pts = np.concatenate([np.stack([a, p1, peak, p2], 1).reshape(-1, 2), pts[-1:]])
-    return pts  # (4^level + 1, 2)
+    return motif_curve(KOCH_MOTIF, level)  # (4^level + 1, 2)
+
+
+def cesaro_koch_motif(ratio: float) -> tuple[complex, ...]:
+    """The Koch motif with 4 segments of length ``ratio`` in (1/4, 1/2): its peak rises until
+    the middle segments are as long as the outer ones (dimension log 4 / log(1/ratio))."""
+    if not 0.25 < ratio < 0.5:
+        raise ValueError(f"ratio must be in (1/4, 1/2), got {ratio}")
+    return (0.0, ratio, 0.5 + 1j * np.sqrt(ratio ** 2 - (0.5 - ratio) ** 2), 1 - ratio, 1.0)
+
+
+def similarity(ratio: float, shift, angle: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The map x -> ratio * R(angle) x + shift as (matrix (d, d), shift (d,)); R only in 2-D."""
+    b = np.asarray(shift, dtype=np.float64)
+    a = ratio * np.eye(len(b))
+    if angle:
+        if len(b) != 2:
+            raise ValueError("a rotation angle needs a 2-D map")
+        c, s = np.cos(angle), np.sin(angle)
+        a = ratio * np.array([[c, -s], [s, c]])
+    return a, b
+
+
+def ifs_points(maps, resolution: float) -> np.ndarray:
+    """Points of the attractor of the similarity maps ``maps`` (each (A, b): x -> A x + b),
+    one per piece of a cover by pieces of diameter ratio below ``resolution``.
+
+    Every word is refined until the product of its ratios falls below ``resolution`` (a Moran
+    cover, not a fixed level), and the word's map is applied to the fixed point of the first
+    map, a point of the attractor. With unequal ratios this spreads the points evenly over the
+    set (each piece weighs about ratio^D), so the correlation dimension of the points is the
+    set's dimension; a fixed level would weigh the pieces 1/m^level instead.
+    """
+    a = np.stack([np.asarray(m[0], dtype=np.float64) for m in maps])  # (m, d, d)
+    b = np.stack([np.asarray(m[1], dtype=np.float64) for m in maps])  # (m, d)
+    d = b.shape[1]
+    ratios = np.abs(np.linalg.det(a)) ** (1 / d)  # (m,) similarity ratios
+    if not (0 < resolution < 1) or not np.all((ratios > 0) & (ratios < 1)):
+        raise ValueError("need contracting maps (ratios in (0, 1)) and a resolution in (0, 1)")
+    base = np.linalg.solve(np.eye(d) - a[0], b[0])  # fixed point of the first map
+    wa, wb, wr = np.eye(d)[None], np.zeros((1, d)), np.ones(1)  # words: x -> wa x + wb, ratio wr
+    out = []
+    while len(wr):
+        small = wr < resolution
+        out.append(wa[small] @ base + wb[small])
+        wa, wb, wr = wa[~small], wb[~small], wr[~small]
+        # word o map_i: x -> wa (a_i x + b_i) + wb
+        wb = (np.einsum("wij,mj->wmi", wa, b) + wb[:, None]).reshape(-1, d)
+        wa = np.einsum("wij,mjk->wmik", wa, a).reshape(-1, d, d)
+        wr = (wr[:, None] * ratios[None]).reshape(-1)
+    return np.concatenate(out)  # (about resolution^-D, d)
+
+
+def cantor_set(ratio: float = 1 / 3, resolution: float = 1e-4) -> np.ndarray:
+    """The Cantor set of two pieces of ``ratio`` at the ends of [0, 1], on the x-axis of the
+    plane (dimension log 2 / log(1/ratio): 0.631 at 1/3, 0.5 at 1/4)."""
+    return ifs_points([similarity(ratio, (0.0, 0.0)), similarity(ratio, (1 - ratio, 0.0))], resolution)
+
+
+def two_ratio_cantor(resolution: float = 1e-4) -> np.ndarray:
+    """Pieces of ratio 1/2 and 1/4 at the ends of [0, 1] (dimension log2 of the golden ratio,
+    0.694: 2^-s + 4^-s = 1)."""
+    return ifs_points([similarity(0.5, (0.0, 0.0)), similarity(0.25, (0.75, 0.0))], resolution)
+
+
+def cantor_dust(ratio: float = 1 / 3, dim: int = 2, resolution: float = 2e-3) -> np.ndarray:
+    """The product Cantor dust: 2^dim pieces of ``ratio`` at the corners of the unit cube
+    (dimension dim log 2 / log(1/ratio): 1.262 at 1/3 in 2-D, 1 at 1/4 in 2-D, 1.5 at 1/4 in 3-D)."""
+    corners = np.stack(np.meshgrid(*[[0.0, 1 - ratio]] * dim, indexing="ij"), -1).reshape(-1, dim)
+    return ifs_points([similarity(ratio, c) for c in corners], resolution)
+
+
+def vicsek_fractal(resolution: float = 2e-3) -> np.ndarray:
+    """Vicsek's box fractal: the four corner ninths and the centre one (log 5 / log 3 = 1.465)."""
+    shifts = [(0, 0), (2 / 3, 0), (0, 2 / 3), (2 / 3, 2 / 3), (1 / 3, 1 / 3)]
+    return ifs_points([similarity(1 / 3, s) for s in shifts], resolution)
+
+
+def sierpinski_carpet(resolution: float = 3e-3) -> np.ndarray:
+    """The Sierpinski carpet: the unit square less its middle ninth (log 8 / log 3 = 1.893)."""
+    shifts = [(i / 3, j / 3) for i in range(3) for j in range(3) if (i, j) != (1, 1)]
+    return ifs_points([similarity(1 / 3, s) for s in shifts], resolution)
+
+
+def sierpinski_pentagon(resolution: float = 2e-3) -> np.ndarray:
+    """Five pieces of ratio (3 - sqrt 5) / 2 at the corners of a regular pentagon, touching
+    (dimension log 5 / log((3 + sqrt 5) / 2) = 1.672)."""
+    r = (3 - np.sqrt(5)) / 2
+    angles = np.pi / 2 + 2 * np.pi * np.arange(5) / 5
+    corners = np.stack([np.cos(angles), np.sin(angles)], 1)  # (5, 2)
+    return ifs_points([similarity(r, (1 - r) * c) for c in corners], resolution)
+
+
+def hexaflake(resolution: float = 2e-3) -> np.ndarray:
+    """Vicsek's hexagonal snowflake: six pieces of ratio 1/3 at the corners of a regular hexagon
+    and one at its centre (log 7 / log 3 = 1.771)."""
+    angles = np.pi * np.arange(6) / 3
+    shifts = [(2 / 3 * np.cos(a), 2 / 3 * np.sin(a)) for a in angles] + [(0.0, 0.0)]
+    return ifs_points([similarity(1 / 3, s) for s in shifts], resolution)
 
 
 def sierpinski_points(n: int = 20000, seed: int = 0) -> np.ndarray:
@@ -132,43 +279,169 @@ def _fit(scales, counts) -> tuple[float, float, float]:
     return float(slope), float(intercept), float(1 - (resid ** 2).sum() / ss) if ss > 0 else 1.0
 
 
-# ---------------------------------------------------------------- estimators
-def box_counting_dimension(points, scales=BOX_SCALES) -> DimensionFit:
-    """Minkowski (box-counting) dimension over the box sides ``scales`` (see module docstring)."""
-    p = normalise(points)
+def _check_scales(scales, name: str) -> tuple[float, ...]:
     scales = tuple(float(e) for e in scales)
     if len(scales) < 2 or min(scales) <= 0:
-        raise ValueError(f"scales must be at least two positive box sides, got {scales}")
-    p = np.minimum(p, np.nextafter(1.0, 0.0))  # the far faces belong to the last box
-    counts = [len(np.unique(np.floor(p / eps).astype(np.int64), axis=0)) for eps in scales]
-    slope, intercept, r2 = _fit(1 / np.asarray(scales), counts)  # log N against log(1/eps)
-    return DimensionFit(slope, scales, tuple(float(c) for c in counts), intercept, r2)
+        what = "box sides" if name == "scales" else "distances"
+        raise ValueError(f"{name} must be at least two positive {what}, got {scales}")
+    return scales
 
 
-def correlation_dimension(points, radii=CORRELATION_SCALES, max_points: int = 2000,
-                          seed: int = 0) -> DimensionFit:
-    """Grassberger-Procaccia correlation dimension over the pair distances ``radii``."""
+def local_slopes(x, y, width: float = FIT_WIDTH) -> np.ndarray:
+    """Secant slope of y over ``width`` octaves of x centred on each x_i (y interpolated
+    linearly), NaN where that width leaves the data. ``x`` increasing. Over exactly one period
+    of a log-periodic wobble (a self-similar set with ratio 2^-width) a secant is exact."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    lo, hi = x - width / 2, x + width / 2
+    inside = (lo >= x[0] - 1e-9) & (hi <= x[-1] + 1e-9)
+    out = (np.interp(hi, x, y) - np.interp(lo, x, y)) / width
+    return np.where(inside, out, np.nan)
+
+
+def stable_range(x, y, width: float = FIT_WIDTH, tolerance: float = FIT_TOLERANCE,
+                 min_span: float = FIT_MIN_SPAN) -> np.ndarray:
+    """Mask of the points of the longest range of x over which the slope of y is stable.
+
+    ``x`` in octaves (log2 of the scale), in any order. A range of consecutive local slopes
+    (``local_slopes`` over ``width`` octaves) is stable when they all lie within
+    ``2 * tolerance`` of each other; the range covers the widths of its local slopes and must
+    span at least ``min_span`` octaves. The longest stable range wins (ties: the one at the
+    finest scales, largest x). When none is stable, every point: a log-log curve that wobbles
+    everywhere (a lacunar set) is best fitted over its longest range.
+    """
+    order = np.argsort(x, kind="stable")
+    x, y = np.asarray(x, dtype=np.float64)[order], np.asarray(y, dtype=np.float64)[order]
+    if len(x) < 3 or x[-1] - x[0] < min_span - 1e-9:
+        raise ValueError(f"the scales span {x[-1] - x[0] if len(x) else 0.0:.2f} octaves in {len(x)} "
+                         f"points; a fit range needs at least {min_span}")
+    slopes = local_slopes(x, y, width)
+    valid = np.flatnonzero(np.isfinite(slopes))  # consecutive: the interior of x
+    keep = np.ones(len(x), dtype=bool)
+    best = None
+    for ia, a in enumerate(valid):
+        lo = hi = slopes[a]
+        for b in valid[ia:]:
+            lo, hi = min(lo, slopes[b]), max(hi, slopes[b])
+            if hi - lo > 2 * tolerance:
+                break
+            span = x[b] - x[a] + width
+            if span >= min_span - 1e-9 and (best is None or (span, x[b]) > best[0]):
+                best = ((span, x[b]), a, b)
+    if best is not None:
+        _, a, b = best
+        keep = (x >= x[a] - width / 2 - 1e-9) & (x <= x[b] + width / 2 + 1e-9)
+    mask = np.empty(len(x), dtype=bool)
+    mask[order] = keep
+    return mask
+
+
+def _occupied(cols: list[np.ndarray], shift: np.ndarray, size: int) -> int:
+    """Occupied boxes of a grid shifted by ``shift`` (in boxes): ``cols`` are the coordinates
+    of the normalised set in units of the box side, one array per axis, each below ``size`` - 1."""
+    d = len(cols)
+    if float(size) ** d >= 2.0 ** 52:  # the cell index would not be exact in float64
+        idx = np.stack([np.floor(c + s) for c, s in zip(cols, shift)], 1).astype(np.int64)
+        return len(np.unique(idx, axis=0))
+    key = np.floor(cols[0] + shift[0])
+    for c, s in zip(cols[1:], shift[1:]):
+        key = key * size + np.floor(c + s)  # row-major cell index, exact in float64
+    key = key.astype(np.int64)
+    if size ** d <= 2 ** 22:  # a flag per cell: linear time
+        mark = np.zeros(size ** d, dtype=bool)
+        mark[key] = True
+        return int(np.count_nonzero(mark))
+    return len(np.unique(key))
+
+
+def box_counts(points, scales, offsets: int = BOX_OFFSETS, seed: int = 0) -> np.ndarray:
+    """Mean number of occupied boxes of each side in ``scales`` over ``offsets`` grids, each
+    shifted by a seeded uniform random fraction of a box along every axis (normalised set)."""
     p = normalise(points)
-    radii = tuple(float(r) for r in radii)
-    if len(radii) < 2 or min(radii) <= 0:
-        raise ValueError(f"radii must be at least two positive distances, got {radii}")
+    scales = _check_scales(scales, "scales")
+    if offsets < 1:
+        raise ValueError(f"offsets must be at least 1, got {offsets}")
+    shifts = np.random.default_rng(seed).random((offsets, p.shape[1]))  # (offsets, d) in boxes
+    return np.array([_mean_count(p, eps, shifts) for eps in scales])
+
+
+def _mean_count(p: np.ndarray, eps: float, shifts: np.ndarray) -> float:
+    """Mean occupied boxes of side ``eps`` over the grids shifted by ``shifts`` (p normalised)."""
+    cols = [np.ascontiguousarray(p[:, j] / eps) for j in range(p.shape[1])]  # in [0, 1/eps]
+    size = int(np.ceil(1 / eps)) + 2
+    return float(np.mean([_occupied(cols, s, size) for s in shifts]))
+
+
+def box_counting_dimension(points, scales=None, offsets: int = BOX_OFFSETS, seed: int = 0) -> DimensionFit:
+    """Minkowski (box-counting) dimension (see module docstring).
+
+    ``scales`` None: the candidate sides AUTO_BOX_SCALES down to the set's resolution, fitted
+    over their stable range (``stable_range``); given: the least-squares fit over exactly those
+    sides (a fixed protocol window). Counts are means over ``offsets`` shifted grids.
+    """
+    p = normalise(points)
+    if scales is None:
+        if offsets < 1:
+            raise ValueError(f"offsets must be at least 1, got {offsets}")
+        shifts = np.random.default_rng(seed).random((offsets, p.shape[1]))  # as box_counts draws them
+        cand, counts = [], []
+        for eps in AUTO_BOX_SCALES:  # coarse to fine, down to the points' resolution
+            n_eps = _mean_count(p, eps, shifts)
+            if n_eps > len(p) / MIN_POINTS_PER_BOX:
+                break
+            cand.append(eps)
+            counts.append(n_eps)
+        cand, counts = np.asarray(cand), np.asarray(counts)
+        keep = stable_range(np.log2(1 / cand), np.log2(counts))
+        scales, counts = tuple(cand[keep]), counts[keep]
+    else:
+        scales = _check_scales(scales, "scales")
+        counts = box_counts(p, scales, offsets, seed)
+    slope, intercept, r2 = _fit(1 / np.asarray(scales), counts)  # log N against log(1/eps)
+    return DimensionFit(slope, tuple(float(e) for e in scales), tuple(float(c) for c in counts),
+                        intercept, r2)
+
+
+def correlation_integral(points, radii, max_points: int = CORRELATION_POINTS, seed: int = 0) -> np.ndarray:
+    """C(r) for each r in ``radii``: the share of pairs (q, p), q from a seeded subsample of at
+    most ``max_points`` points and p from the whole normalised set, p != q, at most r apart."""
+    from scipy.spatial import cKDTree  # scipy comes with scikit-learn
+
+    p = normalise(points)
+    radii = _check_scales(radii, "radii")
     if max_points < 2:
         raise ValueError(f"max_points must be at least 2, got {max_points}")
     if len(p) > max_points:
-        p = p[np.random.default_rng(seed).choice(len(p), max_points, replace=False)]
-    n = len(p)
-    r = np.asarray(radii)
-    close = np.zeros(len(r), dtype=np.int64)  # pairs (i < j) closer than each r
-    for start in range(0, n, 256):  # chunks of rows keep memory at 256 x n
-        block = p[start:start + 256]  # (b, d)
-        d = np.linalg.norm(block[:, None, :] - p[None, :, :], axis=2)  # (b, n)
-        upper = np.arange(n)[None, :] > (start + np.arange(len(block)))[:, None]
-        dist = d[upper]  # each pair once
-        close += (dist[:, None] < r[None, :]).sum(0)
-    pairs = n * (n - 1) / 2
-    frac = np.maximum(close, 1) / pairs  # C(r); an empty count floored at one pair
-    slope, intercept, r2 = _fit(r, frac)
-    return DimensionFit(slope, radii, tuple(float(c) for c in frac), intercept, r2)
+        q = p[np.random.default_rng(seed).choice(len(p), max_points, replace=False)]
+    else:
+        q = p
+    close = cKDTree(q).count_neighbors(cKDTree(p), np.asarray(radii)) - len(q)  # self-pairs out
+    return close / (len(q) * (len(p) - 1.0))
+
+
+def correlation_dimension(points, radii=None, max_points: int = CORRELATION_POINTS,
+                          seed: int = 0) -> DimensionFit:
+    """Grassberger-Procaccia correlation dimension (see module docstring).
+
+    ``radii`` None: the candidates AUTO_CORRELATION_SCALES where each point has at least
+    MIN_NEIGHBOURS neighbours on average, fitted over their stable range; given: the fit over
+    exactly those radii (an empty count is floored at one pair).
+    """
+    p = normalise(points)
+    if max_points < 2:
+        raise ValueError(f"max_points must be at least 2, got {max_points}")
+    if radii is None:
+        cand = np.asarray(AUTO_CORRELATION_SCALES)
+        frac = correlation_integral(p, cand, max_points, seed)
+        usable = frac * (len(p) - 1) >= MIN_NEIGHBOURS  # coarser than the points' resolution
+        cand, frac = cand[usable], frac[usable]
+        keep = stable_range(np.log2(cand), np.log2(frac))
+        radii, frac = tuple(cand[keep]), frac[keep]
+    else:
+        radii = _check_scales(radii, "radii")
+        q = min(len(p), max_points)
+        frac = np.maximum(correlation_integral(p, radii, max_points, seed), 1 / (q * (len(p) - 1.0)))
+    slope, intercept, r2 = _fit(radii, frac)
+    return DimensionFit(slope, tuple(float(r) for r in radii), tuple(float(c) for c in frac), intercept, r2)
 
 
 # ---------------------------------------------------------------- trajectories
@@ -183,33 +456,121 @@ def pca_projection(states, k: int = 2) -> np.ndarray:
     return vt[:k].T  # (D, k)
 
 
-def project(states, projection=None) -> np.ndarray:
-    """(N, T+1, D) states -> (N, T+1, k) on the principal directions of all of them together
-    (``projection`` (D, k) to reuse one), after centring on the mean state."""
+def project(states, projection=None, dims: int = 2) -> np.ndarray:
+    """(N, T+1, D) states -> (N, T+1, k) on the top ``dims`` principal directions of all of
+    them together (``projection`` (D, k) to reuse one), after centring on the mean state."""
     s = np.asarray(states, dtype=np.float64)
     if s.ndim != 3 or s.shape[1] < 2:
         raise ValueError(f"states must be (N, T+1, D) with T+1 >= 2, got shape {s.shape}")
     if not np.isfinite(s).all():
         raise ValueError("states contain NaN or infinite values")
-    proj = pca_projection(s) if projection is None else np.asarray(projection, dtype=np.float64)
+    proj = pca_projection(s, dims) if projection is None else np.asarray(projection, dtype=np.float64)
     if proj.ndim != 2 or proj.shape[0] != s.shape[2]:
         raise ValueError(f"projection must be (D, k) with D = {s.shape[2]}, got {proj.shape}")
     return (s - s.reshape(-1, s.shape[2]).mean(0)) @ proj  # (N, T+1, k)
 
 
+def _has_extent(points: np.ndarray) -> bool:
+    return bool(np.ptp(points, axis=0).max() > 1e-12 * max(1.0, np.abs(points).max()))
+
+
 def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
-                          projection=None) -> np.ndarray:
-    """Per-sample dimension (N,) of the polylines through h_0 .. h_T (module docstring)."""
+                          projection=None, dims: int = 2, scales=None) -> np.ndarray:
+    """Per-sample dimension (N,) of the polylines through h_0 .. h_T (module docstring), over
+    the fixed window ``scales`` (default BOX_SCALES, or CORRELATION_SCALES for ``method``
+    "correlation"), on ``dims`` principal components (or ``projection``)."""
     if method not in ("box", "correlation"):
         raise ValueError(f"method must be 'box' or 'correlation', got {method!r}")
-    planar = project(states, projection)  # (N, T+1, 2)
-    estimate = box_counting_dimension if method == "box" else correlation_dimension
+    planar = project(states, projection, dims)  # (N, T+1, k)
+    if method == "box":
+        scales = BOX_SCALES if scales is None else scales
+        estimate = lambda pts: box_counting_dimension(pts, scales)
+    else:
+        scales = CORRELATION_SCALES if scales is None else scales
+        estimate = lambda pts: correlation_dimension(pts, scales)
     out = np.full(len(planar), np.nan)
     for i, poly in enumerate(planar):
-        if np.ptp(poly, axis=0).max() <= 1e-12 * max(1.0, np.abs(poly).max()):
-            continue  # no extent: nothing to measure
-        out[i] = estimate(resample_polyline(poly, n_points)).dimension
+        if _has_extent(poly):  # else no extent: nothing to measure
+            out[i] = estimate(resample_polyline(poly, n_points)).dimension
     return out
+
+
+def protocol_name(point_set: str, dims: int, window: str) -> str:
+    """"polyline, 2-D, coarse" and the like: the key of a protocol in ``minkowski_protocols``."""
+    return f"{point_set}, {dims}-D, {window}"
+
+
+def window_dimensions(counts) -> dict[str, float]:
+    """Box counts over PROTOCOL_SCALES -> the least-squares dimension over each of WINDOWS."""
+    scales, counts = np.asarray(PROTOCOL_SCALES), np.asarray(counts, dtype=np.float64)
+    out = {}
+    for window, sides in WINDOWS.items():
+        m = np.isin(scales, np.asarray(sides))
+        out[window] = _fit(1 / scales[m], counts[m])[0]
+    return out
+
+
+def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS,
+                        seed: int = 0) -> dict[str, dict]:
+    """Box dimension of one model's trajectories under each of the PROTOCOLS (module docstring).
+
+    ``states`` (N, T+1, D) pooled states h_0 .. h_T of N samples. For each number of principal
+    components (2, 3; fitted once on all states) and each point set, the mean box counts over
+    PROTOCOL_SCALES are computed once and fitted over each window. Returns protocol name ->
+    {"point_set", "dims", "window", "dimension"} plus, for polylines, "per_sample" (the
+    ``summarise_dimensions`` of the per-sample values; their mean is "dimension").
+    """
+    s = np.asarray(states, dtype=np.float64)
+    scales = np.asarray(PROTOCOL_SCALES)
+    out: dict[str, dict] = {}
+    for dims in sorted({d for _, d, _ in PROTOCOLS}):
+        planar = project(s, dims=dims)  # (N, T+1, dims)
+        per_sample = {w: np.full(len(planar), np.nan) for w in WINDOWS}
+        for i, poly in enumerate(planar):
+            if _has_extent(poly):
+                counts = box_counts(resample_polyline(poly, n_points), scales, offsets, seed)
+                fitted = window_dimensions(counts)
+                for w, v in fitted.items():
+                    per_sample[w][i] = v
+        cloud = window_dimensions(box_counts(planar.reshape(-1, dims), scales, offsets, seed))
+        for point_set, d, window in PROTOCOLS:
+            if d != dims:
+                continue
+            row = {"point_set": point_set, "dims": dims, "window": window}
+            if point_set == "polyline":
+                summary = summarise_dimensions(per_sample[window])
+                row.update(dimension=summary["mean"], per_sample=summary)
+            else:
+                row["dimension"] = cloud[window]
+            out[protocol_name(point_set, dims, window)] = row
+    return out
+
+
+def protocol_order(dimensions: dict[str, dict[int, float]], above: str = "frost",
+                   below: tuple[str, ...] = ("vanilla", "basic_ssm")) -> dict[str, bool | None]:
+    """For one protocol: ``dimensions`` family -> seed -> dimension. Per seed, whether
+    ``above`` has a higher dimension than every family in ``below`` (None where one is missing)."""
+    seeds = sorted(dimensions.get(above, {}))
+    out: dict[str, bool | None] = {}
+    for seed in seeds:
+        values = [dimensions.get(f, {}).get(seed) for f in below]
+        top = dimensions[above][seed]
+        if top is None or any(v is None for v in values) or not np.isfinite([top, *values]).all():
+            out[str(seed)] = None
+        else:
+            out[str(seed)] = bool(all(top > v for v in values))
+    return out
+
+
+def protocols_verdict(orders: dict[str, dict[str, bool | None]]) -> dict:
+    """The rule of experiment 3(d) (experiments.READING_EXPERIMENTS["minkowski_protocols"]),
+    given protocol -> ``protocol_order``: "protocol-dependent" unless one protocol orders frost
+    above vanilla and basic_ssm on every seed. Returns the verdict and the protocols that do."""
+    holding = [name for name, by_seed in orders.items()
+               if by_seed and all(v is True for v in by_seed.values())]
+    verdict = ("protocol-dependent" if not holding else "the paper's order (frost above vanilla and "
+               "basic_ssm) on every seed under: " + "; ".join(holding))
+    return {"verdict": verdict, "protocols_with_paper_order": holding}
 
 
 def summarise_dimensions(values) -> dict:
@@ -222,3 +583,51 @@ def summarise_dimensions(values) -> dict:
     q25, med, q75 = np.quantile(v, [0.25, 0.5, 0.75])
     return {"mean": float(v.mean()), "std": float(v.std()), "median": float(med),
             "q25": float(q25), "q75": float(q75), "n": int(len(v))}
+
+
+# ---------------------------------------------------------------- driver (loads trained runs)
+def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
+                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
+                            retrain: bool = False) -> dict:
+    """Experiment 3(d) of issue 15: every protocol on the families grid, inference only.
+
+    The runs of ``experiments.grid("families", size, dataset, seeds)`` (stops with
+    ``RunsNotTrained`` unless each is committed or cached, or ``retrain``); the first
+    ``samples`` test images of each, as notebook 03 takes them. Returns the metrics record:
+    per run (label, family, seed) every protocol's dimension, per protocol and seed whether
+    frost lies above vanilla and basic_ssm, and the verdict of the fixed rule.
+    """
+    from .experiments import (READING_EXPERIMENTS, family_label, grid, load_runs, require_trained,
+                              run_trajectories)
+
+    runs = grid("families", size, dataset, seeds=seeds)
+    require_trained(runs, retrain)
+    results = load_runs(runs, progress=False)
+    rows = []
+    for label, result in results.items():
+        states = run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
+        for name, r in minkowski_protocols(states).items():
+            rows.append({"run": label, "model": family_label(result.config), "seed": result.config.train.seed,
+                         "key": result.config.key(), "protocol": name, **r})
+    orders = {}
+    for point_set, dims, window in PROTOCOLS:
+        name = protocol_name(point_set, dims, window)
+        table: dict[str, dict[int, float]] = {}
+        for r in rows:
+            if r["protocol"] == name:
+                table.setdefault(r["model"], {})[r["seed"]] = r["dimension"]
+        orders[name] = protocol_order(table)
+    first = next(iter(results.values())).config
+    scales = np.asarray(PROTOCOL_SCALES)
+    reference = {}  # sets of known dimension as 8192-point polylines, under each window
+    for name, (vertices, truth) in {"straight line": (straight_line(2), 1.0),
+                                    "Koch curve": (koch_curve(7), np.log(4) / np.log(3))}.items():
+        counts = box_counts(resample_polyline(vertices, 8192), scales)
+        reference[name] = {"known": float(truth), **window_dimensions(counts)}
+    return {"dataset": first.data.name, "size": size, "seeds": list(seeds), "samples": samples,
+            "reference": reference,
+            "rule": READING_EXPERIMENTS["minkowski_protocols"],
+            "protocols": {protocol_name(*p): {"point_set": p[0], "dims": p[1], "window": p[2],
+                                              "box_scales": list(WINDOWS[p[2]])} for p in PROTOCOLS},
+            "box_offsets": BOX_OFFSETS, "polyline_points": 8192,
+            "runs": rows, "frost_above_vanilla_and_basic_ssm": orders, **protocols_verdict(orders)}

@@ -363,3 +363,28 @@ def plot_collapse(table, title: str = "") -> plt.Figure:
     fig.suptitle(title or "the ranking losses on the non-fractal families")
     fig.tight_layout()
     return fig
+
+
+def plot_head_refit(curves, title: str = "") -> plt.Figure:
+    """Test accuracy against mean depth, one panel per frozen backbone: the trained halting head,
+    each refitted head (``head_refit.HEADS``), confidence, fixed depth (dashed) and the oracle's
+    bound (dotted). ``curves``: ``head_refit.refit_curves`` rows of every backbone."""
+    models = list(dict.fromkeys(curves["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False, sharey=True)
+    styles = {"fixed depth": dict(ls="--", color="k", lw=1), "oracle": dict(ls=":", color="grey", lw=1)}
+    rules = [r for r in dict.fromkeys(curves["rule"]) if r not in styles]
+    colours = {r: f"C{i}" for i, r in enumerate(rules)}
+    for ax, model in zip(axes[0], models):
+        for rule in [*rules, *styles]:
+            part = curves[(curves["model"] == model) & (curves["rule"] == rule)]
+            part = part.sort_values("mean_depth", kind="stable")
+            if len(part):
+                style = styles.get(rule, dict(marker="o", ms=2, lw=1, color=colours.get(rule)))
+                ax.plot(part["mean_depth"], part["accuracy"], label=rule, **style)
+        ax.set(title=model, xlabel="mean depth (steps)")
+    axes[0][0].set(ylabel="test accuracy")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.suptitle(title or "halting heads refitted on frozen backbones")
+    fig.tight_layout()
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig

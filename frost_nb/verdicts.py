@@ -688,10 +688,55 @@ def kll_overhead(m: Metrics) -> list[dict]:
     return rows
 
 
+# Experiment (b) of the fidelity issue (15_update_forms.json; rule fixed in
+# experiments.READING_EXPERIMENTS["update_forms"]): every update form under the adopted halting
+# settings, digits, 3 seeds. The reading is the update form (", h0 = 0" when the state starts at
+# zero); the rule's two contraction parts and its Table 1 test are computed in
+# experiments.reading_verdicts and graded here.
+def update_forms(m: Metrics) -> list[dict]:
+    """Contraction: (a) median Jacobian norm over steps 8..T below 1; (b) appendix B's bound holds
+    for at least half the samples; both -> reproduced, one -> partly, none -> not. Table 1: frost's
+    cosine at t = 3 above basic_ssm's by more than the spread over seeds -> reproduced, else not."""
+    d = m.json("15_update_forms")
+    if d is None:
+        return []
+    rows = []
+    for f in d["forms"].values():
+        read = f["update"] + ("" if f["init_state"] == "embedding" else ", h0 = 0")
+        rows.append(_row("Appendix B: the steps contract (Jacobian norm < 1, error bound holds)", read,
+                         d["dataset"], "< 1", f"JVP {f['jvp_norm']:.2f}, bound {f['bound_holds']:.0%}",
+                         _grade((f["jvp_norm"] < 1) + (f["bound_holds"] >= 0.5), 2), "15"))
+        rows.append(_row("Table 1: frost more scale-consistent than basic_ssm (cos at t = 3)", read, d["dataset"],
+                         "0.70 vs 0.35", f"{f['cos t=3']:.2f} vs {f['basic_ssm cos t=3']:.2f}",
+                         REPRODUCED if f["table1_reproduced"] else NOT, "15"))
+    return rows
+
+
+# Experiment (d) (15_minkowski_protocols.json; rule in READING_EXPERIMENTS["minkowski_protocols"]):
+# 'protocol-dependent' unless one protocol orders frost above vanilla and basic_ssm on every seed.
+PROTOCOL_DEPENDENT = "protocol-dependent"
+
+
+def minkowski_protocols(m: Metrics) -> list[dict]:
+    """Under how many of the protocols frost comes out above vanilla and basic_ssm on every seed:
+    at least one -> reproduced (under that protocol); none, but on some seed -> protocol-dependent;
+    never -> not."""
+    d = m.json("15_minkowski_protocols")
+    if d is None:
+        return []
+    per = d["frost_above_vanilla_and_basic_ssm"]  # protocol -> seed -> bool
+    every = [p for p, seeds in per.items() if all(seeds.values())]
+    some = [p for p, seeds in per.items() if any(seeds.values())]
+    verdict = REPRODUCED if every else PROTOCOL_DEPENDENT if some else NOT
+    return [_row("Minkowski dimension: frost higher than the baselines (8 protocols)", "canonical", d["dataset"],
+                 "higher", f"every seed: {len(every)} of {len(per)}; some seed: {len(some)}", verdict, "15")]
+
+
 CLAIMS: tuple[Callable[[Metrics], list[dict]], ...] = (
     table1_scale_consistency, contraction_kappa, minkowski_dimension, alpha_trajectory,
     hurst_sweep, loss_ablation, gradient_conflict, table2_vs_paper, table2_vs_fixed_depth,
-    table3_flops, table3_throughput, halting_rules, collapse, adaptive_speed, kll_overhead)
+    table3_flops, table3_throughput, halting_rules, collapse, adaptive_speed, kll_overhead,
+    update_forms, minkowski_protocols)
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,9 +5,12 @@ import math
 import numpy as np
 import pytest
 
+from frost_nb import fractal
 from frost_nb.fractal import (
     box_counting_dimension,
+    box_counts,
     correlation_dimension,
+    correlation_integral,
     filled_square,
     koch_curve,
     pca_projection,
@@ -20,22 +23,74 @@ from frost_nb.fractal import (
 
 KOCH = math.log(4) / math.log(3)  # 1.2619
 SIERPINSKI = math.log(3) / math.log(2)  # 1.585
+GOLDEN = (1 + math.sqrt(5)) / 2
+
+# name -> (generator, known dimension, minimum r2 of the automatic fit). Similarity dimensions
+# (open set condition holds for each), from 0.5 to 2, ratios 1/4 .. 1/2 and 0.3 and 0.382, one in 3-D.
+KNOWN = {
+    "line": (lambda: straight_line(), 1.0, 0.99),
+    "square": (lambda: filled_square(), 2.0, 0.99),
+    "koch": (lambda: resample_polyline(koch_curve(7), 16384), KOCH, 0.99),
+    "sierpinski": (lambda: sierpinski_points(50000), SIERPINSKI, 0.99),
+    "cantor 1/4": (lambda: fractal.cantor_set(0.25, 1e-6), 0.5, 0.97),
+    "cantor 1/3": (lambda: fractal.cantor_set(1 / 3, 1e-6), math.log(2) / math.log(3), 0.97),
+    "cantor 1/2 and 1/4": (lambda: fractal.two_ratio_cantor(1e-6), math.log(GOLDEN) / math.log(2), 0.97),
+    "four-corner dust": (lambda: fractal.cantor_dust(0.25, 2, 1e-4), 1.0, 0.97),
+    "cesaro-koch 0.3": (lambda: fractal.motif_curve(fractal.cesaro_koch_motif(0.3), 7),
+                        math.log(4) / math.log(1 / 0.3), 0.97),
+    "cantor dust 1/3": (lambda: fractal.cantor_dust(1 / 3, 2, 1e-3), KOCH, 0.97),
+    "vicsek": (lambda: fractal.vicsek_fractal(1e-3), math.log(5) / math.log(3), 0.97),
+    "quadratic koch": (lambda: fractal.motif_curve(fractal.QUADRATIC_KOCH_2, 5), 1.5, 0.97),
+    "cantor dust 3-D": (lambda: fractal.cantor_dust(0.25, 3, 1e-3), 1.5, 0.97),
+    "pentagon": (lambda: fractal.sierpinski_pentagon(2e-3), math.log(5) / math.log(GOLDEN ** 2), 0.97),
+    "hexaflake": (lambda: fractal.hexaflake(1.5e-3), math.log(7) / math.log(3), 0.97),
+    "carpet": (lambda: fractal.sierpinski_carpet(3e-3), math.log(8) / math.log(3), 0.97),
+}
 
 
 @pytest.fixture(scope="module")
 def known_sets():
-    return {"line": (straight_line(), 1.0), "square": (filled_square(), 2.0),
-            "koch": (resample_polyline(koch_curve(7), 16384), KOCH),
-            "sierpinski": (sierpinski_points(50000), SIERPINSKI)}
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            make, truth, r2 = KNOWN[name]
+            cache[name] = (make(), truth, r2)
+        return cache[name]
+    return get
 
 
-@pytest.mark.parametrize("name", ["line", "square", "koch", "sierpinski"])
+@pytest.mark.parametrize("name", list(KNOWN))
 @pytest.mark.parametrize("estimator", [box_counting_dimension, correlation_dimension])
 def test_known_dimensions_within_005(known_sets, name, estimator):
-    points, truth = known_sets[name]
+    points, truth, r2 = known_sets(name)
     fit = estimator(points)
-    assert fit.dimension == pytest.approx(truth, abs=0.05), (name, fit)
-    assert fit.r2 > 0.99
+    assert fit.dimension == pytest.approx(truth, abs=0.05), (name, fit.dimension, fit.scales)
+    assert fit.r2 > r2
+    assert max(fit.scales) <= 0.25 + 1e-12 and len(fit.scales) >= 9  # at least 2 octaves, 4 per octave
+
+
+def test_generators_have_the_right_pieces():
+    assert len(fractal.cantor_set(1 / 3, 3.0 ** -5 * 1.01)) == 2 ** 5
+    assert len(fractal.cantor_dust(0.25, 3, 4.0 ** -3 * 1.01)) == 8 ** 3
+    assert len(fractal.sierpinski_carpet(3.0 ** -3 * 1.01)) == 8 ** 3
+    # unequal ratios: a Moran cover, each piece cut until it is below the resolution; 1/2 and 1/4
+    # pieces of size 2^-k count Fibonacci numbers
+    assert len(fractal.two_ratio_cantor(2.0 ** -10 * 1.01)) == 144
+    for points in (fractal.vicsek_fractal(1e-2), fractal.hexaflake(1e-2), fractal.sierpinski_pentagon(1e-2)):
+        assert np.isfinite(points).all() and len(np.unique(points.round(12), axis=0)) == len(points)
+    c = fractal.cantor_set(0.25, 1e-3)
+    assert np.all(c[:, 1] == 0) and c[:, 0].min() == 0 and c[:, 0].max() < 1
+    # curves: every segment of a generator level has the same length, none is visited twice
+    for motif, ratio in ((fractal.cesaro_koch_motif(0.3), 0.3), (fractal.QUADRATIC_KOCH_2, 0.25),
+                         (fractal.KOCH_MOTIF, 1 / 3)):
+        v = fractal.motif_curve(motif, 3)
+        np.testing.assert_allclose(np.linalg.norm(np.diff(v, axis=0), axis=1), ratio ** 3)
+        assert len(np.unique(v.round(9), axis=0)) == len(v)
+    with pytest.raises(ValueError, match="ratio"):
+        fractal.cesaro_koch_motif(0.6)
+    with pytest.raises(ValueError, match="contracting"):
+        fractal.ifs_points([fractal.similarity(1.5, (0.0, 0.0))], 1e-3)
 
 
 def test_koch_curve_polyline_is_what_it_should_be():
@@ -46,9 +101,40 @@ def test_koch_curve_polyline_is_what_it_should_be():
     np.testing.assert_allclose(v[[0, -1]], [[0, 0], [1, 0]], atol=1e-12)
 
 
+def test_shifted_grids_overhang_by_one_box():
+    # a dense lattice filling the unit square: every grid shifted by a fraction of a box has
+    # exactly 1/eps + 1 occupied columns and rows (the edge term the automatic range avoids)
+    g = np.linspace(0.0, 1.0, 401)
+    lattice = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
+    np.testing.assert_allclose(box_counts(lattice, [1 / 8, 1 / 16], offsets=5), [81, 289])
+
+
+def test_correlation_integral_counts_pairs():
+    rng = np.random.default_rng(0)
+    p = rng.random((300, 2))
+    r = np.array([0.05, 0.1, 0.3])
+    c = correlation_integral(p, r, max_points=300)
+    q = fractal.normalise(p)
+    d = np.linalg.norm(q[:, None] - q[None], axis=2)
+    brute = [((d <= x).sum() - 300) / (300 * 299) for x in r]  # ordered pairs, self excluded
+    np.testing.assert_allclose(c, brute)
+
+
+def test_stable_range_finds_the_straight_part():
+    x = np.arange(0, 8.01, 0.25)
+    y = 1.5 * x - np.where(x < 2, (2 - x) ** 2, 0)  # bent at coarse scales, straight from x = 2
+    keep = fractal.stable_range(x, y)
+    assert x[keep].min() >= 1.0 and x[keep].max() == 8
+    assert np.polyfit(x[keep], y[keep], 1)[0] == pytest.approx(1.5, abs=0.02)
+    wobble = x + 0.4 * np.sin(2 * np.pi * x / 1.5)  # never stable: every point
+    assert fractal.stable_range(x, wobble).all()
+    with pytest.raises(ValueError, match="octaves"):
+        fractal.stable_range(x[:5], y[:5])
+
+
 @pytest.mark.parametrize("estimator", [box_counting_dimension, correlation_dimension])
 def test_invariant_to_translation_and_scale(known_sets, estimator):
-    points, _ = known_sets["koch"]
+    points, _, _ = known_sets("koch")
     base = estimator(points).dimension
     assert estimator(points * 7.5 + np.array([3.0, -2.0])).dimension == pytest.approx(base, abs=1e-6)
 
@@ -64,6 +150,14 @@ def test_rotation_changes_little():
     koch = resample_polyline(koch_curve(6), 8192)
     assert correlation_dimension(koch @ rot.T).dimension == pytest.approx(
         correlation_dimension(koch).dimension, abs=0.02)
+
+
+def test_fixed_windows_are_used_as_given():
+    koch = resample_polyline(koch_curve(7), 8192)
+    fit = box_counting_dimension(koch, fractal.BOX_SCALES)
+    assert fit.scales == fractal.BOX_SCALES
+    fit = correlation_dimension(koch, fractal.CORRELATION_SCALES)
+    assert fit.scales == fractal.CORRELATION_SCALES and fit.dimension == pytest.approx(KOCH, abs=0.05)
 
 
 def test_resampled_polyline_is_evenly_spaced():
@@ -88,10 +182,45 @@ def test_trajectory_dimensions():
     assert np.all(wiggly > 1.05)  # 33 vertices: well above a line, far below the limit 2
     corr = trajectory_dimensions(walks, method="correlation")
     assert np.all(corr > 1.05)
+    assert np.all(trajectory_dimensions(walks, dims=3) > 1.05)
     still = trajectory_dimensions(np.ones((2, 5, 3)))
     assert np.isnan(still).all()
     s = summarise_dimensions(np.concatenate([wiggly, [np.nan]]))
     assert s["n"] == n and s["q25"] <= s["median"] <= s["q75"]
+
+
+def test_minkowski_protocols():
+    rng = np.random.default_rng(1)
+    n, t1, d = 12, 17, 6
+    walks = np.cumsum(rng.normal(size=(n, t1, d)), axis=1)
+    out = fractal.minkowski_protocols(walks, n_points=2048)
+    assert list(out) == [fractal.protocol_name(*p) for p in fractal.PROTOCOLS if p[1] == 2] + \
+        [fractal.protocol_name(*p) for p in fractal.PROTOCOLS if p[1] == 3]
+    assert len(out) == 8
+    for name, row in out.items():
+        assert np.isfinite(row["dimension"]), name
+        if row["point_set"] == "polyline":
+            assert row["per_sample"]["n"] == n
+            assert row["dimension"] == pytest.approx(row["per_sample"]["mean"])
+    # a polyline protocol is the per-sample measure over its window
+    planar = fractal.project(walks, dims=2)
+    poly = resample_polyline(planar[0], 2048)
+    one = fractal.box_counting_dimension(poly, fractal.FINE_BOX_SCALES).dimension
+    assert one == pytest.approx(fractal.window_dimensions(box_counts(poly, fractal.PROTOCOL_SCALES))["fine"])
+    assert fractal.COARSE_BOX_SCALES[0] == 0.25 and fractal.COARSE_BOX_SCALES[-1] == 1 / 32
+    assert fractal.FINE_BOX_SCALES[0] == 1 / 8 and fractal.FINE_BOX_SCALES[-1] == 1 / 128
+
+
+def test_protocol_order_and_verdict():
+    dims = {"frost": {0: 1.3, 1: 1.2, 2: 1.25}, "vanilla": {0: 1.1, 1: 1.25, 2: 1.0},
+            "basic_ssm": {0: 1.0, 1: 1.0, 2: 1.0}}
+    assert fractal.protocol_order(dims) == {"0": True, "1": False, "2": True}
+    every = {"frost": {0: 2.0, 1: 2.0}, "vanilla": {0: 1.0, 1: 1.0}, "basic_ssm": {0: 1.0, 1: 1.0}}
+    assert fractal.protocols_verdict({"a": fractal.protocol_order(dims)})["verdict"] == "protocol-dependent"
+    v = fractal.protocols_verdict({"a": fractal.protocol_order(dims), "b": fractal.protocol_order(every)})
+    assert v["protocols_with_paper_order"] == ["b"] and v["verdict"] != "protocol-dependent"
+    missing = {"frost": {0: 1.0}, "vanilla": {0: 0.5}}  # no basic_ssm
+    assert fractal.protocol_order(missing) == {"0": None}
 
 
 @pytest.mark.parametrize("call, message", [
@@ -100,6 +229,7 @@ def test_trajectory_dimensions():
     (lambda: box_counting_dimension(np.array([[0.0, np.nan], [1.0, 1.0]])), "NaN"),
     (lambda: box_counting_dimension(np.ones((5, 2))), "zero extent"),
     (lambda: box_counting_dimension(straight_line(), scales=(0.5,)), "at least two"),
+    (lambda: box_counting_dimension(straight_line(), offsets=0), "offsets"),
     (lambda: correlation_dimension(straight_line(), max_points=1), "max_points"),
     (lambda: trajectory_dimensions(np.zeros((2, 3, 4)), method="hausdorff"), "method"),
     (lambda: trajectory_dimensions(np.zeros((2, 3))), r"\(N, T\+1, D\)"),

@@ -55,9 +55,10 @@ def test_committed_rows_are_unique_and_complete(committed_rows):
     triples = [(r["claim"], r["reading"], r["dataset"]) for r in committed_rows]
     assert len(triples) == len(set(triples))
     assert all(set(r) == set(COLUMNS) and all(r.values()) for r in committed_rows)
-    assert {r["verdict"] for r in committed_rows} <= {REPRODUCED, PARTLY, NOT}
-    # every reading comes from a run's config: an update form, or n/a for the baselines
-    assert {r["reading"] for r in committed_rows} <= set(UPDATES) | {NA}
+    assert {r["verdict"] for r in committed_rows} <= {REPRODUCED, PARTLY, NOT, "protocol-dependent"}
+    # every reading comes from a run's config: an update form (", h0 = 0" when the state starts
+    # at zero), or n/a for the baselines
+    assert {r["reading"] for r in committed_rows} <= set(UPDATES) | {f"{u}, h0 = 0" for u in UPDATES} | {NA}
 
 
 def test_verdict_table_filters_one_notebook(committed_rows):
@@ -214,3 +215,28 @@ def test_cli_check_and_write(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == current_block(text)
     (tmp_path / "plain.md").write_text("no block here\n")
     assert main(args + ["--check", str(tmp_path / "plain.md")]) == 2
+
+
+def test_fidelity_experiment_rules_follow_the_numbers(tmp_path):
+    """Experiment (b)'s contraction and Table 1 rows and experiment (d)'s protocol verdict."""
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    form = {"update": "leaky", "init_state": "zeros", "jvp_norm": 0.8, "bound_holds": 0.7, "cos t=3": 0.9,
+            "basic_ssm cos t=3": 0.7, "table1_reproduced": True}
+    forms = {"leaky, h0 = zeros": form,
+             "gated, h0 = embedding": {**form, "update": "gated", "init_state": "embedding", "jvp_norm": 1.5,
+                                       "table1_reproduced": False}}
+    (folder / "15_update_forms.json").write_text(json.dumps({"dataset": "digits", "forms": forms}))
+    protocols = {"a": {"0": True, "1": False}, "b": {"0": False, "1": False}}
+    (folder / "15_minkowski_protocols.json").write_text(
+        json.dumps({"dataset": "fashion-mnist", "frost_above_vanilla_and_basic_ssm": protocols}))
+    rows = {(r["claim"].split(":")[0], r["reading"]): r for r in verdict_rows(folder)}
+    assert rows[("Appendix B", "leaky, h0 = 0")]["verdict"] == REPRODUCED
+    assert rows[("Appendix B", "gated")]["verdict"] == PARTLY  # the bound holds, the Jacobian does not
+    assert rows[("Table 1", "leaky, h0 = 0")]["verdict"] == REPRODUCED
+    assert rows[("Table 1", "gated")]["verdict"] == NOT
+    assert rows[("Minkowski dimension", "canonical")]["verdict"] == "protocol-dependent"
+    protocols["b"] = {"0": True, "1": True}
+    (folder / "15_minkowski_protocols.json").write_text(
+        json.dumps({"dataset": "fashion-mnist", "frost_above_vanilla_and_basic_ssm": protocols}))
+    assert any(r["verdict"] == REPRODUCED for r in verdict_rows(folder) if r["claim"].startswith("Minkowski"))

@@ -1,0 +1,338 @@
+"""Refit the halting head of a frozen backbone (issue 15, experiment 3(a); docs/method.md sections 6, 7, 10).
+
+Is FROST's halting score weak because of how it is trained (docs/method.md section 6.2: ranking pairs
+over the whole N x T loss matrix, on the raw GAP(h_t), whose norm grows with t), or because
+the backbone's early steps are weak (only the last step is supervised)? The backbone is
+frozen and only a linear halting head ``z_t = w . GAP(h_t) + b`` is refitted on its pooled
+states, four ways (``HEADS``):
+
+    global pairs               lambda_rel L_rel + lambda_abs L_abs over the N x T matrix   eq. (rel), (abs)
+    per-step pairs             the same on each step's N entries, averaged over t          eq. (rel), (abs)
+    per-step pairs, LayerNorm  per-step pairs on LayerNorm(GAP(h_t))
+    correctness (BCE)          BCE(z_t, [argmax y_t == y]): the best a linear head can do
+
+``losses.ranking_losses`` is used as it is: the per-step variants call it once per column of
+the loss matrix. lambda_rel, lambda_abs, margin and rank_frac are each checkpoint's own
+(``loss`` of its config). Each refitted head is calibrated as the trainer calibrates
+(docs/method.md section 7): a KLL sketch (``halting.HaltingCalibrator``, the config's k) of its
+scores on the training subsample and on the held-out split. Its curve is then read as
+notebook 07 reads FROST's (``halting_rules.frost_curve``: tau_q at q = 0, 1/32, ..., 1,
+thresholds from training and held-out scores only, applied to the test split), beside the
+trained head (the checkpoint's own calibrator), fixed depth, the classifier's confidence
+(thresholds from held-out quantiles) and the oracle. ``halting_rules.summary`` gives each
+curve's area over mean depths 1..T and the depth at which it reaches 99% of full depth.
+
+The reading rule was fixed before any run (``experiments.READING_EXPERIMENTS["head_refit"]``,
+``verdict``). Pure functions over tensors, and one driver (``run_head_refit``) that loads the
+committed checkpoints and runs the backbones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .analysis import Trajectories, collect_trajectories
+from .config import LossConfig
+from .halting import HaltingCalibrator
+from .halting_rules import (FIXED, FROST, FROST_QUANTILES, RULES, THRESHOLDS, fixed_depth_curve, frost_curve,
+                            oracle_curve, rule_curve, summary, threshold_curve)
+from .losses import ranking_losses, step_losses
+
+GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
+                                                "per-step pairs, LayerNorm", "correctness (BCE)")
+HEADS = (GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS)
+TRAINED = "trained head"
+CONFIDENCE = "confidence"
+TRAIN_SAMPLES = 10000  # training images whose pooled states the heads are refitted on
+RULE_MARGIN = 0.01  # area, the margin of both clauses of the reading rule
+
+
+@dataclass(frozen=True)
+class RefitSettings:
+    """How a head is refitted: AdamW over shuffled batches of the training subsample, cosine
+    decay of the learning rate to 0 over all steps. ``batch_size`` is the N of the ranking
+    losses' N x T matrix (the trainer's batch at demo size)."""
+
+    epochs: int = 300  # each objective within 1% of a 600-epoch fit (Fashion-MNIST, frost seed 0)
+    batch_size: int = 128
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class StepFeatures:
+    """What a refit needs from one split, steps t = 1..T (float32, CPU)."""
+
+    pooled: Tensor  # (N, T, D) GAP(h_t)
+    logits: Tensor  # (N, T, K) class logits y_t
+    y: Tensor  # (N,)
+
+    @classmethod
+    def of(cls, traj: Trajectories) -> StepFeatures:
+        return cls(traj.pooled[:, 1:].float(), traj.logits.float(), traj.y)
+
+    @property
+    def correct(self) -> Tensor:
+        return self.logits.argmax(-1) == self.y[:, None]  # (N, T)
+
+
+# ---------------------------------------------------------------- heads and losses
+def make_head(width: int, norm: bool) -> nn.Module:
+    """A fresh linear halting head ``Linear(width, 1)``, after a ``LayerNorm(width)`` if ``norm``."""
+    linear = nn.Linear(width, 1)
+    return nn.Sequential(nn.LayerNorm(width), linear) if norm else linear
+
+
+def head_logits(head: nn.Module, pooled: Tensor) -> Tensor:
+    """(N, T, D) pooled states -> (N, T) halting logits z_t (the same head at every step)."""
+    return head(pooled).squeeze(-1)
+
+
+def per_step_ranking(z: Tensor, losses: Tensor, rank_frac: float, margin: float) -> tuple[Tensor, Tensor]:
+    """(L_rel, L_abs) of ``losses.ranking_losses`` applied to each step's N entries on their own
+    (column t of the (N, T) matrices), averaged over the T steps."""
+    parts = [ranking_losses(z[:, t:t + 1], losses[:, t:t + 1], rank_frac, margin) for t in range(z.shape[1])]
+    return torch.stack([p.rel for p in parts]).mean(), torch.stack([p.abs for p in parts]).mean()
+
+
+def head_loss(kind: str, z: Tensor, losses: Tensor, correct: Tensor, cfg: LossConfig) -> Tensor:
+    """The refit objective of head ``kind`` (one of HEADS) on a batch: ``z`` (B, T) halting
+    logits, ``losses`` (B, T) detached per-step task losses, ``correct`` (B, T) bool."""
+    if kind == CORRECTNESS:
+        return F.binary_cross_entropy_with_logits(z.float(), correct.float())
+    if kind == GLOBAL:
+        r = ranking_losses(z, losses, cfg.rank_frac, cfg.margin)
+        rel, abs_ = r.rel, r.abs
+    elif kind in (PER_STEP, PER_STEP_NORM):
+        rel, abs_ = per_step_ranking(z, losses, cfg.rank_frac, cfg.margin)
+    else:
+        raise ValueError(f"unknown head {kind!r}; known: {HEADS}")
+    return cfg.lambda_rel * rel + cfg.lambda_abs * abs_  # eq. (total) without L_task: the backbone is frozen
+
+
+def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
+               settings: RefitSettings | None = None) -> nn.Module:
+    """A fresh head of kind ``kind`` fitted to ``train`` (the backbone's frozen outputs)."""
+    settings = settings or RefitSettings()
+    if kind not in HEADS:
+        raise ValueError(f"unknown head {kind!r}; known: {HEADS}")
+    with torch.random.fork_rng(devices=[]):  # a seeded initialisation that leaves torch's RNG as it was
+        torch.manual_seed(settings.seed)
+        head = make_head(train.pooled.shape[2], norm=kind == PER_STEP_NORM)
+    losses, correct = step_losses(train.logits, train.y), train.correct  # (N, T) each
+    n = len(train.y)
+    per_epoch = max(1, math.ceil(n / settings.batch_size))
+    total = settings.epochs * per_epoch
+    opt = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    cosine = lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / total)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, cosine)
+    gen = torch.Generator().manual_seed(settings.seed)
+    head.train()
+    for _ in range(settings.epochs):
+        order = torch.randperm(n, generator=gen)
+        for start in range(0, n, settings.batch_size):
+            idx = order[start:start + settings.batch_size]
+            if len(idx) < 2:
+                continue  # a ranking needs an easy and a hard entry
+            loss = head_loss(kind, head_logits(head, train.pooled[idx]), losses[idx], correct[idx], cfg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    head.eval()
+    return head
+
+
+@torch.no_grad()
+def train_objective(kind: str, head: nn.Module, train: StepFeatures, cfg: LossConfig,
+                    batch_size: int = 128) -> float:
+    """Mean of ``head_loss`` over consecutive batches of ``train`` (the last, partial one left out)."""
+    z, losses, correct = head_logits(head, train.pooled), step_losses(train.logits, train.y), train.correct
+    parts = [head_loss(kind, z[i:i + batch_size], losses[i:i + batch_size], correct[i:i + batch_size],
+                       cfg).item() for i in range(0, len(train.y) - batch_size + 1, batch_size)]
+    return float(np.mean(parts))
+
+
+def within_step_auc(scores: Tensor, correct: Tensor) -> float:
+    """Mean over steps of the AUC of ``scores`` (N, T) for "this step's prediction is correct"
+    (ties count half; steps where all or none are correct are skipped)."""
+    from scipy.stats import rankdata  # scipy comes with scikit-learn
+
+    aucs = []
+    for t in range(scores.shape[1]):
+        s, c = scores[:, t].double().numpy(), correct[:, t].numpy()
+        pos, neg = int(c.sum()), int((~c).sum())
+        if pos and neg:
+            ranks = rankdata(s)  # ties share their mean rank
+            aucs.append((ranks[c].sum() - pos * (pos + 1) / 2) / (pos * neg))  # Mann-Whitney U / (pos neg)
+    return float(np.mean(aucs)) if aucs else math.nan
+
+
+@torch.no_grad()
+def scores_of(head: nn.Module, features: StepFeatures) -> Tensor:
+    """(N, T) halting logits of ``head`` on ``features``."""
+    return head_logits(head, features.pooled).float()
+
+
+def calibrate(train_logits: Tensor, val_logits: Tensor, k: int = 200) -> HaltingCalibrator:
+    """A KLL sketch of the scores sigmoid(z) on the training subsample and the held-out split
+    (``halting.calibrate_on`` "last_epoch+val", the trainer's default)."""
+    return HaltingCalibrator(k).update(torch.sigmoid(train_logits)).update(torch.sigmoid(val_logits))
+
+
+def with_halt_logits(traj: Trajectories, halt_logits: Tensor) -> Trajectories:
+    """``traj`` with another head's halting logits (N, T) in place of the trained head's."""
+    if halt_logits.shape != traj.halt_logits.shape:
+        raise ValueError(f"halt_logits must be {tuple(traj.halt_logits.shape)}, "
+                         f"got {tuple(halt_logits.shape)}")
+    return dataclasses.replace(traj, halt_logits=halt_logits.float())
+
+
+# ---------------------------------------------------------------- curves and the verdict
+def refit_curves(val: Trajectories, test: Trajectories, trained: HaltingCalibrator,
+                 refits: dict[str, tuple[Tensor, Tensor, HaltingCalibrator]], model: str = ""):
+    """Every curve of one backbone (``halting_rules.CURVE_COLUMNS``; ``rule`` names the head):
+    the trained head with its own calibrator, each refit ``name -> (val logits, test logits,
+    calibrator)``, fixed depth, confidence (THRESHOLDS held-out quantiles) and the oracle."""
+    import pandas as pd
+
+    parts = [frost_curve(val, test, trained, model).assign(rule=TRAINED)]
+    for name, (zv, zt, cal) in refits.items():
+        parts.append(threshold_curve(RULES[FROST], with_halt_logits(val, zv), with_halt_logits(test, zt),
+                                     cal.thresholds(FROST_QUANTILES), model).assign(rule=name))
+    parts += [rule_curve(CONFIDENCE, val, test, model, THRESHOLDS), fixed_depth_curve(val, test, model),
+              oracle_curve(test, model)]
+    return pd.concat(parts, ignore_index=True)
+
+
+def verdict(table) -> dict:
+    """The reading rule of experiments.READING_EXPERIMENTS["head_refit"] on a ``summary`` table
+    (rule, model, auc, depth_at_99pct) over the backbones.
+
+    Score design at fault: the per-step LayerNorm head beats the global-pairs refit by at least
+    RULE_MARGIN area, mean over backbones. Backbone's early steps at fault: the correctness
+    head beats the better of fixed depth and confidence (per backbone) by less than RULE_MARGIN,
+    mean over backbones. The two clauses are independent: both, one or neither can hold.
+    """
+    auc = table.pivot(index="model", columns="rule", values="auc")
+    gain = auc[PER_STEP_NORM] - auc[GLOBAL]  # per backbone
+    margin = auc[CORRECTNESS] - np.maximum(auc[FIXED], auc[CONFIDENCE])
+    design, early = float(gain.mean()), float(margin.mean())
+    return {"score_design_at_fault": bool(design >= RULE_MARGIN),
+            "early_steps_at_fault": bool(early < RULE_MARGIN),
+            "mean_gain_per_step_layernorm_over_global": design,
+            "mean_margin_correctness_over_best_of_fixed_and_confidence": early,
+            "gain_per_backbone": {k: float(v) for k, v in gain.items()},
+            "margin_per_backbone": {k: float(v) for k, v in margin.items()}}
+
+
+# ---------------------------------------------------------------- driver
+def subsample(dataset, count: int, seed: int = 0):
+    """``count`` images of an in-memory ImageData split, drawn without replacement (seeded),
+    in their original order; the whole split when it has no more."""
+    if dataset.x is None:
+        raise ValueError(f"{dataset.name} is a folder set: subsampling needs an in-memory split")
+    if len(dataset) <= count:
+        return dataset
+    idx = np.sort(np.random.default_rng(seed).choice(len(dataset), count, replace=False))
+    idx = torch.from_numpy(idx)
+    return dataclasses.replace(dataset, x=dataset.x[idx], y=dataset.y[idx])
+
+
+def backbone_trajectories(result, train_samples: int = TRAIN_SAMPLES) -> dict[str, Trajectories]:
+    """Full-depth trajectories of a trained run (``TrainResult``) on a seeded subsample of its
+    training split (no augmentation, eval mode) and on its whole held-out and test splits."""
+    from .data import make_batches
+    from .training import load_split
+
+    cfg = result.config
+    device = next(result.model.parameters()).device
+    out = {}
+    for split in ("train", "val", "test"):
+        ds = load_split(cfg, split)
+        if split == "train":
+            ds = subsample(ds, train_samples, cfg.data.split_seed)
+        batches = make_batches(ds, cfg.train.eval_batch_size, shuffle=False, augment=False, device=device)
+        out[split] = collect_trajectories(result.model, batches)
+    return out
+
+
+def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
+                   settings: RefitSettings | None = None):
+    """All four refits of one trained run: (curves, {head: head module}, diagnostics). The
+    diagnostics, per score (the trained head, each refit, the classifier's confidence): the
+    mean within-step AUC for "this step's prediction is correct" on the test split, the AUC
+    over all N x T test entries together, and for the refits the final training objective."""
+    from .halting_rules import confidence_signal
+
+    settings = settings or RefitSettings()
+    traj = backbone_trajectories(result, train_samples)
+    feats = {k: StepFeatures.of(v) for k, v in traj.items()}
+    cfg = result.config
+    refits, heads = {}, {}
+    correct = feats["test"].correct
+    scores = {TRAINED: traj["test"].halt_logits.float(), CONFIDENCE: confidence_signal(traj["test"]).float()}
+    objective = {}
+    for kind in HEADS:
+        head = refit_head(kind, feats["train"], cfg.loss, settings)
+        z = {k: scores_of(head, f) for k, f in feats.items()}
+        refits[kind] = (z["val"], z["test"], calibrate(z["train"], z["val"], cfg.halting.sketch_k))
+        heads[kind] = head
+        scores[kind] = z["test"]
+        objective[kind] = train_objective(kind, head, feats["train"], cfg.loss, settings.batch_size)
+    diagnostics = [{"model": label, "score": name, "within_step_auc": within_step_auc(z, correct),
+                    "pooled_auc": within_step_auc(z.reshape(-1, 1), correct.reshape(-1, 1)),
+                    "train_objective": objective.get(name, math.nan)} for name, z in scores.items()]
+    return refit_curves(traj["val"], traj["test"], result.calibrator, refits, label), heads, diagnostics
+
+
+def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
+                   seeds: tuple[int, ...] = (0, 1, 2), train_samples: int = TRAIN_SAMPLES,
+                   settings: RefitSettings | None = None, retrain: bool = False):
+    """Experiment 3(a) on the frost backbones the rule names: the families grid's frost at
+    ``seeds`` and "frost (adopted defaults)" at the first seed (stops with ``RunsNotTrained``
+    unless each is committed or cached, or ``retrain``). Returns (metrics record, curves)."""
+    import pandas as pd
+
+    from .experiments import READING_EXPERIMENTS, grid, load_runs, require_trained
+
+    settings = settings or RefitSettings()
+    families = grid("families", size, dataset, seeds=seeds)
+    tag = (lambda s: f" seed {s}") if len(seeds) > 1 else (lambda s: "")
+    labels = [f"frost{tag(s)}" for s in seeds] + [f"frost (adopted defaults){tag(seeds[0])}"]
+    runs = {label: families[label] for label in labels}
+    require_trained(runs, retrain)
+    results = load_runs(runs, progress=False)
+    curves, diagnostics = [], []
+    for label, result in results.items():
+        result.model.requires_grad_(False)  # frozen: only the new heads learn
+        part, _, diag = refit_backbone(result, label, train_samples, settings)
+        curves.append(part)
+        diagnostics += diag
+    curves = pd.concat(curves, ignore_index=True)
+    steps = next(iter(runs.values())).model.steps
+    table = summary(curves, steps)
+    first = next(iter(runs.values()))
+    record = {
+        "dataset": first.data.name, "size": size, "seeds": list(seeds), "steps": steps,
+        "train_samples": train_samples, "refit": dataclasses.asdict(settings),
+        "rule": READING_EXPERIMENTS["head_refit"],
+        "backbones": {label: {"key": cfg.key(), "update": cfg.model.update, "seed": cfg.train.seed,
+                              "epochs": cfg.train.epochs,
+                              "loss": {f: getattr(cfg.loss, f) for f in ("lambda_rel", "lambda_abs", "margin",
+                                                                         "rank_frac")},
+                              "test_accuracy": float(results[label].metrics.get("test_accuracy", math.nan))}
+                      for label, cfg in runs.items()},
+        "summary": table.to_dict(orient="records"), "diagnostics": diagnostics,
+        "curves": curves[["rule", "model", "threshold", "mean_depth", "accuracy"]].round(6)
+        .to_dict("records"),
+        **verdict(table)}
+    return record, curves
