@@ -12,11 +12,10 @@ PY := $(VENV)/bin/python
 # smoke runs write here, never over the committed demo outputs
 SMOKE_OUT ?= $(or $(TMPDIR),/tmp)/frost_nb_smoke
 
-# make test runs with every real data set out of sight: the data root and Debian's data folder
-# point at this empty folder and downloads are off (FROST_OFFLINE), so a machine that happens to
-# have Fashion-MNIST cannot hide a test that needs it (the top-level conftest.py does the same
-# for a bare pytest run)
-NO_DATA := $(SMOKE_OUT)/no-data
+# every real data set is out of sight in tests: the top-level conftest.py points the data root
+# and Debian's data folder at an empty folder and switches downloads off (FROST_OFFLINE), for
+# make test and a bare pytest run alike, so a machine that happens to have Fashion-MNIST cannot
+# hide a test that needs it
 LAB_ARGS ?=
 
 .PHONY: install browser data demo test lab notebooks fashion-mnist
@@ -65,14 +64,13 @@ demo: install data
 	$(PY) -m frost_nb demo
 
 test: install $(if $(SKIP_BROWSER),,browser)
-	rm -rf $(SMOKE_OUT) && mkdir -p $(NO_DATA)
-	git status --porcelain --untracked-files=all > $(or $(TMPDIR),/tmp)/frost_nb_status_before 2>/dev/null || true
+	rm -rf $(SMOKE_OUT) && mkdir -p $(SMOKE_OUT)
+	git status --porcelain --untracked-files=all > $(SMOKE_OUT)/git_status_before 2>/dev/null || true
 	FROST_SMOKE=1 FROST_OUTPUTS=$(SMOKE_OUT) FROST_PROGRESS=0 MPLBACKEND=Agg \
-	  FROST_DATA=$(NO_DATA) FROST_SYSTEM_DATA=$(NO_DATA) FROST_OFFLINE=1 \
 	  $(PY) -m pytest -q tests notebooks --nbval-lax --nbval-sanitize-with tests/nbval_sanitize.cfg \
 	  -p no:cacheprovider $(if $(SKIP_BROWSER),-m "not browser")
-	@git status --porcelain --untracked-files=all > $(or $(TMPDIR),/tmp)/frost_nb_status_after 2>/dev/null || true
-	@diff $(or $(TMPDIR),/tmp)/frost_nb_status_before $(or $(TMPDIR),/tmp)/frost_nb_status_after \
+	@git status --porcelain --untracked-files=all > $(SMOKE_OUT)/git_status_after 2>/dev/null || true
+	@diff $(SMOKE_OUT)/git_status_before $(SMOKE_OUT)/git_status_after \
 	  || { echo "make test changed the working tree (lines above): tests must write only to temporary folders" >&2; exit 1; }
 
 # JupyterLab on the notebooks with the project's environment (LAB_ARGS="--no-browser --port 8899")

@@ -299,14 +299,16 @@ def run_trajectories(result, split: str = "test", max_samples: int | None = None
     return collect_trajectories(result.model, batches, max_samples=max_samples)
 
 
-def run_rule_curves(result, model: str, count: int | None = None):
+def run_rule_curves(result, model: str, count: int | None = None, test=None):
     """Every halting rule's curve for one trained run (``halting_rules.model_curves``) from its
-    trajectories on the held-out and test splits: FROST's rule with its calibrator when it was
-    trained with the ranking losses, PonderNet's when with PonderNet's loss."""
+    trajectories on the held-out and test splits (``test``: the test trajectories when the caller
+    has them already): FROST's rule with its calibrator when it was trained with the ranking
+    losses, PonderNet's when with PonderNet's loss."""
     from .halting_rules import THRESHOLDS, model_curves
 
     loss = result.config.loss
-    return model_curves(run_trajectories(result, "val"), run_trajectories(result, "test"), model,
+    test = run_trajectories(result, "test") if test is None else test
+    return model_curves(run_trajectories(result, "val"), test, model,
                         calibrator=result.calibrator if loss.ranking else None, ponder=loss.ponder,
                         count=THRESHOLDS if count is None else count)
 
@@ -398,7 +400,7 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
                            augment=False, device="cpu")
     jvp = jacobian_summary(jacobian_norms(result.model.cpu(), batches, max_samples=jvp_samples),
                            first_step=min(7, cfg.model.steps - 1))
-    areas = summary(run_rule_curves(result, "m"), cfg.model.steps).set_index("rule")["auc"]
+    areas = summary(run_rule_curves(result, "m", test=traj), cfg.model.steps).set_index("rule")["auc"]
     alpha = [a for a in result.history["steps"].get("alpha", []) if a == a]  # NaN: no alpha
     return {"update": cfg.model.update, "init_state": cfg.model.init_state, "seed": cfg.train.seed,
             "key": cfg.key(), **contraction_summary(traj), **jvp,

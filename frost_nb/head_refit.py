@@ -96,26 +96,16 @@ def head_logits(head: nn.Module, pooled: Tensor) -> Tensor:
     return head(pooled).squeeze(-1)
 
 
-def per_step_ranking(z: Tensor, losses: Tensor, rank_frac: float, margin: float) -> tuple[Tensor, Tensor]:
-    """(L_rel, L_abs) of ``losses.ranking_losses`` applied to each step's N entries on their own
-    (column t of the (N, T) matrices), averaged over the T steps."""
-    parts = [ranking_losses(z[:, t:t + 1], losses[:, t:t + 1], rank_frac, margin) for t in range(z.shape[1])]
-    return torch.stack([p.rel for p in parts]).mean(), torch.stack([p.abs for p in parts]).mean()
-
-
 def head_loss(kind: str, z: Tensor, losses: Tensor, correct: Tensor, cfg: LossConfig) -> Tensor:
     """The refit objective of head ``kind`` (one of HEADS) on a batch: ``z`` (B, T) halting
     logits, ``losses`` (B, T) detached per-step task losses, ``correct`` (B, T) bool."""
     if kind == CORRECTNESS:
         return F.binary_cross_entropy_with_logits(z.float(), correct.float())
-    if kind == GLOBAL:
-        r = ranking_losses(z, losses, cfg.rank_frac, cfg.margin)
-        rel, abs_ = r.rel, r.abs
-    elif kind in (PER_STEP, PER_STEP_NORM):
-        rel, abs_ = per_step_ranking(z, losses, cfg.rank_frac, cfg.margin)
-    else:
+    if kind not in (GLOBAL, PER_STEP, PER_STEP_NORM):
         raise ValueError(f"unknown head {kind!r}; known: {HEADS}")
-    return cfg.lambda_rel * rel + cfg.lambda_abs * abs_  # eq. (total) without L_task: the backbone is frozen
+    # the training loss's own sets and pairs: over all N*T entries, or within each step
+    r = ranking_losses(z, losses, cfg.rank_frac, cfg.margin, pairs="global" if kind == GLOBAL else "per_step")
+    return cfg.lambda_rel * r.rel + cfg.lambda_abs * r.abs  # eq. (total) without L_task: the backbone is frozen
 
 
 def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
