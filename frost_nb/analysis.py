@@ -16,7 +16,9 @@ is the one pass over the data that runs a model, everything else works on its re
   sample at its own state, by power iteration with Jacobian-vector products. Appendix B's
   argument needs sigma_t <= kappa < 1; the step sizes above are only a proxy for it.
 - Gradient conflict (appendix D): the cosine between the gradients of the task loss and of
-  the weighted ranking loss over the parameters both losses reach.
+  the weighted ranking loss over the parameters both losses reach; and per step ("at
+  iteration t", Definition D.1): the cosine between the task gradient and the gradient of the
+  ranking loss of step t alone (that step's N scores ranked among themselves).
 """
 
 from __future__ import annotations
@@ -261,33 +263,56 @@ def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
 HEADS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")
 
 
-def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig) -> dict:
+def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig,
+                      per_step: bool = False) -> dict:
     """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs.
 
     Over the parameters both losses reach (the heads excluded; C and D, which only the
     classifier reads, drop out by themselves). The ranking loss is computed as training with
     ``loss`` would (including whether its gradient reaches the backbone), also for a model
     trained without it. Returns cosine, both gradient norms and the number of parameters.
+
+    ``per_step``: also ``step_cosines``, one per step t = 1..T: the cosine between the task
+    gradient and the gradient of step t's own ranking loss (the weighted L_rel + L_abs of
+    column t of the loss matrix, sets and pairs within that step, whatever ``loss.rank_pairs``
+    says): Definition D.1's conflict "at iteration t". T more backward passes.
     """
     was_training = model.training
     model.train()
     out = model(x, detach_halt_input=not loss.rank_grad_to_backbone)
     task = task_loss(out.logits, y, loss.label_smoothing)
-    rank = ranking_losses(out.halt_logits, step_losses(out.logits, y), loss.rank_frac, loss.margin,
-                          loss.rank_pairs)
-    ranking = loss.lambda_rel * rank.rel + loss.lambda_abs * rank.abs
+    losses = step_losses(out.logits, y)
+
+    def weighted(halt: Tensor, lm: Tensor, pairs: str) -> Tensor:
+        rank = ranking_losses(halt, lm, loss.rank_frac, loss.margin, pairs)
+        return loss.lambda_rel * rank.rel + loss.lambda_abs * rank.abs
+
     named = [(n, p) for n, p in model.named_parameters()
              if p.requires_grad and not n.startswith(HEADS)]
     params = [p for _, p in named]
     g_task = torch.autograd.grad(task, params, retain_graph=True, allow_unused=True)
-    g_rank = torch.autograd.grad(ranking, params, allow_unused=True)
-    both = [(a, b) for a, b in zip(g_task, g_rank) if a is not None and b is not None]
+    g_rank = torch.autograd.grad(weighted(out.halt_logits, losses, loss.rank_pairs), params,
+                                 retain_graph=per_step, allow_unused=True)
+    steps = out.halt_logits.shape[1]
+    g_steps = [torch.autograd.grad(weighted(out.halt_logits[:, t:t + 1], losses[:, t:t + 1], "per_step"),
+                                   params, retain_graph=t < steps - 1, allow_unused=True)
+               for t in range(steps)] if per_step else []
     model.train(was_training)
-    if not both:
-        return {"cosine": float("nan"), "task_norm": float("nan"), "rank_norm": float("nan"),
-                "params": 0}
-    ga = torch.cat([a.flatten().float() for a, _ in both])
-    gb = torch.cat([b.flatten().float() for _, b in both])
+    shared = [i for i, (a, b) in enumerate(zip(g_task, g_rank)) if a is not None and b is not None]
+    if not shared:
+        nan = float("nan")
+        return {"cosine": nan, "task_norm": nan, "rank_norm": nan, "params": 0,
+                **({"step_cosines": [nan] * steps} if per_step else {})}
+
+    def flat(grads) -> Tensor:  # the shared parameters' gradient; zeros where a step's loss does not reach
+        return torch.cat([(grads[i] if grads[i] is not None else torch.zeros_like(params[i])).flatten().float()
+                          for i in shared])
+
+    ga, gb = flat(g_task), flat(g_rank)
     cos = torch.nn.functional.cosine_similarity(ga, gb, dim=0)
-    return {"cosine": cos.item(), "task_norm": ga.norm().item(), "rank_norm": gb.norm().item(),
-            "params": ga.numel()}
+    out_d = {"cosine": cos.item(), "task_norm": ga.norm().item(), "rank_norm": gb.norm().item(),
+             "params": ga.numel()}
+    if per_step:
+        out_d["step_cosines"] = [torch.nn.functional.cosine_similarity(ga, flat(g), dim=0).item()
+                                 for g in g_steps]
+    return out_d

@@ -54,8 +54,12 @@ FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
 ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
 # adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
-         "readings")
-READING_FORMS = ("canonical", "convex", "gated", "leaky", "leaky_gated")  # experiment (b)
+         "readings", "loss_strength")
+READING_FORMS = ("canonical", "convex", "gated", "leaky", "leaky_gated")  # experiment (b) on digits
+READING_CHECK_FORMS = ("leaky", "gated")  # experiment (b) on another data set: the adopted and one residual form
+# experiment (c): (lambda_rel, lambda_abs) per arm; lambda_rel = 0 is L_abs alone
+LOSS_STRENGTHS = ((1.0, 0.1), (3.0, 1.0), (10.0, 3.0), (0.0, 1.0), (0.0, 3.0))
+STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all -> 7 probes per run
 # The defaults in force when the families and ablation grids were fixed and run (the reference
 # of every arm). Notebook 04's selection then changed two of them (config.py): pinning them
 # here keeps those runs what they were; the "adopted" grid trains the new defaults at the
@@ -90,7 +94,14 @@ READING_EXPERIMENTS = {
         "vanilla, recurrent, basic_ssm, frost with (lambda_rel, lambda_abs) in (1, 0.1), (3, 1), "
         "(10, 3), and L_abs alone at lambda_abs 1 and 3; digits, seeds 0-2. Rule: collapse as "
         "halting_rules.collapsed; the collapse claim holds when a baseline collapses on at least 2 of 3 "
-        "seeds at some strength where frost does not; the L_abs claim holds when L_abs alone collapses."),
+        "seeds at some strength where frost does not; the L_abs claim holds when L_abs alone collapses. "
+        "Made precise before the runs: frost 'does not' collapse at a strength when it collapses on at "
+        "most 1 of 3 seeds; 'L_abs alone collapses' means frost with L_abs alone collapses on at least 2 "
+        "of 3 seeds at some lambda_abs. Gradient conflict (appendix D, Definition D.1 'at iteration t'): "
+        "per probe the cosine between the task gradient and step t's own ranking gradient, averaged over "
+        "t = 1..T and over the probes of the second half of training; the claim holds at a strength when "
+        "frost's is positive on every seed and each baseline's is negative on at least 2 of 3 seeds. The "
+        "ranking/task gradient-norm ratio (same probes) is reported, not graded."),
     "minkowski_protocols": (
         "Committed Fashion-MNIST families (3 seeds x 4 families), inference only: polyline vs point "
         "cloud of all states, 2-D vs 3-D PCA projection, coarse (1/4..1/32) vs fine (1/8..1/128) box "
@@ -140,12 +151,20 @@ def _grid(name: str, size: str, dataset: str | None, seed: int) -> dict[str, Run
         runs["frost (adopted defaults)"] = make_config(size, dataset, "frost", **s)
         return runs
     if name == "readings":  # READING_EXPERIMENTS["update_forms"]: each form under the adopted halting
-        # settings (alpha's map left to each form's default: softplus residual, sigmoid leaky)
+        # settings (alpha's map left to each form's default: softplus residual, sigmoid leaky); on
+        # digits all five forms and both h_0, elsewhere the check: two forms, h_0 = e, ABLATION_EPOCHS
         adopted = {k: v for k, v in ADOPTED_READING.items() if k not in ("model.update", "model.alpha_param")}
         s = {"train.seed": seed, **({"train.epochs": SMOKE_EPOCHS} if size == "smoke" else {})}
+        forms, inits = READING_FORMS, ("embedding", "zeros")
+        if make_config(size, dataset).data.name != "digits":
+            forms, inits = READING_CHECK_FORMS, ("embedding",)
+            if size != "smoke":
+                s["train.epochs"] = ABLATION_EPOCHS
         return {f"{u}, h0 = {init}": make_config(size, dataset, "frost", **{**adopted, **s, "model.update": u,
                                                                             "model.init_state": init})
-                for u in READING_FORMS for init in ("embedding", "zeros")}
+                for u in forms for init in inits}
+    if name == "loss_strength":  # READING_EXPERIMENTS["loss_strength"]
+        return _loss_strength(size, dataset, seed)
     if name == "ponder":
         frost = _grid("families", size, dataset, seed)["frost (adopted defaults)"]
         return {"frost (ponder)": frost.replace(**{"loss.ranking": False, "loss.ponder": True})}
@@ -181,6 +200,38 @@ def _grid(name: str, size: str, dataset: str | None, seed: int) -> dict[str, Run
     # conflict: the baselines trained with the ranking losses, beside the reference frost
     runs = {m: _ablation(size, dataset, seed, m, **{"loss.ranking": True}) for m in FAMILIES[:3]}
     runs["frost"] = ref
+    return runs
+
+
+def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
+    """The ``loss_strength`` label of one arm, e.g. "frost, rel 3 abs 1" or "vanilla, abs 3 only"."""
+    if lambda_rel == 0:
+        return f"{family}, abs {lambda_abs:g} only"
+    return f"{family}, rel {lambda_rel:g} abs {lambda_abs:g}"
+
+
+def _loss_strength(size: str, dataset: str | None, seed: int) -> dict[str, RunConfig]:
+    """Experiment (c): every family with the ranking losses at each of LOSS_STRENGTHS, under the
+    adopted halting settings (frost also under the adopted update), the gradient probe on; and
+    each family's task-only reference ("<family> (task only)"): the baselines' ``families`` run
+    itself (same key, committed), frost under the adopted reading without the ranking losses."""
+    s: dict[str, Any] = {"train.seed": seed}
+    every = STRENGTH_DIAGNOSTICS_EVERY
+    if size == "smoke":
+        s["train.epochs"] = SMOKE_EPOCHS
+        every = SMOKE_DIAGNOSTICS_EVERY
+    halting = {k: v for k, v in ADOPTED_READING.items() if not k.startswith("model.") or k == "model.halt_norm"}
+    families = _grid("families", size, dataset, seed)
+    references = {m: families[m] for m in FAMILIES[:3]}
+    references["frost"] = make_config(size, dataset, "frost", **{**ADOPTED_READING, **s, "loss.ranking": False})
+    runs: dict[str, RunConfig] = {}
+    for m, ref in references.items():
+        runs[f"{m} (task only)"] = ref
+        base = ref.replace(**halting) if m != "frost" else ref
+        for rel, abs_ in LOSS_STRENGTHS:
+            runs[strength_label(m, rel, abs_)] = base.replace(**{
+                "loss.ranking": True, "loss.rank_frac": LossConfig().rank_frac, "loss.lambda_rel": rel,
+                "loss.lambda_abs": abs_, "train.diagnostics_every": every})
     return runs
 
 
@@ -340,6 +391,92 @@ def collapse_row(result, reference) -> dict[str, Any]:
             "reference_accuracy": reference_accuracy,
             "one_step_share": float(histogram.max() / histogram.sum()),
             "gradient_cosine": cosine["run"], "reference_gradient_cosine": cosine["reference"]}
+
+
+def strength_row(result, reference) -> dict[str, Any]:
+    """What experiment (c) measures on one run of the ``loss_strength`` grid: its collapse row
+    against its task-only ``reference`` (``collapse_row``) and, from the training-time probes of
+    the second half of training, the gradient conflict overall and per step (Definition D.1) and
+    the ranking/task gradient-norm ratio."""
+    import numpy as np
+
+    cfg = result.config
+    row = {"model": cfg.model.name, "lambda_rel": cfg.loss.lambda_rel, "lambda_abs": cfg.loss.lambda_abs,
+           "key": cfg.key(), **collapse_row(result, reference)}
+    d = result.history["diagnostics"]
+    last = result.history["steps"]["step"][-1]
+    late = [i for i, s in enumerate(d["step"]) if s >= last / 2]
+    if not late or not d.get("step_grad_cosine"):
+        raise ValueError(f"run {cfg.key()} has no gradient probes in its second half; experiment (c) "
+                         f"needs train.diagnostics_every > 0 (its grid sets it)")
+    per_step = np.asarray([d["step_grad_cosine"][i] for i in late], dtype=float)  # (probes, T)
+    ratio = [d["rank_grad_norm"][i] / d["task_grad_norm"][i] for i in late]
+    row.update({"probes": len(late), "probe_cosine": float(np.nanmean([d["grad_cosine"][i] for i in late])),
+                "step_cosine": float(np.nanmean(per_step)),
+                "step_cosine_profile": [float(c) for c in np.nanmean(per_step, axis=0)],
+                "rank_task_ratio": float(np.mean(ratio))})
+    return row
+
+
+def loss_strength_verdicts(rows: list[dict]) -> dict[str, Any]:
+    """READING_EXPERIMENTS["loss_strength"]'s rules over the rows of ``strength_row`` (3 seeds per
+    arm): per arm the seeds collapsed and the mean per-step conflict; per claim the strengths at
+    which it holds."""
+    import numpy as np
+
+    arms: dict[tuple[str, float, float], list[dict]] = {}
+    for r in rows:
+        arms.setdefault((r["model"], r["lambda_rel"], r["lambda_abs"]), []).append(r)
+    summary = {}
+    for (m, rel, abs_), rs in arms.items():
+        summary[strength_label(m, rel, abs_)] = {
+            "model": m, "lambda_rel": rel, "lambda_abs": abs_, "seeds": len(rs),
+            "collapsed_seeds": sum(r["collapsed"] for r in rs),
+            "accuracy": float(np.mean([r["accuracy"] for r in rs])),
+            "reference_accuracy": float(np.mean([r["reference_accuracy"] for r in rs])),
+            "one_step_share": float(np.mean([r["one_step_share"] for r in rs])),
+            "step_cosine": float(np.mean([r["step_cosine"] for r in rs])),
+            "negative_seeds": sum(r["step_cosine"] < 0 for r in rs),
+            "positive_seeds": sum(r["step_cosine"] > 0 for r in rs),
+            "rank_task_ratio": float(np.mean([r["rank_task_ratio"] for r in rs]))}
+    strengths = sorted({(a["lambda_rel"], a["lambda_abs"]) for a in summary.values()})
+    collapse, conflict = [], []
+    for rel, abs_ in strengths:
+        at = {a["model"]: a for a in summary.values() if (a["lambda_rel"], a["lambda_abs"]) == (rel, abs_)}
+        frost, baselines = at.get("frost"), [at[m] for m in FAMILIES[:3] if m in at]
+        if frost is None or not baselines:
+            continue
+        tag = strength_label("", rel, abs_).lstrip(", ")
+        if frost["collapsed_seeds"] <= 1 and any(b["collapsed_seeds"] >= 2 for b in baselines):
+            collapse.append(tag)
+        if frost["positive_seeds"] == frost["seeds"] and all(b["negative_seeds"] >= 2 for b in baselines):
+            conflict.append(tag)
+    abs_only = [a for a in summary.values() if a["model"] == "frost" and a["lambda_rel"] == 0]
+    return {"arms": summary, "collapse_claim_holds_at": collapse, "conflict_claim_holds_at": conflict,
+            "l_abs_alone_collapses_frost_at": [a["lambda_abs"] for a in abs_only if a["collapsed_seeds"] >= 2],
+            "l_abs_arms": len(abs_only)}
+
+
+def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
+                             seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None) -> dict[str, Any]:
+    """Experiment (c) from trained runs only (``require_trained``): a ``strength_row`` per run of
+    the ``loss_strength`` grid with the ranking losses, against its family's task-only run, and
+    the fixed rules' verdicts; what ``write_metrics("15_loss_strength", ...)`` records."""
+    from .checkpoint import train_or_load
+
+    runs = grid("loss_strength", size, dataset, seeds)
+    require_trained(runs, retrain=False)
+    if rows is None:
+        rows = []
+        for seed in seeds:
+            arms = _loss_strength(size, dataset, seed)
+            for label, cfg in arms.items():
+                if cfg.loss.ranking:
+                    reference = arms[f"{cfg.model.name} (task only)"]
+                    rows.append({"run": label, **strength_row(train_or_load(cfg, progress=False),
+                                                              train_or_load(reference, progress=False))})
+    return {"dataset": dataset, "size": size, "seeds": list(seeds), "strengths": [list(s) for s in LOSS_STRENGTHS],
+            "rule": READING_EXPERIMENTS["loss_strength"], "runs": rows, **loss_strength_verdicts(rows)}
 
 
 def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any]):

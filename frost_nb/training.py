@@ -204,7 +204,8 @@ def _new_history() -> dict[str, Any]:
     steps = ("step", "epoch", "lr", "loss", "task", "rel", "abs", "accuracy", "alpha", "hurst",
              "easy_score", "hard_score", "threshold_median")
     epochs = ("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds")
-    diagnostics = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm")  # train.diagnostics_every
+    # train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
+    diagnostics = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
     return {"steps": {k: [] for k in steps}, "epochs": {k: [] for k in epochs},
             "diagnostics": {k: [] for k in diagnostics}}
 
@@ -299,7 +300,8 @@ class Trainer:
         if state["calibrator"]:
             self.calibrator = HaltingCalibrator.from_bytes(state["calibrator"])
         self.history, self.epoch, self.step = state["history"], state["epoch"], state["step"]
-        self.history.setdefault("diagnostics", _new_history()["diagnostics"])  # older checkpoints
+        for k, v in _new_history()["diagnostics"].items():  # older checkpoints
+            self.history.setdefault("diagnostics", {}).setdefault(k, v)
         self.train_seconds = state.get("train_seconds", 0.0)
         return True
 
@@ -363,10 +365,11 @@ class Trainer:
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            g = gradient_conflict(self.model, x, y, self.config.loss)
+            g = gradient_conflict(self.model, x, y, self.config.loss, per_step=True)
         d = self.history["diagnostics"]
         for k, v in (("step", self.step), ("grad_cosine", g["cosine"]),
-                     ("task_grad_norm", g["task_norm"]), ("rank_grad_norm", g["rank_norm"])):
+                     ("task_grad_norm", g["task_norm"]), ("rank_grad_norm", g["rank_norm"]),
+                     ("step_grad_cosine", g["step_cosines"])):
             d[k].append(v)
 
     def _stop(self, what: str) -> None:

@@ -123,8 +123,9 @@ def test_contraction_summary_on_a_model():
     assert 0 <= s["contracting"] <= 1 and 0 <= s["bound_holds"] <= s["contracting"]
 
 
-def _manual_cosine(model, x, y, loss):
-    """Reference: two separate backward passes, gradients read from .grad."""
+def _manual_cosine(model, x, y, loss, column=None):
+    """Reference: two separate backward passes, gradients read from .grad (``column``: the
+    ranking loss of that step alone, its sets within the step)."""
     def grads(which):
         model.zero_grad(set_to_none=True)
         from frost_nb.losses import ranking_losses, step_losses, task_loss
@@ -132,8 +133,10 @@ def _manual_cosine(model, x, y, loss):
         if which == "task":
             task_loss(out.logits, y).backward()
         else:
-            r = ranking_losses(out.halt_logits, step_losses(out.logits, y), loss.rank_frac, loss.margin,
-                               loss.rank_pairs)
+            halt, lm, pairs = out.halt_logits, step_losses(out.logits, y), loss.rank_pairs
+            if column is not None:
+                halt, lm, pairs = halt[:, column:column + 1], lm[:, column:column + 1], "per_step"
+            r = ranking_losses(halt, lm, loss.rank_frac, loss.margin, pairs)
             (loss.lambda_rel * r.rel + loss.lambda_abs * r.abs).backward()
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     a, b = grads("task"), grads("rank")
@@ -154,6 +157,19 @@ def test_gradient_conflict_matches_two_backward_passes(name, pairs):
     assert got["cosine"] == pytest.approx(_manual_cosine(model, x, y, loss), abs=1e-5)
 
 
+def test_per_step_conflict_is_each_steps_own_ranking_loss():
+    model = _model("frost")
+    x, y = _batches(n=16, batch=16)[0]
+    loss = LossConfig(rank_pairs="global", lambda_abs=1.0)
+    got = gradient_conflict(model, x, y, loss, per_step=True)
+    assert got["cosine"] == pytest.approx(gradient_conflict(model, x, y, loss)["cosine"], abs=1e-6)
+    steps = model.config.steps
+    assert len(got["step_cosines"]) == steps
+    for t in (0, steps - 1):
+        assert got["step_cosines"][t] == pytest.approx(_manual_cosine(model, x, y, loss, column=t), abs=1e-5)
+    assert len({round(c, 6) for c in got["step_cosines"]}) > 1  # the steps differ
+
+
 def test_gradient_conflict_without_backbone_gradient_is_undefined():
     x, y = _batches(n=16, batch=16)[0]
     got = gradient_conflict(_model(), x, y, LossConfig(rank_grad_to_backbone=False))
@@ -172,6 +188,8 @@ def test_diagnostics_are_recorded_and_change_nothing(tiny_config, tmp_path):
     n_steps = len(probed.history["steps"]["step"])
     assert d["step"] == list(range(0, n_steps, 5))
     assert all(-1 <= c <= 1 for c in d["grad_cosine"])
+    assert [len(c) for c in d["step_grad_cosine"]] == [cfg.model.steps] * len(d["step"])
+    assert all(-1 <= c <= 1 for cs in d["step_grad_cosine"] for c in cs)
     assert plain.history["diagnostics"]["step"] == []
 
 

@@ -31,7 +31,8 @@ def _diff(a, b):
     return out
 
 
-@pytest.mark.parametrize("name", [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "readings")])
+@pytest.mark.parametrize("name", [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "readings",
+                                                                "loss_strength")])
 def test_every_ablation_arm_changes_one_setting(name):
     ref = reference()
     assert ref.train.epochs == ABLATION_EPOCHS and ref.train.diagnostics_every > 0
@@ -206,3 +207,77 @@ def test_readings_grid_and_its_measurements():
     out = reading_verdicts(rows, basic_ssm_cos3=[0.70, 0.72, 0.74])
     assert out["leaky, h0 = embedding"]["contracts"] and out["leaky, h0 = embedding"]["table1_reproduced"]
     assert not out["gated, h0 = embedding"]["contracts"] and not out["gated, h0 = embedding"]["table1_reproduced"]
+
+
+def test_readings_grid_off_digits_is_the_two_form_check_at_the_ablation_budget():
+    from frost_nb.experiments import READING_CHECK_FORMS
+
+    runs = grid("readings", "demo", "fashion-mnist")
+    assert sorted(runs) == sorted(f"{u}, h0 = embedding" for u in READING_CHECK_FORMS)
+    assert {c.train.epochs for c in runs.values()} == {ABLATION_EPOCHS}
+    assert {c.data.name for c in runs.values()} == {"fashion-mnist"}
+
+
+def test_loss_strength_grid_arms_and_references():
+    """Experiment (c): every family at each strength under the adopted halting settings with the
+    gradient probe on, beside its task-only reference (the baselines' families runs themselves)."""
+    from frost_nb.experiments import ADOPTED_READING, LOSS_STRENGTHS, strength_label
+
+    runs = grid("loss_strength", "demo", "digits", seeds=(0, 1))
+    families = grid("families", "demo", "digits", seeds=(0, 1))
+    assert len(runs) == 2 * 4 * (1 + len(LOSS_STRENGTHS))
+    for seed in (0, 1):
+        for m in ("vanilla", "recurrent", "basic_ssm", "frost"):
+            ref = runs[f"{m} (task only) seed {seed}"]
+            assert not ref.loss.ranking and ref.train.seed == seed
+            if m != "frost":
+                assert ref.key() == families[f"{m} seed {seed}"].key()
+            else:
+                assert (ref.model.update, ref.model.halt_norm) == ("leaky", True)
+            for rel, abs_ in LOSS_STRENGTHS:
+                arm = runs[f"{strength_label(m, rel, abs_)} seed {seed}"]
+                assert arm.loss.ranking and (arm.loss.lambda_rel, arm.loss.lambda_abs) == (rel, abs_)
+                assert arm.train.diagnostics_every > 0 and arm.train.epochs == ref.train.epochs
+                assert arm.model.halt_norm and arm.loss.rank_pairs == ADOPTED_READING["loss.rank_pairs"]
+                assert arm.halting.sketch_window == ADOPTED_READING["halting.sketch_window"]
+                assert arm.model.name == m and arm.model.update == ref.model.update
+    assert strength_label("frost", 0.0, 3.0) == "frost, abs 3 only"
+    assert strength_label("vanilla", 10.0, 3.0) == "vanilla, rel 10 abs 3"
+
+
+def test_strength_row_of_a_smoke_run():
+    from frost_nb.experiments import strength_row
+
+    runs = grid("loss_strength", "smoke", None)
+    arm = train_or_load(runs["frost, rel 3 abs 1"], progress=False)
+    ref = train_or_load(runs["frost (task only)"], progress=False)
+    row = strength_row(arm, ref)
+    assert (row["model"], row["lambda_rel"], row["lambda_abs"]) == ("frost", 3.0, 1.0)
+    assert row["probes"] >= 1 and len(row["step_cosine_profile"]) == arm.config.model.steps
+    assert -1 <= row["step_cosine"] <= 1 and row["rank_task_ratio"] > 0
+    assert row["step_cosine"] == pytest.approx(sum(row["step_cosine_profile"]) / arm.config.model.steps)
+    with pytest.raises(ValueError, match="diagnostics_every"):
+        strength_row(ref, ref)  # the reference has no probes
+
+
+def test_loss_strength_rules_on_fabricated_rows():
+    from frost_nb.experiments import loss_strength_verdicts
+
+    def rows(model, rel, abs_, collapsed, cosine):
+        return [{"model": model, "lambda_rel": rel, "lambda_abs": abs_, "collapsed": c, "step_cosine": k,
+                 "accuracy": 0.9, "reference_accuracy": 0.95, "one_step_share": 0.3, "rank_task_ratio": 0.1}
+                for c, k in zip(collapsed, cosine)]
+
+    data = []
+    for m in ("vanilla", "recurrent", "basic_ssm"):  # collapse at (10, 3) on 2 seeds; conflict everywhere
+        data += rows(m, 1.0, 0.1, [0, 0, 0], [-0.1, -0.2, 0.1])
+        data += rows(m, 10.0, 3.0, [1, 1, 0], [-0.1, -0.2, -0.3])
+        data += rows(m, 0.0, 3.0, [1, 1, 1], [-0.1, -0.2, -0.3])
+    data += rows("frost", 1.0, 0.1, [0, 0, 0], [0.1, 0.2, 0.3])
+    data += rows("frost", 10.0, 3.0, [1, 0, 0], [0.1, -0.2, 0.3])  # one seed negative: no conflict claim
+    data += rows("frost", 0.0, 3.0, [1, 1, 0], [0.1, 0.2, 0.3])  # frost collapses too: no collapse claim
+    out = loss_strength_verdicts(data)
+    assert out["collapse_claim_holds_at"] == ["rel 10 abs 3"]
+    assert out["conflict_claim_holds_at"] == ["abs 3 only", "rel 1 abs 0.1"]  # not at (10, 3)
+    assert out["l_abs_alone_collapses_frost_at"] == [3.0]
+    assert out["arms"]["vanilla, rel 10 abs 3"]["collapsed_seeds"] == 2
