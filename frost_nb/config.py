@@ -133,10 +133,11 @@ class ModelConfig(_Validated):
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
     # FROST (docs/method.md sections 4 and 5)
     # canonical | convex | gated (residual), leaky | leaky_gated (interpolating, section 5.4).
-    # gated won the demo-size comparison of notebook 04 by the rule fixed before it ran (held-out
-    # score +0.019 over canonical, convex -0.035); paper size keeps canonical, since Table 3 gives
-    # frost basic_ssm's parameter count (no gate)
-    update: str = "gated"
+    # leaky is the reading of the paper's text this project adopts (docs/method.md section 5.5,
+    # experiments.ADOPTED_READING), at every size; it adds no parameter over canonical, as Table 3
+    # gives frost basic_ssm's count. (gated won notebook 04's demo-size comparison of the residual
+    # forms; the runs of that time pin it: experiments.PRE_READING.)
+    update: str = "leaky"
     # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param: softplus for
     # the residual forms, sigmoid for the leaky ones). "auto" is resolved on construction, so a
     # config never holds it: every config of a residual form is what it was (same dict, same key)
@@ -151,8 +152,8 @@ class ModelConfig(_Validated):
     # inside the bracket instead of the plain A, B (docs/method.md section 5.4); H enters here
     scaled_inside: bool = False
     # halting head on LayerNorm(GAP(h_t)) (as the classifier head) instead of the raw GAP(h_t),
-    # whose norm grows with t under a residual update (docs/method.md section 6.1)
-    halt_norm: bool = False
+    # whose norm grows with t under a residual update (docs/method.md section 6.1); adopted reading
+    halt_norm: bool = True
 
     def validate(self) -> None:
         self._check("name", self.name in MODELS, f"one of {MODELS}")
@@ -224,8 +225,9 @@ class LossConfig(_Validated):
     # one of the two) won notebook 04's tuning on the held-out split (+0.10 over 0.25)
     rank_frac: float = 0.5
     # "global": S_easy and S_hard over all N x T entries, pairs across steps; "per_step": the sets
-    # are taken within each step's N entries and pairs only within the same t (docs/method.md 6.1)
-    rank_pairs: str = "global"
+    # are taken within each step's N entries and pairs only within the same t (docs/method.md 6.1;
+    # the adopted reading)
+    rank_pairs: str = "per_step"
     margin: float = 0.2
     lambda_rel: float = 1.0
     lambda_abs: float = 0.1
@@ -272,12 +274,13 @@ PONDER_FIELDS = ("ponder", "ponder_prior", "ponder_beta")
 CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
 
 # Fields added after trained runs were cached (and checkpoints committed) under their keys, for
-# the readings of issue 15. At their defaults they reproduce the model and the training of
-# before, and key() leaves them out then, so every earlier run keeps its key. (model.update's
-# new values and model.alpha_param="auto" need nothing here: "auto" is resolved on
-# construction, to softplus for every form that existed before.)
-LATER_FIELDS = {"model": ("hurst_param", "scaled_inside", "halt_norm"), "loss": ("rank_pairs",),
-                "halting": ("sketch_window",)}
+# the readings of issue 15, with the value every run had before they existed. At that value they
+# reproduce the model and the training of before: key() leaves them out then, so every earlier
+# run keeps its key whatever the defaults are now, and from_dict gives a stored config that lacks
+# them that value (not today's default). (model.update's new values and model.alpha_param="auto"
+# need nothing here: "auto" is resolved on construction, and stored configs hold the result.)
+LEGACY_VALUES = {"model": {"hurst_param": "sigmoid", "scaled_inside": False, "halt_norm": False},
+                 "loss": {"rank_pairs": "global"}, "halting": {"sketch_window": "epoch"}}
 
 
 @dataclass
@@ -287,8 +290,8 @@ class HaltingConfig(_Validated):
     calibrate_on: str = "last_epoch+val"  # which halting scores feed the sketch (docs/method.md section 7)
     # "epoch": a fresh sketch every epoch (that epoch's sources); "run": one sketch accumulates the
     # sources of every epoch of the run (the paper: "across batches and iterations during
-    # training and validation"); resuming keeps it (the checkpoint stores the sketch)
-    sketch_window: str = "epoch"
+    # training and validation"; the adopted reading); resuming keeps it (the checkpoint stores it)
+    sketch_window: str = "run"
 
     def validate(self) -> None:
         self._check("sketch_k", 8 <= self.sketch_k <= 65535, "a KLL size in [8, 65535]")
@@ -363,7 +366,7 @@ class RunConfig:
             raise ConfigError(f"unknown config sections {sorted(unknown)}; expected {sorted(sections)}")
         kwargs: dict[str, Any] = {"size": d.get("size", "smoke")}
         for name, klass in sections.items():
-            values = dict(d.get(name, {}))
+            values = {**LEGACY_VALUES.get(name, {}), **d.get(name, {})}  # stored before the field existed
             names = {f.name for f in dataclasses.fields(klass)}
             bad = set(values) - names
             if bad:
@@ -383,10 +386,9 @@ class RunConfig:
         if not d["loss"]["ponder"]:  # likewise runs without PonderNet (its fields came later)
             for name in PONDER_FIELDS:
                 d["loss"].pop(name)
-        for section, names in LATER_FIELDS.items():  # and runs with none of issue 15's options
-            defaults = {f.name: f.default for f in dataclasses.fields(getattr(self, section))}
-            for name in names:
-                if d[section][name] == defaults[name]:
+        for section, legacy in LEGACY_VALUES.items():  # and runs with none of issue 15's options
+            for name, value in legacy.items():
+                if d[section][name] == value:
                     d[section].pop(name)
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
@@ -434,7 +436,6 @@ _SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
         # ResNet-50 family: constant-width stack of 16 bottleneck branches at 56x56
         "model.steps": 16, "model.width": 256, "model.bottleneck": 64, "model.stem_stride": 4,
         "model.norm_groups": 32,
-        "model.update": "canonical",  # Table 3: frost has basic_ssm's parameters, so no gate
         # B, C, D: pointwise two-layer maps 256 -> 896 -> 256; they add 1.38M parameters over
         # recurrent, as Table 3 does (docs/parameters.md shows why no setting also fits its FLOPs)
         "model.bcd_kernel": 1, "model.bcd_hidden": 896,

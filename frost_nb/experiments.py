@@ -60,11 +60,16 @@ READING_CHECK_FORMS = ("leaky", "gated")  # experiment (b) on another data set: 
 # experiment (c): (lambda_rel, lambda_abs) per arm; lambda_rel = 0 is L_abs alone
 LOSS_STRENGTHS = ((1.0, 0.1), (3.0, 1.0), (10.0, 3.0), (0.0, 1.0), (0.0, 3.0))
 STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all -> 7 probes per run
+# The defaults in force before the adopted reading (ADOPTED_READING, below) became the default:
+# notebook 04's selection (the gated update, rank_frac 0.5) with the halting settings of then.
+# Every grid that ran under them pins them, so its committed runs keep their keys.
+PRE_READING = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
+               "halting.sketch_window": "epoch"}
 # The defaults in force when the families and ablation grids were fixed and run (the reference
 # of every arm). Notebook 04's selection then changed two of them (config.py): pinning them
-# here keeps those runs what they were; the "adopted" grid trains the new defaults at the
-# ablation budget, and "frost (adopted defaults)" in ``families`` at the full budget.
-PRE_SELECTION = {"model.update": "canonical", "loss.rank_frac": 0.25}
+# here keeps those runs what they were; the "adopted" grid trains 04's selection (PRE_READING)
+# at the ablation budget, and "frost (adopted defaults)" in ``families`` at the full budget.
+PRE_SELECTION = {**PRE_READING, "model.update": "canonical", "loss.rank_frac": 0.25}
 
 
 # The reading of the paper's update and halting score this project adopts, fixed before any run
@@ -112,7 +117,7 @@ READING_EXPERIMENTS = {
 
 def _ablation(size: str, dataset: str | None, seed: int, model: str = "frost",
               pinned: bool = True, **overrides: Any) -> RunConfig:
-    budget: dict[str, Any] = {**(PRE_SELECTION if pinned else {}), "train.seed": seed}
+    budget: dict[str, Any] = {**(PRE_SELECTION if pinned else PRE_READING), "train.seed": seed}
     if size == "smoke":
         budget.update({"train.epochs": SMOKE_EPOCHS, "train.diagnostics_every": SMOKE_DIAGNOSTICS_EVERY})
     else:
@@ -148,7 +153,7 @@ def _grid(name: str, size: str, dataset: str | None, seed: int) -> dict[str, Run
         runs = {m: make_config(size, dataset, m, **{**PRE_SELECTION, **s}) for m in FAMILIES}
         runs["frost (no ranking)"] = make_config(size, dataset, "frost",
                                                  **{**PRE_SELECTION, **s, "loss.ranking": False})
-        runs["frost (adopted defaults)"] = make_config(size, dataset, "frost", **s)
+        runs["frost (adopted defaults)"] = make_config(size, dataset, "frost", **{**PRE_READING, **s})
         return runs
     if name == "readings":  # READING_EXPERIMENTS["update_forms"]: each form under the adopted halting
         # settings (alpha's map left to each form's default: softplus residual, sigmoid leaky); on
@@ -540,7 +545,7 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
     areas = summary(run_rule_curves(result, "m", test=traj), cfg.model.steps).set_index("rule")["auc"]
     alpha = [a for a in result.history["steps"].get("alpha", []) if a == a]  # NaN: no alpha
     return {"update": cfg.model.update, "init_state": cfg.model.init_state, "seed": cfg.train.seed,
-            "key": cfg.key(), **contraction_summary(traj), **jvp,
+            "epochs": cfg.train.epochs, "key": cfg.key(), **contraction_summary(traj), **jvp,
             **{f"cos t={t}": float(cosine[t]) for t in TABLE1_STEPS if t <= cfg.model.steps},
             "accuracy per depth": [float(a) for a in per_step], "accuracy": float(per_step[-1]),
             "alpha start": alpha[0] if alpha else math.nan, "alpha min": min(alpha) if alpha else math.nan,
@@ -593,6 +598,9 @@ def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", 
                 for label, cfg in runs.items()]
     basic = [float(cosine_to_final(run_trajectories(train_or_load(cfg, progress=False), "test").pooled)
                    .mean(0)[3]) for cfg in families.values()]
-    return {"dataset": dataset, "size": size, "seeds": list(seeds), "jvp_samples": jvp_samples,
+    epochs = sorted({r["epochs"] for r in rows if "epochs" in r})
+    label = dataset if dataset == "digits" else f"{dataset} ({', '.join(map(str, epochs))} epochs, seeds " \
+        f"{', '.join(map(str, seeds))})"
+    return {"dataset": dataset, "label": label, "size": size, "seeds": list(seeds), "jvp_samples": jvp_samples,
             "rule": READING_EXPERIMENTS["update_forms"], "basic_ssm cos t=3": basic, "runs": rows,
             "forms": reading_verdicts(rows, basic)}

@@ -388,3 +388,40 @@ def plot_head_refit(curves, title: str = "") -> plt.Figure:
     fig.tight_layout()
     fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
+
+
+def plot_loss_strength(runs: list[dict], title: str = "") -> plt.Figure:
+    """Experiment (c): per family, the per-step gradient conflict (Definition D.1: cosine of the
+    task gradient with step t's own ranking gradient, late-training probes) against the step, one
+    line per loss strength (mean over seeds); and, per family and strength, the seeds collapsed.
+    ``runs``: ``experiments.strength_row`` rows."""
+    families = list(dict.fromkeys(r["model"] for r in runs))
+    strengths = sorted({(r["lambda_rel"], r["lambda_abs"]) for r in runs})
+    names = [f"abs {a:g} only" if rel == 0 else f"rel {rel:g} abs {a:g}" for rel, a in strengths]
+    fig, axes = plt.subplots(1, len(families) + 1, figsize=(3.3 * (len(families) + 1), 3.3), squeeze=False)
+    for ax, family in zip(axes[0], families):
+        for i, (strength, name) in enumerate(zip(strengths, names)):
+            rs = [r for r in runs if r["model"] == family and (r["lambda_rel"], r["lambda_abs"]) == strength]
+            if rs:
+                profile = np.mean([r["step_cosine_profile"] for r in rs], axis=0)
+                ax.plot(np.arange(1, len(profile) + 1), profile, marker="o", ms=2, lw=1, color=f"C{i}", label=name)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set(title=family, xlabel="step t", ylim=(-1, 1))
+    axes[0][0].set(ylabel="cos(task grad, step-t ranking grad)")
+    axes[0][0].legend(fontsize=6)
+    ax = axes[0][-1]
+    grid = np.full((len(families), len(strengths)), np.nan)
+    for r in runs:
+        i, j = families.index(r["model"]), strengths.index((r["lambda_rel"], r["lambda_abs"]))
+        grid[i, j] = (0 if np.isnan(grid[i, j]) else grid[i, j]) + bool(r["collapsed"])
+    seeds = max(sum(1 for r in runs if r["model"] == families[0] and
+                    (r["lambda_rel"], r["lambda_abs"]) == strengths[0]), 1)
+    ax.imshow(grid, cmap="Reds", vmin=0, vmax=seeds, aspect="auto")
+    for (i, j), v in np.ndenumerate(grid):
+        ax.text(j, i, "" if np.isnan(v) else f"{int(v)}/{seeds}", ha="center", va="center", fontsize=8)
+    ax.set(title="seeds collapsed", xticks=range(len(names)), yticks=range(len(families)))
+    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
+    ax.set_yticklabels(families, fontsize=8)
+    fig.suptitle(title or "halting-loss strength: per-step gradient conflict and collapse")
+    fig.tight_layout()
+    return fig

@@ -697,16 +697,20 @@ def update_forms(m: Metrics) -> list[dict]:
     """Contraction: (a) median Jacobian norm over steps 8..T below 1; (b) appendix B's bound holds
     for at least half the samples; both -> reproduced, one -> partly, none -> not. Table 1: frost's
     cosine at t = 3 above basic_ssm's by more than the spread over seeds -> reproduced, else not."""
-    d = m.json("15_update_forms")
-    if d is None:
-        return []
     rows = []
+    for name in m.names("15_update_forms*"):  # digits (3 seeds), then the check on another data set
+        rows += _update_forms(m.json(name))
+    return rows
+
+
+def _update_forms(d: dict) -> list[dict]:
+    rows, dataset = [], d.get("label", d["dataset"])
     for f in d["forms"].values():
         read = f["update"] + ("" if f["init_state"] == "embedding" else ", h0 = 0")
         rows.append(_row("Appendix B: the steps contract (Jacobian norm < 1, error bound holds)", read,
-                         d["dataset"], "< 1", f"JVP {f['jvp_norm']:.2f}, bound {f['bound_holds']:.0%}",
+                         dataset, "< 1", f"JVP {f['jvp_norm']:.2f}, bound {f['bound_holds']:.0%}",
                          _grade((f["jvp_norm"] < 1) + (f["bound_holds"] >= 0.5), 2), "15"))
-        rows.append(_row("Table 1: frost more scale-consistent than basic_ssm (cos at t = 3)", read, d["dataset"],
+        rows.append(_row("Table 1: frost more scale-consistent than basic_ssm (cos at t = 3)", read, dataset,
                          "0.70 vs 0.35", f"{f['cos t=3']:.2f} vs {f['basic_ssm cos t=3']:.2f}",
                          REPRODUCED if f["table1_reproduced"] else NOT, "15"))
     return rows
@@ -732,11 +736,88 @@ def minkowski_protocols(m: Metrics) -> list[dict]:
                  "higher", f"every seed: {len(every)} of {len(per)}; some seed: {len(some)}", verdict, "15")]
 
 
+# Experiment (a) (15_head_refit.json; rule in READING_EXPERIMENTS["head_refit"]): on frozen
+# backbones, can any linear halting head beat fixed depth and confidence?
+def head_refit(m: Metrics) -> list[dict]:
+    """The margin of the correctness head (the best a linear head can do) over the better of
+    fixed depth and confidence, mean over backbones: at least 0.01 area -> reproduced (a learned
+    score can beat them on these backbones); above 0 -> partly; else -> not (the backbone's early
+    steps, not the score's design, hold the rule back)."""
+    d = m.json("15_head_refit")
+    if d is None:
+        return []
+    margin = d["mean_margin_correctness_over_best_of_fixed_and_confidence"]
+    gain = d["mean_gain_per_step_layernorm_over_global"]
+    verdict = REPRODUCED if margin >= 0.01 else PARTLY if margin > 0 else NOT
+    return [_row("Halting: a learned score beats fixed depth and confidence (best linear head, frozen backbones)",
+                 "canonical, gated", d["dataset"], "above", f"{margin:+.3f} area (per-step LN head vs global: "
+                 f"{gain:+.3f})", verdict, "15")]
+
+
+# Experiment (c) (15_loss_strength.json; rules in READING_EXPERIMENTS["loss_strength"], applied
+# in experiments.loss_strength_verdicts): the collapse, L_abs and gradient-conflict claims with
+# the ranking losses at three strengths and L_abs alone.
+def loss_strength(m: Metrics) -> list[dict]:
+    """Each claim holds at some strength -> reproduced (the strengths named); else -> not."""
+    d = m.json("15_loss_strength")
+    if d is None:
+        return []
+    arms = d["arms"]
+
+    def at(holds: list) -> str:
+        return ", ".join(str(h) for h in holds) if holds else "no strength"
+
+    frost_abs = [a for a in arms.values() if a["model"] == "frost" and a["lambda_rel"] == 0]
+    strongest = max(arms.values(), key=lambda a: (a["lambda_rel"], a["lambda_abs"]))
+    baselines = [a for a in arms.values() if a["model"] != "frost"
+                 and (a["lambda_rel"], a["lambda_abs"]) == (strongest["lambda_rel"], strongest["lambda_abs"])]
+    return [
+        _row("Appendix D: the ranking losses collapse the baselines, not frost (3 strengths, L_abs alone)",
+             "leaky", d["dataset"], "baselines collapse",
+             f"holds at: {at(d['collapse_claim_holds_at'])}; baselines collapsed at rel {strongest['lambda_rel']:g} "
+             f"abs {strongest['lambda_abs']:g}: {sum(a['collapsed_seeds'] for a in baselines)} of "
+             f"{sum(a['seeds'] for a in baselines)}", REPRODUCED if d["collapse_claim_holds_at"] else NOT, "15"),
+        _row("Loss ablation: L_abs alone collapses frost", "leaky", d["dataset"], "collapses",
+             "; ".join(f"abs {a['lambda_abs']:g}: {a['collapsed_seeds']} of {a['seeds']} seeds" for a in frost_abs),
+             REPRODUCED if d["l_abs_alone_collapses_frost_at"] else NOT, "15"),
+        _row("Appendix D: per-step gradient conflict positive for frost, negative for the baselines",
+             "leaky", d["dataset"], "> 0 vs < 0",
+             f"holds at: {at(d['conflict_claim_holds_at'])}; frost {min(a['step_cosine'] for a in arms.values() if a['model'] == 'frost'):+.3f}"
+             f"..{max(a['step_cosine'] for a in arms.values() if a['model'] == 'frost'):+.3f}",
+             REPRODUCED if d["conflict_claim_holds_at"] else NOT, "15")]
+
+
+# Item 4 (benchmarks/table3_regime.py --metrics): Table 3's throughput ratios per regime
+# (device, batch size), graded as _table3 grades notebook 06's single regime.
+def table3_regimes(m: Metrics) -> list[dict]:
+    """Per file (device) and backbone: the largest relative error over the non-vanilla families
+    at each batch size; the best batch within RATIO_CLOSE -> reproduced (in that regime), within
+    RATIO_NEAR -> partly, else -> not. The value lists frost's ratio per batch size."""
+    rows = []
+    for name in m.names("bench_table3_regime*"):
+        d = m.json(name)
+        device = d.get("env", {}).get("device", "")
+        for backbone, rs in _by(d["ratios"], "backbone").items():
+            batches = _by(rs, "batch_size")
+            err = {b: max(abs(r["relative_error"]) for r in part) for b, part in batches.items()}
+            best = min(err, key=err.get)
+            frost = {b: next(r for r in part if r["model"] == "frost") for b, part in batches.items()}
+            verdict = REPRODUCED if err[best] <= RATIO_CLOSE else PARTLY if err[best] <= RATIO_NEAR else NOT
+            label = "ResNet" if backbone == "resnet" else "ViT" if backbone == "vit" else backbone
+            paper_ratio = next(iter(frost.values()))["paper"]
+            rows.append(_row(f"Table 3 ({label}): images/s / vanilla by regime ({device}, batch "
+                             f"{', '.join(str(b) for b in sorted(batches))})", d.get("update", "leaky"),
+                             "imagenet100 (shapes)", f"{paper_ratio:.2f}",
+                             "; ".join(f"batch {b}: {frost[b]['ours']:.2f}" for b in sorted(frost))
+                             + f" (best fit: batch {best}, max error {err[best]:.0%})", verdict, "bench"))
+    return rows
+
+
 CLAIMS: tuple[Callable[[Metrics], list[dict]], ...] = (
     table1_scale_consistency, contraction_kappa, minkowski_dimension, alpha_trajectory,
     hurst_sweep, loss_ablation, gradient_conflict, table2_vs_paper, table2_vs_fixed_depth,
     table3_flops, table3_throughput, halting_rules, collapse, adaptive_speed, kll_overhead,
-    update_forms, minkowski_protocols)
+    update_forms, minkowski_protocols, head_refit, loss_strength, table3_regimes)
 
 
 # --------------------------------------------------------------------------------------------

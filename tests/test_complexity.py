@@ -85,7 +85,8 @@ def test_parameters_without_heads_leave_out_exactly_the_two_heads():
     from frost_nb.complexity import parameters_without_heads
 
     model = create_model(make_config("smoke").model)
-    heads = sum(p.numel() for m in (model.head, model.head_norm, model.halt_head) for p in m.parameters())
+    heads = sum(p.numel() for m in (model.head, model.head_norm, model.halt_head, model.halt_head_norm)
+                for p in m.parameters())  # halt_head_norm: model.halt_norm, on by default
     assert parameters_without_heads(model) == model.num_parameters() - heads > 0
 
 
@@ -99,3 +100,30 @@ def test_measured_time_per_image_and_throughput():
         images_per_second(fixed, step, model.config.steps)
     with pytest.raises(ValueError, match="repeats"):
         seconds_per_image(model, (1, 8, 8), repeats=0)
+
+
+def test_table3_regime_benchmark_writes_every_ratio(tmp_path, monkeypatch):
+    """benchmarks/table3_regime.py at smoke size: every family's images/s over vanilla's per
+    batch size and backbone, beside the paper's ratio (timings are not checked: noise)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from frost_nb.paper import TABLE3
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "table3_regime.py"
+    spec = importlib.util.spec_from_file_location("table3_regime", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
+    assert bench.main(["--size", "smoke", "--repeats", "1", "--batch-sizes", "1", "2", "--metrics"]) == 0
+    d = json.loads((tmp_path / "metrics" / "bench_table3_regime.json").read_text())
+    assert d["batch_sizes"] == [1, 2] and len(d["ratios"]) == 2 * 2 * 3  # batches x backbones x non-vanilla
+    paper = {(r["backbone"], r["model"]): r["images_per_s"] for r in TABLE3}
+    for r in d["ratios"]:
+        assert r["paper"] == pytest.approx(paper[r["backbone"], r["model"]] / paper[r["backbone"], "vanilla"])
+        assert r["ours"] > 0 and r["relative_error"] == pytest.approx(r["ours"] / r["paper"] - 1)
+    frost = [r for r in d["rows"] if r["model"] == "frost" and r["depth"] == "paper's mean depth"]
+    assert {round(r["mean_depth"] / 4, 4) for r in frost} == {round(7.56 / 16, 4), round(4.53 / 12, 4)}
+    with pytest.raises(SystemExit):
+        bench.main(["--size", "smoke", "--batch-sizes", "0"])

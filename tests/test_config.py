@@ -64,7 +64,7 @@ def test_bad_values_name_the_parameter(overrides, name):
      "model.hurst_param='tanh' is invalid: expected one of ('sigmoid', 'free')."),
     ({"model.hurst_param": "free"},  # a fixed H has no parameterisation
      "model.hurst_param='free' is invalid: expected 'sigmoid' unless model.learn_hurst"),
-    ({"model.scaled_inside": True},  # the default form, gated, fixes its operators
+    ({"model.update": "gated", "model.scaled_inside": True},  # a residual form fixes its operators
      "model.scaled_inside=True is invalid: expected False unless model.update is one of "
      "('leaky', 'leaky_gated')"),
     ({"model.update": "leaky", "model.learn_hurst": True},  # H would enter nowhere
@@ -92,7 +92,7 @@ def test_leaky_forms_default_to_sigmoid_alpha():
         assert ModelConfig(update=update).alpha_param == param
         assert make_config("smoke", **{"model.update": update}).model.alpha_param == param
         assert make_config("paper", "imagenet100", **{"model.update": update}).model.alpha_param == param
-    assert ModelConfig().alpha_param == "softplus" and make_config("demo").model.alpha_param == "softplus"
+    assert ModelConfig().alpha_param == "sigmoid" and make_config("demo").model.alpha_param == "sigmoid"  # leaky
     assert make_config("smoke", **{"model.update": "leaky"}).to_dict()["model"]["alpha_param"] == "sigmoid"
     # a chosen map stays chosen; one left at its form's default follows a change of form
     chosen = make_config("smoke", **{"model.update": "leaky", "model.alpha_param": "softplus"})
@@ -100,7 +100,9 @@ def test_leaky_forms_default_to_sigmoid_alpha():
     leaky = make_config("smoke", **{"model.update": "leaky"})
     assert leaky.replace(**{"model.update": "gated"}).model.alpha_param == "softplus"
     assert leaky.replace(**{"model.update": "leaky_gated"}).model.alpha_param == "sigmoid"
-    assert make_config("smoke").replace(**{"model.update": "leaky"}).model.alpha_param == "sigmoid"
+    gated = make_config("smoke", **{"model.update": "gated"})
+    assert gated.model.alpha_param == "softplus"
+    assert gated.replace(**{"model.update": "leaky"}).model.alpha_param == "sigmoid"
     exp = make_config("smoke", **{"model.alpha_param": "exp"})
     assert exp.replace(**{"model.update": "leaky"}).model.alpha_param == "exp"
     # and the same key as the explicit choice: the same model
@@ -136,15 +138,22 @@ def test_data_name_override_sets_the_model_input():
 
 
 # cache keys of runs committed in outputs/checkpoints before LossConfig grew the PonderNet
-# fields (computed before the change): regression values, not results
+# fields (computed before the change), under the defaults of then (PRE_READING, pinned since the
+# adopted reading became the default): regression values, not results
 KEY_DEMO_FASHION_FROST = "f1ccca2cbdda17b8"
 KEY_DEMO_FASHION_VANILLA = "40dd98b9f1c7f51e"
 
 
+def _before_reading(model):
+    from frost_nb.experiments import PRE_READING
+
+    return make_config("demo", "fashion-mnist", model, **PRE_READING)
+
+
 def test_new_loss_fields_leave_existing_keys_alone():
-    assert make_config("demo", "fashion-mnist", "frost").key() == KEY_DEMO_FASHION_FROST
-    assert make_config("demo", "fashion-mnist", "vanilla").key() == KEY_DEMO_FASHION_VANILLA
-    base = make_config("demo", "fashion-mnist", "frost", **{"loss.ranking": False})
+    assert _before_reading("frost").key() == KEY_DEMO_FASHION_FROST
+    assert _before_reading("vanilla").key() == KEY_DEMO_FASHION_VANILLA
+    base = _before_reading("frost").replace(**{"loss.ranking": False})
     ponder = base.replace(**{"loss.ponder": True})
     assert ponder.key() != base.key()
     assert ponder.replace(**{"loss.ponder_prior": 0.2}).key() != ponder.key()
@@ -161,10 +170,11 @@ NEW_OPTIONS = {"model.update": ("leaky", "leaky_gated"), "model.scaled_inside": 
 
 
 def test_issue_15_options_leave_existing_keys_alone():
-    # the pinned keys of the committed runs, and the defaults of every new field change nothing
-    assert make_config("demo", "fashion-mnist", "frost").key() == KEY_DEMO_FASHION_FROST
-    assert make_config("demo", "fashion-mnist", "vanilla").key() == KEY_DEMO_FASHION_VANILLA
-    base = make_config("demo", "fashion-mnist", "frost")
+    # the pinned keys of the committed runs, and the values every run had before the new fields
+    # existed (LEGACY_VALUES) change nothing, whatever the defaults are now
+    assert _before_reading("frost").key() == KEY_DEMO_FASHION_FROST
+    assert _before_reading("vanilla").key() == KEY_DEMO_FASHION_VANILLA
+    base = _before_reading("frost")
     leaky = base.replace(**{"model.update": "leaky", "model.scaled_inside": True,
                             "model.learn_hurst": True})
     defaults = {"model.scaled_inside": False, "model.halt_norm": False, "model.hurst_param": "sigmoid",
@@ -183,6 +193,31 @@ def test_issue_15_options_leave_existing_keys_alone():
             assert back == cfg and back.key() == cfg.key()
             keys.add(cfg.key())
     assert len(keys) == 1 + sum(len(v) for v in NEW_OPTIONS.values())
+
+
+def test_adopted_reading_is_the_default_and_old_stored_configs_read_back_as_they_ran():
+    from frost_nb.config import LEGACY_VALUES
+    from frost_nb.experiments import ADOPTED_READING
+
+    for size, dataset in (("smoke", None), ("demo", "digits"), ("demo", "fashion-mnist"),
+                          ("paper", "imagenet100")):
+        d = make_config(size, dataset, "frost").to_dict()
+        for dotted, value in ADOPTED_READING.items():
+            section, name = dotted.split(".")
+            assert d[section][name] == value, (size, dotted)
+    # a stored config from before the issue-15 fields existed lacks them: it ran with the legacy
+    # values, which from_dict restores (not today's defaults), and its key is unchanged
+    old = make_config("demo", "fashion-mnist", "frost", **{"model.update": "gated"})
+    stored = old.to_dict()
+    for section, legacy in LEGACY_VALUES.items():
+        for name in legacy:
+            stored[section].pop(name)
+    back = RunConfig.from_dict(stored)
+    for section, legacy in LEGACY_VALUES.items():
+        for name, value in legacy.items():
+            assert getattr(getattr(back, section), name) == value
+    assert back.key() == old.replace(**{f"{s}.{n}": v for s, lv in LEGACY_VALUES.items()
+                                        for n, v in lv.items()}).key() != old.key()
 
 
 def test_committed_checkpoints_keep_their_keys():

@@ -47,11 +47,14 @@ def test_every_ablation_arm_changes_one_setting(name):
     assert sum(cfg.key() == ref.key() for cfg in runs.values()) == 1  # the reference, once
 
 
-def test_adopted_grid_sets_the_current_defaults_against_the_pinned_reference():
+def test_adopted_grid_sets_notebook_04s_selection_against_the_pinned_reference():
+    from frost_nb.experiments import PRE_READING
+
     runs = grid("adopted")
     assert runs["reference"].key() == reference().key()
-    assert _diff(reference(), runs["adopted defaults"]) == set(PRE_SELECTION)  # what the selection changed
-    default = make_config("demo", "fashion-mnist", "frost")
+    # what 04's selection changed; the defaults of then (PRE_READING) stay pinned in both arms
+    assert _diff(reference(), runs["adopted defaults"]) == {"model.update", "loss.rank_frac"}
+    default = make_config("demo", "fashion-mnist", "frost", **PRE_READING)
     for field in PRE_SELECTION:
         section, name = field.split(".")
         assert getattr(getattr(runs["adopted defaults"], section), name) == getattr(getattr(default, section), name)
@@ -78,7 +81,10 @@ def test_families_train_baselines_on_the_task_loss_only():
         assert cfg.loss.ranking == ranked, label
         assert cfg.train.diagnostics_every == 0
         assert family_label(cfg) == label.rsplit(" seed ", 1)[0]
-    assert runs["frost (adopted defaults) seed 0"].key() == make_config("demo", "fashion-mnist", "frost").key()
+    from frost_nb.experiments import PRE_READING
+
+    assert runs["frost (adopted defaults) seed 0"].key() == \
+        make_config("demo", "fashion-mnist", "frost", **PRE_READING).key() == "f1ccca2cbdda17b8"  # committed
     assert {c.train.seed for c in runs.values()} == {0, 1}
 
 
@@ -281,3 +287,19 @@ def test_loss_strength_rules_on_fabricated_rows():
     assert out["conflict_claim_holds_at"] == ["abs 3 only", "rel 1 abs 0.1"]  # not at (10, 3)
     assert out["l_abs_alone_collapses_frost_at"] == [3.0]
     assert out["arms"]["vanilla, rel 10 abs 3"]["collapsed_seeds"] == 2
+
+
+def test_loss_strength_figure_shows_every_family_and_the_collapse_counts():
+    import matplotlib.pyplot as plt
+
+    from frost_nb.plotting import plot_loss_strength
+
+    rows = [{"model": m, "lambda_rel": rel, "lambda_abs": a, "collapsed": (m == "vanilla" and s < 2),
+             "step_cosine_profile": [0.1 * s - 0.05, 0.2, -0.1]}
+            for m in ("vanilla", "frost") for rel, a in ((1.0, 0.1), (0.0, 3.0)) for s in range(3)]
+    fig = plot_loss_strength(rows)
+    axes = fig.axes
+    assert [ax.get_title() for ax in axes] == ["vanilla", "frost", "seeds collapsed"]
+    assert len(axes[0].get_lines()) == 2 + 1  # two strengths and the zero line
+    assert sorted(t.get_text() for t in axes[2].texts) == ["0/3", "0/3", "2/3", "2/3"]  # vanilla: 2 seeds each
+    plt.close(fig)

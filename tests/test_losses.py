@@ -222,7 +222,8 @@ def test_per_step_pairs_in_total_loss_and_bad_value():
     loss, parts = total_loss(logits, halt, y, cfg)
     r = ranking_losses(halt, step_losses(logits, y), 0.25, cfg.margin, pairs="per_step")
     assert torch.allclose(loss, task_loss(logits, y) + r.rel + 0.1 * r.abs)
-    assert float(parts["rel"]) != float(total_loss(logits, halt, y, LossConfig(rank_frac=0.25))[1]["rel"])
+    glob = LossConfig(rank_pairs="global", rank_frac=0.25)
+    assert float(parts["rel"]) != float(total_loss(logits, halt, y, glob)[1]["rel"])
     with pytest.raises(ValueError, match=r"pairs='within'.*\('global', 'per_step'\)"):
         ranking_losses(halt, step_losses(logits, y), pairs="within")
 
@@ -268,7 +269,7 @@ def test_total_loss_with_ranking_combines_terms():
     logits, halt, y = _batch()
     cfg = LossConfig(lambda_rel=0.7, lambda_abs=0.3, margin=0.5, rank_frac=0.125)
     loss, parts = total_loss(logits, halt, y, cfg)
-    r = ranking_losses(halt, step_losses(logits, y), 0.125, 0.5)
+    r = ranking_losses(halt, step_losses(logits, y), 0.125, 0.5, cfg.rank_pairs)  # per_step, the default
     assert isinstance(r, RankingLosses)
     assert torch.allclose(loss, task_loss(logits, y) + 0.7 * r.rel + 0.3 * r.abs)
     assert math.isclose(float(parts["rel"]), float(r.rel), rel_tol=1e-6)

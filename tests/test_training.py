@@ -211,8 +211,8 @@ def test_relative_checkpoint_paths_fall_back_to_the_repository(tmp_path, monkeyp
 def test_run_sketch_counts_every_score_of_every_epoch_and_survives_resume(tiny_config, tmp_path):
     # sketch_window="run": one KLL sketch over the whole run, fed each epoch with that epoch's
     # training scores and its held-out pass (calibrate_on's sources); "epoch" starts afresh
-    cfg = tiny_config.replace(**{"train.epochs": 3})
-    run_cfg = cfg.replace(**{"halting.sketch_window": "run"})
+    cfg = tiny_config.replace(**{"train.epochs": 3, "halting.sketch_window": "epoch"})
+    run_cfg = cfg.replace(**{"halting.sketch_window": "run"})  # the default
     epoch = Trainer(cfg, checkpoint=tmp_path / "epoch.pt")
     per_epoch = epoch.steps_per_epoch * cfg.train.batch_size * 4 + len(epoch.val_set) * 4  # T = 4
     assert per_epoch == 20 * 64 * 4 + 144 * 4  # 20 full batches of 64 (drop_last), 144 held out
