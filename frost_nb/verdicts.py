@@ -746,12 +746,19 @@ def head_refit(m: Metrics) -> list[dict]:
     d = m.json("15_head_refit")
     if d is None:
         return []
-    margin = d["mean_margin_correctness_over_best_of_fixed_and_confidence"]
-    gain = d["mean_gain_per_step_layernorm_over_global"]
-    verdict = REPRODUCED if margin >= 0.01 else PARTLY if margin > 0 else NOT
-    return [_row("Halting: a learned score beats fixed depth and confidence (best linear head, frozen backbones)",
-                 "canonical, gated", d["dataset"], "above", f"{margin:+.3f} area (per-step LN head vs global: "
-                 f"{gain:+.3f})", verdict, "15")]
+    rows = []
+    margins, gains = d.get("margin_per_backbone", {}), d.get("gain_per_backbone", {})
+    groups = {"canonical": [k for k in margins if "(" not in k],  # the families' frost seeds
+              "gated": [k for k in margins if "(adopted defaults)" in k]}  # 04's selection, seed 0
+    for read, backbones in groups.items():
+        if not backbones:
+            continue
+        margin, gain = _mean(margins[k] for k in backbones), _mean(gains[k] for k in backbones)
+        verdict = REPRODUCED if margin >= 0.01 else PARTLY if margin > 0 else NOT
+        rows.append(_row("Halting: a learned score beats fixed depth and confidence (best linear head, frozen "
+                         "backbones)", read, d["dataset"], "above", f"{margin:+.3f} area over {len(backbones)} "
+                         f"backbone(s) (per-step LN head vs global pairs: {gain:+.3f})", verdict, "15"))
+    return rows
 
 
 # Experiment (c) (15_loss_strength.json; rules in READING_EXPERIMENTS["loss_strength"], applied

@@ -63,4 +63,7 @@ def test_committed_checkpoints_are_lean_and_load():
         assert len(state["history"]["steps"].get("step", ())) <= LEAN_STEP_POINTS + 4  # + the extremes of alpha, H
         load_model(path)
         total += path.stat().st_size
-    assert total < 24 * 2**20, f"committed checkpoints take {total / 2**20:.1f} MiB"
+    # 32 MiB: the 63 digits runs of issue 15's loss-strength grid took the checkpoints to 25.5 MiB;
+    # with the rest of the tracked tree (about 7 MiB) that leaves half of the 64 MiB a call to the
+    # GPU machine may carry
+    assert total < 32 * 2**20, f"committed checkpoints take {total / 2**20:.1f} MiB"

@@ -254,12 +254,14 @@ def test_head_refit_loss_strength_and_regime_rows_follow_the_numbers(tmp_path):
     def by_claim(start):
         return [r for r in verdict_rows(folder) if r["claim"].startswith(start)]
 
-    write("15_head_refit", {"dataset": "fashion-mnist", "mean_margin_correctness_over_best_of_fixed_and_confidence":
-                            -0.03, "mean_gain_per_step_layernorm_over_global": -0.02})
-    assert by_claim("Halting: a learned score")[0]["verdict"] == NOT
-    write("15_head_refit", {"dataset": "fashion-mnist", "mean_margin_correctness_over_best_of_fixed_and_confidence":
-                            0.02, "mean_gain_per_step_layernorm_over_global": 0.0})
-    assert by_claim("Halting: a learned score")[0]["verdict"] == REPRODUCED
+    write("15_head_refit", {"dataset": "fashion-mnist",
+                            "margin_per_backbone": {"frost seed 0": -0.03, "frost seed 1": -0.01,
+                                                    "frost (adopted defaults) seed 0": 0.02},
+                            "gain_per_backbone": {"frost seed 0": 0.0, "frost seed 1": 0.0,
+                                                  "frost (adopted defaults) seed 0": 0.0}})
+    rows = {r["reading"]: r for r in by_claim("Halting: a learned score")}
+    assert rows["canonical"]["verdict"] == NOT and "-0.020 area over 2 backbone(s)" in rows["canonical"]["ours"]
+    assert rows["gated"]["verdict"] == REPRODUCED
 
     arm = {"seeds": 3, "collapsed_seeds": 0, "step_cosine": 0.1, "lambda_rel": 1.0, "lambda_abs": 0.1}
     arms = {"frost, rel 1 abs 0.1": {**arm, "model": "frost"},
