@@ -122,7 +122,7 @@ def cmd_grid(args) -> int:
         raise ParameterError(f"--shard {args.shard!r} must look like INDEX/COUNT, e.g. 0/2") from None
     seeds = tuple(args.seeds)
     try:
-        runs = shard(grid(args.name, args.size, args.dataset, seeds), index, count)
+        runs = shard(grid(args.name, args.size, args.dataset, seeds, reading=args.reading), index, count)
     except ValueError as err:
         raise ParameterError(str(err)) from None
     for label, config in runs.items():
@@ -277,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--shard", default="0/1", help="INDEX/COUNT: train every COUNT-th run from INDEX")
+    p.add_argument("--reading", default="adopted", choices=("adopted", "residual"),
+                   help="families, ponder, collapse: frost under today's defaults, or the runs made before them")
     p.add_argument("--no-progress", action="store_true")
     for name, helptext in (("evaluate", "adaptive inference at one quantile"),
                            ("sweep", "halting quantile sweep")):

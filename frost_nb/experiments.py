@@ -60,6 +60,10 @@ READING_CHECK_FORMS = ("leaky", "gated")  # experiment (b) on another data set: 
 # experiment (c): (lambda_rel, lambda_abs) per arm; lambda_rel = 0 is L_abs alone
 LOSS_STRENGTHS = ((1.0, 0.1), (3.0, 1.0), (10.0, 3.0), (0.0, 1.0), (0.0, 3.0))
 STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all -> 7 probes per run
+# (lambda_rel, lambda_abs) at which experiment (c) found a baseline collapsing and frost not
+# (15_loss_strength.json: recurrent, 2 of 3 seeds): the collapse runs of the adopted reading
+DECISIVE_STRENGTH = (10.0, 3.0)
+READINGS = ("adopted", "residual")  # frost under today's defaults; the runs made before them
 # The defaults in force before the adopted reading (ADOPTED_READING, below) became the default:
 # notebook 04's selection (the gated update, rank_frac 0.5) with the halting settings of then.
 # Every grid that ran under them pins them, so its committed runs keep their keys.
@@ -131,26 +135,37 @@ def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: i
 
 
 def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
-         seeds: tuple[int, ...] = (0,)) -> dict[str, RunConfig]:
-    """The runs of grid ``name`` (one of GRIDS); labels carry the seed when there are several."""
+         seeds: tuple[int, ...] = (0,), reading: str = "adopted") -> dict[str, RunConfig]:
+    """The runs of grid ``name`` (one of GRIDS); labels carry the seed when there are several.
+
+    ``reading`` (READINGS) matters for ``families``, ``ponder`` and ``collapse``: "adopted" is
+    frost under today's defaults (ADOPTED_READING), "residual" the runs made before it (frost
+    canonical as fixed before notebook 04, and 04's selection, gated, as "frost (adopted
+    defaults)"). The other grids are what they were fixed as."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}; known: {GRIDS}")
+    if reading not in READINGS:
+        raise ValueError(f"unknown reading {reading!r}; known: {READINGS}")
     runs: dict[str, RunConfig] = {}
     for seed in seeds:
         tag = f" seed {seed}" if len(seeds) > 1 else ""
-        for label, cfg in _grid(name, size, dataset, seed).items():
+        for label, cfg in _grid(name, size, dataset, seed, reading).items():
             if label in ONCE and seed != seeds[0]:
                 continue  # the control runs once (its first seed): a reference, not a result
             runs[label + tag] = cfg
     return runs
 
 
-def _grid(name: str, size: str, dataset: str | None, seed: int) -> dict[str, RunConfig]:
+def _grid(name: str, size: str, dataset: str | None, seed: int, reading: str = "residual") -> dict[str, RunConfig]:
     if name == "families":
         s: dict[str, Any] = {"train.seed": seed}
         if size == "smoke":
             s["train.epochs"] = SMOKE_EPOCHS
         runs = {m: make_config(size, dataset, m, **{**PRE_SELECTION, **s}) for m in FAMILIES}
+        if reading == "adopted":  # the baselines train on the task loss alone, which no halting setting
+            # reaches (the halting head's LayerNorm draws no random number): the same runs, the same keys
+            return {**{m: runs[m] for m in FAMILIES[:3]}, "frost": make_config(size, dataset, "frost", **s),
+                    "frost (no ranking)": make_config(size, dataset, "frost", **{**s, "loss.ranking": False})}
         runs["frost (no ranking)"] = make_config(size, dataset, "frost",
                                                  **{**PRE_SELECTION, **s, "loss.ranking": False})
         runs["frost (adopted defaults)"] = make_config(size, dataset, "frost", **{**PRE_READING, **s})
@@ -171,12 +186,19 @@ def _grid(name: str, size: str, dataset: str | None, seed: int) -> dict[str, Run
     if name == "loss_strength":  # READING_EXPERIMENTS["loss_strength"]
         return _loss_strength(size, dataset, seed)
     if name == "ponder":
-        frost = _grid("families", size, dataset, seed)["frost (adopted defaults)"]
+        families = _grid("families", size, dataset, seed, reading)
+        frost = families["frost" if reading == "adopted" else "frost (adopted defaults)"]
         return {"frost (ponder)": frost.replace(**{"loss.ranking": False, "loss.ponder": True})}
     if name == "collapse":
         families = _grid("families", size, dataset, seed)
-        ranking = {"loss.ranking": True, "loss.rank_frac": LossConfig().rank_frac}
         runs = {}
+        if reading == "adopted":  # experiment (c)'s arms at the strength it found decisive
+            strength = _loss_strength(size, dataset, seed)
+            for m in FAMILIES[:3]:
+                runs[m] = families[m]
+                runs[f"{m} (ranking)"] = strength[strength_label(m, *DECISIVE_STRENGTH)]
+            return runs
+        ranking = {"loss.ranking": True, "loss.rank_frac": LossConfig().rank_frac}
         for m in FAMILIES[:3]:
             runs[m] = families[m]  # the task-only reference, with its families key
             runs[f"{m} (ranking)"] = families[m].replace(**ranking)
@@ -206,6 +228,14 @@ def _grid(name: str, size: str, dataset: str | None, seed: int) -> dict[str, Run
     runs = {m: _ablation(size, dataset, seed, m, **{"loss.ranking": True}) for m in FAMILIES[:3]}
     runs["frost"] = ref
     return runs
+
+
+def reading_of(cfg: RunConfig) -> str:
+    """"adopted" when a run has every setting of ADOPTED_READING, else "residual" (a run made
+    under the defaults before it, or another reading)."""
+    d = cfg.to_dict()
+    return "adopted" if all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in ADOPTED_READING.items()) \
+        else "residual"
 
 
 def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
@@ -287,16 +317,17 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
 
 def family_label(cfg: RunConfig) -> str:
     """The model family of a run as the tables name it ("frost (no ranking)" for the control;
-    "frost (adopted defaults)" for frost whose update or rank_frac differ from PRE_SELECTION;
-    "<family> (ponder)" and "<family> (ranking)" for runs with those halting losses)."""
+    "frost (adopted defaults)" for frost under notebook 04's selection (PRE_READING: gated,
+    rank_frac 0.5, raw halting input); "<family> (ponder)" and "<family> (ranking)" for runs
+    with those halting losses; frost under the adopted reading is "frost")."""
     name = cfg.model.name
     if cfg.loss.ponder:
         return f"{name} (ponder)"
     if name == "frost" and not cfg.loss.ranking:
         return "frost (no ranking)"
-    if name == "frost" and (cfg.model.update, cfg.loss.rank_frac) != (
-            PRE_SELECTION["model.update"], PRE_SELECTION["loss.rank_frac"]):
-        return "frost (adopted defaults)"
+    if name == "frost" and (cfg.model.update, cfg.loss.rank_frac, cfg.model.halt_norm) == (
+            PRE_READING["model.update"], LossConfig().rank_frac, PRE_READING["model.halt_norm"]):
+        return "frost (adopted defaults)"  # notebook 04's selection, the defaults before the adopted reading
     if name != "frost" and cfg.loss.ranking:
         return f"{name} (ranking)"
     return name

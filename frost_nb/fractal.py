@@ -600,7 +600,7 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
     from .experiments import (READING_EXPERIMENTS, family_label, grid, load_runs, require_trained,
                               run_trajectories)
 
-    runs = grid("families", size, dataset, seeds=seeds)
+    runs = grid("families", size, dataset, seeds=seeds, reading="residual")
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)
     rows = []

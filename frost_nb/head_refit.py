@@ -295,7 +295,7 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
     from .experiments import READING_EXPERIMENTS, grid, load_runs, require_trained
 
     settings = settings or RefitSettings()
-    families = grid("families", size, dataset, seeds=seeds)
+    families = grid("families", size, dataset, seeds=seeds, reading="residual")
     tag = (lambda s: f" seed {s}") if len(seeds) > 1 else (lambda s: "")
     labels = [f"frost{tag(s)}" for s in seeds] + [f"frost (adopted defaults){tag(seeds[0])}"]
     runs = {label: families[label] for label in labels}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import BACKBONES, MODELS, SIZES
+from .experiments import READINGS
 from .paths import atomic_path, outputs_dir, repo_root, smoke_mode
 
 
@@ -44,7 +45,16 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "seeds": (int, lambda v: 1 <= v <= 10, "a number of seeds from 1 to 10"),
     "samples": ((int, type(None)), lambda v: v is None or v >= 1,
                 "a positive number of test images, or None for the whole test split"),
+    "reading": (str, lambda v: v in READINGS, f"one of {READINGS} (docs/method.md section 5.5)"),
 }
+
+
+def metrics_name(base: str, reading: str) -> str:
+    """The metrics file of a notebook for ``reading``: ``base`` for the adopted reading (the
+    default), ``<base>_residual`` for the runs made before it (kept beside it as the verdict
+    table's second row)."""
+    validate_params(reading=reading)
+    return base if reading == "adopted" else f"{base}_residual"
 
 
 def validate_params(**params: Any) -> dict[str, Any]:

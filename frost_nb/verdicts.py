@@ -91,10 +91,13 @@ class Metrics:
         return None
 
     def config_of(self, key: str | None = None, *, grid: str | None = None, label: str | None = None,
-                  size: str = "demo", dataset: str | None = None, seeds: tuple[int, ...] = (0, 1, 2)):
+                  size: str = "demo", dataset: str | None = None, seeds: tuple[int, ...] = (0, 1, 2),
+                  reading: str = "residual"):
         """The ``RunConfig`` of a run: by ``key`` (a committed checkpoint, else any run of
         ``frost_nb.experiments``'s grids at ``size`` and ``dataset`` with that key), else by
-        ``label`` in ``grid`` (for metrics that name runs by label only). None when not found."""
+        ``label`` in ``grid`` under ``reading`` (for metrics that name runs by label only: files
+        written before the adopted reading are "residual"; later ones record their "reading").
+        None when not found."""
         state = self.checkpoint(key)
         if state is not None:
             return state["config"]
@@ -107,7 +110,7 @@ class Metrics:
 
             for run_seeds in ((seeds[0],), seeds):  # labels carry " seed N" only with several seeds
                 try:
-                    runs = make_grid(grid, size, dataset, run_seeds)
+                    runs = make_grid(grid, size, dataset, run_seeds, reading=reading)
                 except (ValueError, KeyError):
                     return None
                 if label in runs:
@@ -154,15 +157,16 @@ def _read_checkpoint(path: str, stamp: tuple[int, int]) -> dict[str, Any]:
 @lru_cache(maxsize=None)
 def _grid_keys(size: str, dataset: str | None, seeds: tuple[int, ...]) -> dict[str, Any]:
     """key -> RunConfig over every named grid of ``frost_nb.experiments`` (configs only)."""
-    from .experiments import GRIDS, grid
+    from .experiments import GRIDS, READINGS, grid
 
     keys = {}
     for name in GRIDS:
-        try:
-            runs = grid(name, size, dataset, seeds)
-        except (ValueError, KeyError):
-            continue
-        keys.update({cfg.key(): cfg for cfg in runs.values()})
+        for read in READINGS:
+            try:
+                runs = grid(name, size, dataset, seeds, reading=read)
+            except (ValueError, KeyError):
+                continue
+            keys.update({cfg.key(): cfg for cfg in runs.values()})
     return keys
 
 
@@ -230,9 +234,10 @@ def table1_scale_consistency(m: Metrics) -> list[dict]:
     """Two parts: (a) frost above basic_ssm at every step of TABLE1_EARLY (mean over seeds);
     (b) frost above vanilla at step TABLE1_CONVERGED (weight tying makes the direction
     converge). Both -> reproduced, one -> partly, none -> not."""
-    d = m.json("02_scale_consistency")
-    if d is None:
-        return []
+    return [row for name in m.names("02_scale_consistency*") for row in _table1_scale_consistency(m, m.json(name))]
+
+
+def _table1_scale_consistency(m: Metrics, d: dict) -> list[dict]:
     keys = {(r["model"], r["seed"]): r.get("key") for r in d["runs"]}
     curve = {label: {t: _mean(r["mean"] for r in rows_t) for t, rows_t in _by(rows, "step").items()}
              for label, rows in _by(d["table1"], "model").items()}
@@ -263,9 +268,10 @@ BOUND_SHARE = 0.9  # "holds" when the bound holds for at least 90% of the sample
 def contraction_kappa(m: Metrics) -> list[dict]:
     """Two parts: (a) median kappa (mean over seeds) below KAPPA_CONTRACTS; (b) the bound holds
     for at least BOUND_SHARE of the samples. Both -> reproduced, one -> partly, none -> not."""
-    d = m.json("02_scale_consistency")
-    if d is None:
-        return []
+    return [row for name in m.names("02_scale_consistency*") for row in _contraction_kappa(m, m.json(name))]
+
+
+def _contraction_kappa(m: Metrics, d: dict) -> list[dict]:
     keys = {(r["model"], r["seed"]): r.get("key") for r in d["runs"]}
     rows = []
     for label, runs in _by(d["kappa"], "model").items():
@@ -289,16 +295,18 @@ def minkowski_dimension(m: Metrics) -> list[dict]:
     more than DIMENSION_TOLERANCE; (b) those baselines within 2 x DIMENSION_TOLERANCE of the
     Koch curve's dimension. Both -> reproduced, one -> partly, none -> not. Without a validated
     estimator (a validation row off by more than DIMENSION_TOLERANCE) no row is given."""
-    d = m.json("03_minkowski")
-    if d is None:
-        return []
+    return [row for name in m.names("03_minkowski*") for row in _minkowski_dimension(m, m.json(name))]
+
+
+def _minkowski_dimension(m: Metrics, d: dict) -> list[dict]:
     if any(abs(v["error"]) > DIMENSION_TOLERANCE for v in d.get("validation", [])):
         return []
     dims = {r["model"]: r["box dimension"] for r in d["models"]}
     baselines = [dims[b] for b in ("vanilla", "basic_ssm") if b in dims]
     rows = []
     for label, dim in dims.items():
-        cfg = m.config_of(grid="families", label=label, size=d["size"], dataset=d["dataset"])
+        cfg = m.config_of(grid="families", label=label, size=d["size"], dataset=d["dataset"],
+                          reading=d.get("reading", "residual"))
         if not _is_frost_method(cfg) or not baselines:
             continue
         higher = dim > max(baselines) + DIMENSION_TOLERANCE
@@ -442,8 +450,8 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
     def frost(cfg, model: str) -> bool:  # a run whose config is unknown counts by its name
         return _is_frost_method(cfg) if cfg is not None else model == "frost"
 
-    d = m.json("05_halting")
-    if d is not None:
+    for name in m.names("05_halting*"):  # 05_halting_residual: the runs before the adopted reading
+        d = m.json(name)
         cfg = m.config_of(d.get("key"), size=d["size"], dataset=d["dataset"])
         seeds = sorted({r["seed"] for r in d["sweep"]})
         sweeps = [[r for r in d["sweep"] if r["seed"] == s] for s in seeds]
@@ -475,6 +483,8 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
         size, model, dataset = found.group(1), found.group(2), found.group(3)
         full = max(sweep, key=lambda r: r["quantile"])["accuracy"]
         state = m.match(size, dataset, model, full) or {}
+        if not state:  # a CSV names no run: unattributable when no (or more than one) run matches
+            continue
         if frost(state.get("config"), model):
             yield "05", dataset, reading(state.get("config")), [sweep], \
                 [state.get("metrics", {}).get("test_accuracy_per_step")]
@@ -626,9 +636,13 @@ def collapse(m: Metrics) -> list[dict]:
             continue
         fell = sum(r["accuracy"] < COLLAPSE_ACCURACY_RATIO * r["reference_accuracy"]
                    or r["one_step_share"] > COLLAPSE_ONE_STEP_SHARE for r in runs)
+        dataset = d.get("collapse_dataset", d["dataset"])
+        if d.get("reading") == "adopted":  # the adopted halting settings, at experiment (c)'s decisive strength
+            from .experiments import DECISIVE_STRENGTH
+
+            dataset += " (adopted settings, rel {:g} abs {:g})".format(*DECISIVE_STRENGTH)
         rows.append(_row("Appendix D: the baselines collapse under the ranking losses (runs)",
-                         NA, d.get("collapse_dataset", d["dataset"]), "all", f"{fell} of {len(runs)}",
-                         _grade(fell, len(runs)), "07"))
+                         NA, dataset, "all", f"{fell} of {len(runs)}", _grade(fell, len(runs)), "07"))
     return rows
 
 

@@ -1,11 +1,13 @@
 """Grids of runs for the analysis notebooks: each ablation arm changes one thing."""
 
 import pytest
+import torch
 
 from frost_nb.checkpoint import train_or_load
 from frost_nb.config import make_config
 from frost_nb.experiments import (
     ABLATION_EPOCHS,
+    READINGS,
     GRIDS,
     HURST_VALUES,
     PRE_SELECTION,
@@ -72,7 +74,7 @@ def test_grid_values_are_the_declared_ones():
 
 
 def test_families_train_baselines_on_the_task_loss_only():
-    runs = grid("families", seeds=(0, 1))
+    runs = grid("families", seeds=(0, 1), reading="residual")
     assert len(runs) == 10  # families x 2 seeds, the no-ranking control and adopted defaults once
     for once in ("frost (no ranking)", "frost (adopted defaults)"):
         assert f"{once} seed 0" in runs and f"{once} seed 1" not in runs
@@ -112,10 +114,10 @@ def test_run_summary_of_a_smoke_run():
 
 
 def test_ponder_grid_is_the_adopted_frost_with_pondernets_loss():
-    runs = grid("ponder", seeds=(0, 1))
+    runs = grid("ponder", seeds=(0, 1), reading="residual")
     assert list(runs) == ["frost (ponder) seed 0", "frost (ponder) seed 1"]
     for seed in (0, 1):
-        frost = grid("families", seeds=(seed,))["frost (adopted defaults)"]  # its seed's run
+        frost = grid("families", seeds=(seed,), reading="residual")["frost (adopted defaults)"]  # its seed's run
         ponder = runs[f"frost (ponder) seed {seed}"]
         assert _diff(frost, ponder) == {"loss.ranking", "loss.ponder"}  # same data, model, budget
         assert ponder.loss.ponder and not ponder.loss.ranking and ponder.model.update == "gated"
@@ -125,8 +127,8 @@ def test_ponder_grid_is_the_adopted_frost_with_pondernets_loss():
 
 def test_collapse_grid_pairs_each_ranking_run_with_its_families_reference():
     seeds = (0, 1, 2)
-    runs = grid("collapse", "demo", "digits", seeds=seeds)
-    families = grid("families", "demo", "digits", seeds=seeds)
+    runs = grid("collapse", "demo", "digits", seeds=seeds, reading="residual")
+    families = grid("families", "demo", "digits", seeds=seeds, reading="residual")
     assert len(runs) == 3 * 2 * len(seeds)
     for m in ("vanilla", "recurrent", "basic_ssm"):
         for seed in seeds:
@@ -140,7 +142,7 @@ def test_collapse_grid_pairs_each_ranking_run_with_its_families_reference():
 
 
 def test_collapse_row_of_a_smoke_run():
-    runs = grid("collapse", size="smoke", dataset=None)
+    runs = grid("collapse", size="smoke", dataset=None, reading="residual")
     ranked = train_or_load(runs["recurrent (ranking)"], progress=False)
     reference = train_or_load(runs["recurrent"], progress=False)
     row = collapse_row(ranked, reference)
@@ -175,14 +177,18 @@ def test_committed_notebook_runs_are_all_committed():
     from frost_nb.config import make_config
     from frost_nb.experiments import require_trained
 
-    five = checkpoint_config("outputs/checkpoints/abcc8fb3b47a8cd4.pt")
+    five = checkpoint_config("outputs/checkpoints/4e3c2f99aa007671.pt")
+    assert five == make_config("demo", "fashion-mnist", "frost")  # 05's checkpoint: the adopted frost
     digits = grid("families", "demo", "digits")
-    needed = {"01": make_config("demo", "fashion-mnist", "frost"), "demo": make_config("demo", None, "frost"),
+    needed = {"01": make_config("demo", "fashion-mnist", "frost"), "demo": make_config("demo", "digits", "frost"),
               **{f"02: {k}": c for k, c in grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2)).items()},
               **{f"05: seed {s}": five.replace(**{"train.seed": s}) for s in range(3)},
-              **{f"07: {k}": digits[k] for k in ("frost (adopted defaults)", "basic_ssm", "recurrent", "vanilla")},
+              **{f"07: {k}": digits[k] for k in ("frost", "basic_ssm", "recurrent", "vanilla")},
               **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits").items()},
               **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2)).items()}}
+    for reading in READINGS:  # the residual runs stay committed: the verdict table's second rows
+        needed.update({f"02 {reading}: {k}": c for k, c in
+                       grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), reading=reading).items()})
     require_trained(needed, retrain=False)
 
 
@@ -303,3 +309,45 @@ def test_loss_strength_figure_shows_every_family_and_the_collapse_counts():
     assert len(axes[0].get_lines()) == 2 + 1  # two strengths and the zero line
     assert sorted(t.get_text() for t in axes[2].texts) == ["0/3", "0/3", "2/3", "2/3"]  # vanilla: 2 seeds each
     plt.close(fig)
+
+
+def test_families_under_the_adopted_reading_share_the_task_only_baselines():
+    from frost_nb.experiments import DECISIVE_STRENGTH, reading_of, strength_label
+
+    adopted = grid("families", "demo", "fashion-mnist", seeds=(0, 1))
+    residual = grid("families", "demo", "fashion-mnist", seeds=(0, 1), reading="residual")
+    assert sorted(adopted) == sorted([f"{m} seed {s}" for m in ("vanilla", "recurrent", "basic_ssm", "frost")
+                                      for s in (0, 1)] + ["frost (no ranking) seed 0"])
+    for label, cfg in adopted.items():
+        if cfg.model.name != "frost":
+            assert cfg.key() == residual[label].key() and not cfg.loss.ranking  # the same runs
+    assert adopted["frost seed 1"] == make_config("demo", "fashion-mnist", "frost", **{"train.seed": 1})
+    assert reading_of(adopted["frost seed 0"]) == "adopted" == reading_of(adopted["frost (no ranking) seed 0"])
+    assert reading_of(residual["frost seed 0"]) == "residual" == reading_of(residual["frost (adopted defaults) seed 0"])
+    assert family_label(adopted["frost seed 0"]) == "frost"
+    ponder = grid("ponder", "demo", "digits")["frost (ponder)"]
+    assert _diff(grid("families", "demo", "digits")["frost"], ponder) == {"loss.ranking", "loss.ponder"}
+    collapse = grid("collapse", "demo", "digits", seeds=(0,))
+    arm = collapse["recurrent (ranking)"]
+    assert (arm.loss.lambda_rel, arm.loss.lambda_abs) == DECISIVE_STRENGTH
+    assert arm.key() == grid("loss_strength", "demo", "digits")[strength_label("recurrent", *DECISIVE_STRENGTH)].key()
+    with pytest.raises(ValueError, match="reading"):
+        grid("families", reading="canonical")
+
+
+def test_task_only_baselines_are_the_same_under_any_halting_settings(tiny_config, tmp_path):
+    """Why the adopted reading reuses the baselines' runs: trained on the task loss alone, a
+    baseline's weights do not depend on the halting head's LayerNorm, pairs or sketch."""
+    from frost_nb.experiments import ADOPTED_READING, PRE_READING
+    from frost_nb.training import Trainer
+
+    base = tiny_config.replace(**{"model.name": "recurrent", "loss.ranking": False, "train.epochs": 1})
+    a = Trainer(base.replace(**{k: v for k, v in PRE_READING.items() if k != "model.update"}),
+                checkpoint=tmp_path / "a.pt").fit()
+    b = Trainer(base.replace(**{k: v for k, v in ADOPTED_READING.items() if k not in ("model.update", "model.alpha_param")}),
+                checkpoint=tmp_path / "b.pt").fit()
+    assert a.config.model.halt_norm != b.config.model.halt_norm
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    for name, value in sa.items():
+        if not name.startswith("halt_head"):
+            assert torch.equal(value, sb[name]), name
