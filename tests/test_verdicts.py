@@ -69,7 +69,7 @@ def test_verdict_table_filters_one_notebook(committed_rows):
 
 
 def test_kappa_rule_follows_the_numbers(tmp_path):
-    folder = _copy(tmp_path, "02_scale_consistency.json")
+    folder = _copy(tmp_path, "02_scale_consistency_residual.json")
 
     def frost_runs(kappa, bound):
         def change(data):  # the frost runs of one reading: those named "frost" (canonical)
@@ -79,12 +79,12 @@ def test_kappa_rule_follows_the_numbers(tmp_path):
         return change
     for kappa, bound, verdict in ((1.02, 0.1, NOT), (0.95, 0.97, REPRODUCED), (0.95, 0.1, PARTLY),
                                   (1.0, 0.95, PARTLY)):
-        _edit(folder, "02_scale_consistency.json", frost_runs(kappa, bound))
+        _edit(folder, "02_scale_consistency_residual.json", frost_runs(kappa, bound))
         assert _verdict(folder, "Appendix B", "canonical") == verdict, (kappa, bound)
 
 
 def test_table1_rule_follows_the_numbers(tmp_path):
-    folder = _copy(tmp_path, "02_scale_consistency.json")
+    folder = _copy(tmp_path, "02_scale_consistency_residual.json")
 
     def curves(frost):
         def change(data):  # flat curves: basic_ssm 0.5, vanilla 0.3, frost as given
@@ -93,7 +93,7 @@ def test_table1_rule_follows_the_numbers(tmp_path):
                 r["mean"] = level.get(r["model"], r["mean"])
         return change
     for frost, verdict in ((0.6, REPRODUCED), (0.4, PARTLY), (0.2, NOT)):
-        _edit(folder, "02_scale_consistency.json", curves(frost))
+        _edit(folder, "02_scale_consistency_residual.json", curves(frost))
         assert _verdict(folder, "Table 1", "canonical") == verdict, frost
 
 
