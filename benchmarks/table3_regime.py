@@ -58,7 +58,7 @@ def measure(batch_sizes: list[int], backbones: list[str], repeats: int, device: 
                     rows.append({"device": device, "batch_size": batch, "backbone": backbone, "model": name,
                                  "update": cfg.model.update if name == "frost" else "", "depth": label,
                                  "mean_depth": depth, "fixed_ms": 1e3 * fixed_s, "step_ms": 1e3 * step_s,
-                                 "images_per_s": images_per_second(fixed_s, step_s, depth), "gflops": 0.0})
+                                 "images_per_s": images_per_second(fixed_s, step_s, depth)})
                 print(f"{device} batch {batch:>3} {backbone:6} {name:9}: fixed {1e3 * fixed_s:8.2f} ms, "
                       f"step {1e3 * step_s:8.2f} ms per image", file=sys.stderr, flush=True)
     return pd.DataFrame(rows)
@@ -67,7 +67,7 @@ def measure(batch_sizes: list[int], backbones: list[str], repeats: int, device: 
 def ratios(table: pd.DataFrame) -> pd.DataFrame:
     """Per (batch size, backbone): images/s over vanilla's, beside the paper's ratio; and the
     overhead-bound prediction of the paper's own numbers (time = depth x basic_ssm's step)."""
-    paper = relative_to_vanilla(pd.DataFrame(TABLE3).assign(gflops=0.0)).set_index(["backbone", "model"])
+    paper = relative_to_vanilla(pd.DataFrame(TABLE3)).set_index(["backbone", "model"])
     out = []
     for (batch, backbone), part in table.groupby(["batch_size", "backbone"], sort=True):
         rel = relative_to_vanilla(part.reset_index(drop=True))
@@ -100,14 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     table = measure(batches, args.backbones, args.repeats, str(device), args.size)
     rel = ratios(table)
     pd.set_option("display.width", 160)
-    print(table.drop(columns="gflops").to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(rel.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.metrics:
         from frost_nb.notebook import write_metrics
 
         name = "bench_table3_regime" + ("" if device.type == "cpu" else f"_{device.type}")
         path = write_metrics(name, {"size": args.size, "repeats": args.repeats, "batch_sizes": batches,
-                                    "rows": table.drop(columns="gflops").to_dict(orient="records"),
+                                    "rows": table.to_dict(orient="records"),
                                     "ratios": rel.to_dict(orient="records")}, device=str(device))
         print(f"written {path}")
     return 0

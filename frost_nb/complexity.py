@@ -142,10 +142,9 @@ def images_per_second(fixed_s: float, step_s: float, depth: float) -> float:
 
 
 def relative_to_vanilla(table):
-    """A complexity table (pandas; columns backbone, model, gflops, images_per_s) with
-    ``gflops / vanilla`` and ``images_per_s / vanilla``: each row over its backbone's
-    vanilla row (the first one, at full depth)."""
+    """A complexity table (pandas; columns backbone, model and gflops and/or images_per_s) with
+    ``<column> / vanilla`` for each of those two it has: each row over its backbone's vanilla
+    row (the first one, at full depth)."""
     base = table[table["model"] == "vanilla"].groupby("backbone").first()
-    return table.assign(**{
-        "gflops / vanilla": table["gflops"] / table["backbone"].map(base["gflops"]),
-        "images_per_s / vanilla": table["images_per_s"] / table["backbone"].map(base["images_per_s"])})
+    return table.assign(**{f"{c} / vanilla": table[c] / table["backbone"].map(base[c])
+                           for c in ("gflops", "images_per_s") if c in table.columns})
