@@ -49,6 +49,8 @@ SMOKE_EPOCHS = 2  # every grid at smoke size: seconds per run, so a notebook's C
 HURST_VALUES = (0.1, 0.3, 0.5, 0.7, 0.9)
 TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
                  "loss.margin": (0.1, 0.4), "loss.rank_frac": (0.125, 0.5)}
+# under the adopted reading rank_frac's reference is 0.5, the most it can be: both moves go down
+ADOPTED_TUNING_VALUES = {**TUNING_VALUES, "loss.rank_frac": (0.125, 0.25)}
 ADOPT_MARGIN = 0.01
 FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
 ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
@@ -120,8 +122,13 @@ READING_EXPERIMENTS = {
 
 
 def _ablation(size: str, dataset: str | None, seed: int, model: str = "frost",
-              pinned: bool = True, **overrides: Any) -> RunConfig:
-    budget: dict[str, Any] = {**(PRE_SELECTION if pinned else PRE_READING), "train.seed": seed}
+              pinned: bool = True, reading: str = "residual", **overrides: Any) -> RunConfig:
+    """One run at the ablation budget. ``reading`` "residual": under the defaults in force when
+    the ablations were fixed (PRE_SELECTION; PRE_READING with ``pinned=False``); "adopted":
+    under today's defaults (ADOPTED_READING, which make_config gives)."""
+    budget: dict[str, Any] = {"train.seed": seed}
+    if reading == "residual":
+        budget.update(PRE_SELECTION if pinned else PRE_READING)
     if size == "smoke":
         budget.update({"train.epochs": SMOKE_EPOCHS, "train.diagnostics_every": SMOKE_DIAGNOSTICS_EVERY})
     else:
@@ -129,9 +136,10 @@ def _ablation(size: str, dataset: str | None, seed: int, model: str = "frost",
     return make_config(size, dataset, model, **{**budget, **overrides})
 
 
-def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0) -> RunConfig:
-    """The reference run every ablation arm differs from in one setting."""
-    return _ablation(size, dataset, seed)
+def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0,
+              reading: str = "residual") -> RunConfig:
+    """The reference run every ablation arm of ``reading`` differs from in one setting."""
+    return _ablation(size, dataset, seed, reading=reading)
 
 
 def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
@@ -203,29 +211,48 @@ def _grid(name: str, size: str, dataset: str | None, seed: int, reading: str = "
             runs[m] = families[m]  # the task-only reference, with its families key
             runs[f"{m} (ranking)"] = families[m].replace(**ranking)
         return runs
-    ref = _ablation(size, dataset, seed)
+    def arm(model: str = "frost", **overrides: Any) -> RunConfig:
+        return _ablation(size, dataset, seed, model, reading=reading, **overrides)
+
+    ref = arm()
     if name == "hurst":
-        runs = {f"H = {h}": _ablation(size, dataset, seed, **{"model.hurst": h}) for h in HURST_VALUES}
-        runs["H learnable"] = _ablation(size, dataset, seed, **{"model.learn_hurst": True})
+        # under the adopted reading the bracket holds the plain A and B, which H does not reach:
+        # the sweep moves A_alpha, B_alpha into it (model.scaled_inside), the reference stays beside it
+        inside = {"model.scaled_inside": True} if reading == "adopted" else {}
+        runs = {f"H = {h}": arm(**inside, **{"model.hurst": h}) for h in HURST_VALUES}
+        runs["H learnable"] = arm(**inside, **{"model.learn_hurst": True})
+        if reading == "adopted":
+            runs["reference (plain A, B)"] = ref
         return runs
     if name == "loss":
-        return {"both": ref,
-                "abs only": _ablation(size, dataset, seed, **{"loss.lambda_rel": 0.0}),
-                "rel only": _ablation(size, dataset, seed, **{"loss.lambda_abs": 0.0}),
-                "neither": _ablation(size, dataset, seed, **{"loss.ranking": False})}
+        runs = {"both": ref,
+                "abs only": arm(**{"loss.lambda_rel": 0.0}),
+                "rel only": arm(**{"loss.lambda_abs": 0.0}),
+                "neither": arm(**{"loss.ranking": False})}
+        if reading == "adopted":  # experiment (c)'s arms at the strength it found decisive
+            rel, abs_ = DECISIVE_STRENGTH
+            runs[strength_label("both", rel, abs_).split(", ")[1]] = arm(**{"loss.lambda_rel": rel,
+                                                                            "loss.lambda_abs": abs_})
+            runs[strength_label("abs", 0.0, abs_).split(", ")[1]] = arm(**{"loss.lambda_rel": 0.0,
+                                                                            "loss.lambda_abs": abs_})
+        return runs
     if name == "update":
-        return {u: _ablation(size, dataset, seed, **{"model.update": u})
-                for u in ("canonical", "convex", "gated")}
+        forms = READING_FORMS if reading == "adopted" else ("canonical", "convex", "gated")
+        # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
+        return {u: arm(**{"model.update": u, "model.alpha_param": "auto"}) if reading == "adopted"
+                else arm(**{"model.update": u}) for u in forms}
     if name == "tuning":
         runs = {"reference": ref}
-        for field, values in TUNING_VALUES.items():
+        for field, values in (ADOPTED_TUNING_VALUES if reading == "adopted" else TUNING_VALUES).items():
             for v in values:
-                runs[f"{field.split('.')[1]} = {v}"] = _ablation(size, dataset, seed, **{field: v})
+                runs[f"{field.split('.')[1]} = {v}"] = arm(**{field: v})
         return runs
     if name == "adopted":  # the selected defaults together, against the reference they beat
+        if reading == "adopted":  # the adopted reading beside the residual reference (same budget)
+            return {"reference (residual)": reference(size, dataset, seed), "adopted reading": ref}
         return {"reference": ref, "adopted defaults": _ablation(size, dataset, seed, pinned=False)}
     # conflict: the baselines trained with the ranking losses, beside the reference frost
-    runs = {m: _ablation(size, dataset, seed, m, **{"loss.ranking": True}) for m in FAMILIES[:3]}
+    runs = {m: arm(m, **{"loss.ranking": True}) for m in FAMILIES[:3]}
     runs["frost"] = ref
     return runs
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import paper
+from .config import LEAKY_UPDATES, LossConfig
 from .paths import committed_checkpoints_dir, repo_root
 
 COLUMNS = ("claim", "reading", "dataset", "paper", "ours", "verdict", "notebook")
@@ -356,29 +357,43 @@ def hurst_sweep(m: Metrics) -> list[dict]:
     """Three parts: (a) the final alpha is largest at the smallest fixed H; (b) it falls
     monotonically with H; (c) a learnable H ends above 1. All -> reproduced, some -> partly,
     none -> not."""
-    d = m.json("04_alpha_H_ablation")
-    if d is None:
-        return []
-    groups: dict[str, list[dict]] = {}
-    for r in d["hurst_sweep"]:
-        cfg = m.config_of(r.get("key"), grid="hurst", label=r["run"], size=d["size"], dataset=d["dataset"])
-        groups.setdefault(reading(cfg), []).append({**r, "learn": bool(cfg and cfg.model.learn_hurst)})
     rows = []
-    for read, runs in groups.items():
-        fixed = sorted((r for r in runs if not r["learn"]), key=lambda r: r["hurst"])
-        learned = [r for r in runs if r["learn"]]
-        if len(fixed) < 2:
-            continue
-        alphas = [r["alpha"] for r in fixed]
-        largest_at_smallest = alphas[0] == max(alphas)
-        monotone = all(a >= b for a, b in zip(alphas, alphas[1:]))
-        runaway = bool(learned) and all(r["hurst"] > 1.0 for r in learned)
-        ours = f"alpha max at H = {fixed[alphas.index(max(alphas))]['hurst']:.1f}" + \
-               (f"; learned H {learned[0]['hurst']:.2f}" if learned else "")
-        rows.append(_row("H sweep: small H raises alpha; learnable H runs above 1", read, d["dataset"],
-                         f"max at H = {fixed[0]['hurst']:.1f}; learned H > 1", ours,
-                         _grade(largest_at_smallest + monotone + runaway, 3), "04"))
+    for d in _ablation_metrics(m):
+        groups: dict[str, list[dict]] = {}
+        for r in d["hurst_sweep"]:
+            cfg = _ablation_config(m, d, r, "hurst")
+            if cfg is None or (cfg.model.update in LEAKY_UPDATES and not cfg.model.scaled_inside):
+                continue  # H does not reach the plain operators of the leaky bracket (the reference beside)
+            groups.setdefault(reading(cfg), []).append({**r, "learn": cfg.model.learn_hurst})
+        for read, runs in groups.items():
+            fixed = sorted((r for r in runs if not r["learn"]), key=lambda r: r["hurst"])
+            learned = [r for r in runs if r["learn"]]
+            if len(fixed) < 2:
+                continue
+            alphas = [r["alpha"] for r in fixed]
+            largest_at_smallest = alphas[0] == max(alphas)
+            monotone = all(a >= b for a, b in zip(alphas, alphas[1:]))
+            runaway = bool(learned) and all(r["hurst"] > 1.0 for r in learned)
+            ours = f"alpha max at H = {fixed[alphas.index(max(alphas))]['hurst']:.1f}" + \
+                   (f"; learned H {learned[0]['hurst']:.2f}" if learned else "")
+            rows.append(_row("H sweep: small H raises alpha; learnable H runs above 1", read, d["dataset"],
+                             f"max at H = {fixed[0]['hurst']:.1f}; learned H > 1", ours,
+                             _grade(largest_at_smallest + monotone + runaway, 3), "04"))
     return rows
+
+
+def _ablation_metrics(m: Metrics) -> Iterator[dict]:
+    """Notebook 04's metrics, one file per reading (04_alpha_H_ablation_residual: the runs
+    before the adopted reading)."""
+    for name in m.names("04_alpha_H_ablation*"):
+        d = m.json(name)
+        if isinstance(d, dict):
+            yield d
+
+
+def _ablation_config(m: Metrics, d: dict, row: dict, grid: str):
+    return m.config_of(row.get("key"), grid=grid, label=row["run"], size=d["size"], dataset=d["dataset"],
+                       reading=d.get("reading", "residual"))
 
 
 # Loss ablation (notebook 04; the paper's is on CIFAR-100): L_rel alone compresses the scores
@@ -393,30 +408,33 @@ def loss_ablation(m: Metrics) -> list[dict]:
     halting score) narrower by RANK_NARROW or more; (b) L_abs only collapses (gap below
     COLLAPSE_GAP of both's, or full-depth accuracy COLLAPSE_ACCURACY below). Both ->
     reproduced, one -> partly, none -> not."""
-    d = m.json("04_alpha_H_ablation")
-    if d is None:
-        return []
-    groups: dict[str, dict[str, dict]] = {}
-    for r in d["loss_ablation"]:
-        cfg = m.config_of(r.get("key"), grid="loss", label=r["run"], size=d["size"], dataset=d["dataset"])
-        if cfg is None:
-            continue
-        lo = cfg.loss
-        arm = "neither" if not lo.ranking else "both" if lo.lambda_rel and lo.lambda_abs \
-            else "rel" if lo.lambda_rel else "abs"
-        groups.setdefault(reading(cfg), {})[arm] = r
     rows = []
-    for read, arms in groups.items():
-        if not {"both", "rel", "abs"} <= set(arms):
-            continue
-        gap = {a: arms[a]["easy_score"] - arms[a]["hard_score"] for a in ("both", "rel", "abs")}
-        narrow = gap["rel"] <= gap["both"] - RANK_NARROW
-        collapse = (gap["abs"] < COLLAPSE_GAP * gap["both"]
-                    or arms["abs"]["test_accuracy"] < arms["both"]["test_accuracy"] - COLLAPSE_ACCURACY)
-        rows.append(_row("Loss ablation: L_rel alone narrows the scores, L_abs alone collapses "
-                         "(easy - hard score: rel / abs / both)", read, d["dataset"],
-                         "narrow / collapse", f"{gap['rel']:.2f} / {gap['abs']:.2f} / {gap['both']:.2f}",
-                         _grade(narrow + collapse, 2), "04"))
+    for d in _ablation_metrics(m):
+        groups: dict[str, dict[str, list[dict]]] = {}
+        for r in d["loss_ablation"]:
+            cfg = _ablation_config(m, d, r, "loss")
+            if cfg is None:
+                continue
+            lo, default = cfg.loss, LossConfig()
+            arm = "neither" if not lo.ranking else "both" if lo.lambda_rel and lo.lambda_abs \
+                else "rel" if lo.lambda_rel else "abs"
+            if arm == "both" and (lo.lambda_rel, lo.lambda_abs) != (default.lambda_rel, default.lambda_abs):
+                continue  # both losses at another strength: not the reference of the two parts
+            groups.setdefault(reading(cfg), {}).setdefault(arm, []).append(r)
+        for read, arms in groups.items():
+            if not {"both", "rel", "abs"} <= set(arms):
+                continue
+            both, rel = arms["both"][0], arms["rel"][0]
+            gap = lambda r: r["easy_score"] - r["hard_score"]  # noqa: E731
+            narrow = gap(rel) <= gap(both) - RANK_NARROW
+            # L_abs alone collapses at some strength (each lambda_abs the grid ran)
+            collapse = any(gap(a) < COLLAPSE_GAP * gap(both)
+                           or a["test_accuracy"] < both["test_accuracy"] - COLLAPSE_ACCURACY for a in arms["abs"])
+            abs_gaps = ", ".join(f"{gap(a):.2f}" for a in arms["abs"])
+            rows.append(_row("Loss ablation: L_rel alone narrows the scores, L_abs alone collapses "
+                             "(easy - hard score: rel / abs / both)", read, d["dataset"],
+                             "narrow / collapse", f"{gap(rel):.2f} / {abs_gaps} / {gap(both):.2f}",
+                             _grade(narrow + collapse, 2), "04"))
     return rows
 
 
@@ -425,20 +443,21 @@ def loss_ablation(m: Metrics) -> list[dict]:
 def gradient_conflict(m: Metrics) -> list[dict]:
     """Frost's mean cosine above 0 is required; then every baseline below 0 -> reproduced,
     some -> partly, none (or frost's not positive) -> not."""
-    d = m.json("04_alpha_H_ablation")
-    if d is None:
-        return []
-    summary = {r["model"]: r["mean cosine"] for r in d["gradient_conflict"]["summary"]}
-    cfg = m.config_of(grid="conflict", label="frost", size=d["size"], dataset=d["dataset"])
-    if "frost" not in summary:
-        return []
-    base = {k: v for k, v in summary.items() if k != "frost"}
-    negative = sum(v < 0 for v in base.values())
-    verdict = NOT if summary["frost"] <= 0 else _grade(negative, len(base))
-    return [_row("Appendix D: task and ranking gradients agree for frost, conflict for baselines (cos)",
-                 reading(cfg), d["dataset"], "> 0 vs < 0",
-                 f"{summary['frost']:+.2f} vs {min(base.values()):+.2f}..{max(base.values()):+.2f}",
-                 verdict, "04")]
+    rows = []
+    for d in _ablation_metrics(m):
+        summary = {r["model"]: r["mean cosine"] for r in d["gradient_conflict"]["summary"]}
+        if "frost" not in summary:
+            continue
+        cfg = m.config_of(grid="conflict", label="frost", size=d["size"], dataset=d["dataset"],
+                          reading=d.get("reading", "residual"))
+        base = {k: v for k, v in summary.items() if k != "frost"}
+        negative = sum(v < 0 for v in base.values())
+        verdict = NOT if summary["frost"] <= 0 else _grade(negative, len(base))
+        rows.append(_row("Appendix D: task and ranking gradients agree for frost, conflict for baselines (cos)",
+                         reading(cfg), d["dataset"], "> 0 vs < 0",
+                         f"{summary['frost']:+.2f} vs {min(base.values()):+.2f}..{max(base.values()):+.2f}",
+                         verdict, "04"))
+    return rows
 
 
 # Table 2 (notebook 05, the sweep CSVs, 01's and the demo's sweeps): the halting sweep.

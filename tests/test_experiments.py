@@ -33,26 +33,60 @@ def _diff(a, b):
     return out
 
 
-@pytest.mark.parametrize("name", [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "readings",
-                                                                "loss_strength")])
-def test_every_ablation_arm_changes_one_setting(name):
-    ref = reference()
+ABLATIONS = [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "readings", "loss_strength")]
+# what an arm of the adopted reading may change beyond one setting: H reaches the leaky bracket only
+# with A_alpha, B_alpha inside it; each update form keeps its own alpha map; (c)'s decisive strength
+# moves both loss weights
+TOGETHER = ({"model.scaled_inside", "model.hurst"}, {"model.scaled_inside", "model.learn_hurst"},
+            {"model.update", "model.alpha_param"}, {"loss.lambda_rel", "loss.lambda_abs"})
+
+
+@pytest.mark.parametrize("reading", READINGS)
+@pytest.mark.parametrize("name", ABLATIONS)
+def test_every_ablation_arm_changes_one_setting(name, reading):
+    ref = reference(reading=reading)
     assert ref.train.epochs == ABLATION_EPOCHS and ref.train.diagnostics_every > 0
-    runs = grid(name)
+    runs = grid(name, reading=reading)
     for label, cfg in runs.items():
         changed = _diff(ref, cfg)
         if name == "conflict" and label != "frost":
             assert changed == {"model.name"}, label  # with the ranking losses, as frost
             assert cfg.loss.ranking
+        elif reading == "adopted" and len(changed) > 1:
+            assert changed in TOGETHER, (label, changed)
         else:
             assert len(changed) <= 1, (label, changed)
     assert sum(cfg.key() == ref.key() for cfg in runs.values()) == 1  # the reference, once
 
 
+def test_adopted_reading_ablations_run_under_todays_defaults():
+    """Under the adopted reading the reference is make_config's frost at the ablation budget; the
+    H sweep has H inside the bracket; the loss ablation adds experiment (c)'s decisive arms; the
+    update grid has every form; the "adopted" grid sets the residual reference beside it."""
+    from frost_nb.experiments import ADOPTED_TUNING_VALUES, DECISIVE_STRENGTH, READING_FORMS, reading_of
+
+    ref = reference(reading="adopted")
+    assert reading_of(ref) == "adopted" and reading_of(reference()) == "residual"
+    assert ref == make_config("demo", "fashion-mnist", "frost").replace(**{
+        "train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": ref.train.diagnostics_every})
+    hurst = grid("hurst", reading="adopted")
+    assert all(c.model.scaled_inside for label, c in hurst.items() if label.startswith("H "))
+    assert hurst["reference (plain A, B)"] == ref
+    loss = grid("loss", reading="adopted")
+    assert (loss["rel 10 abs 3"].loss.lambda_rel, loss["rel 10 abs 3"].loss.lambda_abs) == DECISIVE_STRENGTH
+    assert loss["abs 3 only"].loss.lambda_rel == 0 and loss["abs 3 only"].loss.lambda_abs == DECISIVE_STRENGTH[1]
+    assert list(grid("update", reading="adopted")) == list(READING_FORMS)
+    tuning = grid("tuning", reading="adopted")
+    assert len({c.key() for c in tuning.values()}) == len(tuning) == 1 + 8
+    assert all(v != ref.loss.rank_frac for v in ADOPTED_TUNING_VALUES["loss.rank_frac"])
+    adopted = grid("adopted", reading="adopted")
+    assert adopted["reference (residual)"] == reference() and adopted["adopted reading"] == ref
+
+
 def test_adopted_grid_sets_notebook_04s_selection_against_the_pinned_reference():
     from frost_nb.experiments import PRE_READING
 
-    runs = grid("adopted")
+    runs = grid("adopted", reading="residual")
     assert runs["reference"].key() == reference().key()
     # what 04's selection changed; the defaults of then (PRE_READING) stay pinned in both arms
     assert _diff(reference(), runs["adopted defaults"]) == {"model.update", "loss.rank_frac"}
@@ -63,12 +97,12 @@ def test_adopted_grid_sets_notebook_04s_selection_against_the_pinned_reference()
 
 
 def test_grid_values_are_the_declared_ones():
-    assert sorted(c.model.hurst for c in grid("hurst").values() if not c.model.learn_hurst) == \
-        sorted(HURST_VALUES)
-    assert sum(c.model.learn_hurst for c in grid("hurst").values()) == 1
-    tuning = grid("tuning")
+    hurst = grid("hurst", reading="residual")
+    assert sorted(c.model.hurst for c in hurst.values() if not c.model.learn_hurst) == sorted(HURST_VALUES)
+    assert sum(c.model.learn_hurst for c in hurst.values()) == 1
+    tuning = grid("tuning", reading="residual")
     assert len(tuning) == 1 + sum(len(v) for v in TUNING_VALUES.values())
-    loss = grid("loss")
+    loss = grid("loss", reading="residual")
     assert loss["abs only"].loss.lambda_rel == 0 and loss["rel only"].loss.lambda_abs == 0
     assert not loss["neither"].loss.ranking
 
@@ -161,7 +195,8 @@ def test_notebook_stops_before_training_what_is_not_committed(monkeypatch):
     from frost_nb.experiments import RunsNotTrained, require_trained
 
     monkeypatch.delenv("FROST_SMOKE", raising=False)
-    runs = {**grid("hurst", "demo", "fashion-mnist"), "again": grid("hurst", "demo", "fashion-mnist")["H = 0.5"]}
+    hurst = grid("hurst", "demo", "fashion-mnist", reading="residual")  # not committed
+    runs = {**hurst, "again": hurst["H = 0.5"]}
     with pytest.raises(RunsNotTrained, match=r"6 of the 6 runs .* about 1\.2 h .*retrain = True"):
         require_trained(runs, retrain=False)
     require_trained(runs, retrain=True)  # allowed: nothing raised, nothing trained here
