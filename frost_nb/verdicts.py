@@ -582,9 +582,17 @@ def _table3(m: Metrics, column: str, what: str) -> list[dict]:
     """Every non-vanilla row with a paper ratio: all within RATIO_CLOSE (relative) ->
     reproduced; all within RATIO_NEAR -> partly; else -> not. The row shown is frost at the
     paper's mean depth."""
-    d = m.json("06_complexity")
-    if d is None:
-        return []
+    from .experiments import PRE_SELECTION
+
+    rows = []
+    for name in m.names("06_complexity*"):  # 06_complexity_residual: measured before the adopted reading
+        d = m.json(name)
+        if isinstance(d, dict):
+            rows += _table3_rows(d, column, what, PRE_SELECTION if d.get("reading") == "residual" else {})
+    return rows
+
+
+def _table3_rows(d: dict, column: str, what: str, reading_settings: dict[str, Any]) -> list[dict]:
     from .config import make_config
 
     rows = []
@@ -595,7 +603,7 @@ def _table3(m: Metrics, column: str, what: str) -> list[dict]:
             continue
         err = max(abs(r[column] / r[f"paper {column}"] - 1) for r in compared)
         verdict = REPRODUCED if err <= RATIO_CLOSE else PARTLY if err <= RATIO_NEAR else NOT
-        cfg = make_config(d["size"], None, "frost", backbone)
+        cfg = make_config(d["size"], None, "frost", backbone, **reading_settings)
         name = "ResNet" if backbone == "resnet" else "ViT" if backbone == "vit" else backbone
         rows.append(_row(f"Table 3 ({name}): {what} / vanilla, frost at the paper's depth",
                          reading(cfg), f"{cfg.data.name} (shapes)", f"{shown[0][f'paper {column}']:.2f}",
