@@ -15,13 +15,17 @@ Where data comes from, in order (local copies always before any download):
 - ``cifar10``: ``<root>/cifar10/{train,test}.npz`` (packed JPEG copy, see
   ``../shared/data/cifar10/README.md``), then torchvision's ``cifar-10-batches-py`` in
   ``<root>/cifar10/`` or ``<root>/``, then torchvision's download.
-- ``cifar100``: torchvision's ``cifar-100-python`` in ``<root>/cifar100/`` or ``<root>/``, then
-  torchvision's download.
+- ``cifar100``: ``<root>/cifar100/{train,test}.npz`` (packed lossless PNG copy of the official
+  split, see ``../shared/data/cifar100/README.md``), then torchvision's ``cifar-100-python`` in
+  ``<root>/cifar100/`` or ``<root>/``, then torchvision's download. Coarse labels (the 20
+  superclasses) come with the packed copy and the pickles (``ImageData.coarse_y``).
 - ``imagenet100``: ``<root>/imagenet100/{train,val}/<class>/*.JPEG`` (no download exists).
 
 Splits: "test" is the set's own test split (digits: a fixed stratified 20%, seed 0);
 "val" is a seeded random ``val_fraction`` of the training split and "train" the rest, so
-the two are disjoint and together the whole training split. "val" calibrates the halting
+the two are disjoint and together the whole training split. For CIFAR-100 (100 classes of 500
+training images) "val" is stratified: ``round(val_fraction * n_c)`` images of each class c, so a
+5,000-image held-out split has 50 of every class; the other sets keep their plain seeded split. "val" calibrates the halting
 threshold on images the model was not trained on (docs/method.md section 7).
 
 Decoded arrays are cached in-process (``functools.lru_cache``), never written to disk.
@@ -65,6 +69,7 @@ class DatasetInfo:
     augmentation: str  # "shift" | "crop_flip" | "resized_crop_flip"
     in_memory: bool  # batches come from device-resident tensors
     how_to_get: str  # shown when the data cannot be found
+    stratified_val: bool = False  # the held-out split takes the same share of every class
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -80,7 +85,9 @@ DATASETS: dict[str, DatasetInfo] = {
         "<root>/cifar10/, or allow torchvision's download (data.download=True)"),
     "cifar100": DatasetInfo(
         "cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "crop_flip", True,
-        "put torchvision's cifar-100-python in <root>/cifar100/, or allow torchvision's download"),
+        "put train.npz/test.npz (packed PNG format) or torchvision's cifar-100-python in "
+        "<root>/cifar100/ (make data links ../shared/data/cifar100 there), or allow torchvision's "
+        "download (data.download=True)", stratified_val=True),
     "imagenet100": DatasetInfo(
         "imagenet100", 3, 224, 100, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), "resized_crop_flip",
         False, "put the ImageNet-100 class folders in <root>/imagenet100/train/ and .../val/ "
@@ -106,6 +113,8 @@ class ImageData:
     split: str
     source: str  # where the images were read from
     folder: Any = None  # folder sets: a torch Subset of a torchvision ImageFolder, with transforms
+    coarse_y: torch.Tensor | None = None  # (N,) int64 superclass labels, where the set has them
+    coarse_classes: list[str] | None = None
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
@@ -123,6 +132,8 @@ class _Part(NamedTuple):
     y: torch.Tensor  # (N,) int64
     classes: tuple[str, ...]
     source: str
+    coarse: torch.Tensor | None = None  # (N,) int64 superclass labels (CIFAR-100), else None
+    coarse_classes: tuple[str, ...] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,13 +165,16 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
     if split == "test":
         idx = torch.arange(n)
     else:
-        train_idx, val_idx = _split_indices(n, val_fraction, split_seed)
+        train_idx, val_idx = (_stratified_split_indices(part.y, val_fraction, split_seed) if info.stratified_val
+                              else _split_indices(n, val_fraction, split_seed))
         idx = train_idx if split == "train" else val_idx
     if limit is not None:
         idx = idx[:limit]
     # advanced indexing copies, so callers may modify x in place without touching the cache
+    coarse = None if part.coarse is None else part.coarse[idx]
     return ImageData(x=part.x[idx], y=part.y[idx], info=info, classes=list(part.classes), name=name,
-                     split=split, source=part.source)
+                     split=split, source=part.source, coarse_y=coarse,
+                     coarse_classes=None if part.coarse_classes is None else list(part.coarse_classes))
 
 
 def available_datasets(root: str | Path | None = None) -> dict[str, str]:
@@ -363,6 +377,23 @@ def _split_indices(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor
     return perm[n_val:], perm[:n_val]
 
 
+def _stratified_split_indices(y: torch.Tensor, val_fraction: float,
+                              seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, val) indices with ``round(val_fraction * n_c)`` val images of each class c: the
+    first of each class in a seeded permutation. Both stay in permuted order (as in
+    `_split_indices`), and val sets of one seed are nested in val_fraction."""
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))  # (n,)
+    labels = y[perm]
+    rank = torch.zeros(len(y), dtype=torch.int64)  # rank of each permuted image within its class
+    quota = torch.zeros(len(y), dtype=torch.int64)
+    for c, count in zip(*torch.unique(labels, return_counts=True)):
+        members = labels == c
+        rank[members] = torch.arange(int(count))
+        quota[members] = int(round(val_fraction * int(count)))
+    is_val = rank < quota
+    return perm[~is_val], perm[is_val]
+
+
 def _fixed_order(n: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(FIXED_ORDER_SEED))
 
@@ -400,7 +431,8 @@ def _candidates(name: str, root: Path) -> list[tuple[str, Path, str]]:
                 ("cifar-pickle", root / "cifar-10-batches-py", pickled)]
     if name == "cifar100":
         pickled = "torchvision's pickled train, test, meta"
-        return [("cifar-pickle", root / "cifar100" / "cifar-100-python", pickled),
+        return [("packed", root / "cifar100", "train.npz and test.npz (packed PNG)"),
+                ("cifar-pickle", root / "cifar100" / "cifar-100-python", pickled),
                 ("cifar-pickle", root / "cifar-100-python", pickled)]
     if name == "imagenet100":
         return [("folder", root / "imagenet100", "train/ and val/ class folders")]
@@ -527,13 +559,17 @@ def _read_idx(path: Path, ndim: int) -> np.ndarray:
 
 
 def _read_packed(path: Path, info: DatasetInfo) -> _Part:
-    """The packed JPEG format: all JPEG files concatenated, image i is jpeg[offsets[i]:offsets[i+1]]."""
+    """The packed format: all image files concatenated (JPEG for CIFAR-10, PNG for CIFAR-100; Pillow
+    tells them apart), image i is jpeg[offsets[i]:offsets[i+1]]; optional ``coarse_labels`` and
+    ``coarse_classes`` (CIFAR-100's superclasses)."""
     from PIL import Image
 
     fix = f"replace it with a good copy ({info.how_to_get})"
     try:
         with np.load(path) as z:  # allow_pickle stays False: the format needs no pickle
             jpeg, offsets, labels, classes = (z[k] for k in ("jpeg", "offsets", "labels", "classes"))
+            coarse, coarse_classes = ((z["coarse_labels"], z["coarse_classes"]) if "coarse_labels" in z.files
+                                      else (None, None))
     except (zipfile.BadZipFile, EOFError, ValueError, KeyError, OSError, zlib.error) as err:
         raise DataError(f"{path} is truncated or corrupt ({type(err).__name__}: {err}); {fix}.") from err
     n = len(labels)
@@ -544,6 +580,10 @@ def _read_packed(path: Path, info: DatasetInfo) -> _Part:
                         f"len(jpeg) = {jpeg.size}); {fix}.")
     if labels.min() < 0 or labels.max() >= len(classes):
         raise DataError(f"{path}: labels outside 0..{len(classes) - 1}; {fix}.")
+    if coarse is not None and (coarse.shape != labels.shape or coarse.min() < 0
+                               or coarse.max() >= len(coarse_classes)):
+        raise DataError(f"{path}: coarse_labels do not match labels or lie outside 0..{len(coarse_classes) - 1}; "
+                        f"{fix}.")
     size = info.image_size
     x = np.empty((n, size, size, info.channels), dtype=np.uint8)  # (N, H, W, C) as Pillow gives it
     for i in range(n):  # ~13 us an image; threads do not help (Pillow's decoder holds the GIL here)
@@ -551,14 +591,17 @@ def _read_packed(path: Path, info: DatasetInfo) -> _Part:
             with Image.open(io.BytesIO(jpeg[offsets[i]:offsets[i + 1]].tobytes())) as im:
                 x[i] = np.asarray(im.convert("RGB"))
         except (OSError, ValueError) as err:  # undecodable JPEG, or not size x size
-            raise DataError(f"{path}: image {i} cannot be decoded as a {size}x{size} RGB JPEG "
+            raise DataError(f"{path}: image {i} cannot be decoded as a {size}x{size} RGB image "
                             f"({type(err).__name__}: {err}); {fix}.") from err
     # The files are sorted by class: a fixed shuffle makes `limit` and in-order evaluation
     # see every class (the pickled CIFAR releases come in a random order already).
     order = _fixed_order(n)
     x_t = torch.from_numpy(x).permute(0, 3, 1, 2)[order].contiguous()  # (N, C, H, W)
     y_t = torch.from_numpy(labels.astype(np.int64))[order]
-    return _Part(x_t, y_t, tuple(str(c) for c in classes), str(path))
+    if coarse is None:
+        return _Part(x_t, y_t, tuple(str(c) for c in classes), str(path))
+    return _Part(x_t, y_t, tuple(str(c) for c in classes), str(path),
+                 torch.from_numpy(coarse.astype(np.int64))[order], tuple(str(c) for c in coarse_classes))
 
 
 def _read_cifar_pickle(folder: Path, name: str, part: str) -> _Part:
@@ -569,18 +612,22 @@ def _read_cifar_pickle(folder: Path, name: str, part: str) -> _Part:
         meta_file, names_key, labels_key = "batches.meta", "label_names", "labels"
     else:
         files, meta_file, names_key, labels_key = [part], "meta", "fine_label_names", "fine_labels"
-    xs, ys = [], []
+    xs, ys, coarse = [], [], []
     for file in files:
         entry = _unpickle(folder / file, name)
         try:
             # each row is the 1024 red, then green, then blue pixels: already (C, H, W) order
             xs.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
             ys.append(np.asarray(entry[labels_key], dtype=np.int64))
+            if "coarse_labels" in entry:
+                coarse.append(np.asarray(entry["coarse_labels"], dtype=np.int64))
         except (KeyError, ValueError, TypeError) as err:
             raise DataError(f"{folder / file}: not a CIFAR batch ({type(err).__name__}: {err}); "
                             f"replace it ({DATASETS[name].how_to_get}).") from err
     try:
-        classes = tuple(str(c) for c in _unpickle(folder / meta_file, name)[names_key])
+        meta = _unpickle(folder / meta_file, name)
+        classes = tuple(str(c) for c in meta[names_key])
+        coarse_classes = tuple(str(c) for c in meta.get("coarse_label_names", ()))
     except (KeyError, TypeError) as err:
         raise DataError(f"{folder / meta_file}: no {names_key!r} list; replace it "
                         f"({DATASETS[name].how_to_get}).") from err
@@ -589,7 +636,14 @@ def _read_cifar_pickle(folder: Path, name: str, part: str) -> _Part:
         raise DataError(f"{folder}: {len(x)} images, {len(y)} labels, {len(classes)} classes "
                         "do not match; "
                         f"replace the files ({DATASETS[name].how_to_get}).")
-    return _Part(torch.from_numpy(x), torch.from_numpy(y), classes, str(folder))
+    if not coarse:
+        return _Part(torch.from_numpy(x), torch.from_numpy(y), classes, str(folder))
+    c = np.concatenate(coarse)
+    if len(coarse) != len(files) or len(c) != len(y) or not coarse_classes \
+            or (len(c) and (c.min() < 0 or c.max() >= len(coarse_classes))):
+        raise DataError(f"{folder}: the coarse labels do not match the images or the meta file's "
+                        f"coarse_label_names; replace the files ({DATASETS[name].how_to_get}).")
+    return _Part(torch.from_numpy(x), torch.from_numpy(y), classes, str(folder), torch.from_numpy(c), coarse_classes)
 
 
 def _unpickle(path: Path, name: str) -> dict:

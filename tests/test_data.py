@@ -77,16 +77,18 @@ def flat_colour_images(labels: np.ndarray) -> np.ndarray:
     return np.broadcast_to(colours[:, None, None, :], (len(labels), 32, 32, 3)).astype(np.uint8)
 
 
-def write_packed(path: Path, images: np.ndarray, labels: np.ndarray, classes: list[str]) -> None:
-    """The packed JPEG format of ../shared/data/cifar10/README.md."""
+def write_packed(path: Path, images: np.ndarray, labels: np.ndarray, classes: list[str],
+                 image_format: str = "JPEG", **extra) -> None:
+    """The packed format of ../shared/data/cifar10/README.md (JPEG) and ../cifar100/ (PNG, with
+    ``coarse_labels``, ``coarse_classes`` and ``format`` as ``extra``)."""
     blobs = []
     for im in images:
         buf = io.BytesIO()
-        Image.fromarray(im).save(buf, format="JPEG", quality=95)
+        Image.fromarray(im).save(buf, format=image_format, **({"quality": 95} if image_format == "JPEG" else {}))
         blobs.append(np.frombuffer(buf.getvalue(), dtype=np.uint8))
     offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
     np.savez(path, jpeg=np.concatenate(blobs), offsets=offsets, labels=labels.astype(np.int64),
-             classes=np.array(classes))
+             classes=np.array(classes), **extra)
 
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship",
@@ -100,6 +102,22 @@ def make_packed_cifar10(folder: Path, n_train=20, n_test=10):
         labels = np.sort(np.arange(n) % 10)  # sorted by class, like the real files
         images = flat_colour_images(labels)
         write_packed(folder / f"{part}.npz", images, labels, CIFAR10_CLASSES)
+        out[part] = (images, labels)
+    return out
+
+
+def make_packed_cifar100(folder: Path, per_class_train=5, per_class_test=2, seed=0):
+    """The packed PNG copy of ../shared/data/cifar100/README.md: sorted by fine class, random pixels
+    (PNG is lossless, so they come back exactly), coarse label = fine // 5."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for part, per_class in (("train", per_class_train), ("test", per_class_test)):
+        labels = np.repeat(np.arange(100), per_class)
+        images = rng.integers(0, 256, (len(labels), 32, 32, 3), dtype=np.uint8)
+        write_packed(folder / f"{part}.npz", images, labels, [f"class{i:02d}" for i in range(100)], "PNG",
+                     coarse_labels=labels // 5, coarse_classes=np.array([f"super{i}" for i in range(20)]),
+                     format=np.array("png"))
         out[part] = (images, labels)
     return out
 
@@ -427,6 +445,78 @@ def test_cifar100_torchvision_pickles(tmp_path):
     assert torch.equal(test.x, torch.from_numpy(x)) and test.y.tolist() == y.tolist()
     assert len(test.classes) == 100 and test.classes[7] == "class07"
     assert len(load_dataset("cifar100", "train", tmp_path, val_fraction=0.0)) == 7
+
+
+def test_cifar100_packed_png_exact_pixels_and_coarse_labels(tmp_path):
+    arrays = make_packed_cifar100(tmp_path / "cifar100")
+    make_cifar100_pickles(tmp_path / "cifar100" / "cifar-100-python")  # the packed copy comes first
+    test = load_dataset("cifar100", "test", tmp_path, download=False)
+    assert test.source == str(tmp_path / "cifar100" / "test.npz")
+    images, labels = arrays["test"]
+    # the reader shuffles the class-sorted file once: match each image back to its original row
+    rows = {im.tobytes(): i for i, im in enumerate(images)}
+    for x, y, c in zip(test.x, test.y, test.coarse_y):
+        i = rows[x.permute(1, 2, 0).contiguous().numpy().tobytes()]  # lossless: every pixel exact
+        assert y == labels[i] and c == labels[i] // 5
+    assert sorted(test.y.tolist()) == sorted(labels.tolist())
+    assert test.classes[7] == "class07" and test.coarse_classes[3] == "super3"
+
+
+def test_cifar100_held_out_split_is_stratified_and_seeded(tmp_path):
+    make_packed_cifar100(tmp_path / "cifar100", per_class_train=10)
+    val = load_dataset("cifar100", "val", tmp_path, val_fraction=0.2)
+    train = load_dataset("cifar100", "train", tmp_path, val_fraction=0.2)
+    assert collections.Counter(val.y.tolist()) == {c: 2 for c in range(100)}  # 20% of every class
+    assert collections.Counter(train.y.tolist()) == {c: 8 for c in range(100)}
+    assert torch.equal(val.coarse_y, val.y // 5) and torch.equal(train.coarse_y, train.y // 5)
+    seen = {x.numpy().tobytes() for x in train.x}
+    assert not any(x.numpy().tobytes() in seen for x in val.x)  # disjoint, together the training part
+    assert torch.equal(load_dataset("cifar100", "val", tmp_path, val_fraction=0.2).x, val.x)  # seeded
+    other = load_dataset("cifar100", "val", tmp_path, val_fraction=0.2, split_seed=1)
+    assert collections.Counter(other.y.tolist()) == collections.Counter(val.y.tolist()) \
+        and not torch.equal(other.x, val.x)
+    smaller = load_dataset("cifar100", "val", tmp_path, val_fraction=0.1)  # nested in the fraction
+    assert {x.numpy().tobytes() for x in smaller.x} <= {x.numpy().tobytes() for x in val.x}
+    assert data._stratified_split_indices(torch.tensor([0, 0, 0, 1]), 0.5, 0)[1].numel() == 2  # round(1.5), round(0.5)
+
+
+def test_other_sets_keep_their_plain_seeded_split(tmp_path):
+    make_packed_cifar10(tmp_path / "cifar10", n_train=40)
+    part = data._load_part("cifar10", str(tmp_path.resolve()), "train", False)
+    train_idx, val_idx = data._split_indices(40, 0.25, 3)
+    val = load_dataset("cifar10", "val", tmp_path, val_fraction=0.25, split_seed=3)
+    assert torch.equal(val.y, part.y[val_idx]) and val.coarse_y is None
+    assert not DATASETS["cifar10"].stratified_val and DATASETS["cifar100"].stratified_val
+
+
+def test_cifar100_pickles_give_coarse_labels_or_a_clear_error(tmp_path):
+    arrays = make_cifar100_pickles(tmp_path / "cifar-100-python")
+    train = load_dataset("cifar100", "train", tmp_path, val_fraction=0.0)
+    assert sorted(train.coarse_y.tolist()) == sorted((arrays["train"][1] // 5).tolist())
+    assert train.coarse_classes[19] == "super19"
+    dump(tmp_path / "cifar-100-python" / "test", {"data": np.zeros((2, 3072), np.uint8), "fine_labels": [1, 2],
+                                                  "coarse_labels": [0]})
+    data.clear_cache()
+    with pytest.raises(DataError, match="coarse labels do not match"):
+        load_dataset("cifar100", "test", tmp_path)
+
+
+SHARED_CIFAR100 = SHARED_CIFAR10.parent / "cifar100"
+
+
+@pytest.mark.skipif(not (SHARED_CIFAR100 / "test.npz").is_file(), reason="no ../shared/data/cifar100")
+def test_cifar100_real_packed_copy(tmp_path):
+    """The shared copy, read through the data root: the official test split, 100 per class, and the
+    published per-channel test means (its README)."""
+    (tmp_path / "cifar100").symlink_to(SHARED_CIFAR100)
+    test = load_dataset("cifar100", "test", tmp_path, download=False)
+    assert test.x.shape == (10000, 3, 32, 32) and len(test.classes) == 100 and len(test.coarse_classes) == 20
+    assert collections.Counter(test.y.tolist()) == {c: 100 for c in range(100)}
+    means = (test.x.double() / 255).mean(dim=(0, 2, 3))
+    assert means.tolist() == pytest.approx([0.5087964127604166, 0.48739301317401956, 0.44194221124387256],
+                                           abs=1e-12)
+    # every fine class lies in one superclass
+    assert all(len(set(test.coarse_y[test.y == c].tolist())) == 1 for c in range(100))
 
 
 def test_corrupt_pickle_names_file(tmp_path):
