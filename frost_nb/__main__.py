@@ -16,6 +16,7 @@ import logging
 import sys
 from typing import Any
 
+from .config import SIZES
 from .halting import PAPER_QUANTILES
 from .paths import shown_path
 
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def run_options(p, size="demo", dataset=None):
-        p.add_argument("--size", default=size, choices=("smoke", "demo", "paper"))
+        p.add_argument("--size", default=size, choices=SIZES)
         p.add_argument("--dataset", default=dataset,
                        help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
         p.add_argument("--model", default="frost", help="vanilla, recurrent, basic_ssm, frost")
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("grid", help="train every run of a named grid of experiments (the cache keeps them)")
     p.add_argument("name", help="families, hurst, loss, update, tuning, conflict, adopted, ponder or collapse "
                    "(frost_nb/experiments.py)")
-    p.add_argument("--size", default="demo", choices=("smoke", "demo", "paper"))
+    p.add_argument("--size", default="demo", choices=SIZES)
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--shard", default="0/1", help="INDEX/COUNT: train every COUNT-th run from INDEX")

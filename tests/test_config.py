@@ -24,6 +24,27 @@ def test_sizes_fill_dataset_fields():
     assert make_config("paper", "imagenet100").model.steps == 16
 
 
+def test_cifar_size_is_the_paper_branch_at_cifar_resolution():
+    """Issue 17's GPU size: the paper's ResNet-50-family branch and B, C, D on CIFAR-100, a 16x16
+    state, 16 steps, augmentation, bf16 and channels-last left to "auto" (on for CUDA)."""
+    import torch
+
+    from frost_nb.models import create_model
+
+    cifar, paper = make_config("cifar"), make_config("paper", "imagenet100")
+    assert (cifar.data.name, cifar.model.num_classes, cifar.data.augment) == ("cifar100", 100, True)
+    for field in ("steps", "width", "bottleneck", "norm_groups", "bcd_kernel", "bcd_hidden"):
+        assert getattr(cifar.model, field) == getattr(paper.model, field), field
+    assert (cifar.train.amp, cifar.train.channels_last) == ("auto", "auto")
+    model = create_model(cifar)
+    assert model.stem(torch.zeros(1, 3, 32, 32)).shape == (1, 256, 16, 16)
+    def beyond_stem(m):  # the stem differs with its stride; branch, B, C, D and heads do not
+        return sum(p.numel() for name, p in m.named_parameters() if not name.startswith("stem"))
+    assert beyond_stem(model) == beyond_stem(create_model(paper))  # Table 3's ResNet frost, 100 classes
+    demo = make_config("demo", "cifar100")
+    assert (demo.model.stem_stride, demo.model.num_classes, demo.data.augment) == (2, 100, False)
+
+
 def test_baselines_train_with_task_loss_only():
     assert make_config("demo", model="frost").loss.ranking
     for name in ("vanilla", "recurrent", "basic_ssm"):
