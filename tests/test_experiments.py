@@ -205,9 +205,9 @@ def test_notebook_stops_before_training_what_is_not_committed(monkeypatch):
 
 
 def test_committed_notebook_runs_are_all_committed():
-    """What notebooks 01, 02, 03, 05 and 07 read at their committed parameters is committed in
-    outputs/checkpoints/, so a fresh clone re-executes them without training (04 says how long
-    it would train instead; test above)."""
+    """What notebooks 01-05 and 07 read at their committed parameters is committed in
+    outputs/checkpoints/, so a fresh clone re-executes them without training (04 under the residual
+    reading says how long it would train instead; test above)."""
     from frost_nb.checkpoint import checkpoint_config
     from frost_nb.config import make_config
     from frost_nb.experiments import require_trained
@@ -220,7 +220,9 @@ def test_committed_notebook_runs_are_all_committed():
               **{f"05: seed {s}": five.replace(**{"train.seed": s}) for s in range(3)},
               **{f"07: {k}": digits[k] for k in ("frost", "basic_ssm", "recurrent", "vanilla")},
               **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits").items()},
-              **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2)).items()}}
+              **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2)).items()},
+              **{f"04 {g}: {k}": c for g in ("hurst", "loss", "tuning", "update", "conflict", "adopted")
+                 for k, c in grid(g, "demo", "fashion-mnist").items()}}
     for reading in READINGS:  # the residual runs stay committed: the verdict table's second rows
         needed.update({f"02 {reading}: {k}": c for k, c in
                        grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), reading=reading).items()})
