@@ -25,7 +25,7 @@ import time
 import pandas as pd
 import torch
 
-from frost_nb.config import make_config
+from frost_nb.config import SIZES, make_config
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.models import create_model
 from frost_nb.training import forward_loss, make_optimizer, optimizer_step, pick_device
@@ -89,7 +89,7 @@ def measure(size: str, dataset: str | None, model: str, backbone: str, batch_siz
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="paper", choices=("smoke", "demo", "paper"))
+    p.add_argument("--size", default="paper", choices=SIZES)
     p.add_argument("--dataset", default=None, help="shape of this set (default: the size's)")
     p.add_argument("--models", nargs="+", default=["vanilla", "recurrent", "basic_ssm", "frost"])
     p.add_argument("--backbones", nargs="+", default=["resnet"])
