@@ -143,3 +143,17 @@ def versus_fixed_depth(sweep_table, fixed_table):
     table["fixed_depth_accuracy"] = np.interp(table["mean_depth"], fixed_table["depth"], fixed_table["accuracy"])
     table["gain"] = table["accuracy"] - table["fixed_depth_accuracy"]
     return table
+
+
+def at_depths(sweep_table, fixed_table, depths):
+    """The halting sweep and the fixed-depth curve read at given mean ``depths`` (linear
+    interpolation along the sweep's curve and between steps), each also as ``kept``: the share
+    of full-depth accuracy. For comparing with another table at matched depth rather than at
+    matched quantile (the paper's Table 2 reaches other depths at the same q)."""
+    import pandas as pd
+
+    full = float(fixed_table["accuracy"].iloc[-1])
+    halting = np.interp(depths, sweep_table["mean_depth"], sweep_table["accuracy"])
+    fixed = np.interp(depths, fixed_table["depth"], fixed_table["accuracy"])
+    return pd.DataFrame({"mean_depth": np.asarray(depths, dtype=float), "accuracy": halting,
+                         "fixed_depth_accuracy": fixed, "kept": halting / full, "fixed_kept": fixed / full})

@@ -64,6 +64,19 @@ def test_sweep_against_fixed_depth(model_and_cache):
     assert both["accuracy_spread"].to_numpy() == pytest.approx(0.05) and (both["runs"] == 2).all()
 
 
+def test_sweep_read_at_given_depths():
+    import pandas as pd
+
+    from frost_nb.exits import at_depths
+
+    sweep = pd.DataFrame({"quantile": [0.5, 1.0], "mean_depth": [1.0, 4.0], "accuracy": [0.2, 0.8]})
+    fixed = pd.DataFrame({"depth": [1, 2, 3, 4], "accuracy": [0.1, 0.3, 0.5, 0.8]})
+    got = at_depths(sweep, fixed, [2.0, 3.5])
+    assert got["accuracy"].tolist() == pytest.approx([0.4, 0.7])  # along the sweep's curve
+    assert got["fixed_depth_accuracy"].tolist() == pytest.approx([0.3, 0.65])  # between steps
+    assert got["kept"].tolist() == pytest.approx([0.5, 0.875]) and got["fixed_kept"].iloc[0] == pytest.approx(0.375)
+
+
 def test_a_quantile_outside_0_1_is_refused(model_and_cache):
     cache = model_and_cache[3]
     for q in (-0.1, 1.5, float("nan")):

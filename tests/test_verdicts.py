@@ -152,6 +152,25 @@ def test_sweep_csv_rule_follows_the_numbers(tmp_path):
         assert _verdict(folder, "Table 2: accuracy kept", "gated", "fashion-mnist") == verdict
 
 
+def test_matched_depth_rule_reads_the_curve_at_the_papers_depths(tmp_path):
+    """05's sweep read at the paper's mean depths: a curve that reaches full-depth accuracy by
+    the paper's q = 0.25 depth keeps everything there; one that is flat at half below T does not."""
+    name = "05_halting.json"
+    folder = _copy(tmp_path, name)
+
+    def curve(accuracy_at):  # every seed's sweep: accuracy as a function of the mean depth
+        def change(d):
+            for r in d["sweep"]:
+                r["accuracy"] = accuracy_at(r["mean_depth"])
+        return change
+    full = 0.9
+    for accuracy_at, verdict in ((lambda depth: full if depth >= 1.5 else 0.1, REPRODUCED),
+                                 (lambda depth: full if depth >= 8 else 0.1, PARTLY),
+                                 (lambda depth: full if depth == 16 else full / 2, NOT)):
+        _edit(folder, name, curve(accuracy_at))
+        assert _verdict(folder, "Table 2 at the paper's mean depths", "leaky", "fashion-mnist") == verdict
+
+
 def test_missing_files_drop_their_rows(tmp_path, committed_rows):
     empty = tmp_path / "empty"
     empty.mkdir()
