@@ -16,10 +16,9 @@ import logging
 import sys
 from typing import Any
 
-from .config import SIZES
+from .config import SIZES, ConfigError
 from .halting import PAPER_QUANTILES
 from .paths import shown_path
-
 
 
 def _value(text: str) -> Any:
@@ -35,7 +34,7 @@ def _overrides(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise SystemExit(f"--set {pair!r}: expected section.field=value, e.g. train.lr=0.1")
+            raise ConfigError(f"--set {pair!r}: expected section.field=value, e.g. train.lr=0.1")
         out[key.strip()] = _value(value.strip())
     return out
 
@@ -171,17 +170,18 @@ def cmd_evaluate(args) -> int:
 def cmd_sweep(args) -> int:
     from .halting import sweep
     from .notebook import validate_params
+    from .paths import atomic_path, check_writable
     from .training import evaluate
 
     for q in args.quantiles:
         validate_params(quantile=q)
+    if args.csv:
+        check_writable(args.csv, "CSV file", "pass another --csv")
     config, model, calibrator, dataset = _load(args)
     outputs = evaluate(model, dataset, batch_size=config.train.eval_batch_size)
     table = sweep(outputs.scores, outputs.correct, calibrator, args.quantiles)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.csv:
-        from .paths import atomic_path
-
         with atomic_path(args.csv) as tmp:
             table.to_csv(tmp, index=False)
     return 0
@@ -192,11 +192,15 @@ def cmd_demo(args) -> int:
     from .checkpoint import train_or_load
     from .halting import sweep
     from .notebook import save_figure, write_metrics
+    from .paths import check_writable, outputs_dir
     from .plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
     from .training import evaluate, load_split
 
     _single_process_only("demo")
     config = _config(args)
+    for folder in ("figures", "metrics"):  # before training: the demo ends by writing there
+        check_writable(outputs_dir() / folder, f"{folder} folder", "set FROST_OUTPUTS to a writable folder",
+                       folder=True)
     result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
     outputs = evaluate(result.model, load_split(config, "test"), batch_size=config.train.eval_batch_size)
     table = sweep(outputs.scores, outputs.correct, result.calibrator, PAPER_QUANTILES)
@@ -304,16 +308,16 @@ def main(argv: list[str] | None = None) -> int:
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from .checkpoint import CheckpointError
-    from .config import ConfigError
     from .data import DataError
     from .notebook import ParameterError
+    from .paths import OutputError
     from .training import TrainingError
 
     commands = {"demo": cmd_demo, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep,
                 "verdicts": cmd_verdicts}
     try:
         return commands[args.command](args)
-    except (ConfigError, DataError, ParameterError, CheckpointError, TrainingError) as err:
+    except (ConfigError, DataError, ParameterError, CheckpointError, TrainingError, OutputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

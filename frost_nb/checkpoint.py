@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 
 from .config import ConfigError, ModelConfig, RunConfig
-from .paths import atomic_path, cache_dir, committed_checkpoints_dir, repo_root
+from .paths import OutputError, atomic_path, cache_dir, check_writable, committed_checkpoints_dir, repo_root
 
 FORMAT = 1  # bump when the layout of the checkpoint dict changes
 
@@ -38,10 +39,34 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``path`` atomically (temporary file, then rename)."""
-    with atomic_path(path) as tmp:
-        torch.save({"format": FORMAT, **state}, tmp)
+    """Write ``state`` to ``path`` atomically (temporary file, then rename); ``OutputError``
+    naming ``path`` when the system refuses the write."""
+    try:
+        with atomic_path(path) as tmp:
+            torch.save({"format": FORMAT, **state}, tmp)
+    except RuntimeError as err:  # torch's file writer reports a refused write so
+        raise OutputError(f"cannot write checkpoint {path} ({_torch_reason(err)}): choose a "
+                          "writable place") from err
     return Path(path)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# sentences of torch's load errors that advise what we refuse on purpose (weights_only=False
+# runs the file's code) or what only a library author can do
+_ADVICE = ("weights_only", "safe_globals", "please", "documentation", "file an issue", "trusted source")
+
+
+def _torch_reason(err: BaseException) -> str:
+    """The first meaningful line of a torch error, without colour codes or advice to load the
+    file with ``weights_only=False``; else the exception's type."""
+    text = _ANSI.sub("", str(err))
+    _, marker, detail = text.partition("WeightsUnpickler error:")  # what the unpickler refused
+    for line in (detail if marker else text).splitlines():
+        sentences = [s for s in re.split(r"(?<=\.)\s+", line.strip())
+                     if s and not any(a in s.lower() for a in _ADVICE)]
+        if sentences:
+            return " ".join(sentences)
+    return type(err).__name__
 
 
 LEAN_STEP_POINTS = 1000  # per-step history points kept in a lean export
@@ -91,6 +116,9 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     """The checkpoint dict at ``path`` (``checkpoint_file``), with a clear error when it is
     missing or damaged."""
     path = checkpoint_file(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {path} is a folder, not a file: pass the path of a .pt file "
+                              "(python -m frost_nb train ... writes one)")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist: train a model first "
                               "(python -m frost_nb train ...) or pass the path of an existing .pt file")
@@ -99,13 +127,23 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         state = torch.load(path, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError) as err:
         raise CheckpointError(f"checkpoint {path} is damaged or not a frost_nb checkpoint "
-                              f"({type(err).__name__}: {err}); delete it and train again") from err
+                              f"({type(err).__name__}: {_torch_reason(err)}); delete it and train "
+                              "again") from err
     if not isinstance(state, dict) or "config" not in state or "model" not in state:
         raise CheckpointError(f"checkpoint {path} is not a frost_nb checkpoint (no config or weights)")
     if state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} has format {state.get('format')}, this code reads "
                               f"format {FORMAT}; train it again with this version")
     return state
+
+
+def stored_config(path: str | os.PathLike, state: dict[str, Any]) -> RunConfig:
+    """The RunConfig of the checkpoint dict ``state`` read from ``path``; a config this code
+    cannot read (an unknown field, a value out of range) is a ``CheckpointError`` naming the file."""
+    try:
+        return RunConfig.from_dict(state["config"])
+    except (ConfigError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"checkpoint {path} has an unreadable config: {err}") from err
 
 
 def _check_expected(path: Path, config: RunConfig, expect: str | ModelConfig | RunConfig | None) -> None:
@@ -136,10 +174,7 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
 
     path = checkpoint_file(path)
     state = load_checkpoint(path, map_location=device)
-    try:
-        config = RunConfig.from_dict(state["config"])
-    except (ConfigError, TypeError) as err:
-        raise CheckpointError(f"checkpoint {path} has an unreadable config: {err}") from err
+    config = stored_config(path, state)
     _check_expected(path, config, expect)
     model = create_model(config.model)
     try:
@@ -153,7 +188,7 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
 
 
 def checkpoint_config(path: str | os.PathLike) -> RunConfig:
-    return RunConfig.from_dict(load_checkpoint(path)["config"])
+    return stored_config(checkpoint_file(path), load_checkpoint(path))
 
 
 def cache_path(config: RunConfig) -> Path:
@@ -190,6 +225,7 @@ def train_or_load(config: RunConfig, *, progress: bool | None = None, retrain: b
                            metrics=state.get("metrics", {}), config=config, checkpoint=path,
                            from_cache=True)
     target = cache_path(config)
+    check_writable(target.parent, "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
     if retrain and target.exists():
         target.unlink()
     elif target.exists():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -27,8 +28,44 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message names the parameter and the fix."""
 
 
-def _fail(param: str, value: Any, expected: str) -> None:
-    raise ConfigError(f"{param}={value!r} is invalid: expected {expected}.")
+def _fail(param: str, value: Any, expected: str, error: type[Exception] = ConfigError) -> None:
+    raise error(f"{param}={value!r} is invalid: expected {expected}.")
+
+
+# Checks shared by every validation (config fields here; other code passes its own error type).
+# Each names the parameter and the bounds, and returns the value.
+
+def check_finite(param: str, value: float, *, error: type[Exception] = ConfigError) -> float:
+    """``value`` is a finite number (not NaN, not infinite)."""
+    if not math.isfinite(value):
+        _fail(param, value, "a finite number", error)
+    return value
+
+
+def check_range(param: str, value: float, low: float, high: float, *, low_open: bool = False,
+                high_open: bool = False, what: str = "a value",
+                error: type[Exception] = ConfigError) -> float:
+    """``low <= value <= high`` (``<`` on an open side; NaN is never in range)."""
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    if not (above and below):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        _fail(param, value, f"{what} in {interval}", error)
+    return value
+
+
+def check_non_negative_int(param: str, value: int, *, what: str = "an integer", high: int | None = None,
+                           error: type[Exception] = ConfigError) -> int:
+    """``value`` is an int (not a bool), ``>= 0`` and at most ``high`` when given."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if not ok or (high is not None and value > high):
+        _fail(param, value, f"{what} >= 0" + (f" and <= {high}" if high is not None else ""), error)
+    return value
+
+
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes no more
+LOSS_WEIGHT_MAX = 1e3  # loss weights and margins: larger ones swamp the task loss (a typo, not a setting)
+LR_MAX = 10.0
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -64,6 +101,10 @@ class _Validated:
             elif not _type_ok(value, f.type):
                 _fail(f"{self._section}.{f.name}", value, f"a value of type {f.type}")
         self.validate()
+        for f in dataclasses.fields(self):  # after validate(): its messages name the bounds
+            value = getattr(self, f.name)
+            if isinstance(value, float):
+                check_finite(f"{self._section}.{f.name}", value)
 
     def validate(self) -> None:  # overridden
         pass
@@ -71,6 +112,12 @@ class _Validated:
     def _check(self, name: str, ok: bool, expected: str) -> None:
         if not ok:
             _fail(f"{self._section}.{name}", getattr(self, name), expected)
+
+    def _check_range(self, name: str, low: float, high: float, what: str, **open_sides: bool) -> None:
+        check_range(f"{self._section}.{name}", getattr(self, name), low, high, what=what, **open_sides)
+
+    def _check_seed(self, name: str) -> None:
+        check_non_negative_int(f"{self._section}.{name}", getattr(self, name), what="a seed", high=SEED_MAX)
 
 
 MODELS = ("vanilla", "recurrent", "basic_ssm", "frost")
@@ -105,6 +152,7 @@ class DataConfig(_Validated):
 
         self._check("name", self.name in DATASETS, f"one of {sorted(DATASETS)}")
         self._check("val_fraction", 0.0 <= self.val_fraction < 1.0, "a fraction in [0, 1)")
+        self._check_seed("split_seed")
         self._check("limit", self.limit is None or self.limit > 0, "None or a positive count")
 
 
@@ -247,15 +295,14 @@ class LossConfig(_Validated):
     def validate(self) -> None:
         self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
         self._check("rank_pairs", self.rank_pairs in RANK_PAIRS, f"one of {RANK_PAIRS}")
-        self._check("margin", self.margin >= 0, "a non-negative margin")
-        self._check("lambda_rel", self.lambda_rel >= 0, "a non-negative weight")
-        self._check("lambda_abs", self.lambda_abs >= 0, "a non-negative weight")
+        self._check_range("margin", 0.0, LOSS_WEIGHT_MAX, "a margin")
+        for name in ("lambda_rel", "lambda_abs", "ponder_beta"):
+            self._check_range(name, 0.0, LOSS_WEIGHT_MAX, "a loss weight")
         self._check("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "a value in [0, 1)")
         self._check("ponder", not (self.ponder and self.ranking),
                     "False while loss.ranking is on (PonderNet's loss replaces the ranking losses: "
                     "set loss.ranking=False with it)")
         self._check("ponder_prior", 0.0 < self.ponder_prior < 1.0, "a halting probability in (0, 1)")
-        self._check("ponder_beta", self.ponder_beta >= 0, "a non-negative weight")
 
     @property
     def halting_trained(self) -> bool:
@@ -327,11 +374,12 @@ class TrainConfig(_Validated):
         self._check("batch_size", self.batch_size >= 1, "a positive batch size")
         self._check("eval_batch_size", self.eval_batch_size >= 1, "a positive batch size")
         self._check("optimizer", self.optimizer in ("sgd", "adamw"), "'sgd' or 'adamw'")
-        self._check("lr", self.lr > 0, "a positive learning rate")
+        self._check_range("lr", 0.0, LR_MAX, "a learning rate", low_open=True)
         self._check("weight_decay", self.weight_decay >= 0, "a non-negative weight decay")
         self._check("momentum", 0 <= self.momentum < 1, "a momentum in [0, 1)")
         self._check("warmup_epochs", 0 <= self.warmup_epochs <= self.epochs, "between 0 and train.epochs")
         self._check("grad_clip", self.grad_clip >= 0, "0 (off) or a positive norm")
+        self._check_seed("seed")
         self._check("device", self.device in ("auto", "cpu", "cuda", "mps"), "auto, cpu, cuda or mps")
         self._check("amp", self.amp in ("auto", "bf16", "off"), "auto, bf16 or off")
         self._check("channels_last", self.channels_last in ("auto", "on", "off"), "auto, on or off")

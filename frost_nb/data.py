@@ -39,6 +39,7 @@ import gzip
 import io
 import math
 import pickle
+import shutil
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -51,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from .paths import data_root, downloads_allowed, system_data_dir
+from .paths import data_root, downloads_allowed, nearest_existing, system_data_dir
 
 
 class DataError(ValueError):
@@ -661,9 +662,16 @@ def _download(name: str, root: Path, part: str, looked: list[str]) -> _Part:
 
     klass, folder = {"fashion-mnist": ("FashionMNIST", root), "cifar10": ("CIFAR10", root / "cifar10"),
                      "cifar100": ("CIFAR100", root / "cifar100")}[name]
+    # the folder this download makes (FashionMNIST writes into <root>/FashionMNIST): a failed
+    # download removes it again, with the partial files in it, rather than leave an empty shell
+    target = folder / klass if name == "fashion-mnist" else folder
+    base = nearest_existing(target)
+    made = base / target.relative_to(base).parts[0] if base != target else None
     try:
         ds = getattr(tvd, klass)(str(folder), train=part == "train", download=True)
     except Exception as err:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
         raise _missing(name, looked, f"download=True, but torchvision's {klass} download into {folder} "
                        f"failed (no internet access?): {type(err).__name__}: {err}") from err
     x = torch.as_tensor(np.asarray(ds.data), dtype=torch.uint8)

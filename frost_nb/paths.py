@@ -8,6 +8,9 @@ every download. ``make test`` points both data folders at an empty one and sets
 on one without the data (docs/testing.md). Smoke runs
 (``FROST_SMOKE=1``) write to a temporary folder unless ``FROST_OUTPUTS`` is set, so tests
 and CI never overwrite the committed demo-size outputs.
+
+A destination that cannot be written is an ``OutputError`` naming it and the fix, raised by
+``check_writable`` before the work that ends in the write, and by the writes themselves.
 """
 
 from __future__ import annotations
@@ -58,6 +61,38 @@ def downloads_allowed() -> bool:
     return os.environ.get("FROST_OFFLINE", "").strip().lower() not in ("1", "true", "yes")
 
 
+class OutputError(OSError):
+    """A destination (a folder, or a file to write) cannot be written; the message names it and
+    the fix. An ``OSError``, so code that handles failed writes keeps handling it."""
+
+
+def _reason(err: OSError) -> str:
+    """The operating system's words for ``err`` without the path (the message names it)."""
+    return err.strerror or str(err) or type(err).__name__
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` if it exists, else its nearest ancestor that does."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _why(folder: Path, err: OSError) -> str:
+    """Why ``folder`` could not be made or written into: a file in the way, else the system's words."""
+    place = nearest_existing(folder)
+    return f"{place} is a file, not a folder" if not place.is_dir() else _reason(err)
+
+
+def _make_dir(path: Path, variable: str) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"cannot make the folder {path} ({_why(path, err)}): set {variable} to a "
+                          "writable folder") from err
+    return path
+
+
 def outputs_dir() -> Path:
     """``$FROST_OUTPUTS``, else a temporary folder in smoke mode, else ``<repo>/outputs``."""
     if os.environ.get("FROST_OUTPUTS"):
@@ -66,15 +101,37 @@ def outputs_dir() -> Path:
         path = Path(tempfile.gettempdir()) / "frost_nb_smoke_outputs"
     else:
         path = repo_root() / "outputs"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return _make_dir(path, "FROST_OUTPUTS")
 
 
 def cache_dir() -> Path:
     """Trained-model cache: ``$FROST_CACHE``, else ``<outputs>/cache`` (git-ignored)."""
-    path = Path(os.environ["FROST_CACHE"]).expanduser() if os.environ.get("FROST_CACHE") \
-        else outputs_dir() / "cache"
-    path.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("FROST_CACHE"):
+        return _make_dir(Path(os.environ["FROST_CACHE"]).expanduser(), "FROST_CACHE")
+    return _make_dir(outputs_dir() / "cache", "FROST_CACHE (or FROST_OUTPUTS)")
+
+
+def check_writable(path: str | os.PathLike, what: str, fix: str, *, folder: bool = False) -> Path:
+    """Raise ``OutputError`` unless the file ``path`` (or, with ``folder``, files inside the
+    folder ``path``) can be written; ``what`` names the destination, ``fix`` says what to do.
+
+    Called before the work that ends in the write. Nothing is left behind: folders that do not
+    exist yet are not made, the nearest existing one is tried instead (by writing and deleting
+    a file: permission bits do not stop root, a read-only mount or a file in the way does).
+    """
+    path = Path(path).expanduser()
+    if not folder and path.is_dir():
+        raise OutputError(f"{what} {path} is a folder, not a file: {fix}")
+    place = nearest_existing(path if folder else path.parent)
+    if not place.is_dir():
+        raise OutputError(f"cannot write {what} {path}: {place} is a file, not a folder; {fix}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".frost_nb_write_test", dir=place)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise OutputError(f"cannot write {what} {path}: {place} is not writable ({_reason(err)}); "
+                          f"{fix}") from err
     return path
 
 
@@ -87,14 +144,19 @@ def committed_checkpoints_dir() -> Path:
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename.
 
-    A failed or interrupted write leaves ``path`` as it was and no temporary file behind.
+    A failed or interrupted write leaves ``path`` as it was and no temporary file behind; a
+    write the system refuses raises ``OutputError`` naming ``path`` (not the temporary file).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp
         os.replace(tmp, path)
+    except OutputError:
+        raise
+    except OSError as err:
+        raise OutputError(f"cannot write {path} ({_why(path.parent, err)}): choose a writable place") from err
     finally:
         if tmp.exists():  # only when the write or the rename failed
             tmp.unlink()

@@ -3,9 +3,11 @@ or PonderNet's loss in their place (``loss.ponder``, a baseline of docs/method.m
 
 No framework: a plain loop over device-resident batches, SGD or AdamW with linear warm-up
 and cosine decay per optimiser step, bf16 autocast and channels-last on CUDA, a checkpoint
-every epoch (atomic; resuming continues the same run), a NaN guard that stops before the
-last good checkpoint is touched, and a history with, per optimiser step, the data of the
-paper's figures 1 (alpha) and 2 (easy / hard halting scores and the median threshold).
+every epoch (atomic; resuming continues the same run; its destination is checked before any
+work, and a write the system still refuses goes to the temporary folder, so a finished run is
+never lost), a NaN guard that stops before the last good checkpoint is touched, and a history
+with, per optimiser step, the data of the paper's figures 1 (alpha) and 2 (easy / hard halting
+scores and the median threshold).
 
 Which halting scores feed the KLL sketch is ``halting.calibrate_on``: the scores of the
 last training epoch, those of a pass over the held-out split, or both (the default).
@@ -29,6 +31,7 @@ import logging
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,13 +39,14 @@ from typing import Any
 
 import torch
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, stored_config
 from .config import ConfigError, RunConfig
 from .data import load_dataset, make_batches
 from .distributed import barrier, join_process_group, shard_batches, sum_over_ranks, wrap_model
 from .halting import HaltingCalibrator
 from .losses import total_loss
 from .models import create_model
+from .paths import OutputError, check_writable
 
 log = logging.getLogger("frost_nb")
 
@@ -228,6 +232,8 @@ class Trainer:
             raise ConfigError(f"train.batch_size={cfg.train.batch_size} is the global batch, split "
                               f"evenly among the {world} processes: make it a multiple of {world}")
         self.checkpoint = Path(self.checkpoint) if self.checkpoint is not None else None
+        if self.checkpoint is not None and self.distributed.is_main:  # before any work
+            check_writable(self.checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
         on_cuda = self.device.type == "cuda"
         self.amp = cfg.train.amp == "bf16" or (cfg.train.amp == "auto" and on_cuda)
         self.channels_last = cfg.model.backbone == "resnet" and (
@@ -284,7 +290,7 @@ class Trainer:
         if self.checkpoint is None or not self.checkpoint.exists():
             return False
         state = load_checkpoint(self.checkpoint, map_location=self.device)
-        theirs = RunConfig.from_dict(state["config"])
+        theirs = stored_config(self.checkpoint, state)
         if theirs.key() != self.config.key():
             raise CheckpointError(f"checkpoint {self.checkpoint} belongs to another run (config key "
                                   f"{theirs.key()} vs {self.config.key()}); pass another path or delete it")
@@ -373,9 +379,34 @@ class Trainer:
             d[k].append(v)
 
     def _stop(self, what: str) -> None:
+        if self.checkpoint is not None and self.checkpoint.is_file():
+            kept = f"The last good checkpoint ({self.checkpoint}) is intact."
+        else:
+            kept = "No checkpoint of this run was written before it."
         raise TrainingError(
-            f"{what}; training stopped. The last good checkpoint ({self.checkpoint}) is intact. "
+            f"{what}; training stopped. {kept} "
             f"Lower train.lr (now {self.config.train.lr}) or set train.grad_clip, then train again.")
+
+    def _save(self, complete: bool, metrics: dict | None = None) -> None:
+        """Checkpoint the run; when the system refuses the write, save it in the system's
+        temporary folder instead and stop, saying where: a finished run is never lost."""
+        state = self.state(complete, metrics)
+        try:
+            save_checkpoint(self.checkpoint, state)
+            return
+        except OutputError as err:
+            refused = err
+        what = "finished run" if complete else f"run after epoch {self.epoch}"
+        try:
+            fd, rescue = tempfile.mkstemp(prefix=f"frost_nb_{self.checkpoint.stem}_", suffix=".pt")
+            os.close(fd)
+            save_checkpoint(rescue, state)
+        except OSError as err:
+            raise TrainingError(f"{refused}; the {what} could not be saved in the temporary "
+                                f"folder either ({err}): it is lost") from refused
+        use = "to load it without training again" if complete else "and run the same command to resume"
+        raise TrainingError(f"{refused}. The {what} is saved in {rescue} instead: move it to "
+                            f"{self.checkpoint} {use}") from refused
 
     def _calibrate(self, train_sketch: HaltingCalibrator) -> tuple[HaltingCalibrator, float]:
         """The epoch's calibrator from the sources in halting.calibrate_on (with
@@ -432,7 +463,7 @@ class Trainer:
                             (self.epoch, train_loss, train_acc, val_acc, self.train_seconds)):
                 self.history["epochs"][k].append(v)
             if self.checkpoint is not None and self.epoch < cfg.train.epochs and main:
-                save_checkpoint(self.checkpoint, self.state(complete=False))
+                self._save(complete=False)
             line = (f"epoch {self.epoch}/{cfg.train.epochs}: train loss {train_loss:.4f}, "
                     f"train acc {train_acc:.4f}, val acc {val_acc:.4f}, "
                     f"{self.train_seconds:.0f} s so far")
@@ -449,7 +480,7 @@ class Trainer:
                        "train_seconds": self.train_seconds, "params": self.model.num_parameters(),
                        "device": str(self.device), "epochs": self.epoch}
             if self.checkpoint is not None and main:
-                save_checkpoint(self.checkpoint, self.state(complete=True, metrics=metrics))
+                self._save(complete=True, metrics=metrics)
             if main:
                 log.info("test accuracy at full depth %.4f after %d epochs, %.0f s of training",
                          test.accuracy, self.epoch, self.train_seconds)

@@ -4,9 +4,18 @@ and refuses to be resumed with a message that says why."""
 import pytest
 import torch
 
-from frost_nb.checkpoint import (LEAN_STEP_POINTS, CheckpointError, export_lean, lean_state, load_checkpoint,
-                                 load_model)
-from frost_nb.paths import committed_checkpoints_dir
+from frost_nb.checkpoint import (
+    LEAN_STEP_POINTS,
+    CheckpointError,
+    checkpoint_config,
+    export_lean,
+    lean_state,
+    load_checkpoint,
+    load_model,
+    save_checkpoint,
+)
+from frost_nb.config import make_config
+from frost_nb.paths import OutputError, committed_checkpoints_dir
 from frost_nb.training import Trainer
 
 
@@ -67,3 +76,50 @@ def test_committed_checkpoints_are_lean_and_load():
     # with the rest of the tracked tree (about 7 MiB) that leaves half of the 64 MiB a call to the
     # GPU machine may carry
     assert total < 32 * 2**20, f"committed checkpoints take {total / 2**20:.1f} MiB"
+
+
+class NotData:
+    """A class inside a file: torch.load(weights_only=True) refuses it (it would run code)."""
+
+
+def test_load_errors_keep_torchs_reason_without_its_advice_or_colour_codes(tmp_path):
+    code = tmp_path / "code.pt"
+    torch.save({"x": NotData()}, code)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"garbage\n")
+    truncated = tmp_path / "truncated.pt"
+    save_checkpoint(truncated, {"config": {}, "model": {"w": torch.zeros(100)}})
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    for path, reason in ((code, "UnpicklingError: Unsupported global: GLOBAL test_checkpoint.NotData was "
+                                "not an allowed global by default.)"),
+                         (garbage, "UnpicklingError: Unsupported operand 103)"),
+                         (truncated, "RuntimeError: ")):
+        with pytest.raises(CheckpointError) as err:
+            load_checkpoint(path)
+        message = str(err.value)
+        assert message.startswith(f"checkpoint {path} is damaged or not a frost_nb checkpoint (")
+        assert reason in message and message.endswith("; delete it and train again")
+        assert "\x1b" not in message and "weights_only" not in message and "\n" not in message
+
+
+def test_checkpoint_paths_that_are_folders_or_hold_unknown_fields_are_named(tmp_path):
+    with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path} is a folder, not a file: pass the path "
+                                              r"of a \.pt file"):
+        load_checkpoint(tmp_path)
+    config = make_config("smoke").to_dict()
+    config["loss"]["lambda_extra"] = 1.0
+    path = save_checkpoint(tmp_path / "newer.pt", {"config": config, "model": {}})
+    for read in (checkpoint_config, load_model):
+        with pytest.raises(CheckpointError, match=f"checkpoint {path} has an unreadable config: "
+                                                  r"unknown loss parameters \['lambda_extra'\]"):
+            read(path)
+
+
+def test_refused_checkpoint_write_names_the_checkpoint_not_its_temporary_file(tmp_path):
+    (tmp_path / "runs").write_text("a file, not a folder")
+    target = tmp_path / "runs" / "run.pt"
+    with pytest.raises(OutputError) as err:
+        save_checkpoint(target, {"config": {}, "model": {}})
+    assert str(err.value) == (f"cannot write {target} ({tmp_path / 'runs'} is a file, not a folder): "
+                              "choose a writable place")
+    assert isinstance(err.value, OSError)  # callers that handle failed writes still do

@@ -40,6 +40,14 @@ def test_train_evaluate_sweep(tmp_path, capsys):
     (["grid", "nope", "--size", "smoke"], "unknown grid 'nope'"),
     (["grid", "loss", "--size", "smoke", "--shard", "2/2"], "shard 2/2"),
     (["grid", "loss", "--size", "smoke", "--shard", "half"], "INDEX/COUNT"),
+    (["train", "--size", "smoke", "--seed", "-1"], "train.seed=-1 is invalid: expected a seed >= 0"),
+    (["grid", "loss", "--size", "smoke", "--seeds", "0", "-2"], "train.seed=-2"),
+    (["train", "--size", "smoke", "--set", "train.lr"], "--set 'train.lr': expected section.field=value"),
+    (["train", "--size", "smoke", "--set", "train.lr=1e300"], "expected a learning rate in (0, 10]"),
+    (["train", "--size", "smoke", "--set", "train.lr=Infinity"], "train.lr=inf"),
+    (["train", "--size", "smoke", "--set", "loss.margin=Infinity"], "expected a margin in [0, 1000]"),
+    (["train", "--size", "smoke", "--set", "loss.lambda_rel=Infinity"],
+     "expected a loss weight in [0, 1000]"),
 ])
 def test_bad_input_gives_a_clear_error(argv, message, capsys):
     assert main(argv) == 2
@@ -68,3 +76,66 @@ def test_grid_trains_its_shard_into_the_cache(capsys):
     assert [r["run"] for r in rows] == ["convex"] and not rows[0]["from_cache"]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["from_cache"]
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if a command loads data or a checkpoint: its destinations must be checked first."""
+    from frost_nb import checkpoint, training
+
+    def work(*args, **kwargs):
+        raise AssertionError("work started before the destination was checked")
+
+    monkeypatch.setattr(training, "load_split", work)
+    monkeypatch.setattr(checkpoint, "checkpoint_config", work)
+
+
+def _blocked(tmp_path):
+    """A regular file where a folder should be: unwritable for root too (chmod does not stop root)."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    return blocker
+
+
+@pytest.mark.parametrize("case", ["cache", "outputs", "checkpoint", "checkpoint_is_folder", "figures", "csv"])
+def test_unwritable_destinations_stop_before_the_work(case, tmp_path, monkeypatch, capsys, no_work):
+    blocker = _blocked(tmp_path)
+    train = ["train", "--size", "smoke", "--epochs", "1"]
+    if case == "cache":
+        monkeypatch.setenv("FROST_CACHE", str(blocker / "cache"))
+        argv, named, fix = train, blocker / "cache", "FROST_CACHE"
+    elif case == "outputs":  # the cache inside the outputs folder, which is a file
+        monkeypatch.delenv("FROST_CACHE")
+        monkeypatch.setenv("FROST_OUTPUTS", str(blocker))
+        argv, named, fix = train, blocker, "FROST_OUTPUTS"
+    elif case == "checkpoint":
+        argv, named, fix = train + ["--checkpoint", str(blocker / "run.pt")], blocker / "run.pt", "is a file"
+    elif case == "checkpoint_is_folder":
+        argv, named, fix = train + ["--checkpoint", str(tmp_path)], tmp_path, ".pt file"
+    elif case == "figures":
+        monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
+        (tmp_path / "figures").write_text("a file, not a folder")
+        argv, named, fix = ["demo", "--size", "smoke", "--epochs", "1"], tmp_path / "figures", "FROST_OUTPUTS"
+    else:
+        argv = ["sweep", "--checkpoint", str(tmp_path / "run.pt"), "--csv", str(blocker / "sweep.csv")]
+        named, fix = blocker / "sweep.csv", "--csv"
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ") and str(named) in err and fix in err
+
+
+def test_checkpoint_folder_and_unknown_config_field_are_named(tmp_path, capsys):
+    from frost_nb.checkpoint import save_checkpoint
+    from frost_nb.config import make_config
+
+    assert main(["evaluate", "--checkpoint", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {tmp_path} is a folder, not a file" in err and ".pt file" in err
+    config = make_config("smoke").to_dict()
+    config["train"]["speed"] = "fast"  # a field this code does not know
+    path = save_checkpoint(tmp_path / "other.pt", {"config": config, "model": {}})
+    for command in ("evaluate", "sweep"):
+        assert main([command, "--checkpoint", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"checkpoint {path} has an unreadable config" in err and "['speed']" in err

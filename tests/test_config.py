@@ -9,6 +9,9 @@ from frost_nb.config import (
     ModelConfig,
     RunConfig,
     TrainConfig,
+    check_finite,
+    check_non_negative_int,
+    check_range,
     make_config,
 )
 
@@ -103,6 +106,60 @@ def test_new_options_are_validated_naming_field_and_allowed_values(overrides, me
     with pytest.raises(ConfigError) as err:
         make_config("smoke", **overrides)
     assert str(err.value).startswith(message)
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    # 1e300 crashed inside Adam, inf and nan were accepted
+    ({"train.lr": 1e300}, "train.lr=1e+300 is invalid: expected a learning rate in (0, 10]."),
+    ({"train.lr": INF}, "train.lr=inf is invalid: expected a learning rate in (0, 10]."),
+    ({"train.lr": NAN}, "train.lr=nan is invalid: expected a learning rate in (0, 10]."),
+    ({"loss.lambda_rel": INF}, "loss.lambda_rel=inf is invalid: expected a loss weight in [0, 1000]."),
+    ({"loss.lambda_abs": 1e4}, "loss.lambda_abs=10000.0 is invalid: expected a loss weight in [0, 1000]."),
+    ({"loss.ponder_beta": -0.5}, "loss.ponder_beta=-0.5 is invalid: expected a loss weight in [0, 1000]."),
+    ({"loss.margin": INF}, "loss.margin=inf is invalid: expected a margin in [0, 1000]."),
+    ({"train.seed": -1}, "train.seed=-1 is invalid: expected a seed >= 0"),
+    ({"data.split_seed": -3}, "data.split_seed=-3 is invalid: expected a seed >= 0"),
+    ({"data.split_seed": 2**64}, "data.split_seed=18446744073709551616 is invalid: expected a seed >= 0 "
+     "and <= 18446744073709551615."),
+    # every other float field: finite (checked after the field's own bounds)
+    ({"train.grad_clip": INF}, "train.grad_clip=inf is invalid: expected a finite number."),
+    ({"train.weight_decay": INF}, "train.weight_decay=inf is invalid: expected a finite number."),
+    ({"model.mlp_ratio": INF}, "model.mlp_ratio=inf is invalid: expected a finite number."),
+    ({"model.update": "canonical", "model.alpha_init": INF},
+     "model.alpha_init=inf is invalid: expected a value in (0, inf)."),
+])
+def test_numbers_are_finite_and_within_named_bounds(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        make_config("smoke", **overrides)
+    assert str(err.value).startswith(message)
+
+
+def test_bounds_are_inclusive_where_stated():
+    cfg = make_config("smoke", **{"train.lr": 10, "loss.lambda_rel": 1000, "loss.lambda_abs": 0,
+                                  "loss.margin": 1e3, "train.seed": 2**64 - 1, "data.split_seed": 0})
+    assert cfg.train.lr == 10.0 and cfg.loss.lambda_rel == 1e3 and cfg.train.seed == 2**64 - 1
+
+
+def test_shared_checks_name_the_bounds_and_take_another_error_type():
+    class OtherError(ValueError):
+        pass
+
+    assert check_finite("x", 1.5) == 1.5 and check_range("x", 0.0, 0.0, 1.0) == 0.0
+    assert check_non_negative_int("n", 0) == 0
+    with pytest.raises(ConfigError, match=r"^x=inf is invalid: expected a finite number\.$"):
+        check_finite("x", INF)
+    with pytest.raises(OtherError, match=r"^tau=0\.0 is invalid: expected a threshold in \(0, 1\)\.$"):
+        check_range("tau", 0.0, 0.0, 1.0, low_open=True, high_open=True, what="a threshold", error=OtherError)
+    with pytest.raises(ConfigError, match=r"expected a value in \[0, 1\]"):
+        check_range("x", NAN, 0.0, 1.0)
+    for bad in (-1, True, 1.0):
+        with pytest.raises(ConfigError, match=r"expected an integer >= 0"):
+            check_non_negative_int("n", bad)
+    with pytest.raises(ConfigError, match=r"expected a count >= 0 and <= 5"):
+        check_non_negative_int("n", 6, what="a count", high=5)
 
 
 def test_leaky_forms_default_to_sigmoid_alpha():

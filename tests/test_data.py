@@ -561,6 +561,41 @@ def test_failed_download_says_so(tmp_path, monkeypatch):
     assert isinstance(err.value.__cause__, urllib.error.URLError)
 
 
+def _download_failing_halfway(sub=""):
+    """A torchvision data set class whose download makes its folder, writes part of the archive
+    and then loses the connection."""
+
+    def download(root, train=True, download=False):
+        folder = Path(root) / sub
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "archive.tar.gz.part").write_bytes(b"\x1f\x8b half an archive")
+        raise urllib.error.URLError("[Errno 104] Connection reset by peer")
+
+    return download
+
+
+@pytest.mark.parametrize("name, klass, sub, made", [
+    ("cifar10", "CIFAR10", "", "root"),  # the data root did not exist: it goes too
+    ("cifar100", "CIFAR100", "", "set folder"),  # the data root existed: only <root>/cifar100 goes
+    ("fashion-mnist", "FashionMNIST", "FashionMNIST/raw", "set folder"),  # <root>/FashionMNIST goes
+])
+def test_failed_download_removes_the_folders_it_made(name, klass, sub, made, tmp_path, monkeypatch,
+                                                     no_system_fashion):
+    monkeypatch.delenv("FROST_OFFLINE", raising=False)  # the download path itself, faked
+    import torchvision.datasets
+
+    monkeypatch.setattr(torchvision.datasets, klass, _download_failing_halfway(sub))
+    root = tmp_path / "data"
+    if made == "set folder":
+        (root / "other").mkdir(parents=True)  # what the root held before is kept
+    with pytest.raises(DataError, match="Connection reset by peer"):
+        load_dataset(name, "train", root, download=True)
+    if made == "root":
+        assert not root.exists()
+    else:
+        assert sorted(p.name for p in root.iterdir()) == ["other"]
+
+
 class FakeCIFAR10:
     """Stands in for torchvision.datasets.CIFAR10: records calls, holds (N, H, W, C) data."""
 

@@ -76,6 +76,59 @@ def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]  # nothing half-written
 
 
+def test_nan_guard_names_only_checkpoints_that_exist(tiny_config, tmp_path, monkeypatch):
+    real = training.total_loss
+
+    def poisoned(*args, **kwargs):
+        loss, parts = real(*args, **kwargs)
+        return loss * float("nan"), parts
+
+    monkeypatch.setattr(training, "total_loss", poisoned)
+    for path in (tmp_path / "run.pt", None):  # a path not written yet (stopped in epoch 1), or none
+        with pytest.raises(TrainingError, match="loss became nan at epoch 1") as err:
+            Trainer(tiny_config, checkpoint=path).fit()
+        assert "intact" not in str(err.value) and "No checkpoint of this run was written" in str(err.value)
+    assert not (tmp_path / "run.pt").exists()
+
+
+@pytest.mark.parametrize("complete", [True, False])
+def test_refused_checkpoint_write_saves_the_run_in_the_temporary_folder(complete, tiny_config, tmp_path,
+                                                                         monkeypatch):
+    import shutil
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # gettempdir(), inside tmp_path
+    (tmp_path / "tmp").mkdir()
+    folder = tmp_path / "runs"
+    real = training.save_checkpoint
+
+    def folder_replaced_by_a_file(path, state):  # after the check before training: e.g. a disk gone
+        if state["complete"] == complete and not folder.is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.write_text("a file, not a folder")
+        return real(path, state)
+
+    monkeypatch.setattr(training, "save_checkpoint", folder_replaced_by_a_file)
+    config = tiny_config.replace(**{"train.epochs": 2})
+    with pytest.raises(TrainingError) as err:
+        Trainer(config, checkpoint=folder / "run.pt").fit()
+    message = str(err.value)
+    rescued = list((tmp_path / "tmp").glob("frost_nb_run_*.pt"))
+    assert len(rescued) == 1 and f"saved in {rescued[0]} instead" in message
+    assert f"cannot write {folder / 'run.pt'}" in message and ".tmp" not in message
+    state = load_checkpoint(rescued[0])
+    assert state["complete"] == complete and state["epoch"] == (2 if complete else 1)
+    if complete:
+        assert "test_accuracy" in state["metrics"] and "to load it without training again" in message
+        load_model(rescued[0])
+    else:  # moved back into place, the run resumes and finishes
+        folder.unlink()
+        folder.mkdir()
+        shutil.move(rescued[0], folder / "run.pt")
+        monkeypatch.setattr(training, "save_checkpoint", real)
+        assert Trainer(config, checkpoint=folder / "run.pt").fit().metrics["epochs"] == 2
+
+
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     path = tmp_path / "ckpt.pt"
     save_checkpoint(path, {"config": {}, "model": {}, "x": 1})
@@ -164,7 +217,7 @@ def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config,
         return out
 
     monkeypatch.setattr(trainer.optimizer, "step", breaking_step)
-    with pytest.raises(TrainingError, match="weights .* non-finite in epoch 1.*intact"):
+    with pytest.raises(TrainingError, match="weights .* non-finite in epoch 1.*No checkpoint of this run"):
         trainer.fit()
     assert not path.exists()  # epoch 1 was never saved with broken weights
 
