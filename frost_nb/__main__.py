@@ -143,6 +143,7 @@ def _load(args):
 
 def cmd_evaluate(args) -> int:
     from .halting import adaptive_predict
+    from .inputs import check_split
     from .notebook import validate_params
 
     validate_params(quantile=args.quantile)
@@ -151,6 +152,7 @@ def cmd_evaluate(args) -> int:
     from .data import make_batches
 
     config, model, calibrator, dataset = _load(args)
+    check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
     tau = calibrator.threshold(args.quantile)
     correct, depths = [], []
     device = next(model.parameters()).device
@@ -169,6 +171,7 @@ def cmd_evaluate(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .halting import sweep
+    from .inputs import check_split
     from .notebook import validate_params
     from .paths import atomic_path, check_writable
     from .training import evaluate
@@ -178,6 +181,7 @@ def cmd_sweep(args) -> int:
     if args.csv:
         check_writable(args.csv, "CSV file", "pass another --csv")
     config, model, calibrator, dataset = _load(args)
+    check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
     outputs = evaluate(model, dataset, batch_size=config.train.eval_batch_size)
     table = sweep(outputs.scores, outputs.correct, calibrator, args.quantiles)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))

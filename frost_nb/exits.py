@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .halting import PAPER_QUANTILES, HaltingCalibrator, exit_steps, sweep
+from .inputs import check_scores, check_split
 from .training import StepOutputs, evaluate
 
 
@@ -65,17 +66,34 @@ class Exits:
 
 @dataclass
 class ExitCache:
-    """One full-depth pass over a split (``StepOutputs``) with the model's calibrator."""
+    """One full-depth pass over a split (``StepOutputs``) with the model's calibrator.
+
+    Checked on construction: scores (N, T) finite and in [0, 1], predictions (N, T), labels (N,).
+    """
 
     outputs: StepOutputs
     calibrator: HaltingCalibrator
     label: str = ""
     _memo: dict[float, Exits] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.calibrator, HaltingCalibrator):
+            raise TypeError(f"calibrator must be a HaltingCalibrator, got "
+                            f"{type(self.calibrator).__name__}")
+        scores, preds, y = self.outputs.scores, self.outputs.preds, self.outputs.y
+        if scores.dim() != 2 or preds.shape != scores.shape or y.shape != scores.shape[:1]:
+            raise ValueError(f"outputs must hold scores and preds (N, T) and labels y (N,), got "
+                             f"{tuple(scores.shape)}, {tuple(preds.shape)} and {tuple(y.shape)}")
+        check_scores(scores.detach().float().cpu().numpy(), "ExitCache: outputs.scores hold")
+
     @classmethod
     def from_model(cls, model: torch.nn.Module, calibrator: HaltingCalibrator, dataset, *,
-                   batch_size: int = 512, label: str = "") -> ExitCache:
-        """Run ``model`` once over ``dataset`` (an ImageData split) at full depth."""
+                   batch_size: int = 512, label: str = "",
+                   allow_other_size: bool = False) -> ExitCache:
+        """Run ``model`` once over ``dataset`` (an ImageData split) at full depth, after checking
+        that its images fit the model (``inputs.check_split``; ``allow_other_size``: the ResNet
+        family at another image size)."""
+        check_split(model, dataset, allow_other_size=allow_other_size)
         return cls(evaluate(model, dataset, batch_size=batch_size), calibrator, label)
 
     @property

@@ -8,7 +8,8 @@ a KLL streaming sketch; for a target quantile q the threshold is
 
 and a sample exits at the first step t (1-based) with ``p_t > tau_q``; one that never
 exceeds it runs all T steps. Lower q, earlier exits. The sketch is randomised: its
-guarantee is on rank (about 1.3% at k = 200), not on value.
+guarantee is on rank (about 1.3% at k = 200), not on value, and its coin flips are not
+seeded, so identical runs give slightly different thresholds (``HaltingCalibrator``).
 
 ``adaptive_predict`` really skips the work of exited samples: the active batch is
 compacted after every step. ``sweep`` reads the same exits off cached full-depth outputs
@@ -18,7 +19,6 @@ without calling the model (the two agree; see the tests).
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from datasketches import kll_floats_sketch
 from torch import Tensor
+
+from .inputs import check_images, check_scores, number_in, real_number
 
 
 PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid of Table 2
@@ -48,25 +50,30 @@ class HaltingCalibrator:
     >>> cal.threshold(1.0)                  # full depth for everyone
     inf
 
+    Not deterministic: the sketch (datasketches' KLL) compacts with coin flips that cannot
+    be seeded, so two runs fed the same scores in the same order, or a run resumed from a
+    checkpoint (the restored sketch is exact, the scores fed after it are compacted with new
+    flips), end with slightly different thresholds. The difference is bounded in rank:
+    each threshold lies within ``rank_error`` (about 1.3% of the scores at k = 200) of its
+    target quantile, so two runs' thresholds at the same q have at most about twice that
+    fraction of the scores between them, and mean depth and accuracy move accordingly.
+
+    Scores must be finite and in [0, 1] (``update`` refuses others and adds nothing).
     A KLL sketch cannot be pickled: checkpoints store ``to_bytes()`` and restore with
     ``HaltingCalibrator.from_bytes``. (Pickling this wrapper goes through those bytes.)
     """
 
     def __init__(self, k: int = 200) -> None:
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 8 <= k <= 65535:
-            raise ValueError(f"sketch size k={k!r} must be an integer in [8, 65535] (default 200)")
-        self._sketch = kll_floats_sketch(int(k))
+        k = number_in("sketch size k", k, 8, 65535, integer=True, hint=" (default 200)")
+        self._sketch = kll_floats_sketch(k)
 
     # --- feeding -----------------------------------------------------------------------
     def update(self, scores: Any) -> HaltingCalibrator:
-        """Add scores of any shape (torch tensor on any device, numpy array, sequence)."""
+        """Add scores of any shape (torch tensor on any device, numpy array, sequence), each a
+        probability in [0, 1]; with a NaN, an infinite or an out-of-range value nothing is added
+        (one would poison the sketch's quantiles: after one +inf, ``threshold(0.99)`` is inf)."""
         arr = _as_float32_numpy(scores)
-        bad = np.isnan(arr)
-        if bad.any():
-            raise ValueError(f"halting scores contain {int(bad.sum())} NaN value(s) out of "
-                             f"{arr.size}; the model diverged or the scores were computed from "
-                             f"a NaN loss. NaN would poison the sketch's quantiles, so nothing "
-                             f"was added.")
+        check_scores(arr, "the calibrator added nothing: the scores hold")
         if arr.size:
             self._sketch.update(arr)  # vectorised update of datasketches >= 5
         return self
@@ -135,16 +142,8 @@ class HaltingCalibrator:
 
     def threshold(self, q: float) -> float:
         """tau_q: exit at the first step with p_t > tau_q. q in [0, 1]; q == 1 gives +inf."""
-        if isinstance(q, Tensor) and q.numel() == 1:
-            q = q.item()
-        if isinstance(q, bool) or not isinstance(q, numbers.Real):
-            raise ValueError(f"quantile q={q!r} must be a real number in [0, 1], the target "
-                             f"fraction of halting scores below the threshold, e.g. 0.5")
-        if not 0.0 <= float(q) <= 1.0:  # NaN fails this too
-            raise ValueError(f"quantile q={q!r} is outside [0, 1]: give the target fraction of "
-                             f"halting scores below the threshold, e.g. 0.5 (q=1 means full "
-                             f"depth for everyone)")
-        q = float(q)
+        q = number_in("quantile q", q, 0, 1, hint=": give the target fraction of halting scores "
+                      "below the threshold, e.g. 0.5 (q=1 means full depth for everyone)")
         if q == 1.0:
             return math.inf  # eq. (tau): above every score, including unseen test scores
         if self.is_empty:
@@ -182,8 +181,17 @@ class HaltingCalibrator:
         return f"HaltingCalibrator(k={self.k}, n={self.n}, median={self.median:.4g})"
 
 
+def _checked_tau(tau: Any) -> float:
+    """tau as a float; NaN is refused: ``p > NaN`` is False, so everyone would run to T."""
+    return real_number("threshold tau", tau, allow_inf=True,
+                       hint=" (HaltingCalibrator.threshold(q); +inf runs every sample to full depth)")
+
+
 def exit_steps(scores: Tensor, tau: float) -> Tensor:
-    """Exit depth in 1..T of each sample: first t with p_t > tau, else T. (N, T) -> (N,) int64."""
+    """Exit depth in 1..T of each sample: first t with p_t > tau, else T. (N, T) -> (N,) int64.
+
+    tau: any real number but NaN (+inf: full depth for everyone, as ``threshold(1.0)``)."""
+    tau = _checked_tau(tau)
     scores = torch.as_tensor(scores)
     if scores.dim() != 2:
         raise ValueError(f"scores must be (N, T), got shape {tuple(scores.shape)}")
@@ -251,7 +259,7 @@ def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
 
 
 def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
-                     return_scores: bool = False) -> AdaptiveResult:
+                     return_scores: bool = False, allow_other_size: bool = False) -> AdaptiveResult:
     """Run the model step by step, dropping each sample from the batch once it exits.
 
     Uses the model's step-wise API (``embed``, optional ``context``, ``init_state``, ``step``,
@@ -260,12 +268,19 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
     original index, and only the rest go on to the next step, so exited samples cost nothing.
     Runs without gradient and leaves the model's mode alone: call ``model.eval()`` first.
 
+    ``x`` is checked once (``inputs.check_images``): float images normalised as in training,
+    (N, C, H, W) as the model's config says, every pixel finite (uint8 pixels are refused,
+    numpy arrays and other float dtypes converted); ``allow_other_size`` lets the ResNet
+    family run at another image size. ``tau`` may be any real number but NaN (+inf: full
+    depth for everyone).
+
     Cost beyond the model's own steps: one host sync per step (the exit count) and, at each
     step where some sample exits, one row copy of the state and the context
     (``benchmarks/adaptive_inference.py`` measures what is left of the ideal speed-up).
     """
     steps = int(model.config.steps)
-    tau = float(tau)
+    tau = _checked_tau(tau)
+    x = check_images(model, x, allow_other_size=allow_other_size)  # one pass, one host sync
     n = x.shape[0]
     with torch.no_grad():
         h, ctx = prologue(model, x)  # h_0 and the per-sample step inputs
@@ -314,7 +329,8 @@ def sweep(scores: Tensor, step_outputs: Tensor, calibrator: HaltingCalibrator,
     step logits (N, T, K) together with the labels ``y``. Each sample's prediction is the
     one at its exit step, exactly as ``adaptive_predict`` would make it. Returns a pandas
     DataFrame with columns quantile, threshold, mean_depth, std_depth (population std) and
-    accuracy (a fraction).
+    accuracy (a fraction). Scores must be finite and in [0, 1], labels (N,). Thresholds come
+    from the (unseeded) sketch: see ``HaltingCalibrator`` on run-to-run differences.
 
     Both ``sweep(scores, correct, calibrator, quantiles)`` and the labelled order
     ``sweep(scores, logits, y, calibrator, quantiles)`` are accepted.
@@ -331,13 +347,24 @@ def sweep(scores: Tensor, step_outputs: Tensor, calibrator: HaltingCalibrator,
     import pandas as pd  # only the sweep needs it
 
     scores = torch.as_tensor(scores).detach().float().cpu()
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be (N, T) halting probabilities, got shape "
+                         f"{tuple(scores.shape)}")
+    check_scores(scores.numpy(), "sweep: the scores hold")
     step_outputs = torch.as_tensor(step_outputs).detach().cpu()
     if step_outputs.dtype == torch.bool:
         correct = step_outputs  # (N, T)
     else:
         if y is None:
             raise ValueError("sweep needs the labels y when given step logits (N, T, K)")
-        correct = step_outputs.argmax(dim=-1) == torch.as_tensor(y).cpu()[:, None]  # (N, T)
+        if step_outputs.dim() != 3:
+            raise ValueError(f"step logits must be (N, T, K), got shape "
+                             f"{tuple(step_outputs.shape)} (or give the bool correctness (N, T))")
+        y = torch.as_tensor(y).cpu()
+        if y.shape != step_outputs.shape[:1]:
+            raise ValueError(f"labels y {tuple(y.shape)} must be (N,) with N = "
+                             f"{step_outputs.shape[0]}, the samples of the step logits")
+        correct = step_outputs.argmax(dim=-1) == y[:, None]  # (N, T)
     if correct.shape != scores.shape:
         raise ValueError(f"scores {tuple(scores.shape)} and step outputs "
                          f"{tuple(correct.shape)} disagree on (N, T)")

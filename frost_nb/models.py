@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import LEAKY_UPDATES, MODELS, ConfigError, ModelConfig, RunConfig, replace_model
+from .inputs import real_number
 
 __all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "StepContext", "create_model"]
 
@@ -438,4 +439,7 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
     else:
         raise ConfigError(f"create_model needs a ModelConfig or a model name from {MODELS}, "
                           f"got {type(cfg_or_name).__name__}.")
+    for f in dataclasses.fields(cfg):  # the config's range checks let +inf through (mlp_ratio)
+        if isinstance(getattr(cfg, f.name), float):
+            real_number(f"model.{f.name}", getattr(cfg, f.name), error=ConfigError)
     return FrostNet(cfg)

@@ -105,3 +105,46 @@ def test_explorer_redraws_from_the_caches_only(model_and_cache, monkeypatch):
     assert explorer.redraws == before + 2 and explorer.stats.value.startswith("<b>b</b>")
     with pytest.raises(ValueError, match="outside"):
         HaltingExplorer({"a": cache}, quantile=2.0)
+
+
+# --- bad input (issue 18) ------------------------------------------------------------------------
+
+def _split(x: torch.Tensor):
+    """A synthetic ImageData test split of digits' info around the uint8 images ``x``."""
+    from frost_nb.data import DATASETS, ImageData
+
+    return ImageData(x, torch.zeros(len(x), dtype=torch.int64), DATASETS["digits"],
+                     [str(c) for c in range(10)], "digits", "test", "synthetic")
+
+
+def test_from_model_checks_that_the_split_fits_the_model(model_and_cache):
+    from frost_nb.data import DataError
+
+    model, _, _, cache = model_and_cache
+    pixels = torch.randint(0, 256, (12, 1, 8, 8), dtype=torch.uint8)
+    assert ExitCache.from_model(model, cache.calibrator, _split(pixels)).steps == 4
+    with pytest.raises(DataError, match=r"digits test split has 3 channel\(s\).*takes 1"):
+        ExitCache.from_model(model, cache.calibrator, _split(pixels.expand(12, 3, 8, 8)))
+    with pytest.raises(DataError, match=r"16x16, the model was built for 8x8"):
+        ExitCache.from_model(model, cache.calibrator, _split(pixels.repeat(1, 1, 2, 2)))
+    big = ExitCache.from_model(model, cache.calibrator, _split(pixels.repeat(1, 1, 2, 2)),
+                               allow_other_size=True)
+    assert big.outputs.scores.shape == (12, 4)
+    with pytest.raises(DataError, match="uint8"):
+        ExitCache.from_model(model, cache.calibrator, _split(pixels.float()))
+    with pytest.raises(TypeError, match="ImageData split"):
+        ExitCache.from_model(model, cache.calibrator, pixels.float())  # was an AttributeError
+
+
+def test_cache_construction_refuses_bad_scores_and_shapes(model_and_cache):
+    from frost_nb.training import StepOutputs
+
+    outputs, calibrator = model_and_cache[3].outputs, model_and_cache[3].calibrator
+    scores = outputs.scores.clone()
+    scores[3, 1] = float("nan")  # used to read as "never exits": full depth for that sample
+    with pytest.raises(ValueError, match="ExitCache: outputs.scores hold 1 NaN"):
+        ExitCache(StepOutputs(scores, outputs.preds, outputs.y), calibrator)
+    with pytest.raises(ValueError, match=r"labels y \(N,\)"):
+        ExitCache(StepOutputs(outputs.scores, outputs.preds, outputs.y[:5]), calibrator)
+    with pytest.raises(TypeError, match="HaltingCalibrator"):
+        ExitCache(outputs, calibrator.to_bytes())

@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 import torch
+from datasketches import kll_floats_sketch
 from torch import nn
 
 from frost_nb.halting import (
@@ -91,6 +92,43 @@ def test_nan_scores_are_rejected_and_nothing_is_added():
     with pytest.raises(ValueError, match="NaN"):
         cal.update(torch.tensor([0.3, float("nan"), 0.4]))
     assert cal.n == 2
+
+
+@pytest.mark.parametrize("bad, kind", [(math.inf, "1 infinite"), (-math.inf, "1 infinite"),
+                                       (1.5, "1 finite but outside"), (-0.01, "1 finite but outside")])
+def test_infinite_or_out_of_range_scores_are_rejected_and_nothing_is_added(bad, kind):
+    cal = HaltingCalibrator().update([0.1, 0.2])
+    with pytest.raises(ValueError, match=f"added nothing: the scores hold {kind}.*sigmoid"):
+        cal.update(torch.tensor([0.3, bad, 0.4]))
+    assert cal.n == 2 and cal.threshold(0.99) == np.float32(0.2)  # one +inf used to make this inf
+    cal.update(np.array([0.0, 1.0]))  # the ends of [0, 1] are scores (a saturated sigmoid)
+    assert cal.n == 4 and cal.threshold(0.99) == 1.0
+
+
+def test_thresholds_of_identical_runs_differ_by_at_most_twice_the_rank_error():
+    # the KLL sketch compacts with unseeded coin flips: the same scores fed to two fresh
+    # calibrators give slightly different thresholds (the HaltingCalibrator docstring says so).
+    # Each lies within rank_error of its quantile (the 99th percentile of the sketch's maximum
+    # error over all queries), so at most 2 * rank_error of the scores lie between the two.
+    # 100 000 scores: many compactions, so a real difference; 300 repetitions of this test
+    # gave at most 0.54 of the bound (median 0.2).
+    rng = np.random.default_rng(4)
+    scores = rng.beta(2, 5, size=100_000).astype(np.float32)
+    a, b = HaltingCalibrator(), HaltingCalibrator()
+    for chunk in np.array_split(scores, 50):  # streamed in batches, as the trainer feeds it
+        a.update(chunk)
+        b.update(chunk)
+    bound = 2 * a.rank_error
+    assert bound == pytest.approx(2 * kll_floats_sketch.get_normalized_rank_error(200, False))
+
+    def between(t1, t2):  # fraction of the scores lying between two thresholds
+        return float(np.mean((scores > min(t1, t2)) & (scores <= max(t1, t2))))
+
+    for q in (0.125, 0.25, 0.5, 0.75, 0.875):
+        assert between(a.threshold(q), b.threshold(q)) <= bound, q
+    # the measure can fail: thresholds 3 rank errors apart have more than the bound between them
+    far = 3 * a.rank_error
+    assert between(a.threshold(0.5), float(np.quantile(scores, 0.5 + far))) > bound
 
 
 def test_bad_k_raises():
@@ -524,3 +562,107 @@ def test_compaction_copies_no_stem_output(name, backbone):
     assert compacted  # some samples exited before T
     for n_active, fields, rows in compacted:
         assert fields == bcd and rows <= {n_active}
+
+
+# --- bad input at the entry points (issue 18) ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smoke_model():
+    """The smoke FROST (ResNet, 1 x 8 x 8 images, T = 4), untrained, and a batch of images."""
+    from frost_nb.config import make_config
+    from frost_nb.models import create_model
+
+    torch.manual_seed(0)
+    model = create_model(make_config("smoke").model).eval()
+    return model, torch.randn(6, 1, 8, 8, generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_adaptive_predict_refuses_non_finite_pixels(smoke_model, bad):
+    model, x = smoke_model
+    x = x.clone()
+    x[2, 0, 3, 4] = bad  # used to give NaN logits for that image, at full depth
+    with pytest.raises(ValueError, match=r"x has 1 NaN or infinite pixel value\(s\) out of 384"):
+        adaptive_predict(model, x, 0.5)
+
+
+@pytest.mark.parametrize("tau", [float("nan"), np.float32("nan"), torch.tensor(float("nan")),
+                                 "0.5", None, True])
+def test_adaptive_predict_and_exit_steps_refuse_a_tau_that_is_not_a_number(smoke_model, tau):
+    # a NaN tau used to run every sample to full depth: p > NaN is False
+    model, x = smoke_model
+    with pytest.raises(ValueError, match=r"threshold tau=.* (is not a number|must be a real number)"):
+        adaptive_predict(model, x, tau)
+    with pytest.raises(ValueError, match=r"threshold tau="):
+        exit_steps(torch.rand(3, 4), tau)
+    # +inf and a one-element tensor are thresholds (threshold(1.0) is +inf)
+    assert (adaptive_predict(model, x, math.inf).depth == 4).all()
+    assert exit_steps(torch.full((2, 4), 0.7), torch.tensor(0.5)).tolist() == [1, 1]
+
+
+def test_adaptive_predict_refuses_integer_images_saying_how_to_normalise(smoke_model):
+    model, x = smoke_model
+    pixels = (x * 60 + 128).clamp(0, 255).to(torch.uint8)
+    with pytest.raises(TypeError, match=r"torch.uint8 .*div\(255\)\.sub\(mean\)\.div\(std\).*DATASETS"):
+        adaptive_predict(model, pixels, 0.5)  # was "expected scalar type Byte but found Float"
+    with pytest.raises(TypeError, match="int64"):
+        adaptive_predict(model, pixels.numpy().astype(np.int64), 0.5)
+    with pytest.raises(TypeError, match="list"):
+        adaptive_predict(model, x.tolist(), 0.5)
+
+
+def test_adaptive_predict_converts_float_numpy_images(smoke_model):
+    # a numpy array used to fail in conv2d with torch's long list of signatures
+    model, x = smoke_model
+    ref = adaptive_predict(model, x, 0.5, return_scores=True)
+    for arr in (x.numpy(), x.numpy().astype(np.float64)):
+        res = adaptive_predict(model, arr, 0.5, return_scores=True)
+        assert res.logits.dtype == torch.float32 and torch.equal(res.depth, ref.depth)
+        assert torch.allclose(res.logits, ref.logits, atol=1e-6)
+    res = adaptive_predict(model, x.double(), 0.5)  # a float64 tensor too
+    assert torch.allclose(res.logits, ref.logits, atol=1e-6)
+
+
+def test_adaptive_predict_refuses_a_missing_batch_dimension_and_wrong_channels(smoke_model):
+    model, x = smoke_model
+    with pytest.raises(ValueError, match=r"shape \(1, 8, 8\), no batch dimension.*x\[None\]"):
+        adaptive_predict(model, x[0], 0.5)  # was a GroupNorm shape error
+    with pytest.raises(ValueError, match=r"shape \(6, 8, 8\), no batch dimension.*x\[:, None\]"):
+        adaptive_predict(model, x[:, 0], 0.5)  # one-channel images without their channel axis
+    with pytest.raises(ValueError, match=r"x has 3 channel\(s\) .*takes 1"):
+        adaptive_predict(model, x.expand(6, 3, 8, 8), 0.5)
+    with pytest.raises(ValueError, match=r"\(N, C, H, W\)"):
+        adaptive_predict(model, x[None], 0.5)
+
+
+def test_adaptive_predict_other_image_size_only_for_resnet_when_allowed(smoke_model):
+    model, x = smoke_model
+    big = torch.nn.functional.interpolate(x, size=(12, 12))
+    with pytest.raises(ValueError, match=r"12x12, the model was built for 8x8.*allow_other_size"):
+        adaptive_predict(model, big, 0.5)  # ran silently before
+    res = adaptive_predict(model, big, 0.5, allow_other_size=True)  # fully convolutional
+    assert res.logits.shape == (6, 10) and ((res.depth >= 1) & (res.depth <= 4)).all()
+
+    vit, _ = _real_model("frost", "vit")
+    with pytest.raises(ValueError, match=r"12x12, the ViT model takes 8x8.*position embedding"):
+        adaptive_predict(vit, big, 0.5, allow_other_size=True)  # was a broadcast error
+
+
+def test_sweep_refuses_bad_scores_and_mismatched_labels(standin):
+    _, _, out, scores = standin
+    y = torch.randint(0, 5, (len(scores),), generator=torch.Generator().manual_seed(1))
+    cal = HaltingCalibrator().update(scores)
+    for bad, kind in ((float("nan"), "1 NaN"), (float("inf"), "1 infinite"),
+                      (1.5, "1 finite but outside")):
+        broken = scores.clone()
+        broken[7, 2] = bad  # a NaN score used to count as "never exits"
+        with pytest.raises(ValueError, match=f"sweep: the scores hold {kind}"):
+            sweep(broken, out.logits, y, cal, [0.5])
+    with pytest.raises(ValueError, match=r"halt_logits"):
+        sweep(torch.logit(scores), out.logits, y, cal, [0.5])  # logits instead of probabilities
+    with pytest.raises(ValueError, match=r"labels y \(1,\) must be \(N,\) with N = 300"):
+        sweep(scores, out.logits, y[:1], cal, [0.5])  # used to broadcast one label to all
+    with pytest.raises(ValueError, match=r"step logits must be \(N, T, K\)"):
+        sweep(scores, out.logits[:, :, 0], y, cal, [0.5])
+    with pytest.raises(ValueError, match=r"scores must be \(N, T\)"):
+        sweep(scores[:, 0], out.logits, y, cal, [0.5])

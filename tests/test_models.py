@@ -126,6 +126,16 @@ def test_create_model_registry():
         create_model("frost", learn_hurst=True, hurst=1.0)
 
 
+def test_create_model_refuses_an_infinite_float_field():
+    # ModelConfig's range check (mlp_ratio > 0) lets +inf through; the ViT MLP then failed with
+    # an OverflowError deep in its constructor
+    for backbone in ("vit", "resnet"):
+        with pytest.raises(ConfigError, match=r"model\.mlp_ratio=inf is not finite"):
+            create_model("frost", backbone=backbone, mlp_ratio=math.inf)
+    with pytest.raises(ConfigError, match=r"model\.mlp_ratio=inf is not finite"):
+        create_model(ModelConfig(name="recurrent", mlp_ratio=math.inf))
+
+
 @pytest.mark.parametrize("stride,side", [(1, 8), (2, 4), (4, 2)])
 def test_resnet_stem_strides(stride, side):
     model = small("recurrent", "resnet", stem_stride=stride)

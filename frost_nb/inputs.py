@@ -1,0 +1,180 @@
+"""Checks of what a user hands to the public entry points: raw numbers, images, data splits.
+
+The entry points that run a model over a user's images call ``check_images`` (a batch) or
+``check_split`` (an ImageData split) once: ``halting.adaptive_predict``,
+``exits.ExitCache.from_model``, and the command line's ``evaluate`` and ``sweep``. The
+model's ``forward``, which the trainer and the analyses call at every step, does not: the
+finiteness check is one pass over the batch and one host sync.
+
+What a model expects is what the trainer feeds it: float images normalised with the data
+set's per-channel mean and std, ``(x / 255 - mean) / std`` on uint8 pixels
+(``frost_nb.data.Batches``), of shape (N, in_channels, image_size, image_size) from the
+model's config. Integer images (uint8 pixels) are refused, not converted: a ``ModelConfig``
+does not name the data set it was trained on, so the normalisation would be a guess. Other
+float dtypes (float64 numpy arrays, for instance) are converted to the weights' dtype.
+
+The number validators (``real_number``, ``number_in``) raise ``error`` (ValueError unless
+told otherwise, e.g. ConfigError) for a wrong type as well as a wrong value, with a message
+naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .data import DataError, ImageData
+
+__all__ = ["check_images", "check_scores", "check_split", "number_in", "real_number"]
+
+
+# --- raw numbers ------------------------------------------------------------------------------
+
+def _as_real(name: str, value: Any, expected: str, hint: str,
+             error: type[Exception]) -> numbers.Real:
+    """``value`` as a Python or numpy scalar when it is a real number (a one-element tensor or
+    array counts), else ``error``. bool is refused: True is an int to Python, never a number
+    of ours."""
+    scalar = value
+    if isinstance(value, (Tensor, np.ndarray)) and math.prod(value.shape) == 1:
+        scalar = value.item()  # a 0-dim or one-element tensor or array
+    if isinstance(scalar, (bool, np.bool_)) or not isinstance(scalar, numbers.Real):
+        raise error(f"{name}={value!r} must be {expected}{hint}")
+    return scalar
+
+
+def real_number(name: str, value: Any, *, allow_inf: bool = False, hint: str = "",
+                error: type[Exception] = ValueError) -> float:
+    """``value`` as a float: a real number, never NaN, finite unless ``allow_inf``."""
+    expected = "a real number" + ("" if allow_inf else " (finite)")
+    out = float(_as_real(name, value, expected, hint, error))
+    if math.isnan(out) or (math.isinf(out) and not allow_inf):
+        raise error(f"{name}={value!r} is not {'a number' if math.isnan(out) else 'finite'}: "
+                    f"expected {expected}{hint}")
+    return out
+
+
+def number_in(name: str, value: Any, low: float, high: float, *, integer: bool = False,
+              hint: str = "", error: type[Exception] = ValueError) -> float | int:
+    """``value`` in the closed interval [low, high] (NaN never is); an int when ``integer``."""
+    expected = f"{'an integer' if integer else 'a real number'} in [{low}, {high}]"
+    scalar = _as_real(name, value, expected, hint, error)
+    if integer and not isinstance(scalar, numbers.Integral):
+        raise error(f"{name}={value!r} must be {expected}{hint}")
+    if not low <= scalar <= high:  # NaN fails this too
+        raise error(f"{name}={value!r} is outside [{low}, {high}]{hint}")
+    return int(scalar) if integer else float(scalar)
+
+
+# --- halting scores ---------------------------------------------------------------------------
+
+def check_scores(values: np.ndarray, where: str) -> None:
+    """Halting scores are probabilities: every value finite and in [0, 1], else ValueError.
+    ``where`` starts the message (e.g. "sweep: the scores hold")."""
+    bad = ~((values >= 0.0) & (values <= 1.0))  # NaN fails both comparisons
+    if not bad.any():
+        return
+    nan, inf = int(np.isnan(values).sum()), int(np.isinf(values).sum())
+    counts = {"NaN": nan, "infinite": inf, "finite but outside [0, 1]": int(bad.sum()) - nan - inf}
+    found = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
+    raise ValueError(f"{where} {found} value(s), out of {values.size}. Halting scores are "
+                     f"probabilities sigmoid(halt_logits) in [0, 1] (not the logits); NaN or "
+                     f"infinite ones mean the model diverged.")
+
+
+# --- images -----------------------------------------------------------------------------------
+
+def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_other_size: bool,
+                       error: type[Exception]) -> None:
+    """(N, C, H, W) against the config's in_channels, image_size and backbone (those it has)."""
+    channels = getattr(config, "in_channels", None)
+    size = getattr(config, "image_size", None)
+    if channels is None and size is None:
+        return  # not an image model (a stand-in with the step-wise API): nothing to compare
+    if len(shape) == 3:  # one image (C, H, W), or a batch of one-channel images (N, H, W)
+        batch = ", x[:, None] for a batch of one-channel images (N, H, W)" if channels == 1 else ""
+        raise error(f"{what} has shape {shape}, no batch dimension: the model takes a batch of "
+                    f"images (N, C, H, W) with C={channels}; use x[None] (or x.unsqueeze(0)) "
+                    f"for one image (C, H, W){batch}")
+    if len(shape) != 4:
+        raise error(f"{what} has shape {shape}: the model takes a batch of images (N, C, H, W) "
+                    f"with C={channels}, H=W={size}")
+    if channels is not None and shape[1] != channels:
+        raise error(f"{what} has {shape[1]} channel(s) (shape {shape}), the model takes "
+                    f"{channels}: images must be (N, C, H, W) with C={channels}")
+    if size is None or shape[2:] == (size, size):
+        return
+    backbone = getattr(config, "backbone", None)
+    if backbone == "vit":
+        raise error(f"{what} has images of {shape[2]}x{shape[3]}, the ViT model takes "
+                    f"{size}x{size}: its position embedding has one entry per patch of a "
+                    f"{size}x{size} image; resize the images")
+    if not allow_other_size:
+        raise error(f"{what} has images of {shape[2]}x{shape[3]}, the model was built for "
+                    f"{size}x{size}: resize them, or pass allow_other_size=True to run the fully "
+                    f"convolutional ResNet family at another size (its accuracy there is untested)")
+
+
+def _weights(model: torch.nn.Module) -> Tensor | None:
+    return next(model.parameters(), None)
+
+
+def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = False,
+                 name: str = "x") -> Tensor:
+    """``x`` as the model's input: a float tensor of the weights' dtype, every pixel finite,
+    shaped (N, C, H, W) as the model's config says (``in_channels``, ``image_size``; other
+    sizes only for the ResNet backbone with ``allow_other_size``). A numpy array becomes a
+    tensor on the weights' device; a tensor stays where it is. Integer images are refused
+    (TypeError): normalise them as in training first. Wrong shapes and NaN or infinite pixels
+    raise ValueError.
+    """
+    weights = _weights(model)
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "biuf":
+            raise TypeError(f"{name} is a numpy array of dtype {x.dtype}: expected float images")
+        x = torch.as_tensor(x, device=None if weights is None else weights.device)
+    elif not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array of images (N, C, H, W), "
+                        f"got {type(x).__name__}")
+    if not x.is_floating_point():
+        if x.dtype in (torch.bool, torch.complex64, torch.complex128):
+            raise TypeError(f"{name} has dtype {x.dtype}: expected float images")
+        raise TypeError(
+            f"{name} has dtype {x.dtype} (raw pixels?): the model takes float images normalised "
+            f"as in training, x.float().div(255).sub(mean).div(std) with the data set's "
+            f"per-channel mean and std, (1, C, 1, 1) tensors from frost_nb.data.DATASETS[name]"
+            f".mean and .std (uint8 pixels in 0..255)")
+    _check_image_shape(getattr(model, "config", None), tuple(x.shape), name, allow_other_size,
+                       ValueError)
+    if weights is not None and weights.is_floating_point() and x.dtype != weights.dtype:
+        x = x.to(weights.dtype)  # e.g. float64 numpy images for float32 weights
+    bad = int((~torch.isfinite(x)).sum())  # the one pass and host sync of the check
+    if bad:
+        raise ValueError(f"{name} has {bad} NaN or infinite pixel value(s) out of {x.numel()}: "
+                         f"the model would return NaN logits for those images")
+    return x
+
+
+def check_split(model: torch.nn.Module, dataset: Any, *, allow_other_size: bool = False) -> None:
+    """An ImageData split fits ``model``: uint8 images (N, C, H, W) of the model's channels and
+    size (folder sets: the size their transforms give). Raises ``DataError`` (a ValueError),
+    which the command line reports as an error."""
+    if not isinstance(dataset, ImageData):
+        raise TypeError(f"dataset must be an ImageData split (frost_nb.data.load_dataset or "
+                        f"training.load_split), got {type(dataset).__name__}; for a tensor of "
+                        f"images use halting.adaptive_predict or training.collect_outputs")
+    what = f"the {dataset.name} {dataset.split} split"
+    if dataset.x is None:  # folder set: its transforms give info.image_size
+        info = dataset.info
+        shape = (len(dataset), info.channels, info.image_size, info.image_size)
+    else:
+        if dataset.x.dtype != torch.uint8:
+            raise DataError(f"{what} holds {dataset.x.dtype} images; ImageData keeps uint8 pixels "
+                            f"(batches are normalised from them)")
+        shape = tuple(dataset.x.shape)
+    _check_image_shape(getattr(model, "config", None), shape, what, allow_other_size, DataError)
