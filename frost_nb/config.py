@@ -35,22 +35,24 @@ def _fail(param: str, value: Any, expected: str, error: type[Exception] = Config
 # Checks shared by every validation (config fields here; other code passes its own error type).
 # Each names the parameter and the bounds, and returns the value.
 
-def check_finite(param: str, value: float, *, error: type[Exception] = ConfigError) -> float:
+def check_finite(param: str, value: float, *, hint: str = "", error: type[Exception] = ConfigError) -> float:
     """``value`` is a finite number (not NaN, not infinite)."""
     if not math.isfinite(value):
-        _fail(param, value, "a finite number", error)
+        raise error(f"{param}={value!r} is {'not a number' if math.isnan(value) else 'not finite'}: "
+                    f"expected a finite number{hint}.")
     return value
 
 
 def check_range(param: str, value: float, low: float, high: float, *, low_open: bool = False,
-                high_open: bool = False, what: str = "a value",
+                high_open: bool = False, what: str = "a value", hint: str = "",
                 error: type[Exception] = ConfigError) -> float:
     """``low <= value <= high`` (``<`` on an open side; NaN is never in range)."""
     above = value > low if low_open else value >= low
     below = value < high if high_open else value <= high
     if not (above and below):
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        _fail(param, value, f"{what} in {interval}", error)
+        found = "not a number" if value != value else f"outside {interval}"
+        raise error(f"{param}={value!r} is {found}: expected {what} in {interval}{hint}.")
     return value
 
 

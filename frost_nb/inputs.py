@@ -13,9 +13,11 @@ model's config. Integer images (uint8 pixels) are refused, not converted: a ``Mo
 does not name the data set it was trained on, so the normalisation would be a guess. Other
 float dtypes (float64 numpy arrays, for instance) are converted to the weights' dtype.
 
-The number validators (``real_number``, ``number_in``) raise ``error`` (ValueError unless
-told otherwise, e.g. ConfigError) for a wrong type as well as a wrong value, with a message
-naming the argument.
+The number validators (``real_number``, ``number_in``) take what a user may pass (Python,
+numpy or one-element torch numbers) and apply the config's own checks (``config.check_finite``,
+``check_range``): one set of bounds and messages for config fields and raw arguments. They
+raise ``error`` (ValueError unless told otherwise, e.g. ConfigError) for a wrong type as well as
+a wrong value, with a message naming the argument.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .config import check_finite, check_range
 from .data import DataError, ImageData
 
 __all__ = ["check_images", "check_scores", "check_split", "number_in", "real_number"]
@@ -50,24 +53,22 @@ def _as_real(name: str, value: Any, expected: str, hint: str,
 
 def real_number(name: str, value: Any, *, allow_inf: bool = False, hint: str = "",
                 error: type[Exception] = ValueError) -> float:
-    """``value`` as a float: a real number, never NaN, finite unless ``allow_inf``."""
-    expected = "a real number" + ("" if allow_inf else " (finite)")
-    out = float(_as_real(name, value, expected, hint, error))
-    if math.isnan(out) or (math.isinf(out) and not allow_inf):
-        raise error(f"{name}={value!r} is not {'a number' if math.isnan(out) else 'finite'}: "
-                    f"expected {expected}{hint}")
-    return out
+    """``value`` as a float: a real number, never NaN, finite unless ``allow_inf``
+    (the bounds are ``config.check_finite`` / ``check_range``, shared with the config)."""
+    out = float(_as_real(name, value, "a real number", hint, error))
+    if allow_inf:
+        return check_range(name, out, -math.inf, math.inf, what="a real number", hint=hint, error=error)
+    return check_finite(name, out, hint=hint, error=error)
 
 
 def number_in(name: str, value: Any, low: float, high: float, *, integer: bool = False,
               hint: str = "", error: type[Exception] = ValueError) -> float | int:
     """``value`` in the closed interval [low, high] (NaN never is); an int when ``integer``."""
-    expected = f"{'an integer' if integer else 'a real number'} in [{low}, {high}]"
-    scalar = _as_real(name, value, expected, hint, error)
+    what = "an integer" if integer else "a real number"
+    scalar = _as_real(name, value, f"{what} in [{low}, {high}]", hint, error)
     if integer and not isinstance(scalar, numbers.Integral):
-        raise error(f"{name}={value!r} must be {expected}{hint}")
-    if not low <= scalar <= high:  # NaN fails this too
-        raise error(f"{name}={value!r} is outside [{low}, {high}]{hint}")
+        raise error(f"{name}={value!r} must be {what} in [{low}, {high}]{hint}")
+    check_range(name, float(scalar), low, high, what=what, hint=hint, error=error)
     return int(scalar) if integer else float(scalar)
 
 

@@ -27,7 +27,7 @@ def test_real_number():
     assert real_number("a", np.float32(0.25)) == 0.25
     assert real_number("a", torch.tensor([0.5])) == 0.5  # one-element tensors count
     assert real_number("a", math.inf, allow_inf=True) == math.inf
-    with pytest.raises(ValueError, match=r"^a=inf is not finite: expected a real number \(finite\)"):
+    with pytest.raises(ValueError, match=r"^a=inf is not finite: expected a finite number"):
         real_number("a", math.inf)
     with pytest.raises(ValueError, match=r"a=nan is not a number"):
         real_number("a", math.nan, allow_inf=True)
@@ -43,7 +43,7 @@ def test_number_in():
     assert number_in("k", np.int64(8), 8, 16, integer=True) == 8
     assert type(number_in("k", 9, 8, 16, integer=True)) is int
     for bad in (-0.1, 1.5, math.nan, math.inf):
-        with pytest.raises(ValueError, match=r"is outside \[0, 1\]: hint"):
+        with pytest.raises(ValueError, match=r"is (outside \[0, 1\]|not a number): expected a real number in \[0, 1\]: hint"):
             number_in("q", bad, 0, 1, hint=": hint")
     with pytest.raises(ValueError, match=r"k=2\.0 must be an integer in \[8, 16\]"):
         number_in("k", 2.0, 8, 16, integer=True)
