@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .config import BACKBONES, MODELS, SIZES
+from .config import BACKBONES, MODELS, SEED_MAX, SIZES
 from .experiments import READINGS
 from .paths import atomic_path, outputs_dir, repo_root, smoke_mode
 
@@ -29,7 +29,17 @@ def _datasets() -> tuple[str, ...]:
     return tuple(DATASETS)
 
 
-# name -> (type, check, what is expected); the common parameters of every notebook
+# Upper bounds of the count parameters: past them a value is a typo, not a setting (unchecked,
+# examples=-3 drew a 50,902 px wide figure in notebook 05)
+SEEDS_MAX = 10  # seeds per model family: each one trains every family again
+EXAMPLES_MAX = 64  # images per row of 05's earliest / latest exits
+BATCH_SIZE_MAX = 256  # images per timed batch in 06 (the paper's training batch)
+REPEATS_MAX = 20  # timed rounds in 06 (medians: a few suffice)
+
+
+# name -> (type, check, what is expected): every parameter of every notebook. The check runs only
+# on a value of the right type; a notebook's parameters cell annotates each parameter with one of
+# these types (tests/test_notebook_params.py holds the two together).
 _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
     "collapse_dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
@@ -38,14 +48,19 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
     "epochs": ((int, type(None)), lambda v: v is None or v >= 1,
                "a positive number of epochs, or None for the size's default"),
-    "seed": (int, lambda v: v >= 0, "a non-negative integer"),
-    "quantile": ((int, float), lambda v: 0.0 <= v <= 1.0 and not math.isnan(v), "a quantile in [0, 1]"),
+    "seed": (int, lambda v: 0 <= v <= SEED_MAX, f"a seed from 0 to {SEED_MAX} (2**64 - 1)"),
+    "quantile": ((int, float), lambda v: 0.0 <= v <= 1.0, "a quantile in [0, 1]"),  # NaN fails both
     "retrain": (bool, lambda v: True, "True or False"),
-    "checkpoint": ((str, type(None)), lambda v: True, "a path or None"),
-    "seeds": (int, lambda v: 1 <= v <= 10, "a number of seeds from 1 to 10"),
+    "checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
+                   "the path of a checkpoint file (.pt), or None"),
+    "seeds": (int, lambda v: 1 <= v <= SEEDS_MAX, f"a number of seeds from 1 to {SEEDS_MAX}"),
     "samples": ((int, type(None)), lambda v: v is None or v >= 1,
                 "a positive number of test images, or None for the whole test split"),
     "reading": (str, lambda v: v in READINGS, f"one of {READINGS} (docs/method.md section 5.5)"),
+    "examples": (int, lambda v: 1 <= v <= EXAMPLES_MAX, f"a number of images from 1 to {EXAMPLES_MAX}"),
+    "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
+                   f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
+    "repeats": (int, lambda v: 1 <= v <= REPEATS_MAX, f"a number of timed rounds from 1 to {REPEATS_MAX}"),
 }
 
 
@@ -58,7 +73,8 @@ def metrics_name(base: str, reading: str) -> str:
 
 
 def validate_params(**params: Any) -> dict[str, Any]:
-    """Check notebook parameters by name and type; returns them unchanged.
+    """Check notebook parameters by name (``_RULES``), type and range; returns them unchanged.
+    A wrong type is named too (``examples='8'``: "..., not a str").
 
     >>> validate_params(quantile=1.5)
     Traceback (most recent call last):
@@ -74,7 +90,10 @@ def validate_params(**params: Any) -> dict[str, Any]:
             ok_type = False  # True is an int to Python, never an epoch count to us
         else:
             ok_type = isinstance(value, kind)
-        if not ok_type or not ok(value):
+        if not ok_type:
+            raise ParameterError(f"parameter {name}={value!r} is invalid: expected {expected}, "
+                                 f"not a {type(value).__name__}")
+        if not ok(value):
             raise ParameterError(f"parameter {name}={value!r} is invalid: expected {expected}")
     return params
 
@@ -90,23 +109,45 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None):
     defaults on ``dataset`` from the trained-model cache or ``outputs/checkpoints/`` (trained
     when in neither).
 
-    Smoke mode (``FROST_SMOKE=1``) never opens a data set other than digits: it checks that a
-    given checkpoint exists, then studies the smoke FROST on digits instead (a committed
-    notebook names the demo run's checkpoint, whose data set CI does not have)."""
-    from .checkpoint import checkpoint_config, load_checkpoint, load_model, train_or_load
+    The notebooks that call this study FROST's halting head: a checkpoint of another family, or
+    of a frost run whose halting head no loss trained (``loss.halting_trained``: the ranking
+    losses or PonderNet's), is a ``ParameterError`` naming what it holds. Its exits would come
+    from a head left at its initialisation, with nothing to tell them from a trained one's.
+
+    Smoke mode (``FROST_SMOKE=1``) never opens a data set other than digits: it checks the given
+    checkpoint (it exists, is readable, holds a trained frost model), then studies the smoke
+    FROST on digits instead (a committed notebook names the demo run's checkpoint, whose data set
+    CI does not have)."""
+    from .checkpoint import checkpoint_config, load_model, train_or_load
     from .config import make_config
 
     if checkpoint is not None:
+        config = checkpoint_config(checkpoint)  # a missing or damaged file is an error, smoke or not
+        _require_trained_frost(checkpoint, config)
         if smoke_mode():
-            load_checkpoint(checkpoint)  # a missing or damaged file is still an error
             print(f"smoke mode: {checkpoint} is not used; the smoke FROST on digits stands in for it")
         else:
-            config = checkpoint_config(checkpoint)
             model, calibrator = load_model(checkpoint)
             return config, model, calibrator
     config = make_config(size, None if smoke_mode() else dataset, "frost")
     result = train_or_load(config)
     return config, result.model, result.calibrator
+
+
+def _require_trained_frost(checkpoint: str, config) -> None:
+    """Refuse (``ParameterError``) a checkpoint that is not FROST with a trained halting head."""
+    model, loss = config.model, config.loss
+    if model.name != "frost":
+        raise ParameterError(
+            f"parameter checkpoint={checkpoint!r} holds a {model.name!r} model ({model.name}/"
+            f"{model.backbone} on {config.data.name}), not 'frost': this notebook studies FROST's "
+            f"halting head. Pass a frost checkpoint, or checkpoint=None for FROST at the size's defaults")
+    if not loss.halting_trained:
+        raise ParameterError(
+            f"parameter checkpoint={checkpoint!r} holds a frost model whose halting head was never "
+            f"trained (loss.ranking and loss.ponder both off, as in the 'frost (no ranking)' control): "
+            f"its exits would come from an untrained head. Pass a frost checkpoint trained with the "
+            f"ranking losses or PonderNet's, or checkpoint=None for FROST at the size's defaults")
 
 
 def git_commit() -> str:

@@ -71,6 +71,15 @@ def test_halting_notebook_refuses_bad_input(tmp_path, monkeypatch):
         _run("05_halting.ipynb", tmp_path, monkeypatch, checkpoint=str(tmp_path / "missing.pt"))
 
 
+def test_halting_notebook_refuses_a_bad_examples_count(tmp_path, monkeypatch, isolated_outputs):
+    """Unchecked, examples=-3 drew a 50,902 px wide figure and the run exited 0. Every other
+    parameter's check is tested without a kernel (test_notebook_params.py)."""
+    with pytest.raises(papermill.PapermillExecutionError,
+                       match=r"parameter examples=-3 is invalid: expected a number of images from 1 to 64"):
+        _run("05_halting.ipynb", tmp_path, monkeypatch, examples=-3)
+    assert not (isolated_outputs / "outputs" / "figures").exists()  # stopped before any work
+
+
 def test_complexity_notebook_writes_its_table(tmp_path, monkeypatch, isolated_outputs):
     _run("06_complexity.ipynb", tmp_path, monkeypatch, repeats=1)
     metrics = json.loads((isolated_outputs / "outputs" / "metrics" / "06_complexity.json").read_text())
