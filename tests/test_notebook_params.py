@@ -18,9 +18,6 @@ from frost_nb.models import create_model
 from frost_nb.notebook import _RULES, ParameterError, trained_frost, validate_params
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
-# Notebooks whose parameters cell is annotated on another branch: remove a name once it is
-# (the test then passes, and strict xfail turns that into a failure until the name goes).
-NOT_YET_ANNOTATED = {"04_alpha_H_ablation.ipynb"}
 # annotation of a parameters cell -> the Python types it admits
 ANNOTATIONS = {"int": {int}, "float": {int, float}, "str": {str}, "bool": {bool},
                "Optional[int]": {int, type(None)}, "Optional[str]": {str, type(None)}}
@@ -53,13 +50,7 @@ def _defaults(path) -> dict:
     return {name: ast.literal_eval(s.value) for name, s in _parameters(path).items()}
 
 
-def _annotated(path):
-    marks = [pytest.mark.xfail(strict=True, reason="parameters cell not annotated yet")] \
-        if path.name in NOT_YET_ANNOTATED else []
-    return pytest.param(path, marks=marks, id=path.name)
-
-
-@pytest.mark.parametrize("path", [_annotated(p) for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_every_parameter_has_a_type_annotation(path):
     """One annotated assignment of a literal per line (``quantile: float = 0.5  # help``), of a
     type that the parameter's rule admits, and ``papermill --help-notebook`` shows each type."""
