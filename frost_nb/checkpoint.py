@@ -90,9 +90,35 @@ def lean_state(state: dict[str, Any]) -> dict[str, Any]:
                 values = steps[key]
                 keep |= {values.index(min(series)), values.index(max(series))}
         keep = sorted(keep)
-        history["steps"] = {k: [v[i] for i in keep] for k, v in steps.items()}
+        steps = {k: [v[i] for i in keep] for k, v in steps.items()}
+    # as tensors, losslessly (float32 where every value is a float32, which most logged values
+    # are: about half the bytes of pickled Python floats); load_checkpoint turns them back into lists
+    history["steps"] = {k: _as_tensor(v) for k, v in steps.items()}
     lean = {k: v for k, v in state.items() if k not in _RESUME_ONLY and k != "format"}
     return {**lean, "history": history, "lean": True}
+
+
+def _as_tensor(series: list) -> torch.Tensor | list:
+    """A numeric series as a tensor that gives back exactly its values (int64; float32 when
+    every value is one, else float64), else unchanged."""
+    try:
+        wide = torch.tensor(series, dtype=torch.float64) if any(isinstance(v, float) for v in series) \
+            else torch.tensor(series)
+    except (TypeError, ValueError, RuntimeError):
+        return series
+    narrow = wide.float().double()
+    if wide.dtype == torch.float64 and ((narrow == wide) | (wide.isnan() & narrow.isnan())).all():
+        return wide.float()
+    return wide
+
+
+def _history_as_lists(state: dict[str, Any]) -> dict[str, Any]:
+    """A lean export's per-step series back as lists, as the trainer writes them."""
+    steps = state.get("history", {}).get("steps")
+    if isinstance(steps, dict) and any(isinstance(v, torch.Tensor) for v in steps.values()):
+        state["history"] = {**state["history"], "steps": {
+            k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in steps.items()}}
+    return state
 
 
 def export_lean(source: str | os.PathLike, target: str | os.PathLike | None = None) -> Path:
@@ -134,7 +160,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} has format {state.get('format')}, this code reads "
                               f"format {FORMAT}; train it again with this version")
-    return state
+    return _history_as_lists(state)
 
 
 def stored_config(path: str | os.PathLike, state: dict[str, Any]) -> RunConfig:

@@ -36,6 +36,10 @@ def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_
     for key in steps_a:  # first and last entries kept exactly (tables read the last alpha)
         assert steps_b[key][0] == steps_a[key][0] and steps_b[key][-1] == steps_a[key][-1]
     assert steps_b["step"] == sorted(steps_b["step"])
+    assert all(isinstance(v, list) for v in steps_b.values())  # stored as tensors, read back as lists
+    stored = torch.load(lean, weights_only=True)["history"]["steps"]
+    assert stored["alpha"].dtype == torch.float32 and stored["lr"].dtype == torch.float64  # lossless
+    assert stored["step"].dtype == torch.int64
     (m1, c1), (m2, c2) = load_model(full), load_model(lean)
     x = torch.randn(5, 1, 8, 8)
     with torch.no_grad():
