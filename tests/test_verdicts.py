@@ -176,7 +176,7 @@ def test_missing_files_drop_their_rows(tmp_path, committed_rows):
     empty.mkdir()
     assert verdict_rows(empty) == []
     assert verdict_rows(tmp_path / "no such folder") == []
-    folder = _copy(tmp_path, "06_complexity.json")
+    folder = _copy(tmp_path, "06_complexity.json", "06_complexity_residual.json")
     rows = verdict_rows(folder)
     assert rows and {r["notebook"] for r in rows} == {"06"}
     assert rows == [r for r in committed_rows if r["notebook"] == "06"]
