@@ -82,7 +82,7 @@ def lean_state(state: dict[str, Any]) -> dict[str, Any]:
     history = dict(state["history"])
     steps = history.get("steps", {})
     n = len(steps.get("step", ()))
-    if n > LEAN_STEP_POINTS:
+    if n > LEAN_STEP_POINTS and not state.get("lean"):  # a lean export is thinned once (idempotent)
         keep = {round(i * (n - 1) / (LEAN_STEP_POINTS - 1)) for i in range(LEAN_STEP_POINTS)}
         for key in ("alpha", "hurst"):  # their extremes are what the alpha tables report
             series = [v for v in steps.get(key, ()) if v == v]  # NaN-free (hurst is NaN when fixed)
@@ -101,6 +101,8 @@ def lean_state(state: dict[str, Any]) -> dict[str, Any]:
 def _as_tensor(series: list) -> torch.Tensor | list:
     """A numeric series as a tensor that gives back exactly its values (int64; float32 when
     every value is one, else float64), else unchanged."""
+    if not series or not all(type(v) in (int, float) for v in series):  # bools, None, lists: as they are
+        return series
     try:
         wide = torch.tensor(series, dtype=torch.float64) if any(isinstance(v, float) for v in series) \
             else torch.tensor(series)

@@ -40,6 +40,12 @@ def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_
     stored = torch.load(lean, weights_only=True)["history"]["steps"]
     assert stored["alpha"].dtype == torch.float32 and stored["lr"].dtype == torch.float64  # lossless
     assert stored["step"].dtype == torch.int64
+    from frost_nb.checkpoint import _as_tensor
+
+    assert _as_tensor([[0.1, 0.2]]) == [[0.1, 0.2]] and _as_tensor([True, None]) == [True, None]
+    assert _as_tensor([0.1, 2.0]).tolist() == [0.1, 2.0] and _as_tensor([]) == []
+    again = load_checkpoint(export_lean(lean, tmp_path / "again" / "run.pt"))  # idempotent: thinned once
+    assert again["history"]["steps"] == steps_b
     (m1, c1), (m2, c2) = load_model(full), load_model(lean)
     x = torch.randn(5, 1, 8, 8)
     with torch.no_grad():
