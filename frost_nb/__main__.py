@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from .config import SIZES, ConfigError
+from .experiments import GRIDS
 from .halting import PAPER_QUANTILES
 from .paths import shown_path
 
@@ -144,7 +145,7 @@ def _load(args):
 def cmd_evaluate(args) -> int:
     from .halting import adaptive_predict
     from .inputs import check_split
-    from .notebook import validate_params
+    from .notebook import ParameterError, validate_params
 
     validate_params(quantile=args.quantile)
     import torch
@@ -153,6 +154,18 @@ def cmd_evaluate(args) -> int:
 
     config, model, calibrator, dataset = _load(args)
     check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
+    budget = {}
+    if args.budget_depth is not None:  # the quantile whose held-out mean depth meets the budget
+        from .exits import quantile_for_depth
+        from .inputs import number_in
+        from .training import load_split
+
+        number_in("--budget-depth", args.budget_depth, 1, config.model.steps, error=ParameterError,
+                  hint=f": a mean depth in steps, from 1 to this model's T = {config.model.steps}")
+        found = quantile_for_depth(model, calibrator, load_split(config, "val", args.root), args.budget_depth,
+                                   batch_size=config.train.eval_batch_size)
+        args.quantile = found.quantile
+        budget = {"budget_depth": found.budget, "val_mean_depth": found.mean_depth}
     tau = calibrator.threshold(args.quantile)
     correct, depths = [], []
     device = next(model.parameters()).device
@@ -162,7 +175,7 @@ def cmd_evaluate(args) -> int:
         correct.append((res.logits.argmax(-1) == y).cpu())
         depths.append(res.depth.cpu())
     correct, depths = torch.cat(correct).float(), torch.cat(depths).float()
-    print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, "quantile": args.quantile,
+    print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **budget, "quantile": args.quantile,
                       "threshold": tau, "accuracy": correct.mean().item(),
                       "mean_depth": depths.mean().item(), "std_depth": depths.std().item(),
                       "steps": config.model.steps}, indent=2))
@@ -280,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     run_options(p)
     p.add_argument("--checkpoint", default=None, help="write/resume this checkpoint instead of the cache")
     p = sub.add_parser("grid", help="train every run of a named grid of experiments (the cache keeps them)")
-    p.add_argument("name", help="families, hurst, loss, update, tuning, conflict, adopted, ponder or collapse "
-                   "(frost_nb/experiments.py)")
+    p.add_argument("name", help=f"one of {', '.join(GRIDS)} (frost_nb/experiments.py)")
     p.add_argument("--size", default="demo", choices=SIZES)
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -296,7 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--split", default="test", choices=("train", "val", "test"))
         p.add_argument("--root", default=None)
         if name == "evaluate":
-            p.add_argument("--quantile", type=float, default=0.5)
+            group = p.add_mutually_exclusive_group()
+            group.add_argument("--quantile", type=float, default=0.5)
+            group.add_argument("--budget-depth", type=float, default=None, metavar="STEPS",
+                               help="a mean depth to meet instead of a quantile: the quantile whose held-out "
+                                    "mean depth is closest to it (the depth reached on --split is reported)")
         else:
             p.add_argument("--quantiles", type=float, nargs="+", default=list(PAPER_QUANTILES))
             p.add_argument("--csv", default=None)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from .halting import PAPER_QUANTILES, HaltingCalibrator, exit_steps, sweep
-from .inputs import check_scores, check_split
+from .inputs import check_scores, check_split, number_in
 from .training import StepOutputs, evaluate
 
 
@@ -62,6 +62,17 @@ class Exits:
     def summary(self) -> dict[str, float]:
         return {"quantile": self.quantile, "threshold": self.threshold, "accuracy": self.accuracy,
                 "mean_depth": self.mean_depth, "std_depth": self.std_depth}
+
+
+@dataclass(frozen=True)
+class DepthBudget:
+    """A mean-depth budget and the quantile that meets it on the split it was found on
+    (``ExitCache.quantile_for_depth``): ``mean_depth`` is the depth reached there."""
+
+    budget: float
+    quantile: float
+    threshold: float
+    mean_depth: float
 
 
 @dataclass
@@ -121,6 +132,21 @@ class ExitCache:
         std_depth, accuracy."""
         return sweep(self.outputs.scores, self.outputs.correct, self.calibrator, quantiles)
 
+    def quantile_for_depth(self, depth: float, *, rounds: int = 50) -> DepthBudget:
+        """The quantile whose mean exit depth on this split is closest to ``depth`` (a compute
+        budget in steps, in [1, T]): bisection on q, as the mean depth never falls when q rises
+        (tau_q rises with q, and a higher threshold exits no sample earlier). Exits move in
+        whole steps, so the depth reached can differ from the budget; it is reported."""
+        depth = number_in("depth", depth, 1.0, float(self.steps),
+                          hint=f": a mean depth in steps, from 1 to this model's T = {self.steps}")
+        low, high = 0.0, 1.0  # mean depth at q = 1 is T >= depth
+        for _ in range(rounds):
+            mid = (low + high) / 2
+            low, high = (low, mid) if self.at(mid).mean_depth >= depth else (mid, high)
+        best = min((low, high), key=lambda q: (abs(self.at(q).mean_depth - depth), q))
+        exits = self.at(best)
+        return DepthBudget(depth, best, exits.threshold, exits.mean_depth)
+
     def fixed_depth(self):
         """Accuracy when every sample stops at the same step t = 1..T (no halting rule)."""
         import pandas as pd
@@ -143,6 +169,15 @@ class ExitCache:
         return table
 
 
+def quantile_for_depth(model: torch.nn.Module, calibrator: HaltingCalibrator, val_data, depth: float, *,
+                       batch_size: int = 512) -> DepthBudget:
+    """The halting quantile for a compute budget: one full-depth pass over the held-out split
+    ``val_data`` (an ImageData split), then ``ExitCache.quantile_for_depth``. Apply the
+    quantile to other data with ``calibrator.threshold(budget.quantile)`` (``adaptive_predict``)
+    and report the depth reached there against ``budget.budget``."""
+    return ExitCache.from_model(model, calibrator, val_data, batch_size=batch_size).quantile_for_depth(depth)
+
+
 def summarise_sweeps(tables: dict[Any, Any]):
     """Mean and spread (std over runs) of several runs' sweeps, one row per quantile."""
     import pandas as pd
@@ -154,24 +189,49 @@ def summarise_sweeps(tables: dict[Any, Any]):
                          "runs": g["run"].nunique()}).reset_index()
 
 
-def versus_fixed_depth(sweep_table, fixed_table):
+def _rival_at(rival, depths) -> np.ndarray:
+    """A rival rule's curve (``halting_rules`` curve table) read at ``depths``: its finite points
+    in order of depth, joined by straight lines as notebook 07's areas join them (points at one
+    depth averaged); outside its range, its end points."""
+    from .halting_rules import sorted_points
+
+    x, y = sorted_points(rival)
+    if not x.size:
+        raise ValueError("the rival curve has no finite (mean_depth, accuracy) point to read")
+    at, index = np.unique(x, return_inverse=True)
+    mean = np.bincount(index, weights=y) / np.bincount(index)
+    return np.interp(depths, at, mean)
+
+
+def versus_fixed_depth(sweep_table, fixed_table, rival=None, rival_name: str = "rival"):
     """Each sweep row beside the fixed-depth accuracy at the same mean depth (linear
-    interpolation between steps): ``gain`` > 0 where halting beats stopping everyone at once."""
+    interpolation between steps): ``gain`` > 0 where halting beats stopping everyone at once.
+    With ``rival`` (another rule's curve, e.g. the confidence rule's), also its accuracy at
+    that depth and the gain over it (columns ``<rival_name>_accuracy``, ``gain_over_<rival_name>``)."""
     table = sweep_table[["quantile", "mean_depth", "accuracy"]].copy()
     table["fixed_depth_accuracy"] = np.interp(table["mean_depth"], fixed_table["depth"], fixed_table["accuracy"])
     table["gain"] = table["accuracy"] - table["fixed_depth_accuracy"]
+    if rival is not None:
+        table[f"{rival_name}_accuracy"] = _rival_at(rival, table["mean_depth"])
+        table[f"gain_over_{rival_name}"] = table["accuracy"] - table[f"{rival_name}_accuracy"]
     return table
 
 
-def at_depths(sweep_table, fixed_table, depths):
+def at_depths(sweep_table, fixed_table, depths, rival=None, rival_name: str = "rival"):
     """The halting sweep and the fixed-depth curve read at given mean ``depths`` (linear
     interpolation along the sweep's curve and between steps), each also as ``kept``: the share
     of full-depth accuracy. For comparing with another table at matched depth rather than at
-    matched quantile (the paper's Table 2 reaches other depths at the same q)."""
+    matched quantile (the paper's Table 2 reaches other depths at the same q). With ``rival``
+    (another rule's curve), its accuracy and share there too (``<rival_name>_accuracy``,
+    ``<rival_name>_kept``)."""
     import pandas as pd
 
     full = float(fixed_table["accuracy"].iloc[-1])
     halting = np.interp(depths, sweep_table["mean_depth"], sweep_table["accuracy"])
     fixed = np.interp(depths, fixed_table["depth"], fixed_table["accuracy"])
-    return pd.DataFrame({"mean_depth": np.asarray(depths, dtype=float), "accuracy": halting,
-                         "fixed_depth_accuracy": fixed, "kept": halting / full, "fixed_kept": fixed / full})
+    table = pd.DataFrame({"mean_depth": np.asarray(depths, dtype=float), "accuracy": halting,
+                          "fixed_depth_accuracy": fixed, "kept": halting / full, "fixed_kept": fixed / full})
+    if rival is not None:
+        table[f"{rival_name}_accuracy"] = _rival_at(rival, depths)
+        table[f"{rival_name}_kept"] = table[f"{rival_name}_accuracy"] / full
+    return table

@@ -56,7 +56,13 @@ FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
 ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
 # adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
-         "readings", "loss_strength")
+         "readings", "loss_strength", "vit")
+# the ViT family at a CPU-feasible budget (issue 17): the paper's 12 steps of its ViT-B/16 family, the
+# size's width (demo: 64-d tokens, patch 4 on CIFAR's 32 px: 8x8 tokens), VIT_EPOCHS epochs at demo size
+# (the size's own at paper size); frost first, then the baselines, trained when time allows:
+# python -m frost_nb grid vit --dataset cifar100 --shard i/n
+VIT_STEPS = 12
+VIT_EPOCHS = 10
 READING_FORMS = ("canonical", "convex", "gated", "leaky", "leaky_gated")  # experiment (b) on digits
 READING_CHECK_FORMS = ("leaky", "gated")  # experiment (b) on another data set: the adopted and one residual form
 # experiment (c): (lambda_rel, lambda_abs) per arm; lambda_rel = 0 is L_abs alone
@@ -191,6 +197,11 @@ def _grid(name: str, size: str, dataset: str | None, seed: int, reading: str = "
         return {f"{u}, h0 = {init}": make_config(size, dataset, "frost", **{**adopted, **s, "model.update": u,
                                                                             "model.init_state": init})
                 for u in forms for init in inits}
+    if name == "vit":
+        vit: dict[str, Any] = {"train.seed": seed, "model.steps": VIT_STEPS}
+        if size in ("smoke", "demo"):
+            vit["train.epochs"] = SMOKE_EPOCHS if size == "smoke" else VIT_EPOCHS
+        return {m: make_config(size, dataset, m, "vit", **vit) for m in ("frost", *FAMILIES[:3])}
     if name == "loss_strength":  # READING_EXPERIMENTS["loss_strength"]
         return _loss_strength(size, dataset, seed)
     if name == "ponder":
@@ -363,7 +374,9 @@ def family_label(cfg: RunConfig) -> str:
 # Seconds per epoch of one demo-size run alone on the 2-core CPU, measured on the committed runs
 # (README's results table: digits 97 s / 30 epochs, Fashion-MNIST 136-144 s, CIFAR-10 about
 # 240 s with augmentation; CIFAR-100 from benchmarks/train_throughput.py's 106 s of optimiser
-# steps per epoch plus evaluation, no run yet): the estimate a notebook shows before it would train.
+# steps per epoch plus evaluation: no run alone yet, the three committed seeds took 6,623-6,705 s
+# for 20 epochs as three single-threaded runs side by side, about 225 s per epoch with two): the
+# estimate a notebook shows before it would train.
 CPU_EPOCH_SECONDS = {"digits": 3.5, "fashion-mnist": 140.0, "cifar10": 240.0, "cifar100": 130.0}
 
 
@@ -403,15 +416,30 @@ def load_runs(runs: dict[str, RunConfig], progress: bool | None = None) -> dict[
 
 def run_trajectories(result, split: str = "test", max_samples: int | None = None):
     """``analysis.collect_trajectories`` of a trained run over one split of its data set."""
+    return model_trajectories(result.model, result.config, split, max_samples)
+
+
+def model_trajectories(model, cfg: RunConfig, split: str = "test", max_samples: int | None = None):
+    """``analysis.collect_trajectories`` of ``model`` (trained under ``cfg``) over one split of
+    its data set."""
     from .analysis import collect_trajectories
     from .data import make_batches
     from .training import load_split
 
-    cfg = result.config
-    device = next(result.model.parameters()).device
+    device = next(model.parameters()).device
     batches = make_batches(load_split(cfg, split), cfg.train.eval_batch_size, shuffle=False,
                            augment=False, device=device)
-    return collect_trajectories(result.model, batches, max_samples=max_samples)
+    return collect_trajectories(model, batches, max_samples=max_samples)
+
+
+def confidence_curve(model, cfg: RunConfig, label: str = ""):
+    """The confidence rule's curve of one model (``halting_rules.rule_curve``: thresholds from
+    the held-out split, applied to the test split), the training-free rival of notebook 05's
+    halting sweep (notebook 07 has every rule)."""
+    from .halting_rules import rule_curve
+
+    return rule_curve("confidence", model_trajectories(model, cfg, "val"), model_trajectories(model, cfg, "test"),
+                      label)
 
 
 def run_rule_curves(result, model: str, count: int | None = None, test=None):

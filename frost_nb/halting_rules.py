@@ -257,7 +257,7 @@ def model_curves(val: Trajectories, test: Trajectories, model: str = "", *,
 
 
 # ---------------------------------------------------------------- summaries
-def _sorted_points(curve) -> tuple[np.ndarray, np.ndarray]:
+def sorted_points(curve) -> tuple[np.ndarray, np.ndarray]:
     """(depth, accuracy) of the finite rows, sorted by depth then accuracy."""
     x = np.asarray(curve["mean_depth"], dtype=float)
     y = np.asarray(curve["accuracy"], dtype=float)
@@ -273,7 +273,7 @@ def curve_auc(curve, steps: int) -> float:
     its highest-depth accuracy up to T), divided by T - 1. A flat curve gives its accuracy."""
     if steps < 2:
         raise ValueError(f"steps={steps}: the depth range 1..T needs T >= 2")
-    x, y = _sorted_points(curve)
+    x, y = sorted_points(curve)
     if not x.size:
         return math.nan
     x = np.clip(np.concatenate([[1.0], x, [float(steps)]]), 1.0, float(steps))
@@ -285,7 +285,7 @@ def depth_to_reach(curve, target: float) -> float:
     """The smallest mean depth at which the curve, linearly interpolated between its points
     (sorted by depth), reaches ``target`` accuracy; NaN when it never does. No extension: a
     curve whose shallowest point already reaches it answers that point's depth."""
-    x, y = _sorted_points(curve)
+    x, y = sorted_points(curve)
     for i in range(len(x)):
         if y[i] >= target:
             if i == 0:

@@ -37,6 +37,27 @@ BATCH_SIZE_MAX = 256  # images per timed batch in 06 (the paper's training batch
 REPEATS_MAX = 20  # timed rounds in 06 (medians: a few suffice)
 
 
+# notebook 04's sections, each reading its own grid of runs ("alpha": the frost runs of 02)
+ABLATION_SECTIONS = ("alpha", "hurst", "loss", "tuning", "update", "conflict", "adopted")
+
+
+def _sections_ok(value: str) -> bool:
+    parts = [p.strip() for p in value.split(",")]
+    return all(p in ABLATION_SECTIONS for p in parts) and len(set(parts)) == len(parts)
+
+
+def sections_of(value: str) -> tuple[str, ...]:
+    """Notebook 04's ``sections`` parameter ("alpha,loss") as a tuple, checked."""
+    validate_params(sections=value)
+    return tuple(p.strip() for p in value.split(","))
+
+
+def sections_suffix(sections: tuple[str, ...]) -> str:
+    """What notebook 04 appends to its metrics name when it runs only some sections
+    (``_alpha-loss``): a partial file never replaces a whole one."""
+    return "" if set(sections) == set(ABLATION_SECTIONS) else "_" + "-".join(sections)
+
+
 # name -> (type, check, what is expected): every parameter of every notebook. The check runs only
 # on a value of the right type; a notebook's parameters cell annotates each parameter with one of
 # these types (tests/test_notebook_params.py holds the two together).
@@ -57,6 +78,9 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "samples": ((int, type(None)), lambda v: v is None or v >= 1,
                 "a positive number of test images, or None for the whole test split"),
     "reading": (str, lambda v: v in READINGS, f"one of {READINGS} (docs/method.md section 5.5)"),
+    "sections": (str, lambda v: _sections_ok(v), f"a comma-separated subset of {ABLATION_SECTIONS}"),
+    "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
+                       "the path of a ViT frost checkpoint file (.pt), or None"),
     "examples": (int, lambda v: 1 <= v <= EXAMPLES_MAX, f"a number of images from 1 to {EXAMPLES_MAX}"),
     "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
                    f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
@@ -64,12 +88,39 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
 }
 
 
-def metrics_name(base: str, reading: str) -> str:
-    """The metrics file of a notebook for ``reading``: ``base`` for the adopted reading (the
-    default), ``<base>_residual`` for the runs made before it (kept beside it as the verdict
-    table's second row)."""
+# The data set each notebook's committed outputs are on, all at COMMITTED_SIZE. A run on another
+# data set or size writes its figures and metrics beside them, named <name>_<dataset>_<size>,
+# instead of replacing them.
+COMMITTED_DATASETS = {"04": "fashion-mnist", "05": "cifar100", "07": "digits"}
+COMMITTED_SIZE = "demo"
+
+
+def output_suffix(notebook: str, dataset: str | None = None, reading: str = "adopted",
+                  size: str | None = None) -> str:
+    """What a notebook appends to its figure and metrics names: ``_<dataset>`` when ``dataset``
+    is not the one its committed outputs are on (COMMITTED_DATASETS), ``_<size>`` when ``size``
+    is not COMMITTED_SIZE (None: the committed one, either), then ``_residual`` for the runs
+    made before the adopted reading (kept beside it as the verdict table's second row).
+
+    >>> output_suffix("05", "cifar100"), output_suffix("05", "fashion-mnist", "residual")
+    ('', '_fashion-mnist_residual')
+    >>> output_suffix("05", "cifar100", size="cifar"), output_suffix("05", "digits", size="smoke")
+    ('_cifar', '_digits_smoke')
+    """
     validate_params(reading=reading)
-    return base if reading == "adopted" else f"{base}_residual"
+    if dataset is not None:
+        validate_params(dataset=dataset)
+    if size is not None:
+        validate_params(size=size)
+    other = dataset is not None and dataset != COMMITTED_DATASETS.get(notebook, dataset)
+    return (f"_{dataset}" if other else "") + (f"_{size}" if size not in (None, COMMITTED_SIZE) else "") \
+        + ("" if reading == "adopted" else "_residual")
+
+
+def metrics_name(base: str, reading: str, dataset: str | None = None, size: str | None = None) -> str:
+    """The metrics file of notebook ``base`` (e.g. "05_halting") for ``reading``, ``dataset`` and
+    ``size``: ``base`` plus ``output_suffix``."""
+    return base + output_suffix(base[:2], dataset, reading, size)
 
 
 def validate_params(**params: Any) -> dict[str, Any]:
@@ -103,51 +154,59 @@ def effective_size(size: str) -> str:
     return "smoke" if smoke_mode() else size
 
 
-def trained_frost(checkpoint: str | None, size: str, dataset: str | None):
+def trained_frost(checkpoint: str | None, size: str, dataset: str | None, default=None, *,
+                  backbone: str | None = None, param: str = "checkpoint"):
     """``(config, model, calibrator)`` of the model a notebook studies: the checkpoint when one
-    is given (a missing or damaged file stops here, saying so), else FROST at the size's
-    defaults on ``dataset`` from the trained-model cache or ``outputs/checkpoints/`` (trained
-    when in neither).
+    is given (a missing or damaged file stops here, saying so), else ``default`` (a RunConfig;
+    None: FROST at the size's defaults on ``dataset``) from the trained-model cache or
+    ``outputs/checkpoints/`` (trained when in neither).
 
     The notebooks that call this study FROST's halting head: a checkpoint of another family, or
     of a frost run whose halting head no loss trained (``loss.halting_trained``: the ranking
-    losses or PonderNet's), is a ``ParameterError`` naming what it holds. Its exits would come
-    from a head left at its initialisation, with nothing to tell them from a trained one's.
+    losses or PonderNet's), or, with ``backbone``, of another backbone, is a ``ParameterError``
+    naming the notebook parameter ``param`` and what the file holds. Its exits would come from a
+    head left at its initialisation, with nothing to tell them from a trained one's.
 
     Smoke mode (``FROST_SMOKE=1``) never opens a data set other than digits: it checks the given
-    checkpoint (it exists, is readable, holds a trained frost model), then studies the smoke
-    FROST on digits instead (a committed notebook names the demo run's checkpoint, whose data set
-    CI does not have)."""
+    checkpoint (it exists, is readable, holds what is asked for), then studies ``default``
+    instead (a smoke config), or the smoke FROST on digits (a committed notebook names the demo
+    run's checkpoint, whose data set CI does not have)."""
     from .checkpoint import checkpoint_config, load_model, train_or_load
     from .config import make_config
 
     if checkpoint is not None:
         config = checkpoint_config(checkpoint)  # a missing or damaged file is an error, smoke or not
-        _require_trained_frost(checkpoint, config)
+        _require_trained_frost(checkpoint, config, backbone, param)
         if smoke_mode():
-            print(f"smoke mode: {checkpoint} is not used; the smoke FROST on digits stands in for it")
+            print(f"smoke mode: {checkpoint} is not used; a smoke FROST on digits stands in for it")
         else:
             model, calibrator = load_model(checkpoint)
             return config, model, calibrator
-    config = make_config(size, None if smoke_mode() else dataset, "frost")
+    config = default if default is not None else make_config(size, None if smoke_mode() else dataset, "frost")
     result = train_or_load(config)
     return config, result.model, result.calibrator
 
 
-def _require_trained_frost(checkpoint: str, config) -> None:
-    """Refuse (``ParameterError``) a checkpoint that is not FROST with a trained halting head."""
+def _require_trained_frost(checkpoint: str, config, backbone: str | None = None, param: str = "checkpoint") -> None:
+    """Refuse (``ParameterError``) a checkpoint that is not FROST with a trained halting head
+    (on ``backbone``, when given)."""
     model, loss = config.model, config.loss
+    held = f"({model.name}/{model.backbone} on {config.data.name})"
     if model.name != "frost":
         raise ParameterError(
-            f"parameter checkpoint={checkpoint!r} holds a {model.name!r} model ({model.name}/"
-            f"{model.backbone} on {config.data.name}), not 'frost': this notebook studies FROST's "
-            f"halting head. Pass a frost checkpoint, or checkpoint=None for FROST at the size's defaults")
+            f"parameter {param}={checkpoint!r} holds a {model.name!r} model {held}, not 'frost': this notebook "
+            f"studies FROST's halting head. Pass a frost checkpoint, or {param}=None")
     if not loss.halting_trained:
         raise ParameterError(
-            f"parameter checkpoint={checkpoint!r} holds a frost model whose halting head was never "
+            f"parameter {param}={checkpoint!r} holds a frost model whose halting head was never "
             f"trained (loss.ranking and loss.ponder both off, as in the 'frost (no ranking)' control): "
             f"its exits would come from an untrained head. Pass a frost checkpoint trained with the "
-            f"ranking losses or PonderNet's, or checkpoint=None for FROST at the size's defaults")
+            f"ranking losses or PonderNet's, or {param}=None")
+    if backbone is not None and model.backbone != backbone:
+        raise ParameterError(
+            f"parameter {param}={checkpoint!r} holds frost on the {model.backbone!r} backbone {held}, "
+            f"not {backbone!r}. Pass a {backbone} frost checkpoint (frost_nb.experiments.grid('{backbone}')), "
+            f"or {param}=None")
 
 
 def git_commit() -> str:

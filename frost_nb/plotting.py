@@ -276,10 +276,14 @@ def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], t
     return fig
 
 
-def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=None, title: str = "") -> plt.Figure:
+def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=None, title: str = "",
+                        rivals: dict[str, Any] | None = None, rival_name: str = "confidence") -> plt.Figure:
     """Accuracy against mean depth: each run's halting sweep (solid), the fixed-depth curve
-    of each run (all samples stopped at step t; dashed) and, if given, the paper's Table 2
-    (crosses; another data set, for the shape only)."""
+    of each run (all samples stopped at step t; dashed), each run's ``rivals`` curve if given
+    (another rule's ``halting_rules`` curve, e.g. the confidence rule's; dotted) and, if given,
+    the paper's Table 2 (crosses; CIFAR-100)."""
+    from .halting_rules import sorted_points
+
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for i, (label, table) in enumerate(sweeps.items()):
         colour = f"C{i}"
@@ -287,6 +291,8 @@ def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=Non
         if label in fixed:
             f = fixed[label]
             ax.plot(f["depth"], f["accuracy"], "--", lw=1, color=colour, label=f"{label}: fixed depth")
+        if rivals and label in rivals:
+            ax.plot(*sorted_points(rivals[label]), ":", lw=1.2, color=colour, label=f"{label}: {rival_name}")
     if paper is not None:
         ax.plot(paper["mean_depth"], paper["accuracy"], "kx--", lw=0.8, label="paper (CIFAR-100)")
     ax.set(xlabel="mean depth (steps)", ylabel="accuracy", ylim=(0, 1), title=title or "accuracy against depth")

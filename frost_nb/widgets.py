@@ -4,7 +4,9 @@
 the accuracy, mean and std of the exit depth, the KLL threshold, a histogram of exit steps,
 the exit depth per class and the test images that exit earliest and latest. Everything is
 read off ``ExitCache`` objects computed once (``frost_nb.exits``): moving the slider never
-runs a model. The same views exist as static figures (``frost_nb.plotting``) for headless
+runs a model. Given held-out caches (``budgets``), a second slider asks for a mean depth
+instead: it sets the quantile whose held-out mean depth is closest to it
+(``ExitCache.quantile_for_depth``), and the views show what that quantile does on the test split. The same views exist as static figures (``frost_nb.plotting``) for headless
 runs, where widget state is not kept.
 
 The figures go to ``Image`` widgets as PNG bytes, not through ``Output`` widgets and
@@ -40,12 +42,16 @@ class HaltingExplorer:
 
     def __init__(self, caches: dict[str, ExitCache], *, images: Tensor | None = None,
                  classes: Sequence[str] | None = None, quantile: float = 0.5, examples: int = 8,
-                 step: float = 0.025) -> None:
+                 step: float = 0.025, budgets: dict[str, ExitCache] | None = None) -> None:
         import ipywidgets as W
 
         if not caches:
             raise ValueError("HaltingExplorer needs at least one ExitCache (label -> cache)")
+        if budgets and set(budgets) != set(caches):
+            raise ValueError(f"budgets needs a held-out ExitCache for every model {sorted(caches)}, "
+                             f"got {sorted(budgets)}")
         self.caches, self.images, self.examples = caches, images, examples
+        self.budgets, self._syncing = dict(budgets or {}), False
         self.classes = list(classes) if classes is not None else None
         first = next(iter(caches.values()))
         first.at(quantile)  # a bad quantile fails here, with the calibrator's message
@@ -59,14 +65,22 @@ class HaltingExplorer:
             W.Image(format="png", layout=W.Layout(max_width="100%", height="auto")) for _ in range(3))
         self.slider.observe(self._on_change, names="value")
         self.selector.observe(self._on_change, names="value")
+        # the compute-budget knob: a mean depth in steps, met on the held-out split
+        self.budget = W.FloatSlider(value=self._held_out_depth(), min=1.0, max=float(first.steps), step=0.25,
+                                    description="mean depth", readout_format=".2f", continuous_update=False,
+                                    layout=W.Layout(width="420px"))
+        self.budget_note = W.HTML()
+        self.budget.observe(self._on_budget, names="value")
         views = [W.HBox([self.histogram, self.per_class], layout=W.Layout(flex_flow="row wrap"))]
         if images is not None:
             views.append(self.gallery)
-        self.widget = W.VBox([W.HBox([self.selector, self.slider]), self.stats, *views])
+        controls = [self.selector, self.slider] + ([self.budget] if self.budgets else [])
+        notes = [self.budget_note] if self.budgets else []
+        self.widget = W.VBox([W.HBox(controls, layout=W.Layout(flex_flow="row wrap")), self.stats, *notes, *views])
         # stable CSS classes for the browser test (tests/test_browser.py) and for styling
         for w, name in ((self.widget, "explorer"), (self.slider, "quantile"), (self.selector, "model"),
                         (self.stats, "stats"), (self.histogram, "histogram"), (self.per_class, "per-class"),
-                        (self.gallery, "gallery")):
+                        (self.gallery, "gallery"), (self.budget, "budget"), (self.budget_note, "budget-note")):
             w.add_class(f"frost-{name}")
         self.redraws = 0
         self.refresh()
@@ -79,8 +93,32 @@ class HaltingExplorer:
     def current(self) -> Exits:
         return self.cache.at(self.slider.value)
 
+    def _held_out_depth(self) -> float:
+        """The current model's held-out mean depth at the current quantile (T without budgets)."""
+        if not self.budgets:
+            return float(self.cache.steps)
+        return self.budgets[self.selector.value].at(self.slider.value).mean_depth
+
     def _on_change(self, _change) -> None:
+        if self.budgets and not self._syncing:  # a quantile or model chosen: show its held-out depth
+            self._syncing = True
+            self.budget.value = self._held_out_depth()
+            self._syncing = False
         self.refresh()
+
+    def _on_budget(self, change) -> None:
+        """A mean depth asked for: move the quantile to the one that meets it on the held-out split."""
+        if self._syncing or not self.budgets:
+            return
+        self._syncing = True
+        try:
+            found = self.budgets[self.selector.value].quantile_for_depth(change["new"])
+            unchanged = found.quantile == self.slider.value
+            self.slider.value = found.quantile  # redraws through _on_change (unless unchanged)
+        finally:
+            self._syncing = False
+        if unchanged:
+            self.refresh()
 
     @staticmethod
     def _show(image, fig) -> None:
@@ -100,6 +138,9 @@ class HaltingExplorer:
             fig = plot_exit_examples(self.images, order[:self.examples], order.flip(0)[:self.examples],
                                      e.depth, names)
             self._show(self.gallery, fig)
+        if self.budgets:
+            self.budget_note.value = (f"held-out mean depth at this q: {self._held_out_depth():.2f} of {e.steps} "
+                                      f"(the mean-depth slider is met there; the views are the test split)")
         self.stats.value = f"<b>{self.selector.value}</b>: {describe(e)}"
         self.redraws += 1
 
@@ -109,6 +150,8 @@ class HaltingExplorer:
         from IPython.display import Image, display
 
         print(f"{self.selector.value}: {describe(self.current)}")
+        if self.budgets:
+            print(f"held-out mean depth at this q: {self._held_out_depth():.2f}")
         views = (self.histogram, self.per_class) + ((self.gallery,) if self.images is not None else ())
         for view in views:
             display(Image(data=view.value, format="png"))

@@ -23,6 +23,13 @@ def test_train_evaluate_sweep(tmp_path, capsys):
     assert result["mean_depth"] == result["steps"] == 4 and result["threshold"] == float("inf")
     assert main(["sweep", "--checkpoint", str(ckpt), "--quantiles", "0.25", "1.0"]) == 0
     assert "mean_depth" in capsys.readouterr().out
+    # a mean-depth budget instead of a quantile: found on the held-out split, reported on --split
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--budget-depth", "2.5"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["budget_depth"] == 2.5 and abs(result["val_mean_depth"] - 2.5) <= 0.5
+    assert 0 <= result["quantile"] <= 1 and 1 <= result["mean_depth"] <= 4
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--budget-depth", "9"]) == 2
+    assert "--budget-depth=9.0 is outside [1, 4]" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -77,6 +77,25 @@ def test_sweep_read_at_given_depths():
     assert got["kept"].tolist() == pytest.approx([0.5, 0.875]) and got["fixed_kept"].iloc[0] == pytest.approx(0.375)
 
 
+def test_a_rival_rule_is_read_at_the_same_depths():
+    """Another rule's curve (a halting_rules curve table, its points in any order, one of them
+    not finite) read along its own points at the sweep's depths and at given depths."""
+    import pandas as pd
+
+    from frost_nb.exits import at_depths
+
+    sweep = pd.DataFrame({"quantile": [0.5, 1.0], "mean_depth": [2.0, 4.0], "accuracy": [0.5, 0.8]})
+    fixed = pd.DataFrame({"depth": [1, 2, 3, 4], "accuracy": [0.1, 0.3, 0.5, 0.8]})
+    rival = pd.DataFrame({"mean_depth": [4.0, 1.0, float("nan"), 3.0], "accuracy": [0.8, 0.2, 0.9, 0.6]})
+    vs = versus_fixed_depth(sweep, fixed, rival, "confidence")
+    assert vs["confidence_accuracy"].tolist() == pytest.approx([0.4, 0.8])
+    assert vs["gain_over_confidence"].tolist() == pytest.approx([0.1, 0.0])
+    got = at_depths(sweep, fixed, [1.0, 3.5], rival, "confidence")
+    assert got["confidence_accuracy"].tolist() == pytest.approx([0.2, 0.7])
+    assert got["confidence_kept"].tolist() == pytest.approx([0.25, 0.875])
+    assert "confidence_accuracy" not in versus_fixed_depth(sweep, fixed)  # no rival, no column
+
+
 def test_a_quantile_outside_0_1_is_refused(model_and_cache):
     cache = model_and_cache[3]
     for q in (-0.1, 1.5, float("nan")):
@@ -105,6 +124,31 @@ def test_explorer_redraws_from_the_caches_only(model_and_cache, monkeypatch):
     assert explorer.redraws == before + 2 and explorer.stats.value.startswith("<b>b</b>")
     with pytest.raises(ValueError, match="outside"):
         HaltingExplorer({"a": cache}, quantile=2.0)
+
+
+def test_explorer_mean_depth_slider_sets_the_quantile_from_the_held_out_caches(model_and_cache, monkeypatch):
+    """The budget knob: a mean depth asked for moves the quantile to the one whose held-out mean
+    depth is closest; moving the quantile (or the model) shows the held-out depth it gives."""
+    pytest.importorskip("ipywidgets")
+    from frost_nb.widgets import HaltingExplorer
+
+    model, _, _, cache = model_and_cache
+    held_out = ExitCache(cache.outputs, cache.calibrator, "held-out")  # stands in for a val pass
+    explorer = HaltingExplorer({"a": cache, "b": cache}, quantile=0.5, budgets={"a": held_out, "b": held_out})
+    monkeypatch.setattr(type(model), "forward", lambda *a, **k: pytest.fail("the explorer ran the model"))
+    assert explorer.budget.value == pytest.approx(held_out.at(0.5).mean_depth)
+    before = explorer.redraws
+    explorer.budget.value = 2.0
+    found = held_out.quantile_for_depth(2.0)
+    assert explorer.slider.value == found.quantile and explorer.redraws == before + 1
+    assert explorer.budget.value == 2.0  # not pulled back to the depth reached
+    assert f"held-out mean depth at this q: {found.mean_depth:.2f}" in explorer.budget_note.value
+    explorer.slider.value = 1.0  # full depth: the slider follows
+    assert explorer.budget.value == cache.steps
+    with pytest.raises(ValueError, match="budgets needs a held-out ExitCache for every model"):
+        HaltingExplorer({"a": cache, "b": cache}, budgets={"a": held_out})
+    plain = HaltingExplorer({"a": cache})
+    assert plain.budget not in plain.widget.children[0].children  # no knob without held-out caches
 
 
 # --- bad input (issue 18) ------------------------------------------------------------------------
@@ -148,3 +192,29 @@ def test_cache_construction_refuses_bad_scores_and_shapes(model_and_cache):
         ExitCache(StepOutputs(outputs.scores, outputs.preds, outputs.y[:5]), calibrator)
     with pytest.raises(TypeError, match="HaltingCalibrator"):
         ExitCache(outputs, calibrator.to_bytes())
+
+
+def test_budget_depth_is_met_on_the_split_it_was_found_on():
+    """A mean-depth budget from 2 to T - 2 steps, found on the held-out split of the committed
+    digits demo frost (one pass, bisection on q), is met there within 0.5 steps. On the test split
+    the same quantiles overshoot by up to 1.25 steps (digits' held-out split is 144 images; issue
+    20 asks for 0.5 there, not met yet), so only the direction is checked: deeper budgets, deeper exits."""
+    from frost_nb.checkpoint import load_model
+    from frost_nb.config import make_config
+    from frost_nb.exits import quantile_for_depth
+    from frost_nb.training import load_split
+
+    config = make_config("demo", "digits", "frost")
+    model, calibrator = load_model(f"outputs/checkpoints/{config.key()}.pt")
+    val = ExitCache.from_model(model, calibrator, load_split(config, "val"))
+    test = ExitCache.from_model(model, calibrator, load_split(config, "test"))
+    steps = config.model.steps
+    found = [val.quantile_for_depth(budget) for budget in range(2, steps - 1)]
+    for budget, f in zip(range(2, steps - 1), found):
+        assert abs(f.mean_depth - budget) <= 0.5 and f.threshold == calibrator.threshold(f.quantile), (budget, f)
+    reached = [test.at(f.quantile).mean_depth for f in found]
+    assert reached == sorted(reached) and reached[0] < reached[-1]
+    assert quantile_for_depth(model, calibrator, load_split(config, "val"), 6.0) == val.quantile_for_depth(6.0)
+    for bad in (0.5, steps + 1, float("nan"), "6"):
+        with pytest.raises(ValueError, match=r"^depth=.* (is outside|is not a number|must be).* 16.*: a mean depth"):
+            val.quantile_for_depth(bad)

@@ -33,7 +33,8 @@ def _diff(a, b):
     return out
 
 
-ABLATIONS = [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "readings", "loss_strength")]
+ABLATIONS = [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "readings", "loss_strength",
+                                         "vit")]
 # what an arm of the adopted reading may change beyond one setting: H reaches the leaky bracket only
 # with A_alpha, B_alpha inside it; each update form keeps its own alpha map; (c)'s decisive strength
 # moves both loss weights
@@ -124,6 +125,19 @@ def test_families_train_baselines_on_the_task_loss_only():
     assert {c.train.seed for c in runs.values()} == {0, 1}
 
 
+def test_vit_grid_is_the_four_families_on_the_vit_backbone_at_the_papers_depth():
+    from frost_nb.experiments import VIT_EPOCHS, VIT_STEPS
+
+    runs = grid("vit", "demo", "cifar100")
+    assert list(runs) == ["frost", "vanilla", "recurrent", "basic_ssm"]  # frost first: trained first
+    for label, cfg in runs.items():
+        assert (cfg.model.name, cfg.model.backbone, cfg.data.name) == (label, "vit", "cifar100")
+        assert (cfg.model.steps, cfg.model.patch_size, cfg.train.epochs) == (VIT_STEPS, 4, VIT_EPOCHS) == (12, 4, 10)
+        assert cfg.loss.ranking == (label == "frost")  # the baselines train on the task loss alone
+    assert runs["frost"] == make_config("demo", "cifar100", "frost", "vit", **{"model.steps": 12, "train.epochs": 10})
+    assert grid("vit", "smoke", None)["frost"].train.epochs == 2
+
+
 def test_shards_partition_a_grid():
     runs = grid("tuning")
     parts = [shard(runs, i, 3) for i in range(3)]
@@ -205,20 +219,38 @@ def test_notebook_stops_before_training_what_is_not_committed(monkeypatch):
     require_trained(runs, retrain=False)  # smoke runs train in seconds: never stopped
 
 
+def _committed_parameters(notebook: str) -> dict:
+    """The parameters a committed notebook ran with (its parameters cell's literals)."""
+    import ast
+    import json
+
+    from frost_nb.paths import repo_root
+
+    path = next((repo_root() / "notebooks").glob(f"{notebook}_*.ipynb"))
+    cell = next(c for c in json.loads(path.read_text())["cells"] if "parameters" in c["metadata"].get("tags", []))
+    return {s.target.id: ast.literal_eval(s.value) for s in ast.parse("".join(cell["source"])).body}
+
+
 def test_committed_notebook_runs_are_all_committed():
     """What notebooks 01-05 and 07 read at their committed parameters is committed in
     outputs/checkpoints/, so a fresh clone re-executes them without training (04 under the residual
-    reading says how long it would train instead; test above)."""
+    reading says how long it would train instead; test above), 05's CIFAR-100 seeds included."""
     from frost_nb.checkpoint import checkpoint_config
     from frost_nb.config import make_config
     from frost_nb.experiments import require_trained
 
-    five = checkpoint_config("outputs/checkpoints/4e3c2f99aa007671.pt")
-    assert five == make_config("demo", "fashion-mnist", "frost")  # 05's checkpoint: the adopted frost
+    five = _committed_parameters("05")
+    frost = checkpoint_config(five["checkpoint"])
+    assert frost == make_config("demo", "cifar100", "frost")  # 05's checkpoint: the adopted frost
+    vit = {}
+    if five["vit_checkpoint"] is not None:  # the ViT section, once its run is committed
+        vit = {"05: vit": checkpoint_config(five["vit_checkpoint"])}
+        assert vit["05: vit"] == grid("vit", "demo", "cifar100")["frost"]
     digits = grid("families", "demo", "digits")
     needed = {"01": make_config("demo", "fashion-mnist", "frost"), "demo": make_config("demo", "digits", "frost"),
               **{f"02: {k}": c for k, c in grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2)).items()},
-              **{f"05: seed {s}": five.replace(**{"train.seed": s}) for s in range(3)},
+              **{f"05: seed {s}": frost.replace(**{"train.seed": s}) for s in range(five["seeds"])},
+              **vit,
               **{f"07: {k}": digits[k] for k in ("frost", "basic_ssm", "recurrent", "vanilla")},
               **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits").items()},
               **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2)).items()},

@@ -113,6 +113,8 @@ BAD = {
     "examples": [-3, 0, 65, 8.0, None, True],
     "batch_size": [0, 257, "4", 4.0],
     "repeats": [0, 21, 1.5, -1],
+    "sections": ["", "alpha,nope", "loss,loss", "Loss", None, 3],
+    "vit_checkpoint": ["", " ", 3, False],
 }
 GOOD = {
     "dataset": ["digits", "fashion-mnist"], "collapse_dataset": ["digits"], "model": ["vanilla", "frost"],
@@ -120,6 +122,8 @@ GOOD = {
     "quantile": [0, 0.25, 1.0], "retrain": [True, False], "checkpoint": [None, "run.pt"],
     "seeds": [1, 10], "samples": [1, None], "reading": ["adopted", "residual"],
     "examples": [1, 64], "batch_size": [1, 256], "repeats": [1, 20],
+    "sections": ["loss", "alpha, loss", "alpha,hurst,loss,tuning,update,conflict,adopted"],
+    "vit_checkpoint": [None, "vit.pt"],
 }
 
 
@@ -166,6 +170,16 @@ def test_trained_frost_refuses_another_family(tmp_path, monkeypatch, family, smo
 
 
 @pytest.mark.parametrize("smoke", [False, True], ids=["demo", "smoke"])
+def test_trained_frost_refuses_another_backbone_by_the_parameters_name(tmp_path, monkeypatch, smoke):
+    """05's vit_checkpoint must hold a ViT frost: a ResNet one would be graded as the ViT's depths."""
+    monkeypatch.setenv("FROST_SMOKE", "1" if smoke else "0")
+    path = _checkpoint(tmp_path, "frost")
+    with pytest.raises(ParameterError, match=r"^parameter vit_checkpoint=.* holds frost on the 'resnet' backbone "
+                                             r"\(frost/resnet on digits\), not 'vit'"):
+        trained_frost(path, "demo", "cifar100", backbone="vit", param="vit_checkpoint")
+
+
+@pytest.mark.parametrize("smoke", [False, True], ids=["demo", "smoke"])
 def test_trained_frost_refuses_an_untrained_halting_head(tmp_path, monkeypatch, smoke):
     monkeypatch.setenv("FROST_SMOKE", "1" if smoke else "0")
     path = _checkpoint(tmp_path, "frost", **{"loss.ranking": False})
@@ -181,3 +195,37 @@ def test_trained_frost_loads_a_frost_checkpoint(tmp_path, monkeypatch, loss):
     config, model, calibrator = trained_frost(path, "demo", "fashion-mnist")
     assert config.model.name == "frost" and config.loss.halting_trained
     assert model.num_parameters() == create_model(config.model).num_parameters()
+
+
+def test_committed_data_set_of_each_notebook_is_its_committed_runs():
+    """``notebook.COMMITTED_DATASETS`` names the data set a notebook's committed figures and
+    metrics are on (another data set's get a suffix): the one its committed parameters read."""
+    from frost_nb.checkpoint import checkpoint_config
+    from frost_nb.notebook import COMMITTED_DATASETS, output_suffix
+
+    for path in NOTEBOOKS:
+        number = path.name[:2]
+        if number not in COMMITTED_DATASETS:
+            continue
+        defaults = _defaults(path)
+        checkpoint = defaults.get("checkpoint")
+        dataset = checkpoint_config(checkpoint).data.name if checkpoint else defaults["dataset"]
+        assert dataset == COMMITTED_DATASETS[number], path.name
+        assert output_suffix(number, dataset) == ""
+        assert output_suffix(number, "digits" if dataset != "digits" else "cifar100") != ""
+
+
+def test_output_names_of_another_data_set_size_reading_or_sections():
+    """The names the committed files were renamed to and that partial runs write: a run never
+    writes over a committed file it does not reproduce."""
+    from frost_nb.notebook import ABLATION_SECTIONS, metrics_name, output_suffix, sections_suffix
+
+    assert metrics_name("05_halting", "adopted", "cifar100", "demo") == "05_halting"
+    assert metrics_name("05_halting", "residual", "fashion-mnist") == "05_halting_fashion-mnist_residual"
+    assert metrics_name("05_halting", "adopted", "cifar100", "cifar") == "05_halting_cifar"
+    assert metrics_name("07_halting_baselines", "adopted", "fashion-mnist") == "07_halting_baselines_fashion-mnist"
+    assert metrics_name("02_scale_consistency", "residual") == "02_scale_consistency_residual"
+    assert output_suffix("04", "digits", "adopted", "smoke") == "_digits_smoke"
+    assert sections_suffix(ABLATION_SECTIONS) == "" and sections_suffix(("alpha", "loss")) == "_alpha-loss"
+    with pytest.raises(ParameterError, match="size"):
+        output_suffix("05", "cifar100", size="huge")

@@ -51,17 +51,52 @@ def test_bad_parameter_stops_the_notebook(tmp_path, monkeypatch):
 
 
 def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs):
-    _run("05_halting.ipynb", tmp_path, monkeypatch, quantile=0.25)
+    # a ViT frost checkpoint enables the ViT section (smoke mode checks the file, then trains the smoke ViT)
+    from frost_nb.checkpoint import save_checkpoint
+    from frost_nb.experiments import grid
+    from frost_nb.models import create_model
+
+    vit = grid("vit", "smoke", None)["frost"]
+    vit_file = save_checkpoint(tmp_path / "vit.pt", {"config": vit.to_dict(),
+                                                      "model": create_model(vit.model).state_dict()})
+    _run("05_halting.ipynb", tmp_path, monkeypatch, quantile=0.25, vit_checkpoint=str(vit_file))
     out = isolated_outputs / "outputs"
-    metrics = json.loads((out / "metrics" / "05_halting.json").read_text())
+    # smoke runs on digits: beside the committed CIFAR-100 outputs, with the data set and size in the name
+    metrics = json.loads((out / "metrics" / "05_halting_digits_smoke.json").read_text())
     assert metrics["quantile"] == 0.25 and 0 <= metrics["accuracy"] <= 1
     assert 1 <= metrics["mean_depth"] <= metrics["steps"] and sum(metrics["histogram"]) == metrics["test_images"]
     sweep = metrics["sweep"]
     assert {r["seed"] for r in sweep} == {0, 1}  # smoke: two seeds
     assert {"quantile", "threshold", "mean_depth", "accuracy", "seed"} <= set(sweep[0])
+    # the confidence rule beside each seed's sweep, and the ViT frost's exit depths beside the ResNet's
+    assert set(metrics["confidence"]) == {"seed 0", "seed 1"}
+    assert {"threshold", "mean_depth", "accuracy"} <= set(metrics["confidence"]["seed 0"][0])
+    assert {"confidence_accuracy", "confidence_kept", "kept"} <= set(metrics["at_paper_depths"][0])
+    vit = metrics["vit"]
+    assert (vit["steps"], vit["dataset"]) == (12, "digits")
+    assert {(r["backbone"], r["quantile"]) for r in vit["sweep"]} >= {("resnet", 0.5), ("vit", 0.5)}
+    assert all(0 < r["fraction"] <= 1 for r in vit["sweep"])
     figures = {p.name for p in (out / "figures").iterdir()}
-    assert {"05_exit_histogram.png", "05_depth_per_class.png", "05_exit_examples.png",
-            "05_depth_accuracy.png"} <= figures
+    assert {f"05_{f}_digits_smoke.png" for f in ("exit_histogram", "depth_per_class", "exit_examples", "depth_accuracy",
+                                            "vit_exit_histogram")} <= figures
+
+
+def test_ablation_notebook_runs_the_chosen_sections_only(tmp_path, monkeypatch, isolated_outputs):
+    """04 with sections="alpha,loss" (how it runs on CIFAR-100): those sections' figures and
+    metrics only, named with the data set when it is not the committed one."""
+    _run("04_alpha_H_ablation.ipynb", tmp_path, monkeypatch, sections="alpha,loss")
+    out = isolated_outputs / "outputs"
+    metrics = json.loads((out / "metrics" / "04_alpha_H_ablation_digits_smoke_alpha-loss.json").read_text())
+    assert metrics["sections"] == ["alpha", "loss"] and metrics["dataset"] == "digits"
+    assert {"alpha_trajectory", "loss_ablation"} <= set(metrics)
+    assert not {"hurst_sweep", "loss_tuning", "update_forms", "gradient_conflict", "adopted_defaults"} & set(metrics)
+    assert {r["run"] for r in metrics["loss_ablation"]} == {"both", "abs only", "rel only", "neither",
+                                                             "rel 10 abs 3", "abs 3 only"}
+    figures = {p.name for p in (out / "figures").iterdir()}
+    assert figures == {f"04_{f}_digits_smoke.png" for f in ("alpha_trajectory", "loss_ablation_scores",
+                                                       "loss_ablation_sweeps")}
+    with pytest.raises(papermill.PapermillExecutionError, match="sections"):
+        _run("04_alpha_H_ablation.ipynb", tmp_path, monkeypatch, sections="alpha,hurts")
 
 
 def test_halting_notebook_refuses_bad_input(tmp_path, monkeypatch):
@@ -123,10 +158,20 @@ def test_committed_notebooks_are_executed_and_clean(path):
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9]*.ipynb")), ids=lambda p: p.name)
 def test_committed_notebooks_show_every_figure_they_save(path):
     """A reader of the committed notebook (JupyterLab, a code host) sees each saved figure inline:
-    every cell holds at least as many PNG outputs as it has save_figure calls."""
+    every cell holds at least as many PNG outputs as it has save_figure calls. A cell that opens
+    with ``if <parameter> is not None:`` where the committed parameter is None (a section switched
+    off, such as 05's ViT section) saves nothing and is left out."""
+    import ast
+
     nb = json.loads(path.read_text())
-    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    params = {s.target.id: ast.literal_eval(s.value) for c in cells if "parameters" in c["metadata"].get("tags", [])
+              for s in ast.parse("".join(c["source"])).body}
+    off = {f"if {name} is not None:" for name, value in params.items() if value is None}
+    for i, cell in enumerate(cells):
         source = "".join(cell["source"])
+        if source.splitlines() and source.splitlines()[0].split("#")[0].strip() in off:
+            continue
         saved = sum(line.count("save_figure(") for line in source.splitlines() if "import" not in line)
         shown = sum("image/png" in out.get("data", {}) for out in cell.get("outputs", []))
         assert shown >= saved, f"code cell {i} saves {saved} figure(s) but shows {shown}"
@@ -159,7 +204,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
 
     _run("07_halting_baselines.ipynb", tmp_path, monkeypatch)
     out = isolated_outputs / "outputs"
-    metrics = json.loads((out / "metrics" / "07_halting_baselines.json").read_text())
+    metrics = json.loads((out / "metrics" / "07_halting_baselines_smoke.json").read_text())
     assert {"curves", "summary", "collapse", "env"} <= set(metrics)
     assert (metrics["size"], metrics["dataset"], metrics["collapse_dataset"]) == ("smoke", "digits", "digits")
     steps = metrics["steps"]
@@ -205,7 +250,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
         assert -1 <= r["gradient_cosine"] <= 1
     assert np.isfinite([r["reference_accuracy"] for r in collapse]).all()
     figures = {p.name for p in (out / "figures").iterdir()}
-    assert {"07_rule_curves.png", "07_collapse.png"} <= figures
+    assert {"07_rule_curves_smoke.png", "07_collapse_smoke.png"} <= figures
 
 
 def test_metrics_file_kept_when_results_are_the_same(isolated_outputs):

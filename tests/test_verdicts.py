@@ -155,7 +155,7 @@ def test_sweep_csv_rule_follows_the_numbers(tmp_path):
 def test_matched_depth_rule_reads_the_curve_at_the_papers_depths(tmp_path):
     """05's sweep read at the paper's mean depths: a curve that reaches full-depth accuracy by
     the paper's q = 0.25 depth keeps everything there; one that is flat at half below T does not."""
-    name = "05_halting.json"
+    name = "05_halting_fashion-mnist.json"
     folder = _copy(tmp_path, name)
 
     def curve(accuracy_at):  # every seed's sweep: accuracy as a function of the mean depth
@@ -309,3 +309,41 @@ def test_head_refit_loss_strength_and_regime_rows_follow_the_numbers(tmp_path):
         ratio(4, "frost", 1.0, 1.97), ratio(4, "basic_ssm", 0.2, 0.74)]})
     (row,) = by_claim("Table 3 (ViT): images/s / vanilla by regime")
     assert row["verdict"] == REPRODUCED and "best fit: batch 1" in row["ours"]
+
+
+def _halting_metrics(dataset, vit_depth, resnet_depth, vit_steps=12, resnet_steps=16):
+    """A minimal notebook-05 metrics file: one seed's two-point sweep, and the ViT section."""
+    sweep = [{"backbone": b, "quantile": 0.5, "mean_depth": d, "std_depth": 1.0, "fraction": d / t, "accuracy": 0.5}
+             for b, d, t in (("resnet", resnet_depth, resnet_steps), ("vit", vit_depth, vit_steps))]
+    own = [{"seed": 0, "quantile": q, "threshold": 0.5, "mean_depth": d, "accuracy": a}
+           for q, d, a in ((0.5, resnet_depth, 0.5), (1.0, resnet_steps, 0.6))]
+    return {"dataset": dataset, "size": "demo", "key": None, "sweep": own,
+            "vit": {"key": None, "dataset": dataset, "steps": vit_steps, "epochs": 10, "accuracy": 0.5,
+                    "sweep": sweep}}
+
+
+def test_vit_depth_rule_follows_the_numbers(tmp_path):
+    """Table 3's ViT depth: within a step of 4.53 of 12, and earlier than ResNet as a share of T."""
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    for vit, resnet, verdict in ((4.6, 8.0, REPRODUCED),  # 0.38 of T against 0.50
+                                 (5.53, 8.0, REPRODUCED), (5.54, 8.0, PARTLY),  # 1 step from 4.53: the edge
+                                 (4.6, 4.0, PARTLY),  # close, but later than the ResNet's 0.25
+                                 (8.0, 14.0, PARTLY),  # earlier than ResNet, but far from 4.53
+                                 (9.0, 4.0, NOT)):
+        (folder / "05_halting.json").write_text(json.dumps(_halting_metrics("cifar100", vit, resnet)))
+        assert _verdict(folder, "Table 3: ViT frost's mean exit depth") == verdict
+    other = _halting_metrics("cifar100", 4.6, 8.0)
+    other["vit"]["dataset"] = "cifar10"  # the ViT on another test split: (b) would compare unlike splits
+    (folder / "05_halting.json").write_text(json.dumps(other))
+    assert not [r for r in verdict_rows(folder) if r["claim"].startswith("Table 3: ViT")]
+
+
+def test_rows_on_the_papers_data_sets_come_first_within_a_claim(tmp_path):
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    # file names sort the Fashion-MNIST file first; the CIFAR-100 row still leads
+    (folder / "05_halting.json").write_text(json.dumps(_halting_metrics("fashion-mnist", 4.6, 8.0)))
+    (folder / "05_halting_x.json").write_text(json.dumps(_halting_metrics("cifar100", 4.6, 8.0)))
+    rows = [r for r in verdict_rows(folder) if r["claim"].startswith("Table 3: ViT")]
+    assert [r["dataset"] for r in rows] == ["cifar100", "fashion-mnist"]
