@@ -614,6 +614,7 @@ def vit_exit_depth(m: Metrics) -> list[dict]:
     VIT_DEPTH_CLOSE steps of the paper's 4.53 of 12 (as the same share of its T); (b) it exits
     earlier, as a share of T, than the ResNet frost beside it (the paper: 0.38 against 0.47).
     Both -> reproduced, one -> partly, none -> not."""
+    theirs, theirs_resnet = paper.table3_frost_depth("vit"), paper.table3_frost_depth("resnet")
     rows = []
     for name in m.names("05_halting*"):
         d = m.json(name)
@@ -623,14 +624,14 @@ def vit_exit_depth(m: Metrics) -> list[dict]:
         at = {r["backbone"]: r for r in vit["sweep"] if r["quantile"] == VIT_QUANTILE}
         if not {"resnet", "vit"} <= set(at):
             continue
-        target = paper.table3_frost_depth("vit")["depth_fraction"] * vit["steps"]
+        target = theirs["depth_fraction"] * vit["steps"]
         close = abs(at["vit"]["mean_depth"] - target) <= VIT_DEPTH_CLOSE
         earlier = at["vit"]["fraction"] < at["resnet"]["fraction"]
         cfg = m.config_of(vit.get("key"), size=d["size"], dataset=vit["dataset"])
         rows.append(_row(f"Table 3: ViT frost's mean exit depth, and as a share of T against ResNet's (q = {VIT_QUANTILE})",
                          reading(cfg), vit["dataset"],
-                         f"4.53 (2.34) of 12; {paper.table3_frost_depth('vit')['depth_fraction']:.2f} < "
-                         f"{paper.table3_frost_depth('resnet')['depth_fraction']:.2f}",
+                         f"{theirs['mean_depth']} ({theirs['std_depth']}) of {theirs['steps']}; "
+                         f"{theirs['depth_fraction']:.2f} < {theirs_resnet['depth_fraction']:.2f}",
                          f"{at['vit']['mean_depth']:.2f} ({at['vit']['std_depth']:.2f}) of {vit['steps']}; "
                          f"{at['vit']['fraction']:.2f} vs {at['resnet']['fraction']:.2f}",
                          _grade(close + earlier, 2), "05"))
