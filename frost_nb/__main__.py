@@ -85,7 +85,7 @@ def _single_process_only(command: str) -> None:
 
 def cmd_train(args) -> int:
     """Train one run; under torchrun every process runs this, with DDP (rank 0 writes and prints)."""
-    from .checkpoint import cache_path, train_or_load
+    from .runs import cache_path, train_or_load
     from .distributed import barrier, join_process_group, leave_process_group
     from .training import pick_device, train
 
@@ -112,7 +112,7 @@ def cmd_train(args) -> int:
 
 def cmd_grid(args) -> int:
     """Train (or find in the cache) every run of a named grid, or one shard of it."""
-    from .checkpoint import train_or_load
+    from .runs import train_or_load
     from .experiments import grid, shard
     from .notebook import ParameterError
 
@@ -206,7 +206,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_demo(args) -> int:
     """Train FROST on the embedded default, sweep the halting quantile, write outputs."""
-    from .checkpoint import train_or_load
+    from .runs import train_or_load
     from .halting import sweep
     from .notebook import save_figure, write_metrics
     from .paths import check_writable, outputs_dir

@@ -34,7 +34,6 @@ from .losses import ranking_losses, step_losses, task_loss
 from .models import gap
 
 
-
 @dataclass
 class Trajectories:
     """Per-sample trajectories of a model over a split (float32, on the CPU)."""

@@ -1,4 +1,4 @@
-"""Checkpoints and the trained-model cache.
+"""Checkpoints: the file format, atomic saves, loading, lean exports.
 
 A checkpoint holds everything needed to rebuild and evaluate a model without knowing how it
 was made: the full config, the weights, the KLL sketch (as bytes: a sketch cannot be
@@ -12,13 +12,12 @@ calibrator, config, metrics and the per-epoch history, with the per-step series 
 training (the paper's figure 1); no optimiser, schedule or RNG state, so they load and
 evaluate but do not resume. A demo run's lean file is about a quarter of its full checkpoint.
 
-The cache maps ``RunConfig.key()`` (a hash of everything that changes the trained model) to
-``<key>.pt``; committed demo checkpoints in ``outputs/checkpoints/`` are found the same way.
+Where runs live (the trained-model cache, the committed exports) and ``train_or_load`` are in
+``runs.py``, above this module and ``training.py``.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import pickle
 import re
@@ -29,7 +28,9 @@ from typing import Any
 import torch
 
 from .config import ConfigError, ModelConfig, RunConfig
-from .paths import OutputError, atomic_path, cache_dir, check_writable, committed_checkpoints_dir, repo_root
+from .halting import HaltingCalibrator
+from .models import create_model
+from .paths import OutputError, atomic_path, committed_checkpoints_dir, repo_root
 
 FORMAT = 1  # bump when the layout of the checkpoint dict changes
 
@@ -197,9 +198,6 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
 
     ``expect`` (a model name or config) makes a checkpoint of another model a clear error.
     """
-    from .halting import HaltingCalibrator
-    from .models import create_model
-
     path = checkpoint_file(path)
     state = load_checkpoint(path, map_location=device)
     config = stored_config(path, state)
@@ -217,50 +215,3 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
 
 def checkpoint_config(path: str | os.PathLike) -> RunConfig:
     return stored_config(checkpoint_file(path), load_checkpoint(path))
-
-
-def cache_path(config: RunConfig) -> Path:
-    """Where the trained-model cache keeps ``config``'s run (finished or not)."""
-    return cache_dir() / f"{config.key()}.pt"
-
-
-def cached_checkpoint(config: RunConfig) -> Path | None:
-    """The finished checkpoint of ``config``: the local cache first (a retrained run wins), then
-    the committed ones (what a fresh clone has)."""
-    for path in (cache_path(config), committed_checkpoints_dir() / cache_path(config).name):
-        if path.is_file():
-            try:
-                if load_checkpoint(path).get("complete"):
-                    return path
-            except CheckpointError:
-                continue  # damaged: train_or_load sets it aside and trains again
-    return None
-
-
-def train_or_load(config: RunConfig, *, progress: bool | None = None, retrain: bool = False):
-    """A trained model for ``config``: from the cache when it was trained before, else trained now.
-
-    Training writes its checkpoint into the cache every epoch, so an interrupted run resumes.
-    Returns a ``TrainResult`` (model, calibrator, history, metrics, checkpoint path, cached flag).
-    """
-    from .training import Trainer, TrainResult
-
-    path = None if retrain else cached_checkpoint(config)
-    if path is not None:
-        model, calibrator = load_model(path, expect=config)
-        state = load_checkpoint(path)
-        return TrainResult(model=model, calibrator=calibrator, history=state["history"],
-                           metrics=state.get("metrics", {}), config=config, checkpoint=path,
-                           from_cache=True)
-    target = cache_path(config)
-    check_writable(target.parent, "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
-    if retrain and target.exists():
-        target.unlink()
-    elif target.exists():
-        try:
-            load_checkpoint(target)  # an unfinished run: the trainer resumes it
-        except CheckpointError as err:  # damaged: keep it for inspection, train afresh
-            aside = target.with_suffix(".pt.damaged")
-            os.replace(target, aside)
-            logging.getLogger("frost_nb").warning("%s; moved it to %s and training again", err, aside)
-    return Trainer(config, checkpoint=target, progress=progress).fit()

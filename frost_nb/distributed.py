@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .config import ConfigError
+from .models import ModelOutput
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,6 @@ def _let_ddp_see_model_outputs() -> None:
     of outputs the loss does not use (the halting logits of a model trained without the
     ranking loss) and stop with "Expected to have finished reduction"."""
     from torch.export import register_dataclass
-
-    from .models import ModelOutput
 
     try:
         register_dataclass(ModelOutput)

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from .halting import PAPER_QUANTILES, HaltingCalibrator, exit_steps, sweep
+from .halting_rules import sorted_points
 from .inputs import check_scores, check_split, number_in
 from .training import StepOutputs, evaluate
 
@@ -193,8 +194,6 @@ def _rival_at(rival, depths) -> np.ndarray:
     """A rival rule's curve (``halting_rules`` curve table) read at ``depths``: its finite points
     in order of depth, joined by straight lines as notebook 07's areas join them (points at one
     depth averaged); outside its range, its end points."""
-    from .halting_rules import sorted_points
-
     x, y = sorted_points(rival)
     if not x.size:
         raise ValueError("the rival curve has no finite (mean_depth, accuracy) point to read")

@@ -40,7 +40,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from .analysis import (
+    collect_trajectories,
+    contraction_summary,
+    cosine_to_final,
+    gradient_conflict,
+    jacobian_norms,
+    jacobian_summary,
+    scale_consistency_rows,
+)
 from .config import LossConfig, RunConfig, make_config
+from .data import make_batches
+from .exits import ExitCache
+from .halting import PAPER_QUANTILES, sweep
+from .halting_rules import COLLAPSE_QUANTILE, FIXED, THRESHOLDS, collapsed, model_curves, rule_curve, summary
+from .paper import TABLE1, TABLE1_STEPS
+from .paths import smoke_mode
+from .runs import cached_checkpoint, train_or_load
+from .training import evaluate, load_split
 
 ABLATION_EPOCHS = 5
 DIAGNOSTICS_EVERY = 50  # optimiser steps between gradient-conflict probes (421 steps per epoch on Fashion-MNIST)
@@ -329,9 +346,6 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
     alpha and H and the last logged easy / hard halting scores and median threshold.
     ``sweeps``, when given, receives each split's full sweep table (split -> DataFrame).
     """
-    from .halting import PAPER_QUANTILES, sweep
-    from .training import evaluate, load_split
-
     cfg = result.config
     steps = result.history["steps"]
     row: dict[str, Any] = {"key": cfg.key(), "epochs": cfg.train.epochs, "seed": cfg.train.seed,
@@ -387,9 +401,6 @@ class RunsNotTrained(RuntimeError):
 def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
     """Stop at once, saying how long training would take, when some of ``runs`` are neither in
     the cache nor committed and ``retrain`` is False. Smoke runs train in seconds: never stopped."""
-    from .checkpoint import cached_checkpoint
-    from .paths import smoke_mode
-
     if retrain or smoke_mode():
         return
     unique: dict[str, tuple[str, RunConfig]] = {}
@@ -409,8 +420,6 @@ def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
 
 def load_runs(runs: dict[str, RunConfig], progress: bool | None = None) -> dict[str, Any]:
     """``train_or_load`` every run of a grid (in order); label -> TrainResult."""
-    from .checkpoint import train_or_load
-
     return {label: train_or_load(cfg, progress=progress) for label, cfg in runs.items()}
 
 
@@ -422,10 +431,6 @@ def run_trajectories(result, split: str = "test", max_samples: int | None = None
 def model_trajectories(model, cfg: RunConfig, split: str = "test", max_samples: int | None = None):
     """``analysis.collect_trajectories`` of ``model`` (trained under ``cfg``) over one split of
     its data set."""
-    from .analysis import collect_trajectories
-    from .data import make_batches
-    from .training import load_split
-
     device = next(model.parameters()).device
     batches = make_batches(load_split(cfg, split), cfg.train.eval_batch_size, shuffle=False,
                            augment=False, device=device)
@@ -436,8 +441,6 @@ def confidence_curve(model, cfg: RunConfig, label: str = ""):
     """The confidence rule's curve of one model (``halting_rules.rule_curve``: thresholds from
     the held-out split, applied to the test split), the training-free rival of notebook 05's
     halting sweep (notebook 07 has every rule)."""
-    from .halting_rules import rule_curve
-
     return rule_curve("confidence", model_trajectories(model, cfg, "val"), model_trajectories(model, cfg, "test"),
                       label)
 
@@ -447,8 +450,6 @@ def run_rule_curves(result, model: str, count: int | None = None, test=None):
     trajectories on the held-out and test splits (``test``: the test trajectories when the caller
     has them already): FROST's rule with its calibrator when it was trained with the ranking
     losses, PonderNet's when with PonderNet's loss."""
-    from .halting_rules import THRESHOLDS, model_curves
-
     loss = result.config.loss
     test = run_trajectories(result, "test") if test is None else test
     return model_curves(run_trajectories(result, "val"), test, model,
@@ -461,12 +462,6 @@ def collapse_row(result, reference) -> dict[str, Any]:
     losses against its task-only ``reference``, on the test split, with the gradient-conflict
     cosine (``analysis.gradient_conflict``, the ranking loss as the run trains it) of both
     models on the first training batch's worth of the held-out split."""
-    from .analysis import gradient_conflict
-    from .data import make_batches
-    from .exits import ExitCache
-    from .halting_rules import COLLAPSE_QUANTILE, collapsed
-    from .training import evaluate, load_split
-
     cfg = result.config
     test = load_split(cfg, "test")
     cache = ExitCache.from_model(result.model, result.calibrator, test, batch_size=cfg.train.eval_batch_size)
@@ -554,8 +549,6 @@ def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
     """Experiment (c) from trained runs only (``require_trained``): a ``strength_row`` per run of
     the ``loss_strength`` grid with the ranking losses, against its family's task-only run, and
     the fixed rules' verdicts; what ``write_metrics("15_loss_strength", ...)`` records."""
-    from .checkpoint import train_or_load
-
     runs = grid("loss_strength", size, dataset, seeds)
     require_trained(runs, retrain=False)
     if rows is None:
@@ -575,8 +568,6 @@ def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any
     """Table 1 rows for every run: model, seed, step, mean and std of cos(GAP(h_t), GAP(h_T))."""
     import pandas as pd
 
-    from .analysis import scale_consistency_rows
-
     rows = []
     for label, traj in trajectories.items():
         cfg = results[label].config
@@ -590,8 +581,6 @@ def beside_paper_table1(table, steps=None):
     within-run std) next to the paper's Table 1, one row per model and step."""
     import pandas as pd
 
-    from .paper import TABLE1, TABLE1_STEPS
-
     steps = TABLE1_STEPS if steps is None else steps
     t = table[table["step"].isin(steps)]
     g = t.groupby(["model", "step"])
@@ -604,7 +593,7 @@ def beside_paper_table1(table, steps=None):
 
 
 # ------------------------------------------------------------------ experiment (b): update forms
-TABLE1_STEPS = (1, 3, 6, 9)  # the steps of Table 1 that experiment (b) reports
+UPDATE_FORM_STEPS = (1, 3, 6, 9)  # the steps of Table 1 that experiment (b) reports
 JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iteration, 20 rounds)
 
 
@@ -612,14 +601,9 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
     """What experiment (b) measures on one trained run (READING_EXPERIMENTS["update_forms"]), on
     the test split: contraction by both measures (the step-size fit kappa with the share of
     samples inside appendix B's bound, and the Jacobian norm over steps 8..T with its share
-    below 1), Table 1's cosine at TABLE1_STEPS, accuracy at every fixed depth, alpha at the start,
+    below 1), Table 1's cosine at UPDATE_FORM_STEPS, accuracy at every fixed depth, alpha at the start,
     its minimum and the end of training, and the areas of FROST's rule and of a fixed depth."""
     import math
-
-    from .analysis import contraction_summary, cosine_to_final, jacobian_norms, jacobian_summary
-    from .data import make_batches
-    from .halting_rules import FIXED, summary
-    from .training import load_split
 
     cfg = result.config
     traj = run_trajectories(result, "test")
@@ -633,7 +617,7 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
     alpha = [a for a in result.history["steps"].get("alpha", []) if a == a]  # NaN: no alpha
     return {"update": cfg.model.update, "init_state": cfg.model.init_state, "seed": cfg.train.seed,
             "epochs": cfg.train.epochs, "key": cfg.key(), **contraction_summary(traj), **jvp,
-            **{f"cos t={t}": float(cosine[t]) for t in TABLE1_STEPS if t <= cfg.model.steps},
+            **{f"cos t={t}": float(cosine[t]) for t in UPDATE_FORM_STEPS if t <= cfg.model.steps},
             "accuracy per depth": [float(a) for a in per_step], "accuracy": float(per_step[-1]),
             "alpha start": alpha[0] if alpha else math.nan, "alpha min": min(alpha) if alpha else math.nan,
             "alpha end": alpha[-1] if alpha else math.nan,
@@ -674,9 +658,6 @@ def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", 
     ``readings`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
     Table 1 cosine at t = 3 on the same seeds (task-only families runs), and the fixed rule's
     verdict per form; what ``write_metrics("15_update_forms", ...)`` records."""
-    from .analysis import cosine_to_final
-    from .checkpoint import train_or_load
-
     runs = grid("readings", size, dataset, seeds)
     families = {s: _grid("families", size, dataset, s)["basic_ssm"] for s in seeds}
     require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)

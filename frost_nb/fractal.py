@@ -59,6 +59,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .experiments import READING_EXPERIMENTS, family_label, grid, load_runs, require_trained, run_trajectories
+
 BOX_SCALES = tuple(2.0 ** -k for k in range(2, 8))  # box sides, in units of the set's extent
 CORRELATION_SCALES = tuple(2.0 ** -k for k in np.arange(3, 6.01, 0.5))  # pair distances r
 AUTO_BOX_SCALES = tuple(2.0 ** (-k / 4) for k in range(8, 49))  # 1/4 .. 1/4096, 4 per octave
@@ -597,9 +599,6 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
     per run (label, family, seed) every protocol's dimension, per protocol and seed whether
     frost lies above vanilla and basic_ssm, and the verdict of the fixed rule.
     """
-    from .experiments import (READING_EXPERIMENTS, family_label, grid, load_runs, require_trained,
-                              run_trajectories)
-
     runs = grid("families", size, dataset, seeds=seeds, reading="residual")
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)

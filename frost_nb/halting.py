@@ -27,8 +27,8 @@ import torch
 from datasketches import kll_floats_sketch
 from torch import Tensor
 
+from .distributed import in_process_group
 from .inputs import check_images, check_scores, number_in, real_number
-
 
 PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid of Table 2
 
@@ -104,8 +104,6 @@ class HaltingCalibrator:
         different thresholds. A collective: every rank must call it. Without a process group
         of more than one process it changes nothing.
         """
-        from .distributed import in_process_group  # local: only DDP runs need it
-
         if not in_process_group():
             return self
         dist = torch.distributed

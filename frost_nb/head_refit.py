@@ -40,10 +40,25 @@ from torch import Tensor, nn
 
 from .analysis import Trajectories, collect_trajectories
 from .config import LossConfig
+from .data import make_batches
+from .experiments import READING_EXPERIMENTS, grid, load_runs, require_trained
 from .halting import HaltingCalibrator
-from .halting_rules import (FIXED, FROST, FROST_QUANTILES, RULES, THRESHOLDS, fixed_depth_curve, frost_curve,
-                            oracle_curve, rule_curve, summary, threshold_curve)
+from .halting_rules import (
+    FIXED,
+    FROST,
+    FROST_QUANTILES,
+    RULES,
+    THRESHOLDS,
+    confidence_signal,
+    fixed_depth_curve,
+    frost_curve,
+    oracle_curve,
+    rule_curve,
+    summary,
+    threshold_curve,
+)
 from .losses import ranking_losses, step_losses
+from .training import load_split
 
 GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
                                                 "per-step pairs, LayerNorm", "correctness (BCE)")
@@ -240,9 +255,6 @@ def subsample(dataset, count: int, seed: int = 0):
 def backbone_trajectories(result, train_samples: int = TRAIN_SAMPLES) -> dict[str, Trajectories]:
     """Full-depth trajectories of a trained run (``TrainResult``) on a seeded subsample of its
     training split (no augmentation, eval mode) and on its whole held-out and test splits."""
-    from .data import make_batches
-    from .training import load_split
-
     cfg = result.config
     device = next(result.model.parameters()).device
     out = {}
@@ -261,8 +273,6 @@ def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
     diagnostics, per score (the trained head, each refit, the classifier's confidence): the
     mean within-step AUC for "this step's prediction is correct" on the test split, the AUC
     over all N x T test entries together, and for the refits the final training objective."""
-    from .halting_rules import confidence_signal
-
     settings = settings or RefitSettings()
     traj = backbone_trajectories(result, train_samples)
     feats = {k: StepFeatures.of(v) for k, v in traj.items()}
@@ -291,8 +301,6 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
     ``seeds`` and "frost (adopted defaults)" at the first seed (stops with ``RunsNotTrained``
     unless each is committed or cached, or ``retrain``). Returns (metrics record, curves)."""
     import pandas as pd
-
-    from .experiments import READING_EXPERIMENTS, grid, load_runs, require_trained
 
     settings = settings or RefitSettings()
     families = grid("families", size, dataset, seeds=seeds, reading="residual")

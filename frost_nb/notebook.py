@@ -15,9 +15,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .config import BACKBONES, MODELS, SEED_MAX, SIZES
+from .checkpoint import checkpoint_config, load_model
+from .config import BACKBONES, MODELS, SEED_MAX, SIZES, make_config
+from .data import DATASETS
 from .experiments import READINGS
+from .models import create_model
 from .paths import atomic_path, outputs_dir, repo_root, smoke_mode
+from .runs import train_or_load
+from .training import pick_device
 
 
 class ParameterError(ValueError):
@@ -25,7 +30,6 @@ class ParameterError(ValueError):
 
 
 def _datasets() -> tuple[str, ...]:
-    from .data import DATASETS
     return tuple(DATASETS)
 
 
@@ -171,9 +175,6 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
     checkpoint (it exists, is readable, holds what is asked for), then studies ``default``
     instead (a smoke config), or the smoke FROST on digits (a committed notebook names the demo
     run's checkpoint, whose data set CI does not have)."""
-    from .checkpoint import checkpoint_config, load_model, train_or_load
-    from .config import make_config
-
     if checkpoint is not None:
         config = checkpoint_config(checkpoint)  # a missing or damaged file is an error, smoke or not
         _require_trained_frost(checkpoint, config, backbone, param)
@@ -221,8 +222,6 @@ def git_commit() -> str:
 def environment(device: str | None = None) -> dict[str, Any]:
     """What a result was computed with: versions, device, machine, commit."""
     import torch
-
-    from .training import pick_device
 
     return {"torch": torch.__version__, "python": platform.python_version(),
             "device": device or str(pick_device("auto")),
@@ -331,9 +330,6 @@ def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2
     """
     import pandas as pd
     import torch
-
-    from .config import make_config
-    from .models import create_model
 
     rows = []
     for backbone in BACKBONES:

@@ -9,6 +9,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
+from .halting_rules import sorted_points
+
 
 def _smooth(values: Sequence[float], window: int) -> np.ndarray:
     """Moving average for display (training curves are noisy per step)."""
@@ -282,8 +284,6 @@ def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=Non
     of each run (all samples stopped at step t; dashed), each run's ``rivals`` curve if given
     (another rule's ``halting_rules`` curve, e.g. the confidence rule's; dotted) and, if given,
     the paper's Table 2 (crosses; CIFAR-100)."""
-    from .halting_rules import sorted_points
-
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for i, (label, table) in enumerate(sweeps.items()):
         colour = f"C{i}"

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from .analysis import gradient_conflict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, stored_config
 from .config import ConfigError, RunConfig
 from .data import load_dataset, make_batches
@@ -366,8 +367,6 @@ class Trainer:
 
     def _diagnose(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """Gradient conflict on this batch at the current weights (before the step)."""
-        from .analysis import gradient_conflict
-
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):

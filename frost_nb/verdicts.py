@@ -36,7 +36,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import paper
-from .config import LEAKY_UPDATES, LossConfig
+from .checkpoint import CheckpointError, load_checkpoint
+from .config import LEAKY_UPDATES, ConfigError, LossConfig, RunConfig, make_config
+from .data import DATASETS
+from .experiments import DECISIVE_STRENGTH, FAMILIES, GRIDS, PRE_SELECTION, READINGS
+from .experiments import grid as make_grid
+from .halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
 from .paths import committed_checkpoints_dir, repo_root
 
 COLUMNS = ("claim", "reading", "dataset", "paper", "ours", "verdict", "notebook")
@@ -107,8 +112,6 @@ class Metrics:
             if found is not None:
                 return found
         if grid and label:
-            from .experiments import grid as make_grid
-
             for run_seeds in ((seeds[0],), seeds):  # labels carry " seed N" only with several seeds
                 try:
                     runs = make_grid(grid, size, dataset, run_seeds, reading=reading)
@@ -145,9 +148,6 @@ def _stamp(path: Path) -> tuple[int, int]:
 @lru_cache(maxsize=None)
 def _read_checkpoint(path: str, stamp: tuple[int, int]) -> dict[str, Any]:
     """Config and metrics of a checkpoint (``config`` None when it cannot be read)."""
-    from .checkpoint import CheckpointError, load_checkpoint
-    from .config import ConfigError, RunConfig
-
     try:
         state = load_checkpoint(path)
         return {"config": RunConfig.from_dict(state["config"]), "metrics": dict(state.get("metrics") or {})}
@@ -158,13 +158,11 @@ def _read_checkpoint(path: str, stamp: tuple[int, int]) -> dict[str, Any]:
 @lru_cache(maxsize=None)
 def _grid_keys(size: str, dataset: str | None, seeds: tuple[int, ...]) -> dict[str, Any]:
     """key -> RunConfig over every named grid of ``frost_nb.experiments`` (configs only)."""
-    from .experiments import GRIDS, READINGS, grid
-
     keys = {}
     for name in GRIDS:
         for read in READINGS:
             try:
-                runs = grid(name, size, dataset, seeds, reading=read)
+                runs = make_grid(name, size, dataset, seeds, reading=read)
             except (ValueError, KeyError):
                 continue
             keys.update({cfg.key(): cfg for cfg in runs.values()})
@@ -488,8 +486,6 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
         if frost(state.get("config"), d["model"]):
             yield "01" if name.startswith("01_training") else "demo", d["dataset"], reading(state.get("config")), \
                 [d["sweep"]], [fixed]
-    from .data import DATASETS
-    from .experiments import FAMILIES
 
     # sweep_<size>_<model>_<dataset>[_<tag>].csv: how the committed sweep CSVs are named
     models, datasets = "|".join(FAMILIES), "|".join(map(re.escape, DATASETS))
@@ -646,8 +642,6 @@ def _table3(m: Metrics, column: str, what: str) -> list[dict]:
     """Every non-vanilla row with a paper ratio: all within RATIO_CLOSE (relative) ->
     reproduced; all within RATIO_NEAR -> partly; else -> not. The row shown is frost at the
     paper's mean depth."""
-    from .experiments import PRE_SELECTION
-
     rows = []
     for name in m.names("06_complexity*"):  # 06_complexity_residual: measured before the adopted reading
         d = m.json(name)
@@ -657,8 +651,6 @@ def _table3(m: Metrics, column: str, what: str) -> list[dict]:
 
 
 def _table3_rows(d: dict, column: str, what: str, reading_settings: dict[str, Any]) -> list[dict]:
-    from .config import make_config
-
     rows = []
     for backbone, rs in _by(d["ratios"], "backbone").items():
         compared = [r for r in rs if r["model"] != "vanilla" and r.get(f"paper {column}") is not None]
@@ -717,8 +709,6 @@ def collapse(m: Metrics) -> list[dict]:
     accuracy is below COLLAPSE_ACCURACY_RATIO of its task-only twin's, or more than
     COLLAPSE_ONE_STEP_SHARE of the samples exit at one step. Every run collapsed ->
     reproduced; some -> partly; none -> not."""
-    from .halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
-
     rows = []
     for name in m.names("07_halting_baselines*"):
         d = m.json(name)
@@ -729,8 +719,6 @@ def collapse(m: Metrics) -> list[dict]:
                    or r["one_step_share"] > COLLAPSE_ONE_STEP_SHARE for r in runs)
         dataset = d.get("collapse_dataset", d["dataset"])
         if d.get("reading") == "adopted":  # the adopted halting settings, at experiment (c)'s decisive strength
-            from .experiments import DECISIVE_STRENGTH
-
             dataset += " (adopted settings, rel {:g} abs {:g})".format(*DECISIVE_STRENGTH)
         rows.append(_row("Appendix D: the baselines collapse under the ranking losses (runs)",
                          NA, dataset, "all", f"{fell} of {len(runs)}", _grade(fell, len(runs)), "07"))

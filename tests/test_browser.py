@@ -212,7 +212,7 @@ def lab(tmp_path_factory):
 def reference(lab):
     """The notebook's explorer rebuilt in this process from the models the kernel trained and
     cached: the library's own numbers and figures to compare the browser's against."""
-    from frost_nb.checkpoint import train_or_load
+    from frost_nb.runs import train_or_load
     from frost_nb.config import make_config
     from frost_nb.exits import ExitCache
     from frost_nb.training import load_split

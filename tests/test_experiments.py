@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from frost_nb.checkpoint import train_or_load
+from frost_nb.runs import train_or_load
 from frost_nb.config import make_config
 from frost_nb.experiments import (
     ABLATION_EPOCHS,

@@ -279,7 +279,7 @@ def test_collapse_definition():
 # --- end to end on a tiny trained model ------------------------------------------------------
 
 def test_rules_on_a_tiny_trained_model():
-    from frost_nb.checkpoint import train_or_load
+    from frost_nb.runs import train_or_load
     from frost_nb.config import make_config
     from frost_nb.experiments import run_trajectories
 

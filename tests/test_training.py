@@ -12,8 +12,8 @@ from frost_nb.checkpoint import (
     load_checkpoint,
     load_model,
     save_checkpoint,
-    train_or_load,
 )
+from frost_nb.runs import train_or_load
 from frost_nb.training import Trainer, TrainingError, lr_factor
 
 
@@ -180,11 +180,11 @@ def test_cache_returns_the_trained_model(tiny_config):
 
 
 def test_cache_order_retrain_and_damaged_entries(tiny_config, tmp_path, monkeypatch):
-    from frost_nb import checkpoint as ckpt_module
+    from frost_nb import runs
 
     config = tiny_config.replace(**{"train.epochs": 1})
     committed = tmp_path / "committed"
-    monkeypatch.setattr(ckpt_module, "committed_checkpoints_dir", lambda: committed)
+    monkeypatch.setattr(runs, "committed_checkpoints_dir", lambda: committed)
     first = train_or_load(config)
     committed.mkdir()
     (committed / first.checkpoint.name).write_bytes(first.checkpoint.read_bytes())
