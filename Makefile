@@ -42,23 +42,29 @@ $(VENV)/.browser: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[browser]"
 	touch $@
 
-# the data the committed notebooks use: Fashion-MNIST (Debian's package as root, else
-# torchvision's download) and links to the shared CIFAR copies when they sit beside the checkout.
+# the data the committed notebooks use, each set prepared once into data/prepared/NAME/ (python -m
+# frost_nb.prepare; data/README.md): Fashion-MNIST from Debian's package (apt-get as root), else
+# torchvision's download; CIFAR-10 and CIFAR-100 from the shared copies, linked as sources
+# (data/cifar10 -> ../shared/data/cifar10) when they sit beside the checkout. The links are read
+# only: the prepared files go to data/prepared/, never through them. A CIFAR set with no local copy
+# is left to its first use, which downloads and prepares it (load_dataset's download=True).
 # Never fails the demo (which needs only the bundled digits): a step that cannot run says so.
 data: install
-	@if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || [ -d data/fashion-mnist ]; then \
+	@if [ -f /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] || [ -d data/fashion-mnist ] \
+	  || [ -f data/prepared/fashion-mnist/test.npz ]; then \
 	  echo "data: Fashion-MNIST present"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist \
-	  || echo "data: apt-get could not install dataset-fashion-mnist" >&2; \
-	else \
-	  $(PY) -c "from frost_nb.data import load_dataset as l; l('fashion-mnist', 'train'); l('fashion-mnist', 'test')" \
-	  || echo "data: Fashion-MNIST not installed (no root for apt-get, download failed): notebooks 02-06 need it" >&2; \
+	  || echo "data: apt-get could not install dataset-fashion-mnist: trying torchvision's download" >&2; \
 	fi
+	@$(PY) -m frost_nb.prepare fashion-mnist \
+	  || echo "data: Fashion-MNIST not prepared (no root for apt-get, download failed): notebooks 02-06 need it" >&2
 	@for name in cifar10 cifar100; do \
 	  if [ -d ../shared/data/$$name ] && [ ! -e data/$$name ]; then \
 	    ln -s ../../shared/data/$$name data/$$name && echo "data: linked data/$$name -> ../shared/data/$$name"; fi; \
 	done
+	@$(PY) -m frost_nb.prepare --no-download cifar10 cifar100 \
+	  || echo "data: a CIFAR set has no local copy (above): its first use downloads and prepares it" >&2
 
 demo: install data
 	$(PY) -m frost_nb demo

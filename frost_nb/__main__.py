@@ -85,8 +85,8 @@ def _single_process_only(command: str) -> None:
 
 def cmd_train(args) -> int:
     """Train one run; under torchrun every process runs this, with DDP (rank 0 writes and prints)."""
-    from .runs import cache_path, train_or_load
     from .distributed import barrier, join_process_group, leave_process_group
+    from .runs import cache_path, train_or_load
     from .training import pick_device, train
 
     config = _config(args)
@@ -112,9 +112,9 @@ def cmd_train(args) -> int:
 
 def cmd_grid(args) -> int:
     """Train (or find in the cache) every run of a named grid, or one shard of it."""
-    from .runs import train_or_load
     from .experiments import grid, shard
     from .notebook import ParameterError
+    from .runs import train_or_load
 
     _single_process_only("grid")
     try:
@@ -206,11 +206,11 @@ def cmd_sweep(args) -> int:
 
 def cmd_demo(args) -> int:
     """Train FROST on the embedded default, sweep the halting quantile, write outputs."""
-    from .runs import train_or_load
     from .halting import sweep
     from .notebook import save_figure, write_metrics
     from .paths import check_writable, outputs_dir
     from .plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
+    from .runs import train_or_load
     from .training import evaluate, load_split
 
     _single_process_only("demo")

@@ -64,9 +64,9 @@ def collect_trajectories(model: torch.nn.Module, batches, *, max_samples: int | 
                          ) -> Trajectories:
     """Run ``model`` step by step over ``batches`` (full depth) and keep its trajectories.
 
-    Uses the model's step API (``embed``, ``context``, ``init_state``, ``step``, ``readout``),
-    which is exactly its forward pass; full states are reduced to norms batch by batch, so
-    memory stays O(N T D) for the pooled states only.
+    Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
+    batch by batch, so memory stays O(N T D) for the pooled states only (every state of a
+    CIFAR-size split at once would be about 11 GB).
     """
     model.eval()
     parts: dict[str, list[Tensor]] = {k: [] for k in Trajectories.__dataclass_fields__}
@@ -76,15 +76,12 @@ def collect_trajectories(model: torch.nn.Module, batches, *, max_samples: int | 
             break
         if max_samples is not None:
             x, y = x[: max_samples - seen], y[: max_samples - seen]
-        ctx = model.context(model.embed(x))
-        h = model.init_state(ctx)
-        states, logits, halts = [h.float()], [], []
-        for t in range(model.config.steps):
-            h = model.step(h, ctx, t)
-            lg, hl, _ = model.readout(h, ctx)
-            states.append(h.float())
-            logits.append(lg.float())
-            halts.append(hl.float())
+        states, logits, halts = [], [], []
+        for s in model.trajectory(x):
+            states.append(s.h.float())
+            if s.t:
+                logits.append(s.logits.float())
+                halts.append(s.halt_logit.float())
         hs = torch.stack(states, 1)  # (B, T+1, *state)
         diffs = hs[:, 1:] - hs[:, :-1]  # (B, T, *state)
         b, t1 = hs.shape[:2]

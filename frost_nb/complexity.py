@@ -29,10 +29,13 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
+from .config import BACKBONES, MODELS, make_config
 from .halting import prologue  # the fixed part of a forward (re-exported)
+from .models import create_model
+from .paper import table3_frost_depth
 
 __all__ = ["count_flops", "flops_per_image", "ideal_speedup", "prologue", "parameters_without_heads",
-           "seconds_per_image", "images_per_second"]
+           "seconds_per_image", "images_per_second", "relative_to_vanilla", "table3_measurements"]
 
 HEAD_PREFIXES = ("head", "halt_head")  # the classifier (with its LayerNorm) and the halting head
 
@@ -112,10 +115,8 @@ def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, bat
         return prologue(model, x)
 
     def full_depth():
-        h, ctx = prologue(model, x)
-        for t in range(steps):
-            h = model.step(h, ctx, t)
-            model.readout(h, ctx)
+        for _ in model.trajectory(x):  # the forward's loop, nothing kept
+            pass
 
     def timed(fn) -> float:
         runs = []
@@ -148,3 +149,38 @@ def relative_to_vanilla(table):
     base = table[table["model"] == "vanilla"].groupby("backbone").first()
     return table.assign(**{f"{c} / vanilla": table[c] / table["backbone"].map(base[c])
                            for c in ("gflops", "images_per_s") if c in table.columns})
+
+
+def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size: int, repeats: int,
+                        device: str) -> Any:
+    """Notebook 06's table (pandas): every family on both backbones at ``size`` ("paper": the
+    paper's ImageNet-100 settings; "smoke": tiny models on digits, the same code path), each
+    initialised with seed 0, on the CPU: parameters (with and without the heads), FLOPs per
+    image and measured images/s (``seconds_per_image``: ``batch_size`` images, medians of
+    ``repeats`` rounds) at full depth, and for frost also at the paper's mean depth (Table 3)
+    and at each of ``frost_depths`` (label -> depth as a fraction of T). ``device`` is recorded."""
+    import pandas as pd
+
+    rows = []
+    for backbone in BACKBONES:
+        for name in MODELS:
+            cfg = make_config(size, "imagenet100" if size == "paper" else None, name, backbone)
+            torch.manual_seed(0)
+            model = create_model(cfg.model).eval()
+            shape = (cfg.model.in_channels, cfg.model.image_size, cfg.model.image_size)
+            fixed_flops, step_flops = flops_per_image(model, shape)
+            fixed_s, step_s = seconds_per_image(model, shape, batch_size=batch_size, repeats=repeats)
+            steps = cfg.model.steps
+            depths = {"full depth": float(steps)}
+            if name == "frost":
+                depths = {"paper's mean depth": table3_frost_depth(backbone)["depth_fraction"] * steps,
+                          **{label: fraction * steps for label, fraction in frost_depths.items()}, **depths}
+            for label, depth in depths.items():
+                rows.append({"backbone": backbone, "model": name, "depth": label, "mean_depth": depth,
+                             "params_m": model.num_parameters() / 1e6,
+                             "params_m_without_heads": parameters_without_heads(model) / 1e6,
+                             "gflops": (fixed_flops + depth * step_flops) / 1e9,
+                             "images_per_s": images_per_second(fixed_s, step_s, depth),
+                             "fixed_ms": 1e3 * fixed_s, "step_ms": 1e3 * step_s, "device": device})
+            del model
+    return pd.DataFrame(rows)

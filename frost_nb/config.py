@@ -150,7 +150,7 @@ class DataConfig(_Validated):
     limit: int | None = None  # keep only the first `limit` images of each split (quick runs)
 
     def validate(self) -> None:
-        from .data import DATASETS  # local: keeps importing config free of torch (data does not import config)
+        from .data import DATASETS  # local: keeps config free of torch (data does not import config)
 
         self._check("name", self.name in DATASETS, f"one of {sorted(DATASETS)}")
         self._check("val_fraction", 0.0 <= self.val_fraction < 1.0, "a fraction in [0, 1)")
@@ -535,7 +535,7 @@ def make_config(size: str = "smoke", dataset: str | None = None, model: str = "f
     >>> make_config("demo", "cifar10", "recurrent", **{"train.epochs": 3}).train.epochs
     3
     """
-    from .data import DATASETS  # local: keeps importing config free of torch (data does not import config)
+    from .data import DATASETS  # local: keeps config free of torch (data does not import config)
 
     if size not in SIZES:
         _fail("size", size, f"one of {SIZES}")

@@ -6,57 +6,53 @@
 (``x`` is None). ``make_batches`` turns either into an iterable of normalised float batches
 on a device.
 
-Where data comes from, in order (local copies always before any download):
-
-- ``digits``: scikit-learn's bundled ``load_digits`` (offline; pixels 0..16 rescaled to 0..255).
-- ``fashion-mnist``: IDX files in ``<root>/fashion-mnist/`` (or ``.../raw/``, or torchvision's
-  ``<root>/FashionMNIST/raw/``), then the Debian package's ``/usr/share/datasets/fashion-mnist/`` (``$FROST_SYSTEM_DATA``),
-  then torchvision's download.
-- ``cifar10``: ``<root>/cifar10/{train,test}.npz`` (packed JPEG copy, see
-  ``../shared/data/cifar10/README.md``), then torchvision's ``cifar-10-batches-py`` in
-  ``<root>/cifar10/`` or ``<root>/``, then torchvision's download.
-- ``cifar100``: ``<root>/cifar100/{train,test}.npz`` (packed lossless PNG copy of the official
-  split, see ``../shared/data/cifar100/README.md``), then torchvision's ``cifar-100-python`` in
-  ``<root>/cifar100/`` or ``<root>/``, then torchvision's download. Coarse labels (the 20
-  superclasses) come with the packed copy and the pickles (``ImageData.coarse_y``).
-- ``imagenet100``: ``<root>/imagenet100/{train,val}/<class>/*.JPEG`` (no download exists).
+What is read: Fashion-MNIST and CIFAR-10/100 only from their prepared files,
+``<root>/prepared/<name>/{train,test}.npz``; the first use runs ``prepare.prepare``, which
+converts whichever source exists (IDX files, the packed copies, torchvision's pickles or its
+download; see frost_nb/prepare.py). ``digits`` is scikit-learn's bundled ``load_digits``
+(pixels 0..16 rescaled to 0..255); ``imagenet100`` is read from its class folders,
+``<root>/imagenet100/{train,val}/<class>/*.JPEG`` (no download exists).
 
 Splits: "test" is the set's own test split (digits: a fixed stratified 20%, seed 0);
 "val" is a seeded random ``val_fraction`` of the training split and "train" the rest, so
 the two are disjoint and together the whole training split. For CIFAR-100 (100 classes of 500
 training images) "val" is stratified: ``round(val_fraction * n_c)`` images of each class c, so a
-5,000-image held-out split has 50 of every class; the other sets keep their plain seeded split. "val" calibrates the halting
-threshold on images the model was not trained on (docs/method.md section 7).
+5,000-image held-out split has 50 of every class; the other sets keep their plain seeded split.
+"val" calibrates the halting threshold on images the model was not trained on (docs/method.md
+section 7).
 
-Decoded arrays are cached in-process (``functools.lru_cache``), never written to disk.
+Loaded arrays are cached in-process (``functools.lru_cache``).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import gzip
-import io
 import math
-import pickle
-import shutil
-import zipfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from .paths import data_root, downloads_allowed, nearest_existing, system_data_dir
-
-
-class DataError(ValueError):
-    """Data cannot be found or read, or a parameter is wrong; the message says how to fix it."""
+from .paths import data_root
+from .prepare import (
+    FIXED_ORDER_SEED,
+    HOW_TO_GET,
+    DataError,
+    Part,
+    fixed_order,
+    is_prepared,
+    missing_data_error,
+    prepare,
+    prepared_dir,
+    read_prepared,
+    where,
+)
 
 
 @dataclass(frozen=True)
@@ -76,19 +72,14 @@ class DatasetInfo:
 DATASETS: dict[str, DatasetInfo] = {
     "digits": DatasetInfo("digits", 1, 8, 10, (0.3,), (0.38,), "shift", True,
                           "bundled with scikit-learn: pip install scikit-learn"),
-    "fashion-mnist": DatasetInfo(
-        "fashion-mnist", 1, 28, 10, (0.286,), (0.353,), "crop_flip", True,
-        "apt-get install dataset-fashion-mnist (Debian), or put the four IDX .gz files in "
-        "<root>/fashion-mnist/, or allow torchvision's download (data.download=True)"),
+    "fashion-mnist": DatasetInfo("fashion-mnist", 1, 28, 10, (0.286,), (0.353,), "crop_flip", True,
+                                 HOW_TO_GET["fashion-mnist"]),
     "cifar10": DatasetInfo(
         "cifar10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "crop_flip", True,
-        "put train.npz/test.npz (packed JPEG format) or torchvision's cifar-10-batches-py in "
-        "<root>/cifar10/, or allow torchvision's download (data.download=True)"),
+        HOW_TO_GET["cifar10"]),
     "cifar100": DatasetInfo(
         "cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "crop_flip", True,
-        "put train.npz/test.npz (packed PNG format) or torchvision's cifar-100-python in "
-        "<root>/cifar100/ (make data links ../shared/data/cifar100 there), or allow torchvision's "
-        "download (data.download=True)", stratified_val=True),
+        HOW_TO_GET["cifar100"], stratified_val=True),
     "imagenet100": DatasetInfo(
         "imagenet100", 3, 224, 100, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), "resized_crop_flip",
         False, "put the ImageNet-100 class folders in <root>/imagenet100/train/ and .../val/ "
@@ -97,9 +88,7 @@ DATASETS: dict[str, DatasetInfo] = {
 
 SPLITS = ("train", "val", "test")
 DIGITS_TEST_FRACTION = 0.2  # load_digits has no test split: a fixed stratified one (seed 0)
-FIXED_ORDER_SEED = 0  # seed of every order that must not depend on split_seed
-FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
-                         "Sneaker", "Bag", "Ankle boot")  # label order of the IDX files
+DIGITS_SOURCE = "sklearn.datasets.load_digits (bundled with scikit-learn)"
 
 
 @dataclass
@@ -112,7 +101,7 @@ class ImageData:
     classes: list[str]
     name: str
     split: str
-    source: str  # where the images were read from
+    source: str  # where the images were read from (prepared sets: "<file> (prepared from <source>)")
     folder: Any = None  # folder sets: a torch Subset of a torchvision ImageFolder, with transforms
     coarse_y: torch.Tensor | None = None  # (N,) int64 superclass labels, where the set has them
     coarse_classes: list[str] | None = None
@@ -126,17 +115,6 @@ class ImageData:
                 f"source={self.source!r})")
 
 
-class _Part(NamedTuple):
-    """A decoded train or test part of an in-memory set (what the cache holds)."""
-
-    x: torch.Tensor  # (N, C, H, W) uint8
-    y: torch.Tensor  # (N,) int64
-    classes: tuple[str, ...]
-    source: str
-    coarse: torch.Tensor | None = None  # (N,) int64 superclass labels (CIFAR-100), else None
-    coarse_classes: tuple[str, ...] | None = None
-
-
 # ---------------------------------------------------------------------------------------------
 # Public entry points
 # ---------------------------------------------------------------------------------------------
@@ -145,9 +123,10 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
                  split_seed: int = 0, download: bool = True, limit: int | None = None) -> ImageData:
     """One split ("train", "val" or "test") of the data set `name` (a key of `DATASETS`).
 
-    ``root`` is the data root (then ``$FROST_DATA``, then ``<repo>/data``). ``limit`` keeps the
-    first ``limit`` images of the split, after splitting. Raises `DataError` when the data
-    is missing (listing every place looked in) or unreadable.
+    ``root`` is the data root (then ``$FROST_DATA``, then ``<repo>/data``). The first use of a
+    set prepares it (``prepare.prepare``; ``download`` allows torchvision's download there).
+    ``limit`` keeps the first ``limit`` images of the split, after splitting. Raises
+    `DataError` when the data is missing (listing every place looked in) or unreadable.
     """
     _check_choice("name", name, tuple(DATASETS))
     _check_choice("split", split, SPLITS)
@@ -166,33 +145,36 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
     if split == "test":
         idx = torch.arange(n)
     else:
-        train_idx, val_idx = (_stratified_split_indices(part.y, val_fraction, split_seed) if info.stratified_val
-                              else _split_indices(n, val_fraction, split_seed))
+        train_idx, val_idx = (_stratified_split_indices(part.y, val_fraction, split_seed)
+                              if info.stratified_val else _split_indices(n, val_fraction, split_seed))
         idx = train_idx if split == "train" else val_idx
     if limit is not None:
         idx = idx[:limit]
     # advanced indexing copies, so callers may modify x in place without touching the cache
-    coarse = None if part.coarse is None else part.coarse[idx]
+    coarse = None if part.coarse_y is None else part.coarse_y[idx]
     return ImageData(x=part.x[idx], y=part.y[idx], info=info, classes=list(part.classes), name=name,
                      split=split, source=part.source, coarse_y=coarse,
                      coarse_classes=None if part.coarse_classes is None else list(part.coarse_classes))
 
 
 def available_datasets(root: str | Path | None = None) -> dict[str, str]:
-    """name -> where `load_dataset` would read it from, or ``"missing: <how to get it>"``.
-
-    Only checks that the files exist: nothing is decoded or downloaded.
-    """
+    """name -> where `load_dataset` reads it from (or would prepare it from), or
+    ``"missing: <how to get it>"``. Only checks that the files exist: nothing is read or written."""
     base = data_root(root).resolve()
     found = {}
     for name, info in DATASETS.items():
-        hit, _ = _locate(name, base)
-        found[name] = hit[1] if hit is not None else f"missing: {info.how_to_get}"
+        if name == "digits":
+            place = DIGITS_SOURCE
+        elif not info.in_memory:
+            place = str(base / name) if _folder_complete(base / name) else None
+        else:
+            place = where(name, base)
+        found[name] = place if place is not None else f"missing: {info.how_to_get}"
     return found
 
 
 def clear_cache() -> None:
-    """Forget decoded arrays and scanned folders (e.g. after replacing files on disk)."""
+    """Forget loaded arrays and scanned folders (e.g. after replacing files on disk)."""
     _load_part.cache_clear()
     _scan_image_folder.cache_clear()
 
@@ -395,116 +377,29 @@ def _stratified_split_indices(y: torch.Tensor, val_fraction: float,
     return perm[~is_val], perm[is_val]
 
 
-def _fixed_order(n: int) -> torch.Tensor:
-    return torch.randperm(n, generator=torch.Generator().manual_seed(FIXED_ORDER_SEED))
-
-
 def _check_choice(param: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise DataError(f"{param}={value!r} is invalid: expected one of {', '.join(map(repr, choices))}.")
 
 
 # ---------------------------------------------------------------------------------------------
-# Finding the files
-# ---------------------------------------------------------------------------------------------
-
-_IDX_STEMS = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-              "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
-_CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta")
-_CIFAR100_FILES = ("train", "test", "meta")
-
-
-def fashion_mnist_system_dir() -> Path:
-    """Where Debian's ``dataset-fashion-mnist`` puts the IDX files (moved by ``$FROST_SYSTEM_DATA``)."""
-    return system_data_dir() / "fashion-mnist"
-
-
-def _candidates(name: str, root: Path) -> list[tuple[str, Path, str]]:
-    """(format, place, what is looked for) for each local place, in the order tried."""
-    if name == "fashion-mnist":
-        idx = "four IDX files (.gz or uncompressed)"
-        return [("idx", root / "fashion-mnist", idx), ("idx", root / "fashion-mnist" / "raw", idx),
-                ("idx", root / "FashionMNIST" / "raw", idx), ("idx", fashion_mnist_system_dir(), idx)]
-    if name == "cifar10":
-        pickled = "torchvision's pickled batches"
-        return [("packed", root / "cifar10", "train.npz and test.npz (packed JPEG)"),
-                ("cifar-pickle", root / "cifar10" / "cifar-10-batches-py", pickled),
-                ("cifar-pickle", root / "cifar-10-batches-py", pickled)]
-    if name == "cifar100":
-        pickled = "torchvision's pickled train, test, meta"
-        return [("packed", root / "cifar100", "train.npz and test.npz (packed PNG)"),
-                ("cifar-pickle", root / "cifar100" / "cifar-100-python", pickled),
-                ("cifar-pickle", root / "cifar-100-python", pickled)]
-    if name == "imagenet100":
-        return [("folder", root / "imagenet100", "train/ and val/ class folders")]
-    return []
-
-
-def _idx_file(folder: Path, stem: str) -> Path | None:
-    for path in (folder / f"{stem}.gz", folder / stem):
-        if path.is_file():
-            return path
-    return None
-
-
-def _complete(fmt: str, place: Path, name: str) -> bool:
-    """Are all the files of the set there? (Existence only: reading may still fail.)"""
-    if fmt == "idx":
-        return all(_idx_file(place, s) for stems in _IDX_STEMS.values() for s in stems)
-    if fmt == "packed":
-        return (place / "train.npz").is_file() and (place / "test.npz").is_file()
-    if fmt == "cifar-pickle":
-        files = _CIFAR10_FILES if name == "cifar10" else _CIFAR100_FILES
-        return all((place / f).is_file() for f in files)
-    if fmt == "folder":
-        return (place / "train").is_dir() and (place / "val").is_dir()
-    raise AssertionError(fmt)
-
-
-def _locate(name: str, root: Path) -> tuple[tuple[str, str] | None, list[str]]:
-    """((format, place) of the first complete local copy, or None; the places looked in)."""
-    if name == "digits":
-        return ("sklearn", "sklearn.datasets.load_digits (bundled with scikit-learn)"), []
-    looked = []
-    for fmt, place, what in _candidates(name, root):
-        if _complete(fmt, place, name):
-            return (fmt, str(place)), looked
-        looked.append(f"{place} ({what})")
-    return None, looked
-
-
-def _missing(name: str, looked: list[str], note: str) -> DataError:
-    places = "".join(f"\n  - {p}" for p in looked)
-    return DataError(f"data set {name!r} not found. Looked in:{places}\n{note}\n"
-                     f"To get it: {DATASETS[name].how_to_get}.")
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading in-memory sets
+# In-memory sets: prepared files, digits
 # ---------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=16)
-def _load_part(name: str, root: str, part: str, download: bool) -> _Part:
-    """The decoded "train" or "test" part of an in-memory set (cached: decoding takes seconds)."""
-    hit, looked = _locate(name, Path(root))
-    if hit is not None:
-        fmt, place = hit
-        if fmt == "sklearn":
-            return _read_digits(part)
-        if fmt == "idx":
-            return _read_fashion_mnist(Path(place), part)
-        if fmt == "packed":
-            return _read_packed(Path(place) / f"{part}.npz", DATASETS[name])
-        return _read_cifar_pickle(Path(place), name, part)
-    if not download:
-        raise _missing(name, looked, "download=False, so torchvision's download was not tried.")
-    if not downloads_allowed():
-        raise _missing(name, looked, "Downloads are switched off (FROST_OFFLINE is set; make test sets "
-                       "it so that no test depends on a data set it did not make).")
-    return _download(name, Path(root), part, looked)
+def _load_part(name: str, root: str, part: str, download: bool) -> Part:
+    """The "train" or "test" part of an in-memory set as tensors (cached in-process)."""
+    if name == "digits":
+        return _read_digits(part)
+    if not is_prepared(name, root):
+        prepare(name, root, download=download)  # once: later loads find the files
+    p = read_prepared(name, root, part)
+    coarse = None if p.coarse_y is None else torch.from_numpy(p.coarse_y)
+    source = f"{prepared_dir(name, root) / f'{part}.npz'} (prepared from {p.source})"
+    return Part(torch.from_numpy(p.x), torch.from_numpy(p.y), p.classes, source, coarse, p.coarse_classes)
 
 
-def _read_digits(part: str) -> _Part:
+def _read_digits(part: str) -> Part:
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -522,169 +417,16 @@ def _read_digits(part: str) -> _Part:
     is_test = torch.zeros(len(y), dtype=torch.bool)
     is_test[torch.cat(test)] = True
     keep = is_test if part == "test" else ~is_test
-    return _Part(torch.from_numpy(x)[keep], y[keep], tuple(str(c) for c in range(10)),
-                 "sklearn.datasets.load_digits (bundled with scikit-learn)")
-
-
-def _read_fashion_mnist(folder: Path, part: str) -> _Part:
-    images_stem, labels_stem = _IDX_STEMS[part]
-    x = _read_idx(_idx_file(folder, images_stem), ndim=3)  # (N, 28, 28)
-    y = _read_idx(_idx_file(folder, labels_stem), ndim=1)  # (N,)
-    if len(x) != len(y):
-        raise DataError(f"{folder}: {len(x)} {part} images but {len(y)} labels; replace the IDX files "
-                        f"({DATASETS['fashion-mnist'].how_to_get}).")
-    return _Part(torch.from_numpy(x)[:, None], torch.from_numpy(y.astype(np.int64)),
-                 FASHION_MNIST_CLASSES, str(folder))
-
-
-def _read_idx(path: Path, ndim: int) -> np.ndarray:
-    """An IDX array of unsigned bytes (LeCun's MNIST format): magic 0x0000080<ndim>, then
-    `ndim` big-endian int32 sizes, then the bytes."""
-    fix = f"delete it and get it again ({DATASETS['fashion-mnist'].how_to_get})"
-    try:
-        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
-            raw = f.read()
-    except (OSError, EOFError, zlib.error) as err:  # truncated or damaged gzip stream
-        raise DataError(f"{path} is truncated or corrupt ({type(err).__name__}: {err}); {fix}.") from err
-    header = 4 + 4 * ndim
-    magic = int.from_bytes(raw[:4], "big")
-    if len(raw) < header or magic != 0x0800 + ndim:
-        raise DataError(f"{path} is not an IDX file of {ndim}-d unsigned bytes (magic {magic:#010x}, "
-                        f"expected {0x0800 + ndim:#010x}); {fix}.")
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    data = np.frombuffer(raw, dtype=np.uint8, offset=header)
-    if data.size != math.prod(dims):
-        raise DataError(f"{path} is truncated or corrupt: {data.size} pixel bytes, the header says "
-                        f"{dims} = {math.prod(dims)}; {fix}.")
-    return data.reshape(dims).copy()  # copy: frombuffer views are read-only
-
-
-def _read_packed(path: Path, info: DatasetInfo) -> _Part:
-    """The packed format: all image files concatenated (JPEG for CIFAR-10, PNG for CIFAR-100; Pillow
-    tells them apart), image i is jpeg[offsets[i]:offsets[i+1]]; optional ``coarse_labels`` and
-    ``coarse_classes`` (CIFAR-100's superclasses)."""
-    from PIL import Image
-
-    fix = f"replace it with a good copy ({info.how_to_get})"
-    try:
-        with np.load(path) as z:  # allow_pickle stays False: the format needs no pickle
-            jpeg, offsets, labels, classes = (z[k] for k in ("jpeg", "offsets", "labels", "classes"))
-            coarse, coarse_classes = ((z["coarse_labels"], z["coarse_classes"]) if "coarse_labels" in z.files
-                                      else (None, None))
-    except (zipfile.BadZipFile, EOFError, ValueError, KeyError, OSError, zlib.error) as err:
-        raise DataError(f"{path} is truncated or corrupt ({type(err).__name__}: {err}); {fix}.") from err
-    n = len(labels)
-    diffs = np.diff(offsets)
-    if (offsets.ndim != 1 or len(offsets) != n + 1 or n == 0 or offsets[0] != 0
-            or offsets[-1] != jpeg.size or (diffs <= 0).any()):
-        raise DataError(f"{path}: inconsistent offsets (need N+1 = {n + 1} increasing values from 0 to "
-                        f"len(jpeg) = {jpeg.size}); {fix}.")
-    if labels.min() < 0 or labels.max() >= len(classes):
-        raise DataError(f"{path}: labels outside 0..{len(classes) - 1}; {fix}.")
-    if coarse is not None and (coarse.shape != labels.shape or coarse.min() < 0
-                               or coarse.max() >= len(coarse_classes)):
-        raise DataError(f"{path}: coarse_labels do not match labels or lie outside 0..{len(coarse_classes) - 1}; "
-                        f"{fix}.")
-    size = info.image_size
-    x = np.empty((n, size, size, info.channels), dtype=np.uint8)  # (N, H, W, C) as Pillow gives it
-    for i in range(n):  # ~13 us an image; threads do not help (Pillow's decoder holds the GIL here)
-        try:
-            with Image.open(io.BytesIO(jpeg[offsets[i]:offsets[i + 1]].tobytes())) as im:
-                x[i] = np.asarray(im.convert("RGB"))
-        except (OSError, ValueError) as err:  # undecodable JPEG, or not size x size
-            raise DataError(f"{path}: image {i} cannot be decoded as a {size}x{size} RGB image "
-                            f"({type(err).__name__}: {err}); {fix}.") from err
-    # The files are sorted by class: a fixed shuffle makes `limit` and in-order evaluation
-    # see every class (the pickled CIFAR releases come in a random order already).
-    order = _fixed_order(n)
-    x_t = torch.from_numpy(x).permute(0, 3, 1, 2)[order].contiguous()  # (N, C, H, W)
-    y_t = torch.from_numpy(labels.astype(np.int64))[order]
-    if coarse is None:
-        return _Part(x_t, y_t, tuple(str(c) for c in classes), str(path))
-    return _Part(x_t, y_t, tuple(str(c) for c in classes), str(path),
-                 torch.from_numpy(coarse.astype(np.int64))[order], tuple(str(c) for c in coarse_classes))
-
-
-def _read_cifar_pickle(folder: Path, name: str, part: str) -> _Part:
-    """torchvision's CIFAR folders, read directly: torchvision's own class refuses files whose
-    md5 differs from the release (any re-packed or test copy), and hashing costs time."""
-    if name == "cifar10":
-        files = [f"data_batch_{i}" for i in range(1, 6)] if part == "train" else ["test_batch"]
-        meta_file, names_key, labels_key = "batches.meta", "label_names", "labels"
-    else:
-        files, meta_file, names_key, labels_key = [part], "meta", "fine_label_names", "fine_labels"
-    xs, ys, coarse = [], [], []
-    for file in files:
-        entry = _unpickle(folder / file, name)
-        try:
-            # each row is the 1024 red, then green, then blue pixels: already (C, H, W) order
-            xs.append(np.asarray(entry["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-            ys.append(np.asarray(entry[labels_key], dtype=np.int64))
-            if "coarse_labels" in entry:
-                coarse.append(np.asarray(entry["coarse_labels"], dtype=np.int64))
-        except (KeyError, ValueError, TypeError) as err:
-            raise DataError(f"{folder / file}: not a CIFAR batch ({type(err).__name__}: {err}); "
-                            f"replace it ({DATASETS[name].how_to_get}).") from err
-    try:
-        meta = _unpickle(folder / meta_file, name)
-        classes = tuple(str(c) for c in meta[names_key])
-        coarse_classes = tuple(str(c) for c in meta.get("coarse_label_names", ()))
-    except (KeyError, TypeError) as err:
-        raise DataError(f"{folder / meta_file}: no {names_key!r} list; replace it "
-                        f"({DATASETS[name].how_to_get}).") from err
-    x, y = np.concatenate(xs), np.concatenate(ys)  # (N, 3, 32, 32), (N,)
-    if len(x) != len(y) or (len(y) and (y.min() < 0 or y.max() >= len(classes))):
-        raise DataError(f"{folder}: {len(x)} images, {len(y)} labels, {len(classes)} classes "
-                        "do not match; "
-                        f"replace the files ({DATASETS[name].how_to_get}).")
-    if not coarse:
-        return _Part(torch.from_numpy(x), torch.from_numpy(y), classes, str(folder))
-    c = np.concatenate(coarse)
-    if len(coarse) != len(files) or len(c) != len(y) or not coarse_classes \
-            or (len(c) and (c.min() < 0 or c.max() >= len(coarse_classes))):
-        raise DataError(f"{folder}: the coarse labels do not match the images or the meta file's "
-                        f"coarse_label_names; replace the files ({DATASETS[name].how_to_get}).")
-    return _Part(torch.from_numpy(x), torch.from_numpy(y), classes, str(folder), torch.from_numpy(c), coarse_classes)
-
-
-def _unpickle(path: Path, name: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f, encoding="latin1")  # the releases are Python 2 pickles
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError, ImportError) as err:
-        raise DataError(f"{name}: {path} is truncated or corrupt ({type(err).__name__}: {err}); "
-                        f"delete it and get the data again ({DATASETS[name].how_to_get}).") from err
-
-
-def _download(name: str, root: Path, part: str, looked: list[str]) -> _Part:
-    """torchvision's download into the data root (where the next call finds it locally)."""
-    import torchvision.datasets as tvd
-
-    klass, folder = {"fashion-mnist": ("FashionMNIST", root), "cifar10": ("CIFAR10", root / "cifar10"),
-                     "cifar100": ("CIFAR100", root / "cifar100")}[name]
-    # the folder this download makes (FashionMNIST writes into <root>/FashionMNIST): a failed
-    # download removes it again, with the partial files in it, rather than leave an empty shell
-    target = folder / klass if name == "fashion-mnist" else folder
-    base = nearest_existing(target)
-    made = base / target.relative_to(base).parts[0] if base != target else None
-    try:
-        ds = getattr(tvd, klass)(str(folder), train=part == "train", download=True)
-    except Exception as err:
-        if made is not None:
-            shutil.rmtree(made, ignore_errors=True)
-        raise _missing(name, looked, f"download=True, but torchvision's {klass} download into {folder} "
-                       f"failed (no internet access?): {type(err).__name__}: {err}") from err
-    x = torch.as_tensor(np.asarray(ds.data), dtype=torch.uint8)
-    # FashionMNIST holds (N, H, W), the CIFARs (N, H, W, C)
-    x = x[:, None] if x.ndim == 3 else x.permute(0, 3, 1, 2)  # (N, C, H, W)
-    y = torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)
-    return _Part(x.contiguous(), y, tuple(str(c) for c in ds.classes),
-                 f"torchvision {klass} download ({folder})")
+    return Part(torch.from_numpy(x)[keep], y[keep], tuple(str(c) for c in range(10)), DIGITS_SOURCE)
 
 
 # ---------------------------------------------------------------------------------------------
 # Folder sets (ImageNet-100)
 # ---------------------------------------------------------------------------------------------
+
+def _folder_complete(place: Path) -> bool:
+    return (place / "train").is_dir() and (place / "val").is_dir()
+
 
 @functools.lru_cache(maxsize=4)
 def _scan_image_folder(path: str, name: str) -> Any:
@@ -721,14 +463,14 @@ def _set_transform(folder: Any, transform: Any) -> None:
 
 def _load_folder_split(info: DatasetInfo, root: Path, split: str, val_fraction: float,
                        split_seed: int, limit: int | None) -> ImageData:
-    hit, looked = _locate(info.name, root)
-    if hit is None:
-        raise _missing(info.name, looked, "Folder sets are never downloaded.")
-    place = Path(hit[1])
+    place = root / info.name
+    if not _folder_complete(place):
+        raise missing_data_error(info.name, [f"{place} (train/ and val/ class folders)"],
+                                 "Folder sets are never downloaded.", info.how_to_get)
     if split == "test":
         scanned = _scan_image_folder(str(place / "val"), info.name)
         # ImageFolder sorts by class: a fixed shuffle so `limit` sees every class
-        idx = _fixed_order(len(scanned))
+        idx = fixed_order(len(scanned))
     else:
         scanned = _scan_image_folder(str(place / "train"), info.name)
         train_idx, val_idx = _split_indices(len(scanned), val_fraction, split_seed)

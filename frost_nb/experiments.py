@@ -40,6 +40,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from .analysis import (
     collect_trajectories,
     contraction_summary,
@@ -52,6 +55,24 @@ from .analysis import (
 from .config import LossConfig, RunConfig, make_config
 from .data import make_batches
 from .exits import ExitCache
+from .fractal import (
+    BOX_OFFSETS,
+    PROTOCOL_SCALES,
+    PROTOCOLS,
+    WINDOWS,
+    box_counts,
+    koch_curve,
+    minkowski_protocols,
+    project,
+    protocol_name,
+    protocol_order,
+    protocols_verdict,
+    resample_polyline,
+    straight_line,
+    summarise_dimensions,
+    trajectory_dimensions,
+    window_dimensions,
+)
 from .halting import PAPER_QUANTILES, sweep
 from .halting_rules import COLLAPSE_QUANTILE, FIXED, THRESHOLDS, collapsed, model_curves, rule_curve, summary
 from .paper import TABLE1, TABLE1_STEPS
@@ -367,6 +388,84 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
     return row
 
 
+# the columns notebook 04's tables show for every run (``summarise_runs``)
+ABLATION_COLUMNS = ["alpha", "hurst", "val_accuracy", "val_score", "test_accuracy", "test_accuracy_q0.125",
+                    "test_depth_q0.125", "test_accuracy_q0.5", "test_depth_q0.5"]
+
+
+def summarise_runs(results: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """One ``run_summary`` row per run (label -> TrainResult; held-out and test numbers), indexed
+    by label, and each run's test sweep (label -> ``halting.sweep`` table)."""
+    rows, sweeps = [], {}
+    for label, r in results.items():
+        per_split: dict[str, Any] = {}
+        rows.append({"run": label, **run_summary(r, sweeps=per_split)})
+        sweeps[label] = per_split["test"]
+    return pd.DataFrame(rows).set_index("run"), sweeps
+
+
+def alpha_summary(results: dict[str, Any]) -> pd.DataFrame:
+    """alpha over each run's training (the paper's figure 1): start, minimum and where in training
+    it falls (fraction of the logged steps), end, recovery (end - minimum) and maximum."""
+    rows = []
+    for label, r in results.items():
+        a = pd.Series(r.history["steps"]["alpha"])
+        rows.append({"run": label, "key": r.config.key(), "seed": r.config.train.seed, "start": a.iloc[0],
+                     "min": a.min(), "min at (fraction of training)": a.idxmin() / (len(a) - 1),
+                     "end": a.iloc[-1], "recovery (end - min)": a.iloc[-1] - a.min(), "max": a.max()})
+    return pd.DataFrame(rows).set_index("run")
+
+
+def alpha_series(results: dict[str, Any], every: int = 25) -> list[dict[str, Any]]:
+    """alpha at every ``every``-th logged step of each run, as records (run, step, alpha)."""
+    return [{"run": label, "step": s, "alpha": a} for label, r in results.items()
+            for s, a in list(zip(r.history["steps"]["step"], r.history["steps"]["alpha"]))[::every]]
+
+
+def conflict_summary(results: dict[str, Any]) -> pd.DataFrame:
+    """The gradient-conflict probes of each run (``train.diagnostics_every``): mean cosine between
+    the task and ranking gradients over training, in its first and second half, the share of
+    negative probes, the per-step cosine of Definition D.1 (NaN where the run did not log it), and
+    the run's test accuracy."""
+    rows = []
+    for label, r in results.items():
+        d = pd.DataFrame(r.history["diagnostics"])
+        half, per_step = d["step"] >= d["step"].max() / 2, d.get("step_grad_cosine")
+        logged = per_step is not None and per_step.map(len).all()
+        rows.append({"model": label, "mean cosine": d["grad_cosine"].mean(),
+                     "first half": d.loc[~half, "grad_cosine"].mean(),
+                     "second half": d.loc[half, "grad_cosine"].mean(),
+                     "share negative": (d["grad_cosine"] < 0).mean(),
+                     "per-step cosine": per_step.map(lambda c: sum(c) / len(c)).mean() if logged else float("nan"),
+                     "test accuracy": r.metrics["test_accuracy"]})
+    return pd.DataFrame(rows).set_index("model")
+
+
+def conflict_series(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every gradient-conflict probe of each run, as records (model, step, cosine)."""
+    return [{"model": label, "step": s, "cosine": c} for label, r in results.items()
+            for s, c in zip(r.history["diagnostics"]["step"], r.history["diagnostics"]["grad_cosine"])]
+
+
+def trajectory_dimension_table(results: dict[str, Any], samples: int | None) -> tuple[pd.DataFrame, dict]:
+    """Notebook 03's measurement: for each run the box-counting dimension of the trajectories of
+    its first ``samples`` test images (``fractal.trajectory_dimensions``, summarised), and for
+    seed 0 also the correlation dimension (a second opinion; it costs 5 times as much) and the
+    planar projection drawn in the figure. Returns (one row per run, model -> projected states)."""
+    planar, rows = {}, []
+    for r in results.values():
+        states = run_trajectories(r, "test", samples).pooled.numpy()  # (n, T+1, D)
+        model, seed = family_label(r.config), r.config.train.seed
+        box = trajectory_dimensions(states, "box")
+        row = {"model": model, "seed": seed, **{f"box {k}": v for k, v in summarise_dimensions(box).items()}}
+        if seed == 0:
+            planar[model] = project(states)  # (n, T+1, 2)
+            corr = trajectory_dimensions(states, "correlation")
+            row.update({f"correlation {k}": v for k, v in summarise_dimensions(corr).items()})
+        rows.append(row)
+    return pd.DataFrame(rows), planar
+
+
 def family_label(cfg: RunConfig) -> str:
     """The model family of a run as the tables name it ("frost (no ranking)" for the control;
     "frost (adopted defaults)" for frost under notebook 04's selection (PRE_READING: gated,
@@ -485,8 +584,6 @@ def strength_row(result, reference) -> dict[str, Any]:
     against its task-only ``reference`` (``collapse_row``) and, from the training-time probes of
     the second half of training, the gradient conflict overall and per step (Definition D.1) and
     the ranking/task gradient-norm ratio."""
-    import numpy as np
-
     cfg = result.config
     row = {"model": cfg.model.name, "lambda_rel": cfg.loss.lambda_rel, "lambda_abs": cfg.loss.lambda_abs,
            "key": cfg.key(), **collapse_row(result, reference)}
@@ -509,8 +606,6 @@ def loss_strength_verdicts(rows: list[dict]) -> dict[str, Any]:
     """READING_EXPERIMENTS["loss_strength"]'s rules over the rows of ``strength_row`` (3 seeds per
     arm): per arm the seeds collapsed and the mean per-step conflict; per claim the strengths at
     which it holds."""
-    import numpy as np
-
     arms: dict[tuple[str, float, float], list[dict]] = {}
     for r in rows:
         arms.setdefault((r["model"], r["lambda_rel"], r["lambda_abs"]), []).append(r)
@@ -566,8 +661,6 @@ def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
 
 def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any]):
     """Table 1 rows for every run: model, seed, step, mean and std of cos(GAP(h_t), GAP(h_T))."""
-    import pandas as pd
-
     rows = []
     for label, traj in trajectories.items():
         cfg = results[label].config
@@ -579,8 +672,6 @@ def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any
 def beside_paper_table1(table, steps=None):
     """Ours (mean over seeds of the per-run mean, with the seeds' spread and the mean
     within-run std) next to the paper's Table 1, one row per model and step."""
-    import pandas as pd
-
     steps = TABLE1_STEPS if steps is None else steps
     t = table[table["step"].isin(steps)]
     g = t.groupby(["model", "step"])
@@ -629,8 +720,6 @@ def reading_verdicts(rows, basic_ssm_cos3: list[float]) -> dict[str, dict[str, A
     the median Jacobian norm over steps 8..T is below 1 and at least half the samples satisfy the
     bound (both as means over seeds); Table 1 holds when its mean cosine at t = 3 exceeds
     basic_ssm's mean (same seeds) by more than the larger spread (std) over seeds."""
-    import numpy as np
-
     out: dict[str, dict[str, Any]] = {}
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
@@ -672,3 +761,48 @@ def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", 
     return {"dataset": dataset, "label": label, "size": size, "seeds": list(seeds), "jvp_samples": jvp_samples,
             "rule": READING_EXPERIMENTS["update_forms"], "basic_ssm cos t=3": basic, "runs": rows,
             "forms": reading_verdicts(rows, basic)}
+
+
+# ------------------------------------------------------------------ experiment 3(d): Minkowski protocols
+def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
+                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
+                            retrain: bool = False) -> dict:
+    """Experiment 3(d) of issue 15: every protocol on the families grid, inference only.
+
+    The runs of ``experiments.grid("families", size, dataset, seeds)`` (stops with
+    ``RunsNotTrained`` unless each is committed or cached, or ``retrain``); the first
+    ``samples`` test images of each, as notebook 03 takes them. Returns the metrics record:
+    per run (label, family, seed) every protocol's dimension, per protocol and seed whether
+    frost lies above vanilla and basic_ssm, and the verdict of the fixed rule.
+    """
+    runs = grid("families", size, dataset, seeds=seeds, reading="residual")
+    require_trained(runs, retrain)
+    results = load_runs(runs, progress=False)
+    rows = []
+    for label, result in results.items():
+        states = run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
+        for name, r in minkowski_protocols(states).items():
+            rows.append({"run": label, "model": family_label(result.config), "seed": result.config.train.seed,
+                         "key": result.config.key(), "protocol": name, **r})
+    orders = {}
+    for point_set, dims, window in PROTOCOLS:
+        name = protocol_name(point_set, dims, window)
+        table: dict[str, dict[int, float]] = {}
+        for r in rows:
+            if r["protocol"] == name:
+                table.setdefault(r["model"], {})[r["seed"]] = r["dimension"]
+        orders[name] = protocol_order(table)
+    first = next(iter(results.values())).config
+    scales = np.asarray(PROTOCOL_SCALES)
+    reference = {}  # sets of known dimension as 8192-point polylines, under each window
+    for name, (vertices, truth) in {"straight line": (straight_line(2), 1.0),
+                                    "Koch curve": (koch_curve(7), np.log(4) / np.log(3))}.items():
+        counts = box_counts(resample_polyline(vertices, 8192), scales)
+        reference[name] = {"known": float(truth), **window_dimensions(counts)}
+    return {"dataset": first.data.name, "size": size, "seeds": list(seeds), "samples": samples,
+            "reference": reference,
+            "rule": READING_EXPERIMENTS["minkowski_protocols"],
+            "protocols": {protocol_name(*p): {"point_set": p[0], "dims": p[1], "window": p[2],
+                                              "box_scales": list(WINDOWS[p[2]])} for p in PROTOCOLS},
+            "box_offsets": BOX_OFFSETS, "polyline_points": 8192,
+            "runs": rows, "frost_above_vanilla_and_basic_ssm": orders, **protocols_verdict(orders)}

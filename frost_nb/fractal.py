@@ -59,8 +59,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .experiments import READING_EXPERIMENTS, family_label, grid, load_runs, require_trained, run_trajectories
-
 BOX_SCALES = tuple(2.0 ** -k for k in range(2, 8))  # box sides, in units of the set's extent
 CORRELATION_SCALES = tuple(2.0 ** -k for k in np.arange(3, 6.01, 0.5))  # pair distances r
 AUTO_BOX_SCALES = tuple(2.0 ** (-k / 4) for k in range(8, 49))  # 1/4 .. 1/4096, 4 per octave
@@ -585,48 +583,3 @@ def summarise_dimensions(values) -> dict:
     q25, med, q75 = np.quantile(v, [0.25, 0.5, 0.75])
     return {"mean": float(v.mean()), "std": float(v.std()), "median": float(med),
             "q25": float(q25), "q75": float(q75), "n": int(len(v))}
-
-
-# ---------------------------------------------------------------- driver (loads trained runs)
-def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
-                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
-                            retrain: bool = False) -> dict:
-    """Experiment 3(d) of issue 15: every protocol on the families grid, inference only.
-
-    The runs of ``experiments.grid("families", size, dataset, seeds)`` (stops with
-    ``RunsNotTrained`` unless each is committed or cached, or ``retrain``); the first
-    ``samples`` test images of each, as notebook 03 takes them. Returns the metrics record:
-    per run (label, family, seed) every protocol's dimension, per protocol and seed whether
-    frost lies above vanilla and basic_ssm, and the verdict of the fixed rule.
-    """
-    runs = grid("families", size, dataset, seeds=seeds, reading="residual")
-    require_trained(runs, retrain)
-    results = load_runs(runs, progress=False)
-    rows = []
-    for label, result in results.items():
-        states = run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
-        for name, r in minkowski_protocols(states).items():
-            rows.append({"run": label, "model": family_label(result.config), "seed": result.config.train.seed,
-                         "key": result.config.key(), "protocol": name, **r})
-    orders = {}
-    for point_set, dims, window in PROTOCOLS:
-        name = protocol_name(point_set, dims, window)
-        table: dict[str, dict[int, float]] = {}
-        for r in rows:
-            if r["protocol"] == name:
-                table.setdefault(r["model"], {})[r["seed"]] = r["dimension"]
-        orders[name] = protocol_order(table)
-    first = next(iter(results.values())).config
-    scales = np.asarray(PROTOCOL_SCALES)
-    reference = {}  # sets of known dimension as 8192-point polylines, under each window
-    for name, (vertices, truth) in {"straight line": (straight_line(2), 1.0),
-                                    "Koch curve": (koch_curve(7), np.log(4) / np.log(3))}.items():
-        counts = box_counts(resample_polyline(vertices, 8192), scales)
-        reference[name] = {"known": float(truth), **window_dimensions(counts)}
-    return {"dataset": first.data.name, "size": size, "seeds": list(seeds), "samples": samples,
-            "reference": reference,
-            "rule": READING_EXPERIMENTS["minkowski_protocols"],
-            "protocols": {protocol_name(*p): {"point_set": p[0], "dims": p[1], "window": p[2],
-                                              "box_scales": list(WINDOWS[p[2]])} for p in PROTOCOLS},
-            "box_offsets": BOX_OFFSETS, "polyline_points": 8192,
-            "runs": rows, "frost_above_vanilla_and_basic_ssm": orders, **protocols_verdict(orders)}

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import InitVar, dataclass
 from typing import Any
 
@@ -53,7 +54,7 @@ from torch import Tensor, nn
 from .config import LEAKY_UPDATES, MODELS, ConfigError, ModelConfig, RunConfig, replace_model
 from .inputs import real_number
 
-__all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "StepContext", "create_model"]
+__all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "Step", "StepContext", "create_model"]
 
 
 @dataclass
@@ -62,6 +63,17 @@ class ModelOutput:
     halt_logits: Tensor  # (N, T) w . GAP(h_t) + b (GAP(h_t) LayerNorm-ed with halt_norm); scores sigmoid(.)
     pooled: Tensor  # (N, T, D) GAP(h_t) for t = 1..T
     states: Tensor | None = None  # (N, T+1, *state) h_0 .. h_T when asked for
+
+
+@dataclass
+class Step:
+    """One state of a full-depth pass (``FrostNet.trajectory``): h_t and, for t >= 1, its readout."""
+
+    t: int  # 0 .. T
+    h: Tensor  # (N, C, H, W) or (N, L, D)
+    logits: Tensor | None = None  # (N, K) class logits
+    halt_logit: Tensor | None = None  # (N,) the halting head's logit; score sigmoid(.)
+    pooled: Tensor | None = None  # (N, D) GAP(h_t)
 
 
 @dataclass
@@ -313,7 +325,7 @@ class FrostNet(nn.Module):
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
-    # --- step-wise API (forward is exactly this loop) ---------------------------------------
+    # --- step-wise API (trajectory runs it; forward reads trajectory) ---------------------------------------
 
     def embed(self, x: Tensor) -> Tensor:
         """Stem: (N, C_in, S, S) -> e, (N, C, S/s, S/s) or (N, L, D)."""
@@ -394,26 +406,38 @@ class FrostNet(nn.Module):
         halt = self.halt_head(z).squeeze(-1)  # (N,)
         return logits, halt, pooled
 
+    def prologue(self, x: Tensor) -> tuple[Tensor, StepContext]:
+        """(h_0, ctx): the stem, its t-independent terms and the initial state, once per pass."""
+        ctx = self.context(self.embed(x))
+        return self.init_state(ctx), ctx
+
+    def trajectory(self, x: Tensor, detach_halt_input: bool = False) -> Iterator[Step]:
+        """The full-depth pass, one step at a time: h_0 (t = 0, no readout), then h_1 .. h_T each
+        with its readout. The one loop of every full-depth pass (``forward``, the analyses'
+        trajectories, the timing of notebook 06); ``halting.adaptive_predict`` runs its own, as it
+        drops the samples that exit. Memory is the caller's choice: nothing is kept here."""
+        h, ctx = self.prologue(x)
+        yield Step(0, h)
+        for t in range(self.config.steps):
+            h = self.step(h, ctx, t)
+            yield Step(t + 1, h, *self.readout(h, ctx, detach_halt_input))
+
     def forward(self, x: Tensor, return_states: bool = False,
                 detach_halt_input: bool = False) -> ModelOutput:
         """All T steps. ``detach_halt_input``: the halting head sees GAP(h_t).detach()."""
-        ctx = self.context(self.embed(x))
-        h = self.init_state(ctx)
-        states = [h] if return_states else None
-        logits, halts, pooled = [], [], []
-        for t in range(self.config.steps):
-            h = self.step(h, ctx, t)
-            lg, hl, p = self.readout(h, ctx, detach_halt_input)
-            logits.append(lg)
-            halts.append(hl)
-            pooled.append(p)
-            if states is not None:
-                states.append(h)
+        states, logits, halts, pooled = [], [], [], []
+        for s in self.trajectory(x, detach_halt_input):
+            if return_states:
+                states.append(s.h)
+            if s.t:
+                logits.append(s.logits)
+                halts.append(s.halt_logit)
+                pooled.append(s.pooled)
         return ModelOutput(
             logits=torch.stack(logits, 1),  # (N, T, K)
             halt_logits=torch.stack(halts, 1),  # (N, T)
             pooled=torch.stack(pooled, 1),  # (N, T, D)
-            states=None if states is None else torch.stack(states, 1),  # (N, T+1, *state)
+            states=torch.stack(states, 1) if return_states else None,  # (N, T+1, *state)
         )
 
 

@@ -13,6 +13,7 @@ import math
 import platform
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from .checkpoint import checkpoint_config, load_model
@@ -158,6 +159,31 @@ def effective_size(size: str) -> str:
     return "smoke" if smoke_mode() else size
 
 
+# What FROST_SMOKE=1 sets whatever a notebook's parameters say (a smoke run: seconds, digits
+# only, as CI has no other data set) ...
+SMOKE_VALUES = {"size": "smoke", "dataset": "digits", "collapse_dataset": "digits",
+                "epochs": None}  # epochs: the smoke size's own
+# ... and the counts it caps, per notebook (None, "all of them", is capped too)
+SMOKE_CAPS = {"02": {"seeds": 1}, "03": {"seeds": 1, "samples": 40}, "04": {"seeds": 1},
+              "05": {"seeds": 2}, "07": {"seeds": 2}}
+
+
+def setup(notebook: str, **params: Any) -> SimpleNamespace:
+    """The one preamble of every notebook: its parameters checked (``validate_params``), then,
+    under ``FROST_SMOKE=1``, shrunk to a smoke run (``SMOKE_VALUES``, ``SMOKE_CAPS``). Returns
+    them as attributes, plus ``smoke`` (whether smoke mode is on) and ``notebook``: a notebook
+    reads ``params.size``, ``params.seeds``, never its raw parameters after this.
+    """
+    validate_params(**params)
+    if "sections" in params:  # notebook 04: "alpha,loss" -> ("alpha", "loss")
+        params["sections"] = sections_of(params["sections"])
+    if smoke_mode():
+        params.update({k: v for k, v in SMOKE_VALUES.items() if k in params})
+        params.update({k: cap if params[k] is None else min(params[k], cap)
+                       for k, cap in SMOKE_CAPS.get(notebook, {}).items() if k in params})
+    return SimpleNamespace(notebook=notebook, smoke=smoke_mode(), **params)
+
+
 def trained_frost(checkpoint: str | None, size: str, dataset: str | None, default=None, *,
                   backbone: str | None = None, param: str = "checkpoint"):
     """``(config, model, calibrator)`` of the model a notebook studies: the checkpoint when one
@@ -286,6 +312,11 @@ def _close(a: Any, b: Any) -> bool:
             return False
         return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
     return a == b
+
+
+def records(table) -> list[dict[str, Any]]:
+    """A table (pandas) as JSON-ready records, its index as the first column(s)."""
+    return table.reset_index().to_dict(orient="records")
 
 
 def figure_png(fig, dpi: int = 110) -> bytes:

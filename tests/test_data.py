@@ -1,4 +1,5 @@
-"""Tests of frost_nb.data: loaders (real and fabricated files), splits, errors, batches.
+"""Tests of frost_nb.data and frost_nb.prepare: preparing each source kind once, loaders (real
+and fabricated files), splits, errors, batches.
 
 Fabricated files are written in each set's real on-disk format (IDX headers, packed JPEG
 npz, torchvision's CIFAR pickles, ImageFolder trees) so the parsers are tested, not mocks.
@@ -9,7 +10,11 @@ from __future__ import annotations
 import collections
 import gzip
 import io
+import os
 import pickle
+import shutil
+import subprocess
+import sys
 import urllib.error
 from pathlib import Path
 
@@ -19,6 +24,7 @@ import torch
 from PIL import Image
 
 from frost_nb import data
+from frost_nb import prepare as prep
 from frost_nb.data import (
     DATASETS,
     DataError,
@@ -29,6 +35,7 @@ from frost_nb.data import (
     random_crop,
     random_flip,
 )
+from frost_nb.prepare import prepare, read_prepared
 
 # the project's shared folder sits beside the checkout (CI clones it so too)
 SHARED_CIFAR10 = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
@@ -172,6 +179,14 @@ def make_image_folders(root: Path, per_class_train=5, per_class_val=2):
                 Image.fromarray(im).save(d / f"img{i}.JPEG", format="JPEG")
 
 
+def origin(ds: ImageData) -> str:
+    """What a prepared set was converted from: ``source`` reads "<prepared file> (prepared from <origin>)"."""
+    prepared, _, rest = ds.source.partition(" (prepared from ")
+    assert prepared.endswith(f"prepared/{ds.name}/{'test' if ds.split == 'test' else 'train'}.npz")
+    assert rest.endswith(")"), ds.source
+    return rest[:-1]
+
+
 def image_keys(ds: ImageData) -> collections.Counter:
     """Multiset of (pixels, label): compares splits without knowing their order."""
     return collections.Counter((x.numpy().tobytes(), int(y)) for x, y in zip(ds.x, ds.y))
@@ -270,7 +285,7 @@ def test_fashion_mnist_from_idx_files(tmp_path, layout, gz, no_system_fashion):
     test = load_dataset("fashion-mnist", "test", tmp_path, download=False)
     x, y = arrays["test"]
     assert torch.equal(test.x, torch.from_numpy(x)[:, None]) and test.y.tolist() == y.tolist()
-    assert test.source == str(tmp_path / layout) and test.classes[0] == "T-shirt/top"
+    assert origin(test) == str(tmp_path / layout) and test.classes[0] == "T-shirt/top"
     train = load_dataset("fashion-mnist", "train", tmp_path, val_fraction=0.25, download=False)
     val = load_dataset("fashion-mnist", "val", tmp_path, val_fraction=0.25, download=False)
     assert (len(train), len(val)) == (9, 3)
@@ -279,7 +294,7 @@ def test_fashion_mnist_from_idx_files(tmp_path, layout, gz, no_system_fashion):
 
 def test_local_fashion_copy_wins_over_system_copy(tmp_path):
     make_fashion(tmp_path / "fashion-mnist")
-    assert load_dataset("fashion-mnist", "test", tmp_path).source == str(tmp_path / "fashion-mnist")
+    assert origin(load_dataset("fashion-mnist", "test", tmp_path)) == str(tmp_path / "fashion-mnist")
 
 
 def test_fashion_mnist_system_copy(tmp_path, monkeypatch):
@@ -293,7 +308,8 @@ def test_fashion_mnist_system_copy(tmp_path, monkeypatch):
     val = load_dataset("fashion-mnist", "val", root, download=False, val_fraction=0.25)
     test = load_dataset("fashion-mnist", "test", root, download=False)
     assert (len(train), len(val), len(test)) == (30, 10, 10)
-    assert test.source == str(system / "fashion-mnist") and test.x.shape == (10, 1, 28, 28)
+    assert origin(test) == str(system / "fashion-mnist") and test.x.shape == (10, 1, 28, 28)
+    assert test.source.startswith(str(root / "prepared" / "fashion-mnist"))  # written in the data root
 
 
 def test_tests_never_see_real_data():
@@ -350,7 +366,7 @@ def test_cifar10_packed_fabricated(tmp_path):
     test = load_dataset("cifar10", "test", tmp_path, download=False)
     images, labels = files["test"]
     assert test.x.shape == (10, 3, 32, 32) and test.classes == CIFAR10_CLASSES
-    assert test.source == str(tmp_path / "cifar10" / "test.npz")
+    assert origin(test) == str(tmp_path / "cifar10" / "test.npz")
     assert sorted(test.y.tolist()) == sorted(labels.tolist())
     assert test.y.tolist() != sorted(test.y.tolist())  # fixed shuffle of the class-sorted file
     # every image is its label's flat colour, up to JPEG error
@@ -363,7 +379,9 @@ def test_cifar10_packed_fabricated(tmp_path):
 @pytest.mark.skipif(not (SHARED_CIFAR10 / "test.npz").is_file(), reason="no shared CIFAR-10 copy")
 def test_cifar10_real_packed_copy(tmp_path):
     (tmp_path / "cifar10").symlink_to(SHARED_CIFAR10)  # read through the data root, never write there
+    before = sorted(os.listdir(SHARED_CIFAR10))
     test = load_dataset("cifar10", "test", tmp_path, download=False)
+    assert sorted(os.listdir(SHARED_CIFAR10)) == before  # prepared beside the link, not through it
     assert test.x.shape == (10_000, 3, 32, 32) and test.classes == CIFAR10_CLASSES
     assert torch.bincount(test.y).tolist() == [1000] * 10
     assert len(set(test.y[:100].tolist())) == 10  # `limit` on the test split sees every class
@@ -412,7 +430,7 @@ def test_cifar10_torchvision_pickles(tmp_path, where):
     x, y, xt, yt = make_cifar10_pickles(tmp_path / where)
     train = load_dataset("cifar10", "train", tmp_path, download=False, val_fraction=0.0)
     test = load_dataset("cifar10", "test", tmp_path, download=False)
-    assert test.source == str(tmp_path / where) and test.classes == CIFAR10_CLASSES
+    assert origin(test) == str(tmp_path / where) and test.classes == CIFAR10_CLASSES
     assert torch.equal(test.x, torch.from_numpy(xt)) and test.y.tolist() == yt.tolist()
     assert len(train) == 15
     ref = collections.Counter((im.tobytes(), int(t)) for im, t in zip(x, y))
@@ -435,7 +453,7 @@ def test_cifar10_pickles_match_torchvision(tmp_path, monkeypatch):
 def test_packed_copy_wins_over_pickles(tmp_path):
     make_cifar10_pickles(tmp_path / "cifar10" / "cifar-10-batches-py")
     make_packed_cifar10(tmp_path / "cifar10")
-    assert load_dataset("cifar10", "test", tmp_path).source.endswith("test.npz")
+    assert origin(load_dataset("cifar10", "test", tmp_path)) == str(tmp_path / "cifar10" / "test.npz")
 
 
 def test_cifar100_torchvision_pickles(tmp_path):
@@ -451,7 +469,7 @@ def test_cifar100_packed_png_exact_pixels_and_coarse_labels(tmp_path):
     arrays = make_packed_cifar100(tmp_path / "cifar100")
     make_cifar100_pickles(tmp_path / "cifar100" / "cifar-100-python")  # the packed copy comes first
     test = load_dataset("cifar100", "test", tmp_path, download=False)
-    assert test.source == str(tmp_path / "cifar100" / "test.npz")
+    assert origin(test) == str(tmp_path / "cifar100" / "test.npz")
     images, labels = arrays["test"]
     # the reader shuffles the class-sorted file once: match each image back to its original row
     rows = {im.tobytes(): i for i, im in enumerate(images)}
@@ -497,6 +515,9 @@ def test_cifar100_pickles_give_coarse_labels_or_a_clear_error(tmp_path):
     dump(tmp_path / "cifar-100-python" / "test", {"data": np.zeros((2, 3072), np.uint8), "fine_labels": [1, 2],
                                                   "coarse_labels": [0]})
     data.clear_cache()
+    assert len(load_dataset("cifar100", "test", tmp_path)) == 3  # prepared before the damage: source not read
+    shutil.rmtree(tmp_path / "prepared")
+    data.clear_cache()
     with pytest.raises(DataError, match="coarse labels do not match"):
         load_dataset("cifar100", "test", tmp_path)
 
@@ -509,7 +530,9 @@ def test_cifar100_real_packed_copy(tmp_path):
     """The shared copy, read through the data root: the official test split, 100 per class, and the
     published per-channel test means (its README)."""
     (tmp_path / "cifar100").symlink_to(SHARED_CIFAR100)
+    before = sorted(os.listdir(SHARED_CIFAR100))
     test = load_dataset("cifar100", "test", tmp_path, download=False)
+    assert sorted(os.listdir(SHARED_CIFAR100)) == before and (tmp_path / "prepared" / "cifar100").is_dir()
     assert test.x.shape == (10000, 3, 32, 32) and len(test.classes) == 100 and len(test.coarse_classes) == 20
     assert collections.Counter(test.y.tolist()) == {c: 100 for c in range(100)}
     means = (test.x.double() / 255).mean(dim=(0, 2, 3))
@@ -541,7 +564,7 @@ def test_missing_data_lists_places_and_how_to_get(tmp_path):
 def test_missing_fashion_lists_system_place(tmp_path, no_system_fashion):
     with pytest.raises(DataError) as err:
         load_dataset("fashion-mnist", "test", tmp_path, download=False)
-    assert str(data.fashion_mnist_system_dir()) in str(err.value)
+    assert str(prep.fashion_mnist_system_dir()) in str(err.value)
     assert str(tmp_path / "FashionMNIST" / "raw") in str(err.value)
 
 
@@ -596,17 +619,31 @@ def test_failed_download_removes_the_folders_it_made(name, klass, sub, made, tmp
         assert sorted(p.name for p in root.iterdir()) == ["other"]
 
 
+def fake_cifar10_data(train: bool) -> np.ndarray:
+    n = 6 if train else 4
+    return np.arange(n * 32 * 32 * 3, dtype=np.int64).reshape(n, 32, 32, 3).astype(np.uint8)  # (N, H, W, C)
+
+
 class FakeCIFAR10:
-    """Stands in for torchvision.datasets.CIFAR10: records calls, holds (N, H, W, C) data."""
+    """Stands in for torchvision.datasets.CIFAR10: records calls, holds (N, H, W, C) data, and its
+    download writes what torchvision's does: <root>/cifar-10-batches-py with 5 + 1 pickled batches."""
 
     calls: list = []
 
     def __init__(self, root, train=True, download=False):
         FakeCIFAR10.calls.append((root, train, download))
-        n = 6 if train else 4
-        self.data = np.arange(n * 32 * 32 * 3, dtype=np.int64).reshape(n, 32, 32, 3).astype(np.uint8)
-        self.targets = list(range(n))
-        self.classes = CIFAR10_CLASSES
+        self.data, self.classes = fake_cifar10_data(train), CIFAR10_CLASSES
+        self.targets = list(range(len(self.data)))
+        if download:
+            folder = Path(root) / "cifar-10-batches-py"
+            folder.mkdir(parents=True, exist_ok=True)
+            rows = fake_cifar10_data(True).transpose(0, 3, 1, 2).reshape(6, -1)  # 1024 R, G, B bytes a row
+            for i in range(1, 6):  # the 6 training images over 5 batches: 2, 1, 1, 1, 1
+                batch = slice(0, 2) if i == 1 else slice(i, i + 1)
+                dump(folder / f"data_batch_{i}", {"data": rows[batch], "labels": list(range(6))[batch]})
+            test_rows = fake_cifar10_data(False).transpose(0, 3, 1, 2).reshape(4, -1)
+            dump(folder / "test_batch", {"data": test_rows, "labels": [0, 1, 2, 3]})
+            dump(folder / "batches.meta", {"label_names": CIFAR10_CLASSES})
 
 
 def test_download_used_only_when_local_copies_missing(tmp_path, monkeypatch):
@@ -617,15 +654,20 @@ def test_download_used_only_when_local_copies_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
     local = tmp_path / "local"
     make_packed_cifar10(local / "cifar10")
-    assert load_dataset("cifar10", "test", local, download=True).source.endswith("test.npz")
+    test = load_dataset("cifar10", "test", local, download=True)
+    assert origin(test) == str(local / "cifar10" / "test.npz")
     assert FakeCIFAR10.calls == []  # a local copy: no download tried
     empty = tmp_path / "empty"
     test = load_dataset("cifar10", "test", empty, download=True)
-    assert FakeCIFAR10.calls == [(str(empty / "cifar10"), False, True)]
-    assert "download" in test.source and test.x.shape == (4, 3, 32, 32)
-    fake = FakeCIFAR10(None, train=False)
-    assert torch.equal(test.x, torch.from_numpy(fake.data).permute(0, 3, 1, 2))
+    assert FakeCIFAR10.calls == [(str(empty / "cifar10"), True, True)]  # one archive holds both parts
+    # prepared from the files the download left, where a later prepare would find them offline
+    assert origin(test) == str(empty / "cifar10" / "cifar-10-batches-py") and test.x.shape == (4, 3, 32, 32)
+    assert torch.equal(test.x, torch.from_numpy(fake_cifar10_data(False)).permute(0, 3, 1, 2))
     assert test.y.tolist() == [0, 1, 2, 3]
+    train = load_dataset("cifar10", "train", empty, val_fraction=0.0)
+    assert len(FakeCIFAR10.calls) == 1  # prepared once: the train part needs no second download
+    assert image_keys(train) == collections.Counter(
+        (im.tobytes(), i) for i, im in enumerate(fake_cifar10_data(True).transpose(0, 3, 1, 2)))
 
 
 def test_available_datasets_checks_existence_only(tmp_path, no_system_fashion):
@@ -635,7 +677,9 @@ def test_available_datasets_checks_existence_only(tmp_path, no_system_fashion):
     make_image_folders(tmp_path)
     found = available_datasets(tmp_path)
     assert set(found) == set(DATASETS)
-    assert found["cifar10"] == str(tmp_path / "cifar10")
+    prepared = tmp_path / "prepared" / "cifar10"
+    assert found["cifar10"] == f"{tmp_path / 'cifar10'} (prepared into {prepared} on first use)"
+    assert not (tmp_path / "prepared").exists()  # nothing prepared by looking
     assert found["imagenet100"] == str(tmp_path / "imagenet100")
     assert "load_digits" in found["digits"]
     assert found["cifar100"] == f"missing: {DATASETS['cifar100'].how_to_get}"
@@ -853,3 +897,246 @@ def test_data_root_order_argument_then_env_then_repo(tmp_path, monkeypatch):
     # and load_dataset follows it: the set is found under $FROST_DATA, not in data/
     make_cifar100_pickles(tmp_path / "env" / "cifar-100-python")
     assert load_dataset("cifar100", "test", download=False).source.startswith(str(tmp_path / "env"))
+
+
+# --- prepared once (frost_nb/prepare.py) -------------------------------------------------------
+
+def _expected_parts(kind: str, src: Path) -> tuple[str, dict]:
+    """Fabricate one source kind in `src`; (data set, part -> (x (N, C, H, W), y)) in the order the
+    loader has always given them (the packed copies get their fixed shuffle)."""
+    if kind == "idx":
+        arrays = make_fashion(src, n_train=9, n_test=4)
+        return "fashion-mnist", {p: (x[:, None], y.astype(np.int64)) for p, (x, y) in arrays.items()}
+    if kind == "packed-png":
+        arrays = make_packed_cifar100(src, per_class_train=2, per_class_test=1)
+        return "cifar100", {p: (x.transpose(0, 3, 1, 2)[prep.fixed_order(len(y)).numpy()],
+                                y[prep.fixed_order(len(y)).numpy()]) for p, (x, y) in arrays.items()}
+    if kind == "pickles-cifar10":
+        x, y, xt, yt = make_cifar10_pickles(src)
+        return "cifar10", {"train": (x, y), "test": (xt, yt)}
+    arrays = make_cifar100_pickles(src)
+    return "cifar100", {p: (x, y) for p, (x, y) in arrays.items()}
+
+
+@pytest.mark.parametrize("kind, where", [
+    ("idx", "fashion-mnist"), ("idx", "FashionMNIST/raw"), ("packed-png", "cifar100"),
+    ("pickles-cifar10", "cifar-10-batches-py"), ("pickles-cifar100", "cifar100/cifar-100-python")])
+def test_prepare_converts_each_source_kind(kind, where, tmp_path, no_system_fashion):
+    name, expected = _expected_parts(kind, tmp_path / where)
+    folder = prepare(name, tmp_path, download=False)
+    assert folder == tmp_path.resolve() / "prepared" / name
+    assert sorted(p.name for p in folder.iterdir()) == ["test.npz", "train.npz"]  # no temporary file left
+    for part, (x, y) in expected.items():
+        got = read_prepared(name, tmp_path, part)
+        assert got.x.dtype == np.uint8 and got.y.dtype == np.int64
+        assert np.array_equal(got.x, x) and np.array_equal(got.y, y)  # exact pixels, labels and order
+        assert got.source == str(tmp_path / where / (f"{part}.npz" if kind == "packed-png" else ""))
+        if name == "cifar100":
+            assert np.array_equal(got.coarse_y, y // 5) and got.coarse_classes[19] == "super19"
+        else:
+            assert got.coarse_y is None
+        with np.load(folder / f"{part}.npz") as z:  # the format itself: no pickle needed
+            assert int(z["format"]) == prep.FORMAT and z["x"].shape == x.shape
+
+
+def test_prepare_packed_jpeg_copy(tmp_path):
+    """The packed JPEG copy of CIFAR-10: decoded once, shuffled once, as the loader always did."""
+    files = make_packed_cifar10(tmp_path / "cifar10")
+    prepare("cifar10", tmp_path, download=False)
+    got = read_prepared("cifar10", tmp_path, "test")
+    images, labels = files["test"]
+    order = prep.fixed_order(len(labels)).numpy()
+    assert np.array_equal(got.y, labels[order]) and got.classes == tuple(CIFAR10_CLASSES)
+    expected = flat_colour_images(labels[order]).transpose(0, 3, 1, 2).astype(int)
+    assert np.abs(got.x.astype(int) - expected).max() <= 3  # JPEG error on flat colours
+
+
+def test_prepare_from_a_named_source_folder(tmp_path):
+    """``source=`` converts a copy kept anywhere (say a shared read-only folder), writing nothing there."""
+    elsewhere = tmp_path / "shared" / "cifar100"
+    make_packed_cifar100(elsewhere, per_class_train=1, per_class_test=1)
+    before = sorted(elsewhere.iterdir())
+    root = tmp_path / "root"
+    assert prepare("cifar100", root, source=elsewhere, download=False) == root / "prepared" / "cifar100"
+    assert sorted(elsewhere.iterdir()) == before
+    assert origin(load_dataset("cifar100", "test", root)) == str(elsewhere / "test.npz")
+    with pytest.raises(DataError) as err:  # a named folder without the set: its places, and the fix
+        prepare("cifar10", root, source=tmp_path / "shared")
+    msg = str(err.value)
+    assert str(tmp_path / "shared" / "cifar-10-batches-py") in msg and "holds no complete copy" in msg
+    assert DATASETS["cifar10"].how_to_get in msg
+
+
+def test_prepared_files_never_go_through_a_linked_set_folder(tmp_path):
+    """make data links ../shared/data/cifar10 as <root>/cifar10: the prepared copy lands beside it."""
+    shared = tmp_path / "shared-cifar10"
+    make_packed_cifar10(shared)
+    before = sorted(shared.iterdir())
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "cifar10").symlink_to(shared)
+    assert len(load_dataset("cifar10", "test", root)) == 10
+    assert sorted(shared.iterdir()) == before
+    assert sorted(p.name for p in (root / "prepared" / "cifar10").iterdir()) == ["test.npz", "train.npz"]
+
+
+def test_load_after_prepare_reads_only_the_prepared_files(tmp_path, no_system_fashion):
+    arrays = make_fashion(tmp_path / "fashion-mnist", n_train=12, n_test=5)
+    first = load_dataset("fashion-mnist", "val", tmp_path, val_fraction=0.25)
+    shutil.rmtree(tmp_path / "fashion-mnist")  # the source is gone
+    data.clear_cache()
+    again = load_dataset("fashion-mnist", "val", tmp_path, val_fraction=0.25, download=False)
+    assert torch.equal(again.x, first.x) and torch.equal(again.y, first.y)
+    test = load_dataset("fashion-mnist", "test", tmp_path, download=False)
+    assert torch.equal(test.x, torch.from_numpy(arrays["test"][0])[:, None])
+    assert origin(test) == str(tmp_path / "fashion-mnist")  # what it was made from, kept in the file
+    found = available_datasets(tmp_path)["fashion-mnist"]
+    assert found == str(tmp_path.resolve() / "prepared" / "fashion-mnist")
+
+
+def test_prepare_runs_once_unless_forced(tmp_path, monkeypatch):
+    make_cifar10_pickles(tmp_path / "cifar-10-batches-py")
+    prepare("cifar10", tmp_path)
+    calls = []
+    real = prep._CONVERTERS["pickles"]
+    monkeypatch.setitem(prep._CONVERTERS, "pickles", lambda *a: calls.append(a[2]) or real(*a))
+    prepare("cifar10", tmp_path)
+    load_dataset("cifar10", "test", tmp_path)
+    assert calls == []  # prepared already: nothing converted
+    prepare("cifar10", tmp_path, force=True)
+    assert calls == ["train", "test"]
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "flipped byte":
+        raw = bytearray(path.read_bytes())
+        raw[len(raw) // 2] ^= 0x10  # inside x's pixels: only the zip's CRC-32 can tell
+        path.write_bytes(bytes(raw))
+    else:
+        with np.load(path) as z:
+            parts = dict(z)
+        if how == "old format":
+            parts["format"] = np.array(0)
+        else:  # "wrong shape": a part of another set
+            parts["x"] = parts["x"][:, :1]
+        with open(path, "wb") as f:
+            np.savez(f, **parts)
+
+
+@pytest.mark.parametrize("how, says", [("truncated", "is truncated or corrupt"),
+                                       ("flipped byte", "is truncated or corrupt .*CRC"),
+                                       ("old format", "is not a prepared file of format 1 .format 0."),
+                                       ("wrong shape", "arrays do not fit a prepared cifar10 part")])
+def test_damaged_prepared_file_names_the_fix(how, says, tmp_path):
+    make_cifar10_pickles(tmp_path / "cifar-10-batches-py")
+    good = load_dataset("cifar10", "train", tmp_path, val_fraction=0.0)
+    folder = tmp_path.resolve() / "prepared" / "cifar10"
+    _damage(folder / "train.npz", how)
+    data.clear_cache()
+    with pytest.raises(DataError, match=says) as err:
+        load_dataset("cifar10", "train", tmp_path, val_fraction=0.0)
+    msg = str(err.value)
+    assert str(folder / "train.npz") in msg and f"delete {folder} and load again" in msg
+    assert "python -m frost_nb.prepare cifar10 --force" in msg
+    shutil.rmtree(folder)  # the fix the message names
+    data.clear_cache()
+    again = load_dataset("cifar10", "train", tmp_path, val_fraction=0.0)
+    assert torch.equal(again.x, good.x) and torch.equal(again.y, good.y)
+
+
+class Interrupted(BaseException):
+    """Stands in for Ctrl-C or a crash halfway through a write."""
+
+
+def test_interrupted_prepare_leaves_no_prepared_file(tmp_path, monkeypatch):
+    make_cifar100_pickles(tmp_path / "cifar-100-python")
+    writes = []
+    real_savez = np.savez
+
+    def savez_then_stop(f, **arrays):
+        writes.append(f.name)
+        if len(writes) == 2:  # train.npz's temporary file is complete; test.npz's half written
+            f.write(b"PK\x03\x04 half a zip")
+            raise Interrupted
+        real_savez(f, **arrays)
+
+    monkeypatch.setattr(np, "savez", savez_then_stop)
+    with pytest.raises(Interrupted):
+        prepare("cifar100", tmp_path)
+    folder = tmp_path / "prepared" / "cifar100"
+    assert len(writes) == 2 and all(".tmp" in Path(w).name for w in writes)  # written under other names
+    assert list(folder.iterdir()) == []  # no part renamed into place, no temporary file left
+    monkeypatch.setattr(np, "savez", real_savez)
+    data.clear_cache()
+    assert len(load_dataset("cifar100", "test", tmp_path)) == 3  # the next load prepares it whole
+
+
+def test_killed_prepare_leaves_no_prepared_file(tmp_path):
+    """A process killed while writing (no clean-up runs) leaves at most a temporary file, never a
+    part under its real name; the next load prepares the set again."""
+    make_cifar10_pickles(tmp_path / "cifar-10-batches-py")
+    script = ("import os, sys, numpy as np\n"
+              "from frost_nb.prepare import prepare\n"
+              "def savez(f, **arrays):\n"
+              "    f.write(b'PK\\x03\\x04 half'); f.flush(); os._exit(9)\n"
+              "np.savez = savez\n"
+              "prepare('cifar10', sys.argv[1])\n")
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 9, run.stderr[-2000:]
+    folder = tmp_path / "prepared" / "cifar10"
+    assert [p.name.startswith(".train.npz.tmp") for p in folder.iterdir()] == [True]
+    assert not prep.is_prepared("cifar10", tmp_path)
+    assert len(load_dataset("cifar10", "test", tmp_path)) == 4
+
+
+def test_unwritable_prepared_folder_says_so_before_converting(tmp_path, monkeypatch):
+    make_cifar10_pickles(tmp_path / "cifar-10-batches-py")
+    (tmp_path / "prepared").write_text("a file where the folder belongs")
+    monkeypatch.setitem(prep._CONVERTERS, "pickles", lambda *a: pytest.fail("converted before the check"))
+    with pytest.raises(OSError, match="prepared copy of cifar10 .* is a file, not a folder.*FROST_DATA"):
+        load_dataset("cifar10", "test", tmp_path)
+
+
+def test_read_only_data_root_is_never_written(tmp_path):
+    """Root ignores permission bits: a data root marked read-only, like ../shared/data, is refused
+    by its mode before any conversion, and nothing lands in it."""
+    source = tmp_path / "copy"
+    make_cifar10_pickles(source / "cifar-10-batches-py")
+    root = tmp_path / "read-only-root"
+    root.mkdir()
+    root.chmod(0o555)
+    try:
+        with pytest.raises(OSError, match=f"{root} is marked read-only .a shared copy.*FROST_DATA"):
+            prepare("cifar10", root, source=source)
+        assert list(root.iterdir()) == []
+    finally:
+        root.chmod(0o755)
+
+
+def test_prepare_only_the_sets_that_have_sources():
+    for name in ("digits", "imagenet100", "mnist"):
+        with pytest.raises(DataError, match=f"name={name!r} is not prepared: expected one of 'fashion-mni"):
+            prepare(name)
+
+
+def test_missing_data_from_prepare_names_the_fix(tmp_path, no_system_fashion):
+    with pytest.raises(DataError) as err:
+        prepare("fashion-mnist", tmp_path / "nothing", download=False)
+    msg = str(err.value)
+    assert str(tmp_path / "nothing" / "fashion-mnist") in msg and str(prep.fashion_mnist_system_dir()) in msg
+    assert "download=False" in msg and "apt-get install dataset-fashion-mnist" in msg
+    assert not (tmp_path / "nothing").exists()  # nothing made for a set that is not there
+
+
+def test_command_line_prepares_and_reports(tmp_path, capsys, no_system_fashion):
+    make_cifar10_pickles(tmp_path / "cifar10" / "cifar-10-batches-py")
+    assert prep.main(["cifar10", "--root", str(tmp_path), "--no-download"]) == 0
+    assert capsys.readouterr().out == f"cifar10: prepared in {tmp_path.resolve() / 'prepared' / 'cifar10'}\n"
+    assert prep.main(["fashion-mnist", "cifar10", "--root", str(tmp_path), "--no-download"]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("cifar10: prepared in")
+    assert err.startswith("fashion-mnist: data set 'fashion-mnist' not found")
+    assert "To get it: apt-get install dataset-fashion-mnist" in err

@@ -171,6 +171,12 @@ def test_shapes_and_stepwise_loop(name, backbone):
         assert torch.equal(pooled, out.pooled[:, t])
         assert torch.allclose(pooled, out.states[:, t + 1].flatten(2).mean(2) if backbone == "resnet"
                               else out.states[:, t + 1].mean(1), atol=1e-6)
+    # trajectory, the one full-depth loop: h_0 without a readout, then every step with its own
+    steps = list(model.trajectory(x))
+    assert [s.t for s in steps] == list(range(5)) and steps[0].logits is None
+    assert all(torch.equal(s.h, out.states[:, s.t]) for s in steps)
+    assert all(torch.equal(s.logits, out.logits[:, s.t - 1]) and torch.equal(s.halt_logit, out.halt_logits[:, s.t - 1])
+               for s in steps[1:])
     # a bare e works in place of the context (B(e), D(e) recomputed)
     e = model.embed(x)
     h1 = model.step(model.init_state(e), e, 0)

@@ -15,7 +15,7 @@ import torch
 from frost_nb.checkpoint import save_checkpoint
 from frost_nb.config import SEED_MAX, make_config
 from frost_nb.models import create_model
-from frost_nb.notebook import _RULES, ParameterError, trained_frost, validate_params
+from frost_nb.notebook import _RULES, ParameterError, setup, trained_frost, validate_params
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
 # annotation of a parameters cell -> the Python types it admits
@@ -24,11 +24,13 @@ ANNOTATIONS = {"int": {int}, "float": {int, float}, "str": {str}, "bool": {bool}
 
 
 def _cells(path):
-    """The parameters cell and the first code cell after it, as parsed Python modules."""
+    """The parameters cell and the first code cell after it that is not imports only (the one
+    that calls ``notebook.setup``), as parsed Python modules."""
     cells = json.loads(path.read_text())["cells"]
     i = next(k for k, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", []))
-    after = next(c for c in cells[i + 1:] if c["cell_type"] == "code")
-    return ast.parse("".join(cells[i]["source"])), ast.parse("".join(after["source"]))
+    code = (ast.parse("".join(c["source"])) for c in cells[i + 1:] if c["cell_type"] == "code")
+    after = next(m for m in code if not all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in m.body))
+    return ast.parse("".join(cells[i]["source"])), after
 
 
 def _annotation(node) -> str | None:
@@ -75,19 +77,45 @@ def test_every_parameter_has_a_type_annotation(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_parameter_is_validated_on_entry(path):
-    """The first code cell after the parameters cell passes every parameter, by its own name, to
-    validate_params (before any other call uses it), and the committed values pass."""
+    """The first code cell after the parameters cell (imports aside) passes every parameter, by its
+    own name, to ``notebook.setup`` with the notebook's number (before any other call uses one), and
+    the committed values pass; no later cell reads a raw parameter again (only ``params.<name>``:
+    smoke mode changes some)."""
     params = _parameters(path)
     _, cell = _cells(path)
-    calls = [n for n in ast.walk(cell)
-             if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "validate_params"]
-    assert len(calls) == 1, "one validate_params call in the first code cell after the parameters"
+    calls = [n for n in ast.walk(cell) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup"]
+    assert len(calls) == 1, "one setup call in the first code cell after the parameters (imports aside)"
+    assert [ast.literal_eval(a) for a in calls[0].args] == [path.name[:2]]
     passed = {k.arg: k.value.id for k in calls[0].keywords if isinstance(k.value, ast.Name)}
     assert passed == {name: name for name in params}
-    before = cell.body[:next(i for i, s in enumerate(cell.body) if calls[0] in ast.walk(s))]
-    used = {n.id for s in before for n in ast.walk(s) if isinstance(n, ast.Name)} & set(params)
-    assert not used, f"{sorted(used)} used before validate_params"
+    at = next(i for i, s in enumerate(cell.body) if calls[0] in ast.walk(s))
+    used = {n.id for s in cell.body[:at] for n in ast.walk(s) if isinstance(n, ast.Name)} & set(params)
+    assert not used, f"{sorted(used)} used before setup"
+    later = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    raw = {n.id for c in later for n in ast.walk(ast.parse("".join(c["source"])))
+           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & set(params)
+    raw -= {k.value.id for k in calls[0].keywords}  # the setup call itself
+    assert not raw, f"{sorted(raw)} read raw after setup: use params.<name>"
     validate_params(**_defaults(path))
+
+
+def test_setup_validates_then_shrinks_to_a_smoke_run(monkeypatch):
+    """setup: the parameters as given (smoke False) outside smoke mode; under FROST_SMOKE=1 the
+    smoke size, digits, the size's own epochs and the notebook's caps (None capped too); a bad
+    value stops it either way."""
+    monkeypatch.delenv("FROST_SMOKE", raising=False)
+    given = dict(dataset="cifar100", size="demo", seeds=3, samples=None, reading="adopted")
+    assert vars(setup("03", **given)) == {"notebook": "03", "smoke": False, **given}
+    assert setup("04", sections="alpha, loss").sections == ("alpha", "loss")
+    monkeypatch.setenv("FROST_SMOKE", "1")
+    smoke = setup("03", **given)
+    assert (smoke.size, smoke.dataset, smoke.seeds, smoke.samples, smoke.smoke) == ("smoke", "digits", 1, 40, True)
+    assert setup("03", samples=7).samples == 7  # under the cap: kept
+    assert setup("05", seeds=3).seeds == 2 and setup("06", size="paper").size == "smoke"
+    assert setup("01", epochs=50).epochs is None
+    assert setup("07", dataset="fashion-mnist", collapse_dataset="cifar10").collapse_dataset == "digits"
+    with pytest.raises(ParameterError, match="seeds"):
+        setup("02", seeds=0)
 
 
 def test_every_rule_is_a_notebook_parameter():
