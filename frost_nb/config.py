@@ -15,6 +15,7 @@ A config is plain data: ``to_dict`` / ``from_dict`` round-trip through JSON and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -70,10 +71,15 @@ LOSS_WEIGHT_MAX = 1e3  # loss weights and margins: larger ones swamp the task lo
 LR_MAX = 10.0
 
 
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    """The resolved annotation of each field of a config dataclass (``from __future__ import
+    annotations`` leaves them as strings; typing resolves them once per class)."""
+    return typing.get_type_hints(cls)
+
+
 def _type_ok(value: Any, annotation: Any) -> bool:
     """isinstance for the simple annotations used here (int, float, str, bool, X | None)."""
-    if isinstance(annotation, str):
-        annotation = eval(annotation, vars(typing) | {"Any": Any})
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(_type_ok(value, a) for a in typing.get_args(annotation))
@@ -96,11 +102,12 @@ class _Validated:
     _section = ""
 
     def __post_init__(self) -> None:
+        types_ = _field_types(type(self))
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, int) and not isinstance(value, bool) and f.type in ("float", float):
+            value, annotation = getattr(self, f.name), types_[f.name]
+            if isinstance(value, int) and not isinstance(value, bool) and annotation is float:
                 setattr(self, f.name, float(value))
-            elif not _type_ok(value, f.type):
+            elif not _type_ok(value, annotation):
                 _fail(f"{self._section}.{f.name}", value, f"a value of type {f.type}")
         self.validate()
         for f in dataclasses.fields(self):  # after validate(): its messages name the bounds

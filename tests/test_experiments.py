@@ -234,7 +234,8 @@ def _committed_parameters(notebook: str) -> dict:
 def test_committed_notebook_runs_are_all_committed():
     """What notebooks 01-05 and 07 read at their committed parameters is committed in
     outputs/checkpoints/, so a fresh clone re-executes them without training (04 under the residual
-    reading says how long it would train instead; test above), 05's CIFAR-100 seeds included."""
+    reading says how long it would train instead; test above), 05's CIFAR-100 seeds and 04's
+    CIFAR-100 loss ablation included."""
     from frost_nb.checkpoint import checkpoint_config
     from frost_nb.config import make_config
     from frost_nb.experiments import require_trained
@@ -255,7 +256,8 @@ def test_committed_notebook_runs_are_all_committed():
               **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits").items()},
               **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2)).items()},
               **{f"04 {g}: {k}": c for g in ("hurst", "loss", "tuning", "update", "conflict", "adopted")
-                 for k, c in grid(g, "demo", "fashion-mnist").items()}}
+                 for k, c in grid(g, "demo", "fashion-mnist").items()},
+              **{f"04 cifar100 loss: {k}": c for k, c in grid("loss", "demo", "cifar100").items()}}
     for reading in READINGS:  # the residual runs stay committed: the verdict table's second rows
         needed.update({f"02 {reading}: {k}": c for k, c in
                        grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), reading=reading).items()})
