@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .config import RANK_PAIRS, LossConfig
+from .config import RANK_PAIRS, LossConfig, check_range
 
 
 class RankingLosses(NamedTuple):
@@ -110,9 +110,8 @@ def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
     if halt_logits.shape != losses.shape or halt_logits.dim() != 2:
         raise ValueError(f"halt_logits and losses must both be (N, T); got "
                          f"{tuple(halt_logits.shape)} and {tuple(losses.shape)}")
-    if not 0.0 < rank_frac <= 0.5:
-        raise ValueError(f"rank_frac={rank_frac} must be in (0, 0.5] (the easy and hard sets "
-                         f"would overlap above 0.5)")
+    check_range("rank_frac", rank_frac, 0.0, 0.5, low_open=True, what="a fraction",
+                hint=" (the easy and hard sets would overlap above 0.5)", error=ValueError)  # as LossConfig
     if pairs == "per_step":
         return _per_step_ranking(halt_logits, losses, rank_frac, margin)
     if pairs != "global":

@@ -52,7 +52,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import LEAKY_UPDATES, MODELS, ConfigError, ModelConfig, RunConfig, replace_model
-from .inputs import real_number
 
 __all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "Step", "StepContext", "create_model"]
 
@@ -123,12 +122,10 @@ def resnet_stem(cfg: ModelConfig) -> nn.Sequential:
     at s = 4), straight to ``width`` channels.
     """
     c, w, s = cfg.in_channels, cfg.width, cfg.stem_stride
-    if s <= 3:
+    if s <= 3:  # ModelConfig allows 1, 2, 3 or a multiple of 4
         layers = [nn.Conv2d(c, w, 3, stride=s, padding=1, bias=False)]
-    elif s % 4 == 0:
-        layers = [nn.Conv2d(c, w, 7, stride=s // 2, padding=3, bias=False)]
     else:
-        raise ConfigError(f"model.stem_stride={s} is invalid: expected 1, 2, 3 or a multiple of 4.")
+        layers = [nn.Conv2d(c, w, 7, stride=s // 2, padding=3, bias=False)]
     layers += [nn.GroupNorm(cfg.norm_groups, w), nn.ReLU(inplace=True)]
     if s > 3:
         layers.append(ChannelsLastMaxPool2d(3, stride=2, padding=1))
@@ -287,10 +284,7 @@ class FrostNet(nn.Module):
         if cfg.name == "frost":
             if cfg.learn_hurst and cfg.hurst_param == "free":  # H = raw: may leave (0, 1)
                 self.hurst_raw = nn.Parameter(torch.tensor(float(cfg.hurst)))
-            elif cfg.learn_hurst:
-                if not 0.0 < cfg.hurst < 1.0:
-                    raise ConfigError(f"model.hurst={cfg.hurst!r} is invalid with learn_hurst=True: "
-                                      "expected a value in (0, 1) (H = sigmoid(raw)).")
+            elif cfg.learn_hurst:  # H = sigmoid(raw): ModelConfig keeps H in (0, 1) then
                 self.hurst_raw = nn.Parameter(torch.tensor(math.log(cfg.hurst / (1 - cfg.hurst))))
             else:
                 self.register_buffer("hurst_value", torch.tensor(float(cfg.hurst)))
@@ -463,7 +457,4 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
     else:
         raise ConfigError(f"create_model needs a ModelConfig or a model name from {MODELS}, "
                           f"got {type(cfg_or_name).__name__}.")
-    for f in dataclasses.fields(cfg):  # the config's range checks let +inf through (mlp_ratio)
-        if isinstance(getattr(cfg, f.name), float):
-            real_number(f"model.{f.name}", getattr(cfg, f.name), error=ConfigError)
-    return FrostNet(cfg)
+    return FrostNet(cfg)  # a ModelConfig is validated on construction (ranges, finite floats)

@@ -212,9 +212,9 @@ def lab(tmp_path_factory):
 def reference(lab):
     """The notebook's explorer rebuilt in this process from the models the kernel trained and
     cached: the library's own numbers and figures to compare the browser's against."""
-    from frost_nb.runs import train_or_load
     from frost_nb.config import make_config
     from frost_nb.exits import ExitCache
+    from frost_nb.runs import train_or_load
     from frost_nb.training import load_split
     from frost_nb.widgets import HaltingExplorer
 

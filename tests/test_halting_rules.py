@@ -279,9 +279,9 @@ def test_collapse_definition():
 # --- end to end on a tiny trained model ------------------------------------------------------
 
 def test_rules_on_a_tiny_trained_model():
-    from frost_nb.runs import train_or_load
     from frost_nb.config import make_config
     from frost_nb.experiments import run_trajectories
+    from frost_nb.runs import train_or_load
 
     cfg = make_config("smoke", **{"train.epochs": 2, "train.device": "cpu"})
     result = train_or_load(cfg, progress=False)
