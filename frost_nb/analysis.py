@@ -225,9 +225,8 @@ def jacobian_norms(model: torch.nn.Module, batches, *, iters: int = 20,
         if max_samples is not None:
             x = x[: max_samples - seen]
         with torch.no_grad():
-            ctx = model.context(model.embed(x))
-            h = model.init_state(ctx)
-        norms = []
+            h, ctx = model.prologue(x)
+        norms = []  # the step loop by hand: each state's Jacobian is probed before the next step
         for t in range(model.config.steps):
             norms.append(step_jacobian_norm(model, h, ctx, t, iters=iters, generator=generator))
             with torch.no_grad():

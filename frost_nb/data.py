@@ -174,7 +174,9 @@ def available_datasets(root: str | Path | None = None) -> dict[str, str]:
 
 
 def clear_cache() -> None:
-    """Forget loaded arrays and scanned folders (e.g. after replacing files on disk)."""
+    """Forget loaded arrays and scanned folders (e.g. after replacing files on disk). A prepared
+    copy does not notice a changed source: prepare it again (``python -m frost_nb.prepare NAME
+    --force``), then call this."""
     _load_part.cache_clear()
     _scan_image_folder.cache_clear()
 

@@ -248,8 +248,11 @@ def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
 
 
 def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
-    """(h_0, ctx): embed, context and init_state, what every forward runs once before step 1
-    (``ctx`` is the stem output itself for a model without ``context``)."""
+    """(h_0, ctx): embed, context and init_state, what every forward runs once before step 1:
+    ``FrostNet.prologue``, or for another model with the step-wise API the same calls (``ctx``
+    is the stem output itself for a model without ``context``)."""
+    if callable(getattr(model, "prologue", None)):
+        return model.prologue(x)
     e = model.embed(x)
     context = getattr(model, "context", None)
     ctx = context(e) if callable(context) else e

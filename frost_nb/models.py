@@ -408,8 +408,10 @@ class FrostNet(nn.Module):
     def trajectory(self, x: Tensor, detach_halt_input: bool = False) -> Iterator[Step]:
         """The full-depth pass, one step at a time: h_0 (t = 0, no readout), then h_1 .. h_T each
         with its readout. The one loop of every full-depth pass (``forward``, the analyses'
-        trajectories, the timing of notebook 06); ``halting.adaptive_predict`` runs its own, as it
-        drops the samples that exit. Memory is the caller's choice: nothing is kept here."""
+        trajectories, the timing of notebook 06). Two step by hand, for reasons of their own:
+        ``halting.adaptive_predict`` drops the samples that exit, and ``analysis.jacobian_norms``
+        probes each state's Jacobian before the next step. Memory is the caller's choice: nothing
+        is kept here."""
         h, ctx = self.prologue(x)
         yield Step(0, h)
         for t in range(self.config.steps):

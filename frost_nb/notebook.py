@@ -154,11 +154,6 @@ def validate_params(**params: Any) -> dict[str, Any]:
     return params
 
 
-def effective_size(size: str) -> str:
-    """``smoke`` whenever ``FROST_SMOKE`` is set, whatever the notebook's parameter says."""
-    return "smoke" if smoke_mode() else size
-
-
 # What FROST_SMOKE=1 sets whatever a notebook's parameters say (a smoke run: seconds, digits
 # only, as CI has no other data set) ...
 SMOKE_VALUES = {"size": "smoke", "dataset": "digits", "collapse_dataset": "digits",
@@ -238,7 +233,8 @@ def _require_trained_frost(checkpoint: str, config, backbone: str | None = None,
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(),
+        # "<commit>-dirty" when the working tree differs from it: a result made before its commit
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo_root(),
                              capture_output=True, text=True, timeout=10)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):

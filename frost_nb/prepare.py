@@ -154,7 +154,8 @@ def prepare(name: str, root: str | Path | None = None, *, source: str | Path | N
     kind, place = hit
     # before seconds of decoding: a destination that cannot be written says so at once. Root
     # ignores permission bits, so a folder marked read-only (the shared copies) is refused here.
-    fix = "set FROST_DATA (or root=) to a writable folder"
+    fix = (f"set FROST_DATA (or root=) to a writable folder, or prepare it there from this copy: "
+           f"python -m frost_nb.prepare {name} --source {place} --root <writable folder>")
     if not nearest_existing(dest).stat().st_mode & 0o222:
         raise OutputError(f"cannot write the prepared copy of {name} into {dest}: {nearest_existing(dest)} "
                           f"is marked read-only (a shared copy?); {fix}")

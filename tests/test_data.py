@@ -918,6 +918,13 @@ def _expected_parts(kind: str, src: Path) -> tuple[str, dict]:
     return "cifar100", {p: (x, y) for p, (x, y) in arrays.items()}
 
 
+def test_the_fixed_image_order_is_the_one_the_committed_runs_were_trained_on():
+    """The packed copies and the prepared files keep the images in one seeded order, and every
+    committed run's held-out split and batches follow from it: a change here (another seed,
+    another generator) would silently move them. Pinned, as a parameter count is."""
+    assert prep.fixed_order(10).tolist() == [4, 1, 7, 5, 3, 9, 0, 8, 6, 2]
+
+
 @pytest.mark.parametrize("kind, where", [
     ("idx", "fashion-mnist"), ("idx", "FashionMNIST/raw"), ("packed-png", "cifar100"),
     ("pickles-cifar10", "cifar-10-batches-py"), ("pickles-cifar100", "cifar100/cifar-100-python")])

@@ -33,6 +33,10 @@ def _cells(path):
     return ast.parse("".join(cells[i]["source"])), after
 
 
+def _parse(cell) -> ast.Module:
+    return ast.parse("".join(cell["source"]))
+
+
 def _annotation(node) -> str | None:
     """``int`` or ``"Optional[int]"`` (quoted: papermill 2.7 lists no parameter annotated
     ``int | None``, nteract/papermill#695, and an unquoted Optional needs an import)."""
@@ -91,10 +95,12 @@ def test_every_parameter_is_validated_on_entry(path):
     at = next(i for i, s in enumerate(cell.body) if calls[0] in ast.walk(s))
     used = {n.id for s in cell.body[:at] for n in ast.walk(s) if isinstance(n, ast.Name)} & set(params)
     assert not used, f"{sorted(used)} used before setup"
-    later = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-    raw = {n.id for c in later for n in ast.walk(ast.parse("".join(c["source"])))
-           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} & set(params)
-    raw -= {k.value.id for k in calls[0].keywords}  # the setup call itself
+    in_setup = {id(n) for n in ast.walk(calls[0])}  # the setup call itself passes them all
+    modules = [m for m in (_parse(c) for c in json.loads(path.read_text())["cells"]
+                           if c["cell_type"] == "code" and "parameters" not in c["metadata"].get("tags", []))
+               if ast.dump(m) != ast.dump(cell)] + [cell]  # every code cell, the setup cell as parsed above
+    raw = {n.id for m in modules for n in ast.walk(m)
+           if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in in_setup} & set(params)
     assert not raw, f"{sorted(raw)} read raw after setup: use params.<name>"
     validate_params(**_defaults(path))
 
