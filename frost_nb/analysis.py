@@ -46,6 +46,10 @@ class Trajectories:
     logits: Tensor  # (N, T, K) class logits at t = 1..T
     halt_logits: Tensor  # (N, T)
     y: Tensor  # (N,)
+    # (N, T) halting scores sigmoid(halt_logits), taken batch by batch as ``training.evaluate``
+    # takes them (a sigmoid over the whole split can differ in the last bit): an exit cache of the
+    # same pass (``exits.ExitCache.from_trajectories``) then equals one from the model to the bit
+    scores: Tensor | None = None
 
     @property
     def steps(self) -> int:
@@ -93,6 +97,7 @@ def collect_trajectories(model: torch.nn.Module, batches, *, max_samples: int | 
             (diffs[:, 1:] - diffs[:, :-1]).reshape(b, t1 - 2, -1).norm(dim=2).cpu())
         parts["logits"].append(torch.stack(logits, 1).cpu())  # (B, T, K)
         parts["halt_logits"].append(torch.stack(halts, 1).cpu())  # (B, T)
+        parts["scores"].append(torch.sigmoid(torch.stack(halts, 1)).cpu())  # (B, T)
         parts["y"].append(y.cpu())
         seen += len(y)
     if seen == 0:

@@ -108,6 +108,16 @@ class ExitCache:
         check_split(model, dataset, allow_other_size=allow_other_size)
         return cls(evaluate(model, dataset, batch_size=batch_size), calibrator, label)
 
+    @classmethod
+    def from_trajectories(cls, trajectories, calibrator: HaltingCalibrator, label: str = "") -> ExitCache:
+        """The cache of a full-depth pass that ``analysis.collect_trajectories`` recorded already
+        (its halting logits and class logits): no second pass where the trajectories are needed
+        anyway (notebook 05's confidence rule reads the same pass)."""
+        scores = trajectories.scores if trajectories.scores is not None \
+            else torch.sigmoid(trajectories.halt_logits)  # (N, T)
+        outputs = StepOutputs(scores=scores, preds=trajectories.logits.argmax(-1), y=trajectories.y)
+        return cls(outputs, calibrator, label)
+
     @property
     def steps(self) -> int:
         return self.outputs.scores.shape[1]

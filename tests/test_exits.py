@@ -161,6 +161,18 @@ def _split(x: torch.Tensor):
                      [str(c) for c in range(10)], "digits", "test", "synthetic")
 
 
+def test_a_cache_from_trajectories_is_the_cache_of_the_model(model_and_cache):
+    """The same pass read twice: scores and predictions equal to the last bit, so the exits too."""
+    from frost_nb.analysis import collect_trajectories
+
+    model, x, y, cache = model_and_cache
+    traj = collect_trajectories(model, [(x[:50], y[:50]), (x[50:], y[50:])])
+    again = ExitCache.from_trajectories(traj, cache.calibrator, "smoke")
+    assert torch.equal(again.outputs.scores, cache.outputs.scores)
+    assert torch.equal(again.outputs.preds, cache.outputs.preds) and torch.equal(again.y, cache.y)
+    assert torch.equal(again.at(0.5).depth, cache.at(0.5).depth)
+
+
 def test_from_model_checks_that_the_split_fits_the_model(model_and_cache):
     from frost_nb.data import DataError
 
