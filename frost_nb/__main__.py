@@ -1,8 +1,8 @@
-"""Command line: ``python -m frost_nb {demo,train,grid,evaluate,sweep,verdicts} ...``.
+"""Command line: ``python -m frost_nb {demo,config,train,grid,evaluate,sweep,verdicts} ...``.
 
 ``demo`` is the project's main job: train FROST on the embedded default data set (scikit-learn's
 digits, no download), run the halting quantile sweep and write figures and metrics to
-``outputs/``. ``train`` trains (or loads from the cache) any model on any data set and size;
+``outputs/``. ``config`` prints the resolved config of a run and its cache key; ``train`` trains (or loads from the cache) any model on any data set and size;
 ``evaluate`` runs adaptive inference of a checkpoint at one quantile; ``sweep`` evaluates a
 checkpoint over the quantile grid of the paper's Table 2; ``verdicts`` prints (or writes into,
 or checks against, the README) the verdict table of the paper's claims.
@@ -81,6 +81,14 @@ def _single_process_only(command: str) -> None:
                             f"multi-process (DDP) training is what 'train' does: python -m "
                             f"torch.distributed.run --nproc-per-node {world} -m frost_nb train ... "
                             f"(or run '{command}' without torchrun)")
+
+
+def cmd_config(args) -> int:
+    """Print the resolved config of a run (every field, after the size's and data set's presets
+    and the overrides) and its cache key, as JSON; trains nothing."""
+    config = _config(args)
+    print(json.dumps({"key": config.key(), **config.flat()}, indent=2))
+    return 0
 
 
 def cmd_train(args) -> int:
@@ -289,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run_options(sub.add_parser("demo", help="the main job: FROST on digits + halting sweep"),
                 dataset="digits")
+    run_options(sub.add_parser("config", help="print the resolved config of a run and its cache key (trains nothing)"))
     p = sub.add_parser("train", help="train a model (or load it from the cache)")
     run_options(p)
     p.add_argument("--checkpoint", default=None, help="write/resume this checkpoint instead of the cache")
@@ -333,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     from .paths import OutputError
     from .training import TrainingError
 
-    commands = {"demo": cmd_demo, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep,
+    commands = {"demo": cmd_demo, "config": cmd_config, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep,
                 "verdicts": cmd_verdicts}
     try:
         return commands[args.command](args)

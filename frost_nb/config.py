@@ -414,6 +414,13 @@ class RunConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def flat(self) -> dict[str, Any]:
+        """Every setting as ``section.field -> value`` ("size" first), the resolved config that
+        notebook 01 and ``python -m frost_nb config`` show."""
+        d = self.to_dict()
+        return {"size": d.pop("size"), **{f"{section}.{name}": value for section, fields in d.items()
+                                          for name, value in fields.items()}}
+
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
         sections = {"data": DataConfig, "model": ModelConfig, "loss": LossConfig,

@@ -61,6 +61,20 @@ def test_bad_input_gives_a_clear_error(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_config_prints_the_resolved_config_and_its_key(capsys):
+    """Every field after the presets and the overrides, and the key the cache files it under."""
+    from frost_nb.config import make_config
+
+    assert main(["config", "--dataset", "cifar100", "--seed", "2", "--set", "train.lr=0.01"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    expected = make_config("demo", "cifar100", **{"train.seed": 2, "train.lr": 0.01})
+    assert shown == {"key": expected.key(), **expected.flat()}
+    assert shown["model.stem_stride"] == 2 and shown["train.epochs"] == 20  # CIFAR-100's demo preset
+    assert len(shown) == 1 + 1 + sum(len(v) for k, v in expected.to_dict().items() if k != "size")
+    assert main(["config", "--set", "model.depth=3"]) == 2  # an unknown field: named, as for train
+    assert "unknown parameter" in capsys.readouterr().err
+
+
 def test_quantile_outside_unit_interval(tmp_path, capsys):
     ckpt = _train_smoke(tmp_path, capsys)
     assert main(["evaluate", "--checkpoint", str(ckpt), "--quantile", "1.5"]) == 2
