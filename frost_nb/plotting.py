@@ -43,7 +43,9 @@ def plot_training(history: dict[str, Any], title: str = "") -> plt.Figure:
     ax1.set(xlabel="optimiser step", ylabel="loss", yscale="log")
     ax1.legend()
     ax2.plot(x, _smooth(steps["accuracy"], w), label="train batch (final step)")
-    per_epoch = len(steps["step"]) / max(1, len(epochs["epoch"]))
+    # optimiser steps per epoch from the last step logged, not from the number of entries: a lean
+    # export (checkpoint.export_lean) keeps only some steps of the series
+    per_epoch = float(np.asarray(steps["step"])[-1]) / max(1, len(epochs["epoch"]))
     ax2.plot(np.asarray(epochs["epoch"]) * per_epoch, epochs["val_accuracy"], "o-",
              label="held-out split (full depth)")
     ax2.set(xlabel="optimiser step", ylabel="accuracy", ylim=(0, 1))
