@@ -3,14 +3,13 @@
 import pytest
 import torch
 
-from frost_nb.runs import train_or_load
 from frost_nb.config import make_config
 from frost_nb.experiments import (
     ABLATION_EPOCHS,
-    READINGS,
     GRIDS,
     HURST_VALUES,
     PRE_SELECTION,
+    READINGS,
     TUNING_VALUES,
     collapse_row,
     family_label,
@@ -19,6 +18,7 @@ from frost_nb.experiments import (
     run_summary,
     shard,
 )
+from frost_nb.runs import train_or_load
 
 
 def _diff(a, b):
@@ -231,7 +231,7 @@ def _committed_parameters(notebook: str) -> dict:
     return {s.target.id: ast.literal_eval(s.value) for s in ast.parse("".join(cell["source"])).body}
 
 
-def test_committed_notebook_runs_are_all_committed():
+def test_committed_notebook_runs_are_all_committed(monkeypatch):
     """What notebooks 01-05 and 07 read at their committed parameters is committed in
     outputs/checkpoints/, so a fresh clone re-executes them without training (04 under the residual
     reading says how long it would train instead; test above), 05's CIFAR-100 seeds and 04's
@@ -261,6 +261,7 @@ def test_committed_notebook_runs_are_all_committed():
     for reading in READINGS:  # the residual runs stay committed: the verdict table's second rows
         needed.update({f"02 {reading}: {k}": c for k, c in
                        grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), reading=reading).items()})
+    monkeypatch.delenv("FROST_SMOKE", raising=False)  # make test sets it, and smoke runs are never stopped
     require_trained(needed, retrain=False)
 
 
