@@ -79,13 +79,14 @@ def cpu_name() -> str:
 
 
 def measure(model, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], batch_size: int,
-            repeats: int, warmup: int, costs: tuple[int, int]) -> list[dict]:
-    """Rows of one batch size: every quantile of ``taus`` against full depth, interleaved."""
+            repeats: int, warmup: int, costs: tuple[int, int], compact: tuple[float, ...] = (1.0,)) -> list[dict]:
+    """Rows of one batch size: every quantile of ``taus`` and compaction setting of ``compact``
+    (``adaptive_predict``'s ``compact_below``) against full depth, interleaved."""
     steps = int(model.config.steps)
     chunks = list(x.split(batch_size))  # (B, C, H, W) views, the last one may be shorter
-    keys = ["fixed", "forward"] + [(kind, q) for q in taus for kind in ("full", "adaptive")]
+    keys = ["fixed", "forward"] + [k for q in taus for k in [("full", q, 1.0)] + [("adaptive", q, c) for c in compact]]
     seconds = {k: [[] for _ in chunks] for k in keys}  # [batch][round]
-    exits = {q: [None] * len(chunks) for q in taus}  # AdaptiveResult of each batch
+    exits = {(q, c): [None] * len(chunks) for q in taus for c in compact}  # AdaptiveResult of each batch
     for r in range(warmup + repeats):
         for c, xb in enumerate(chunks):
             for k in keys:
@@ -97,25 +98,26 @@ def measure(model, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], b
                     with torch.no_grad():
                         model(xb)
                 else:
-                    kind, q = k
-                    res = adaptive_predict(model, xb, math.inf if kind == "full" else taus[q])
+                    kind, q, cb = k
+                    res = adaptive_predict(model, xb, math.inf if kind == "full" else taus[q], compact_below=cb)
                     if kind == "adaptive":
-                        exits[q][c] = res
+                        exits[q, cb][c] = res
                 elapsed = time.perf_counter() - start  # CPU: a call returns when it is done
                 if r >= warmup:
                     seconds[k][c].append(elapsed)
     total = {k: sum(statistics.median(rounds) for rounds in seconds[k]) for k in keys}
     n, t_fixed = x.shape[0], total["fixed"]
     rows = []
-    for q, tau in taus.items():
-        depth = torch.cat([res.depth for res in exits[q]])  # (N,)
-        logits = torch.cat([res.logits for res in exits[q]])  # (N, K)
-        t_full, t_adaptive = total[("full", q)], total[("adaptive", q)]
+    for (q, cb), results in exits.items():
+        tau = taus[q]
+        depth = torch.cat([res.depth for res in results])  # (N,)
+        logits = torch.cat([res.logits for res in results])  # (N, K)
+        t_full, t_adaptive = total[("full", q, 1.0)], total[("adaptive", q, cb)]
         mean_depth = depth.double().mean().item()
         ideal = ideal_speedup(depth, steps, *costs)
         measured = t_full / t_adaptive
         time_ideal = t_full / (t_fixed + mean_depth / steps * (t_full - t_fixed))
-        rows.append({"quantile": q, "tau": tau, "batch_size": batch_size,
+        rows.append({"quantile": q, "tau": tau, "batch_size": batch_size, "compact_below": cb,
                      "mean_depth": mean_depth,
                      "accuracy": (logits.argmax(1) == y).double().mean().item(),
                      "ideal": ideal, "measured": measured, "ratio": measured / ideal,
@@ -140,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a trained frost_nb checkpoint (.pt) with its halting calibrator")
     p.add_argument("--quantiles", nargs="+", type=float, default=[0.25, 0.5, 0.75])
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16, 64, 256])
+    p.add_argument("--compact-below", nargs="+", type=float, default=[1.0],
+                   help="adaptive_predict's compact_below values, measured side by side (1: compact at every exit)")
     p.add_argument("--images", type=int, default=512, help="test images (the first N)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (medians over them)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
@@ -153,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--{name} must be at least 1, got {getattr(a, name)}")
     if a.warmup < 0 or min(a.batch_sizes) < 1:
         p.error("--warmup must be >= 0 and every --batch-sizes value >= 1")
+    if not all(0.0 <= c <= 1.0 for c in a.compact_below):
+        p.error(f"--compact-below values must lie in [0, 1], got {a.compact_below}")
     if not all(0.0 <= q <= 1.0 for q in a.quantiles):
         p.error(f"--quantiles must lie in [0, 1], got {a.quantiles}")
 
@@ -176,12 +182,12 @@ def main(argv: list[str] | None = None) -> int:
           f"full depth {full / 1e6:.3f} M (fixed share {costs[0] / full:.3f})", flush=True)
     rows = []
     for batch_size in a.batch_sizes:
-        rows += measure(model, x, y, taus, batch_size, a.repeats, a.warmup, costs)
-        print(pd.DataFrame(rows[-len(taus):]).to_string(index=False, float_format="%.3f"),
+        rows += measure(model, x, y, taus, batch_size, a.repeats, a.warmup, costs, tuple(a.compact_below))
+        print(pd.DataFrame(rows[-len(taus) * len(a.compact_below):]).to_string(index=False, float_format="%.3f"),
               flush=True)
         if a.csv:  # after every batch size: a run cut short keeps what it measured
             _table(rows, x.shape[0], a).to_csv(a.csv, index=False)
-    table = pd.DataFrame(rows).sort_values(["quantile", "batch_size"], kind="stable")
+    table = pd.DataFrame(rows).sort_values(["quantile", "batch_size", "compact_below"], kind="stable")
     print(table.to_string(index=False, float_format="%.3f"))
     if a.metrics:
         from frost_nb.notebook import write_metrics

@@ -260,7 +260,8 @@ def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
 
 
 def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
-                     return_scores: bool = False, allow_other_size: bool = False) -> AdaptiveResult:
+                     return_scores: bool = False, allow_other_size: bool = False,
+                     compact_below: float = 1.0) -> AdaptiveResult:
     """Run the model step by step, dropping each sample from the batch once it exits.
 
     Uses the model's step-wise API (``embed``, optional ``context``, ``init_state``, ``step``,
@@ -278,31 +279,41 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
     Cost beyond the model's own steps: one host sync per step (the exit count) and, at each
     step where some sample exits, one row copy of the state and the context
     (``benchmarks/adaptive_inference.py`` measures what is left of the ideal speed-up).
+    ``compact_below`` (in [0, 1]) trades that copy against wasted rows: the batch is compacted
+    only once the samples still running are at most this share of the rows carried (1: at every
+    exit, the default; 0.5: once half of the carried rows have exited; 0: never, exited samples
+    ride along to the end). Exits are the same whatever it is; an exited sample's logits are
+    written at its exit step and never again.
     """
     steps = int(model.config.steps)
     tau = _checked_tau(tau)
+    compact_below = number_in("compact_below", compact_below, 0.0, 1.0)
     x = check_images(model, x, allow_other_size=allow_other_size)  # one pass, one host sync
     n = x.shape[0]
     with torch.no_grad():
         h, ctx = prologue(model, x)  # h_0 and the per-sample step inputs
-        idx = torch.arange(n, device=x.device)  # original row of each active sample
+        idx = torch.arange(n, device=x.device)  # original row of each carried sample
+        live = None  # (n_carried,) bool: still running; None: every carried row is
+        n_live = n
         depth = torch.full((n,), steps, dtype=torch.int64, device=x.device)
         out = scores_out = None
         for t in range(steps):
             h = model.step(h, ctx, t)  # h_{t+1}
-            logits, halt_logit, _ = model.readout(h, ctx)  # (n_active, K), (n_active,)
-            p = torch.sigmoid(halt_logit.float())  # (n_active,)
+            logits, halt_logit, _ = model.readout(h, ctx)  # (n_carried, K), (n_carried,)
+            p = torch.sigmoid(halt_logit.float())  # (n_carried,)
             if out is None:
                 out = logits.new_empty((n, logits.shape[1]))
                 scores_out = p.new_empty((n,)) if return_scores else None
             if logits.dtype != out.dtype:  # index_copy_ does not cast
                 logits = logits.to(out.dtype)
-            if t == steps - 1:  # everyone left stops at T
+            if t == steps - 1 and live is None:  # everyone left stops at T
                 out.index_copy_(0, idx, logits)
                 if return_scores:
                     scores_out.index_copy_(0, idx, p)
                 break
-            done = p > tau  # eq. (exit)
+            done = live.clone() if t == steps - 1 else p > tau  # eq. (exit); at T all still running
+            if live is not None:
+                done &= live  # a sample that exited already never writes again
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step: compaction needs it
             n_exit = exit_pos.numel()
             if n_exit == 0:
@@ -312,12 +323,15 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
             if return_scores:
                 scores_out.index_copy_(0, rows, p.index_select(0, exit_pos))
             depth.index_fill_(0, rows, t + 1)
-            n_active = idx.numel()
-            if n_exit == n_active:
+            n_live -= n_exit
+            if n_live == 0:
                 break
-            keep = (~done).nonzero().squeeze(1)  # (n_active - n_exit,) ascending
-            idx = idx.index_select(0, keep)
-            h, ctx = _select(h, keep, n_active), _select(ctx, keep, n_active)
+            live = ~done if live is None else live & ~done
+            n_carried = idx.numel()
+            if n_live <= compact_below * n_carried:  # drop the exited rows now
+                keep = live.nonzero().squeeze(1)  # (n_live,) ascending
+                idx, live = idx.index_select(0, keep), None
+                h, ctx = _select(h, keep, n_carried), _select(ctx, keep, n_carried)
     return AdaptiveResult(out, depth, scores_out)
 
 

@@ -314,6 +314,29 @@ def test_adaptive_predict_extremes(standin):
     assert model.batch_sizes == [len(x)]  # everyone left after one step: no more work
 
 
+@pytest.mark.parametrize("compact_below", [0.0, 0.5, 0.9])
+def test_lazy_compaction_keeps_every_exit_and_carries_the_exited_rows_until_it_pays(standin, compact_below):
+    """compact_below < 1: the same exits, logits and scores as compacting at every exit; the
+    exited rows ride along until the running share falls to compact_below (0: to the end)."""
+    model, x, out, scores = standin
+    tau = float(torch.quantile(scores, 0.5))
+    model.batch_sizes.clear()
+    res = adaptive_predict(model, x, tau, return_scores=True, compact_below=compact_below)
+    depth = exit_steps(scores, tau)
+    assert torch.equal(res.depth, depth)
+    assert torch.allclose(res.logits, out.logits[torch.arange(len(x)), depth - 1], atol=1e-5)
+    assert torch.allclose(res.halt_scores, scores[torch.arange(len(x)), depth - 1], atol=1e-6)
+    running = [int((depth >= t + 1).sum()) for t in range(len(model.batch_sizes))]
+    assert all(c >= r for c, r in zip(model.batch_sizes, running))  # never fewer rows than running
+    if compact_below == 0.0:
+        assert set(model.batch_sizes) == {len(x)}  # never compacted
+    else:
+        assert sum(model.batch_sizes) > int(depth.sum())  # some exited rows were carried
+        assert model.batch_sizes[-1] < len(x)  # and dropped once enough had exited
+    with pytest.raises(ValueError, match="compact_below"):
+        adaptive_predict(model, x, tau, compact_below=1.5)
+
+
 def test_adaptive_predict_really_compacts(standin):
     model, x, out, scores = standin
     tau = float(torch.quantile(scores, 0.5))
