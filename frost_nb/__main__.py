@@ -247,6 +247,7 @@ def cmd_verdicts(args) -> int:
     import difflib
     from pathlib import Path
 
+    from .paths import atomic_path
     from .verdicts import current_block, markdown_table, replace_block, verdict_rows
 
     table = markdown_table(verdict_rows(args.metrics_dir))
@@ -264,7 +265,8 @@ def cmd_verdicts(args) -> int:
               file=sys.stderr)
         return 2
     if args.write:
-        Path(target).write_text(replace_block(text, table))
+        with atomic_path(target) as tmp:  # an interrupted write leaves the README as it was
+            tmp.write_text(replace_block(text, table))
         return 0
     if block != table:
         diff = difflib.unified_diff(block.splitlines(), table.splitlines(), f"{target} (verdicts block)",

@@ -236,6 +236,26 @@ def test_cli_check_and_write(tmp_path, capsys):
     assert main(args + ["--check", str(tmp_path / "plain.md")]) == 2
 
 
+def test_cli_write_leaves_the_readme_whole_when_the_write_fails(tmp_path, capsys, monkeypatch):
+    """A full disk halfway through --write: the README keeps its old text, no temporary file stays."""
+    from pathlib import Path
+
+    folder = _copy(tmp_path, "06_complexity.json")
+    readme = tmp_path / "README.md"
+    before = f"# x\n\n{START}\n| stale | table |\n{END}\n"
+    readme.write_text(before)
+
+    def full_disk(self, *args, **kwargs):
+        with open(self, "w") as f:
+            f.write("half a table")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    assert main(["verdicts", "--metrics-dir", str(folder), "--write", str(readme)]) == 2
+    assert "README.md" in capsys.readouterr().err
+    assert readme.read_text() == before and sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["README.md"]
+
+
 def test_fidelity_experiment_rules_follow_the_numbers(tmp_path):
     """Experiment (b)'s contraction and Table 1 rows and experiment (d)'s protocol verdict."""
     folder = tmp_path / "metrics"
