@@ -106,7 +106,7 @@ class _Validated:
         for f in dataclasses.fields(self):
             value, annotation = getattr(self, f.name), types_[f.name]
             if isinstance(value, int) and not isinstance(value, bool) and annotation is float:
-                setattr(self, f.name, float(value))
+                object.__setattr__(self, f.name, float(value))  # frozen: set once, here
             elif not _type_ok(value, annotation):
                 _fail(f"{self._section}.{f.name}", value, f"a value of type {f.type}")
         self.validate()
@@ -145,7 +145,7 @@ def default_alpha_param(update: str) -> str:
     return "sigmoid" if update in LEAKY_UPDATES else "softplus"
 
 
-@dataclass
+@dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class DataConfig(_Validated):
     _section = "data"
     name: str = "digits"  # a key of frost_nb.data.DATASETS
@@ -165,7 +165,7 @@ class DataConfig(_Validated):
         self._check("limit", self.limit is None or self.limit > 0, "None or a positive count")
 
 
-@dataclass
+@dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class ModelConfig(_Validated):
     _section = "model"
     name: str = "frost"  # vanilla | recurrent | basic_ssm | frost (docs/method.md section 3)
@@ -227,7 +227,7 @@ class ModelConfig(_Validated):
         self._check("alpha_param", self.alpha_param in ("auto",) + ALPHA_PARAMS,
                     f"one of {('auto',) + ALPHA_PARAMS}")
         if self.alpha_param == "auto":  # resolved here: to_dict and key() never see "auto"
-            self.alpha_param = default_alpha_param(self.update)
+            object.__setattr__(self, "alpha_param", default_alpha_param(self.update))
         upper = 1.0 if self.alpha_param == "sigmoid" else float("inf")
         self._check("alpha_init", 0.0 < self.alpha_init < upper, f"a value in (0, {upper})")
         self._check("hurst", 0.0 <= self.hurst <= 1.0, "a Hurst exponent in [0, 1]")
@@ -274,7 +274,7 @@ def replace_model(cfg: ModelConfig, **fields: Any) -> ModelConfig:
     return dataclasses.replace(cfg, **fields)
 
 
-@dataclass
+@dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class LossConfig(_Validated):
     _section = "loss"
     ranking: bool = True  # False: task loss only (the paper's baselines)
@@ -339,7 +339,7 @@ LEGACY_VALUES = {"model": {"hurst_param": "sigmoid", "scaled_inside": False, "ha
                  "loss": {"rank_pairs": "global"}, "halting": {"sketch_window": "epoch"}}
 
 
-@dataclass
+@dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class HaltingConfig(_Validated):
     _section = "halting"
     sketch_k: int = 200  # KLL size (rank error about 1.3% at 200)
@@ -356,7 +356,7 @@ class HaltingConfig(_Validated):
         self._check("sketch_window", self.sketch_window in SKETCH_WINDOWS, f"one of {SKETCH_WINDOWS}")
 
 
-@dataclass
+@dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class TrainConfig(_Validated):
     _section = "train"
     epochs: int = 10
@@ -396,7 +396,7 @@ class TrainConfig(_Validated):
         self._check("diagnostics_every", self.diagnostics_every >= 0, "0 (off) or a step count")
 
 
-@dataclass
+@dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class RunConfig:
     """Everything that defines one training run (and so one cached model)."""
 

@@ -323,3 +323,19 @@ def test_ponder_replaces_the_ranking_losses():
     assert cfg.loss.halting_trained and not make_config("smoke", model="vanilla").loss.halting_trained
     with pytest.raises(ConfigError, match="loss.ponder_prior"):
         make_config("smoke", **{"loss.ranking": False, "loss.ponder": True, "loss.ponder_prior": 1.0})
+
+
+def test_configs_are_frozen_once_validated():
+    """Models and losses trust a config validated on construction: so nothing may change it later
+    (a stem stride set to 5 afterwards would build a wrong stem silently). Changes go through
+    replace, which validates again."""
+    import dataclasses
+
+    cfg = make_config("smoke")
+    for section, field, value in (("model", "stem_stride", 5), ("train", "lr", -1.0), ("loss", "rank_frac", 0.9)):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(getattr(cfg, section), field, value)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.size = "paper"
+    with pytest.raises(ConfigError, match="stem_stride"):
+        cfg.replace(**{"model.stem_stride": 5})
