@@ -74,7 +74,7 @@ from .fractal import (
     window_dimensions,
 )
 from .halting import PAPER_QUANTILES, sweep
-from .halting_rules import COLLAPSE_QUANTILE, FIXED, THRESHOLDS, collapsed, model_curves, rule_curve, summary
+from .halting_rules import COLLAPSE_QUANTILE, FIXED, THRESHOLDS, collapsed, model_curves, summary
 from .paper import TABLE1, TABLE1_STEPS
 from .paths import smoke_mode
 from .runs import cached_checkpoint, train_or_load
@@ -534,14 +534,6 @@ def model_trajectories(model, cfg: RunConfig, split: str = "test", max_samples: 
     batches = make_batches(load_split(cfg, split), cfg.train.eval_batch_size, shuffle=False,
                            augment=False, device=device)
     return collect_trajectories(model, batches, max_samples=max_samples)
-
-
-def confidence_curve(model, cfg: RunConfig, label: str = ""):
-    """The confidence rule's curve of one model (``halting_rules.rule_curve``: thresholds from
-    the held-out split, applied to the test split), the training-free rival of notebook 05's
-    halting sweep (notebook 07 has every rule)."""
-    return rule_curve("confidence", model_trajectories(model, cfg, "val"), model_trajectories(model, cfg, "test"),
-                      label)
 
 
 def run_rule_curves(result, model: str, count: int | None = None, test=None):
