@@ -85,7 +85,7 @@ lab: install
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # execute the notebooks at their default (demo) size in place, as they are committed; trained
-# models come from outputs/checkpoints/ or the cache. NB=notebooks/01_training.ipynb for one.
+# models come from outputs/runs/ or the local store (outputs/cache/). NB=notebooks/01_training.ipynb for one.
 NB ?= $(wildcard notebooks/[0-9]*.ipynb)
 notebooks: install
 	for nb in $(NB); do \

@@ -61,10 +61,11 @@ from frost_nb.checkpoint import checkpoint_config, load_model
 from frost_nb.complexity import flops_per_image, ideal_speedup, prologue
 from frost_nb.data import make_batches
 from frost_nb.halting import adaptive_predict
-from frost_nb.paths import committed_checkpoints_dir
+from frost_nb.paths import committed_runs_dir
 from frost_nb.training import load_split
 
-DEFAULT_CHECKPOINT = committed_checkpoints_dir() / "abcc8fb3b47a8cd4.pt"  # frost, Fashion-MNIST
+# frost, Fashion-MNIST (canonical update, seed 0)
+DEFAULT_CHECKPOINT = committed_runs_dir() / "fashion-mnist-demo-families-residual/frost-seed0/model.pt"
 
 
 def cpu_name() -> str:

@@ -2,7 +2,8 @@
 
 ``demo`` is the project's main job: train FROST on the embedded default data set (scikit-learn's
 digits, no download), run the halting quantile sweep and write figures and metrics to
-``outputs/``. ``config`` prints the resolved config of a run and its cache key; ``train`` trains (or loads from the cache) any model on any data set and size;
+``outputs/``. ``config`` prints the resolved config of a run and the stored run that holds it;
+``train`` trains (or loads from the stored runs) any model on any data set and size;
 ``evaluate`` runs adaptive inference of a checkpoint at one quantile; ``sweep`` evaluates a
 checkpoint over the quantile grid of the paper's Table 2; ``verdicts`` prints (or writes into,
 or checks against, the README) the verdict table of the paper's claims.
@@ -20,6 +21,7 @@ from .config import SIZES, ConfigError
 from .experiments import GRIDS
 from .halting import PAPER_QUANTILES
 from .paths import shown_path
+from .runs import find_run, run_name
 
 
 def _value(text: str) -> Any:
@@ -57,7 +59,8 @@ def _run_record(result) -> dict[str, Any]:
     """What a run is and what it reached: the same whether it was trained now or loaded."""
     c = result.config
     return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
-            "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed, "key": c.key(),
+            "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed,
+            "name": run_name(result.checkpoint),
             "params": result.model.num_parameters(),
             "accuracy": result.metrics.get("test_accuracy"),
             "train_seconds": result.metrics.get("train_seconds")}
@@ -85,16 +88,18 @@ def _single_process_only(command: str) -> None:
 
 def cmd_config(args) -> int:
     """Print the resolved config of a run (every field, after the size's and data set's presets
-    and the overrides) and its cache key, as JSON; trains nothing."""
+    and the overrides) and the name of the stored run that holds it (null when none), as JSON;
+    trains nothing."""
     config = _config(args)
-    print(json.dumps({"key": config.key(), **config.flat()}, indent=2))
+    stored = find_run(config)
+    print(json.dumps({"run": stored.name if stored else None, **config.flat()}, indent=2))
     return 0
 
 
 def cmd_train(args) -> int:
     """Train one run; under torchrun every process runs this, with DDP (rank 0 writes and prints)."""
     from .distributed import barrier, join_process_group, leave_process_group
-    from .runs import cache_path, train_or_load
+    from .runs import discard_local, train_or_load
     from .training import pick_device, train
 
     config = _config(args)
@@ -105,12 +110,12 @@ def cmd_train(args) -> int:
             result = train(config, checkpoint=args.checkpoint, progress=progress)
         else:
             if args.retrain and setup.is_distributed:
-                # train_or_load deletes the cached checkpoint on --retrain: rank 0 does it first,
-                # so that the ranks do not race to delete the same file
+                # train_or_load deletes the local run on --retrain: rank 0 does it first, so that
+                # the ranks do not race to delete the same files
                 if setup.is_main:
-                    cache_path(config).unlink(missing_ok=True)
+                    discard_local(config)
                 barrier()
-            result = train_or_load(config, progress=progress, retrain=args.retrain)
+            result = train_or_load(config, name=args.name, progress=progress, retrain=args.retrain)
     finally:
         leave_process_group()
     if setup.is_main:
@@ -135,7 +140,8 @@ def cmd_grid(args) -> int:
     except ValueError as err:
         raise ParameterError(str(err)) from None
     for label, config in runs.items():
-        result = train_or_load(config, progress=False if args.no_progress else None)
+        progress = False if args.no_progress else None
+        result = train_or_load(config, name=runs.run_name(label), progress=progress)
         print(json.dumps({"run": label, **_summary(result)}), flush=True)
     return 0
 
@@ -294,16 +300,19 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--root", default=None, help="data root (default: $FROST_DATA, then data/)")
         p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                        help="any config field, e.g. --set train.lr=0.1 (repeatable)")
-        p.add_argument("--retrain", action="store_true", help="ignore the trained-model cache")
+        p.add_argument("--retrain", action="store_true", help="train again, ignoring stored runs")
         p.add_argument("--no-progress", action="store_true")
 
     run_options(sub.add_parser("demo", help="the main job: FROST on digits + halting sweep"),
                 dataset="digits")
-    run_options(sub.add_parser("config", help="print the resolved config of a run and its cache key (trains nothing)"))
-    p = sub.add_parser("train", help="train a model (or load it from the cache)")
+    run_options(sub.add_parser("config", help="print the resolved config of a run and its stored run "
+                                              "(trains nothing)"))
+    p = sub.add_parser("train", help="train a model (or load it from the stored runs)")
     run_options(p)
-    p.add_argument("--checkpoint", default=None, help="write/resume this checkpoint instead of the cache")
-    p = sub.add_parser("grid", help="train every run of a named grid of experiments (the cache keeps them)")
+    p.add_argument("--checkpoint", default=None, help="write/resume this checkpoint instead of a run folder")
+    p.add_argument("--name", default=None, help="the run's name, GRID/LABEL, in the local store "
+                   "(default: DATASET-SIZE-single/MODEL-BACKBONE-seedN)")
+    p = sub.add_parser("grid", help="train every run of a named grid of experiments (the store keeps them)")
     p.add_argument("name", help=f"one of {', '.join(GRIDS)} (frost_nb/experiments.py)")
     p.add_argument("--size", default="demo", choices=SIZES)
     p.add_argument("--dataset", default="fashion-mnist")

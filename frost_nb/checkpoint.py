@@ -6,7 +6,7 @@ pickled), the training history, the optimiser, schedule and RNG states (to resum
 metrics of the finished run. Files are written atomically: a temporary file in the same
 folder, then ``os.replace``, so an interrupted save never leaves half a checkpoint.
 
-Committed checkpoints (``outputs/checkpoints/``) are *lean* exports (``export_lean``): weights,
+Committed runs (``outputs/runs/<grid>/<label>/model.pt``) are *lean* exports (``export_lean``): weights,
 calibrator, config, metrics and the per-epoch history, with the per-step series thinned to
 ``LEAN_STEP_POINTS`` evenly spaced steps (first and last kept), enough to draw alpha over
 training (the paper's figure 1); no optimiser, schedule or RNG state, so they load and
@@ -30,9 +30,9 @@ import torch
 from .config import ConfigError, ModelConfig, RunConfig
 from .halting import HaltingCalibrator
 from .models import create_model
-from .paths import OutputError, atomic_path, committed_checkpoints_dir, repo_root
+from .paths import OutputError, atomic_path, repo_root
 
-FORMAT = 1  # bump when the layout of the checkpoint dict changes
+FORMAT = 2  # bump when the layout of the checkpoint dict changes (2: the config stored whole, every field)
 
 
 class CheckpointError(RuntimeError):
@@ -124,20 +124,21 @@ def _history_as_lists(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def export_lean(source: str | os.PathLike, target: str | os.PathLike | None = None) -> Path:
+def export_lean(source: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Write the lean export of the finished checkpoint ``source`` (tensors on the CPU) to
-    ``target``, by default ``outputs/checkpoints/<same name>``: what gets committed."""
-    source = checkpoint_file(source)
-    target = Path(target) if target is not None else committed_checkpoints_dir() / source.name
-    return save_checkpoint(target, lean_state(load_checkpoint(source, map_location="cpu")))
+    ``target`` (``runs.export_run`` exports a whole run folder: what gets committed)."""
+    return save_checkpoint(target, lean_state(load_checkpoint(checkpoint_file(source), map_location="cpu")))
 
 
 def checkpoint_file(path: str | os.PathLike) -> Path:
-    """``path`` as given; a relative path missing from the working directory is looked up in
-    the repository (a notebook runs in ``notebooks/`` but names ``outputs/checkpoints/...``)."""
+    """``path`` as given, a run folder meaning its ``model.pt``; a relative path missing from the
+    working directory is looked up in the repository (a notebook runs in ``notebooks/`` but names
+    ``outputs/runs/...``)."""
     path = Path(path).expanduser()
     if not path.is_absolute() and not path.exists() and (repo_root() / path).exists():
-        return repo_root() / path
+        path = repo_root() / path
+    if path.is_dir() and (path / "model.pt").is_file():
+        return path / "model.pt"
     return path
 
 
@@ -146,8 +147,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     missing or damaged."""
     path = checkpoint_file(path)
     if path.is_dir():
-        raise CheckpointError(f"checkpoint {path} is a folder, not a file: pass the path of a .pt file "
-                              "(python -m frost_nb train ... writes one)")
+        raise CheckpointError(f"checkpoint {path} is a folder without a model.pt: pass a run folder "
+                              "or the path of a .pt file (python -m frost_nb train ... writes one)")
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist: train a model first "
                               "(python -m frost_nb train ...) or pass the path of an existing .pt file")

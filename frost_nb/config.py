@@ -1,23 +1,25 @@
 """Run configuration: one dataclass per concept, validated on construction.
 
 Every default of `docs/method.md` (section 13) lives here as a field, never as a
-constant buried in the code that uses it. `make_config(size, ...)` builds the
-three sizes of the project:
+constant buried in the code that uses it. The field defaults together are the demo on digits
+(``RunConfig() == make_config("demo", "digits")``, what ``make demo`` trains, offline).
+`make_config(size, ...)` builds the four sizes of the project:
 
 - ``smoke``: CI, seconds on a CPU (digits, tiny widths, few steps);
-- ``demo``: a laptop CPU, minutes (Fashion-MNIST or CIFAR-10, 16 steps);
-- ``paper``: the paper's model settings (ImageNet-100 at 224 px), for a GPU.
+- ``demo``: a laptop CPU, minutes (digits, Fashion-MNIST, CIFAR-10 or CIFAR-100, 16 steps);
+- ``paper``: the paper's model settings (ImageNet-100 at 224 px), for a GPU;
+- ``cifar``: the paper's ResNet-50-family branch at CIFAR's resolution, for a GPU.
 
-A config is plain data: ``to_dict`` / ``from_dict`` round-trip through JSON and
-``key()`` hashes everything that changes the trained model (the cache key).
+``python -m frost_nb config`` (and notebook 01) print the resolved config.
+
+A config is plain data: ``to_dict`` / ``from_dict`` round-trip through JSON, and
+``identity()`` is everything that changes the trained model (how ``runs.py`` finds a stored run).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
 import types
 import typing
@@ -170,20 +172,20 @@ class ModelConfig(_Validated):
     _section = "model"
     name: str = "frost"  # vanilla | recurrent | basic_ssm | frost (docs/method.md section 3)
     backbone: str = "resnet"  # resnet | vit
-    in_channels: int = 3
-    image_size: int = 32
+    in_channels: int = 1  # the defaults: demo size on digits (make_config("demo", "digits"))
+    image_size: int = 8
     num_classes: int = 10
     steps: int = 16  # T: applications of the transition block
     width: int = 64  # state channels (resnet) or token dimension (vit)
     # resnet family
     bottleneck: int = 16  # inner width of the bottleneck branch
     dilation: int = 2  # of the branch's 3x3 convolution (no pooling inside the recurrence)
-    stem_stride: int = 4  # total downsampling of the stem (8x8 states from 32 px images)
+    stem_stride: int = 1  # total downsampling of the stem (1: 8x8 states from 8 px digits)
     norm_groups: int = 8  # GroupNorm: no running statistics in a shared block (docs/method.md section 12)
     # vit family
-    patch_size: int = 4
+    patch_size: int = 2
     heads: int = 4
-    mlp_ratio: float = 4.0
+    mlp_ratio: float = 2.0
     # state-space maps B, C, D (basic_ssm and frost)
     bcd_kernel: int = 1  # kernel size of the B, C, D convolutions (resnet); vit uses linear maps
     bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
@@ -226,7 +228,7 @@ class ModelConfig(_Validated):
         self._check("update", self.update in UPDATES, f"one of {UPDATES}")
         self._check("alpha_param", self.alpha_param in ("auto",) + ALPHA_PARAMS,
                     f"one of {('auto',) + ALPHA_PARAMS}")
-        if self.alpha_param == "auto":  # resolved here: to_dict and key() never see "auto"
+        if self.alpha_param == "auto":  # resolved here: to_dict and identity() never see "auto"
             object.__setattr__(self, "alpha_param", default_alpha_param(self.update))
         upper = 1.0 if self.alpha_param == "sigmoid" else float("inf")
         self._check("alpha_init", 0.0 < self.alpha_init < upper, f"a value in (0, {upper})")
@@ -323,21 +325,7 @@ RANK_PAIRS = ("global", "per_step")
 SKETCH_WINDOWS = ("epoch", "run")
 
 
-# LossConfig fields added after trained runs were cached under their keys. They change nothing
-# while loss.ponder is off, and key() leaves them out then, so those runs keep their keys.
-PONDER_FIELDS = ("ponder", "ponder_prior", "ponder_beta")
-
 CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
-
-# Fields added after trained runs were cached (and checkpoints committed) under their keys, for
-# the readings of issue 15, with the value every run had before they existed. At that value they
-# reproduce the model and the training of before: key() leaves them out then, so every earlier
-# run keeps its key whatever the defaults are now, and from_dict gives a stored config that lacks
-# them that value (not today's default). (model.update's new values and model.alpha_param="auto"
-# need nothing here: "auto" is resolved on construction, and stored configs hold the result.)
-LEGACY_VALUES = {"model": {"hurst_param": "sigmoid", "scaled_inside": False, "halt_norm": False},
-                 "loss": {"rank_pairs": "global"}, "halting": {"sketch_window": "epoch"}}
-
 
 @dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class HaltingConfig(_Validated):
@@ -359,12 +347,12 @@ class HaltingConfig(_Validated):
 @dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class TrainConfig(_Validated):
     _section = "train"
-    epochs: int = 10
-    batch_size: int = 128
+    epochs: int = 30  # the defaults: demo size on digits (about a minute on a 2-core CPU)
+    batch_size: int = 64
     eval_batch_size: int = 512
-    optimizer: str = "sgd"  # sgd | adamw
-    lr: float = 0.05
-    weight_decay: float = 5e-4
+    optimizer: str = "adamw"  # sgd | adamw
+    lr: float = 5e-3
+    weight_decay: float = 0.05
     momentum: float = 0.9
     warmup_epochs: float = 1.0  # linear warm-up, then cosine decay to zero (per optimiser step)
     grad_clip: float = 0.0  # 0: off
@@ -396,11 +384,17 @@ class TrainConfig(_Validated):
         self._check("diagnostics_every", self.diagnostics_every >= 0, "0 (off) or a step count")
 
 
+# Fields that say where and how fast a run happens, not what it learns: left out of identity().
+WHERE_FIELDS = ("data.root", "data.download", "train.device", "train.num_workers", "train.eval_batch_size")
+
+
+# A field added later must default to the behaviour from before it: a stored config that lacks it
+# (runs.find_run, checkpoint.load_model) reads the default, so the run is still what it was.
 @dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class RunConfig:
     """Everything that defines one training run (and so one cached model)."""
 
-    size: str = "smoke"
+    size: str = "demo"  # every default together: make_config("demo", "digits"), what make demo trains
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -428,9 +422,9 @@ class RunConfig:
         unknown = set(d) - set(sections) - {"size"}
         if unknown:
             raise ConfigError(f"unknown config sections {sorted(unknown)}; expected {sorted(sections)}")
-        kwargs: dict[str, Any] = {"size": d.get("size", "smoke")}
+        kwargs: dict[str, Any] = {"size": d.get("size", RunConfig.size)}
         for name, klass in sections.items():
-            values = {**LEGACY_VALUES.get(name, {}), **d.get(name, {})}  # stored before the field existed
+            values = d.get(name, {})  # a field it lacks (stored before the field existed) reads its default
             names = {f.name for f in dataclasses.fields(klass)}
             bad = set(values) - names
             if bad:
@@ -438,24 +432,15 @@ class RunConfig:
             kwargs[name] = klass(**values)
         return cls(**kwargs)
 
-    def key(self) -> str:
-        """Hash of everything that changes the trained model (not where data or outputs live)."""
+    def identity(self) -> dict[str, Any]:
+        """Everything that changes the trained model: the config without where the data and the
+        outputs live or which device trains it (WHERE_FIELDS). Two configs with the same identity
+        are the same run (``runs.find_run``)."""
         d = self.to_dict()
-        for where in ("root", "download"):
-            d["data"].pop(where)
-        for where in ("device", "num_workers", "eval_batch_size"):
-            d["train"].pop(where)
-        if not d["train"]["diagnostics_every"]:  # keys of runs without diagnostics stay as they were
-            d["train"].pop("diagnostics_every")
-        if not d["loss"]["ponder"]:  # likewise runs without PonderNet (its fields came later)
-            for name in PONDER_FIELDS:
-                d["loss"].pop(name)
-        for section, legacy in LEGACY_VALUES.items():  # and runs with none of issue 15's options
-            for name, value in legacy.items():
-                if d[section][name] == value:
-                    d[section].pop(name)
-        blob = json.dumps(d, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        for dotted in WHERE_FIELDS:
+            section, _, name = dotted.partition(".")
+            d[section].pop(name)
+        return d
 
     def replace(self, **overrides: Any) -> RunConfig:
         """A copy with dotted overrides, e.g. ``replace(**{"train.epochs": 3})``."""
@@ -475,6 +460,16 @@ class RunConfig:
         if "model.alpha_param" not in overrides:
             d["model"]["alpha_param"] = _follow_update(self.model, d["model"]["update"])
         return RunConfig.from_dict(d)
+
+
+def config_difference(a: RunConfig, b: RunConfig, most: int = 3) -> str:
+    """The first ``most`` settings where the identities of ``a`` and ``b`` differ, as
+    ``section.field a -> b``, for error messages."""
+    def flat(d: dict) -> dict[str, Any]:
+        return {f"{k}.{n}" if isinstance(v, dict) else k: w for k, v in d.items()
+                for n, w in (v.items() if isinstance(v, dict) else [(None, v)])}
+    fa, fb = flat(a.identity()), flat(b.identity())
+    return ", ".join([f"{k} {fa[k]!r} -> {fb[k]!r}" for k in fa if fa[k] != fb[k]][:most]) or "none"
 
 
 # Per-size settings. Data-set-dependent model fields (channels, image size,
@@ -505,8 +500,8 @@ _SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
         "model.bcd_kernel": 1, "model.bcd_hidden": 896,
         # ViT-B/16 family (used when backbone="vit"): 12 steps, 768-d tokens
         "model.patch_size": 16, "model.heads": 12, "model.mlp_ratio": 4.0,
-        "train.epochs": 100, "train.batch_size": 256, "train.lr": 0.1, "train.warmup_epochs": 5.0,
-        "train.num_workers": 8,
+        "train.epochs": 100, "train.batch_size": 256, "train.optimizer": "sgd", "train.lr": 0.1,
+        "train.weight_decay": 5e-4, "train.warmup_epochs": 5.0, "train.num_workers": 8,
     },
     # the paper's ResNet-50-family branch at CIFAR's resolution, for a GPU: B, C, D as at paper
     # size, a 16x16 state (stem stride 2 on 32 px), 16 steps, crops and flips, bf16 and
@@ -540,7 +535,7 @@ _VIT_PAPER = {"model.steps": 12, "model.width": 768, "model.bcd_hidden": 2816,  
               "train.optimizer": "adamw", "train.lr": 1e-3, "train.weight_decay": 0.05}
 
 
-def make_config(size: str = "smoke", dataset: str | None = None, model: str = "frost",
+def make_config(size: str = "demo", dataset: str | None = None, model: str = "frost",
                 backbone: str = "resnet", **overrides: Any) -> RunConfig:
     """The config of one size, data set, model and backbone, with dotted overrides.
 

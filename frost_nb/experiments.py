@@ -7,8 +7,8 @@ the cache ahead of time, in parallel shards (``python -m frost_nb grid hurst --s
 - ``families`` (notebooks 02 and 03; the paper's Table 1 setting): vanilla, recurrent and
   basic_ssm with the task loss only, frost with the full objective, one run per seed; and
   frost without the ranking losses as a control, first seed only; the size's default budget.
-  These ran before notebook 04 changed two defaults, so they keep ``PRE_SELECTION`` (their
-  cache keys and committed checkpoints stay valid); "frost (adopted defaults)", every seed,
+  These ran before notebook 04 changed two defaults, so they keep ``PRE_SELECTION`` (the
+  settings they ran with, which their committed runs hold); "frost (adopted defaults)", every seed,
   is frost as the defaults now stand (what ``make_config`` gives, notebooks 01 and 05 use).
 - The ablations of notebook 04 share one smaller budget, ``ABLATION_EPOCHS`` epochs, with
   the gradient-conflict probe on (``train.diagnostics_every``); each arm changes one thing
@@ -38,6 +38,7 @@ and a setting replaces the default only if it beats the reference by more than
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -77,7 +78,7 @@ from .halting import PAPER_QUANTILES, sweep
 from .halting_rules import COLLAPSE_QUANTILE, FIXED, THRESHOLDS, collapsed, model_curves, summary
 from .paper import TABLE1, TABLE1_STEPS
 from .paths import smoke_mode
-from .runs import cached_checkpoint, train_or_load
+from .runs import cached_checkpoint, run_name, train_or_load
 from .training import evaluate, load_split
 
 ABLATION_EPOCHS = 5
@@ -112,7 +113,7 @@ DECISIVE_STRENGTH = (10.0, 3.0)
 READINGS = ("adopted", "residual")  # frost under today's defaults; the runs made before them
 # The defaults in force before the adopted reading (ADOPTED_READING, below) became the default:
 # notebook 04's selection (the gated update, rank_frac 0.5) with the halting settings of then.
-# Every grid that ran under them pins them, so its committed runs keep their keys.
+# Every grid that ran under them pins them: they are the settings its committed runs hold.
 PRE_READING = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
                "halting.sketch_window": "epoch"}
 # The defaults in force when the families and ablation grids were fixed and run (the reference
@@ -186,8 +187,40 @@ def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: i
     return _ablation(size, dataset, seed, reading=reading)
 
 
+# the grids whose runs depend on ``reading`` (the others are what they were fixed as)
+READING_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
+
+
+class Grid(dict):
+    """label -> RunConfig of one grid, and where its runs are stored: ``run_name(label)`` is
+    ``<folder>/<label, slugged>-seed<N>``, the run's folder under ``outputs/runs/`` (committed)
+    or the local cache (``runs.py``). A run is found by its config wherever it is stored; the
+    name only says where a run trained now goes and what the index calls it."""
+
+    def __init__(self, runs: dict[str, RunConfig], folder: str):
+        super().__init__(runs)
+        self.folder = folder
+
+    def run_name(self, label: str) -> str:
+        base = re.sub(r" seed \d+$", "", label)
+        return f"{self.folder}/{slug(base)}-seed{self[label].train.seed}"
+
+
+def slug(text: str) -> str:
+    """``text`` as a folder name: lower case, runs of other characters than letters, digits and
+    dots made one hyphen ("frost (adopted defaults)" -> "frost-adopted-defaults")."""
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def grid_folder(name: str, size: str, dataset: str | None, reading: str = "adopted") -> str:
+    """The folder of grid ``name``'s runs: ``<data set>-<size>-<grid>``, with ``-residual`` for
+    the runs made before the adopted reading (``READING_GRIDS`` only)."""
+    residual = "-residual" if reading == "residual" and name in READING_GRIDS else ""
+    return f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{residual}"
+
+
 def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
-         seeds: tuple[int, ...] = (0,), reading: str = "adopted") -> dict[str, RunConfig]:
+         seeds: tuple[int, ...] = (0,), reading: str = "adopted") -> Grid:
     """The runs of grid ``name`` (one of GRIDS); labels carry the seed when there are several.
 
     ``reading`` (READINGS) matters for ``families``, ``ponder`` and ``collapse``: "adopted" is
@@ -205,7 +238,7 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
             if label in ONCE and seed != seeds[0]:
                 continue  # the control runs once (its first seed): a reference, not a result
             runs[label + tag] = cfg
-    return runs
+    return Grid(runs, grid_folder(name, size, dataset, reading))
 
 
 def _grid(name: str, size: str, dataset: str | None, seed: int, reading: str = "residual") -> dict[str, RunConfig]:
@@ -350,7 +383,8 @@ def shard(runs: dict[str, RunConfig], index: int, count: int) -> dict[str, RunCo
     """Every ``count``-th run starting at ``index`` (for training a grid in parallel)."""
     if not 0 <= index < count:
         raise ValueError(f"shard {index}/{count}: the index must be in 0..{count - 1}")
-    return {k: v for i, (k, v) in enumerate(runs.items()) if i % count == index}
+    picked = {k: v for i, (k, v) in enumerate(runs.items()) if i % count == index}
+    return Grid(picked, runs.folder) if isinstance(runs, Grid) else picked
 
 
 def selection_score(sweep_table) -> float:
@@ -369,7 +403,8 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
     """
     cfg = result.config
     steps = result.history["steps"]
-    row: dict[str, Any] = {"key": cfg.key(), "epochs": cfg.train.epochs, "seed": cfg.train.seed,
+    row: dict[str, Any] = {"key": run_name(result.checkpoint), "epochs": cfg.train.epochs,
+                           "seed": cfg.train.seed,
                            "alpha": steps["alpha"][-1], "hurst": steps["hurst"][-1],
                            "easy_score": steps["easy_score"][-1], "hard_score": steps["hard_score"][-1],
                            "threshold_median": steps["threshold_median"][-1]}
@@ -410,7 +445,8 @@ def alpha_summary(results: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for label, r in results.items():
         a = pd.Series(r.history["steps"]["alpha"])
-        rows.append({"run": label, "key": r.config.key(), "seed": r.config.train.seed, "start": a.iloc[0],
+        rows.append({"run": label, "key": run_name(r.checkpoint), "seed": r.config.train.seed,
+                     "start": a.iloc[0],
                      "min": a.min(), "min at (fraction of training)": a.idxmin() / (len(a) - 1),
                      "end": a.iloc[-1], "recovery (end - min)": a.iloc[-1] - a.min(), "max": a.max()})
     return pd.DataFrame(rows).set_index("run")
@@ -504,7 +540,7 @@ def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
         return
     unique: dict[str, tuple[str, RunConfig]] = {}
     for label, cfg in runs.items():  # one entry per run: grids share their reference run
-        unique.setdefault(cfg.key(), (label, cfg))
+        unique.setdefault(repr(cfg.identity()), (label, cfg))
     missing = {label: cfg for label, cfg in unique.values() if cached_checkpoint(cfg) is None}
     if not missing:
         return
@@ -518,8 +554,10 @@ def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
 
 
 def load_runs(runs: dict[str, RunConfig], progress: bool | None = None) -> dict[str, Any]:
-    """``train_or_load`` every run of a grid (in order); label -> TrainResult."""
-    return {label: train_or_load(cfg, progress=progress) for label, cfg in runs.items()}
+    """``train_or_load`` every run of a grid (in order), a run trained now stored under its
+    grid's name (``Grid.run_name``); label -> TrainResult."""
+    name = runs.run_name if isinstance(runs, Grid) else lambda label: None
+    return {label: train_or_load(cfg, name=name(label), progress=progress) for label, cfg in runs.items()}
 
 
 def run_trajectories(result, split: str = "test", max_samples: int | None = None):
@@ -578,12 +616,13 @@ def strength_row(result, reference) -> dict[str, Any]:
     the ranking/task gradient-norm ratio."""
     cfg = result.config
     row = {"model": cfg.model.name, "lambda_rel": cfg.loss.lambda_rel, "lambda_abs": cfg.loss.lambda_abs,
-           "key": cfg.key(), **collapse_row(result, reference)}
+           "key": run_name(result.checkpoint), **collapse_row(result, reference)}
     d = result.history["diagnostics"]
     last = result.history["steps"]["step"][-1]
     late = [i for i, s in enumerate(d["step"]) if s >= last / 2]
     if not late or not d.get("step_grad_cosine"):
-        raise ValueError(f"run {cfg.key()} has no gradient probes in its second half; experiment (c) "
+        raise ValueError(f"run {run_name(result.checkpoint)} has no gradient probes in its second half; "
+                         "experiment (c) "
                          f"needs train.diagnostics_every > 0 (its grid sets it)")
     per_step = np.asarray([d["step_grad_cosine"][i] for i in late], dtype=float)  # (probes, T)
     ratio = [d["rank_grad_norm"][i] / d["task_grad_norm"][i] for i in late]
@@ -699,7 +738,8 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
     areas = summary(run_rule_curves(result, "m", test=traj), cfg.model.steps).set_index("rule")["auc"]
     alpha = [a for a in result.history["steps"].get("alpha", []) if a == a]  # NaN: no alpha
     return {"update": cfg.model.update, "init_state": cfg.model.init_state, "seed": cfg.train.seed,
-            "epochs": cfg.train.epochs, "key": cfg.key(), **contraction_summary(traj), **jvp,
+            "epochs": cfg.train.epochs, "key": run_name(result.checkpoint), **contraction_summary(traj),
+            **jvp,
             **{f"cos t={t}": float(cosine[t]) for t in UPDATE_FORM_STEPS if t <= cfg.model.steps},
             "accuracy per depth": [float(a) for a in per_step], "accuracy": float(per_step[-1]),
             "alpha start": alpha[0] if alpha else math.nan, "alpha min": min(alpha) if alpha else math.nan,
@@ -775,7 +815,7 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
         states = run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
         for name, r in minkowski_protocols(states).items():
             rows.append({"run": label, "model": family_label(result.config), "seed": result.config.train.seed,
-                         "key": result.config.key(), "protocol": name, **r})
+                         "key": run_name(result.checkpoint), "protocol": name, **r})
     orders = {}
     for point_set, dims, window in PROTOCOLS:
         name = protocol_name(point_set, dims, window)

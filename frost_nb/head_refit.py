@@ -58,6 +58,7 @@ from .halting_rules import (
     threshold_curve,
 )
 from .losses import ranking_losses, step_losses
+from .runs import run_name
 from .training import load_split
 
 GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
@@ -323,7 +324,8 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
         "dataset": first.data.name, "size": size, "seeds": list(seeds), "steps": steps,
         "train_samples": train_samples, "refit": dataclasses.asdict(settings),
         "rule": READING_EXPERIMENTS["head_refit"],
-        "backbones": {label: {"key": cfg.key(), "update": cfg.model.update, "seed": cfg.train.seed,
+        "backbones": {label: {"key": run_name(results[label].checkpoint), "update": cfg.model.update,
+                              "seed": cfg.train.seed,
                               "epochs": cfg.train.epochs,
                               "loss": {f: getattr(cfg.loss, f) for f in ("lambda_rel", "lambda_abs", "margin",
                                                                          "rank_frac")},

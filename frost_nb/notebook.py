@@ -183,8 +183,8 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
                   backbone: str | None = None, param: str = "checkpoint"):
     """``(config, model, calibrator)`` of the model a notebook studies: the checkpoint when one
     is given (a missing or damaged file stops here, saying so), else ``default`` (a RunConfig;
-    None: FROST at the size's defaults on ``dataset``) from the trained-model cache or
-    ``outputs/checkpoints/`` (trained when in neither).
+    None: FROST at the size's defaults on ``dataset``) from the stored runs, local or committed in
+    ``outputs/runs/`` (trained when in neither).
 
     The notebooks that call this study FROST's halting head: a checkpoint of another family, or
     of a frost run whose halting head no loss trained (``loss.halting_trained``: the ranking

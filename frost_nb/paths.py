@@ -135,9 +135,9 @@ def check_writable(path: str | os.PathLike, what: str, fix: str, *, folder: bool
     return path
 
 
-def committed_checkpoints_dir() -> Path:
-    """Small demo checkpoints committed with the repo (read-only for the cache)."""
-    return repo_root() / "outputs" / "checkpoints"
+def committed_runs_dir() -> Path:
+    """The runs committed with the repo, lean exports (``runs.py``; read-only for training)."""
+    return repo_root() / "outputs" / "runs"
 
 
 @contextmanager

@@ -1,65 +1,264 @@
 """Where trained runs live, and ``train_or_load``: the one way the notebooks, the command line
 and the grids get a trained model.
 
-The trained-model cache (``outputs/cache/``, or ``$FROST_CACHE``) maps ``RunConfig.key()`` (a
-hash of everything that changes the trained model) to ``<key>.pt``; the committed lean exports
-in ``outputs/checkpoints/`` are found under the same name. This module sits above
-``checkpoint.py`` (the file format) and ``training.py`` (the trainer), so neither imports the
-other's caller.
+A run is a folder named ``<grid>/<label>`` (``experiments.Grid.run_name``), holding
+
+- ``config.json``: its whole config (``RunConfig.to_dict``);
+- ``model.pt``: the checkpoint (``checkpoint.py``; while training, the one it resumes from);
+- ``metrics.json``: what the finished run measured; written last, so its presence says the run
+  is finished.
+
+Runs trained here go to the local store (``outputs/cache/``, or ``$FROST_CACHE``; git-ignored);
+the committed ones, lean exports (``export_run``), to ``outputs/runs/``, listed in the generated
+``outputs/runs/index.csv``. A run is found by its config, not its name: ``find_run`` compares
+``RunConfig.identity()`` with each stored ``config.json`` read through ``RunConfig.from_dict``,
+where a field a stored config lacks reads its default. So a new config field needs no
+migration as long as its default reproduces the behaviour from before it (config.py's rule).
+
+This module sits above ``checkpoint.py`` (the file format) and ``training.py`` (the trainer),
+so neither imports the other's caller.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
+import platform
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .checkpoint import CheckpointError, load_checkpoint, load_model
-from .config import RunConfig
-from .paths import cache_dir, check_writable, committed_checkpoints_dir
-from .training import Trainer, TrainResult
+import pandas as pd
+import torch
+import torch.distributed as dist
+
+from .checkpoint import CheckpointError, export_lean, load_checkpoint, load_model
+from .config import ConfigError, RunConfig
+from .paths import atomic_path, cache_dir, check_writable, committed_runs_dir
+from .training import TrainResult, train
+
+CONFIG_FILE, MODEL_FILE, METRICS_FILE = "config.json", "model.pt", "metrics.json"
+INDEX_COLUMNS = ("run", "dataset", "model", "backbone", "update", "seed", "epochs", "test_accuracy",
+                 "minutes", "hardware")
 
 
-def cache_path(config: RunConfig) -> Path:
-    """Where the trained-model cache keeps ``config``'s run (finished or not)."""
-    return cache_dir() / f"{config.key()}.pt"
+@dataclass(frozen=True)
+class StoredRun:
+    """One run folder: its name (``<grid>/<label>``), where it is, and its config."""
+
+    name: str
+    folder: Path
+    config: RunConfig
+    identity: str  # config.identity() as sorted JSON, what find_run compares
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.folder / MODEL_FILE
+
+    @property
+    def finished(self) -> bool:
+        return (self.folder / METRICS_FILE).is_file() and self.checkpoint.is_file()
+
+    def metrics(self) -> dict[str, Any]:
+        return json.loads((self.folder / METRICS_FILE).read_text())
 
 
-def cached_checkpoint(config: RunConfig) -> Path | None:
-    """The finished checkpoint of ``config``: the local cache first (a retrained run wins), then
-    the committed ones (what a fresh clone has)."""
-    for path in (cache_path(config), committed_checkpoints_dir() / cache_path(config).name):
-        if path.is_file():
-            try:
-                if load_checkpoint(path).get("complete"):
-                    return path
-            except CheckpointError:
-                continue  # damaged: train_or_load sets it aside and trains again
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as indented JSON at ``path``, atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _identity(config: RunConfig) -> str:
+    return json.dumps(config.identity(), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str] | None:
+    """The config in ``path`` and its identity (read again when its modification time or size,
+    ``stamp``, changes); None, with a warning naming the file, when this code cannot read it."""
+    try:
+        config = RunConfig.from_dict(json.loads(Path(path).read_text()))
+        return config, _identity(config)
+    except (ConfigError, TypeError, ValueError) as err:
+        logging.getLogger("frost_nb").warning("skipping run %s: unreadable config (%s)",
+                                              Path(path).parent, err)
+        return None
+
+
+def stored_runs(root: Path) -> list[StoredRun]:
+    """Every run folder under ``root`` (``<root>/<grid>/<label>/config.json``), by name; a
+    config this code cannot read is skipped with a warning naming the file."""
+    runs = []
+    for path in sorted(root.glob(f"*/*/{CONFIG_FILE}")):
+        st = path.stat()
+        read = _read_config(str(path), (st.st_mtime_ns, st.st_size))
+        if read is not None:
+            runs.append(StoredRun(path.parent.relative_to(root).as_posix(), path.parent, *read))
+    return runs
+
+
+def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
+    """The stored run of ``config``: the local store first (a run trained here wins), then the
+    committed runs (what a fresh clone has); only finished ones unless ``finished=False``."""
+    want = _identity(config)
+    for root in (cache_dir(), committed_runs_dir()):
+        for run in stored_runs(root):
+            if run.identity == want and (run.finished or not finished):
+                return run
     return None
 
 
-def train_or_load(config: RunConfig, *, progress: bool | None = None, retrain: bool = False):
-    """A trained model for ``config``: from the cache when it was trained before, else trained now.
+def stored_name(config: RunConfig) -> str | None:
+    """The name (``<grid>/<label>``) of ``config``'s finished stored run, or None."""
+    run = find_run(config)
+    return run.name if run is not None else None
 
-    Training writes its checkpoint into the cache every epoch, so an interrupted run resumes.
-    Returns a ``TrainResult`` (model, calibrator, history, metrics, checkpoint path, cached flag).
+
+def cached_checkpoint(config: RunConfig) -> Path | None:
+    """The finished checkpoint of ``config`` (``find_run``), or None."""
+    run = find_run(config)
+    return run.checkpoint if run is not None else None
+
+
+def default_name(config: RunConfig) -> str:
+    """The name of a run trained outside a grid: ``<data set>-<size>-single/<model>-<backbone>-seed<N>``."""
+    c = config
+    return f"{c.data.name}-{c.size}-single/{c.model.name}-{c.model.backbone}-seed{c.train.seed}"
+
+
+def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
+    """Where ``config`` trains: its unfinished local run when there is one (it resumes), else
+    ``name`` (default_name) in the local store; a name taken by another config gets a suffix."""
+    unfinished = find_run(config, finished=False)
+    if unfinished is not None and _is_local(unfinished):
+        return unfinished.name, unfinished.folder
+    base = name or default_name(config)
+    candidate, n = base, 1
+    while (cache_dir() / candidate / CONFIG_FILE).is_file():
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate, cache_dir() / candidate
+
+
+def _is_local(run: StoredRun) -> bool:
+    return run.folder.parent.parent.resolve() == cache_dir().resolve()
+
+
+def _set_aside(checkpoint: Path, err: Exception) -> None:
+    """Keep a damaged checkpoint for inspection as ``model.pt.damaged``."""
+    aside = checkpoint.with_suffix(".pt.damaged")
+    os.replace(checkpoint, aside)
+    logging.getLogger("frost_nb").warning("%s; moved it to %s and training again", err, aside)
+
+
+def discard_local(config: RunConfig) -> None:
+    """Delete the checkpoint and metrics of ``config``'s run in the local store (before training
+    it again); its folder and config stay. Committed runs are never touched."""
+    run = find_run(config, finished=False)
+    if run is not None and _is_local(run):
+        (run.folder / METRICS_FILE).unlink(missing_ok=True)
+        run.checkpoint.unlink(missing_ok=True)
+
+
+def run_metrics(result: TrainResult) -> dict[str, Any]:
+    """The finished run's metrics as ``metrics.json`` holds them, with the hardware it ran on."""
+    device = str(result.metrics.get("device", ""))
+    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else \
+        f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return {**result.metrics, "hardware": hardware}
+
+
+def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool | None = None,
+                  retrain: bool = False) -> TrainResult:
+    """A trained model for ``config``: from the store when it was trained before, else trained now
+    into the local store as ``name`` (``<grid>/<label>``; default ``default_name``).
+
+    Training writes its checkpoint every epoch, so an interrupted run resumes. Returns a
+    ``TrainResult`` (model, calibrator, history, metrics, checkpoint path, cached flag).
     """
-    path = None if retrain else cached_checkpoint(config)
-    if path is not None:
-        model, calibrator = load_model(path, expect=config)
-        state = load_checkpoint(path)
-        return TrainResult(model=model, calibrator=calibrator, history=state["history"],
-                           metrics=state.get("metrics", {}), config=config, checkpoint=path,
-                           from_cache=True)
-    target = cache_path(config)
-    check_writable(target.parent, "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
-    if retrain and target.exists():
-        target.unlink()
-    elif target.exists():
+    while (found := None if retrain else find_run(config)) is not None:
+        try:
+            model, calibrator = load_model(found.checkpoint, expect=config)
+            state = load_checkpoint(found.checkpoint)
+            return TrainResult(model=model, calibrator=calibrator, history=state["history"],
+                               metrics=state.get("metrics", {}), config=config,
+                               checkpoint=found.checkpoint, from_cache=True)
+        except CheckpointError as err:
+            if not _is_local(found):
+                raise CheckpointError(f"{err}: the committed run {found.name} is damaged; restore it "
+                                      f"(git checkout -- {found.folder}) or train it with retrain") from err
+            _set_aside(found.checkpoint, err)  # then the next stored run, else training
+            (found.folder / METRICS_FILE).unlink(missing_ok=True)
+    check_writable(cache_dir(), "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
+    if retrain:
+        discard_local(config)
+    name, folder = _local_folder(config, name)
+    target = folder / MODEL_FILE
+    if target.exists():
         try:
             load_checkpoint(target)  # an unfinished run: the trainer resumes it
         except CheckpointError as err:  # damaged: keep it for inspection, train afresh
-            aside = target.with_suffix(".pt.damaged")
-            os.replace(target, aside)
-            logging.getLogger("frost_nb").warning("%s; moved it to %s and training again", err, aside)
-    return Trainer(config, checkpoint=target, progress=progress).fit()
+            _set_aside(target, err)
+    main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    if main:  # under torchrun rank 0 alone writes, as it writes the checkpoint
+        write_json(folder / CONFIG_FILE, config.to_dict())
+    result = train(config, checkpoint=target, progress=progress)
+    if main:
+        write_json(folder / METRICS_FILE, run_metrics(result))
+    return result
+
+
+def run_name(checkpoint: str | os.PathLike | None) -> str | None:
+    """The name (``<grid>/<label>``) of the run whose ``model.pt`` is ``checkpoint``; None for a
+    checkpoint outside a run folder."""
+    if checkpoint is None:
+        return None
+    path = Path(checkpoint).resolve()
+    if path.name != MODEL_FILE or not (path.parent / CONFIG_FILE).is_file():
+        return None
+    return f"{path.parent.parent.name}/{path.parent.name}"
+
+
+def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None = None) -> Path:
+    """Copy the finished run folder ``source`` (a local run) as a lean export into
+    ``target_root/<same name>`` (default ``outputs/runs/``, what gets committed) and regenerate
+    the index there. Returns the new folder."""
+    source = Path(source)
+    if not (source / METRICS_FILE).is_file():
+        raise CheckpointError(f"run {source} is not finished (no {METRICS_FILE}): train it to the end "
+                              "before exporting it")
+    root = Path(target_root) if target_root is not None else committed_runs_dir()
+    folder = root / source.parent.name / source.name
+    export_lean(source / MODEL_FILE, folder / MODEL_FILE)
+    for name in (CONFIG_FILE, METRICS_FILE):
+        with atomic_path(folder / name) as tmp:
+            shutil.copyfile(source / name, tmp)
+    write_index(root)
+    return folder
+
+
+def _rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def write_index(root: str | os.PathLike | None = None) -> Path:
+    """``index.csv`` of the runs under ``root`` (default ``outputs/runs/``): one row per run
+    (INDEX_COLUMNS; minutes of training, test accuracy at full depth), sorted by name."""
+    root = Path(root) if root is not None else committed_runs_dir()
+    rows = []
+    for run in stored_runs(root):
+        m = run.metrics() if run.finished else {}
+        c = run.config
+        rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
+                     "backbone": c.model.backbone, "update": c.model.update, "seed": c.train.seed,
+                     "epochs": c.train.epochs, "test_accuracy": _rounded(m.get("test_accuracy")),
+                     "minutes": round(m["train_seconds"] / 60, 1) if "train_seconds" in m else None,
+                     "hardware": m.get("hardware", m.get("device"))})
+    path = root / "index.csv"
+    with atomic_path(path) as tmp:
+        pd.DataFrame(rows, columns=list(INDEX_COLUMNS)).to_csv(tmp, index=False)
+    return path

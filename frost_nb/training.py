@@ -16,7 +16,7 @@ default), or one sketch that accumulates those sources over every epoch of the r
 
 Under torchrun (``distributed.py``) the same loop runs in every process with DDP.
 ``train.batch_size`` stays the global batch: each of the N ranks trains on its N-th of every
-batch, so the steps per epoch, the schedule and the cache key mean the same for any N. The
+batch, so the steps per epoch, the schedule and the run's identity mean the same for any N. The
 history logs the whole batch's loss and accuracy (summed over the ranks) and the mean over
 the ranks of the loss parts; the ranking losses themselves rank the entries of each rank's
 share, and the per-step median threshold and the gradient diagnostics are rank 0's. Each
@@ -41,7 +41,7 @@ import torch
 
 from .analysis import gradient_conflict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, stored_config
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, config_difference
 from .data import load_dataset, make_batches
 from .distributed import barrier, join_process_group, shard_batches, sum_over_ranks, wrap_model
 from .halting import HaltingCalibrator
@@ -292,9 +292,10 @@ class Trainer:
             return False
         state = load_checkpoint(self.checkpoint, map_location=self.device)
         theirs = stored_config(self.checkpoint, state)
-        if theirs.key() != self.config.key():
-            raise CheckpointError(f"checkpoint {self.checkpoint} belongs to another run (config key "
-                                  f"{theirs.key()} vs {self.config.key()}); pass another path or delete it")
+        if theirs.identity() != self.config.identity():
+            raise CheckpointError(f"checkpoint {self.checkpoint} belongs to another run (its config differs "
+                                  f"from this one's: {config_difference(theirs, self.config)}); pass "
+                                  "another path or delete it")
         if state.get("lean"):
             raise CheckpointError(f"checkpoint {self.checkpoint} is a lean export (weights, calibrator, "
                                   "config and metrics, no optimiser state): it can be loaded and evaluated, "

@@ -8,8 +8,8 @@ small function below. It reads the metrics files of ``outputs/metrics/`` (what n
 
 one per (claim, reading, data set): ``reading`` is the update form of the FROST model that was
 measured (``canonical``, ``convex``, ``gated``; ``n/a`` for claims about the baselines), taken
-from what the metrics name: a run's key (its committed checkpoint in ``outputs/checkpoints/``,
-else the grid of ``frost_nb.experiments`` it belongs to), a checkpoint path, or, for a file
+from what the metrics name: a run's name (``<grid>/<label>``, its committed folder in
+``outputs/runs/``, else the grid of ``frost_nb.experiments`` it belongs to), a checkpoint path, or, for a file
 that names no run, the committed checkpoint of the same size, data set and model whose test
 accuracy it reports. A new metrics file (another update form, another data set) adds rows;
 nothing here names today's runs or numbers.
@@ -42,7 +42,8 @@ from .data import DATASETS
 from .experiments import DECISIVE_STRENGTH, FAMILIES, GRIDS, PRE_SELECTION, READINGS
 from .experiments import grid as make_grid
 from .halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
-from .paths import committed_checkpoints_dir, repo_root
+from .paths import committed_runs_dir, repo_root
+from .runs import MODEL_FILE
 
 COLUMNS = ("claim", "reading", "dataset", "paper", "ours", "verdict", "notebook")
 HEADER = ("claim", "reading", "data set", "paper", "ours", "verdict", "notebook")
@@ -66,9 +67,9 @@ class Metrics:
 
     def __init__(self, folder: str | os.PathLike | None = None):
         self.folder = Path(folder) if folder is not None else default_metrics_dir()
-        # checkpoints beside the metrics first (a copied outputs/ tree), then the committed ones
-        self.checkpoint_dirs = list(dict.fromkeys(  # once each, even when they are the same folder
-            p.resolve() for p in (self.folder.parent / "checkpoints", committed_checkpoints_dir())))
+        # runs beside the metrics first (a copied outputs/ tree), then the committed ones
+        self.run_dirs = list(dict.fromkeys(  # once each, even when they are the same folder
+            p.resolve() for p in (self.folder.parent / "runs", committed_runs_dir())))
         self._json: dict[str, Any] = {}  # each file read once per table
 
     def json(self, name: str) -> dict[str, Any] | None:
@@ -86,12 +87,16 @@ class Metrics:
 
     # -- the run behind a number, and its update form --------------------------------------
 
-    def checkpoint(self, key: str | None) -> dict[str, Any] | None:
-        """``{config, metrics}`` of the committed checkpoint ``<key>.pt``, or None."""
-        if not key:
+    def checkpoint(self, run: str | None) -> dict[str, Any] | None:
+        """``{config, metrics}`` of the committed run ``run``: its name (``<grid>/<label>``) or
+        the path of its ``model.pt``; None when there is none."""
+        if not run:
             return None
-        for folder in self.checkpoint_dirs:
-            path = folder / f"{key}.pt"
+        if run.endswith(".pt"):
+            parts = Path(run).parts
+            run = "/".join(parts[-3:-1]) if len(parts) >= 3 else run
+        for folder in self.run_dirs:
+            path = folder / run / MODEL_FILE
             if path.is_file():
                 return _read_checkpoint(str(path), _stamp(path))
         return None
@@ -99,8 +104,8 @@ class Metrics:
     def config_of(self, key: str | None = None, *, grid: str | None = None, label: str | None = None,
                   size: str = "demo", dataset: str | None = None, seeds: tuple[int, ...] = (0, 1, 2),
                   reading: str = "residual"):
-        """The ``RunConfig`` of a run: by ``key`` (a committed checkpoint, else any run of
-        ``frost_nb.experiments``'s grids at ``size`` and ``dataset`` with that key), else by
+        """The ``RunConfig`` of a run: by ``key``, its name (a committed run, else any run of
+        ``frost_nb.experiments``'s grids at ``size`` and ``dataset`` with that name), else by
         ``label`` in ``grid`` under ``reading`` (for metrics that name runs by label only: files
         written before the adopted reading are "residual"; later ones record their "reading").
         None when not found."""
@@ -108,7 +113,7 @@ class Metrics:
         if state is not None:
             return state["config"]
         if key:
-            found = _grid_keys(size, dataset, seeds).get(key)
+            found = _grid_names(size, dataset, seeds).get(key)
             if found is not None:
                 return found
         if grid and label:
@@ -127,8 +132,8 @@ class Metrics:
         is ``accuracy`` (for files that name no run: a sweep CSV, 01's metrics); None when
         none or several with different update forms match."""
         found = []
-        for folder in self.checkpoint_dirs:
-            for path in sorted(folder.glob("*.pt")):
+        for folder in self.run_dirs:
+            for path in sorted(folder.glob(f"*/*/{MODEL_FILE}")):
                 state = _read_checkpoint(str(path), _stamp(path))
                 cfg, acc = state["config"], state["metrics"].get("test_accuracy")
                 if (cfg is not None and acc is not None and cfg.size == size and cfg.data.name == dataset
@@ -156,8 +161,8 @@ def _read_checkpoint(path: str, stamp: tuple[int, int]) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=None)
-def _grid_keys(size: str, dataset: str | None, seeds: tuple[int, ...]) -> dict[str, Any]:
-    """key -> RunConfig over every named grid of ``frost_nb.experiments`` (configs only)."""
+def _grid_names(size: str, dataset: str | None, seeds: tuple[int, ...]) -> dict[str, Any]:
+    """run name -> RunConfig over every named grid of ``frost_nb.experiments`` (configs only)."""
     keys = {}
     for name in GRIDS:
         for read in READINGS:
@@ -165,7 +170,7 @@ def _grid_keys(size: str, dataset: str | None, seeds: tuple[int, ...]) -> dict[s
                 runs = make_grid(name, size, dataset, seeds, reading=read)
             except (ValueError, KeyError):
                 continue
-            keys.update({cfg.key(): cfg for cfg in runs.values()})
+            keys.update({runs.run_name(label): cfg for label, cfg in runs.items()})
     return keys
 
 
@@ -480,8 +485,8 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
         d = m.json(name)
         if d is None or "sweep" not in d:
             continue
-        key = Path(d["checkpoint"]).stem if d.get("checkpoint") else d.get("key")
-        state = m.checkpoint(key) or m.match(d["size"], d["dataset"], d["model"], d["accuracy"]) or {}
+        state = m.checkpoint(d.get("checkpoint") or d.get("key")) \
+            or m.match(d["size"], d["dataset"], d["model"], d["accuracy"]) or {}
         fixed = d.get("accuracy_per_step") or state.get("metrics", {}).get("test_accuracy_per_step")
         if frost(state.get("config"), d["model"]):
             yield "01" if name.startswith("01_training") else "demo", d["dataset"], reading(state.get("config")), \
@@ -747,7 +752,7 @@ def adaptive_speed(m: Metrics) -> list[dict]:
             continue
         largest = max(r["batch_size"] for r in d["rows"])
         worst = min(r["ratio"] for r in d["rows"] if r["batch_size"] == largest)
-        state = m.checkpoint(Path(d["checkpoint"]).stem) if d.get("checkpoint") else None
+        state = m.checkpoint(d.get("checkpoint"))
         read = d.get("update") or reading((state or {}).get("config"))
         device = d.get("env", {}).get("device", "")
         verdict = REPRODUCED if worst >= SPEED_CLOSE else PARTLY if worst >= SPEED_NEAR else NOT

@@ -180,7 +180,7 @@ def test_diagnostics_are_recorded_and_change_nothing(tiny_config, tmp_path):
     cfg = tiny_config.replace(**{"train.epochs": 1})
     plain = Trainer(cfg, checkpoint=tmp_path / "a.pt").fit()
     probed_cfg = cfg.replace(**{"train.diagnostics_every": 5})
-    assert probed_cfg.key() != cfg.key()  # a separate cached run, with the extra history
+    assert probed_cfg.identity() != cfg.identity()  # a separate stored run, with the extra history
     probed = Trainer(probed_cfg, checkpoint=tmp_path / "b.pt").fit()
     for (name, a), b in zip(plain.model.state_dict().items(), probed.model.state_dict().values()):
         assert torch.equal(a, b), name

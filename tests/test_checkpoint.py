@@ -15,7 +15,7 @@ from frost_nb.checkpoint import (
     save_checkpoint,
 )
 from frost_nb.config import make_config
-from frost_nb.paths import OutputError, committed_checkpoints_dir
+from frost_nb.paths import OutputError, committed_runs_dir
 from frost_nb.training import Trainer
 
 
@@ -71,9 +71,9 @@ def test_unfinished_run_is_not_exported(tiny_config, tmp_path):
 
 
 def test_committed_checkpoints_are_lean_and_load():
-    """Every committed checkpoint is a lean export that rebuilds its model (keeps the repository
-    small enough to travel to a GPU machine with room to spare)."""
-    files = sorted(committed_checkpoints_dir().glob("*.pt"))
+    """Every committed run's checkpoint is a lean export that rebuilds its model (keeps the
+    repository small enough to travel to a GPU machine with room to spare)."""
+    files = sorted(committed_runs_dir().glob("*/*/model.pt"))
     assert files, "no committed checkpoints found"
     total = 0
     for path in files:
@@ -113,9 +113,11 @@ def test_load_errors_keep_torchs_reason_without_its_advice_or_colour_codes(tmp_p
 
 
 def test_checkpoint_paths_that_are_folders_or_hold_unknown_fields_are_named(tmp_path):
-    with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path} is a folder, not a file: pass the path "
-                                              r"of a \.pt file"):
+    with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path} is a folder without a model.pt: pass a "
+                                              r"run folder or the path of a \.pt file"):
         load_checkpoint(tmp_path)
+    run = sorted(committed_runs_dir().glob("*/*/model.pt"))[0].parent  # a run folder means its model.pt
+    assert load_checkpoint(run)["config"] == load_checkpoint(run / "model.pt")["config"]
     config = make_config("smoke").to_dict()
     config["loss"]["lambda_extra"] = 1.0
     path = save_checkpoint(tmp_path / "newer.pt", {"config": config, "model": {}})

@@ -61,14 +61,16 @@ def test_bad_input_gives_a_clear_error(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_config_prints_the_resolved_config_and_its_key(capsys):
-    """Every field after the presets and the overrides, and the key the cache files it under."""
+def test_config_prints_the_resolved_config_and_its_stored_run(capsys):
+    """Every field after the presets and the overrides, and the stored run that holds it."""
     from frost_nb.config import make_config
 
     assert main(["config", "--dataset", "cifar100", "--seed", "2", "--set", "train.lr=0.01"]) == 0
     shown = json.loads(capsys.readouterr().out)
     expected = make_config("demo", "cifar100", **{"train.seed": 2, "train.lr": 0.01})
-    assert shown == {"key": expected.key(), **expected.flat()}
+    assert shown == {"run": None, **expected.flat()}  # no run of this config is stored
+    assert main(["config", "--dataset", "cifar100"]) == 0  # the committed CIFAR-100 frost, seed 0
+    assert json.loads(capsys.readouterr().out)["run"] == "cifar100-demo-families/frost-seed0"
     assert shown["model.stem_stride"] == 2 and shown["train.epochs"] == 20  # CIFAR-100's demo preset
     assert len(shown) == 1 + 1 + sum(len(v) for k, v in expected.to_dict().items() if k != "size")
     assert main(["config", "--set", "model.depth=3"]) == 2  # an unknown field: named, as for train
@@ -95,6 +97,7 @@ def test_grid_trains_its_shard_into_the_cache(capsys):
     assert main(args + ["--no-progress"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["run"] for r in rows] == ["convex"] and not rows[0]["from_cache"]
+    assert rows[0]["name"] == "digits-smoke-update-residual/convex-seed0"  # its folder in the store
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["from_cache"]
 
@@ -152,7 +155,7 @@ def test_checkpoint_folder_and_unknown_config_field_are_named(tmp_path, capsys):
 
     assert main(["evaluate", "--checkpoint", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert f"checkpoint {tmp_path} is a folder, not a file" in err and ".pt file" in err
+    assert f"checkpoint {tmp_path} is a folder without a model.pt" in err and ".pt file" in err
     config = make_config("smoke").to_dict()
     config["train"]["speed"] = "fast"  # a field this code does not know
     path = save_checkpoint(tmp_path / "other.pt", {"config": config, "model": {}})

@@ -1,11 +1,14 @@
-"""Config validation, sizes, round trips and the cache key."""
+"""Config validation, sizes, round trips and the identity that finds a stored run."""
 
+import dataclasses
 import json
 
 import pytest
 
 from frost_nb.config import (
     ConfigError,
+    DataConfig,
+    LossConfig,
     ModelConfig,
     RunConfig,
     TrainConfig,
@@ -54,13 +57,13 @@ def test_baselines_train_with_task_loss_only():
         assert not make_config("demo", model=name).loss.ranking
 
 
-def test_round_trip_and_key():
+def test_round_trip_and_identity():
     cfg = make_config("demo", "fashion-mnist", **{"train.epochs": 3})
     back = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
-    assert back == cfg and back.key() == cfg.key()
-    assert cfg.replace(**{"train.seed": 1}).key() != cfg.key()
-    # where data lives does not change the trained model
-    assert cfg.replace(**{"data.root": "/elsewhere", "train.device": "cpu"}).key() == cfg.key()
+    assert back == cfg and back.identity() == cfg.identity()
+    assert cfg.replace(**{"train.seed": 1}).identity() != cfg.identity()
+    # where data lives and which device trains do not change the trained model
+    assert cfg.replace(**{"data.root": "/elsewhere", "train.device": "cpu"}).identity() == cfg.identity()
 
 
 @pytest.mark.parametrize("overrides, name", [
@@ -183,9 +186,9 @@ def test_leaky_forms_default_to_sigmoid_alpha():
     assert gated.replace(**{"model.update": "leaky"}).model.alpha_param == "sigmoid"
     exp = make_config("smoke", **{"model.alpha_param": "exp"})
     assert exp.replace(**{"model.update": "leaky"}).model.alpha_param == "exp"
-    # and the same key as the explicit choice: the same model
+    # and the same identity as the explicit choice: the same model
     explicit = make_config("smoke", **{"model.update": "leaky", "model.alpha_param": "sigmoid"})
-    assert leaky.key() == explicit.key() and leaky == explicit
+    assert leaky.identity() == explicit.identity() and leaky == explicit
 
 
 def test_unknown_names_are_refused():
@@ -215,31 +218,20 @@ def test_data_name_override_sets_the_model_input():
         RunConfig().replace(**{"data.name": "mnist-3d"})
 
 
-# cache keys of runs committed in outputs/checkpoints before LossConfig grew the PonderNet
-# fields (computed before the change), under the defaults of then (PRE_READING, pinned since the
-# adopted reading became the default): regression values, not results
-KEY_DEMO_FASHION_FROST = "f1ccca2cbdda17b8"
-KEY_DEMO_FASHION_VANILLA = "40dd98b9f1c7f51e"
-
-
 def _before_reading(model):
     from frost_nb.experiments import PRE_READING
 
     return make_config("demo", "fashion-mnist", model, **PRE_READING)
 
 
-def test_new_loss_fields_leave_existing_keys_alone():
-    assert _before_reading("frost").key() == KEY_DEMO_FASHION_FROST
-    assert _before_reading("vanilla").key() == KEY_DEMO_FASHION_VANILLA
+def test_every_loss_setting_is_part_of_a_runs_identity():
     base = _before_reading("frost").replace(**{"loss.ranking": False})
     ponder = base.replace(**{"loss.ponder": True})
-    assert ponder.key() != base.key()
-    assert ponder.replace(**{"loss.ponder_prior": 0.2}).key() != ponder.key()
-    assert ponder.replace(**{"loss.ponder_beta": 0.1}).key() != ponder.key()
-    # off, the ponder settings change nothing, and neither does the key
-    assert base.replace(**{"loss.ponder_prior": 0.2}).key() == base.key()
+    assert ponder.identity() != base.identity()
+    assert ponder.replace(**{"loss.ponder_prior": 0.2}).identity() != ponder.identity()
+    assert ponder.replace(**{"loss.ponder_beta": 0.1}).identity() != ponder.identity()
     back = RunConfig.from_dict(json.loads(json.dumps(ponder.to_dict())))
-    assert back == ponder and back.key() == ponder.key()
+    assert back == ponder and back.identity() == ponder.identity()
 
 
 NEW_OPTIONS = {"model.update": ("leaky", "leaky_gated"), "model.scaled_inside": (True,),
@@ -247,34 +239,22 @@ NEW_OPTIONS = {"model.update": ("leaky", "leaky_gated"), "model.scaled_inside": 
                "loss.rank_pairs": ("per_step",), "halting.sketch_window": ("run",)}
 
 
-def test_issue_15_options_leave_existing_keys_alone():
-    # the pinned keys of the committed runs, and the values every run had before the new fields
-    # existed (LEGACY_VALUES) change nothing, whatever the defaults are now
-    assert _before_reading("frost").key() == KEY_DEMO_FASHION_FROST
-    assert _before_reading("vanilla").key() == KEY_DEMO_FASHION_VANILLA
+def test_each_option_value_is_a_run_of_its_own():
     base = _before_reading("frost")
     leaky = base.replace(**{"model.update": "leaky", "model.scaled_inside": True,
                             "model.learn_hurst": True})
-    defaults = {"model.scaled_inside": False, "model.halt_norm": False, "model.hurst_param": "sigmoid",
-                "loss.rank_pairs": "global", "halting.sketch_window": "epoch"}
-    assert base.replace(**defaults).key() == base.key()  # explicit defaults: the same key
-    for dotted in NEW_OPTIONS:  # though a checkpoint's stored config holds every one of them
-        section, _, name = dotted.partition(".")
-        assert name in base.to_dict()[section]
-    # every new value makes a run of its own, and survives the JSON round trip
-    keys = {base.key()}
+    identities = {json.dumps(base.identity(), sort_keys=True)}
     for dotted, values in NEW_OPTIONS.items():
         for value in values:
             cfg = (leaky if dotted in ("model.scaled_inside", "model.hurst_param") else base)
             cfg = cfg.replace(**{dotted: value})
             back = RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
-            assert back == cfg and back.key() == cfg.key()
-            keys.add(cfg.key())
-    assert len(keys) == 1 + sum(len(v) for v in NEW_OPTIONS.values())
+            assert back == cfg and back.identity() == cfg.identity()
+            identities.add(json.dumps(cfg.identity(), sort_keys=True))
+    assert len(identities) == 1 + sum(len(v) for v in NEW_OPTIONS.values())
 
 
-def test_adopted_reading_is_the_default_and_old_stored_configs_read_back_as_they_ran():
-    from frost_nb.config import LEGACY_VALUES
+def test_adopted_reading_is_the_default_and_a_missing_field_reads_its_default():
     from frost_nb.experiments import ADOPTED_READING
 
     for size, dataset in (("smoke", None), ("demo", "digits"), ("demo", "fashion-mnist"),
@@ -283,37 +263,36 @@ def test_adopted_reading_is_the_default_and_old_stored_configs_read_back_as_they
         for dotted, value in ADOPTED_READING.items():
             section, name = dotted.split(".")
             assert d[section][name] == value, (size, dotted)
-    # a stored config from before the issue-15 fields existed lacks them: it ran with the legacy
-    # values, which from_dict restores (not today's defaults), and its key is unchanged
-    old = make_config("demo", "fashion-mnist", "frost", **{"model.update": "gated"})
-    stored = old.to_dict()
-    for section, legacy in LEGACY_VALUES.items():
-        for name in legacy:
-            stored[section].pop(name)
+    # a stored config that lacks a field (written before the field existed) reads its default:
+    # no migration, so a new field's default must be the behaviour from before it (config.py)
+    cfg = make_config("demo", "fashion-mnist", "frost", **{"model.update": "gated", "model.halt_norm": False})
+    stored = cfg.to_dict()
+    for section, name in (("model", "halt_norm"), ("loss", "rank_pairs"), ("train", "diagnostics_every")):
+        stored[section].pop(name)
     back = RunConfig.from_dict(stored)
-    for section, legacy in LEGACY_VALUES.items():
-        for name, value in legacy.items():
-            assert getattr(getattr(back, section), name) == value
-    assert back.key() == old.replace(**{f"{s}.{n}": v for s, lv in LEGACY_VALUES.items()
-                                        for n, v in lv.items()}).key() != old.key()
+    assert back.model.halt_norm is True and back.model.halt_norm == ModelConfig().halt_norm
+    assert back.loss.rank_pairs == LossConfig().rank_pairs and back.train.diagnostics_every == 0
+    assert back.identity() != cfg.identity()  # halt_norm's default differs from what that run had
 
 
-def test_committed_checkpoints_keep_their_keys():
-    """Every committed checkpoint is found by its stored config's key: fields added since (with
-    defaults that reproduce the run) must not move it."""
+def test_committed_runs_are_complete_and_found_by_their_config():
+    """Every committed run folder holds its whole config (config.json, the same as its model.pt's),
+    and ``find_run`` finds that folder from the config alone: fields added later (with defaults
+    that reproduce the run) must not move it."""
     from frost_nb.checkpoint import load_checkpoint
-    from frost_nb.paths import committed_checkpoints_dir
+    from frost_nb.paths import committed_runs_dir
+    from frost_nb.runs import find_run, stored_runs
 
-    files = sorted(committed_checkpoints_dir().glob("*.pt"))
-    assert len(files) >= 30, "the committed checkpoints are missing"
-    for path in files:
-        stored = load_checkpoint(path)["config"]
-        cfg = RunConfig.from_dict(stored)
-        assert cfg.key() == path.stem, path.name
-        d = cfg.to_dict()  # every stored value reads back unchanged ("softplus" stays softplus)
-        for section, values in stored.items():
-            if section != "size":
-                assert {k: d[section][k] for k in values} == values, (path.name, section)
+    runs = stored_runs(committed_runs_dir())
+    assert len(runs) >= 170, "the committed runs are missing"
+    fields = {section: {f.name for f in dataclasses.fields(klass)} for section, klass in
+              (("data", DataConfig), ("model", ModelConfig), ("loss", LossConfig), ("train", TrainConfig))}
+    for run in runs:
+        stored = json.loads((run.folder / "config.json").read_text())
+        assert load_checkpoint(run.checkpoint)["config"] == stored, run.name
+        for section, names in fields.items():  # complete: no field read from a default
+            assert set(stored[section]) == names, (run.name, section)
+        assert run.finished and find_run(run.config).folder == run.folder, run.name
 
 
 def test_ponder_replaces_the_ranking_losses():
@@ -339,3 +318,13 @@ def test_configs_are_frozen_once_validated():
         cfg.size = "paper"
     with pytest.raises(ConfigError, match="stem_stride"):
         cfg.replace(**{"model.stem_stride": 5})
+
+
+def test_the_defaults_are_the_demo_on_digits():
+    """``RunConfig()`` is what ``make demo`` trains (demo size on the bundled digits), so it runs
+    offline as it stands; every size states what it changes from it (the paper's SGD included)."""
+    assert RunConfig() == make_config("demo", "digits")
+    assert RunConfig().data.name == "digits" and RunConfig().model.in_channels == 1
+    paper = make_config("paper", "imagenet100")
+    assert (paper.train.optimizer, paper.train.weight_decay) == ("sgd", 5e-4)
+    assert make_config("paper", "imagenet100", backbone="vit").train.optimizer == "adamw"

@@ -214,10 +214,11 @@ def test_budget_depth_is_met_on_the_split_it_was_found_on():
     from frost_nb.checkpoint import load_model
     from frost_nb.config import make_config
     from frost_nb.exits import quantile_for_depth
+    from frost_nb.runs import cached_checkpoint
     from frost_nb.training import load_split
 
     config = make_config("demo", "digits", "frost")
-    model, calibrator = load_model(f"outputs/checkpoints/{config.key()}.pt")
+    model, calibrator = load_model(cached_checkpoint(config))
     val = ExitCache.from_model(model, calibrator, load_split(config, "val"))
     test = ExitCache.from_model(model, calibrator, load_split(config, "test"))
     steps = config.model.steps

@@ -18,7 +18,7 @@ from frost_nb.experiments import (
     run_summary,
     shard,
 )
-from frost_nb.runs import train_or_load
+from frost_nb.runs import find_run, run_name, train_or_load
 
 
 def _diff(a, b):
@@ -57,7 +57,7 @@ def test_every_ablation_arm_changes_one_setting(name, reading):
             assert changed in TOGETHER, (label, changed)
         else:
             assert len(changed) <= 1, (label, changed)
-    assert sum(cfg.key() == ref.key() for cfg in runs.values()) == 1  # the reference, once
+    assert sum(cfg.identity() == ref.identity() for cfg in runs.values()) == 1  # the reference, once
 
 
 def test_adopted_reading_ablations_run_under_todays_defaults():
@@ -78,7 +78,7 @@ def test_adopted_reading_ablations_run_under_todays_defaults():
     assert loss["abs 3 only"].loss.lambda_rel == 0 and loss["abs 3 only"].loss.lambda_abs == DECISIVE_STRENGTH[1]
     assert list(grid("update", reading="adopted")) == list(READING_FORMS)
     tuning = grid("tuning", reading="adopted")
-    assert len({c.key() for c in tuning.values()}) == len(tuning) == 1 + 8
+    assert len({repr(c.identity()) for c in tuning.values()}) == len(tuning) == 1 + 8
     assert all(v != ref.loss.rank_frac for v in ADOPTED_TUNING_VALUES["loss.rank_frac"])
     adopted = grid("adopted", reading="adopted")
     assert adopted["reference (residual)"] == reference() and adopted["adopted reading"] == ref
@@ -88,7 +88,7 @@ def test_adopted_grid_sets_notebook_04s_selection_against_the_pinned_reference()
     from frost_nb.experiments import PRE_READING
 
     runs = grid("adopted", reading="residual")
-    assert runs["reference"].key() == reference().key()
+    assert runs["reference"].identity() == reference().identity()
     # what 04's selection changed; the defaults of then (PRE_READING) stay pinned in both arms
     assert _diff(reference(), runs["adopted defaults"]) == {"model.update", "loss.rank_frac"}
     default = make_config("demo", "fashion-mnist", "frost", **PRE_READING)
@@ -120,8 +120,10 @@ def test_families_train_baselines_on_the_task_loss_only():
         assert family_label(cfg) == label.rsplit(" seed ", 1)[0]
     from frost_nb.experiments import PRE_READING
 
-    assert runs["frost (adopted defaults) seed 0"].key() == \
-        make_config("demo", "fashion-mnist", "frost", **PRE_READING).key() == "f1ccca2cbdda17b8"  # committed
+    label = "frost (adopted defaults) seed 0"
+    assert runs[label].identity() == make_config("demo", "fashion-mnist", "frost", **PRE_READING).identity()
+    name = "fashion-mnist-demo-families-residual/frost-adopted-defaults-seed0"  # committed
+    assert runs.run_name(label) == name and find_run(runs[label]).name == name
     assert {c.train.seed for c in runs.values()} == {0, 1}
 
 
@@ -152,13 +154,14 @@ def test_shards_partition_a_grid():
 def test_run_summary_of_a_smoke_run():
     cfg = grid("loss", size="smoke", dataset=None)["both"]
     assert cfg.train.epochs == 2
-    row = run_summary(train_or_load(cfg, progress=False))
+    result = train_or_load(cfg, name="loss-smoke/both", progress=False)
+    row = run_summary(result)
     for split in ("val", "test"):
         assert 0 <= row[f"{split}_accuracy_q0.125"] <= 1 and 1 <= row[f"{split}_depth_q0.125"] <= 4
         # the score averages the grid, whose last point (q = 1) is the full-depth accuracy
         assert min(row[f"{split}_accuracy_q0.125"], row[f"{split}_accuracy"]) - 1e-9 <= \
             row[f"{split}_score"] <= 1
-    assert row["alpha"] > 0 and row["key"] == cfg.key()
+    assert row["alpha"] > 0 and row["key"] == run_name(result.checkpoint) == "loss-smoke/both"
 
 
 def test_ponder_grid_is_the_adopted_frost_with_pondernets_loss():
@@ -181,7 +184,7 @@ def test_collapse_grid_pairs_each_ranking_run_with_its_families_reference():
     for m in ("vanilla", "recurrent", "basic_ssm"):
         for seed in seeds:
             reference, ranked = runs[f"{m} seed {seed}"], runs[f"{m} (ranking) seed {seed}"]
-            assert reference.key() == families[f"{m} seed {seed}"].key()  # the families run itself
+            assert reference.identity() == families[f"{m} seed {seed}"].identity()  # the families run itself
             assert not reference.loss.ranking and ranked.loss.ranking
             assert _diff(reference, ranked) == {"loss.ranking", "loss.rank_frac"}
             assert ranked.loss.rank_frac == make_config("demo", "digits", "frost").loss.rank_frac
@@ -316,7 +319,7 @@ def test_loss_strength_grid_arms_and_references():
             ref = runs[f"{m} (task only) seed {seed}"]
             assert not ref.loss.ranking and ref.train.seed == seed
             if m != "frost":
-                assert ref.key() == families[f"{m} seed {seed}"].key()
+                assert ref.identity() == families[f"{m} seed {seed}"].identity()
             else:
                 assert (ref.model.update, ref.model.halt_norm) == ("leaky", True)
             for rel, abs_ in LOSS_STRENGTHS:
@@ -393,7 +396,7 @@ def test_families_under_the_adopted_reading_share_the_task_only_baselines():
                                       for s in (0, 1)] + ["frost (no ranking) seed 0"])
     for label, cfg in adopted.items():
         if cfg.model.name != "frost":
-            assert cfg.key() == residual[label].key() and not cfg.loss.ranking  # the same runs
+            assert cfg.identity() == residual[label].identity() and not cfg.loss.ranking  # the same runs
     assert adopted["frost seed 1"] == make_config("demo", "fashion-mnist", "frost", **{"train.seed": 1})
     assert reading_of(adopted["frost seed 0"]) == "adopted" == reading_of(adopted["frost (no ranking) seed 0"])
     assert reading_of(residual["frost seed 0"]) == "residual" == reading_of(residual["frost (adopted defaults) seed 0"])
@@ -403,7 +406,8 @@ def test_families_under_the_adopted_reading_share_the_task_only_baselines():
     collapse = grid("collapse", "demo", "digits", seeds=(0,))
     arm = collapse["recurrent (ranking)"]
     assert (arm.loss.lambda_rel, arm.loss.lambda_abs) == DECISIVE_STRENGTH
-    assert arm.key() == grid("loss_strength", "demo", "digits")[strength_label("recurrent", *DECISIVE_STRENGTH)].key()
+    strength = grid("loss_strength", "demo", "digits")
+    assert arm.identity() == strength[strength_label("recurrent", *DECISIVE_STRENGTH)].identity()
     with pytest.raises(ValueError, match="reading"):
         grid("families", reading="canonical")
 

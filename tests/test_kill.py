@@ -48,14 +48,14 @@ def _kill_after_first_checkpoint(args: list[str], tmp_path: Path, folder: Path) 
                                 stderr=err)
         try:
             deadline = time.monotonic() + 300
-            while not list(folder.glob("*.pt")) and proc.poll() is None and time.monotonic() < deadline:
+            while not list(folder.rglob("*.pt")) and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
             proc.send_signal(signal.SIGKILL)
         finally:
             proc.kill()
             proc.wait()
     assert proc.returncode == -signal.SIGKILL, (tmp_path / "killed.log").read_text()
-    (path,) = folder.glob("*.pt")
+    (path,) = folder.rglob("*.pt")  # the cache keeps it in its run folder, <grid>/<label>/model.pt
     state = load_checkpoint(path)
     assert not state["complete"] and 1 <= state["epoch"] < EPOCHS  # killed mid-run, not after it
     return path

@@ -1,8 +1,11 @@
 """The training loop: history, resuming, NaN guard, atomic checkpoints, the model cache."""
 
 import hashlib
+import json
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -179,24 +182,32 @@ def test_cache_returns_the_trained_model(tiny_config):
     assert again.checkpoint == first.checkpoint
 
 
-def test_cache_order_retrain_and_damaged_entries(tiny_config, tmp_path, monkeypatch):
+def test_store_order_names_retrain_and_damaged_entries(tiny_config, tmp_path, monkeypatch):
     from frost_nb import runs
+    from frost_nb.paths import cache_dir
 
     config = tiny_config.replace(**{"train.epochs": 1})
     committed = tmp_path / "committed"
-    monkeypatch.setattr(runs, "committed_checkpoints_dir", lambda: committed)
-    first = train_or_load(config)
-    committed.mkdir()
-    (committed / first.checkpoint.name).write_bytes(first.checkpoint.read_bytes())
-    first.checkpoint.unlink()
-    assert train_or_load(config).checkpoint.parent == committed  # a fresh clone: the committed run
+    monkeypatch.setattr(runs, "committed_runs_dir", lambda: committed)
+    first = train_or_load(config, name="grid/first")
+    assert first.checkpoint == cache_dir() / "grid" / "first" / "model.pt"
+    assert json.loads((first.checkpoint.parent / "config.json").read_text()) == config.to_dict()
+    assert json.loads((first.checkpoint.parent / "metrics.json").read_text())["test_accuracy"] == \
+        first.metrics["test_accuracy"]
+    runs.export_run(first.checkpoint.parent, committed)  # what gets committed: lean, with an index
+    assert list(pd.read_csv(committed / "index.csv")["run"]) == ["grid/first"]
+    shutil.rmtree(first.checkpoint.parent)
+    loaded = train_or_load(config.replace(**{"train.device": "cpu"}))  # found by config, not by name
+    assert loaded.checkpoint == committed / "grid" / "first" / "model.pt" and loaded.from_cache
     retrained = train_or_load(config, retrain=True)
-    assert retrained.checkpoint.parent != committed and not retrained.from_cache
-    assert train_or_load(config).checkpoint == retrained.checkpoint  # the retrained run wins
-    assert (committed / first.checkpoint.name).is_file()  # the committed file is never touched
+    assert committed not in retrained.checkpoint.parents and not retrained.from_cache
+    assert train_or_load(config).checkpoint == retrained.checkpoint  # the retrained local run wins
+    assert (committed / "grid" / "first" / "model.pt").is_file()  # the committed run is never touched
+    other = train_or_load(config.replace(**{"train.seed": 1}), name=runs.run_name(retrained.checkpoint))
+    assert other.checkpoint.parent.name.endswith("-2")  # a taken name gets a suffix, never overwritten
     retrained.checkpoint.write_bytes(b"not a checkpoint")
-    assert train_or_load(config).checkpoint.parent == committed  # a damaged cache entry is skipped
-    (committed / first.checkpoint.name).unlink()
+    assert train_or_load(config).checkpoint.parent == committed / "grid" / "first"  # damaged: skipped
+    shutil.rmtree(committed / "grid")
     again = train_or_load(config)  # nothing good left: the damaged file is set aside, trained again
     assert again.checkpoint == retrained.checkpoint and not again.from_cache
     assert retrained.checkpoint.with_suffix(".pt.damaged").read_bytes() == b"not a checkpoint"
@@ -249,7 +260,7 @@ def test_ponder_loss_reaches_the_backbone_through_the_halting_head(tiny_config):
 
 
 def test_relative_checkpoint_paths_fall_back_to_the_repository(tmp_path, monkeypatch):
-    # a notebook runs in notebooks/ and names outputs/checkpoints/<key>.pt: found in the repo
+    # a notebook runs in notebooks/ and names outputs/runs/<grid>/<label>/model.pt: found in the repo
     from frost_nb.checkpoint import checkpoint_file
     from frost_nb.paths import repo_root
 

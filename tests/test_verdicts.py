@@ -193,7 +193,8 @@ def test_unreadable_file_drops_its_claim_with_a_warning(tmp_path):
 def test_benchmark_metrics_add_speed_rows(tmp_path):
     folder = tmp_path / "metrics"
     folder.mkdir()
-    adaptive = {"benchmark": "adaptive_inference", "checkpoint": "abcc8fb3b47a8cd4.pt",
+    adaptive = {"benchmark": "adaptive_inference",
+                "checkpoint": "outputs/runs/fashion-mnist-demo-families-residual/frost-seed0/model.pt",
                 "dataset": "fashion-mnist", "update": "canonical", "env": {"device": "cpu"},
                 "rows": [{"quantile": q, "batch_size": b, "ratio": r}
                          for q, b, r in ((0.25, 64, 0.74), (0.25, 256, 0.88), (0.5, 256, 0.96))]}
