@@ -472,72 +472,69 @@ def config_difference(a: RunConfig, b: RunConfig, most: int = 3) -> str:
     return ", ".join([f"{k} {fa[k]!r} -> {fb[k]!r}" for k in fa if fa[k] != fb[k]][:most]) or "none"
 
 
-# Per-size settings. Data-set-dependent model fields (channels, image size,
-# classes) come from frost_nb.data.DATASETS in make_config.
-_SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "smoke": {
-        "data.name": "digits",
-        "model.steps": 4, "model.width": 16, "model.bottleneck": 8, "model.stem_stride": 1,
-        "model.norm_groups": 4, "model.patch_size": 2, "model.heads": 2, "model.mlp_ratio": 2.0,
-        # AdamW: on digits, 15 epochs reach about 0.9 test accuracy where SGD (lr 0.05) reaches 0.7
-        "train.epochs": 10, "train.batch_size": 64, "train.optimizer": "adamw", "train.lr": 5e-3,
-        "train.weight_decay": 0.05, "train.warmup_epochs": 1.0,
-    },
-    "demo": {
-        "data.name": "fashion-mnist",
-        "model.steps": 16, "model.width": 64, "model.bottleneck": 16, "model.stem_stride": 4,
-        "model.norm_groups": 8, "model.patch_size": 4, "model.heads": 4, "model.mlp_ratio": 2.0,
-        "train.epochs": 10, "train.batch_size": 128, "train.optimizer": "adamw", "train.lr": 5e-3,
-        "train.weight_decay": 0.05, "train.warmup_epochs": 1.0,
-    },
-    "paper": {
-        "data.name": "imagenet100",
-        # ResNet-50 family: constant-width stack of 16 bottleneck branches at 56x56
-        "model.steps": 16, "model.width": 256, "model.bottleneck": 64, "model.stem_stride": 4,
-        "model.norm_groups": 32,
-        # B, C, D: pointwise two-layer maps 256 -> 896 -> 256; they add 1.38M parameters over
-        # recurrent, as Table 3 does (docs/parameters.md shows why no setting also fits its FLOPs)
-        "model.bcd_kernel": 1, "model.bcd_hidden": 896,
-        # ViT-B/16 family (used when backbone="vit"): 12 steps, 768-d tokens
-        "model.patch_size": 16, "model.heads": 12, "model.mlp_ratio": 4.0,
-        "train.epochs": 100, "train.batch_size": 256, "train.optimizer": "sgd", "train.lr": 0.1,
-        "train.weight_decay": 5e-4, "train.warmup_epochs": 5.0, "train.num_workers": 8,
-    },
-    # the paper's ResNet-50-family branch at CIFAR's resolution, for a GPU: B, C, D as at paper
-    # size, a 16x16 state (stem stride 2 on 32 px), 16 steps, crops and flips, bf16 and
-    # channels-last on CUDA (train.amp, train.channels_last "auto"); SGD as for CIFAR ResNets
-    "cifar": {
-        "data.name": "cifar100",
-        "model.steps": 16, "model.width": 256, "model.bottleneck": 64, "model.stem_stride": 2,
-        "model.norm_groups": 32, "model.bcd_kernel": 1, "model.bcd_hidden": 896,
-        "model.patch_size": 2, "model.heads": 8, "model.mlp_ratio": 4.0, "data.augment": True,
-        "train.epochs": 60, "train.batch_size": 256, "train.optimizer": "sgd", "train.lr": 0.1,
-        "train.momentum": 0.9, "train.weight_decay": 5e-4, "train.warmup_epochs": 2.0,
-        "train.num_workers": 0,
-    },
+# The presets: one row per (size, data set, backbone), every preset field spelled out, nothing
+# inherited from another row. "*" is any other data set of the size, "any" either backbone. The
+# data set's facts (channels, image size, classes) come from frost_nb.data.DATASETS.
+PRESET_FIELDS = ("model.steps", "model.width", "model.bottleneck", "model.stem_stride", "model.norm_groups",
+                 "model.patch_size", "model.heads", "model.mlp_ratio", "model.bcd_kernel", "model.bcd_hidden",
+                 "data.augment", "train.epochs", "train.batch_size", "train.optimizer", "train.lr",
+                 "train.weight_decay", "train.momentum", "train.warmup_epochs", "train.num_workers")
+PRESETS: dict[tuple[str, str, str], tuple[Any, ...]] = {
+    # size, data set, backbone:   steps width bneck stem groups patch heads mlp  bcd_k bcd_h  augment
+    #                             epochs batch optimizer lr  wd  momentum warmup workers
+    # smoke: CI, seconds. AdamW: on digits, 15 epochs reach about 0.9 test accuracy, SGD (lr 0.05) 0.7
+    ("smoke", "*", "any"): (4, 16, 8, 1, 4, 2, 2, 2.0, 1, 0, True,
+                            10, 64, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    # demo: a CPU, minutes; the defaults of the dataclasses are its digits row (1,294 training
+    # images: about a minute). No augmentation on the CPU data sets: these small models underfit
+    # in such short runs, and crops and flips cost held-out accuracy at every epoch we compared
+    # (validation split, seed 0; README: Fashion-MNIST 0.879 vs 0.854 after 7 epochs, CIFAR-10
+    # 0.637 vs 0.474 after 14 of 18 and of 40 epochs).
+    ("demo", "digits", "any"): (16, 64, 16, 1, 8, 2, 4, 2.0, 1, 0, True,
+                                30, 64, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    # 28 px -> 7x7 states (ResNet stem); about 15 min on the 2-core CPU
+    ("demo", "fashion-mnist", "any"): (16, 64, 16, 4, 8, 4, 4, 2.0, 1, 0, False,
+                                       15, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    # 16x16 states; about an hour
+    ("demo", "cifar10", "any"): (16, 64, 16, 2, 8, 4, 4, 2.0, 1, 0, False,
+                                 18, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    # CIFAR-10's model with 100 classes: about 45 minutes alone on the 2-core CPU
+    # (benchmarks/train_throughput.py --size demo --dataset cifar100: 423 images/s, 2 threads,
+    # 106 s of optimiser steps per epoch of 45,000 images, plus the held-out and test passes)
+    ("demo", "cifar100", "any"): (16, 64, 16, 2, 8, 4, 4, 2.0, 1, 0, False,
+                                  20, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    ("demo", "*", "any"): (16, 64, 16, 4, 8, 4, 4, 2.0, 1, 0, True,
+                           10, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    # paper, ResNet-50 family: a constant-width stack of 16 bottleneck branches at 56x56; B, C, D
+    # pointwise two-layer maps 256 -> 896 -> 256, adding 1.38M parameters over recurrent as Table 3
+    # does (docs/parameters.md shows why no setting also fits its FLOPs)
+    ("paper", "*", "resnet"): (16, 256, 64, 4, 32, 16, 12, 4.0, 1, 896, True,
+                               100, 256, "sgd", 0.1, 5e-4, 0.9, 5.0, 8),
+    # paper, ViT-B/16 family: 12 steps, 768-d tokens; B, C, D 768 -> 2816 -> 768 (+12.99M; Table 3: 12.98M)
+    ("paper", "*", "vit"): (12, 768, 64, 4, 32, 16, 12, 4.0, 1, 2816, True,
+                            100, 256, "adamw", 1e-3, 0.05, 0.9, 5.0, 8),
+    # cifar: the paper's ResNet-50-family branch at CIFAR's resolution, for a GPU: B, C, D as at
+    # paper size, a 16x16 state (stem stride 2 on 32 px), crops and flips, bf16 and channels-last
+    # on CUDA (train.amp, train.channels_last "auto"); SGD as for CIFAR ResNets
+    ("cifar", "*", "any"): (16, 256, 64, 2, 32, 2, 8, 4.0, 1, 896, True,
+                            60, 256, "sgd", 0.1, 5e-4, 0.9, 2.0, 0),
 }
-# demo settings per data set (CPU budgets: Fashion-MNIST about 15 min, CIFAR-10 about an hour).
-# No augmentation at demo size: these small models underfit in such short runs, and crops and
-# flips cost held-out accuracy at every epoch we compared (validation split, seed 0; README,
-# "Results so far": Fashion-MNIST 0.879 vs 0.854 after 7 epochs, CIFAR-10 0.637 vs 0.474 after
-# 14 of 18 and of 40 epochs). The paper's sizes keep the usual augmentation.
-_DEMO_DATASET: dict[str, dict[str, Any]] = {
-    "digits": {"train.epochs": 30, "train.batch_size": 64},  # 1,294 training images: about a minute
-    "fashion-mnist": {"train.epochs": 15, "data.augment": False},  # 28 px -> 7x7 states (ResNet stem)
-    "cifar10": {"model.stem_stride": 2, "train.epochs": 18, "data.augment": False},  # 16x16 states
-    # CIFAR-100 on the CPU: CIFAR-10's model (16x16 states) with 100 classes, 20 epochs, about 45
-    # minutes alone on the 2-core CPU: benchmarks/train_throughput.py --size demo --dataset cifar100
-    # measured 423 images/s (2 threads, other jobs paused), 106 s of optimiser steps per epoch of
-    # 45,000 images, plus the evaluation of the held-out and test splits
-    "cifar100": {"model.stem_stride": 2, "train.epochs": 20, "data.augment": False},
-}
-_VIT_PAPER = {"model.steps": 12, "model.width": 768, "model.bcd_hidden": 2816,  # +12.99M (Table 3: 12.98M)
-              "train.optimizer": "adamw", "train.lr": 1e-3, "train.weight_decay": 0.05}
+DEFAULT_DATASETS = {"smoke": "digits", "demo": "fashion-mnist", "paper": "imagenet100", "cifar": "cifar100"}
+
+
+def preset(size: str, dataset: str, backbone: str = "resnet") -> dict[str, Any]:
+    """The preset row of ``(size, dataset, backbone)`` as dotted values (PRESETS: the row of the
+    data set, else the size's "*" row; the backbone's, else "any")."""
+    for key in ((size, dataset, backbone), (size, dataset, "any"), (size, "*", backbone), (size, "*", "any")):
+        if key in PRESETS:
+            return dict(zip(PRESET_FIELDS, PRESETS[key]))
+    raise ConfigError(f"no preset for size {size!r}: add its rows to config.PRESETS")
 
 
 def make_config(size: str = "demo", dataset: str | None = None, model: str = "frost",
                 backbone: str = "resnet", **overrides: Any) -> RunConfig:
-    """The config of one size, data set, model and backbone, with dotted overrides.
+    """The config of one size, data set, model and backbone (its PRESETS row and the data set's
+    facts), with dotted overrides.
 
     >>> make_config("smoke").model.steps
     4
@@ -548,26 +545,19 @@ def make_config(size: str = "demo", dataset: str | None = None, model: str = "fr
 
     if size not in SIZES:
         _fail("size", size, f"one of {SIZES}")
-    values: dict[str, Any] = dict(_SIZE_DEFAULTS[size])
-    if size == "paper" and backbone == "vit":
-        values.update(_VIT_PAPER)
     if "data.name" in overrides:  # the data set decides the model's input and classes
         if dataset is not None and dataset != overrides["data.name"]:
             _fail("data.name", overrides["data.name"], f"the dataset argument {dataset!r} or nothing")
         dataset = overrides["data.name"]
-    if dataset is not None:
-        values["data.name"] = dataset
-    name = values["data.name"]
+    name = DEFAULT_DATASETS[size] if dataset is None else dataset
     if name not in DATASETS:
         _fail("dataset", name, f"one of {sorted(DATASETS)}")
-    if size == "demo":
-        values.update(_DEMO_DATASET.get(name, {}))
     info = DATASETS[name]
-    values.update({"model.in_channels": info.channels, "model.image_size": info.image_size,
-                   "model.num_classes": info.num_classes, "model.name": model,
-                   "model.backbone": backbone})
+    values = {**preset(size, name, backbone), "data.name": name, "model.in_channels": info.channels,
+              "model.image_size": info.image_size, "model.num_classes": info.num_classes,
+              "model.name": model, "model.backbone": backbone}
     if info.image_size <= 8 and size != "paper":
-        values.update({"model.stem_stride": 1, "model.patch_size": 2})  # keep 8x8 states on digits
+        values.update({"model.stem_stride": 1, "model.patch_size": 2})  # 8x8 states on 8 px images
     if model != "frost":
         values["loss.ranking"] = False  # baselines: task loss only (docs/method.md section 6)
     values.update(overrides)

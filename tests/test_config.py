@@ -328,3 +328,21 @@ def test_the_defaults_are_the_demo_on_digits():
     paper = make_config("paper", "imagenet100")
     assert (paper.train.optimizer, paper.train.weight_decay) == ("sgd", 5e-4)
     assert make_config("paper", "imagenet100", backbone="vit").train.optimizer == "adamw"
+
+
+def test_every_preset_row_is_complete_and_builds():
+    """One row per (size, data set, backbone), every preset field spelled out (no row inherits
+    from another); each builds a valid config on a data set of its own."""
+    from frost_nb.config import PRESET_FIELDS, PRESETS, preset
+    from frost_nb.data import DATASETS
+
+    for (size, dataset, backbone), row in PRESETS.items():
+        assert len(row) == len(PRESET_FIELDS), (size, dataset, backbone)
+        own = {d for (z, d, _) in PRESETS if z == size}  # "*": a data set without a row of its own
+        name = dataset if dataset != "*" else next(d for d in sorted(DATASETS) if d not in own)
+        cfg = make_config(size, name, "frost", "vit" if backbone == "vit" else "resnet")
+        if cfg.model.image_size > 8 or size == "paper":  # 8 px images keep 8x8 states (one rule)
+            assert {k: v for k, v in cfg.flat().items() if k in PRESET_FIELDS} == \
+                dict(zip(PRESET_FIELDS, row)), (size, dataset, backbone)
+    assert preset("demo", "imagenet100") == preset("demo", "*")  # another data set: the size's "*" row
+    assert preset("paper", "imagenet100", "vit")["model.width"] == 768
