@@ -17,7 +17,7 @@ from pathlib import Path
 from .checkpoint import CheckpointError, load_checkpoint, load_model
 from .config import RunConfig
 from .paths import cache_dir, check_writable, committed_checkpoints_dir
-from .training import Trainer, TrainResult
+from .training import TrainResult, train
 
 
 def cache_path(config: RunConfig) -> Path:
@@ -62,4 +62,4 @@ def train_or_load(config: RunConfig, *, progress: bool | None = None, retrain: b
             aside = target.with_suffix(".pt.damaged")
             os.replace(target, aside)
             logging.getLogger("frost_nb").warning("%s; moved it to %s and training again", err, aside)
-    return Trainer(config, checkpoint=target, progress=progress).fit()
+    return train(config, checkpoint=target, progress=progress)
