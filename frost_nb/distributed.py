@@ -2,11 +2,17 @@
 
 ``python -m torch.distributed.run --nproc-per-node N -m frost_nb train ...`` starts N copies
 of the command and describes the job in environment variables (WORLD_SIZE, RANK, LOCAL_RANK,
-MASTER_ADDR, MASTER_PORT). The trainer joins the process group they describe, wraps the
-model in DDP (which averages the gradients over the ranks in backward), and gives each rank
-a disjoint share of every batch. Without torchrun every function here is a no-op: rank 0 of 1.
+MASTER_ADDR, MASTER_PORT). The trainer sees the job through two functions:
 
-The halting sketches of the ranks are pooled by ``HaltingCalibrator.merge_across_ranks``.
+- ``parallel(model, batches)``: joins the process group they describe, wraps the model in DDP
+  (which averages the gradients over the ranks in backward) and gives each rank a disjoint
+  share of every batch;
+- ``sum_over_ranks(values)``: the sums over the ranks of a few numbers, in one all-reduce.
+
+The caller joins first with ``join_process_group`` when it needs the device of its rank (one
+GPU per process) before building the model. Without torchrun every function here is a no-op:
+rank 0 of 1. The halting sketches of the ranks are pooled by
+``HaltingCalibrator.merge_across_ranks``.
 """
 
 from __future__ import annotations
@@ -116,9 +122,13 @@ def _let_ddp_see_model_outputs() -> None:
         pass
 
 
-def wrap_model(model: torch.nn.Module, setup: DistributedSetup, device: torch.device, *,
-               find_unused_parameters: bool) -> torch.nn.Module:
-    """DDP's wrapper around ``model`` in a multi-process job, else ``model`` itself.
+def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
+    """What this process trains: ``(parallel_model, its_batches, setup)``.
+
+    In a multi-process job (joined here if the caller has not, see ``join_process_group``):
+    DDP's wrapper around ``model`` and this rank's share of every batch of ``batches`` (the
+    global batches, the same on every rank: ``ShardedBatches``). Otherwise ``model`` and
+    ``batches`` themselves, rank 0 of 1.
 
     Only the training forward goes through the wrapper: its backward all-reduces the
     gradients. Everything else (the step-wise API, ``state_dict``, evaluation) uses ``model``,
@@ -129,12 +139,22 @@ def wrap_model(model: torch.nn.Module, setup: DistributedSetup, device: torch.de
     any unused parameters": a false positive here, since its search starts from every output
     (the halting logits included) rather than from the loss; turning the flag off fails.
     """
+    device = next(model.parameters()).device
+    setup, rank_device = join_process_group(device)
     if not setup.is_distributed:
-        return model
+        return model, batches, setup
+    if rank_device != device:
+        raise ConfigError(f"rank {setup.rank} trains on {rank_device} but its model is on {device}: "
+                          "build the model on the device that join_process_group returns")
+    size = getattr(batches, "batch_size", None)
+    if size is not None and size % setup.world_size:
+        raise ConfigError(f"train.batch_size={size} is the global batch, split evenly among the "
+                          f"{setup.world_size} processes: make it a multiple of {setup.world_size}")
     _let_ddp_see_model_outputs()
-    return torch.nn.parallel.DistributedDataParallel(
+    wrapped = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device] if device.type == "cuda" else None,
         find_unused_parameters=find_unused_parameters)
+    return wrapped, ShardedBatches(batches, setup), setup
 
 
 class ShardedBatches:
@@ -157,8 +177,3 @@ class ShardedBatches:
         world, rank = self.setup.world_size, self.setup.rank
         for x, y in self.batches:
             yield x.tensor_split(world)[rank], y.tensor_split(world)[rank]  # (B / world, ...)
-
-
-def shard_batches(batches, setup: DistributedSetup):
-    """``batches`` itself in a single process, else this rank's share (``ShardedBatches``)."""
-    return ShardedBatches(batches, setup) if setup.is_distributed else batches

@@ -95,15 +95,18 @@ class HaltingCalibrator:
             out.merge(cls.from_bytes(blob))
         return out
 
-    def merge_across_ranks(self) -> HaltingCalibrator:
+    def merge_across_ranks(self, shared: HaltingCalibrator | None = None) -> HaltingCalibrator:
         """Pool the sketches of all processes of a DDP job: afterwards every rank holds the
         same sketch, with each rank's scores counted once (``n`` is the sum over ranks).
+        ``shared``: a sketch every rank holds alike (of the same scores), folded in once.
 
         Rank 0 merges the gathered sketches and sends the result to all: KLL merging compacts
         with unseeded coin flips, so ranks that merged on their own would end with slightly
         different thresholds. A collective: every rank must call it. Without a process group
-        of more than one process it changes nothing.
+        of more than one process it merges ``shared`` only.
         """
+        if shared is not None and (not in_process_group() or torch.distributed.get_rank() == 0):
+            self.merge(shared)
         if not in_process_group():
             return self
         dist = torch.distributed

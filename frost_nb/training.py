@@ -1,6 +1,10 @@
 """The training loop: final-step task loss plus the ranking halting losses (docs/method.md section 6),
 or PonderNet's loss in their place (``loss.ponder``, a baseline of docs/method.md section 10).
 
+``Trainer(config, model, batches)`` trains a model the caller built on batches the caller made
+(``fit()``: one loop, epochs, then batches, then calibration and a checkpoint each epoch);
+``train(config)`` is the one call that loads the splits, builds both and fits a Trainer.
+
 No framework: a plain loop over device-resident batches, SGD or AdamW with linear warm-up
 and cosine decay per optimiser step, bf16 autocast and channels-last on CUDA, a checkpoint
 every epoch (atomic; resuming continues the same run; its destination is checked before any
@@ -11,10 +15,11 @@ scores and the median threshold).
 
 Which halting scores feed the KLL sketch is ``halting.calibrate_on``: the scores of the
 last training epoch, those of a pass over the held-out split, or both (the default).
-``halting.sketch_window`` says over how long: a fresh sketch every epoch ("epoch", the
-default), or one sketch that accumulates those sources over every epoch of the run ("run").
+``halting.sketch_window`` says over how long: a fresh sketch every epoch ("epoch"), or one
+sketch that accumulates those sources over every epoch of the run ("run", the default).
 
-Under torchrun (``distributed.py``) the same loop runs in every process with DDP.
+Under torchrun the same loop runs in every process with DDP, through the two functions of
+``distributed.py`` (``parallel``, ``sum_over_ranks``); only the writes depend on the rank.
 ``train.batch_size`` stays the global batch: each of the N ranks trains on its N-th of every
 batch, so the steps per epoch, the schedule and the run's identity mean the same for any N. The
 history logs the whole batch's loss and accuracy (summed over the ranks) and the mean over
@@ -33,7 +38,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +48,7 @@ from .analysis import gradient_conflict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, stored_config
 from .config import ConfigError, RunConfig, config_difference
 from .data import load_dataset, make_batches
-from .distributed import barrier, join_process_group, shard_batches, sum_over_ranks, wrap_model
+from .distributed import join_process_group, parallel, sum_over_ranks
 from .halting import HaltingCalibrator
 from .losses import total_loss
 from .models import create_model
@@ -52,6 +57,9 @@ from .paths import OutputError, check_writable
 log = logging.getLogger("frost_nb")
 
 LOGGED_PARTS = ("task", "rel", "abs", "easy_score", "hard_score")  # of the loss, per step
+# train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
+DIAGNOSTICS = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
+NAN = float("nan")
 
 
 class TrainingError(RuntimeError):
@@ -185,13 +193,15 @@ def collect_outputs(model: torch.nn.Module, batches, *, amp: bool = False) -> St
 
 
 def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512,
-             device: torch.device | str | None = None) -> StepOutputs:
+             device: torch.device | str | None = None, amp: bool = False,
+             num_workers: int = 0) -> StepOutputs:
     """Full-depth outputs of ``model`` on an ImageData split (no augmentation), on ``device``
-    (default: where the model's weights are)."""
+    (default: where the model's weights are), under bf16 autocast with ``amp``."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
-    batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=device)
-    return collect_outputs(model, batches)
+    batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=device,
+                           num_workers=num_workers)
+    return collect_outputs(model, batches, amp=amp)
 
 
 @dataclass
@@ -209,64 +219,49 @@ def _new_history() -> dict[str, Any]:
     steps = ("step", "epoch", "lr", "loss", "task", "rel", "abs", "accuracy", "alpha", "hurst",
              "easy_score", "hard_score", "threshold_median")
     epochs = ("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds")
-    # train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
-    diagnostics = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
     return {"steps": {k: [] for k in steps}, "epochs": {k: [] for k in epochs},
-            "diagnostics": {k: [] for k in diagnostics}}
+            "diagnostics": {k: [] for k in DIAGNOSTICS}}
 
 
-@dataclass
 class Trainer:
-    """Trains one RunConfig; ``fit()`` resumes from ``checkpoint`` when it holds the same run."""
+    """Trains ``model`` on ``batches`` as ``config`` says (``train`` builds both from a config).
 
-    config: RunConfig
-    checkpoint: Path | str | None = None
-    progress: bool | None = None
-    device: torch.device = field(init=False)
+    ``model`` sits on the device to train on; ``batches`` are the global training batches of
+    one epoch, drawing their order and augmentation from their own ``generator`` (checkpoints
+    save it, so a resumed run continues the same data order). ``val_set`` gives the held-out
+    accuracy and scores (``halting.calibrate_on``), ``test_set`` the final metrics; either may
+    be None. The trainer builds the rest from ``config``: optimiser, schedule, calibrator,
+    history. ``fit()`` resumes from ``checkpoint`` when it holds the same run.
+    """
 
-    def __post_init__(self) -> None:
-        cfg = self.config
-        # under torchrun: join the job's process group (each CUDA process takes its own GPU)
-        self.distributed, self.device = join_process_group(pick_device(cfg.train.device))
-        world = self.distributed.world_size
-        if cfg.train.batch_size % world:
-            raise ConfigError(f"train.batch_size={cfg.train.batch_size} is the global batch, split "
-                              f"evenly among the {world} processes: make it a multiple of {world}")
-        self.checkpoint = Path(self.checkpoint) if self.checkpoint is not None else None
-        if self.checkpoint is not None and self.distributed.is_main:  # before any work
-            check_writable(self.checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
+    def __init__(self, config: RunConfig, model: torch.nn.Module, batches, *, val_set=None,
+                 test_set=None, checkpoint: str | os.PathLike | None = None,
+                 progress: bool | None = None) -> None:
+        cfg = self.config = config
+        self.val_set, self.test_set, self.progress = val_set, test_set, progress
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.generator = getattr(batches, "generator", None)
+        if self.checkpoint is not None and self.generator is None:
+            raise TrainingError("the batches draw from torch's global generator, which a checkpoint "
+                                "cannot resume: build them with make_batches(..., generator="
+                                "torch.Generator().manual_seed(config.train.seed))")
+        if cfg.halting.calibrate_on == "val" and val_set is None:
+            raise TrainingError("halting.calibrate_on='val' needs a held-out split: set "
+                                "data.val_fraction > 0 (or pass val_set)")
+        self.device = next(model.parameters()).device
         on_cuda = self.device.type == "cuda"
         self.amp = cfg.train.amp == "bf16" or (cfg.train.amp == "auto" and on_cuda)
         self.channels_last = cfg.model.backbone == "resnet" and (
             cfg.train.channels_last == "on" or (cfg.train.channels_last == "auto" and on_cuda))
-        d = cfg.data
-        self.train_set = load_split(cfg, "train")
-        self.val_set = load_split(cfg, "val") if d.val_fraction > 0 else None
-        self.test_set = load_split(cfg, "test")
-        _check_model_fits_data(cfg, self.train_set.info)
-        if self.val_set is not None and len(self.val_set) == 0:
-            raise ConfigError(f"data.val_fraction={d.val_fraction} leaves no image of {d.name} held out "
-                              "for calibrating the threshold: raise it (default 0.1) or set it to 0")
-
-        torch.manual_seed(cfg.train.seed)
-        self.model = create_model(cfg.model).to(self.device)
-        if self.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
-        # the training forward runs through DDP's wrapper (its backward averages the gradients
-        # over the ranks); without a halting loss (ranking or PonderNet's) the halting head gets
-        # no gradient
-        self.parallel_model = wrap_model(self.model, self.distributed, self.device,
-                                         find_unused_parameters=not cfg.loss.halting_trained)
+        self.model = model.to(memory_format=torch.channels_last) if self.channels_last else model
+        # Under torchrun: DDP's wrapper for the training forward (its backward averages the
+        # gradients over the ranks) and this rank's share of every batch; else the model and
+        # the batches themselves. Without a halting loss the halting head gets no gradient.
+        self.parallel_model, self.batches, self.setup = parallel(
+            self.model, batches, find_unused_parameters=not cfg.loss.halting_trained)
+        if self.checkpoint is not None and self.setup.is_main:  # before any work
+            check_writable(self.checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
         self.optimizer = make_optimizer(self.model, cfg.train)
-        # the data order and augmentation come from this generator alone (saved for resuming);
-        # every rank draws the same global batches and trains on its share of each
-        self.generator = torch.Generator().manual_seed(cfg.train.seed)
-        self.batches = shard_batches(
-            make_batches(self.train_set, cfg.train.batch_size, shuffle=True, augment=d.augment,
-                         device=self.device, generator=self.generator,
-                         drop_last=len(self.train_set) > cfg.train.batch_size,
-                         num_workers=cfg.train.num_workers),
-            self.distributed)
         self.steps_per_epoch = len(self.batches)
         total = cfg.train.epochs * self.steps_per_epoch
         warmup = round(cfg.train.warmup_epochs * self.steps_per_epoch)
@@ -278,16 +273,134 @@ class Trainer:
         self.step = 0  # optimiser steps completed
         self.train_seconds = 0.0
 
-    # ------------------------------------------------------------------ state
-    def state(self, complete: bool, metrics: dict | None = None) -> dict[str, Any]:
-        return {"config": self.config.to_dict(), "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
-                "calibrator": self.calibrator.to_bytes() if not self.calibrator.is_empty else b"",
-                "history": self.history, "epoch": self.epoch, "step": self.step,
-                "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {}}
+    def fit(self, until_epoch: int | None = None) -> TrainResult:
+        """Train to ``train.epochs`` (or stop after ``until_epoch``, as an interruption would)."""
+        from tqdm.auto import tqdm
+
+        cfg, main = self.config, self.setup.is_main
+        if self._resume() and main:  # every rank reads the same checkpoint
+            log.info("resumed %s after epoch %d of %d", self.checkpoint, self.epoch, cfg.train.epochs)
+        model, history = self.model, self.history
+        last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
+        show = show_progress(self.progress) and main  # rank 0 alone shows progress and logs
+        bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch,
+                   desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
+                   disable=not show, leave=True) if self.epoch < last else None
+        every, sketch_k, world = cfg.train.diagnostics_every, cfg.halting.sketch_k, self.setup.world_size
+        while self.epoch < last:
+            start = time.perf_counter()
+            model.train()
+            sketch = HaltingCalibrator(sketch_k)  # this epoch's training scores (this rank's)
+            loss_total, correct, seen = 0.0, 0, 0
+            for x, y in self.batches:
+                if every and self.step % every == 0:  # gradient conflict at the weights before the step
+                    xc = x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+                    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
+                        g = gradient_conflict(model, xc, y, cfg.loss, per_step=True)
+                    for key, v in zip(DIAGNOSTICS, (self.step, g["cosine"], g["task_norm"],
+                                                    g["rank_norm"], g["step_cosines"])):
+                        history["diagnostics"][key].append(v)
+                out, loss, parts = forward_loss(self.parallel_model, x, y, cfg, amp=self.amp,
+                                                channels_last=self.channels_last)
+                scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
+                # Sums over the ranks' shares of the batch, in one all-reduce: the history logs the
+                # whole batch, and the guards below stop every rank at once (a rank stopping alone
+                # would leave the others waiting in backward).
+                loss_sum, batch_correct, batch_seen, bad_scores, *part_sums = sum_over_ranks(
+                    [loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
+                     (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS)], self.device)
+                batch_loss = loss_sum / batch_seen
+                if not math.isfinite(batch_loss):
+                    self._stop(f"the loss became {batch_loss} at epoch {self.epoch + 1}, "
+                               f"step {self.step + 1} (parts: {parts})")
+                if bad_scores:
+                    self._stop(f"the halting scores became non-finite at epoch {self.epoch + 1}, "
+                               f"step {self.step + 1}")
+                optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
+                self.scheduler.step()
+                self.step += 1
+                sketch.update(scores)
+                loss_total, correct, seen = loss_total + loss_sum, correct + batch_correct, seen + batch_seen
+                parts = {k: v / world for k, v in zip(LOGGED_PARTS, part_sums)}  # mean over the ranks
+                alpha, hurst = model.alpha(), model.hurst()
+                row = {"step": self.step, "epoch": self.epoch, "lr": self.scheduler.get_last_lr()[0],
+                       "loss": batch_loss, "task": parts["task"], "rel": parts.get("rel", NAN),
+                       "abs": parts.get("abs", NAN), "accuracy": batch_correct / batch_seen,
+                       "alpha": alpha.item() if alpha is not None else NAN,
+                       "hurst": hurst.item() if hurst is not None else NAN,
+                       "easy_score": parts.get("easy_score", NAN),
+                       "hard_score": parts.get("hard_score", NAN),
+                       "threshold_median": sketch.threshold(0.5)}  # rank 0's: figure 2
+                for key, v in row.items():
+                    history["steps"][key].append(int(v) if key in ("step", "epoch") else float(v))
+                bar.update(1)
+                bar.set_postfix(loss=f"{batch_loss:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
+
+            bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+            if bad:  # never calibrate on or checkpoint broken weights, whatever the loss said
+                self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
+            # The epoch's calibrator (halting.calibrate_on, halting.sketch_window): the ranks'
+            # training scores, each rank's once, and the scores every rank holds alike (the
+            # run's sketch so far, restored on resume; the held-out pass), counted once.
+            shared = HaltingCalibrator(sketch_k)
+            if cfg.halting.sketch_window == "run":
+                shared.merge(self.calibrator)
+            val_acc = NAN
+            if self.val_set is not None:  # the whole split, on every rank
+                val = self._outputs(self.val_set)
+                val_acc = val.accuracy
+                if "val" in cfg.halting.calibrate_on:
+                    shared.update(val.scores)
+            own = sketch if "last_epoch" in cfg.halting.calibrate_on else HaltingCalibrator(sketch_k)
+            self.calibrator = own.merge_across_ranks(shared)  # the same on every rank
+            self.train_seconds += time.perf_counter() - start
+            self.epoch += 1
+            for key, v in zip(("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds"),
+                              (self.epoch, loss_total / seen, correct / seen, val_acc, self.train_seconds)):
+                history["epochs"][key].append(v)
+            if self.checkpoint is not None and self.epoch < cfg.train.epochs:
+                self._save(complete=False)
+            line = (f"epoch {self.epoch}/{cfg.train.epochs}: train loss {loss_total / seen:.4f}, "
+                    f"train acc {correct / seen:.4f}, val acc {val_acc:.4f}, "
+                    f"{self.train_seconds:.0f} s so far")
+            if show:
+                bar.write(line)
+            elif main:
+                log.info(line)
+        if bar is not None:
+            bar.close()
+
+        metrics = {}
+        if self.epoch >= cfg.train.epochs:
+            test = self._outputs(self.test_set) if self.test_set is not None else None
+            if test is not None:
+                metrics = {"test_accuracy": test.accuracy, "test_accuracy_per_step": test.accuracy_per_step()}
+            metrics |= {"train_seconds": self.train_seconds, "params": model.num_parameters(),
+                        "device": str(self.device), "epochs": self.epoch}
+            if self.checkpoint is not None:
+                self._save(complete=True, metrics=metrics)
+            if test is not None and main:
+                log.info("test accuracy at full depth %.4f after %d epochs, %.0f s of training",
+                         test.accuracy, self.epoch, self.train_seconds)
+        model.eval()
+        return TrainResult(model, self.calibrator, history, metrics, cfg, self.checkpoint)
+
+    def _outputs(self, dataset) -> StepOutputs:
+        return evaluate(self.model, dataset, batch_size=self.config.train.eval_batch_size,
+                        amp=self.amp, num_workers=self.config.train.num_workers)
+
+    def _stop(self, what: str) -> None:
+        if self.checkpoint is not None and self.checkpoint.is_file():
+            kept = f"The last good checkpoint ({self.checkpoint}) is intact."
+        else:
+            kept = "No checkpoint of this run was written before it."
+        raise TrainingError(
+            f"{what}; training stopped. {kept} "
+            f"Lower train.lr (now {self.config.train.lr}) or set train.grad_clip, then train again.")
 
     def _resume(self) -> bool:
+        """Continue the run in ``checkpoint``, if there is one: weights, optimiser, schedule,
+        random streams, calibrator, history and counters."""
         if self.checkpoint is None or not self.checkpoint.exists():
             return False
         state = load_checkpoint(self.checkpoint, map_location=self.device)
@@ -308,188 +421,79 @@ class Trainer:
         if state["calibrator"]:
             self.calibrator = HaltingCalibrator.from_bytes(state["calibrator"])
         self.history, self.epoch, self.step = state["history"], state["epoch"], state["step"]
-        for k, v in _new_history()["diagnostics"].items():  # older checkpoints
-            self.history.setdefault("diagnostics", {}).setdefault(k, v)
+        for key, v in _new_history()["diagnostics"].items():  # older checkpoints
+            self.history.setdefault("diagnostics", {}).setdefault(key, v)
         self.train_seconds = state.get("train_seconds", 0.0)
         return True
 
-    # ------------------------------------------------------------------ loop
-    def _log_step(self, epoch: int, loss: float, parts: dict, acc: float, threshold: float) -> None:
-        model = self.model
-        alpha, hurst = model.alpha(), model.hurst()
-        row = {"step": self.step, "epoch": epoch, "lr": self.scheduler.get_last_lr()[0], "loss": loss,
-               "task": parts["task"], "rel": parts.get("rel", float("nan")),
-               "abs": parts.get("abs", float("nan")), "accuracy": acc,
-               "alpha": alpha.item() if alpha is not None else float("nan"),
-               "hurst": hurst.item() if hurst is not None else float("nan"),
-               "easy_score": parts.get("easy_score", float("nan")),
-               "hard_score": parts.get("hard_score", float("nan")), "threshold_median": threshold}
-        for k, v in row.items():
-            self.history["steps"][k].append(float(v) if k not in ("step", "epoch") else int(v))
-
-    def _train_epoch(self, epoch: int, bar) -> tuple[float, float, HaltingCalibrator]:
-        cfg = self.config
-        self.model.train()
-        sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores (this rank's)
-        total_loss_sum, correct, seen = 0.0, 0, 0
-        every = cfg.train.diagnostics_every
-        for x, y in self.batches:
-            if every and self.step % every == 0:
-                self._diagnose(x, y)
-            out, loss, parts = forward_loss(self.parallel_model, x, y, cfg, amp=self.amp,
-                                            channels_last=self.channels_last)
-            scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
-            # Sums over the ranks' shares of the batch, in one all-reduce: the history logs the
-            # whole batch, and the guards below stop every rank at once (a rank stopping alone
-            # would leave the others waiting in backward).
-            loss_sum, batch_correct, batch_seen, bad_scores, *part_sums = sum_over_ranks(
-                [loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
-                 (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS)], self.device)
-            batch_loss = loss_sum / batch_seen
-            if not math.isfinite(batch_loss):
-                self._stop(f"the loss became {batch_loss} at epoch {epoch + 1}, step {self.step + 1} "
-                           f"(parts: {parts})")
-            if bad_scores:
-                self._stop(f"the halting scores became non-finite at epoch {epoch + 1}, "
-                           f"step {self.step + 1}")
-            optimizer_step(self.model, self.optimizer, loss, cfg.train.grad_clip)
-            self.scheduler.step()
-            self.step += 1
-            sketch.update(scores)
-            correct, seen = correct + batch_correct, seen + batch_seen
-            total_loss_sum += loss_sum
-            world = self.distributed.world_size
-            parts = {k: v / world for k, v in zip(LOGGED_PARTS, part_sums)}  # mean over the ranks
-            self._log_step(epoch, batch_loss, parts, batch_correct / batch_seen, sketch.threshold(0.5))
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{batch_loss:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
-        return total_loss_sum / seen, correct / seen, sketch
-
-    def _diagnose(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """Gradient conflict on this batch at the current weights (before the step)."""
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            g = gradient_conflict(self.model, x, y, self.config.loss, per_step=True)
-        d = self.history["diagnostics"]
-        for k, v in (("step", self.step), ("grad_cosine", g["cosine"]),
-                     ("task_grad_norm", g["task_norm"]), ("rank_grad_norm", g["rank_norm"]),
-                     ("step_grad_cosine", g["step_cosines"])):
-            d[k].append(v)
-
-    def _stop(self, what: str) -> None:
-        if self.checkpoint is not None and self.checkpoint.is_file():
-            kept = f"The last good checkpoint ({self.checkpoint}) is intact."
-        else:
-            kept = "No checkpoint of this run was written before it."
-        raise TrainingError(
-            f"{what}; training stopped. {kept} "
-            f"Lower train.lr (now {self.config.train.lr}) or set train.grad_clip, then train again.")
-
     def _save(self, complete: bool, metrics: dict | None = None) -> None:
-        """Checkpoint the run; when the system refuses the write, save it in the system's
-        temporary folder instead and stop, saying where: a finished run is never lost."""
-        state = self.state(complete, metrics)
-        try:
-            save_checkpoint(self.checkpoint, state)
-            return
-        except OutputError as err:
-            refused = err
-        what = "finished run" if complete else f"run after epoch {self.epoch}"
-        try:
-            fd, rescue = tempfile.mkstemp(prefix=f"frost_nb_{self.checkpoint.stem}_", suffix=".pt")
-            os.close(fd)
-            save_checkpoint(rescue, state)
-        except OSError as err:
-            raise TrainingError(f"{refused}; the {what} could not be saved in the temporary "
-                                f"folder either ({err}): it is lost") from refused
-        use = "to load it without training again" if complete else "and run the same command to resume"
-        raise TrainingError(f"{refused}. The {what} is saved in {rescue} instead: move it to "
-                            f"{self.checkpoint} {use}") from refused
+        """Rank 0 checkpoints the run (``_save_or_rescue``). Every rank calls this and learns
+        whether the write worked: all stop together, and none goes on before the checkpoint is
+        on disk (a Trainer that resumes the run next may read it)."""
+        error = None
+        if self.setup.is_main:
+            state = {"config": self.config.to_dict(), "model": self.model.state_dict(),
+                     "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                     "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
+                     "calibrator": self.calibrator.to_bytes() if not self.calibrator.is_empty else b"",
+                     "history": self.history, "epoch": self.epoch, "step": self.step,
+                     "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {}}
+            try:
+                _save_or_rescue(self.checkpoint, state, complete, self.epoch)
+            except TrainingError as err:
+                error = err
+        failed, = sum_over_ranks([error is not None], self.device)
+        if error is not None:
+            raise error
+        if failed:
+            raise TrainingError(f"rank 0 could not write the checkpoint {self.checkpoint}; "
+                                "its error says where the run was saved instead")
 
-    def _calibrate(self, train_sketch: HaltingCalibrator) -> tuple[HaltingCalibrator, float]:
-        """The epoch's calibrator from the sources in halting.calibrate_on (with
-        sketch_window="run", added to the sketch of the epochs before); val accuracy."""
-        source = self.config.halting.calibrate_on
-        calibrator = HaltingCalibrator(self.config.halting.sketch_k)
-        if self.config.halting.sketch_window == "run" and self.distributed.is_main:
-            # the run's sketch so far (already pooled over the ranks, and restored on resume):
-            # folded in on one rank only, so that merging across ranks counts it once
-            calibrator.merge(self.calibrator)
-        if "last_epoch" in source:
-            calibrator.merge(train_sketch)  # this rank's share of the epoch's scores
-        val_acc = float("nan")
-        if self.val_set is not None:
-            outputs = self.outputs(self.val_set)  # the whole split, on every rank
-            val_acc = outputs.accuracy
-            if "val" in source and self.distributed.is_main:  # held-out scores count once
-                calibrator.update(outputs.scores)
-        calibrator.merge_across_ranks()  # every rank: the same sketch, each score once
-        if calibrator.is_empty:  # calibrate_on="val" without a held-out split
-            raise TrainingError("halting.calibrate_on='val' needs data.val_fraction > 0")
-        return calibrator, val_acc
 
-    def outputs(self, dataset) -> StepOutputs:
-        """Full-depth outputs of the whole ``dataset`` (on every rank of a DDP job)."""
-        batches = make_batches(dataset, self.config.train.eval_batch_size, shuffle=False,
-                               augment=False, device=self.device,
-                               num_workers=self.config.train.num_workers)
-        return collect_outputs(self.model, batches, amp=self.amp)
-
-    def fit(self, until_epoch: int | None = None) -> TrainResult:
-        """Train to ``train.epochs`` (or stop after ``until_epoch``, as an interruption would)."""
-        from tqdm.auto import tqdm
-
-        cfg, main = self.config, self.distributed.is_main
-        resumed = self._resume()  # every rank reads the same checkpoint
-        if resumed and main:
-            log.info("resumed %s after epoch %d of %d", self.checkpoint, self.epoch, cfg.train.epochs)
-        last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
-        show = show_progress(self.progress) and main
-        bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch,
-                   desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
-                   disable=not show, leave=True) if self.epoch < last else None
-        while self.epoch < last:
-            start = time.perf_counter()
-            train_loss, train_acc, sketch = self._train_epoch(self.epoch, bar)
-            bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
-            if bad:  # never calibrate on or checkpoint broken weights, whatever the loss said
-                self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
-            self.calibrator, val_acc = self._calibrate(sketch)
-            self.train_seconds += time.perf_counter() - start
-            self.epoch += 1
-            for k, v in zip(("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds"),
-                            (self.epoch, train_loss, train_acc, val_acc, self.train_seconds)):
-                self.history["epochs"][k].append(v)
-            if self.checkpoint is not None and self.epoch < cfg.train.epochs and main:
-                self._save(complete=False)
-            line = (f"epoch {self.epoch}/{cfg.train.epochs}: train loss {train_loss:.4f}, "
-                    f"train acc {train_acc:.4f}, val acc {val_acc:.4f}, "
-                    f"{self.train_seconds:.0f} s so far")
-            if show:
-                bar.write(line)
-            elif main:
-                log.info(line)
-        if bar is not None:
-            bar.close()
-        metrics = {}
-        if self.epoch >= cfg.train.epochs:
-            test = self.outputs(self.test_set)
-            metrics = {"test_accuracy": test.accuracy, "test_accuracy_per_step": test.accuracy_per_step(),
-                       "train_seconds": self.train_seconds, "params": self.model.num_parameters(),
-                       "device": str(self.device), "epochs": self.epoch}
-            if self.checkpoint is not None and main:
-                self._save(complete=True, metrics=metrics)
-            if main:
-                log.info("test accuracy at full depth %.4f after %d epochs, %.0f s of training",
-                         test.accuracy, self.epoch, self.train_seconds)
-        barrier()  # rank 0's checkpoint is on disk before any rank returns (and may read it)
-        self.model.eval()
-        return TrainResult(self.model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
+def _save_or_rescue(path: Path, state: dict, complete: bool, epoch: int) -> None:
+    """Save ``state`` to ``path``; when the system refuses the write, save it in the system's
+    temporary folder instead and stop, saying where: a finished run is never lost."""
+    try:
+        save_checkpoint(path, state)
+        return
+    except OutputError as err:
+        refused = err
+    what = "finished run" if complete else f"run after epoch {epoch}"
+    try:
+        fd, rescue = tempfile.mkstemp(prefix=f"frost_nb_{path.stem}_", suffix=".pt")
+        os.close(fd)
+        save_checkpoint(rescue, state)
+    except OSError as err:
+        raise TrainingError(f"{refused}; the {what} could not be saved in the temporary "
+                            f"folder either ({err}): it is lost") from refused
+    use = "to load it without training again" if complete else "and run the same command to resume"
+    raise TrainingError(f"{refused}. The {what} is saved in {rescue} instead: move it to "
+                        f"{path} {use}") from refused
 
 
 def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
           progress: bool | None = None) -> TrainResult:
-    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run)."""
-    return Trainer(config, checkpoint=checkpoint, progress=progress).fit()
+    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run):
+    load its splits, build its model and training batches, and fit a ``Trainer``."""
+    cfg, d = config, config.data
+    # under torchrun: join the job's process group (each CUDA process takes its own GPU)
+    setup, device = join_process_group(pick_device(cfg.train.device))
+    if checkpoint is not None and setup.is_main:  # before any work
+        check_writable(checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
+    train_set = load_split(cfg, "train")
+    val_set = load_split(cfg, "val") if d.val_fraction > 0 else None
+    test_set = load_split(cfg, "test")
+    _check_model_fits_data(cfg, train_set.info)
+    if val_set is not None and len(val_set) == 0:
+        raise ConfigError(f"data.val_fraction={d.val_fraction} leaves no image of {d.name} held out "
+                          "for calibrating the threshold: raise it (default 0.1) or set it to 0")
+    torch.manual_seed(cfg.train.seed)
+    model = create_model(cfg.model).to(device)
+    # the data order and augmentation come from this generator alone (saved for resuming);
+    # every rank draws the same global batches and trains on its share of each
+    batches = make_batches(train_set, cfg.train.batch_size, shuffle=True, augment=d.augment, device=device,
+                           generator=torch.Generator().manual_seed(cfg.train.seed),
+                           drop_last=len(train_set) > cfg.train.batch_size,
+                           num_workers=cfg.train.num_workers)
+    return Trainer(cfg, model, batches, val_set=val_set, test_set=test_set, checkpoint=checkpoint,
+                   progress=progress).fit()

@@ -21,7 +21,7 @@ from frost_nb.analysis import (
 )
 from frost_nb.config import LossConfig, make_config
 from frost_nb.models import create_model
-from frost_nb.training import Trainer
+from frost_nb.training import train
 
 
 def _model(name="frost", steps=5, **kw):
@@ -178,10 +178,10 @@ def test_gradient_conflict_without_backbone_gradient_is_undefined():
 
 def test_diagnostics_are_recorded_and_change_nothing(tiny_config, tmp_path):
     cfg = tiny_config.replace(**{"train.epochs": 1})
-    plain = Trainer(cfg, checkpoint=tmp_path / "a.pt").fit()
+    plain = train(cfg, checkpoint=tmp_path / "a.pt")
     probed_cfg = cfg.replace(**{"train.diagnostics_every": 5})
     assert probed_cfg.identity() != cfg.identity()  # a separate stored run, with the extra history
-    probed = Trainer(probed_cfg, checkpoint=tmp_path / "b.pt").fit()
+    probed = train(probed_cfg, checkpoint=tmp_path / "b.pt")
     for (name, a), b in zip(plain.model.state_dict().items(), probed.model.state_dict().values()):
         assert torch.equal(a, b), name
     d = probed.history["diagnostics"]

@@ -16,7 +16,7 @@ from frost_nb.checkpoint import (
 )
 from frost_nb.config import make_config
 from frost_nb.paths import OutputError, committed_runs_dir
-from frost_nb.training import Trainer
+from frost_nb.training import train
 
 
 def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_path, monkeypatch):
@@ -24,7 +24,7 @@ def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_
 
     monkeypatch.setattr(ckpt, "LEAN_STEP_POINTS", 7)  # the smoke run logs fewer steps than 1000
     full = tmp_path / "run.pt"
-    Trainer(tiny_config, checkpoint=full).fit()
+    train(tiny_config, checkpoint=full)
     lean = export_lean(full, tmp_path / "lean" / "run.pt")
     a, b = load_checkpoint(full), load_checkpoint(lean)
     assert {"optimizer", "scheduler", "rng"} <= set(a) and not {"optimizer", "scheduler", "rng"} & set(b)
@@ -56,16 +56,16 @@ def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_
 
 def test_lean_checkpoint_is_not_resumed(tiny_config, tmp_path):
     full = tmp_path / "run.pt"
-    Trainer(tiny_config, checkpoint=full).fit()
+    train(tiny_config, checkpoint=full)
     lean = export_lean(full, tmp_path / "lean.pt")
     longer = tiny_config.replace(**{"train.epochs": tiny_config.train.epochs})
     with pytest.raises(CheckpointError, match="lean export.*not resumed"):
-        Trainer(longer, checkpoint=lean).fit()
+        train(longer, checkpoint=lean)
 
 
-def test_unfinished_run_is_not_exported(tiny_config, tmp_path):
+def test_unfinished_run_is_not_exported(tiny_config, tmp_path, make_trainer):
     path = tmp_path / "run.pt"
-    Trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
+    make_trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
     with pytest.raises(CheckpointError, match="only a finished run"):
         lean_state(load_checkpoint(path))
 

@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,11 +21,12 @@ import torch.multiprocessing as mp
 from frost_nb.__main__ import main
 from frost_nb.checkpoint import load_checkpoint, load_model
 from frost_nb.config import make_config
-from frost_nb.distributed import DistributedSetup, ShardedBatches, leave_process_group
+from frost_nb.data import make_batches
+from frost_nb.distributed import DistributedSetup, ShardedBatches, join_process_group, leave_process_group
 from frost_nb.experiments import PRE_READING
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.models import create_model
-from frost_nb.training import Trainer, load_split
+from frost_nb.training import Trainer, load_split, pick_device, train
 
 WORLD = 2
 QS = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -55,6 +57,23 @@ def _record(result, folder, name: str, rank: int) -> None:
                folder / f"{name}_rank{rank}.pt")
 
 
+def _interrupted(config, checkpoint) -> None:
+    """Train ``config`` for one epoch of its run, the way a caller of ``Trainer`` does under
+    torchrun: join first for this rank's device, build the model and the global batches (the
+    same on every rank), and let the trainer take this rank's share."""
+    _, device = join_process_group(pick_device(config.train.device))
+    train_set = load_split(config, "train")
+    torch.manual_seed(config.train.seed)
+    model = create_model(config.model).to(device)
+    batches = make_batches(train_set, config.train.batch_size, shuffle=True, augment=config.data.augment,
+                           device=device, generator=torch.Generator().manual_seed(config.train.seed),
+                           drop_last=len(train_set) > config.train.batch_size)
+    trainer = Trainer(config, model, batches, val_set=load_split(config, "val"),
+                      test_set=load_split(config, "test"), checkpoint=checkpoint)
+    assert isinstance(trainer.batches, ShardedBatches) and trainer.parallel_model is not model
+    trainer.fit(until_epoch=1)
+
+
 def _train_on_each_rank(rank: int, port: int, folder) -> None:
     """One rank of the job, joined the way torchrun's environment makes the trainer join."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD),
@@ -62,12 +81,12 @@ def _train_on_each_rank(rank: int, port: int, folder) -> None:
                       FROST_CACHE=str(folder / "cache"), FROST_PROGRESS="0")
     torch.set_num_threads(1)
     try:
-        _record(Trainer(FROST, checkpoint=folder / "whole.pt").fit(), folder, "whole", rank)
-        Trainer(FROST, checkpoint=folder / "split.pt").fit(until_epoch=1)  # "interrupted"
-        _record(Trainer(FROST, checkpoint=folder / "split.pt").fit(), folder, "resumed", rank)
-        _record(Trainer(BASELINE).fit(), folder, "baseline", rank)
-        _record(Trainer(PONDER).fit(), folder, "ponder", rank)
-        _record(Trainer(ADOPTED).fit(), folder, "adopted", rank)
+        _record(train(FROST, checkpoint=folder / "whole.pt"), folder, "whole", rank)
+        _interrupted(FROST, folder / "split.pt")
+        _record(train(FROST, checkpoint=folder / "split.pt"), folder, "resumed", rank)
+        _record(train(BASELINE), folder, "baseline", rank)
+        _record(train(PONDER), folder, "ponder", rank)
+        _record(train(ADOPTED), folder, "adopted", rank)
     finally:
         leave_process_group()
 
@@ -125,6 +144,52 @@ def test_rank_zero_writes_a_checkpoint_that_resumes_exactly(two_rank_runs):
     assert sorted(p.name for p in folder.glob("*.pt") if "rank" not in p.name) == ["split.pt", "whole.pt"]
 
 
+def _train_with_a_refused_checkpoint(rank: int, port: int, folder) -> None:
+    """One rank of a job whose checkpoint folder refuses rank 0's write: what each rank raised."""
+    import tempfile
+
+    from frost_nb import training
+    from frost_nb.paths import OutputError
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD),
+                      RANK=str(rank), LOCAL_RANK=str(rank), FROST_PROGRESS="0")
+    torch.set_num_threads(1)
+    tempfile.tempdir = str(folder)  # where the rescued run goes
+    real = training.save_checkpoint
+
+    def refused(path, state):
+        if Path(path).name == "run.pt":
+            raise OutputError(f"cannot write {path}: the disk is gone")
+        return real(path, state)
+
+    training.save_checkpoint = refused
+    try:
+        train(BASELINE, checkpoint=folder / "run.pt")
+    except training.TrainingError as err:
+        (folder / f"error_rank{rank}.txt").write_text(str(err))
+    finally:
+        leave_process_group()
+
+
+def test_every_rank_stops_when_rank_zero_cannot_save(tmp_path):
+    """Rank 0 alone writes; when it cannot, the others learn it at once and stop too (rather than
+    wait forever for a rank that has stopped)."""
+    import time
+
+    context = mp.spawn(_train_with_a_refused_checkpoint, args=(_free_port(), tmp_path), nprocs=WORLD,
+                       join=False)
+    deadline = time.monotonic() + 240
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail("the ranks did not stop together")
+    rescued = list(tmp_path.glob("frost_nb_run_*.pt"))
+    assert len(rescued) == 1 and load_checkpoint(rescued[0])["complete"]
+    assert f"saved in {rescued[0]} instead" in (tmp_path / "error_rank0.txt").read_text()
+    assert "rank 0 could not write the checkpoint" in (tmp_path / "error_rank1.txt").read_text()
+
+
 def test_unused_halting_head_of_a_baseline_stays_untouched(two_rank_runs):
     """Without the ranking loss the halting head gets no gradient: DDP must leave its grad None
     (as one process does, so AdamW skips it) instead of decaying it or waiting for it."""
@@ -169,6 +234,11 @@ def test_merge_across_ranks_without_a_process_group_changes_nothing():
     cal = HaltingCalibrator().update(np.linspace(0.0, 1.0, 1000))
     before = cal.to_bytes()
     assert cal.merge_across_ranks() is cal and cal.to_bytes() == before
+
+
+def test_merge_across_ranks_without_a_process_group_adds_the_shared_sketch_once():
+    own, shared = HaltingCalibrator().update(np.linspace(0.0, 0.5, 1000)), HaltingCalibrator().update([0.9] * 500)
+    assert own.merge_across_ranks(shared) is own and own.n == 1500 and shared.n == 500
 
 
 @pytest.mark.parametrize("command", [["grid", "loss", "--size", "smoke"], ["demo", "--size", "smoke"]])

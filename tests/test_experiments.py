@@ -416,13 +416,13 @@ def test_task_only_baselines_are_the_same_under_any_halting_settings(tiny_config
     """Why the adopted reading reuses the baselines' runs: trained on the task loss alone, a
     baseline's weights do not depend on the halting head's LayerNorm, pairs or sketch."""
     from frost_nb.experiments import ADOPTED_READING, PRE_READING
-    from frost_nb.training import Trainer
+    from frost_nb.training import train
 
     base = tiny_config.replace(**{"model.name": "recurrent", "loss.ranking": False, "train.epochs": 1})
-    a = Trainer(base.replace(**{k: v for k, v in PRE_READING.items() if k != "model.update"}),
-                checkpoint=tmp_path / "a.pt").fit()
-    b = Trainer(base.replace(**{k: v for k, v in ADOPTED_READING.items() if k not in ("model.update", "model.alpha_param")}),
-                checkpoint=tmp_path / "b.pt").fit()
+    a = train(base.replace(**{k: v for k, v in PRE_READING.items() if k != "model.update"}),
+              checkpoint=tmp_path / "a.pt")
+    b = train(base.replace(**{k: v for k, v in ADOPTED_READING.items() if k not in ("model.update", "model.alpha_param")}),
+              checkpoint=tmp_path / "b.pt")
     assert a.config.model.halt_norm != b.config.model.halt_norm
     sa, sb = a.model.state_dict(), b.model.state_dict()
     for name, value in sa.items():

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from frost_nb.checkpoint import (
     save_checkpoint,
 )
 from frost_nb.runs import train_or_load
-from frost_nb.training import Trainer, TrainingError, lr_factor
+from frost_nb.training import TrainingError, lr_factor, train
 
 
 def _digest(path):
@@ -31,7 +32,7 @@ def test_lr_schedule_warms_up_then_decays():
 
 
 def test_training_learns_and_logs_history(tiny_config, tmp_path):
-    result = Trainer(tiny_config, checkpoint=tmp_path / "run.pt").fit()
+    result = train(tiny_config, checkpoint=tmp_path / "run.pt")
     steps = result.history["steps"]
     n = len(steps["step"])
     assert n == 10 * (1294 // 64) and all(len(v) == n for v in steps.values())
@@ -43,12 +44,12 @@ def test_training_learns_and_logs_history(tiny_config, tmp_path):
     assert load_checkpoint(tmp_path / "run.pt")["complete"]
 
 
-def test_resumed_run_matches_uninterrupted_run(tiny_config, tmp_path):
-    whole = Trainer(tiny_config, checkpoint=tmp_path / "whole.pt").fit()
-    Trainer(tiny_config, checkpoint=tmp_path / "split.pt").fit(until_epoch=1)  # "interrupted"
+def test_resumed_run_matches_uninterrupted_run(tiny_config, tmp_path, make_trainer):
+    whole = train(tiny_config, checkpoint=tmp_path / "whole.pt")
+    make_trainer(tiny_config, checkpoint=tmp_path / "split.pt").fit(until_epoch=1)  # "interrupted"
     state = load_checkpoint(tmp_path / "split.pt")
     assert state["epoch"] == 1 and not state["complete"]
-    resumed = Trainer(tiny_config, checkpoint=tmp_path / "split.pt").fit()
+    resumed = train(tiny_config, checkpoint=tmp_path / "split.pt")
     for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
     # the KLL sketch compacts with its own unseeded coin flips (datasketches offers no seed), so
@@ -62,9 +63,9 @@ def test_resumed_run_matches_uninterrupted_run(tiny_config, tmp_path):
     assert whole.calibrator.threshold(0.5) == pytest.approx(resumed.calibrator.threshold(0.5), abs=0.02)
 
 
-def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, monkeypatch):
+def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, monkeypatch, make_trainer):
     path = tmp_path / "run.pt"
-    Trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
+    make_trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
     before = _digest(path)
     real = training.total_loss
 
@@ -74,7 +75,7 @@ def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, 
 
     monkeypatch.setattr(training, "total_loss", poisoned)
     with pytest.raises(TrainingError, match="loss became nan.*checkpoint.*intact.*train.lr"):
-        Trainer(tiny_config, checkpoint=path).fit()
+        train(tiny_config, checkpoint=path)
     assert _digest(path) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.pt"]  # nothing half-written
 
@@ -89,7 +90,7 @@ def test_nan_guard_names_only_checkpoints_that_exist(tiny_config, tmp_path, monk
     monkeypatch.setattr(training, "total_loss", poisoned)
     for path in (tmp_path / "run.pt", None):  # a path not written yet (stopped in epoch 1), or none
         with pytest.raises(TrainingError, match="loss became nan at epoch 1") as err:
-            Trainer(tiny_config, checkpoint=path).fit()
+            train(tiny_config, checkpoint=path)
         assert "intact" not in str(err.value) and "No checkpoint of this run was written" in str(err.value)
     assert not (tmp_path / "run.pt").exists()
 
@@ -114,7 +115,7 @@ def test_refused_checkpoint_write_saves_the_run_in_the_temporary_folder(complete
     monkeypatch.setattr(training, "save_checkpoint", folder_replaced_by_a_file)
     config = tiny_config.replace(**{"train.epochs": 2})
     with pytest.raises(TrainingError) as err:
-        Trainer(config, checkpoint=folder / "run.pt").fit()
+        train(config, checkpoint=folder / "run.pt")
     message = str(err.value)
     rescued = list((tmp_path / "tmp").glob("frost_nb_run_*.pt"))
     assert len(rescued) == 1 and f"saved in {rescued[0]} instead" in message
@@ -129,7 +130,7 @@ def test_refused_checkpoint_write_saves_the_run_in_the_temporary_folder(complete
         folder.mkdir()
         shutil.move(rescued[0], folder / "run.pt")
         monkeypatch.setattr(training, "save_checkpoint", real)
-        assert Trainer(config, checkpoint=folder / "run.pt").fit().metrics["epochs"] == 2
+        assert train(config, checkpoint=folder / "run.pt").metrics["epochs"] == 2
 
 
 def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
@@ -148,7 +149,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 
 
 def test_load_model_rebuilds_the_same_model(tiny_config, tmp_path):
-    result = Trainer(tiny_config, checkpoint=tmp_path / "run.pt").fit()
+    result = train(tiny_config, checkpoint=tmp_path / "run.pt")
     model, calibrator = load_model(tmp_path / "run.pt")
     x = torch.randn(5, 1, 8, 8)
     with torch.no_grad():
@@ -156,18 +157,18 @@ def test_load_model_rebuilds_the_same_model(tiny_config, tmp_path):
     assert calibrator.threshold(0.3) == result.calibrator.threshold(0.3)
 
 
-def test_bad_checkpoints_give_clear_errors(tiny_config, tmp_path):
+def test_bad_checkpoints_give_clear_errors(tiny_config, tmp_path, make_trainer):
     with pytest.raises(CheckpointError, match="does not exist"):
         load_model(tmp_path / "missing.pt")
     path = tmp_path / "run.pt"
-    Trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
+    make_trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
     with pytest.raises(CheckpointError, match="holds a 'frost' model, not the expected 'vanilla'"):
         load_model(path, expect="vanilla")
     other = tiny_config.replace(**{"model.width": 32})
     with pytest.raises(CheckpointError, match="model.width"):
         load_model(path, expect=other)
     with pytest.raises(CheckpointError, match="another run"):
-        Trainer(other, checkpoint=path).fit()
+        train(other, checkpoint=path)
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="damaged"):
@@ -214,10 +215,10 @@ def test_store_order_names_retrain_and_damaged_entries(tiny_config, tmp_path, mo
 
 
 def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config, tmp_path,
-                                                                     monkeypatch):
+                                                                     monkeypatch, make_trainer):
     # an optimiser step can break the weights while the loss of that step was still finite
     path = tmp_path / "run.pt"
-    trainer = Trainer(tiny_config.replace(**{"halting.calibrate_on": "last_epoch"}), checkpoint=path)
+    trainer = make_trainer(tiny_config.replace(**{"halting.calibrate_on": "last_epoch"}), checkpoint=path)
     real_step = trainer.optimizer.step
 
     def breaking_step(*args, **kwargs):
@@ -233,9 +234,9 @@ def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config,
     assert not path.exists()  # epoch 1 was never saved with broken weights
 
 
-def test_ponder_training_trains_the_halting_head(tiny_config, tmp_path):
+def test_ponder_training_trains_the_halting_head(tiny_config, tmp_path, make_trainer):
     config = tiny_config.replace(**{"train.epochs": 1, "loss.ranking": False, "loss.ponder": True})
-    trainer = Trainer(config, checkpoint=tmp_path / "ponder.pt")
+    trainer = make_trainer(config, checkpoint=tmp_path / "ponder.pt")
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     result = trainer.fit()
     after = dict(result.model.named_parameters())
@@ -272,33 +273,34 @@ def test_relative_checkpoint_paths_fall_back_to_the_repository(tmp_path, monkeyp
     assert checkpoint_file(tmp_path / "x.pt") == tmp_path / "x.pt"
 
 
-def test_run_sketch_counts_every_score_of_every_epoch_and_survives_resume(tiny_config, tmp_path):
+def test_run_sketch_counts_every_score_of_every_epoch_and_survives_resume(tiny_config, tmp_path,
+                                                                          make_trainer):
     # sketch_window="run": one KLL sketch over the whole run, fed each epoch with that epoch's
     # training scores and its held-out pass (calibrate_on's sources); "epoch" starts afresh
     cfg = tiny_config.replace(**{"train.epochs": 3, "halting.sketch_window": "epoch"})
     run_cfg = cfg.replace(**{"halting.sketch_window": "run"})  # the default
-    epoch = Trainer(cfg, checkpoint=tmp_path / "epoch.pt")
+    epoch = make_trainer(cfg, checkpoint=tmp_path / "epoch.pt")
     per_epoch = epoch.steps_per_epoch * cfg.train.batch_size * 4 + len(epoch.val_set) * 4  # T = 4
     assert per_epoch == 20 * 64 * 4 + 144 * 4  # 20 full batches of 64 (drop_last), 144 held out
     assert epoch.fit().calibrator.n == per_epoch
-    whole = Trainer(run_cfg, checkpoint=tmp_path / "whole.pt").fit()
+    whole = train(run_cfg, checkpoint=tmp_path / "whole.pt")
     assert whole.calibrator.n == 3 * per_epoch
-    Trainer(run_cfg, checkpoint=tmp_path / "split.pt").fit(until_epoch=2)  # "interrupted"
+    make_trainer(run_cfg, checkpoint=tmp_path / "split.pt").fit(until_epoch=2)  # "interrupted"
     assert load_model(tmp_path / "split.pt")[1].n == 2 * per_epoch  # the checkpoint keeps the sketch
-    resumed = Trainer(run_cfg, checkpoint=tmp_path / "split.pt").fit()
+    resumed = train(run_cfg, checkpoint=tmp_path / "split.pt")
     assert resumed.calibrator.n == 3 * per_epoch
     assert resumed.calibrator.threshold(0.5) == pytest.approx(whole.calibrator.threshold(0.5), abs=0.02)
-    val_only = Trainer(run_cfg.replace(**{"halting.calibrate_on": "val"}), checkpoint=tmp_path / "v.pt")
+    val_only = make_trainer(run_cfg.replace(**{"halting.calibrate_on": "val"}), checkpoint=tmp_path / "v.pt")
     assert val_only.fit().calibrator.n == 3 * len(val_only.val_set) * 4
 
 
-def test_adopted_reading_trains(tiny_config, tmp_path):
+def test_adopted_reading_trains(tiny_config, tmp_path, make_trainer):
     # leaky update, per-step pairs, normalised halting input, whole-run sketch: every parameter
     # is trained (none that no loss reaches), alpha stays in (0, 1) and the training loss falls
     cfg = tiny_config.replace(**{"train.epochs": 3, "model.update": "leaky", "model.halt_norm": True,
                                  "loss.rank_pairs": "per_step", "halting.sketch_window": "run"})
     assert cfg.model.alpha_param == "sigmoid"
-    trainer = Trainer(cfg, checkpoint=tmp_path / "run.pt")
+    trainer = make_trainer(cfg, checkpoint=tmp_path / "run.pt")
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     result = trainer.fit()
     after = dict(result.model.named_parameters())
@@ -307,3 +309,23 @@ def test_adopted_reading_trains(tiny_config, tmp_path):
     assert all(0 < a < 1 for a in result.history["steps"]["alpha"])
     losses = result.history["epochs"]["train_loss"]
     assert losses[-1] < losses[0]
+
+
+def test_trainer_takes_what_the_caller_built_and_refuses_what_it_cannot_resume(tiny_config, tmp_path):
+    from frost_nb.data import make_batches
+    from frost_nb.models import create_model
+    from frost_nb.training import Trainer, load_split
+
+    cfg = tiny_config.replace(**{"train.epochs": 1})
+    model = create_model(cfg.model)
+    train_set = load_split(cfg, "train")
+    unseeded = make_batches(train_set, 64, shuffle=True, augment=False, device="cpu")
+    with pytest.raises(TrainingError, match="global generator.*generator=torch.Generator"):
+        Trainer(cfg, model, unseeded, checkpoint=tmp_path / "run.pt")  # its data order is not saved
+    with pytest.raises(TrainingError, match="calibrate_on='val' needs a held-out split.*data.val_fraction"):
+        Trainer(cfg.replace(**{"halting.calibrate_on": "val"}), model, unseeded)
+    assert not (tmp_path / "run.pt").exists()
+    result = Trainer(cfg, model, unseeded).fit()  # no checkpoint, no held-out or test split
+    assert result.model is model and result.metrics["epochs"] == 1 and "test_accuracy" not in result.metrics
+    assert math.isnan(result.history["epochs"]["val_accuracy"][0])
+    assert result.calibrator.n == len(train_set) * cfg.model.steps  # the last epoch's scores alone
