@@ -22,20 +22,25 @@ reason alone.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
 from .config import BACKBONES, MODELS, make_config
-from .halting import prologue  # the fixed part of a forward (re-exported)
+from .halting import adaptive_predict, prologue  # prologue: the fixed part of a forward (re-exported)
+from .halting_rules import FIXED, FROST, RULES, OnlineRule, candidate_thresholds
 from .models import create_model
 from .paper import table3_frost_depth
 
 __all__ = ["count_flops", "flops_per_image", "ideal_speedup", "prologue", "parameters_without_heads",
-           "seconds_per_image", "images_per_second", "relative_to_vanilla", "table3_measurements"]
+           "seconds_per_image", "images_per_second", "relative_to_vanilla", "table3_measurements",
+           "rule_settings", "rule_throughput"]
 
 HEAD_PREFIXES = ("head", "halt_head")  # the classifier (with its LayerNorm) and the halting head
 
@@ -184,3 +189,56 @@ def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size
                              "fixed_ms": 1e3 * fixed_s, "step_ms": 1e3 * step_s, "device": device})
             del model
     return pd.DataFrame(rows)
+
+
+def rule_settings(val, rules: Sequence[str], *, calibrator=None, count: int = 6) -> list[tuple[str, float]]:
+    """(rule, threshold) pairs to time, chosen on the held-out trajectories ``val`` only: for each
+    rule of ``halting_rules.RULES`` the ``count`` inner quantiles of its signal there (the MSDNet
+    protocol of notebook 07, without the extremes), FROST's as its calibrator's tau_q at ``count``
+    evenly spaced quantiles, and ``FIXED`` as ``count`` depths spread over 1..T."""
+    steps = val.halt_logits.shape[1]
+    settings: list[tuple[str, float]] = []
+    for name in rules:
+        if name == FIXED:
+            depths = sorted({int(round(d)) for d in np.linspace(1, steps, count)})
+            settings += [(FIXED, d - 0.5) for d in depths]
+        elif name == FROST:
+            qs = np.linspace(0, 1, count + 2)[1:-1]
+            settings += [(FROST, float(calibrator.threshold(float(q)))) for q in qs]
+        else:
+            inner = candidate_thresholds(RULES[name].signal(val), count + 1)[1:-1]
+            settings += [(name, float(t)) for t in inner if np.isfinite(t)]
+    return settings
+
+
+def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequence[tuple[str, float]], *,
+                    batch_size: int = 256, rounds: int = 5) -> pd.DataFrame:
+    """Accuracy against measured throughput for every (rule, threshold) of ``settings`` (notebook
+    07): ``adaptive_predict(model, x, rule=OnlineRule(rule, threshold))`` over ``x`` in batches of
+    ``batch_size``, so each rule's own signal work is in the time. The rounds interleave the
+    settings (round r times every setting before round r + 1), so slow spells of a shared machine
+    spread over all of them. Returns one row per setting: rule, threshold, mean_depth, accuracy,
+    images_per_s (median over ``rounds``), images_per_s_min / _max (the spread), batch_size,
+    threads; in the model's mode (call ``model.eval()`` first)."""
+    if rounds < 1 or batch_size < 1:
+        raise ValueError(f"rounds and batch_size must be positive, got {rounds} and {batch_size}")
+    rules = [OnlineRule(name, threshold) for name, threshold in settings]
+    seconds = np.zeros((rounds, len(rules)))
+    depth: list[Tensor] = []
+    correct: list[Tensor] = []
+    for r in range(rounds):
+        for i, rule in enumerate(rules):
+            parts = []
+            start = time.perf_counter()
+            for b in range(0, len(x), batch_size):
+                parts.append(adaptive_predict(model, x[b:b + batch_size], rule=rule))
+            seconds[r, i] = time.perf_counter() - start
+            if r == 0:
+                depth.append(torch.cat([p.depth for p in parts]))
+                correct.append(torch.cat([p.logits.argmax(-1) for p in parts]) == y)
+    rate = len(x) / seconds  # (rounds, settings) images/s
+    return pd.DataFrame([{
+        "rule": rule.rule.name, "threshold": rule.threshold, "mean_depth": float(depth[i].float().mean()),
+        "accuracy": float(correct[i].float().mean()), "images_per_s": float(np.median(rate[:, i])),
+        "images_per_s_min": float(rate[:, i].min()), "images_per_s_max": float(rate[:, i].max()),
+        "batch_size": batch_size, "threads": torch.get_num_threads()} for i, rule in enumerate(rules)])

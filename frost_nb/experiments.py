@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from .analysis import (
     collect_trajectories,
@@ -53,6 +54,7 @@ from .analysis import (
     jacobian_summary,
     scale_consistency_rows,
 )
+from .complexity import rule_settings, rule_throughput
 from .config import LossConfig, RunConfig, make_config
 from .data import make_batches
 from .exits import ExitCache
@@ -75,7 +77,15 @@ from .fractal import (
     window_dimensions,
 )
 from .halting import PAPER_QUANTILES, sweep
-from .halting_rules import COLLAPSE_QUANTILE, FIXED, THRESHOLDS, collapsed, model_curves, summary
+from .halting_rules import (
+    COLLAPSE_QUANTILE,
+    FIXED,
+    SIGNAL_RULES,
+    THRESHOLDS,
+    collapsed,
+    model_curves,
+    summary,
+)
 from .paper import TABLE1, TABLE1_STEPS
 from .paths import smoke_mode
 from .runs import cached_checkpoint, run_name, train_or_load
@@ -584,6 +594,31 @@ def run_rule_curves(result, model: str, count: int | None = None, test=None):
     return model_curves(run_trajectories(result, "val"), test, model,
                         calibrator=result.calibrator if loss.ranking else None, ponder=loss.ponder,
                         count=THRESHOLDS if count is None else count)
+
+
+def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,
+                          batch_size: int = 256, threads: int = 1) -> pd.DataFrame:
+    """Accuracy against measured throughput of every halting rule that applies to one trained run
+    (notebook 07): fixed depth, the signal rules, and FROST's rule (its calibrator) when the run was
+    trained with the ranking losses or PonderNet's when with PonderNet's loss; thresholds chosen on
+    the held-out split (``complexity.rule_settings``), each timed through ``adaptive_predict`` on
+    the first ``samples`` test images (``complexity.rule_throughput``) with ``threads`` CPU threads
+    (restored after)."""
+    cfg = result.config
+    rules = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.ranking + ["ponder"] * cfg.loss.ponder
+    model = result.model.eval()
+    val = run_trajectories(result, "val")
+    settings = rule_settings(val, rules, calibrator=result.calibrator, count=count)
+    test = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False, augment=False,
+                        device="cpu")
+    x, y = (torch.cat(t) for t in zip(*test))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return rule_throughput(model, x[:samples], y[:samples], settings, batch_size=batch_size,
+                               rounds=rounds)
+    finally:
+        torch.set_num_threads(before)
 
 
 def collapse_row(result, reference) -> dict[str, Any]:

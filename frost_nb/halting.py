@@ -262,9 +262,9 @@ def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
     return model.init_state(ctx), ctx
 
 
-def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
+def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None, *,
                      return_scores: bool = False, allow_other_size: bool = False,
-                     compact_below: float = 1.0) -> AdaptiveResult:
+                     compact_below: float = 1.0, rule: Any = None) -> AdaptiveResult:
     """Run the model step by step, dropping each sample from the batch once it exits.
 
     Uses the model's step-wise API (``embed``, optional ``context``, ``init_state``, ``step``,
@@ -287,14 +287,23 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
     exit, the default; 0.5: once half of the carried rows have exited; 0: never, exited samples
     ride along to the end). Exits are the same whatever it is; an exited sample's logits are
     written at its exit step and never again.
+
+    ``rule`` (a ``halting_rules.OnlineRule``, given instead of ``tau``) exits by another halting
+    rule (confidence, KL between steps, step size, ...): its signal is computed at each step on
+    the rows still running, and its per-row memory is compacted with them, so a rule whose
+    signal costs work pays for it here, in the same loop.
     """
     steps = int(model.config.steps)
-    tau = _checked_tau(tau)
+    if (rule is None) == (tau is None):
+        raise TypeError("adaptive_predict: give either tau (FROST's threshold) or rule "
+                        "(a halting_rules.OnlineRule), not both and not neither")
+    tau = _checked_tau(tau) if rule is None else None
     compact_below = number_in("compact_below", compact_below, 0.0, 1.0)
     x = check_images(model, x, allow_other_size=allow_other_size)  # one pass, one host sync
     n = x.shape[0]
     with torch.no_grad():
         h, ctx = prologue(model, x)  # h_0 and the per-sample step inputs
+        memory = rule.start(h) if rule is not None else None  # the rule's per-row memory
         idx = torch.arange(n, device=x.device)  # original row of each carried sample
         live = None  # (n_carried,) bool: still running; None: every carried row is
         n_live = n
@@ -314,7 +323,12 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
                 if return_scores:
                     scores_out.index_copy_(0, idx, p)
                 break
-            done = live.clone() if t == steps - 1 else p > tau  # eq. (exit); at T all still running
+            if t == steps - 1:  # at T all still running stop
+                done = live.clone()
+            elif rule is None:
+                done = p > tau  # eq. (exit)
+            else:
+                done, memory = rule.fires(t + 1, h, logits, halt_logit, memory)
             if live is not None:
                 done &= live  # a sample that exited already never writes again
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step: compaction needs it
@@ -335,6 +349,7 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float, *,
                 keep = live.nonzero().squeeze(1)  # (n_live,) ascending
                 idx, live = idx.index_select(0, keep), None
                 h, ctx = _select(h, keep, n_carried), _select(ctx, keep, n_carried)
+                memory = _select(memory, keep, n_carried)
     return AdaptiveResult(out, depth, scores_out)
 
 

@@ -131,6 +131,92 @@ RULES = {r.name: r for r in (
 SIGNAL_RULES = ("step size", "second-order step", "KL between steps", "confidence")  # any model
 
 
+def _norms(v: Tensor) -> Tensor:
+    return v.reshape(v.shape[0], -1).norm(dim=1)  # (n,) over the whole state, as collect_trajectories
+
+
+class OnlineRule:
+    """A rule of ``RULES`` as ``halting.adaptive_predict(rule=...)`` applies it while it runs: the
+    signal of step t from what that step produces on the rows still running (the state h_t, the
+    class logits and halting logit of its readout), and per-row memory (the previous state, step,
+    logits or PonderNet's running sums) that the batch compaction carries along. The signal is
+    computed as the offline signal functions above compute it from a full-depth pass, and the
+    sample exits at the first step whose condition holds against ``threshold`` (NaN never fires).
+    Its own work (full-state norms, softmaxes) is paid for inside the timed loop."""
+
+    def __init__(self, rule: Rule | str, threshold: float):
+        self.rule = {**RULES, FIXED: FIXED_RULE}[rule] if isinstance(rule, str) else rule
+        if self.rule.name not in ONLINE:
+            raise ValueError(f"no online form of rule {self.rule.name!r}; known: {sorted(ONLINE)}")
+        if math.isnan(threshold):
+            raise ValueError(f"rule {self.rule.name!r}: the threshold is NaN; expected a real number")
+        self.threshold = float(threshold)
+
+    def start(self, h0: Tensor) -> tuple:
+        """The memory before step 1 (from h_0)."""
+        return ONLINE[self.rule.name][0](h0)
+
+    def fires(self, t: int, h: Tensor, logits: Tensor, halt_logit: Tensor, memory: tuple):
+        """``(exits, memory)`` at step ``t`` (1..T): (n,) bool, and the memory for step t + 1."""
+        signal, memory = ONLINE[self.rule.name][1](t, h, logits, halt_logit, memory)
+        exits = signal > self.threshold if self.rule.exits_when == "above" else signal < self.threshold
+        return exits, memory
+
+
+def _nan(n: Tensor) -> Tensor:
+    return torch.full((n.shape[0],), math.nan, dtype=torch.float64, device=n.device)
+
+
+def _online_step_size(t, h, logits, halt, memory):
+    (h_prev,) = memory
+    return _relative(_norms(h - h_prev), _norms(h)), (h,)
+
+
+def _online_second_order(t, h, logits, halt, memory):
+    h_prev, d_prev = memory
+    d = h - h_prev
+    signal = _nan(h) if t == 1 else _relative(_norms(d - d_prev), _norms(h))
+    return signal, (h, d)
+
+
+def _online_kl(t, h, logits, halt, memory):
+    logp = F.log_softmax(logits.double(), dim=-1)  # (n, K)
+    (prev,) = memory
+    if t == 1:
+        return _nan(logits), (logp,)
+    return (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0), (logp,)
+
+
+def _online_ponder(t, h, logits, halt, memory):
+    log_not_yet, cumulative = memory  # sum_{s<t} log(1 - lambda_s) (float32), sum_{s<t} p_s (float64)
+    z = halt.float()
+    cumulative = cumulative + (log_not_yet + F.logsigmoid(z)).exp().double()
+    return cumulative, (log_not_yet + F.logsigmoid(-z), cumulative)
+
+
+def _step_index(traj: Trajectories) -> Tensor:
+    """t at step t, (N, T) float64: the fixed-depth rule's signal (exit at d: threshold d - 0.5)."""
+    n, steps = traj.halt_logits.shape
+    return torch.arange(1, steps + 1, dtype=torch.float64).expand(n, steps)
+
+
+FIXED_RULE = Rule(FIXED, _step_index, "above")
+
+# rule name -> (memory from h_0, step function (t, h, logits, halt logit, memory) -> (signal, memory))
+ONLINE = {
+    FIXED: (lambda h0: (), lambda t, h, lg, z, m: (torch.full((h.shape[0],), float(t), dtype=torch.float64,
+                                                              device=h.device), m)),
+    "step size": (lambda h0: (h0,), _online_step_size),
+    "second-order step": (lambda h0: (h0, torch.zeros_like(h0)), _online_second_order),
+    "KL between steps": (lambda h0: (torch.zeros(h0.shape[0], 1, dtype=torch.float64, device=h0.device),),
+                         _online_kl),
+    "confidence": (lambda h0: (), lambda t, h, lg, z, m: (F.softmax(lg.double(), dim=-1).amax(-1), m)),
+    "ponder": (lambda h0: (torch.zeros(h0.shape[0], device=h0.device),
+                           torch.zeros(h0.shape[0], dtype=torch.float64, device=h0.device)), _online_ponder),
+    FROST: (lambda h0: (), lambda t, h, lg, z, m: (torch.sigmoid(z.float()), m)),
+}
+
+
 def rule_exits(rule: Rule, signal: Tensor, threshold: float) -> Tensor:
     """Exit depth in 1..T of each sample, (N,) int64: the first t whose condition holds, else T."""
     if rule.exits_when == "above":

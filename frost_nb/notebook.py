@@ -90,6 +90,10 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
                    f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
     "repeats": (int, lambda v: 1 <= v <= REPEATS_MAX, f"a number of timed rounds from 1 to {REPEATS_MAX}"),
+    "throughput_dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
+    "throughput_samples": (int, lambda v: v >= 1, "a positive number of test images"),
+    "throughput_repeats": (int, lambda v: 1 <= v <= REPEATS_MAX,
+                           f"a number of timed rounds from 1 to {REPEATS_MAX}"),
 }
 
 
@@ -157,10 +161,10 @@ def validate_params(**params: Any) -> dict[str, Any]:
 # What FROST_SMOKE=1 sets whatever a notebook's parameters say (a smoke run: seconds, digits
 # only, as CI has no other data set) ...
 SMOKE_VALUES = {"size": "smoke", "dataset": "digits", "collapse_dataset": "digits",
-                "epochs": None}  # epochs: the smoke size's own
+                "throughput_dataset": "digits", "epochs": None}  # epochs: the smoke size's own
 # ... and the counts it caps, per notebook (None, "all of them", is capped too)
 SMOKE_CAPS = {"02": {"seeds": 1}, "03": {"seeds": 1, "samples": 40}, "04": {"seeds": 1},
-              "05": {"seeds": 2}, "07": {"seeds": 2}}
+              "05": {"seeds": 2}, "07": {"seeds": 2, "throughput_samples": 64, "throughput_repeats": 1}}
 
 
 def setup(notebook: str, **params: Any) -> SimpleNamespace:

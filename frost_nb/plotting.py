@@ -349,6 +349,29 @@ def plot_rule_curves(curves, fixed, oracle, title: str = "") -> plt.Figure:
     return fig
 
 
+def plot_rule_throughput(table, title: str = "") -> plt.Figure:
+    """Accuracy against measured throughput (``complexity.rule_throughput``): a line per rule
+    through its thresholds, the median images/s with the spread over rounds as a bar; beside it
+    the same points against mean depth, which is what the FLOP count alone would predict."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.6), sharey=True)
+    for i, (rule, part) in enumerate(table.groupby("rule", sort=False)):
+        part = part.sort_values("images_per_s", kind="stable")
+        rate = part["images_per_s"]
+        spread = [rate - part["images_per_s_min"], part["images_per_s_max"] - rate]
+        ax1.errorbar(part["images_per_s"], part["accuracy"], xerr=spread, fmt="o-", ms=3, lw=1,
+                     capsize=2, color=f"C{i}", label=rule)
+        part = part.sort_values("mean_depth", kind="stable")
+        ax2.plot(part["mean_depth"], part["accuracy"], "o-", ms=3, lw=1, color=f"C{i}")
+    threads, batch = int(table["threads"].iloc[0]), int(table["batch_size"].iloc[0])
+    ax1.set(xlabel=f"images / s (batch {batch}, {threads} thread{'s' * (threads > 1)})",
+            ylabel="test accuracy")
+    ax2.set(xlabel="mean depth (steps)")
+    ax1.legend(fontsize=7)
+    fig.suptitle(title or "halting rules: accuracy against measured throughput")
+    fig.tight_layout()
+    return fig
+
+
 def plot_collapse(table, title: str = "") -> plt.Figure:
     """Per family and seed: full-depth accuracy with the ranking losses against the task-only
     reference (a red cross marks a collapsed run), and the gradient-conflict cosine of both."""

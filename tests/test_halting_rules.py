@@ -299,3 +299,66 @@ def test_rules_on_a_tiny_trained_model():
     assert (rules["accuracy"].to_numpy() <= bound + 1e-12).all()
     table = summary(curves, cfg.model.steps)
     assert len(table) == len(SIGNAL_RULES) + 3 and table["auc"].between(0, 1).all()
+
+
+# ---------------------------------------------------------------- rules inside adaptive_predict
+def _smoke_model_and_images(backbone: str = "resnet"):
+    from frost_nb.config import make_config
+    from frost_nb.models import create_model
+
+    torch.manual_seed(0)
+    cfg = make_config("smoke", None, "frost", backbone, **{"model.steps": 6})
+    model = create_model(cfg.model).eval()
+    x = torch.randn(64, cfg.model.in_channels, cfg.model.image_size, cfg.model.image_size)
+    return model, x
+
+
+@pytest.mark.parametrize("backbone", ["resnet", "vit"])
+def test_online_rules_exit_where_the_offline_rules_do(backbone):
+    """Every rule run inside adaptive_predict (its signal on the rows still running, its memory
+    compacted with them) exits each sample at the step the offline rule finds in a full-depth pass,
+    and returns that step's logits, with and without compaction."""
+    from frost_nb.analysis import collect_trajectories
+    from frost_nb.halting import adaptive_predict
+    from frost_nb.halting_rules import FIXED, FIXED_RULE, OnlineRule
+
+    model, x = _smoke_model_and_images(backbone)
+    y = torch.zeros(len(x), dtype=torch.int64)
+    traj = collect_trajectories(model, [(x, y)])
+    for rule in (*RULES.values(), FIXED_RULE):
+        signal = rule.signal(traj)
+        thresholds = [2.5, 4.5] if rule.name == FIXED else candidate_thresholds(signal, 4)[1:-1]
+        for threshold in thresholds:
+            offline = rule_exits(rule, signal, float(threshold))
+            for compact_below in (0.0, 1.0):
+                res = adaptive_predict(model, x, rule=OnlineRule(rule.name, float(threshold)),
+                                       compact_below=compact_below)
+                assert torch.equal(res.depth, offline), (rule.name, threshold, compact_below)
+                at_exit = traj.logits[torch.arange(len(x)), offline - 1]
+                torch.testing.assert_close(res.logits, at_exit, rtol=1e-4, atol=1e-5)
+    with pytest.raises(TypeError, match="either tau"):
+        adaptive_predict(model, x, 0.5, rule=OnlineRule("confidence", 0.9))
+    with pytest.raises(TypeError, match="either tau"):
+        adaptive_predict(model, x)
+    with pytest.raises(ValueError, match="NaN"):
+        OnlineRule("confidence", math.nan)
+
+
+def test_rule_throughput_reports_each_setting_with_its_spread():
+    from frost_nb.analysis import collect_trajectories
+    from frost_nb.complexity import rule_settings, rule_throughput
+    from frost_nb.halting_rules import FIXED
+
+    model, x = _smoke_model_and_images()
+    y = torch.randint(0, 10, (len(x),))
+    val = collect_trajectories(model, [(x, y)])
+    calibrator = HaltingCalibrator()
+    calibrator.update(torch.sigmoid(val.halt_logits))
+    settings = rule_settings(val, [FIXED, "frost", "confidence"], calibrator=calibrator, count=3)
+    assert [s for s in settings if s[0] == FIXED] == [(FIXED, 0.5), (FIXED, 3.5), (FIXED, 5.5)]
+    table = rule_throughput(model, x, y, settings, batch_size=32, rounds=2)
+    assert len(table) == len(settings) and (table["images_per_s"] > 0).all()
+    assert (table["images_per_s_min"] <= table["images_per_s"]).all()
+    assert (table["images_per_s"] <= table["images_per_s_max"]).all()
+    fixed = table[table["rule"] == FIXED]
+    assert list(fixed["mean_depth"]) == [1.0, 4.0, 6.0]  # linspace(1, 6, 3) rounded: 1, 4, 6

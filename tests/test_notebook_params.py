@@ -149,6 +149,9 @@ BAD = {
     "repeats": [0, 21, 1.5, -1],
     "sections": ["", "alpha,nope", "loss,loss", "Loss", None, 3],
     "vit_checkpoint": ["", " ", 3, False],
+    "throughput_dataset": ["mnist", None, 3],
+    "throughput_samples": [0, -1, 1.5, None],
+    "throughput_repeats": [0, 21, 1.5],
 }
 GOOD = {
     "dataset": ["digits", "fashion-mnist"], "collapse_dataset": ["digits"], "model": ["vanilla", "frost"],
@@ -158,6 +161,7 @@ GOOD = {
     "examples": [1, 64], "batch_size": [1, 256], "repeats": [1, 20],
     "sections": ["loss", "alpha, loss", "alpha,hurst,loss,tuning,update,conflict,adopted"],
     "vit_checkpoint": [None, "vit.pt"],
+    "throughput_dataset": ["fashion-mnist"], "throughput_samples": [1, 512], "throughput_repeats": [1, 20],
 }
 
 

@@ -249,8 +249,12 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
         assert r["collapsed"] == (r["accuracy"] < 0.5 * r["reference_accuracy"] or r["one_step_share"] > 0.95)
         assert -1 <= r["gradient_cosine"] <= 1
     assert np.isfinite([r["reference_accuracy"] for r in collapse]).all()
+    throughput = metrics["throughput"]  # every rule timed through adaptive_predict, on digits in smoke mode
+    assert throughput["dataset"] == "digits"
+    assert {r["rule"] for r in throughput["rows"]} == signal_rules | {"frost", "fixed depth"}
+    assert all(r["images_per_s"] > 0 and 1 <= r["mean_depth"] <= steps for r in throughput["rows"])
     figures = {p.name for p in (out / "figures").iterdir()}
-    assert {"07_rule_curves_smoke.png", "07_collapse_smoke.png"} <= figures
+    assert {"07_rule_curves_smoke.png", "07_collapse_smoke.png", "07_rule_throughput_smoke.png"} <= figures
 
 
 def test_metrics_file_kept_when_results_are_the_same(isolated_outputs):
