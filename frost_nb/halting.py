@@ -294,10 +294,10 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
     signal costs work pays for it here, in the same loop.
     """
     steps = int(model.config.steps)
-    if (rule is None) == (tau is None):
+    if rule is not None and tau is not None:
         raise TypeError("adaptive_predict: give either tau (FROST's threshold) or rule "
-                        "(a halting_rules.OnlineRule), not both and not neither")
-    tau = _checked_tau(tau) if rule is None else None
+                        "(a halting_rules.OnlineRule), not both")
+    tau = _checked_tau(tau) if rule is None else None  # None without a rule: named as not a number
     compact_below = number_in("compact_below", compact_below, 0.0, 1.0)
     x = check_images(model, x, allow_other_size=allow_other_size)  # one pass, one host sync
     n = x.shape[0]

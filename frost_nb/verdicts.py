@@ -485,7 +485,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
         d = m.json(name)
         if d is None or "sweep" not in d:
             continue
-        state = m.checkpoint(d.get("checkpoint") or d.get("key")) \
+        state = m.checkpoint(d.get("checkpoint") or d.get("name") or d.get("key")) \
             or m.match(d["size"], d["dataset"], d["model"], d["accuracy"]) or {}
         fixed = d.get("accuracy_per_step") or state.get("metrics", {}).get("test_accuracy_per_step")
         if frost(state.get("config"), d["model"]):

@@ -338,8 +338,8 @@ def test_online_rules_exit_where_the_offline_rules_do(backbone):
                 torch.testing.assert_close(res.logits, at_exit, rtol=1e-4, atol=1e-5)
     with pytest.raises(TypeError, match="either tau"):
         adaptive_predict(model, x, 0.5, rule=OnlineRule("confidence", 0.9))
-    with pytest.raises(TypeError, match="either tau"):
-        adaptive_predict(model, x)
+    with pytest.raises(ValueError, match="threshold tau=None"):
+        adaptive_predict(model, x)  # neither: FROST's rule without its threshold
     with pytest.raises(ValueError, match="NaN"):
         OnlineRule("confidence", math.nan)
 
