@@ -1,4 +1,4 @@
-"""Command line: ``python -m frost_nb {demo,config,train,grid,evaluate,sweep,verdicts} ...``.
+"""Command line: ``python -m frost_nb {demo,config,train,grid,evaluate,sweep,export,verdicts} ...``.
 
 ``demo`` is the project's main job: train FROST on the embedded default data set (scikit-learn's
 digits, no download), run the halting quantile sweep and write figures and metrics to
@@ -248,6 +248,17 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    """Copy a finished local run folder as a lean export into outputs/runs/ (or --to) and
+    regenerate the index there: what gets committed."""
+    from .runs import export_run
+
+    folder = export_run(args.run, args.to)
+    index = folder.parent.parent / "index.csv"
+    print(json.dumps({"exported": shown_path(folder), "index": shown_path(index)}))
+    return 0
+
+
 def cmd_verdicts(args) -> int:
     """The verdict table of the paper's claims from the metrics files (frost_nb/verdicts.py)."""
     import difflib
@@ -336,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("--quantiles", type=float, nargs="+", default=list(PAPER_QUANTILES))
             p.add_argument("--csv", default=None)
+    p = sub.add_parser("export", help="copy a finished run folder, lean, into outputs/runs/ (and index it)")
+    p.add_argument("run", help="the run folder, e.g. outputs/cache/cifar100-cifar-single/frost-resnet-seed0")
+    p.add_argument("--to", default=None, help="the runs folder to export into (default: outputs/runs)")
     p = sub.add_parser("verdicts", help="the verdict table of the paper's claims, from outputs/metrics/")
     p.add_argument("--metrics-dir", default=None,
                    help="metrics folder (default: the committed outputs/metrics)")
@@ -354,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     from .training import TrainingError
 
     commands = {"demo": cmd_demo, "config": cmd_config, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep,
-                "verdicts": cmd_verdicts}
+                "export": cmd_export, "verdicts": cmd_verdicts}
     try:
         return commands[args.command](args)
     except (ConfigError, DataError, ParameterError, CheckpointError, TrainingError, OutputError) as err:

@@ -88,7 +88,7 @@ from .halting_rules import (
 )
 from .paper import TABLE1, TABLE1_STEPS
 from .paths import smoke_mode
-from .runs import cached_checkpoint, run_name, train_or_load
+from .runs import cached_checkpoint, identity_key, run_name, train_or_load
 from .training import evaluate, load_split
 
 ABLATION_EPOCHS = 5
@@ -550,7 +550,7 @@ def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
         return
     unique: dict[str, tuple[str, RunConfig]] = {}
     for label, cfg in runs.items():  # one entry per run: grids share their reference run
-        unique.setdefault(repr(cfg.identity()), (label, cfg))
+        unique.setdefault(identity_key(cfg), (label, cfg))
     missing = {label: cfg for label, cfg in unique.values() if cached_checkpoint(cfg) is None}
     if not missing:
         return
@@ -603,7 +603,7 @@ def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5
     trained with the ranking losses or PonderNet's when with PonderNet's loss; thresholds chosen on
     the held-out split (``complexity.rule_settings``), each timed through ``adaptive_predict`` on
     the first ``samples`` test images (``complexity.rule_throughput``) with ``threads`` CPU threads
-    (restored after)."""
+    (restored after), on the CPU (a model on a GPU is moved for it and back)."""
     cfg = result.config
     rules = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.ranking + ["ponder"] * cfg.loss.ponder
     model = result.model.eval()
@@ -612,13 +612,14 @@ def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5
     test = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False, augment=False,
                         device="cpu")
     x, y = (torch.cat(t) for t in zip(*test))
-    before = torch.get_num_threads()
+    before, device = torch.get_num_threads(), next(model.parameters()).device
     torch.set_num_threads(threads)
-    try:
-        return rule_throughput(model, x[:samples], y[:samples], settings, batch_size=batch_size,
+    try:  # a CPU measurement: the model comes to the CPU for it and goes back after
+        return rule_throughput(model.cpu(), x[:samples], y[:samples], settings, batch_size=batch_size,
                                rounds=rounds)
     finally:
         torch.set_num_threads(before)
+        model.to(device)
 
 
 def collapse_row(result, reference) -> dict[str, Any]:

@@ -297,6 +297,9 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
     if rule is not None and tau is not None:
         raise TypeError("adaptive_predict: give either tau (FROST's threshold) or rule "
                         "(a halting_rules.OnlineRule), not both")
+    if rule is not None and not callable(getattr(rule, "fires", None)):
+        raise TypeError(f"rule={rule!r} is not a rule: pass halting_rules.OnlineRule(name, threshold), "
+                        "e.g. OnlineRule('confidence', 0.9)")
     tau = _checked_tau(tau) if rule is None else None  # None without a rule: named as not a number
     compact_below = number_in("compact_below", compact_below, 0.0, 1.0)
     x = check_images(model, x, allow_other_size=allow_other_size)  # one pass, one host sync

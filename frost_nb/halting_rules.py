@@ -145,7 +145,10 @@ class OnlineRule:
     Its own work (full-state norms, softmaxes) is paid for inside the timed loop."""
 
     def __init__(self, rule: Rule | str, threshold: float):
-        self.rule = {**RULES, FIXED: FIXED_RULE}[rule] if isinstance(rule, str) else rule
+        known = {**RULES, FIXED: FIXED_RULE}
+        if isinstance(rule, str) and rule not in known:
+            raise ValueError(f"unknown halting rule {rule!r}; known: {sorted(known)}")
+        self.rule = known[rule] if isinstance(rule, str) else rule
         if self.rule.name not in ONLINE:
             raise ValueError(f"no online form of rule {self.rule.name!r}; known: {sorted(ONLINE)}")
         if math.isnan(threshold):

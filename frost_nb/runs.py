@@ -28,7 +28,7 @@ import os
 import platform
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint import CheckpointError, export_lean, load_checkpoint, load_model
-from .config import ConfigError, RunConfig
+from .config import ConfigError, RunConfig, config_difference
 from .paths import atomic_path, cache_dir, check_writable, committed_runs_dir
 from .training import TrainResult, train
 
@@ -72,7 +72,8 @@ def write_json(path: Path, data: Any) -> None:
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def _identity(config: RunConfig) -> str:
+def identity_key(config: RunConfig) -> str:
+    """``config.identity()`` as one string (sorted JSON): equal strings, the same run."""
     return json.dumps(config.identity(), sort_keys=True)
 
 
@@ -82,8 +83,8 @@ def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str] | N
     ``stamp``, changes); None, with a warning naming the file, when this code cannot read it."""
     try:
         config = RunConfig.from_dict(json.loads(Path(path).read_text()))
-        return config, _identity(config)
-    except (ConfigError, TypeError, ValueError) as err:
+        return config, identity_key(config)
+    except (ConfigError, TypeError, ValueError, OSError) as err:
         logging.getLogger("frost_nb").warning("skipping run %s: unreadable config (%s)",
                                               Path(path).parent, err)
         return None
@@ -104,7 +105,7 @@ def stored_runs(root: Path) -> list[StoredRun]:
 def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
     """The stored run of ``config``: the local store first (a run trained here wins), then the
     committed runs (what a fresh clone has); only finished ones unless ``finished=False``."""
-    want = _identity(config)
+    want = identity_key(config)
     for root in (cache_dir(), committed_runs_dir()):
         for run in stored_runs(root):
             if run.identity == want and (run.finished or not finished):
@@ -130,18 +131,52 @@ def default_name(config: RunConfig) -> str:
     return f"{c.data.name}-{c.size}-single/{c.model.name}-{c.model.backbone}-seed{c.train.seed}"
 
 
+def check_name(name: str) -> str:
+    """``name`` if it is a run name, ``GRID/LABEL`` (two plain folder names); else ConfigError."""
+    parts = PurePosixPath(name).parts
+    if len(parts) != 2 or name.startswith("/") or any(p in (".", "..") for p in parts) or "\\" in name:
+        raise ConfigError(f"run name {name!r} is invalid: expected GRID/LABEL, two folder names, e.g. "
+                          "fashion-mnist-demo-single/frost-resnet-seed0")
+    return name
+
+
+def _taken(name: str, config: RunConfig) -> bool:
+    """Whether a stored run of another config holds ``name``, here or among the committed runs."""
+    for root in (cache_dir(), committed_runs_dir()):
+        path = root / name / CONFIG_FILE
+        if path.is_file():
+            st = path.stat()
+            read = _read_config(str(path), (st.st_mtime_ns, st.st_size))
+            if read is None or read[1] != identity_key(config):
+                return True
+    return False
+
+
 def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
     """Where ``config`` trains: its unfinished local run when there is one (it resumes), else
-    ``name`` (default_name) in the local store; a name taken by another config gets a suffix."""
+    ``name`` in the local store (default: the name of its committed run when there is one, so a
+    retrained run keeps it, else ``default_name``); a name that another config holds, here or
+    among the committed runs, gets a suffix."""
     unfinished = find_run(config, finished=False)
     if unfinished is not None and _is_local(unfinished):
         return unfinished.name, unfinished.folder
-    base = name or default_name(config)
-    candidate, n = base, 1
-    while (cache_dir() / candidate / CONFIG_FILE).is_file():
+    if name is None:
+        committed = [r for r in stored_runs(committed_runs_dir()) if r.identity == identity_key(config)]
+        name = committed[0].name if committed else default_name(config)
+    candidate, n = check_name(name), 1
+    while _taken(candidate, config):
         n += 1
-        candidate = f"{base}-{n}"
+        candidate = f"{name}-{n}"
     return candidate, cache_dir() / candidate
+
+
+def _local_root() -> Path:
+    """The local store, refused when it is the committed runs' folder (training would touch them)."""
+    root = cache_dir()
+    if root.resolve() == committed_runs_dir().resolve():
+        raise ConfigError(f"FROST_CACHE={root} is the committed runs' folder: point it at another folder "
+                          "(training writes there, and committed runs are never touched)")
+    return root
 
 
 def _is_local(run: StoredRun) -> bool:
@@ -151,7 +186,10 @@ def _is_local(run: StoredRun) -> bool:
 def _set_aside(checkpoint: Path, err: Exception) -> None:
     """Keep a damaged checkpoint for inspection as ``model.pt.damaged``."""
     aside = checkpoint.with_suffix(".pt.damaged")
-    os.replace(checkpoint, aside)
+    try:
+        os.replace(checkpoint, aside)
+    except FileNotFoundError:  # under torchrun another rank moved it first
+        return
     logging.getLogger("frost_nb").warning("%s; moved it to %s and training again", err, aside)
 
 
@@ -180,6 +218,8 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
     Training writes its checkpoint every epoch, so an interrupted run resumes. Returns a
     ``TrainResult`` (model, calibrator, history, metrics, checkpoint path, cached flag).
     """
+    if name is not None:
+        check_name(name)  # before any work
     while (found := None if retrain else find_run(config)) is not None:
         try:
             model, calibrator = load_model(found.checkpoint, expect=config)
@@ -193,7 +233,7 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
                                       f"(git checkout -- {found.folder}) or train it with retrain") from err
             _set_aside(found.checkpoint, err)  # then the next stored run, else training
             (found.folder / METRICS_FILE).unlink(missing_ok=True)
-    check_writable(cache_dir(), "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
+    check_writable(_local_root(), "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
     if retrain:
         discard_local(config)
     name, folder = _local_folder(config, name)
@@ -217,7 +257,7 @@ def run_name(checkpoint: str | os.PathLike | None) -> str | None:
     checkpoint outside a run folder."""
     if checkpoint is None:
         return None
-    path = Path(checkpoint).resolve()
+    path = Path(checkpoint).absolute()
     if path.name != MODEL_FILE or not (path.parent / CONFIG_FILE).is_file():
         return None
     return f"{path.parent.parent.name}/{path.parent.name}"
@@ -227,14 +267,22 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
     """Copy the finished run folder ``source`` (a local run) as a lean export into
     ``target_root/<same name>`` (default ``outputs/runs/``, what gets committed) and regenerate
     the index there. Returns the new folder."""
-    source = Path(source)
-    if not (source / METRICS_FILE).is_file():
-        raise CheckpointError(f"run {source} is not finished (no {METRICS_FILE}): train it to the end "
-                              "before exporting it")
+    source = Path(source).resolve()
+    missing = [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]
+    if missing:
+        raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "
+                              "(<store>/<grid>/<label>/ with config.json, model.pt and metrics.json)")
     root = Path(target_root) if target_root is not None else committed_runs_dir()
     folder = root / source.parent.name / source.name
+    if (folder / CONFIG_FILE).is_file():
+        theirs = RunConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
+        ours = RunConfig.from_dict(json.loads((source / CONFIG_FILE).read_text()))
+        if identity_key(theirs) != identity_key(ours):
+            raise CheckpointError(f"{folder} holds another run ({config_difference(theirs, ours)}): "
+                                  "train this one under another name (--name GRID/LABEL) to export it")
+    (folder / METRICS_FILE).unlink(missing_ok=True)  # until the export is whole it reads as unfinished
     export_lean(source / MODEL_FILE, folder / MODEL_FILE)
-    for name in (CONFIG_FILE, METRICS_FILE):
+    for name in (CONFIG_FILE, METRICS_FILE):  # metrics.json last: it marks the run finished
         with atomic_path(folder / name) as tmp:
             shutil.copyfile(source / name, tmp)
     write_index(root)
@@ -251,7 +299,12 @@ def write_index(root: str | os.PathLike | None = None) -> Path:
     root = Path(root) if root is not None else committed_runs_dir()
     rows = []
     for run in stored_runs(root):
-        m = run.metrics() if run.finished else {}
+        try:
+            m = run.metrics() if run.finished else {}
+        except (OSError, ValueError) as err:
+            logging.getLogger("frost_nb").warning("index: %s has an unreadable %s (%s)", run.name,
+                                                  METRICS_FILE, err)
+            m = {}
         c = run.config
         rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
                      "backbone": c.model.backbone, "update": c.model.update, "seed": c.train.seed,

@@ -36,14 +36,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import paper
-from .checkpoint import CheckpointError, load_checkpoint
+from .checkpoint import CheckpointError, checkpoint_file, load_checkpoint
 from .config import LEAKY_UPDATES, ConfigError, LossConfig, RunConfig, make_config
 from .data import DATASETS
 from .experiments import DECISIVE_STRENGTH, FAMILIES, GRIDS, PRE_SELECTION, READINGS
 from .experiments import grid as make_grid
 from .halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
-from .paths import committed_runs_dir, repo_root
-from .runs import MODEL_FILE
+from .paths import cache_dir, committed_runs_dir, repo_root
+from .runs import MODEL_FILE, check_name
 
 COLUMNS = ("claim", "reading", "dataset", "paper", "ours", "verdict", "notebook")
 HEADER = ("claim", "reading", "data set", "paper", "ours", "verdict", "notebook")
@@ -67,9 +67,10 @@ class Metrics:
 
     def __init__(self, folder: str | os.PathLike | None = None):
         self.folder = Path(folder) if folder is not None else default_metrics_dir()
-        # runs beside the metrics first (a copied outputs/ tree), then the committed ones
+        # runs beside the metrics first (a copied outputs/ tree), then the committed ones, then
+        # the local store (a run the metrics name that was trained here and not committed)
         self.run_dirs = list(dict.fromkeys(  # once each, even when they are the same folder
-            p.resolve() for p in (self.folder.parent / "runs", committed_runs_dir())))
+            p.resolve() for p in (self.folder.parent / "runs", committed_runs_dir(), cache_dir())))
         self._json: dict[str, Any] = {}  # each file read once per table
 
     def json(self, name: str) -> dict[str, Any] | None:
@@ -87,18 +88,25 @@ class Metrics:
 
     # -- the run behind a number, and its update form --------------------------------------
 
-    def checkpoint(self, run: str | None) -> dict[str, Any] | None:
-        """``{config, metrics}`` of the committed run ``run``: its name (``<grid>/<label>``) or
-        the path of its ``model.pt``; None when there is none."""
-        if not run:
-            return None
-        if run.endswith(".pt"):
-            parts = Path(run).parts
-            run = "/".join(parts[-3:-1]) if len(parts) >= 3 else run
-        for folder in self.run_dirs:
-            path = folder / run / MODEL_FILE
-            if path.is_file():
+    def checkpoint(self, *refs: str | None) -> dict[str, Any] | None:
+        """``{config, metrics}`` of the first of ``refs`` that leads to a run: a checkpoint path
+        (a ``.pt`` file or a run folder, relative to the repository when not found as given),
+        read as it is, or a run name (``<grid>/<label>``) looked up in ``run_dirs``; None when
+        none does."""
+        for ref in refs:
+            if not ref:
+                continue
+            path = checkpoint_file(ref)
+            if path.is_file() and path.suffix == ".pt":
                 return _read_checkpoint(str(path), _stamp(path))
+            try:
+                name = check_name(ref)
+            except ConfigError:
+                continue
+            for folder in self.run_dirs:
+                path = folder / name / MODEL_FILE
+                if path.is_file():
+                    return _read_checkpoint(str(path), _stamp(path))
         return None
 
     def config_of(self, key: str | None = None, *, grid: str | None = None, label: str | None = None,
@@ -485,7 +493,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
         d = m.json(name)
         if d is None or "sweep" not in d:
             continue
-        state = m.checkpoint(d.get("checkpoint") or d.get("name") or d.get("key")) \
+        state = m.checkpoint(d.get("checkpoint"), d.get("name"), d.get("key")) \
             or m.match(d["size"], d["dataset"], d["model"], d["accuracy"]) or {}
         fixed = d.get("accuracy_per_step") or state.get("metrics", {}).get("test_accuracy_per_step")
         if frost(state.get("config"), d["model"]):

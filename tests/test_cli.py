@@ -163,3 +163,22 @@ def test_checkpoint_folder_and_unknown_config_field_are_named(tmp_path, capsys):
         assert main([command, "--checkpoint", str(path)]) == 2
         err = capsys.readouterr().err
         assert f"checkpoint {path} has an unreadable config" in err and "['speed']" in err
+
+
+def test_train_under_a_name_then_export_it(tmp_path, capsys):
+    """``train --name GRID/LABEL`` stores the run in that folder; ``export`` copies it lean into a
+    runs folder with its index; a name that is not GRID/LABEL is refused before any work."""
+    import pandas as pd
+
+    from frost_nb.paths import cache_dir
+
+    args = ["train", "--size", "smoke", "--epochs", "1", "--no-progress", "--set", "data.limit=64"]
+    assert main(args + ["--name", "my-grid/first-try"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["name"] == "my-grid/first-try" and not shown["from_cache"]
+    folder = cache_dir() / "my-grid" / "first-try"
+    assert {p.name for p in folder.iterdir()} >= {"config.json", "model.pt", "metrics.json"}
+    assert main(["export", str(folder), "--to", str(tmp_path / "runs")]) == 0
+    assert list(pd.read_csv(tmp_path / "runs" / "index.csv")["run"]) == ["my-grid/first-try"]
+    assert main(args + ["--name", "../outside"]) == 2
+    assert "expected GRID/LABEL" in capsys.readouterr().err

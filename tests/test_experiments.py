@@ -236,7 +236,7 @@ def _committed_parameters(notebook: str) -> dict:
 
 def test_committed_notebook_runs_are_all_committed(monkeypatch):
     """What notebooks 01-05 and 07 read at their committed parameters is committed in
-    outputs/checkpoints/, so a fresh clone re-executes them without training (04 under the residual
+    outputs/runs/, so a fresh clone re-executes them without training (04 under the residual
     reading says how long it would train instead; test above), 05's CIFAR-100 seeds and 04's
     CIFAR-100 loss ablation included."""
     from frost_nb.checkpoint import checkpoint_config

@@ -342,6 +342,10 @@ def test_online_rules_exit_where_the_offline_rules_do(backbone):
         adaptive_predict(model, x)  # neither: FROST's rule without its threshold
     with pytest.raises(ValueError, match="NaN"):
         OnlineRule("confidence", math.nan)
+    with pytest.raises(ValueError, match="unknown halting rule 'confidance'; known"):
+        OnlineRule("confidance", 0.9)
+    with pytest.raises(TypeError, match="OnlineRule\\(name, threshold\\)"):
+        adaptive_predict(model, x, rule="confidence")
 
 
 def test_rule_throughput_reports_each_setting_with_its_spread():
@@ -355,6 +359,10 @@ def test_rule_throughput_reports_each_setting_with_its_spread():
     calibrator = HaltingCalibrator()
     calibrator.update(torch.sigmoid(val.halt_logits))
     settings = rule_settings(val, [FIXED, "frost", "confidence"], calibrator=calibrator, count=3)
+    assert [name for name, _ in settings].count("confidence") == 3  # inner quantiles: not min, not max
+    assert [name for name, _ in settings].count("frost") == 3
+    with pytest.raises(ValueError, match="calibrator=result.calibrator"):
+        rule_settings(val, ["frost"])
     assert [s for s in settings if s[0] == FIXED] == [(FIXED, 0.5), (FIXED, 3.5), (FIXED, 5.5)]
     table = rule_throughput(model, x, y, settings, batch_size=32, rounds=2)
     assert len(table) == len(settings) and (table["images_per_s"] > 0).all()

@@ -17,6 +17,7 @@ from frost_nb.checkpoint import (
     load_model,
     save_checkpoint,
 )
+from frost_nb.config import ConfigError
 from frost_nb.runs import train_or_load
 from frost_nb.training import TrainingError, lr_factor, train
 
@@ -202,6 +203,7 @@ def test_store_order_names_retrain_and_damaged_entries(tiny_config, tmp_path, mo
     assert loaded.checkpoint == committed / "grid" / "first" / "model.pt" and loaded.from_cache
     retrained = train_or_load(config, retrain=True)
     assert committed not in retrained.checkpoint.parents and not retrained.from_cache
+    assert runs.run_name(retrained.checkpoint) == "grid/first"  # retrained here, under its committed name
     assert train_or_load(config).checkpoint == retrained.checkpoint  # the retrained local run wins
     assert (committed / "grid" / "first" / "model.pt").is_file()  # the committed run is never touched
     other = train_or_load(config.replace(**{"train.seed": 1}), name=runs.run_name(retrained.checkpoint))
@@ -212,6 +214,25 @@ def test_store_order_names_retrain_and_damaged_entries(tiny_config, tmp_path, mo
     again = train_or_load(config)  # nothing good left: the damaged file is set aside, trained again
     assert again.checkpoint == retrained.checkpoint and not again.from_cache
     assert retrained.checkpoint.with_suffix(".pt.damaged").read_bytes() == b"not a checkpoint"
+    for bad in ("single", "a/b/c", "../escaped", "/abs/x", "grid/.."):  # GRID/LABEL only, never outside
+        with pytest.raises(ConfigError, match="expected GRID/LABEL"):
+            train_or_load(config.replace(**{"train.seed": 2}), name=bad)
+    clash = tmp_path / "clash"
+    runs.export_run(again.checkpoint.parent, clash)  # grid/first, seed 0
+    impostor = _renamed(other.checkpoint.parent, "first")  # seed 1 under the same name
+    with pytest.raises(CheckpointError, match="holds another run .*train.seed"):  # never over another run
+        runs.export_run(impostor, clash)
+    (again.checkpoint.parent / "metrics.json").unlink()
+    with pytest.raises(CheckpointError, match="lacks metrics.json"):  # unfinished: nothing written
+        runs.export_run(again.checkpoint.parent, tmp_path / "unfinished")
+    assert not (tmp_path / "unfinished").exists()
+
+
+def _renamed(folder: Path, label: str) -> Path:
+    """A copy of the run folder ``folder`` under another label (same grid), in a fresh place."""
+    target = folder.parent.parent.parent / "copies" / folder.parent.name / label
+    shutil.copytree(folder, target)
+    return target
 
 
 def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config, tmp_path,

@@ -368,3 +368,18 @@ def test_rows_on_the_papers_data_sets_come_first_within_a_claim(tmp_path):
     (folder / "05_halting_x.json").write_text(json.dumps(_halting_metrics("cifar100", 4.6, 8.0)))
     rows = [r for r in verdict_rows(folder) if r["claim"].startswith("Table 3: ViT")]
     assert [r["dataset"] for r in rows] == ["cifar100", "fashion-mnist"]
+
+
+def test_metrics_find_a_run_by_path_folder_or_name():
+    """A metrics file names its run by checkpoint path, run folder or run name; the first that
+    leads to a run counts, and nothing outside the runs' folders is read as a run."""
+    from frost_nb.verdicts import Metrics
+
+    m = Metrics()
+    name = "digits-demo-families/frost-seed0"
+    by_name = m.checkpoint(name)
+    assert by_name["config"].data.name == "digits" and by_name["config"].train.seed == 0
+    assert m.checkpoint(f"outputs/runs/{name}/model.pt")["config"] == by_name["config"]
+    assert m.checkpoint(f"outputs/runs/{name}")["config"] == by_name["config"]
+    assert m.checkpoint(None, "no/such-run", name)["config"] == by_name["config"]
+    assert m.checkpoint("../../etc", "/abs/x", "a/b/c", "") is None
