@@ -212,8 +212,13 @@ class Grid(dict):
         self.folder = folder
 
     def run_name(self, label: str) -> str:
-        base = re.sub(r" seed \d+$", "", label)
-        return f"{self.folder}/{slug(base)}-seed{self[label].train.seed}"
+        return f"{self.folder}/{slug(family_of(label))}-seed{self[label].train.seed}"
+
+
+def family_of(label: str) -> str:
+    """What a grid label names, without its seed tag: the model family as the tables show it
+    ("frost seed 1" -> "frost", "frost (no ranking) seed 0" -> "frost (no ranking)")."""
+    return re.sub(r" seed \d+$", "", label)
 
 
 def slug(text: str) -> str:
@@ -499,9 +504,9 @@ def trajectory_dimension_table(results: dict[str, Any], samples: int | None) -> 
     seed 0 also the correlation dimension (a second opinion; it costs 5 times as much) and the
     planar projection drawn in the figure. Returns (one row per run, model -> projected states)."""
     planar, rows = {}, []
-    for r in results.values():
+    for label, r in results.items():
         states = run_trajectories(r, "test", samples).pooled.numpy()  # (n, T+1, D)
-        model, seed = family_label(r.config), r.config.train.seed
+        model, seed = family_of(label), r.config.train.seed
         box = trajectory_dimensions(states, "box")
         row = {"model": model, "seed": seed, **{f"box {k}": v for k, v in summarise_dimensions(box).items()}}
         if seed == 0:
@@ -510,24 +515,6 @@ def trajectory_dimension_table(results: dict[str, Any], samples: int | None) -> 
             row.update({f"correlation {k}": v for k, v in summarise_dimensions(corr).items()})
         rows.append(row)
     return pd.DataFrame(rows), planar
-
-
-def family_label(cfg: RunConfig) -> str:
-    """The model family of a run as the tables name it ("frost (no ranking)" for the control;
-    "frost (adopted defaults)" for frost under notebook 04's selection (PRE_READING: gated,
-    rank_frac 0.5, raw halting input); "<family> (ponder)" and "<family> (ranking)" for runs
-    with those halting losses; frost under the adopted reading is "frost")."""
-    name = cfg.model.name
-    if cfg.loss.ponder:
-        return f"{name} (ponder)"
-    if name == "frost" and not cfg.loss.ranking:
-        return "frost (no ranking)"
-    if name == "frost" and (cfg.model.update, cfg.loss.rank_frac, cfg.model.halt_norm) == (
-            PRE_READING["model.update"], LossConfig().rank_frac, PRE_READING["model.halt_norm"]):
-        return "frost (adopted defaults)"  # notebook 04's selection, the defaults before the adopted reading
-    if name != "frost" and cfg.loss.ranking:
-        return f"{name} (ranking)"
-    return name
 
 
 # Seconds per epoch of one demo-size run alone on the 2-core CPU, measured on the committed runs
@@ -732,7 +719,7 @@ def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any
     for label, traj in trajectories.items():
         cfg = results[label].config
         for row in scale_consistency_rows(traj.pooled):
-            rows.append({"model": family_label(cfg), "seed": cfg.train.seed, **row})
+            rows.append({"model": family_of(label), "seed": cfg.train.seed, **row})
     return pd.DataFrame(rows)
 
 
@@ -850,7 +837,7 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
     for label, result in results.items():
         states = run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
         for name, r in minkowski_protocols(states).items():
-            rows.append({"run": label, "model": family_label(result.config), "seed": result.config.train.seed,
+            rows.append({"run": label, "model": family_of(label), "seed": result.config.train.seed,
                          "key": run_name(result.checkpoint), "protocol": name, **r})
     orders = {}
     for point_set, dims, window in PROTOCOLS:

@@ -12,7 +12,7 @@ from frost_nb.experiments import (
     READINGS,
     TUNING_VALUES,
     collapse_row,
-    family_label,
+    family_of,
     grid,
     reference,
     run_summary,
@@ -117,7 +117,7 @@ def test_families_train_baselines_on_the_task_loss_only():
         ranked = cfg.model.name == "frost" and "no ranking" not in label
         assert cfg.loss.ranking == ranked, label
         assert cfg.train.diagnostics_every == 0
-        assert family_label(cfg) == label.rsplit(" seed ", 1)[0]
+        assert family_of(label) == label.rsplit(" seed ", 1)[0] and family_of(label).split()[0] == cfg.model.name
     from frost_nb.experiments import PRE_READING
 
     label = "frost (adopted defaults) seed 0"
@@ -172,7 +172,7 @@ def test_ponder_grid_is_the_adopted_frost_with_pondernets_loss():
         ponder = runs[f"frost (ponder) seed {seed}"]
         assert _diff(frost, ponder) == {"loss.ranking", "loss.ponder"}  # same data, model, budget
         assert ponder.loss.ponder and not ponder.loss.ranking and ponder.model.update == "gated"
-        assert family_label(ponder) == "frost (ponder)"
+        assert family_of(f"frost (ponder) seed {seed}") == "frost (ponder)" and ponder.model.name == "frost"
     assert grid("ponder", size="smoke", dataset=None)["frost (ponder)"].train.epochs == 2
 
 
@@ -189,7 +189,8 @@ def test_collapse_grid_pairs_each_ranking_run_with_its_families_reference():
             assert _diff(reference, ranked) == {"loss.ranking", "loss.rank_frac"}
             assert ranked.loss.rank_frac == make_config("demo", "digits", "frost").loss.rank_frac
             assert ranked.train.epochs == families[f"frost seed {seed}"].train.epochs  # frost's budget
-            assert family_label(ranked) == f"{m} (ranking)" and family_label(reference) == m
+            assert family_of(f"{m} (ranking) seed {seed}") == f"{m} (ranking)" and ranked.model.name == m
+            assert family_of(f"{m} seed {seed}") == m == reference.model.name
 
 
 def test_collapse_row_of_a_smoke_run():
@@ -400,7 +401,7 @@ def test_families_under_the_adopted_reading_share_the_task_only_baselines():
     assert adopted["frost seed 1"] == make_config("demo", "fashion-mnist", "frost", **{"train.seed": 1})
     assert reading_of(adopted["frost seed 0"]) == "adopted" == reading_of(adopted["frost (no ranking) seed 0"])
     assert reading_of(residual["frost seed 0"]) == "residual" == reading_of(residual["frost (adopted defaults) seed 0"])
-    assert family_label(adopted["frost seed 0"]) == "frost"
+    assert family_of("frost seed 0") == "frost" and adopted["frost seed 0"].loss.ranking
     ponder = grid("ponder", "demo", "digits")["frost (ponder)"]
     assert _diff(grid("families", "demo", "digits")["frost"], ponder) == {"loss.ranking", "loss.ponder"}
     collapse = grid("collapse", "demo", "digits", seeds=(0,))
