@@ -116,7 +116,6 @@ def cmd_train(args) -> int:
                     discard_local(config)
                 barrier()
             result = train_or_load(config, name=args.name, progress=progress, retrain=args.retrain)
-        barrier()  # no rank destroys the group while another still uses it (a rare abort at exit)
     finally:
         leave_process_group()
     if setup.is_main:

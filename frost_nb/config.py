@@ -465,10 +465,7 @@ class RunConfig:
 def config_difference(a: RunConfig, b: RunConfig, most: int = 3) -> str:
     """The first ``most`` settings where the identities of ``a`` and ``b`` differ, as
     ``section.field a -> b``, for error messages."""
-    def flat(d: dict) -> dict[str, Any]:
-        return {f"{k}.{n}" if isinstance(v, dict) else k: w for k, v in d.items()
-                for n, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    fa, fb = flat(a.identity()), flat(b.identity())
+    fa, fb = ({k: v for k, v in c.flat().items() if k not in WHERE_FIELDS} for c in (a, b))
     return ", ".join([f"{k} {fa[k]!r} -> {fb[k]!r}" for k in fa if fa[k] != fb[k]][:most]) or "none"
 
 

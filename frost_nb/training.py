@@ -473,8 +473,15 @@ def _save_or_rescue(path: Path, state: dict, complete: bool, epoch: int) -> None
 
 def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
           progress: bool | None = None) -> TrainResult:
-    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run):
-    load its splits, build its model and training batches, and fit a ``Trainer``."""
+    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run)."""
+    return build_trainer(config, checkpoint, progress).fit()
+
+
+def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None,
+                  progress: bool | None = None) -> Trainer:
+    """The ``Trainer`` of ``config``: join the torchrun job if there is one, load the splits, build
+    the model and the training batches (the one place that does, for ``train`` and for callers
+    that drive ``fit`` themselves)."""
     cfg, d = config, config.data
     # under torchrun: join the job's process group (each CUDA process takes its own GPU)
     setup, device = join_process_group(pick_device(cfg.train.device))
@@ -496,4 +503,4 @@ def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
                            drop_last=len(train_set) > cfg.train.batch_size,
                            num_workers=cfg.train.num_workers)
     return Trainer(cfg, model, batches, val_set=val_set, test_set=test_set, checkpoint=checkpoint,
-                   progress=progress).fit()
+                   progress=progress)

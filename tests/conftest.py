@@ -24,26 +24,12 @@ def tiny_config():
 
 @pytest.fixture
 def make_trainer():
-    """``make_trainer(config, checkpoint)``: a Trainer built from ``config`` as ``training.train``
-    builds it (splits, seeded model, batches with their own generator), for the tests that stop
-    it early (``fit(until_epoch=...)``) or look inside it before it trains. ``train`` and this
-    must agree: the resume tests finish with ``train`` what this started."""
-    import torch
-
-    from frost_nb.data import make_batches
-    from frost_nb.models import create_model
-    from frost_nb.training import Trainer, load_split, pick_device
+    """``make_trainer(config, checkpoint)``: the Trainer ``training.train`` fits
+    (``training.build_trainer``), for the tests that stop it early (``fit(until_epoch=...)``) or
+    look inside it before it trains; the resume tests finish with ``train`` what this started."""
+    from frost_nb.training import build_trainer
 
     def build(config, checkpoint=None):
-        device = pick_device(config.train.device)
-        train_set = load_split(config, "train")
-        torch.manual_seed(config.train.seed)
-        model = create_model(config.model).to(device)
-        batches = make_batches(train_set, config.train.batch_size, shuffle=True, augment=config.data.augment,
-                               device=device, generator=torch.Generator().manual_seed(config.train.seed),
-                               drop_last=len(train_set) > config.train.batch_size)
-        val_set = load_split(config, "val") if config.data.val_fraction > 0 else None
-        return Trainer(config, model, batches, val_set=val_set, test_set=load_split(config, "test"),
-                       checkpoint=checkpoint)
+        return build_trainer(config, checkpoint)
 
     return build

@@ -21,12 +21,11 @@ import torch.multiprocessing as mp
 from frost_nb.__main__ import main
 from frost_nb.checkpoint import load_checkpoint, load_model
 from frost_nb.config import make_config
-from frost_nb.data import make_batches
-from frost_nb.distributed import DistributedSetup, ShardedBatches, join_process_group, leave_process_group
+from frost_nb.distributed import DistributedSetup, ShardedBatches, leave_process_group
 from frost_nb.experiments import PRE_READING
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.models import create_model
-from frost_nb.training import Trainer, load_split, pick_device, train
+from frost_nb.training import build_trainer, load_split, train
 
 WORLD = 2
 QS = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -59,18 +58,10 @@ def _record(result, folder, name: str, rank: int) -> None:
 
 def _interrupted(config, checkpoint) -> None:
     """Train ``config`` for one epoch of its run, the way a caller of ``Trainer`` does under
-    torchrun: join first for this rank's device, build the model and the global batches (the
-    same on every rank), and let the trainer take this rank's share."""
-    _, device = join_process_group(pick_device(config.train.device))
-    train_set = load_split(config, "train")
-    torch.manual_seed(config.train.seed)
-    model = create_model(config.model).to(device)
-    batches = make_batches(train_set, config.train.batch_size, shuffle=True, augment=config.data.augment,
-                           device=device, generator=torch.Generator().manual_seed(config.train.seed),
-                           drop_last=len(train_set) > config.train.batch_size)
-    trainer = Trainer(config, model, batches, val_set=load_split(config, "val"),
-                      test_set=load_split(config, "test"), checkpoint=checkpoint)
-    assert isinstance(trainer.batches, ShardedBatches) and trainer.parallel_model is not model
+    torchrun: the same model and global batches on every rank, and the trainer takes this rank's
+    share."""
+    trainer = build_trainer(config, checkpoint)  # joins the job, then builds as train() does
+    assert isinstance(trainer.batches, ShardedBatches) and trainer.parallel_model is not trainer.model
     trainer.fit(until_epoch=1)
 
 
