@@ -38,6 +38,10 @@ demo checkpoint; about 5 minutes on one busy core, most of it at batch size 1):
 
     python benchmarks/adaptive_inference.py --threads 1 --images 512 --repeats 5 --csv /tmp/a.csv
 
+``--compile`` adds a second mode, measured in the same rounds: the same model with its
+``step`` and ``readout`` compiled (``torch.compile(dynamic=True)``, one graph for every active
+batch size), full depth and adaptive alike; each row names its ``mode``.
+
 Prints the machine, then one table row per (quantile, batch size); ``--csv`` writes them
 with the setting of the run on every row; ``--metrics`` also writes them as
 ``outputs/metrics/bench_<name>.json`` (default name ``adaptive_inference``), which
@@ -47,6 +51,7 @@ with the setting of the run on every row; ``--metrics`` also writes them as
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import platform
 import statistics
@@ -64,8 +69,8 @@ from frost_nb.halting import adaptive_predict
 from frost_nb.paths import committed_runs_dir
 from frost_nb.training import load_split
 
-# frost, Fashion-MNIST (canonical update, seed 0)
-DEFAULT_CHECKPOINT = committed_runs_dir() / "fashion-mnist-demo-families-residual/frost-seed0/model.pt"
+# frost, Fashion-MNIST, the adopted defaults (leaky update), seed 0
+DEFAULT_CHECKPOINT = committed_runs_dir() / "fashion-mnist-demo-families/frost-seed0/model.pt"
 
 
 def cpu_name() -> str:
@@ -79,15 +84,26 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def measure(model, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], batch_size: int,
+def compiled(model):
+    """A copy of ``model`` whose ``step`` and ``readout`` are compiled, for every batch size."""
+    other = copy.deepcopy(model)
+    other.step = torch.compile(other.step, dynamic=True)
+    other.readout = torch.compile(other.readout, dynamic=True)
+    return other
+
+
+def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], batch_size: int,
             repeats: int, warmup: int, costs: tuple[int, int], compact: tuple[float, ...] = (1.0,)) -> list[dict]:
-    """Rows of one batch size: every quantile of ``taus`` and compaction setting of ``compact``
-    (``adaptive_predict``'s ``compact_below``) against full depth, interleaved."""
+    """Rows of one batch size: for every mode of ``models`` (name -> model), every quantile of
+    ``taus`` and compaction setting of ``compact`` (``adaptive_predict``'s ``compact_below``)
+    against full depth, interleaved."""
+    model = models["eager"]
     steps = int(model.config.steps)
     chunks = list(x.split(batch_size))  # (B, C, H, W) views, the last one may be shorter
-    keys = ["fixed", "forward"] + [k for q in taus for k in [("full", q, 1.0)] + [("adaptive", q, c) for c in compact]]
+    keys = ["fixed", "forward"] + [(mode, *k) for mode in models for q in taus
+                                   for k in [("full", q, 1.0)] + [("adaptive", q, c) for c in compact]]
     seconds = {k: [[] for _ in chunks] for k in keys}  # [batch][round]
-    exits = {(q, c): [None] * len(chunks) for q in taus for c in compact}  # AdaptiveResult of each batch
+    exits = {(mode, q, c): [None] * len(chunks) for mode in models for q in taus for c in compact}
     for r in range(warmup + repeats):
         for c, xb in enumerate(chunks):
             for k in keys:
@@ -99,26 +115,27 @@ def measure(model, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], b
                     with torch.no_grad():
                         model(xb)
                 else:
-                    kind, q, cb = k
-                    res = adaptive_predict(model, xb, math.inf if kind == "full" else taus[q], compact_below=cb)
+                    mode, kind, q, cb = k
+                    res = adaptive_predict(models[mode], xb, math.inf if kind == "full" else taus[q],
+                                           compact_below=cb)
                     if kind == "adaptive":
-                        exits[q, cb][c] = res
+                        exits[mode, q, cb][c] = res
                 elapsed = time.perf_counter() - start  # CPU: a call returns when it is done
                 if r >= warmup:
                     seconds[k][c].append(elapsed)
     total = {k: sum(statistics.median(rounds) for rounds in seconds[k]) for k in keys}
     n, t_fixed = x.shape[0], total["fixed"]
     rows = []
-    for (q, cb), results in exits.items():
+    for (mode, q, cb), results in exits.items():
         tau = taus[q]
         depth = torch.cat([res.depth for res in results])  # (N,)
         logits = torch.cat([res.logits for res in results])  # (N, K)
-        t_full, t_adaptive = total[("full", q, 1.0)], total[("adaptive", q, cb)]
+        t_full, t_adaptive = total[(mode, "full", q, 1.0)], total[(mode, "adaptive", q, cb)]
         mean_depth = depth.double().mean().item()
         ideal = ideal_speedup(depth, steps, *costs)
         measured = t_full / t_adaptive
         time_ideal = t_full / (t_fixed + mean_depth / steps * (t_full - t_fixed))
-        rows.append({"quantile": q, "tau": tau, "batch_size": batch_size, "compact_below": cb,
+        rows.append({"mode": mode, "quantile": q, "tau": tau, "batch_size": batch_size, "compact_below": cb,
                      "mean_depth": mean_depth,
                      "accuracy": (logits.argmax(1) == y).double().mean().item(),
                      "ideal": ideal, "measured": measured, "ratio": measured / ideal,
@@ -145,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16, 64, 256])
     p.add_argument("--compact-below", nargs="+", type=float, default=[1.0],
                    help="adaptive_predict's compact_below values, measured side by side (1: compact at every exit)")
+    p.add_argument("--compile", action="store_true",
+                   help="also measure the model with step and readout compiled (torch.compile), side by side")
     p.add_argument("--images", type=int, default=512, help="test images (the first N)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (medians over them)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
@@ -160,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--warmup must be >= 0 and every --batch-sizes value >= 1")
     if not all(0.0 <= c <= 1.0 for c in a.compact_below):
         p.error(f"--compact-below values must lie in [0, 1], got {a.compact_below}")
+    if a.compile and a.metrics:
+        p.error("--metrics records the eager mode the verdict table reads: run it without --compile")
     if not all(0.0 <= q <= 1.0 for q in a.quantiles):
         p.error(f"--quantiles must lie in [0, 1], got {a.quantiles}")
 
@@ -181,14 +202,15 @@ def main(argv: list[str] | None = None) -> int:
           f"after {a.warmup} warm-up")
     print(f"FLOPs per image: fixed {costs[0] / 1e6:.3f} M, per step {costs[1] / 1e6:.3f} M, "
           f"full depth {full / 1e6:.3f} M (fixed share {costs[0] / full:.3f})", flush=True)
+    models = {"eager": model, **({"compiled": compiled(model)} if a.compile else {})}
     rows = []
     for batch_size in a.batch_sizes:
-        rows += measure(model, x, y, taus, batch_size, a.repeats, a.warmup, costs, tuple(a.compact_below))
-        print(pd.DataFrame(rows[-len(taus) * len(a.compact_below):]).to_string(index=False, float_format="%.3f"),
+        rows += measure(models, x, y, taus, batch_size, a.repeats, a.warmup, costs, tuple(a.compact_below))
+        print(pd.DataFrame(rows[-len(models) * len(taus) * len(a.compact_below):]).to_string(index=False, float_format="%.3f"),
               flush=True)
         if a.csv:  # after every batch size: a run cut short keeps what it measured
             _table(rows, x.shape[0], a).to_csv(a.csv, index=False)
-    table = pd.DataFrame(rows).sort_values(["quantile", "batch_size", "compact_below"], kind="stable")
+    table = pd.DataFrame(rows).sort_values(["mode", "quantile", "batch_size", "compact_below"], kind="stable")
     print(table.to_string(index=False, float_format="%.3f"))
     if a.metrics:
         from frost_nb.notebook import write_metrics
