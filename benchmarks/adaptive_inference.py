@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for batch_size in a.batch_sizes:
         rows += measure(models, x, y, taus, batch_size, a.repeats, a.warmup, costs, tuple(a.compact_below))
-        print(pd.DataFrame(rows[-len(models) * len(taus) * len(a.compact_below):]).to_string(index=False, float_format="%.3f"),
+        latest = rows[-len(models) * len(taus) * len(a.compact_below):]
+        print(pd.DataFrame(latest).to_string(index=False, float_format="%.3f"),
               flush=True)
         if a.csv:  # after every batch size: a run cut short keeps what it measured
             _table(rows, x.shape[0], a).to_csv(a.csv, index=False)
