@@ -42,6 +42,10 @@ demo checkpoint; about 5 minutes on one busy core, most of it at batch size 1):
 ``step`` and ``readout`` compiled (``torch.compile(dynamic=True)``, one graph for every active
 batch size), full depth and adaptive alike; each row names its ``mode``.
 
+``--step-costs`` first times one step and its readout (``model.step``, ``model.readout``) on
+1, 2, 4, ... 256 rows of the first images' states, medians over the rounds: the per-call cost
+that late steps on few samples pay, which no compaction removes.
+
 Prints the machine, then one table row per (quantile, batch size); ``--csv`` writes them
 with the setting of the run on every row; ``--metrics`` also writes them as
 ``outputs/metrics/bench_<name>.json`` (default name ``adaptive_inference``), which
@@ -90,6 +94,29 @@ def compiled(model):
     other.step = torch.compile(other.step, dynamic=True)
     other.readout = torch.compile(other.readout, dynamic=True)
     return other
+
+
+def step_costs(model, x: torch.Tensor, repeats: int, warmup: int) -> pd.DataFrame:
+    """Seconds of one step plus its readout on b rows (b = 1, 2, 4, ... up to 256 or the images
+    there are), the median over rounds of the mean over 256 / b calls, and per row."""
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= x.shape[0]]
+    with torch.no_grad():
+        h, ctx = prologue(model, x[: sizes[-1]])
+        seconds: dict[int, list[float]] = {b: [] for b in sizes}
+        for r in range(warmup + repeats):
+            for b in sizes:
+                cb = ctx.select(torch.arange(b)) if hasattr(ctx, "select") else ctx[:b]  # StepContext or e
+                hb, calls = h[:b].contiguous(), max(1, 256 // b)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    model.readout(model.step(hb, cb, 0), cb)
+                if r >= warmup:
+                    seconds[b].append((time.perf_counter() - start) / calls)
+    rows = [{"rows": b, "step_us": 1e6 * statistics.median(v)} for b, v in seconds.items()]
+    table = pd.DataFrame(rows)
+    table["per_row_us"] = table["step_us"] / table["rows"]
+    table["per_row_vs_largest"] = table["per_row_us"] / table["per_row_us"].iloc[-1]
+    return table
 
 
 def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], batch_size: int,
@@ -164,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="adaptive_predict's compact_below values, measured side by side (1: compact at every exit)")
     p.add_argument("--compile", action="store_true",
                    help="also measure the model with step and readout compiled (torch.compile), side by side")
+    p.add_argument("--step-costs", action="store_true",
+                   help="first time one step and its readout on 1, 2, 4, ... 256 rows")
     p.add_argument("--images", type=int, default=512, help="test images (the first N)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (medians over them)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
@@ -202,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
           f"after {a.warmup} warm-up")
     print(f"FLOPs per image: fixed {costs[0] / 1e6:.3f} M, per step {costs[1] / 1e6:.3f} M, "
           f"full depth {full / 1e6:.3f} M (fixed share {costs[0] / full:.3f})", flush=True)
+    if a.step_costs:
+        print("one step and its readout on b rows:")
+        print(step_costs(model, x, a.repeats, a.warmup).to_string(index=False, float_format="%.2f"), flush=True)
     models = {"eager": model, **({"compiled": compiled(model)} if a.compile else {})}
     rows = []
     for batch_size in a.batch_sizes:
