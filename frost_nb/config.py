@@ -195,7 +195,7 @@ class ModelConfig(_Validated):
     # leaky is the reading of the paper's text this project adopts (docs/method.md section 5.5,
     # experiments.ADOPTED_READING), at every size; it adds no parameter over canonical, as Table 3
     # gives frost basic_ssm's count. (gated won notebook 04's demo-size comparison of the residual
-    # forms; the runs of that time pin it: experiments.PRE_READING.)
+    # forms; the runs of that time hold it: experiments.RESIDUAL_SELECTION.)
     update: str = "leaky"
     # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param: softplus for
     # the residual forms, sigmoid for the leaky ones). "auto" is resolved on construction, so a

@@ -1,34 +1,33 @@
 """The runs behind the analysis notebooks: named grids of configs, fixed before measuring.
 
-Every grid is a dict ``label -> RunConfig`` built from ``make_config``; notebooks train or
-load each run from the trained-model cache (``train_or_load``), and the command line fills
-the cache ahead of time, in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
+Every grid is a table, ``label -> overrides of make_config`` (GRID_TABLES, one per reading
+for READING_GRIDS), which ``grid`` makes configs of; notebooks train or load each run from the
+trained-model cache (``train_or_load``), and the command line fills the cache ahead of time,
+in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
 
 - ``families`` (notebooks 02 and 03; the paper's Table 1 setting): vanilla, recurrent and
   basic_ssm with the task loss only, frost with the full objective, one run per seed; and
   frost without the ranking losses as a control, first seed only; the size's default budget.
-  These ran before notebook 04 changed two defaults, so they keep ``PRE_SELECTION`` (the
-  settings they ran with, which their committed runs hold); "frost (adopted defaults)", every seed,
-  is frost as the defaults now stand (what ``make_config`` gives, notebooks 01 and 05 use).
+  The residual reading's runs were made before notebook 04 changed two defaults; its "frost
+  (adopted defaults)", first seed only, is 04's selection.
 - The ablations of notebook 04 share one smaller budget, ``ABLATION_EPOCHS`` epochs, with
   the gradient-conflict probe on (``train.diagnostics_every``); each arm changes one thing
-  from the reference run (frost, canonical update, H = 0.5 fixed, both ranking losses at the
-  defaults):
+  from the reference run of its reading (frost, H = 0.5 fixed, both ranking losses):
   ``hurst``   H in HURST_VALUES fixed, and H learnable from 0.5;
   ``loss``    L_abs only, L_rel only, both, neither;
-  ``update``  canonical, convex, gated;
+  ``update``  the update forms;
   ``tuning``  one loss setting at a time moved down and up (TUNING_VALUES);
   ``conflict`` vanilla, recurrent, basic_ssm trained with the ranking losses (appendix D),
-              beside the reference frost run.
+              beside the reference frost run;
+  ``adopted`` the selected defaults together, against the reference.
 - Notebook 07 (halting rules of related work; the collapse claim), at the families' budget:
-  ``ponder``   "frost (ponder)": frost's architecture at the adopted defaults (gated update),
-               as "frost (adopted defaults)" of ``families``, trained with PonderNet's loss in
-               place of the ranking losses (``loss.ponder``);
-  ``collapse`` vanilla, recurrent and basic_ssm trained with the ranking losses as frost now
-               trains with them ("<family> (ranking)": the families' task-only run with
-               loss.ranking on and the adopted rank_frac), each beside its task-only
-               reference, which is the ``families`` run itself (same key); the seeds are the
-               caller's (notebook 07: 0, 1, 2).
+  ``ponder``   frost trained with PonderNet's loss in place of the ranking losses;
+  ``collapse`` vanilla, recurrent and basic_ssm trained with the ranking losses as frost
+               trains with them ("<family> (ranking)"), each beside its task-only reference,
+               which is the ``families`` run itself (same config); the seeds are the caller's
+               (notebook 07: 0, 1, 2).
+- The fidelity experiments of issue 15 (READING_EXPERIMENTS): ``readings`` (b) and
+  ``loss_strength`` (c); ``vit`` (issue 17): the four families on the ViT backbone.
 
 The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
 the mean held-out accuracy over the quantile grid of Table 2 (each run's own calibrator),
@@ -55,7 +54,7 @@ from .analysis import (
     scale_consistency_rows,
 )
 from .complexity import rule_settings, rule_throughput
-from .config import LossConfig, RunConfig, make_config
+from .config import RunConfig, make_config
 from .data import make_batches
 from .exits import ExitCache
 from .fractal import (
@@ -121,23 +120,21 @@ STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all 
 # (15_loss_strength.json: recurrent, 2 of 3 seeds): the collapse runs of the adopted reading
 DECISIVE_STRENGTH = (10.0, 3.0)
 READINGS = ("adopted", "residual")  # frost under today's defaults; the runs made before them
-# The defaults in force before the adopted reading (ADOPTED_READING, below) became the default:
-# notebook 04's selection (the gated update, rank_frac 0.5) with the halting settings of then.
-# Every grid that ran under them pins them: they are the settings its committed runs hold.
-PRE_READING = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
-               "halting.sketch_window": "epoch"}
-# The defaults in force when the families and ablation grids were fixed and run (the reference
-# of every arm). Notebook 04's selection then changed two of them (config.py): pinning them
-# here keeps those runs what they were; the "adopted" grid trains 04's selection (PRE_READING)
-# at the ablation budget, and "frost (adopted defaults)" in ``families`` at the full budget.
-PRE_SELECTION = {**PRE_READING, "model.update": "canonical", "loss.rank_frac": 0.25}
-
+# the grids whose runs depend on ``reading`` (the others are what they were fixed as)
+READING_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
 
 # The reading of the paper's update and halting score this project adopts, fixed before any run
 # of it (docs/method.md section 5.5): the interpolating update with alpha in (0, 1), ranking
 # pairs within each step, a normalised halting input and a whole-run KLL sketch.
-ADOPTED_READING = {"model.update": "leaky", "model.alpha_param": "sigmoid", "model.halt_norm": True,
-                   "loss.rank_pairs": "per_step", "halting.sketch_window": "run"}
+ADOPTED_HALTING = {"model.halt_norm": True, "loss.rank_pairs": "per_step", "halting.sketch_window": "run"}
+ADOPTED_READING = {"model.update": "leaky", "model.alpha_param": "sigmoid", **ADOPTED_HALTING}
+# The residual reading: the defaults in force when the families and ablation grids were fixed and
+# run, which their runs hold; and notebook 04's selection among them (the gated update, rank_frac
+# 0.5), the residual runs' "adopted defaults", the defaults until the adopted reading.
+RESIDUAL_READING = {"model.update": "canonical", "model.halt_norm": False, "loss.rank_pairs": "global",
+                    "halting.sketch_window": "epoch", "loss.rank_frac": 0.25}
+RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
+                      "halting.sketch_window": "epoch", "loss.rank_frac": 0.5}
 
 # The experiments that decide the fidelity verdicts (issue 15), with their reading rules, fixed
 # before any of them ran. Areas are curve areas of test accuracy against mean depth over 1..T
@@ -176,29 +173,129 @@ READING_EXPERIMENTS = {
 }
 
 
-def _ablation(size: str, dataset: str | None, seed: int, model: str = "frost",
-              pinned: bool = True, reading: str = "residual", **overrides: Any) -> RunConfig:
-    """One run at the ablation budget. ``reading`` "residual": under the defaults in force when
-    the ablations were fixed (PRE_SELECTION; PRE_READING with ``pinned=False``); "adopted":
-    under today's defaults (ADOPTED_READING, which make_config gives)."""
-    budget: dict[str, Any] = {"train.seed": seed}
-    if reading == "residual":
-        budget.update(PRE_SELECTION if pinned else PRE_READING)
-    if size == "smoke":
-        budget.update({"train.epochs": SMOKE_EPOCHS, "train.diagnostics_every": SMOKE_DIAGNOSTICS_EVERY})
-    else:
-        budget.update({"train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": DIAGNOSTICS_EVERY})
-    return make_config(size, dataset, model, **{**budget, **overrides})
+def reading_of(cfg: RunConfig) -> str:
+    """"adopted" when a run has every setting of ADOPTED_READING, else "residual" (a run made
+    under the defaults before it, or another reading)."""
+    d = cfg.to_dict()
+    return "adopted" if all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in ADOPTED_READING.items()) \
+        else "residual"
 
 
-def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0,
-              reading: str = "residual") -> RunConfig:
-    """The reference run every ablation arm of ``reading`` differs from in one setting."""
-    return _ablation(size, dataset, seed, reading=reading)
+def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
+    """The ``loss_strength`` label of one arm, e.g. "frost, rel 3 abs 1" or "vanilla, abs 3 only"."""
+    if lambda_rel == 0:
+        return f"{family}, abs {lambda_abs:g} only"
+    return f"{family}, rel {lambda_rel:g} abs {lambda_abs:g}"
 
 
-# the grids whose runs depend on ``reading`` (the others are what they were fixed as)
-READING_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
+# ------------------------------------------------------------------ the grids, as tables
+# Each grid is a table per reading: label -> every override of
+# make_config(size, dataset, model.name, model.backbone) that makes the run (model.name "frost" and
+# the resnet backbone where a row names none). ``grid`` adds what depends on the call.
+ABLATION_BUDGET = {"train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": DIAGNOSTICS_EVERY}
+RESIDUAL_REF = {**RESIDUAL_READING, **ABLATION_BUDGET}  # the reference run the ablation arms change one thing of
+ADOPTED_REF = {**ADOPTED_READING, **ABLATION_BUDGET}
+# a baseline's families run: the task loss alone, which no halting setting reaches (the halting
+# head's LayerNorm draws no random number), so both readings share it
+TASK_ONLY = {m: {"model.name": m, **RESIDUAL_READING} for m in FAMILIES[:3]}
+# experiment (c)'s task-only references: the baselines' families runs, frost's under the adopted reading
+STRENGTH_REFS = {**TASK_ONLY, "frost": {**ADOPTED_READING, "loss.ranking": False}}
+
+
+def _strength_arm(model: str, lambda_rel: float, lambda_abs: float) -> dict[str, Any]:
+    """Experiment (c)'s arm of ``model``: the ranking losses at one strength under the adopted
+    halting settings, the gradient probe on; a baseline keeps its families run's update."""
+    return {"model.name": model, "model.update": "leaky" if model == "frost" else "canonical",
+            **ADOPTED_HALTING, "loss.ranking": True, "loss.rank_frac": 0.5, "loss.lambda_rel": lambda_rel,
+            "loss.lambda_abs": lambda_abs, "train.diagnostics_every": STRENGTH_DIAGNOSTICS_EVERY}
+
+
+GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
+    ("families", "residual"): {
+        **TASK_ONLY,
+        "frost": RESIDUAL_READING,
+        "frost (no ranking)": {**RESIDUAL_READING, "loss.ranking": False},
+        "frost (adopted defaults)": RESIDUAL_SELECTION},
+    ("families", "adopted"): {
+        **TASK_ONLY,
+        "frost": ADOPTED_READING,
+        "frost (no ranking)": {**ADOPTED_READING, "loss.ranking": False}},
+    ("hurst", "residual"): {
+        **{f"H = {h}": {**RESIDUAL_REF, "model.hurst": h} for h in HURST_VALUES},
+        "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
+    # the leaky bracket holds the plain A and B, which H does not reach: the sweep moves A_alpha,
+    # B_alpha into it (model.scaled_inside), the reference stays beside it
+    ("hurst", "adopted"): {
+        **{f"H = {h}": {**ADOPTED_REF, "model.scaled_inside": True, "model.hurst": h} for h in HURST_VALUES},
+        "H learnable": {**ADOPTED_REF, "model.scaled_inside": True, "model.learn_hurst": True},
+        "reference (plain A, B)": ADOPTED_REF},
+    ("loss", "residual"): {
+        "both": RESIDUAL_REF,
+        "abs only": {**RESIDUAL_REF, "loss.lambda_rel": 0.0},
+        "rel only": {**RESIDUAL_REF, "loss.lambda_abs": 0.0},
+        "neither": {**RESIDUAL_REF, "loss.ranking": False}},
+    ("loss", "adopted"): {
+        "both": ADOPTED_REF,
+        "abs only": {**ADOPTED_REF, "loss.lambda_rel": 0.0},
+        "rel only": {**ADOPTED_REF, "loss.lambda_abs": 0.0},
+        "neither": {**ADOPTED_REF, "loss.ranking": False},
+        # experiment (c)'s arms at the strength it found decisive (DECISIVE_STRENGTH)
+        "rel 10 abs 3": {**ADOPTED_REF, "loss.lambda_rel": 10.0, "loss.lambda_abs": 3.0},
+        "abs 3 only": {**ADOPTED_REF, "loss.lambda_rel": 0.0, "loss.lambda_abs": 3.0}},
+    ("update", "residual"): {
+        u: {**RESIDUAL_REF, "model.update": u} for u in ("canonical", "convex", "gated")},
+    # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
+    ("update", "adopted"): {
+        u: {**ADOPTED_REF, "model.update": u, "model.alpha_param": "auto"} for u in READING_FORMS},
+    ("tuning", "residual"): {
+        "reference": RESIDUAL_REF,
+        **{f"{field.split('.')[1]} = {v}": {**RESIDUAL_REF, field: v}
+           for field, values in TUNING_VALUES.items() for v in values}},
+    ("tuning", "adopted"): {
+        "reference": ADOPTED_REF,
+        **{f"{field.split('.')[1]} = {v}": {**ADOPTED_REF, field: v}
+           for field, values in ADOPTED_TUNING_VALUES.items() for v in values}},
+    # the selected defaults together, against the reference they beat
+    ("adopted", "residual"): {
+        "reference": RESIDUAL_REF,
+        "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
+    ("adopted", "adopted"): {
+        "reference (residual)": RESIDUAL_REF,
+        "adopted reading": ADOPTED_REF},
+    ("conflict", "residual"): {
+        **{m: {**RESIDUAL_REF, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]},
+        "frost": RESIDUAL_REF},
+    ("conflict", "adopted"): {
+        **{m: {**ADOPTED_REF, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]},
+        "frost": ADOPTED_REF},
+    # "frost (adopted defaults)" of the residual families, "frost" of the adopted ones
+    ("ponder", "residual"): {
+        "frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
+    ("ponder", "adopted"): {
+        "frost (ponder)": {**ADOPTED_READING, "loss.ranking": False, "loss.ponder": True}},
+    ("collapse", "residual"): {
+        label: row for m in FAMILIES[:3] for label, row in (
+            (m, TASK_ONLY[m]),
+            (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
+    ("collapse", "adopted"): {
+        label: row for m in FAMILIES[:3] for label, row in (
+            (m, TASK_ONLY[m]),
+            (f"{m} (ranking)", _strength_arm(m, *DECISIVE_STRENGTH)))},
+    ("loss_strength", None): {
+        label: row for m in FAMILIES for label, row in (
+            (f"{m} (task only)", STRENGTH_REFS[m]),
+            *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
+    # on digits (READINGS_CHECK elsewhere); alpha's map is each form's default
+    ("readings", None): {
+        f"{u}, h0 = {init}": {**ADOPTED_HALTING, "model.update": u, "model.init_state": init}
+        for u in READING_FORMS for init in ("embedding", "zeros")},
+    ("vit", None): {
+        m: {"model.name": m, "model.backbone": "vit", "model.steps": VIT_STEPS}
+        for m in ("frost", *FAMILIES[:3])},
+}
+READINGS_CHECK = {
+    f"{u}, h0 = embedding": {**ADOPTED_HALTING, "model.update": u, "model.init_state": "embedding",
+                             "train.epochs": ABLATION_EPOCHS} for u in READING_CHECK_FORMS}
 
 
 class Grid(dict):
@@ -236,162 +333,45 @@ def grid_folder(name: str, size: str, dataset: str | None, reading: str = "adopt
 
 def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
          seeds: tuple[int, ...] = (0,), reading: str = "adopted") -> Grid:
-    """The runs of grid ``name`` (one of GRIDS); labels carry the seed when there are several.
-
-    ``reading`` (READINGS) matters for ``families``, ``ponder`` and ``collapse``: "adopted" is
-    frost under today's defaults (ADOPTED_READING), "residual" the runs made before it (frost
-    canonical as fixed before notebook 04, and 04's selection, gated, as "frost (adopted
-    defaults)"). The other grids are what they were fixed as."""
+    """The runs of grid ``name`` (one of GRIDS): its table in GRID_TABLES (of ``reading``, one of
+    READINGS, for READING_GRIDS), one run per row and seed; labels carry the seed when there are
+    several. What depends on the call: each run's ``train.seed``; ONCE labels at the first seed
+    only; off digits the ``readings`` grid is READINGS_CHECK; the ``vit`` grid trains VIT_EPOCHS
+    at demo size (the size's own epochs above it); the smoke size's budget (``_run``)."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}; known: {GRIDS}")
     if reading not in READINGS:
         raise ValueError(f"unknown reading {reading!r}; known: {READINGS}")
+    table = GRID_TABLES[name, reading if name in READING_GRIDS else None]
+    if name == "readings" and make_config(size, dataset).data.name != "digits":
+        table = READINGS_CHECK
+    budget = {"train.epochs": VIT_EPOCHS} if name == "vit" and size == "demo" else {}
     runs: dict[str, RunConfig] = {}
     for seed in seeds:
         tag = f" seed {seed}" if len(seeds) > 1 else ""
-        for label, cfg in _grid(name, size, dataset, seed, reading).items():
+        for label, row in table.items():
             if label in ONCE and seed != seeds[0]:
                 continue  # the control runs once (its first seed): a reference, not a result
-            runs[label + tag] = cfg
+            runs[label + tag] = _run({**row, **budget}, size, dataset, seed)
     return Grid(runs, grid_folder(name, size, dataset, reading))
 
 
-def _grid(name: str, size: str, dataset: str | None, seed: int, reading: str = "residual") -> dict[str, RunConfig]:
-    if name == "families":
-        s: dict[str, Any] = {"train.seed": seed}
-        if size == "smoke":
-            s["train.epochs"] = SMOKE_EPOCHS
-        runs = {m: make_config(size, dataset, m, **{**PRE_SELECTION, **s}) for m in FAMILIES}
-        if reading == "adopted":  # the baselines train on the task loss alone, which no halting setting
-            # reaches (the halting head's LayerNorm draws no random number): the same runs, the same keys
-            return {**{m: runs[m] for m in FAMILIES[:3]}, "frost": make_config(size, dataset, "frost", **s),
-                    "frost (no ranking)": make_config(size, dataset, "frost", **{**s, "loss.ranking": False})}
-        runs["frost (no ranking)"] = make_config(size, dataset, "frost",
-                                                 **{**PRE_SELECTION, **s, "loss.ranking": False})
-        runs["frost (adopted defaults)"] = make_config(size, dataset, "frost", **{**PRE_READING, **s})
-        return runs
-    if name == "readings":  # READING_EXPERIMENTS["update_forms"]: each form under the adopted halting
-        # settings (alpha's map left to each form's default: softplus residual, sigmoid leaky); on
-        # digits all five forms and both h_0, elsewhere the check: two forms, h_0 = e, ABLATION_EPOCHS
-        adopted = {k: v for k, v in ADOPTED_READING.items() if k not in ("model.update", "model.alpha_param")}
-        s = {"train.seed": seed, **({"train.epochs": SMOKE_EPOCHS} if size == "smoke" else {})}
-        forms, inits = READING_FORMS, ("embedding", "zeros")
-        if make_config(size, dataset).data.name != "digits":
-            forms, inits = READING_CHECK_FORMS, ("embedding",)
-            if size != "smoke":
-                s["train.epochs"] = ABLATION_EPOCHS
-        return {f"{u}, h0 = {init}": make_config(size, dataset, "frost", **{**adopted, **s, "model.update": u,
-                                                                            "model.init_state": init})
-                for u in forms for init in inits}
-    if name == "vit":
-        vit: dict[str, Any] = {"train.seed": seed, "model.steps": VIT_STEPS}
-        if size in ("smoke", "demo"):
-            vit["train.epochs"] = SMOKE_EPOCHS if size == "smoke" else VIT_EPOCHS
-        return {m: make_config(size, dataset, m, "vit", **vit) for m in ("frost", *FAMILIES[:3])}
-    if name == "loss_strength":  # READING_EXPERIMENTS["loss_strength"]
-        return _loss_strength(size, dataset, seed)
-    if name == "ponder":
-        families = _grid("families", size, dataset, seed, reading)
-        frost = families["frost" if reading == "adopted" else "frost (adopted defaults)"]
-        return {"frost (ponder)": frost.replace(**{"loss.ranking": False, "loss.ponder": True})}
-    if name == "collapse":
-        families = _grid("families", size, dataset, seed)
-        runs = {}
-        if reading == "adopted":  # experiment (c)'s arms at the strength it found decisive
-            strength = _loss_strength(size, dataset, seed)
-            for m in FAMILIES[:3]:
-                runs[m] = families[m]
-                runs[f"{m} (ranking)"] = strength[strength_label(m, *DECISIVE_STRENGTH)]
-            return runs
-        ranking = {"loss.ranking": True, "loss.rank_frac": LossConfig().rank_frac}
-        for m in FAMILIES[:3]:
-            runs[m] = families[m]  # the task-only reference, with its families key
-            runs[f"{m} (ranking)"] = families[m].replace(**ranking)
-        return runs
-    def arm(model: str = "frost", **overrides: Any) -> RunConfig:
-        return _ablation(size, dataset, seed, model, reading=reading, **overrides)
-
-    ref = arm()
-    if name == "hurst":
-        # under the adopted reading the bracket holds the plain A and B, which H does not reach:
-        # the sweep moves A_alpha, B_alpha into it (model.scaled_inside), the reference stays beside it
-        inside = {"model.scaled_inside": True} if reading == "adopted" else {}
-        runs = {f"H = {h}": arm(**inside, **{"model.hurst": h}) for h in HURST_VALUES}
-        runs["H learnable"] = arm(**inside, **{"model.learn_hurst": True})
-        if reading == "adopted":
-            runs["reference (plain A, B)"] = ref
-        return runs
-    if name == "loss":
-        runs = {"both": ref,
-                "abs only": arm(**{"loss.lambda_rel": 0.0}),
-                "rel only": arm(**{"loss.lambda_abs": 0.0}),
-                "neither": arm(**{"loss.ranking": False})}
-        if reading == "adopted":  # experiment (c)'s arms at the strength it found decisive
-            rel, abs_ = DECISIVE_STRENGTH
-            runs[strength_label("both", rel, abs_).split(", ")[1]] = arm(**{"loss.lambda_rel": rel,
-                                                                            "loss.lambda_abs": abs_})
-            runs[strength_label("abs", 0.0, abs_).split(", ")[1]] = arm(**{"loss.lambda_rel": 0.0,
-                                                                            "loss.lambda_abs": abs_})
-        return runs
-    if name == "update":
-        forms = READING_FORMS if reading == "adopted" else ("canonical", "convex", "gated")
-        # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
-        return {u: arm(**{"model.update": u, "model.alpha_param": "auto"}) if reading == "adopted"
-                else arm(**{"model.update": u}) for u in forms}
-    if name == "tuning":
-        runs = {"reference": ref}
-        for field, values in (ADOPTED_TUNING_VALUES if reading == "adopted" else TUNING_VALUES).items():
-            for v in values:
-                runs[f"{field.split('.')[1]} = {v}"] = arm(**{field: v})
-        return runs
-    if name == "adopted":  # the selected defaults together, against the reference they beat
-        if reading == "adopted":  # the adopted reading beside the residual reference (same budget)
-            return {"reference (residual)": reference(size, dataset, seed), "adopted reading": ref}
-        return {"reference": ref, "adopted defaults": _ablation(size, dataset, seed, pinned=False)}
-    # conflict: the baselines trained with the ranking losses, beside the reference frost
-    runs = {m: arm(m, **{"loss.ranking": True}) for m in FAMILIES[:3]}
-    runs["frost"] = ref
-    return runs
-
-
-def reading_of(cfg: RunConfig) -> str:
-    """"adopted" when a run has every setting of ADOPTED_READING, else "residual" (a run made
-    under the defaults before it, or another reading)."""
-    d = cfg.to_dict()
-    return "adopted" if all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in ADOPTED_READING.items()) \
-        else "residual"
-
-
-def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
-    """The ``loss_strength`` label of one arm, e.g. "frost, rel 3 abs 1" or "vanilla, abs 3 only"."""
-    if lambda_rel == 0:
-        return f"{family}, abs {lambda_abs:g} only"
-    return f"{family}, rel {lambda_rel:g} abs {lambda_abs:g}"
-
-
-def _loss_strength(size: str, dataset: str | None, seed: int) -> dict[str, RunConfig]:
-    """Experiment (c): every family with the ranking losses at each of LOSS_STRENGTHS, under the
-    adopted halting settings (frost also under the adopted update), the gradient probe on; and
-    each family's task-only reference ("<family> (task only)"): the baselines' ``families`` run
-    itself (same key, committed), frost under the adopted reading without the ranking losses."""
-    s: dict[str, Any] = {"train.seed": seed}
-    every = STRENGTH_DIAGNOSTICS_EVERY
+def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:
+    """One row of a grid's table as the run of ``seed``; at smoke size it trains SMOKE_EPOCHS,
+    probing every SMOKE_DIAGNOSTICS_EVERY steps if it probes at all."""
+    overrides = {**row, "train.seed": seed}
     if size == "smoke":
-        s["train.epochs"] = SMOKE_EPOCHS
-        every = SMOKE_DIAGNOSTICS_EVERY
-    halting = {k: v for k, v in ADOPTED_READING.items() if not k.startswith("model.") or k == "model.halt_norm"}
-    families = _grid("families", size, dataset, seed)
-    references = {m: families[m] for m in FAMILIES[:3]}
-    references["frost"] = make_config(size, dataset, "frost", **{**ADOPTED_READING, **s, "loss.ranking": False})
-    runs: dict[str, RunConfig] = {}
-    for m, ref in references.items():
-        runs[f"{m} (task only)"] = ref
-        base = ref.replace(**halting) if m != "frost" else ref
-        for rel, abs_ in LOSS_STRENGTHS:
-            runs[strength_label(m, rel, abs_)] = base.replace(**{
-                "loss.ranking": True, "loss.rank_frac": LossConfig().rank_frac, "loss.lambda_rel": rel,
-                "loss.lambda_abs": abs_, "train.diagnostics_every": every})
-    return runs
+        overrides["train.epochs"] = SMOKE_EPOCHS
+        if overrides.get("train.diagnostics_every"):
+            overrides["train.diagnostics_every"] = SMOKE_DIAGNOSTICS_EVERY
+    model, backbone = overrides.get("model.name", "frost"), overrides.get("model.backbone", "resnet")
+    return make_config(size, dataset, model, backbone, **overrides)
+
+
+def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0,
+              reading: str = "residual") -> RunConfig:
+    """The reference run every ablation arm of ``reading`` differs from in one setting."""
+    return _run(RESIDUAL_REF if reading == "residual" else ADOPTED_REF, size, dataset, seed)
 
 
 def shard(runs: dict[str, RunConfig], index: int, count: int) -> dict[str, RunConfig]:
@@ -703,7 +683,7 @@ def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
     if rows is None:
         rows = []
         for seed in seeds:
-            arms = _loss_strength(size, dataset, seed)
+            arms = grid("loss_strength", size, dataset, (seed,))
             for label, cfg in arms.items():
                 if cfg.loss.ranking:
                     reference = arms[f"{cfg.model.name} (task only)"]
@@ -803,7 +783,7 @@ def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", 
     Table 1 cosine at t = 3 on the same seeds (task-only families runs), and the fixed rule's
     verdict per form; what ``write_metrics("15_update_forms", ...)`` records."""
     runs = grid("readings", size, dataset, seeds)
-    families = {s: _grid("families", size, dataset, s)["basic_ssm"] for s in seeds}
+    families = {s: grid("families", size, dataset, (s,))["basic_ssm"] for s in seeds}
     require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)
     if rows is None:
         rows = [{"run": label, **reading_row(train_or_load(cfg, progress=False), jvp_samples=jvp_samples)}

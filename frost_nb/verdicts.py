@@ -39,7 +39,7 @@ from . import paper
 from .checkpoint import CheckpointError, checkpoint_file, load_checkpoint
 from .config import LEAKY_UPDATES, ConfigError, LossConfig, RunConfig, make_config
 from .data import DATASETS
-from .experiments import DECISIVE_STRENGTH, FAMILIES, GRIDS, PRE_SELECTION, READINGS
+from .experiments import DECISIVE_STRENGTH, FAMILIES, GRIDS, READINGS, RESIDUAL_READING
 from .experiments import grid as make_grid
 from .halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
 from .paths import cache_dir, committed_runs_dir, repo_root
@@ -659,7 +659,7 @@ def _table3(m: Metrics, column: str, what: str) -> list[dict]:
     for name in m.names("06_complexity*"):  # 06_complexity_residual: measured before the adopted reading
         d = m.json(name)
         if isinstance(d, dict):
-            rows += _table3_rows(d, column, what, PRE_SELECTION if d.get("reading") == "residual" else {})
+            rows += _table3_rows(d, column, what, RESIDUAL_READING if d.get("reading") == "residual" else {})
     return rows
 
 

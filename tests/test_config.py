@@ -219,9 +219,9 @@ def test_data_name_override_sets_the_model_input():
 
 
 def _before_reading(model):
-    from frost_nb.experiments import PRE_READING
+    from frost_nb.experiments import RESIDUAL_SELECTION
 
-    return make_config("demo", "fashion-mnist", model, **PRE_READING)
+    return make_config("demo", "fashion-mnist", model, **RESIDUAL_SELECTION)
 
 
 def test_every_loss_setting_is_part_of_a_runs_identity():

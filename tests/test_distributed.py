@@ -22,7 +22,7 @@ from frost_nb.__main__ import main
 from frost_nb.checkpoint import load_checkpoint, load_model
 from frost_nb.config import make_config
 from frost_nb.distributed import DistributedSetup, ShardedBatches, leave_process_group
-from frost_nb.experiments import PRE_READING
+from frost_nb.experiments import RESIDUAL_SELECTION
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.models import create_model
 from frost_nb.training import build_trainer, load_split, train
@@ -31,7 +31,7 @@ WORLD = 2
 QS = (0.1, 0.25, 0.5, 0.75, 0.9)
 # 192 training images, 3 global batches of 64 (32 per rank) an epoch; 4 steps per sample
 FROST = make_config("smoke", **{"train.epochs": 2, "train.batch_size": 64, "train.device": "cpu",
-                                "data.limit": 192, **PRE_READING})  # the residual reading; ADOPTED below
+                                "data.limit": 192, **RESIDUAL_SELECTION})  # residual; ADOPTED below
 BASELINE = make_config("smoke", model="recurrent", **{"train.epochs": 1, "train.batch_size": 64,
                                                       "train.device": "cpu", "data.limit": 192})
 # PonderNet's loss reaches every parameter (DDP without find_unused_parameters)

@@ -8,8 +8,9 @@ from frost_nb.experiments import (
     ABLATION_EPOCHS,
     GRIDS,
     HURST_VALUES,
-    PRE_SELECTION,
     READINGS,
+    RESIDUAL_READING,
+    RESIDUAL_SELECTION,
     TUNING_VALUES,
     collapse_row,
     family_of,
@@ -85,14 +86,12 @@ def test_adopted_reading_ablations_run_under_todays_defaults():
 
 
 def test_adopted_grid_sets_notebook_04s_selection_against_the_pinned_reference():
-    from frost_nb.experiments import PRE_READING
-
     runs = grid("adopted", reading="residual")
     assert runs["reference"].identity() == reference().identity()
-    # what 04's selection changed; the defaults of then (PRE_READING) stay pinned in both arms
+    # what 04's selection changed; the other settings of the residual reading stay in both arms
     assert _diff(reference(), runs["adopted defaults"]) == {"model.update", "loss.rank_frac"}
-    default = make_config("demo", "fashion-mnist", "frost", **PRE_READING)
-    for field in PRE_SELECTION:
+    default = make_config("demo", "fashion-mnist", "frost", **RESIDUAL_SELECTION)
+    for field in RESIDUAL_READING:
         section, name = field.split(".")
         assert getattr(getattr(runs["adopted defaults"], section), name) == getattr(getattr(default, section), name)
 
@@ -118,10 +117,9 @@ def test_families_train_baselines_on_the_task_loss_only():
         assert cfg.loss.ranking == ranked, label
         assert cfg.train.diagnostics_every == 0
         assert family_of(label) == label.rsplit(" seed ", 1)[0] and family_of(label).split()[0] == cfg.model.name
-    from frost_nb.experiments import PRE_READING
-
     label = "frost (adopted defaults) seed 0"
-    assert runs[label].identity() == make_config("demo", "fashion-mnist", "frost", **PRE_READING).identity()
+    selection = make_config("demo", "fashion-mnist", "frost", **RESIDUAL_SELECTION)
+    assert runs[label].identity() == selection.identity()
     name = "fashion-mnist-demo-families-residual/frost-adopted-defaults-seed0"  # committed
     assert runs.run_name(label) == name and find_run(runs[label]).name == name
     assert {c.train.seed for c in runs.values()} == {0, 1}
@@ -416,11 +414,11 @@ def test_families_under_the_adopted_reading_share_the_task_only_baselines():
 def test_task_only_baselines_are_the_same_under_any_halting_settings(tiny_config, tmp_path):
     """Why the adopted reading reuses the baselines' runs: trained on the task loss alone, a
     baseline's weights do not depend on the halting head's LayerNorm, pairs or sketch."""
-    from frost_nb.experiments import ADOPTED_READING, PRE_READING
+    from frost_nb.experiments import ADOPTED_READING
     from frost_nb.training import train
 
     base = tiny_config.replace(**{"model.name": "recurrent", "loss.ranking": False, "train.epochs": 1})
-    a = train(base.replace(**{k: v for k, v in PRE_READING.items() if k != "model.update"}),
+    a = train(base.replace(**{k: v for k, v in RESIDUAL_SELECTION.items() if k != "model.update"}),
               checkpoint=tmp_path / "a.pt")
     b = train(base.replace(**{k: v for k, v in ADOPTED_READING.items() if k not in ("model.update", "model.alpha_param")}),
               checkpoint=tmp_path / "b.pt")
