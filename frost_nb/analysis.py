@@ -1,7 +1,8 @@
 """Measurements behind the paper's geometric claims (FROST, Yu and Hwang, ICML 2026).
 
-docs/method.md section 9. Pure functions over tensors (no printing, no I/O); ``collect_trajectories``
-is the one pass over the data that runs a model, everything else works on its result.
+docs/method.md section 9. Pure functions over tensors (no printing, no I/O); ``full_depth_pass``
+is the one pass over the data that runs a model (``training.evaluate`` over a split), and
+everything else works on its result, a ``FullDepthPass``.
 
 - Scale consistency (Table 1): cosine similarity between the pooled state GAP(h_t) and the
   final pooled state GAP(h_T), per sample, then mean and standard deviation over samples.
@@ -24,6 +25,7 @@ is the one pass over the data that runs a model, everything else works on its re
 from __future__ import annotations
 
 import warnings
+from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
@@ -35,45 +37,68 @@ from .models import gap
 
 
 @dataclass
-class Trajectories:
-    """Per-sample trajectories of a model over a split (float32, on the CPU)."""
+class FullDepthPass:
+    """One full-depth pass of a model over a split, per sample and step (float32, on the CPU;
+    ``full_depth_pass``): halting scores, class logits and labels always; the reductions of its
+    states (the trajectory) when the pass was asked for them, else None."""
 
-    pooled: Tensor  # (N, T+1, D) GAP(h_t) for t = 0..T
-    step_norms: Tensor  # (N, T) ||h_{t+1} - h_t|| over the full state
-    state_norms: Tensor  # (N, T+1) ||h_t||
-    dist_to_final: Tensor  # (N, T+1) ||h_t - h_T||
-    second_diff_norms: Tensor  # (N, T-1) ||(h_{t+1} - h_t) - (h_t - h_{t-1})||, t = 1..T-1
-    logits: Tensor  # (N, T, K) class logits at t = 1..T
+    # (N, T) halting scores sigmoid(halt_logits), taken batch by batch (a sigmoid over the whole
+    # split can differ in the last bit): exits read off any pass of a model then agree to the bit
+    scores: Tensor
     halt_logits: Tensor  # (N, T)
+    logits: Tensor  # (N, T, K) class logits at t = 1..T
     y: Tensor  # (N,)
-    # (N, T) halting scores sigmoid(halt_logits), taken batch by batch as ``training.evaluate``
-    # takes them (a sigmoid over the whole split can differ in the last bit): an exit cache of the
-    # same pass (``exits.ExitCache.from_trajectories``) then equals one from the model to the bit
-    scores: Tensor | None = None
+    pooled: Tensor | None = None  # (N, T+1, D) GAP(h_t) for t = 0..T
+    step_norms: Tensor | None = None  # (N, T) ||h_{t+1} - h_t|| over the full state
+    state_norms: Tensor | None = None  # (N, T+1) ||h_t||
+    dist_to_final: Tensor | None = None  # (N, T+1) ||h_t - h_T||
+    second_diff_norms: Tensor | None = None  # (N, T-1) ||(h_{t+1} - h_t) - (h_t - h_{t-1})||, t = 1..T-1
+
+    def __post_init__(self) -> None:
+        s, z, lg, y = self.scores, self.halt_logits, self.logits, self.y
+        if s.dim() != 2 or z.shape != s.shape or lg.dim() != 3 or lg.shape[:2] != s.shape \
+                or y.shape != s.shape[:1]:
+            raise ValueError(f"a full-depth pass holds scores and halt_logits (N, T), logits (N, T, K) and "
+                             f"labels y (N,), got {tuple(s.shape)}, {tuple(z.shape)}, {tuple(lg.shape)} "
+                             f"and {tuple(y.shape)}")
 
     @property
     def steps(self) -> int:
-        return self.step_norms.shape[1]
+        return self.scores.shape[1]
 
     def __len__(self) -> int:
         return self.y.shape[0]
 
+    @property
+    def preds(self) -> Tensor:
+        return self.logits.argmax(-1)  # (N, T) predicted class at each step
 
-def _flat_norm(z: Tensor) -> Tensor:
-    return z.flatten(1).float().norm(dim=1)  # (B,)
+    @property
+    def correct(self) -> Tensor:
+        return self.preds == self.y[:, None]  # (N, T)
+
+    @property
+    def accuracy(self) -> float:
+        """Full-depth accuracy (the last step)."""
+        return self.correct[:, -1].float().mean().item()
+
+    def accuracy_per_step(self) -> list[float]:
+        return self.correct.float().mean(0).tolist()
 
 
 @torch.no_grad()
-def collect_trajectories(model: torch.nn.Module, batches, *, max_samples: int | None = None
-                         ) -> Trajectories:
-    """Run ``model`` step by step over ``batches`` (full depth) and keep its trajectories.
+def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = False, amp: bool = False,
+                    max_samples: int | None = None) -> FullDepthPass:
+    """Run ``model`` at full depth over ``batches`` ((x, y) pairs; the first ``max_samples``
+    samples), under bf16 autocast with ``amp``, and keep its ``FullDepthPass``; with
+    ``trajectories`` also the reductions of its states.
 
     Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
     batch by batch, so memory stays O(N T D) for the pooled states only (every state of a
     CIFAR-size split at once would be about 11 GB).
     """
     model.eval()
-    parts: dict[str, list[Tensor]] = {k: [] for k in Trajectories.__dataclass_fields__}
+    parts: dict[str, list[Tensor]] = defaultdict(list)
     seen = 0
     for x, y in batches:
         if max_samples is not None and seen >= max_samples:
@@ -81,11 +106,21 @@ def collect_trajectories(model: torch.nn.Module, batches, *, max_samples: int | 
         if max_samples is not None:
             x, y = x[: max_samples - seen], y[: max_samples - seen]
         states, logits, halts = [], [], []
-        for s in model.trajectory(x):
-            states.append(s.h.float())
-            if s.t:
-                logits.append(s.logits.float())
-                halts.append(s.halt_logit.float())
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
+            for s in model.trajectory(x):
+                if trajectories:
+                    states.append(s.h.float())
+                if s.t:
+                    logits.append(s.logits.float())
+                    halts.append(s.halt_logit.float())
+        halt = torch.stack(halts, 1)  # (B, T)
+        parts["scores"].append(torch.sigmoid(halt).cpu())
+        parts["halt_logits"].append(halt.cpu())
+        parts["logits"].append(torch.stack(logits, 1).cpu())  # (B, T, K)
+        parts["y"].append(y.cpu())
+        seen += len(y)
+        if not trajectories:
+            continue
         hs = torch.stack(states, 1)  # (B, T+1, *state)
         diffs = hs[:, 1:] - hs[:, :-1]  # (B, T, *state)
         b, t1 = hs.shape[:2]
@@ -95,14 +130,9 @@ def collect_trajectories(model: torch.nn.Module, batches, *, max_samples: int | 
         parts["dist_to_final"].append((hs - hs[:, -1:]).reshape(b, t1, -1).norm(dim=2).cpu())
         parts["second_diff_norms"].append(
             (diffs[:, 1:] - diffs[:, :-1]).reshape(b, t1 - 2, -1).norm(dim=2).cpu())
-        parts["logits"].append(torch.stack(logits, 1).cpu())  # (B, T, K)
-        parts["halt_logits"].append(torch.stack(halts, 1).cpu())  # (B, T)
-        parts["scores"].append(torch.sigmoid(torch.stack(halts, 1)).cpu())  # (B, T)
-        parts["y"].append(y.cpu())
-        seen += len(y)
     if seen == 0:
-        raise ValueError("collect_trajectories got no batches (an empty split?)")
-    return Trajectories(**{k: torch.cat(v) for k, v in parts.items()})
+        raise ValueError("full_depth_pass got no batches (an empty split?)")
+    return FullDepthPass(**{k: torch.cat(v) for k, v in parts.items()})
 
 
 # ---------------------------------------------------------------- scale consistency
@@ -167,7 +197,7 @@ def contraction_bound(step_norms: Tensor, dist_to_final: Tensor, kappa: Tensor) 
     return holds & (k < 1)
 
 
-def contraction_summary(traj: Trajectories) -> dict:
+def contraction_summary(traj: FullDepthPass) -> dict:
     """kappa (median and quartiles over samples), the share of samples with kappa < 1, and
     the share of samples for which the error bound holds at every step."""
     kappa = fit_contraction(traj.step_norms)

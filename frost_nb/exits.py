@@ -20,10 +20,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .analysis import FullDepthPass
 from .halting import PAPER_QUANTILES, HaltingCalibrator, exit_steps, sweep
 from .halting_rules import sorted_points
 from .inputs import check_scores, check_split, number_in
-from .training import StepOutputs, evaluate
+from .training import evaluate
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,13 @@ class DepthBudget:
 
 @dataclass
 class ExitCache:
-    """One full-depth pass over a split (``StepOutputs``) with the model's calibrator.
+    """One full-depth pass over a split (``analysis.FullDepthPass``: ``training.evaluate``, or a
+    pass the analyses recorded, read again) with the model's calibrator.
 
-    Checked on construction: scores (N, T) finite and in [0, 1], predictions (N, T), labels (N,).
+    Checked on construction: scores finite and in [0, 1] (their shapes: by the pass itself).
     """
 
-    outputs: StepOutputs
+    outputs: FullDepthPass
     calibrator: HaltingCalibrator
     label: str = ""
     _memo: dict[float, Exits] = field(default_factory=dict, repr=False)
@@ -92,11 +94,7 @@ class ExitCache:
         if not isinstance(self.calibrator, HaltingCalibrator):
             raise TypeError(f"calibrator must be a HaltingCalibrator, got "
                             f"{type(self.calibrator).__name__}")
-        scores, preds, y = self.outputs.scores, self.outputs.preds, self.outputs.y
-        if scores.dim() != 2 or preds.shape != scores.shape or y.shape != scores.shape[:1]:
-            raise ValueError(f"outputs must hold scores and preds (N, T) and labels y (N,), got "
-                             f"{tuple(scores.shape)}, {tuple(preds.shape)} and {tuple(y.shape)}")
-        check_scores(scores.detach().float().cpu().numpy(), "ExitCache: outputs.scores hold")
+        check_scores(self.outputs.scores.detach().float().cpu().numpy(), "ExitCache: outputs.scores hold")
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, calibrator: HaltingCalibrator, dataset, *,
@@ -108,19 +106,9 @@ class ExitCache:
         check_split(model, dataset, allow_other_size=allow_other_size)
         return cls(evaluate(model, dataset, batch_size=batch_size), calibrator, label)
 
-    @classmethod
-    def from_trajectories(cls, trajectories, calibrator: HaltingCalibrator, label: str = "") -> ExitCache:
-        """The cache of a full-depth pass that ``analysis.collect_trajectories`` recorded already
-        (its halting logits and class logits): no second pass where the trajectories are needed
-        anyway (notebook 05's confidence rule reads the same pass)."""
-        scores = trajectories.scores if trajectories.scores is not None \
-            else torch.sigmoid(trajectories.halt_logits)  # (N, T)
-        outputs = StepOutputs(scores=scores, preds=trajectories.logits.argmax(-1), y=trajectories.y)
-        return cls(outputs, calibrator, label)
-
     @property
     def steps(self) -> int:
-        return self.outputs.scores.shape[1]
+        return self.outputs.steps
 
     @property
     def y(self) -> Tensor:

@@ -45,7 +45,6 @@ import pandas as pd
 import torch
 
 from .analysis import (
-    collect_trajectories,
     contraction_summary,
     cosine_to_final,
     gradient_conflict,
@@ -538,17 +537,15 @@ def load_runs(runs: dict[str, RunConfig], progress: bool | None = None) -> dict[
 
 
 def run_trajectories(result, split: str = "test", max_samples: int | None = None):
-    """``analysis.collect_trajectories`` of a trained run over one split of its data set."""
+    """``model_trajectories`` of a trained run: its full-depth pass over one split, with trajectory."""
     return model_trajectories(result.model, result.config, split, max_samples)
 
 
 def model_trajectories(model, cfg: RunConfig, split: str = "test", max_samples: int | None = None):
-    """``analysis.collect_trajectories`` of ``model`` (trained under ``cfg``) over one split of
-    its data set."""
-    device = next(model.parameters()).device
-    batches = make_batches(load_split(cfg, split), cfg.train.eval_batch_size, shuffle=False,
-                           augment=False, device=device)
-    return collect_trajectories(model, batches, max_samples=max_samples)
+    """The full-depth pass with its trajectory (``training.evaluate``) of ``model`` (trained under
+    ``cfg``) over one split of its data set."""
+    return evaluate(model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size, trajectories=True,
+                    max_samples=max_samples)
 
 
 def run_rule_curves(result, model: str, count: int | None = None, test=None):

@@ -1,10 +1,11 @@
 """Halting rules of related work, applied to the same trained models (docs/method.md section 10; notebook 07).
 
-Every rule reads the per-step outputs of one full-depth pass (``analysis.Trajectories``) and
-exits each sample at the first step t in 1..T whose condition holds, else at T (as FROST's
-eq. (exit) does). A signal that is undefined at a step is NaN there, and a NaN never
-satisfies a condition, so a rule cannot fire at such a step; +-inf likewise only fires where
-the comparison with the threshold holds (a relative step of +inf never is "< eps").
+Every rule reads the per-step outputs of one full-depth pass (``analysis.FullDepthPass``, with
+its trajectory for the step sizes) and exits each sample at the first step t in 1..T whose
+condition holds, else at T (as FROST's eq. (exit) does). A signal that is undefined at a step is
+NaN there, and a NaN never satisfies a condition, so a rule cannot fire at such a step; +-inf
+likewise only fires where the comparison with the threshold holds (a relative step of +inf
+never is "< eps").
 
     rule               signal s_t at step t (t = 1..T)                              exit when
     step size          ||h_t - h_{t-1}|| / ||h_t||                                  s_t < eps
@@ -50,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .analysis import Trajectories
+from .analysis import FullDepthPass
 from .halting import HaltingCalibrator, exit_steps
 from .losses import halting_distribution
 
@@ -78,18 +79,18 @@ def _relative(norms: Tensor, state_norms: Tensor) -> Tensor:
     return norms.double() / state_norms.double()  # IEEE: 0 / 0 = NaN, x / 0 = inf
 
 
-def step_size_signal(traj: Trajectories) -> Tensor:
+def step_size_signal(traj: FullDepthPass) -> Tensor:
     """||h_t - h_{t-1}|| / ||h_t|| for t = 1..T, (N, T) float64."""
     return _relative(traj.step_norms, traj.state_norms[:, 1:])
 
 
-def second_order_signal(traj: Trajectories) -> Tensor:
+def second_order_signal(traj: FullDepthPass) -> Tensor:
     """||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})|| / ||h_t||, (N, T) float64; NaN at t = 1."""
     s = _relative(traj.second_diff_norms, traj.state_norms[:, 2:])  # (N, T-1), t = 2..T
     return torch.cat([torch.full_like(s[:, :1], math.nan), s], 1)
 
 
-def kl_signal(traj: Trajectories) -> Tensor:
+def kl_signal(traj: FullDepthPass) -> Tensor:
     """KL(softmax y_t || softmax y_{t-1}), (N, T) float64; NaN at t = 1 (there is no y_0).
     Clamped at 0 (rounding can leave -1e-17 where the two are equal)."""
     logp = F.log_softmax(traj.logits.double(), dim=-1)  # (N, T, K)
@@ -97,18 +98,18 @@ def kl_signal(traj: Trajectories) -> Tensor:
     return torch.cat([torch.full_like(kl[:, :1], math.nan), kl], 1)
 
 
-def confidence_signal(traj: Trajectories) -> Tensor:
+def confidence_signal(traj: FullDepthPass) -> Tensor:
     """max_k softmax(y_t)_k, (N, T) float64."""
     return F.softmax(traj.logits.double(), dim=-1).amax(-1)
 
 
-def ponder_signal(traj: Trajectories) -> Tensor:
+def ponder_signal(traj: FullDepthPass) -> Tensor:
     """PonderNet's cumulative halting probability 1 - prod_{s<=t} (1 - lambda_s), (N, T)
     float64 (the cumulative sum of ``losses.halting_distribution``; 1 at t = T)."""
     return halting_distribution(traj.halt_logits).double().cumsum(1)
 
 
-def frost_signal(traj: Trajectories) -> Tensor:
+def frost_signal(traj: FullDepthPass) -> Tensor:
     """FROST's halting score sigmoid(halt logit), (N, T) float32 as ``adaptive_predict`` has it."""
     return torch.sigmoid(traj.halt_logits.float())
 
@@ -116,7 +117,7 @@ def frost_signal(traj: Trajectories) -> Tensor:
 @dataclass(frozen=True)
 class Rule:
     name: str
-    signal: Callable[[Trajectories], Tensor]  # (N, T)
+    signal: Callable[[FullDepthPass], Tensor]  # (N, T)
     exits_when: str  # "below": s_t < threshold; "above": s_t > threshold
 
 
@@ -132,7 +133,7 @@ SIGNAL_RULES = ("step size", "second-order step", "KL between steps", "confidenc
 
 
 def _norms(v: Tensor) -> Tensor:
-    return v.reshape(v.shape[0], -1).norm(dim=1)  # (n,) over the whole state, as collect_trajectories
+    return v.reshape(v.shape[0], -1).norm(dim=1)  # (n,) over the whole state, as full_depth_pass
 
 
 class OnlineRule:
@@ -197,7 +198,7 @@ def _online_ponder(t, h, logits, halt, memory):
     return cumulative, (log_not_yet + F.logsigmoid(-z), cumulative)
 
 
-def _step_index(traj: Trajectories) -> Tensor:
+def _step_index(traj: FullDepthPass) -> Tensor:
     """t at step t, (N, T) float64: the fixed-depth rule's signal (exit at d: threshold d - 0.5)."""
     n, steps = traj.halt_logits.shape
     return torch.arange(1, steps + 1, dtype=torch.float64).expand(n, steps)
@@ -230,11 +231,6 @@ def rule_exits(rule: Rule, signal: Tensor, threshold: float) -> Tensor:
 
 
 # ---------------------------------------------------------------- exits and accuracy
-def correct_per_step(traj: Trajectories) -> Tensor:
-    """(N, T) bool: is the prediction of step t correct?"""
-    return traj.logits.argmax(-1) == traj.y[:, None]
-
-
 def depth_and_accuracy(depth: Tensor, correct: Tensor) -> tuple[float, float]:
     """Mean exit depth and the accuracy of the predictions made at the exit steps."""
     hit = correct.gather(1, (depth - 1)[:, None])  # (N, 1)
@@ -278,11 +274,11 @@ def _frame(rows: list[dict]):
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
-def threshold_curve(rule: Rule, val: Trajectories, test: Trajectories,
+def threshold_curve(rule: Rule, val: FullDepthPass, test: FullDepthPass,
                     thresholds: Sequence[float], model: str = ""):
     """One row per threshold: the mean depth and accuracy it gives on val and on test."""
     signals = rule.signal(val), rule.signal(test)
-    corrects = correct_per_step(val), correct_per_step(test)
+    corrects = val.correct, test.correct
     rows = []
     for thr in thresholds:
         (vd, va), (td, ta) = (depth_and_accuracy(rule_exits(rule, s, float(thr)), c)
@@ -292,7 +288,7 @@ def threshold_curve(rule: Rule, val: Trajectories, test: Trajectories,
     return _frame(rows)
 
 
-def rule_curve(rule: Rule | str, val: Trajectories, test: Trajectories, model: str = "",
+def rule_curve(rule: Rule | str, val: FullDepthPass, test: FullDepthPass, model: str = "",
                count: int = THRESHOLDS):
     """A rule's curve under the MSDNet protocol: thresholds from val's signal only, applied
     unchanged to test (``candidate_thresholds``)."""
@@ -300,24 +296,24 @@ def rule_curve(rule: Rule | str, val: Trajectories, test: Trajectories, model: s
     return threshold_curve(rule, val, test, candidate_thresholds(rule.signal(val), count), model)
 
 
-def frost_curve(val: Trajectories, test: Trajectories, calibrator: HaltingCalibrator,
+def frost_curve(val: FullDepthPass, test: FullDepthPass, calibrator: HaltingCalibrator,
                 model: str = "", quantiles: Sequence[float] = FROST_QUANTILES):
     """FROST's curve: the calibrator's tau_q (``halting.exit_steps``), rows in the order of q."""
     return threshold_curve(RULES[FROST], val, test, calibrator.thresholds(quantiles), model)
 
 
-def fixed_depth_curve(val: Trajectories, test: Trajectories, model: str = ""):
+def fixed_depth_curve(val: FullDepthPass, test: FullDepthPass, model: str = ""):
     """Every sample stops at the same step t = 1..T (``threshold`` holds t)."""
-    cv, ct = correct_per_step(val).double().mean(0), correct_per_step(test).double().mean(0)
+    cv, ct = val.correct.double().mean(0), test.correct.double().mean(0)
     return _frame([{"rule": FIXED, "model": model, "threshold": float(t + 1),
                     "val_mean_depth": float(t + 1), "val_accuracy": cv[t].item(),
                     "mean_depth": float(t + 1), "accuracy": ct[t].item()} for t in range(len(ct))])
 
 
-def oracle_curve(test: Trajectories, model: str = "", per_step: int = 4):
+def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 4):
     """The oracle's bound on test at mean depths 1, 1 + 1/per_step, ..., T, and the oracle's own
     point (earliest correct step, else T). An upper bound, not a rule: no threshold, no val."""
-    correct = correct_per_step(test)
+    correct = test.correct
     steps = correct.shape[1]
     depths = np.linspace(1.0, steps, per_step * (steps - 1) + 1)
     point, _ = depth_and_accuracy(oracle_exits(correct), correct)  # on the bound's flat end
@@ -329,7 +325,7 @@ def oracle_curve(test: Trajectories, model: str = "", per_step: int = 4):
                    for i in order])
 
 
-def model_curves(val: Trajectories, test: Trajectories, model: str = "", *,
+def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
                  calibrator: HaltingCalibrator | None = None, ponder: bool = False,
                  count: int = THRESHOLDS):
     """Every curve of one model: the signal rules, FROST's (given its ranking-trained calibrator),

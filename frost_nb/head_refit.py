@@ -38,9 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .analysis import Trajectories, collect_trajectories
+from .analysis import FullDepthPass
 from .config import LossConfig
-from .data import make_batches
 from .experiments import READING_EXPERIMENTS, grid, load_runs, require_trained
 from .halting import HaltingCalibrator
 from .halting_rules import (
@@ -59,7 +58,7 @@ from .halting_rules import (
 )
 from .losses import ranking_losses, step_losses
 from .runs import run_name
-from .training import load_split
+from .training import evaluate, load_split
 
 GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
                                                 "per-step pairs, LayerNorm", "correctness (BCE)")
@@ -92,7 +91,7 @@ class StepFeatures:
     y: Tensor  # (N,)
 
     @classmethod
-    def of(cls, traj: Trajectories) -> StepFeatures:
+    def of(cls, traj: FullDepthPass) -> StepFeatures:
         return cls(traj.pooled[:, 1:].float(), traj.logits.float(), traj.y)
 
     @property
@@ -194,16 +193,15 @@ def calibrate(train_logits: Tensor, val_logits: Tensor, k: int = 200) -> Halting
     return HaltingCalibrator(k).update(torch.sigmoid(train_logits)).update(torch.sigmoid(val_logits))
 
 
-def with_halt_logits(traj: Trajectories, halt_logits: Tensor) -> Trajectories:
-    """``traj`` with another head's halting logits (N, T) in place of the trained head's."""
-    if halt_logits.shape != traj.halt_logits.shape:
-        raise ValueError(f"halt_logits must be {tuple(traj.halt_logits.shape)}, "
-                         f"got {tuple(halt_logits.shape)}")
-    return dataclasses.replace(traj, halt_logits=halt_logits.float())
+def with_halt_logits(traj: FullDepthPass, halt_logits: Tensor) -> FullDepthPass:
+    """``traj`` with another head's halting logits (N, T) and their scores in place of the
+    trained head's (a shape other than (N, T) is refused by the pass)."""
+    z = halt_logits.float()
+    return dataclasses.replace(traj, halt_logits=z, scores=torch.sigmoid(z))
 
 
 # ---------------------------------------------------------------- curves and the verdict
-def refit_curves(val: Trajectories, test: Trajectories, trained: HaltingCalibrator,
+def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibrator,
                  refits: dict[str, tuple[Tensor, Tensor, HaltingCalibrator]], model: str = ""):
     """Every curve of one backbone (``halting_rules.CURVE_COLUMNS``; ``rule`` names the head):
     the trained head with its own calibrator, each refit ``name -> (val logits, test logits,
@@ -253,18 +251,16 @@ def subsample(dataset, count: int, seed: int = 0):
     return dataclasses.replace(dataset, x=dataset.x[idx], y=dataset.y[idx])
 
 
-def backbone_trajectories(result, train_samples: int = TRAIN_SAMPLES) -> dict[str, Trajectories]:
+def backbone_trajectories(result, train_samples: int = TRAIN_SAMPLES) -> dict[str, FullDepthPass]:
     """Full-depth trajectories of a trained run (``TrainResult``) on a seeded subsample of its
     training split (no augmentation, eval mode) and on its whole held-out and test splits."""
     cfg = result.config
-    device = next(result.model.parameters()).device
     out = {}
     for split in ("train", "val", "test"):
         ds = load_split(cfg, split)
         if split == "train":
             ds = subsample(ds, train_samples, cfg.data.split_seed)
-        batches = make_batches(ds, cfg.train.eval_batch_size, shuffle=False, augment=False, device=device)
-        out[split] = collect_trajectories(result.model, batches)
+        out[split] = evaluate(result.model, ds, batch_size=cfg.train.eval_batch_size, trajectories=True)
     return out
 
 

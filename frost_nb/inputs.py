@@ -168,7 +168,7 @@ def check_split(model: torch.nn.Module, dataset: Any, *, allow_other_size: bool 
     if not isinstance(dataset, ImageData):
         raise TypeError(f"dataset must be an ImageData split (frost_nb.data.load_dataset or "
                         f"training.load_split), got {type(dataset).__name__}; for a tensor of "
-                        f"images use halting.adaptive_predict or training.collect_outputs")
+                        f"images use halting.adaptive_predict or analysis.full_depth_pass")
     what = f"the {dataset.name} {dataset.split} split"
     if dataset.x is None:  # folder set: its transforms give info.image_size
         info = dataset.info

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from .analysis import gradient_conflict
+from .analysis import FullDepthPass, full_depth_pass, gradient_conflict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, stored_config
 from .config import ConfigError, RunConfig, config_difference
 from .data import load_dataset, make_batches
@@ -157,51 +157,16 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, los
     optimizer.step()
 
 
-@dataclass
-class StepOutputs:
-    """Per-sample, per-step outputs of the full-depth model over a split (on the CPU)."""
-
-    scores: torch.Tensor  # (N, T) halting scores sigmoid(halt_logits)
-    preds: torch.Tensor  # (N, T) predicted class at each step
-    y: torch.Tensor  # (N,)
-
-    @property
-    def correct(self) -> torch.Tensor:
-        return self.preds == self.y[:, None]  # (N, T)
-
-    @property
-    def accuracy(self) -> float:
-        """Full-depth accuracy (the last step)."""
-        return self.correct[:, -1].float().mean().item()
-
-    def accuracy_per_step(self) -> list[float]:
-        return self.correct.float().mean(0).tolist()
-
-
-@torch.no_grad()
-def collect_outputs(model: torch.nn.Module, batches, *, amp: bool = False) -> StepOutputs:
-    """Run the full-depth model over ``batches`` and keep per-step scores and predictions."""
-    model.eval()
-    scores, preds, ys = [], [], []
-    for x, y in batches:
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
-            out = model(x)
-        scores.append(torch.sigmoid(out.halt_logits.float()).cpu())  # (B, T)
-        preds.append(out.logits.argmax(-1).cpu())  # (B, T)
-        ys.append(y.cpu())
-    return StepOutputs(torch.cat(scores), torch.cat(preds), torch.cat(ys))
-
-
 def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512,
-             device: torch.device | str | None = None, amp: bool = False,
-             num_workers: int = 0) -> StepOutputs:
-    """Full-depth outputs of ``model`` on an ImageData split (no augmentation), on ``device``
-    (default: where the model's weights are), under bf16 autocast with ``amp``."""
+             device: torch.device | str | None = None, amp: bool = False, num_workers: int = 0,
+             trajectories: bool = False, max_samples: int | None = None) -> FullDepthPass:
+    """``analysis.full_depth_pass`` of ``model`` over an ImageData split (no augmentation), on
+    ``device`` (default: where the model's weights are), under bf16 autocast with ``amp``."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model.to(device)
     batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=device,
                            num_workers=num_workers)
-    return collect_outputs(model, batches, amp=amp)
+    return full_depth_pass(model, batches, trajectories=trajectories, amp=amp, max_samples=max_samples)
 
 
 @dataclass
@@ -385,7 +350,7 @@ class Trainer:
         model.eval()
         return TrainResult(model, self.calibrator, history, metrics, cfg, self.checkpoint)
 
-    def _outputs(self, dataset) -> StepOutputs:
+    def _outputs(self, dataset) -> FullDepthPass:
         return evaluate(self.model, dataset, batch_size=self.config.train.eval_batch_size,
                         amp=self.amp, num_workers=self.config.train.num_workers)
 

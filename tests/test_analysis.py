@@ -7,11 +7,11 @@ import torch
 
 from frost_nb.analysis import (
     adjacent_similarity,
-    collect_trajectories,
     contraction_bound,
     contraction_summary,
     cosine_to_final,
     fit_contraction,
+    full_depth_pass,
     gradient_conflict,
     jacobian_norms,
     jacobian_summary,
@@ -40,7 +40,7 @@ def _batches(n=12, seed=0, size=8, batch=5):
 def test_trajectories_equal_the_forward_pass(name):
     model = _model(name).eval()
     batches = _batches()
-    traj = collect_trajectories(model, batches)
+    traj = full_depth_pass(model, batches, trajectories=True)
     x = torch.cat([b[0] for b in batches])
     with torch.no_grad():
         out = model(x, return_states=True)
@@ -57,7 +57,7 @@ def test_trajectories_equal_the_forward_pass(name):
 
 
 def test_trajectories_stop_at_max_samples():
-    traj = collect_trajectories(_model(), _batches(), max_samples=7)
+    traj = full_depth_pass(_model(), _batches(), trajectories=True, max_samples=7)
     assert len(traj) == 7 and traj.pooled.shape[:2] == (7, 6)
 
 
@@ -118,7 +118,7 @@ def test_expanding_steps_never_satisfy_the_bound():
 
 
 def test_contraction_summary_on_a_model():
-    s = contraction_summary(collect_trajectories(_model(), _batches()))
+    s = contraction_summary(full_depth_pass(_model(), _batches(), trajectories=True))
     assert s["kappa_q25"] <= s["kappa"] <= s["kappa_q75"]
     assert 0 <= s["contracting"] <= 1 and 0 <= s["bound_holds"] <= s["contracting"]
 

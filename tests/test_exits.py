@@ -3,15 +3,17 @@ widget redraws from the caches alone."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
+from frost_nb.analysis import full_depth_pass
 from frost_nb.config import make_config
 from frost_nb.exits import ExitCache, summarise_sweeps, versus_fixed_depth
 from frost_nb.halting import HaltingCalibrator, adaptive_predict
 from frost_nb.models import create_model
-from frost_nb.training import collect_outputs
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +22,7 @@ def model_and_cache():
     torch.manual_seed(0)
     model = create_model(make_config("smoke").model).eval()
     x, y = torch.randn(96, 1, 8, 8), torch.randint(0, 10, (96,))
-    outputs = collect_outputs(model, [(x[:50], y[:50]), (x[50:], y[50:])])
+    outputs = full_depth_pass(model, [(x[:50], y[:50]), (x[50:], y[50:])])
     calibrator = HaltingCalibrator(200)
     calibrator.update(outputs.scores)
     return model, x, y, ExitCache(outputs, calibrator, "smoke")
@@ -161,13 +163,11 @@ def _split(x: torch.Tensor):
                      [str(c) for c in range(10)], "digits", "test", "synthetic")
 
 
-def test_a_cache_from_trajectories_is_the_cache_of_the_model(model_and_cache):
+def test_a_cache_of_a_pass_with_trajectories_is_the_cache_of_the_model(model_and_cache):
     """The same pass read twice: scores and predictions equal to the last bit, so the exits too."""
-    from frost_nb.analysis import collect_trajectories
-
     model, x, y, cache = model_and_cache
-    traj = collect_trajectories(model, [(x[:50], y[:50]), (x[50:], y[50:])])
-    again = ExitCache.from_trajectories(traj, cache.calibrator, "smoke")
+    traj = full_depth_pass(model, [(x[:50], y[:50]), (x[50:], y[50:])], trajectories=True)
+    again = ExitCache(traj, cache.calibrator, "smoke")
     assert torch.equal(again.outputs.scores, cache.outputs.scores)
     assert torch.equal(again.outputs.preds, cache.outputs.preds) and torch.equal(again.y, cache.y)
     assert torch.equal(again.at(0.5).depth, cache.at(0.5).depth)
@@ -193,15 +193,13 @@ def test_from_model_checks_that_the_split_fits_the_model(model_and_cache):
 
 
 def test_cache_construction_refuses_bad_scores_and_shapes(model_and_cache):
-    from frost_nb.training import StepOutputs
-
     outputs, calibrator = model_and_cache[3].outputs, model_and_cache[3].calibrator
     scores = outputs.scores.clone()
     scores[3, 1] = float("nan")  # used to read as "never exits": full depth for that sample
     with pytest.raises(ValueError, match="ExitCache: outputs.scores hold 1 NaN"):
-        ExitCache(StepOutputs(scores, outputs.preds, outputs.y), calibrator)
+        ExitCache(dataclasses.replace(outputs, scores=scores), calibrator)
     with pytest.raises(ValueError, match=r"labels y \(N,\)"):
-        ExitCache(StepOutputs(outputs.scores, outputs.preds, outputs.y[:5]), calibrator)
+        ExitCache(dataclasses.replace(outputs, y=outputs.y[:5]), calibrator)
     with pytest.raises(TypeError, match="HaltingCalibrator"):
         ExitCache(outputs, calibrator.to_bytes())
 

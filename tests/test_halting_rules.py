@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from frost_nb.analysis import Trajectories
+from frost_nb.analysis import FullDepthPass
 from frost_nb.halting import HaltingCalibrator, exit_steps
 from frost_nb.halting_rules import (
     CURVE_COLUMNS,
@@ -21,7 +21,6 @@ from frost_nb.halting_rules import (
     candidate_thresholds,
     collapsed,
     confidence_signal,
-    correct_per_step,
     curve_auc,
     depth_to_reach,
     fixed_depth_curve,
@@ -44,9 +43,9 @@ T = 4
 
 def _traj(n=2, t=T, k=3, *, step_norms=None, state_norms=None, second=None, logits=None,
           halt=None, y=None, seed=0):
-    """Trajectories with the given fields; the others random (seeded) or neutral."""
+    """A full-depth pass with its trajectory, the given fields; the others random (seeded) or neutral."""
     g = torch.Generator().manual_seed(seed)
-    return Trajectories(
+    fields = dict(  # drawn in this order
         pooled=torch.zeros(n, t + 1, 2),
         step_norms=(torch.rand(n, t, generator=g) if step_norms is None
                     else torch.as_tensor(step_norms).float()),
@@ -58,6 +57,7 @@ def _traj(n=2, t=T, k=3, *, step_norms=None, state_norms=None, second=None, logi
         logits=torch.randn(n, t, k, generator=g) if logits is None else torch.as_tensor(logits).float(),
         halt_logits=torch.randn(n, t, generator=g) if halt is None else torch.as_tensor(halt).float(),
         y=torch.zeros(n, dtype=torch.int64) if y is None else torch.as_tensor(y))
+    return FullDepthPass(scores=torch.sigmoid(fields["halt_logits"]), **fields)
 
 
 def _exits(name, traj, thr):
@@ -154,7 +154,7 @@ def test_oracle_exits_at_the_earliest_correct_step():
     # y = 0; predictions per step: sample 0 right from step 3, sample 1 at step 1 only, sample 2 never
     right, wrong = [5.0, 0.0], [0.0, 5.0]
     traj = _traj(logits=[[wrong, wrong, right, wrong], [right, wrong, wrong, wrong], [wrong] * 4], n=3, k=2)
-    correct = correct_per_step(traj)
+    correct = traj.correct
     assert oracle_exits(correct).tolist() == [3, 1, T]
     curve = oracle_curve(traj)
     point = curve[np.isclose(curve["mean_depth"], (3 + 1 + T) / 3)]
@@ -183,7 +183,7 @@ def test_no_rule_beats_the_oracle():
     cal = HaltingCalibrator(200).update(torch.sigmoid(val.halt_logits))
     curves = model_curves(val, test, "m", calibrator=cal, ponder=True)
     rules = curves[~curves["rule"].isin(["oracle"])]
-    bound = oracle_accuracy_at(correct_per_step(test), rules["mean_depth"].to_numpy())
+    bound = oracle_accuracy_at(test.correct, rules["mean_depth"].to_numpy())
     assert (rules["accuracy"].to_numpy() <= bound + 1e-12).all()
     assert set(curves["rule"]) == {*SIGNAL_RULES, "ponder", "frost", "fixed depth", "oracle"}
 
@@ -217,7 +217,7 @@ def test_fixed_depth_curve_ends_at_full_depth_accuracy():
     val, test = _traj(n=20, seed=9), _traj(n=20, seed=10)
     curve = fixed_depth_curve(val, test, "m")
     assert curve["mean_depth"].tolist() == [1.0, 2.0, 3.0, 4.0]
-    assert curve["accuracy"].iloc[-1] == correct_per_step(test)[:, -1].double().mean().item()
+    assert curve["accuracy"].iloc[-1] == test.correct[:, -1].double().mean().item()
 
 
 # --- AUC, depth to reach, summary ------------------------------------------------------------
@@ -295,7 +295,7 @@ def test_rules_on_a_tiny_trained_model():
         c = curves[curves["rule"] == rule]
         assert c["mean_depth"].max() == cfg.model.steps
     rules = curves[curves["rule"] != "oracle"]
-    bound = oracle_accuracy_at(correct_per_step(test), rules["mean_depth"].to_numpy())
+    bound = oracle_accuracy_at(test.correct, rules["mean_depth"].to_numpy())
     assert (rules["accuracy"].to_numpy() <= bound + 1e-12).all()
     table = summary(curves, cfg.model.steps)
     assert len(table) == len(SIGNAL_RULES) + 3 and table["auc"].between(0, 1).all()
@@ -318,13 +318,13 @@ def test_online_rules_exit_where_the_offline_rules_do(backbone):
     """Every rule run inside adaptive_predict (its signal on the rows still running, its memory
     compacted with them) exits each sample at the step the offline rule finds in a full-depth pass,
     and returns that step's logits, with and without compaction."""
-    from frost_nb.analysis import collect_trajectories
+    from frost_nb.analysis import full_depth_pass
     from frost_nb.halting import adaptive_predict
     from frost_nb.halting_rules import FIXED, FIXED_RULE, OnlineRule
 
     model, x = _smoke_model_and_images(backbone)
     y = torch.zeros(len(x), dtype=torch.int64)
-    traj = collect_trajectories(model, [(x, y)])
+    traj = full_depth_pass(model, [(x, y)], trajectories=True)
     for rule in (*RULES.values(), FIXED_RULE):
         signal = rule.signal(traj)
         thresholds = [2.5, 4.5] if rule.name == FIXED else candidate_thresholds(signal, 4)[1:-1]
@@ -349,13 +349,13 @@ def test_online_rules_exit_where_the_offline_rules_do(backbone):
 
 
 def test_rule_throughput_reports_each_setting_with_its_spread():
-    from frost_nb.analysis import collect_trajectories
+    from frost_nb.analysis import full_depth_pass
     from frost_nb.complexity import rule_settings, rule_throughput
     from frost_nb.halting_rules import FIXED
 
     model, x = _smoke_model_and_images()
     y = torch.randint(0, 10, (len(x),))
-    val = collect_trajectories(model, [(x, y)])
+    val = full_depth_pass(model, [(x, y)], trajectories=True)
     calibrator = HaltingCalibrator()
     calibrator.update(torch.sigmoid(val.halt_logits))
     settings = rule_settings(val, [FIXED, "frost", "confidence"], calibrator=calibrator, count=3)
