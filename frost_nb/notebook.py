@@ -30,10 +30,6 @@ class ParameterError(ValueError):
     """A notebook or command-line parameter is wrong; the message names it."""
 
 
-def _datasets() -> tuple[str, ...]:
-    return tuple(DATASETS)
-
-
 # Upper bounds of the count parameters: past them a value is a typo, not a setting (unchecked,
 # examples=-3 drew a 50,902 px wide figure in notebook 05)
 SEEDS_MAX = 10  # seeds per model family: each one trains every family again
@@ -67,8 +63,8 @@ def sections_suffix(sections: tuple[str, ...]) -> str:
 # on a value of the right type; a notebook's parameters cell annotates each parameter with one of
 # these types (tests/test_notebook_params.py holds the two together).
 _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
-    "dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
-    "collapse_dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
+    "dataset": (str, lambda v: v in DATASETS, "one of the data sets {choices}"),
+    "collapse_dataset": (str, lambda v: v in DATASETS, "one of the data sets {choices}"),
     "model": (str, lambda v: v in MODELS, f"one of {MODELS}"),
     "backbone": (str, lambda v: v in BACKBONES, f"one of {BACKBONES}"),
     "size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
@@ -90,7 +86,7 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
                    f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
     "repeats": (int, lambda v: 1 <= v <= REPEATS_MAX, f"a number of timed rounds from 1 to {REPEATS_MAX}"),
-    "throughput_dataset": (str, lambda v: v in _datasets(), "one of the data sets {choices}"),
+    "throughput_dataset": (str, lambda v: v in DATASETS, "one of the data sets {choices}"),
     "throughput_samples": (int, lambda v: v >= 1, "a positive number of test images"),
     "throughput_repeats": (int, lambda v: 1 <= v <= REPEATS_MAX,
                            f"a number of timed rounds from 1 to {REPEATS_MAX}"),
@@ -116,11 +112,8 @@ def output_suffix(notebook: str, dataset: str | None = None, reading: str = "ado
     >>> output_suffix("05", "cifar100", size="cifar"), output_suffix("05", "digits", size="smoke")
     ('_cifar', '_digits_smoke')
     """
-    validate_params(reading=reading)
-    if dataset is not None:
-        validate_params(dataset=dataset)
-    if size is not None:
-        validate_params(size=size)
+    given = {"dataset": dataset, "size": size}
+    validate_params(reading=reading, **{k: v for k, v in given.items() if v is not None})
     other = dataset is not None and dataset != COMMITTED_DATASETS.get(notebook, dataset)
     return (f"_{dataset}" if other else "") + (f"_{size}" if size not in (None, COMMITTED_SIZE) else "") \
         + ("" if reading == "adopted" else "_residual")
@@ -145,12 +138,9 @@ def validate_params(**params: Any) -> dict[str, Any]:
         if name not in _RULES:
             raise ParameterError(f"unknown parameter {name!r}; known: {sorted(_RULES)}")
         kind, ok, expected = _RULES[name]
-        expected = expected.format(choices=_datasets())
-        if isinstance(value, bool) and kind is not bool:
-            ok_type = False  # True is an int to Python, never an epoch count to us
-        else:
-            ok_type = isinstance(value, kind)
-        if not ok_type:
+        expected = expected.format(choices=tuple(DATASETS))
+        # True is an int to Python, never an epoch count to us
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
             raise ParameterError(f"parameter {name}={value!r} is invalid: expected {expected}, "
                                  f"not a {type(value).__name__}")
         if not ok(value):
@@ -307,10 +297,8 @@ def _close(a: Any, b: Any) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
     if isinstance(a, float) or isinstance(b, float):
-        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) \
-                or not isinstance(b, (int, float)):
-            return False
-        return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+        return numbers and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
     return a == b
 
 
@@ -382,9 +370,6 @@ def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2
 def strip_execution_metadata(path) -> bool:
     """Drop the per-cell run timestamps (and any papermill metadata) that executing a notebook
     adds, so that committed notebooks differ only where their outputs do. True if it changed."""
-    import json
-    from pathlib import Path
-
     path = Path(path)
     nb = json.loads(path.read_text())
     changed = nb.get("metadata", {}).pop("papermill", None) is not None

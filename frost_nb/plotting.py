@@ -12,22 +12,19 @@ import numpy as np
 from .halting_rules import sorted_points
 
 
-def _smooth(values: Sequence[float], window: int) -> np.ndarray:
-    """Moving average for display (training curves are noisy per step)."""
-    v = np.asarray(values, dtype=float)
-    if window <= 1 or len(v) < window:
-        return v
-    kernel = np.ones(window) / window
-    return np.convolve(v, kernel, mode="valid")
+def _smooth(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Moving average over a fiftieth of the series for display (training curves are noisy per
+    step), with the x values it lines up with."""
+    x, y = np.asarray(x), np.asarray(y, dtype=float)
+    w = max(1, len(y) // 50)
+    if w == 1:
+        return x, y
+    return x[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid")
 
 
-def _window(n: int) -> int:
-    return max(1, n // 50)
-
-
-def _finish(fig: plt.Figure, ax) -> plt.Figure:
-    """A small legend and a tight layout: the common last lines of a one-axes figure."""
-    ax.legend(fontsize=7)
+def _finish(fig: plt.Figure, ax, fontsize: int | None = 7) -> plt.Figure:
+    """A legend (small by default) and a tight layout: the common last lines of a one-axes figure."""
+    ax.legend(fontsize=fontsize)
     fig.tight_layout()
     return fig
 
@@ -35,14 +32,12 @@ def _finish(fig: plt.Figure, ax) -> plt.Figure:
 def plot_training(history: dict[str, Any], title: str = "") -> plt.Figure:
     """Loss per step, training accuracy per step and held-out accuracy per epoch."""
     steps, epochs = history["steps"], history["epochs"]
-    w = _window(len(steps["step"]))
-    x = np.asarray(steps["step"])[w - 1:] if w > 1 else np.asarray(steps["step"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
-    ax1.plot(x, _smooth(steps["loss"], w), label="total")
-    ax1.plot(x, _smooth(steps["task"], w), label="task (final step)")
+    ax1.plot(*_smooth(steps["step"], steps["loss"]), label="total")
+    ax1.plot(*_smooth(steps["step"], steps["task"]), label="task (final step)")
     ax1.set(xlabel="optimiser step", ylabel="loss", yscale="log")
     ax1.legend()
-    ax2.plot(x, _smooth(steps["accuracy"], w), label="train batch (final step)")
+    ax2.plot(*_smooth(steps["step"], steps["accuracy"]), label="train batch (final step)")
     # optimiser steps per epoch from the last step logged, not from the number of entries: a lean
     # export (checkpoint.export_lean) keeps only some steps of the series
     per_epoch = float(np.asarray(steps["step"])[-1]) / max(1, len(epochs["epoch"]))
@@ -64,18 +59,14 @@ def plot_alpha(history: dict[str, Any], title: str = "") -> plt.Figure:
         ax.plot(steps["step"], steps["hurst"], label="H")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="optimiser step", ylabel="value", title=title or "alpha over training")
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, fontsize=None)
 
 
 def _halting_scores_on(ax, history: dict[str, Any], title: str) -> None:
     steps = history["steps"]
-    w = _window(len(steps["step"]))
-    x = np.asarray(steps["step"])[w - 1:] if w > 1 else np.asarray(steps["step"])
-    ax.plot(x, _smooth(steps["easy_score"], w), label="easy set")
-    ax.plot(x, _smooth(steps["hard_score"], w), label="hard set")
-    ax.plot(x, _smooth(steps["threshold_median"], w), label="median threshold (KLL)", ls="--")
+    ax.plot(*_smooth(steps["step"], steps["easy_score"]), label="easy set")
+    ax.plot(*_smooth(steps["step"], steps["hard_score"]), label="hard set")
+    ax.plot(*_smooth(steps["step"], steps["threshold_median"]), label="median threshold (KLL)", ls="--")
     ax.set(xlabel="optimiser step", ylabel="halting score", ylim=(0, 1), title=title)
 
 
@@ -83,9 +74,7 @@ def plot_halting_scores(history: dict[str, Any], title: str = "") -> plt.Figure:
     """Mean halting score of the easy and hard sets and the median threshold: figure 2."""
     fig, ax = plt.subplots(figsize=(5, 3.4))
     _halting_scores_on(ax, history, title or "halting scores over training")
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, fontsize=None)
 
 
 def plot_halting_panels(histories: dict[str, dict[str, Any]], title: str = "") -> plt.Figure:
@@ -107,11 +96,8 @@ def plot_series(histories: dict[str, dict[str, Any]], key: str, section: str = "
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for label, history in histories.items():
         part = history[section]
-        x, y = np.asarray(part["step"]), np.asarray(part[key], dtype=float)
-        if smooth:
-            w = _window(len(y))
-            x, y = (x[w - 1:] if w > 1 else x), _smooth(y, w)
-        ax.plot(x, y, label=label)
+        x, y = part["step"], np.asarray(part[key], dtype=float)
+        ax.plot(*(_smooth(x, y) if smooth else (x, y)), label=label)
     if hline is not None:
         ax.axhline(hline, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="optimiser step", ylabel=ylabel or key, title=title or key)
@@ -179,8 +165,7 @@ def plot_similarity_matrices(matrices: dict[str, Any], title: str = "") -> plt.F
         im = ax.imshow(m, vmin=-1, vmax=1, cmap="RdBu_r", origin="upper")
         ax.set(title=label, xlabel="step t", ylabel="step s")
         ticks = np.arange(0, m.shape[0], max(1, m.shape[0] // 4))
-        ax.set_xticks(ticks)
-        ax.set_yticks(ticks)
+        ax.set(xticks=ticks, yticks=ticks)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean cosine")
     fig.suptitle(title or "step-by-step similarity of the pooled states (h_0 .. h_T)")
     return fig

@@ -35,6 +35,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from . import paper
 from .checkpoint import CheckpointError, checkpoint_file, load_checkpoint
 from .config import LEAKY_UPDATES, ConfigError, LossConfig, RunConfig, make_config
@@ -82,9 +84,6 @@ class Metrics:
     def names(self, pattern: str) -> list[str]:
         """Stems of the JSON files matching ``pattern`` (a glob without ``.json``), sorted."""
         return sorted(p.stem for p in self.folder.glob(f"{pattern}.json"))
-
-    def csvs(self, pattern: str) -> list[Path]:
-        return sorted(self.folder.glob(f"{pattern}.csv"))
 
     # -- the run behind a number, and its update form --------------------------------------
 
@@ -215,16 +214,6 @@ def _mean(values) -> float:
     return sum(values) / len(values)
 
 
-def _interp(x: float, xs: list[float], ys: list[float]) -> float:
-    """Piecewise-linear interpolation, clamped at the ends (np.interp without numpy)."""
-    if x <= xs[0]:
-        return ys[0]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return ys[-1]
-
-
 def _by(rows: list[dict], key: str) -> dict[Any, list[dict]]:
     out: dict[Any, list[dict]] = {}
     for r in rows:
@@ -246,28 +235,25 @@ def table1_scale_consistency(m: Metrics) -> list[dict]:
     """Two parts: (a) frost above basic_ssm at every step of TABLE1_EARLY (mean over seeds);
     (b) frost above vanilla at step TABLE1_CONVERGED (weight tying makes the direction
     converge). Both -> reproduced, one -> partly, none -> not."""
-    return [row for name in m.names("02_scale_consistency*") for row in _table1_scale_consistency(m, m.json(name))]
-
-
-def _table1_scale_consistency(m: Metrics, d: dict) -> list[dict]:
-    keys = {(r["model"], r["seed"]): r.get("key") for r in d["runs"]}
-    curve = {label: {t: _mean(r["mean"] for r in rows_t) for t, rows_t in _by(rows, "step").items()}
-             for label, rows in _by(d["table1"], "model").items()}
     at = paper.TABLE1_STEPS.index(TABLE1_SHOWN)
     p_frost, p_basic = paper.TABLE1["frost"][at][0], paper.TABLE1["basic_ssm"][at][0]
     rows = []
-    for label, c in curve.items():
-        cfgs = [m.config_of(k, size=d["size"], dataset=d["dataset"])
-                for (lab, _), k in keys.items() if lab == label]
-        if not cfgs or not all(_is_frost_method(cfg) for cfg in cfgs):
-            continue
-        basic, vanilla = curve["basic_ssm"], curve["vanilla"]
-        above_basic = all(c[t] > basic[t] for t in TABLE1_EARLY)
-        above_vanilla = c[TABLE1_CONVERGED] > vanilla[TABLE1_CONVERGED]
-        rows.append(_row("Table 1: frost more scale-consistent than basic_ssm (cos at t = 3)",
-                         reading(cfgs[0]), d["dataset"], f"{p_frost:.2f} vs {p_basic:.2f}",
-                         f"{c[TABLE1_SHOWN]:.2f} vs {basic[TABLE1_SHOWN]:.2f}",
-                         _grade(above_basic + above_vanilla, 2), "02"))
+    for d in map(m.json, m.names("02_scale_consistency*")):
+        keys = {(r["model"], r["seed"]): r.get("key") for r in d["runs"]}
+        curve = {label: {t: _mean(r["mean"] for r in rows_t) for t, rows_t in _by(rows, "step").items()}
+                 for label, rows in _by(d["table1"], "model").items()}
+        for label, c in curve.items():
+            cfgs = [m.config_of(k, size=d["size"], dataset=d["dataset"])
+                    for (lab, _), k in keys.items() if lab == label]
+            if not cfgs or not all(_is_frost_method(cfg) for cfg in cfgs):
+                continue
+            basic, vanilla = curve["basic_ssm"], curve["vanilla"]
+            above_basic = all(c[t] > basic[t] for t in TABLE1_EARLY)
+            above_vanilla = c[TABLE1_CONVERGED] > vanilla[TABLE1_CONVERGED]
+            rows.append(_row("Table 1: frost more scale-consistent than basic_ssm (cos at t = 3)",
+                             reading(cfgs[0]), d["dataset"], f"{p_frost:.2f} vs {p_basic:.2f}",
+                             f"{c[TABLE1_SHOWN]:.2f} vs {basic[TABLE1_SHOWN]:.2f}",
+                             _grade(above_basic + above_vanilla, 2), "02"))
     return rows
 
 
@@ -280,20 +266,18 @@ BOUND_SHARE = 0.9  # "holds" when the bound holds for at least 90% of the sample
 def contraction_kappa(m: Metrics) -> list[dict]:
     """Two parts: (a) median kappa (mean over seeds) below KAPPA_CONTRACTS; (b) the bound holds
     for at least BOUND_SHARE of the samples. Both -> reproduced, one -> partly, none -> not."""
-    return [row for name in m.names("02_scale_consistency*") for row in _contraction_kappa(m, m.json(name))]
-
-
-def _contraction_kappa(m: Metrics, d: dict) -> list[dict]:
-    keys = {(r["model"], r["seed"]): r.get("key") for r in d["runs"]}
     rows = []
-    for label, runs in _by(d["kappa"], "model").items():
-        cfgs = [m.config_of(keys.get((label, r["seed"])), size=d["size"], dataset=d["dataset"]) for r in runs]
-        if not all(_is_frost_method(cfg) for cfg in cfgs):
-            continue
-        kappa, bound = _mean(r["kappa"] for r in runs), _mean(r["bound_holds"] for r in runs)
-        rows.append(_row("Appendix B: the steps contract (kappa < 1, error bound holds)", reading(cfgs[0]),
-                         d["dataset"], "< 1", f"{kappa:.3f} (bound {bound:.0%})",
-                         _grade((kappa < KAPPA_CONTRACTS) + (bound >= BOUND_SHARE), 2), "02"))
+    for d in map(m.json, m.names("02_scale_consistency*")):
+        keys = {(r["model"], r["seed"]): r.get("key") for r in d["runs"]}
+        for label, runs in _by(d["kappa"], "model").items():
+            cfgs = [m.config_of(keys.get((label, r["seed"])), size=d["size"], dataset=d["dataset"])
+                    for r in runs]
+            if not all(_is_frost_method(cfg) for cfg in cfgs):
+                continue
+            kappa, bound = _mean(r["kappa"] for r in runs), _mean(r["bound_holds"] for r in runs)
+            rows.append(_row("Appendix B: the steps contract (kappa < 1, error bound holds)",
+                             reading(cfgs[0]), d["dataset"], "< 1", f"{kappa:.3f} (bound {bound:.0%})",
+                             _grade((kappa < KAPPA_CONTRACTS) + (bound >= BOUND_SHARE), 2), "02"))
     return rows
 
 
@@ -307,25 +291,22 @@ def minkowski_dimension(m: Metrics) -> list[dict]:
     more than DIMENSION_TOLERANCE; (b) those baselines within 2 x DIMENSION_TOLERANCE of the
     Koch curve's dimension. Both -> reproduced, one -> partly, none -> not. Without a validated
     estimator (a validation row off by more than DIMENSION_TOLERANCE) no row is given."""
-    return [row for name in m.names("03_minkowski*") for row in _minkowski_dimension(m, m.json(name))]
-
-
-def _minkowski_dimension(m: Metrics, d: dict) -> list[dict]:
-    if any(abs(v["error"]) > DIMENSION_TOLERANCE for v in d.get("validation", [])):
-        return []
-    dims = {r["model"]: r["box dimension"] for r in d["models"]}
-    baselines = [dims[b] for b in ("vanilla", "basic_ssm") if b in dims]
     rows = []
-    for label, dim in dims.items():
-        cfg = m.config_of(grid="families", label=label, size=d["size"], dataset=d["dataset"],
-                          reading=d.get("reading", "residual"))
-        if not _is_frost_method(cfg) or not baselines:
+    for d in map(m.json, m.names("03_minkowski*")):
+        if any(abs(v["error"]) > DIMENSION_TOLERANCE for v in d.get("validation", [])):
             continue
-        higher = dim > max(baselines) + DIMENSION_TOLERANCE
-        near_koch = all(abs(b - paper.KOCH_DIMENSION) <= 2 * DIMENSION_TOLERANCE for b in baselines)
-        rows.append(_row("Minkowski dimension: frost higher than the baselines", reading(cfg),
-                         d["dataset"], f"> {paper.KOCH_DIMENSION:.2f}",
-                         f"{dim:.2f} vs {max(baselines):.2f}", _grade(higher + near_koch, 2), "03"))
+        dims = {r["model"]: r["box dimension"] for r in d["models"]}
+        baselines = [dims[b] for b in ("vanilla", "basic_ssm") if b in dims]
+        for label, dim in dims.items():
+            cfg = m.config_of(grid="families", label=label, size=d["size"], dataset=d["dataset"],
+                              reading=d.get("reading", "residual"))
+            if not _is_frost_method(cfg) or not baselines:
+                continue
+            higher = dim > max(baselines) + DIMENSION_TOLERANCE
+            near_koch = all(abs(b - paper.KOCH_DIMENSION) <= 2 * DIMENSION_TOLERANCE for b in baselines)
+            rows.append(_row("Minkowski dimension: frost higher than the baselines", reading(cfg),
+                             d["dataset"], f"> {paper.KOCH_DIMENSION:.2f}",
+                             f"{dim:.2f} vs {max(baselines):.2f}", _grade(higher + near_koch, 2), "03"))
     return rows
 
 
@@ -397,10 +378,7 @@ def _ablation_metrics(m: Metrics) -> Iterator[dict]:
     """Notebook 04's metrics, one file per reading, data set, size and set of sections
     (04_alpha_H_ablation[_<dataset>][_<size>][_residual][_<sections>]); a file that holds only
     some sections gives only their claims' rows."""
-    for name in m.names("04_alpha_H_ablation*"):
-        d = m.json(name)
-        if isinstance(d, dict):
-            yield d
+    return (d for d in map(m.json, m.names("04_alpha_H_ablation*")) if isinstance(d, dict))
 
 
 def _ablation_config(m: Metrics, d: dict, row: dict, grid: str):
@@ -481,8 +459,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
     def frost(cfg, model: str) -> bool:  # a run whose config is unknown counts by its name
         return _is_frost_method(cfg) if cfg is not None else model == "frost"
 
-    for name in m.names("05_halting*"):  # 05_halting[_<dataset>][_residual]: every data set, both readings
-        d = m.json(name)
+    for d in map(m.json, m.names("05_halting*")):  # 05_halting[_<dataset>][_residual]: both readings
         cfg = m.config_of(d.get("key"), size=d["size"], dataset=d["dataset"])
         seeds = sorted({r["seed"] for r in d["sweep"]})
         sweeps = [[r for r in d["sweep"] if r["seed"] == s] for s in seeds]
@@ -503,7 +480,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
     # sweep_<size>_<model>_<dataset>[_<tag>].csv: how the committed sweep CSVs are named
     models, datasets = "|".join(FAMILIES), "|".join(map(re.escape, DATASETS))
     pattern = re.compile(rf"sweep_([a-z]+)_({models})_({datasets})(_.*)?")
-    for path in m.csvs("sweep_*"):
+    for path in sorted(m.folder.glob("sweep_*.csv")):
         found = pattern.fullmatch(path.stem)
         if not found:
             continue
@@ -557,8 +534,6 @@ def table2_at_paper_depths(m: Metrics) -> list[dict]:
     depths here): each run's sweep read at the paper's Table 2 depths (as the same fraction of
     its T; linear along the sweep's curve), its share of full-depth accuracy averaged over runs,
     against the paper's at that depth; the rule of ``table2_vs_paper``."""
-    import numpy as np
-
     p_depth = dict(zip(paper.TABLE2["quantile"], paper.TABLE2["mean_depth"]))
     p_kept = {q: a / paper.TABLE2["accuracy"][-1] for q, a in zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"])}
     rows = []
@@ -602,7 +577,7 @@ def table2_vs_fixed_depth(m: Metrics) -> list[dict]:
             for r in sweep:
                 if r["quantile"] < 1.0:
                     gains.setdefault(r["quantile"], []).append(
-                        r["accuracy"] - _interp(r["mean_depth"], steps, curve))
+                        r["accuracy"] - float(np.interp(r["mean_depth"], steps, curve)))
         gain = {q: _mean(g) for q, g in gains.items()}
         best, worst = max(gain.values()), min(gain.values())
         verdict = REPRODUCED if best >= FIXED_GAIN and worst >= -FIXED_LOSS else \
@@ -625,8 +600,7 @@ def vit_exit_depth(m: Metrics) -> list[dict]:
     Both -> reproduced, one -> partly, none -> not."""
     theirs, theirs_resnet = paper.table3_frost_depth("vit"), paper.table3_frost_depth("resnet")
     rows = []
-    for name in m.names("05_halting*"):
-        d = m.json(name)
+    for d in map(m.json, m.names("05_halting*")):
         vit = d.get("vit") if isinstance(d, dict) else None
         if not vit or vit["dataset"] != d["dataset"]:
             continue  # (b) compares the two backbones on one test split
@@ -649,6 +623,7 @@ def vit_exit_depth(m: Metrics) -> list[dict]:
 
 # Table 3 (notebook 06): cost ratios to vanilla at the paper's ImageNet-100 settings.
 RATIO_CLOSE, RATIO_NEAR = 0.2, 0.5  # relative error of our ratio against the paper's
+BACKBONE_NAMES = {"resnet": "ResNet", "vit": "ViT"}
 
 
 def _table3(m: Metrics, column: str, what: str) -> list[dict]:
@@ -656,27 +631,22 @@ def _table3(m: Metrics, column: str, what: str) -> list[dict]:
     reproduced; all within RATIO_NEAR -> partly; else -> not. The row shown is frost at the
     paper's mean depth."""
     rows = []
-    for name in m.names("06_complexity*"):  # 06_complexity_residual: measured before the adopted reading
-        d = m.json(name)
-        if isinstance(d, dict):
-            rows += _table3_rows(d, column, what, RESIDUAL_READING if d.get("reading") == "residual" else {})
-    return rows
-
-
-def _table3_rows(d: dict, column: str, what: str, reading_settings: dict[str, Any]) -> list[dict]:
-    rows = []
-    for backbone, rs in _by(d["ratios"], "backbone").items():
-        compared = [r for r in rs if r["model"] != "vanilla" and r.get(f"paper {column}") is not None]
-        shown = [r for r in compared if r["model"] == "frost"]
-        if not compared or not shown:
+    for d in map(m.json, m.names("06_complexity*")):  # 06_complexity_residual: before the adopted reading
+        if not isinstance(d, dict):
             continue
-        err = max(abs(r[column] / r[f"paper {column}"] - 1) for r in compared)
-        verdict = REPRODUCED if err <= RATIO_CLOSE else PARTLY if err <= RATIO_NEAR else NOT
-        cfg = make_config(d["size"], None, "frost", backbone, **reading_settings)
-        name = "ResNet" if backbone == "resnet" else "ViT" if backbone == "vit" else backbone
-        rows.append(_row(f"Table 3 ({name}): {what} / vanilla, frost at the paper's depth",
-                         reading(cfg), f"{cfg.data.name} (shapes)", f"{shown[0][f'paper {column}']:.2f}",
-                         f"{shown[0][column]:.2f}", verdict, "06"))
+        reading_settings = RESIDUAL_READING if d.get("reading") == "residual" else {}
+        for backbone, rs in _by(d["ratios"], "backbone").items():
+            compared = [r for r in rs if r["model"] != "vanilla" and r.get(f"paper {column}") is not None]
+            shown = [r for r in compared if r["model"] == "frost"]
+            if not compared or not shown:
+                continue
+            err = max(abs(r[column] / r[f"paper {column}"] - 1) for r in compared)
+            verdict = REPRODUCED if err <= RATIO_CLOSE else PARTLY if err <= RATIO_NEAR else NOT
+            cfg = make_config(d["size"], None, "frost", backbone, **reading_settings)
+            label = BACKBONE_NAMES.get(backbone, backbone)
+            rows.append(_row(f"Table 3 ({label}): {what} / vanilla, frost at the paper's depth", reading(cfg),
+                             f"{cfg.data.name} (shapes)", f"{shown[0][f'paper {column}']:.2f}",
+                             f"{shown[0][column]:.2f}", verdict, "06"))
     return rows
 
 
@@ -697,8 +667,7 @@ def halting_rules(m: Metrics) -> list[dict]:
     FROST's rule: within AREA_TIE of the best rule that needs no labels (all but the oracle)
     -> reproduced; above the fixed depth's by more than AREA_TIE -> partly; else -> not."""
     rows = []
-    for name in m.names("07_halting_baselines*"):
-        d = m.json(name)
+    for d in map(m.json, m.names("07_halting_baselines*")):
         area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
         for model in sorted({mod for mod, rule in area if rule == "frost"}):
             cfg = m.config_of(d.get("keys", {}).get(model), size=d["size"], dataset=d["dataset"])
@@ -723,8 +692,7 @@ def collapse(m: Metrics) -> list[dict]:
     COLLAPSE_ONE_STEP_SHARE of the samples exit at one step. Every run collapsed ->
     reproduced; some -> partly; none -> not."""
     rows = []
-    for name in m.names("07_halting_baselines*"):
-        d = m.json(name)
+    for d in map(m.json, m.names("07_halting_baselines*")):
         runs = d.get("collapse") or []
         if not runs:
             continue
@@ -754,8 +722,7 @@ def adaptive_speed(m: Metrics) -> list[dict]:
     """At the largest batch measured, the lowest measured / ideal ratio over the quantiles:
     at least SPEED_CLOSE -> reproduced; at least SPEED_NEAR -> partly; else -> not."""
     rows = []
-    for name in m.names("bench_*"):
-        d = m.json(name)
+    for d in map(m.json, m.names("bench_*")):
         if d.get("benchmark") != "adaptive_inference" or not d.get("rows"):
             continue
         largest = max(r["batch_size"] for r in d["rows"])
@@ -779,8 +746,7 @@ def kll_overhead(m: Metrics) -> list[dict]:
     """The largest share of a training step spent updating the KLL sketch, over the frost rows
     measured: below KLL_CHEAP -> reproduced; below KLL_NOTICEABLE -> partly; else -> not."""
     rows = []
-    for name in m.names("bench_*"):
-        d = m.json(name)
+    for d in map(m.json, m.names("bench_*")):
         if d.get("benchmark") != "train_throughput":
             continue
         measured = [{**r, "reading": r.get("update", UNKNOWN)} for r in d.get("rows", [])
@@ -804,21 +770,16 @@ def update_forms(m: Metrics) -> list[dict]:
     for at least half the samples; both -> reproduced, one -> partly, none -> not. Table 1: frost's
     cosine at t = 3 above basic_ssm's by more than the spread over seeds -> reproduced, else not."""
     rows = []
-    for name in m.names("15_update_forms*"):  # digits (3 seeds), then the check on another data set
-        rows += _update_forms(m.json(name))
-    return rows
-
-
-def _update_forms(d: dict) -> list[dict]:
-    rows, dataset = [], d.get("label", d["dataset"])
-    for f in d["forms"].values():
-        read = f["update"] + ("" if f["init_state"] == "embedding" else ", h0 = 0")
-        rows.append(_row("Appendix B: the steps contract (Jacobian norm < 1, error bound holds)", read,
-                         dataset, "< 1", f"JVP {f['jvp_norm']:.2f}, bound {f['bound_holds']:.0%}",
-                         _grade((f["jvp_norm"] < 1) + (f["bound_holds"] >= 0.5), 2), "15"))
-        rows.append(_row("Table 1: frost more scale-consistent than basic_ssm (cos at t = 3)", read, dataset,
-                         "0.70 vs 0.35", f"{f['cos t=3']:.2f} vs {f['basic_ssm cos t=3']:.2f}",
-                         REPRODUCED if f["table1_reproduced"] else NOT, "15"))
+    for d in map(m.json, m.names("15_update_forms*")):  # digits (3 seeds), then another data set
+        dataset = d.get("label", d["dataset"])
+        for f in d["forms"].values():
+            read = f["update"] + ("" if f["init_state"] == "embedding" else ", h0 = 0")
+            rows.append(_row("Appendix B: the steps contract (Jacobian norm < 1, error bound holds)", read,
+                             dataset, "< 1", f"JVP {f['jvp_norm']:.2f}, bound {f['bound_holds']:.0%}",
+                             _grade((f["jvp_norm"] < 1) + (f["bound_holds"] >= 0.5), 2), "15"))
+            rows.append(_row("Table 1: frost more scale-consistent than basic_ssm (cos at t = 3)", read,
+                             dataset, "0.70 vs 0.35", f"{f['cos t=3']:.2f} vs {f['basic_ssm cos t=3']:.2f}",
+                             REPRODUCED if f["table1_reproduced"] else NOT, "15"))
     return rows
 
 
@@ -906,8 +867,7 @@ def table3_regimes(m: Metrics) -> list[dict]:
     at each batch size; the best batch within RATIO_CLOSE -> reproduced (in that regime), within
     RATIO_NEAR -> partly, else -> not. The value lists frost's ratio per batch size."""
     rows = []
-    for name in m.names("bench_table3_regime*"):
-        d = m.json(name)
+    for d in map(m.json, m.names("bench_table3_regime*")):
         device = d.get("env", {}).get("device", "")
         for backbone, rs in _by(d["ratios"], "backbone").items():
             batches = _by(rs, "batch_size")
@@ -915,7 +875,7 @@ def table3_regimes(m: Metrics) -> list[dict]:
             best = min(err, key=err.get)
             frost = {b: next(r for r in part if r["model"] == "frost") for b, part in batches.items()}
             verdict = REPRODUCED if err[best] <= RATIO_CLOSE else PARTLY if err[best] <= RATIO_NEAR else NOT
-            label = "ResNet" if backbone == "resnet" else "ViT" if backbone == "vit" else backbone
+            label = BACKBONE_NAMES.get(backbone, backbone)
             paper_ratio = next(iter(frost.values()))["paper"]
             rows.append(_row(f"Table 3 ({label}): images/s / vanilla by regime ({device}, batch "
                              f"{', '.join(str(b) for b in sorted(batches))})", d.get("update", "leaky"),
@@ -975,11 +935,8 @@ def verdict_table(notebook: str | None = None, metrics_dir: str | os.PathLike | 
 
 def markdown_table(rows: list[dict[str, str]]) -> str:
     """The rows as a GitHub markdown table (no trailing newline)."""
-    def cell(value: Any) -> str:
-        return str(value).replace("|", "\\|")
-
     lines = ["| " + " | ".join(HEADER) + " |", "| " + " | ".join("---" for _ in HEADER) + " |"]
-    lines += ["| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |" for r in rows]
+    lines += ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in COLUMNS) + " |" for r in rows]
     return "\n".join(lines)
 
 
