@@ -22,6 +22,7 @@ reason alone.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -72,13 +73,9 @@ def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     x = torch.zeros((1, *shape), device=device)  # (1, C, H, W)
-
-    def one_step(h: Tensor, ctx: Any):
-        return model.readout(model.step(h, ctx, 0), ctx)
-
     with torch.no_grad():
         fixed, (h, ctx) = count_flops(prologue, model, x)
-        per_step, _ = count_flops(one_step, h, ctx)
+        per_step, _ = count_flops(lambda: model.readout(model.step(h, ctx, 0), ctx))
     return fixed, per_step
 
 
@@ -106,18 +103,12 @@ def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, bat
     medians over ``repeats`` rounds after ``warmup`` untimed ones. The step time is the
     difference over T. Runs without gradient; CUDA is synchronised around each timing.
     """
-    import statistics
-    import time
-
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"batch_size={batch_size} and repeats={repeats} must be >= 1, warmup={warmup} >= 0")
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     x = torch.randn((batch_size, *(int(s) for s in input_shape)), device=device)
     steps = int(model.config.steps)
-
-    def fixed_only():
-        return prologue(model, x)
 
     def full_depth():
         for _ in model.trajectory(x):  # the forward's loop, nothing kept
@@ -137,7 +128,7 @@ def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, bat
         return statistics.median(runs) / batch_size
 
     with torch.no_grad():
-        fixed = timed(fixed_only)
+        fixed = timed(lambda: prologue(model, x))
         full = timed(full_depth)
     return fixed, max(full - fixed, 0.0) / steps
 
@@ -157,15 +148,13 @@ def relative_to_vanilla(table):
 
 
 def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size: int, repeats: int,
-                        device: str) -> Any:
+                        device: str) -> pd.DataFrame:
     """Notebook 06's table (pandas): every family on both backbones at ``size`` ("paper": the
     paper's ImageNet-100 settings; "smoke": tiny models on digits, the same code path), each
     initialised with seed 0, on the CPU: parameters (with and without the heads), FLOPs per
     image and measured images/s (``seconds_per_image``: ``batch_size`` images, medians of
     ``repeats`` rounds) at full depth, and for frost also at the paper's mean depth (Table 3)
     and at each of ``frost_depths`` (label -> depth as a fraction of T). ``device`` is recorded."""
-    import pandas as pd
-
     rows = []
     for backbone in BACKBONES:
         for name in MODELS:

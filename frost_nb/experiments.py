@@ -37,6 +37,7 @@ and a setting replaces the default only if it beats the reference by more than
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -381,11 +382,6 @@ def shard(runs: dict[str, RunConfig], index: int, count: int) -> dict[str, RunCo
     return Grid(picked, runs.folder) if isinstance(runs, Grid) else picked
 
 
-def selection_score(sweep_table) -> float:
-    """The tuning score: mean accuracy over the quantile grid of a ``halting.sweep`` table."""
-    return float(sweep_table["accuracy"].mean())
-
-
 def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
                 sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the ablation tables show about one trained run (a ``TrainResult``).
@@ -413,7 +409,7 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
                     f"{split}_depth_q0.125": float(table.loc[0.125, "mean_depth"]),
                     f"{split}_accuracy_q0.5": float(table.loc[0.5, "accuracy"]),
                     f"{split}_depth_q0.5": float(table.loc[0.5, "mean_depth"]),
-                    f"{split}_score": selection_score(table)})
+                    f"{split}_score": float(table["accuracy"].mean())})  # the tuning score
     return row
 
 
@@ -622,8 +618,7 @@ def strength_row(result, reference) -> dict[str, Any]:
     late = [i for i, s in enumerate(d["step"]) if s >= last / 2]
     if not late or not d.get("step_grad_cosine"):
         raise ValueError(f"run {run_name(result.checkpoint)} has no gradient probes in its second half; "
-                         "experiment (c) "
-                         f"needs train.diagnostics_every > 0 (its grid sets it)")
+                         "experiment (c) needs train.diagnostics_every > 0 (its grid sets it)")
     per_step = np.asarray([d["step_grad_cosine"][i] for i in late], dtype=float)  # (probes, T)
     ratio = [d["rank_grad_norm"][i] / d["task_grad_norm"][i] for i in late]
     row.update({"probes": len(late), "probe_cosine": float(np.nanmean([d["grad_cosine"][i] for i in late])),
@@ -642,16 +637,14 @@ def loss_strength_verdicts(rows: list[dict]) -> dict[str, Any]:
         arms.setdefault((r["model"], r["lambda_rel"], r["lambda_abs"]), []).append(r)
     summary = {}
     for (m, rel, abs_), rs in arms.items():
+        mean = lambda key, rs=rs: float(np.mean([r[key] for r in rs]))  # over the arm's seeds
         summary[strength_label(m, rel, abs_)] = {
             "model": m, "lambda_rel": rel, "lambda_abs": abs_, "seeds": len(rs),
-            "collapsed_seeds": sum(r["collapsed"] for r in rs),
-            "accuracy": float(np.mean([r["accuracy"] for r in rs])),
-            "reference_accuracy": float(np.mean([r["reference_accuracy"] for r in rs])),
-            "one_step_share": float(np.mean([r["one_step_share"] for r in rs])),
-            "step_cosine": float(np.mean([r["step_cosine"] for r in rs])),
-            "negative_seeds": sum(r["step_cosine"] < 0 for r in rs),
+            "collapsed_seeds": sum(r["collapsed"] for r in rs), "accuracy": mean("accuracy"),
+            "reference_accuracy": mean("reference_accuracy"), "one_step_share": mean("one_step_share"),
+            "step_cosine": mean("step_cosine"), "negative_seeds": sum(r["step_cosine"] < 0 for r in rs),
             "positive_seeds": sum(r["step_cosine"] > 0 for r in rs),
-            "rank_task_ratio": float(np.mean([r["rank_task_ratio"] for r in rs]))}
+            "rank_task_ratio": mean("rank_task_ratio")}
     strengths = sorted({(a["lambda_rel"], a["lambda_abs"]) for a in summary.values()})
     collapse, conflict = [], []
     for rel, abs_ in strengths:
@@ -725,8 +718,6 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
     samples inside appendix B's bound, and the Jacobian norm over steps 8..T with its share
     below 1), Table 1's cosine at UPDATE_FORM_STEPS, accuracy at every fixed depth, alpha at the start,
     its minimum and the end of training, and the areas of FROST's rule and of a fixed depth."""
-    import math
-
     cfg = result.config
     traj = run_trajectories(result, "test")
     cosine = cosine_to_final(traj.pooled).mean(0)  # (T+1,) over samples

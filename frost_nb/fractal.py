@@ -26,12 +26,8 @@ Estimators (pure numpy, scipy's KD-tree for pair counts):
   whose local slopes (secants over FIT_WIDTH octaves) stay within 2 * FIT_TOLERANCE of each
   other, at least FIT_MIN_SPAN octaves long; no such range (a lacunar set whose log-log curve
   wobbles everywhere): the whole resolved range.
-- Validation (tests/test_fractal.py; notebook 03 shows four of the sets): a line, a filled
-  square, the Koch and Cesaro-Koch curves, the Sierpinski triangle, carpet and pentagon, the
-  hexaflake, Vicsek's fractal, the quadratic Koch curve of 8 quarters, Cantor sets of ratio
-  1/4, 1/3 and (1/2, 1/4), Cantor dusts in the plane (1/3, 1/4) and in space (1/4): dimensions
-  0.5 to 2, all within 0.05 with automatic ranges (docs/fidelity.md has the table, before and
-  after).
+- Validation (tests/test_fractal.py; notebook 03 shows four of the sets): the sets of known
+  dimension below, 0.5 to 2, all within 0.05 with automatic ranges (docs/fidelity.md's table).
 
 Trajectories (``trajectory_dimensions``): each sample's trajectory is the polyline through
 its pooled states h_0 .. h_T; all samples are projected onto the same top principal
@@ -47,10 +43,8 @@ all samples together (one dimension per model); the projection has 2 or 3 princi
 components; the box window is coarse (COARSE_BOX_SCALES, 1/4 .. 1/32) or fine
 (FINE_BOX_SCALES, 1/8 .. 1/128). Eight protocols in all (PROTOCOLS).
 
-Be aware what this measures: a polyline through finitely many vertices has dimension 1 as
-eps -> 0, and a finite cloud has dimension 0. What comes out is an effective dimension over
-the stated window of scales, relative to the extent of the point set; the Koch curve is
-measured with the same window, which is what makes a comparison with 1.26 meaningful.
+What this measures (a polyline has dimension 1 as eps -> 0, a finite cloud 0): an effective
+dimension over a stated window, the Koch curve's in the same window (docs/method.md 9.2).
 """
 
 from __future__ import annotations
@@ -410,10 +404,7 @@ def correlation_integral(points, radii, max_points: int = CORRELATION_POINTS, se
     radii = _check_scales(radii, "radii")
     if max_points < 2:
         raise ValueError(f"max_points must be at least 2, got {max_points}")
-    if len(p) > max_points:
-        q = p[np.random.default_rng(seed).choice(len(p), max_points, replace=False)]
-    else:
-        q = p
+    q = p[np.random.default_rng(seed).choice(len(p), max_points, replace=False)] if len(p) > max_points else p
     close = cKDTree(q).count_neighbors(cKDTree(p), np.asarray(radii)) - len(q)  # self-pairs out
     return close / (len(q) * (len(p) - 1.0))
 
@@ -482,16 +473,13 @@ def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
     if method not in ("box", "correlation"):
         raise ValueError(f"method must be 'box' or 'correlation', got {method!r}")
     planar = project(states, projection, dims)  # (N, T+1, k)
-    if method == "box":
-        scales = BOX_SCALES if scales is None else scales
-        estimate = lambda pts: box_counting_dimension(pts, scales)
-    else:
-        scales = CORRELATION_SCALES if scales is None else scales
-        estimate = lambda pts: correlation_dimension(pts, scales)
+    estimate, default = {"box": (box_counting_dimension, BOX_SCALES),
+                         "correlation": (correlation_dimension, CORRELATION_SCALES)}[method]
+    scales = default if scales is None else scales
     out = np.full(len(planar), np.nan)
     for i, poly in enumerate(planar):
         if _has_extent(poly):  # else no extent: nothing to measure
-            out[i] = estimate(resample_polyline(poly, n_points)).dimension
+            out[i] = estimate(resample_polyline(poly, n_points), scales).dimension
     return out
 
 
@@ -529,8 +517,7 @@ def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS
         for i, poly in enumerate(planar):
             if _has_extent(poly):
                 counts = box_counts(resample_polyline(poly, n_points), scales, offsets, seed)
-                fitted = window_dimensions(counts)
-                for w, v in fitted.items():
+                for w, v in window_dimensions(counts).items():
                     per_sample[w][i] = v
         cloud = window_dimensions(box_counts(planar.reshape(-1, dims), scales, offsets, seed))
         for point_set, d, window in PROTOCOLS:

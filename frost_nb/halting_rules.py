@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -269,8 +270,6 @@ def candidate_thresholds(signal: Tensor, count: int = THRESHOLDS) -> np.ndarray:
 
 
 def _frame(rows: list[dict]):
-    import pandas as pd
-
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
@@ -330,8 +329,6 @@ def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
                  count: int = THRESHOLDS):
     """Every curve of one model: the signal rules, FROST's (given its ranking-trained calibrator),
     PonderNet's (``ponder``: a model trained with PonderNet's loss), fixed depth and the oracle."""
-    import pandas as pd
-
     parts = [rule_curve(name, val, test, model, count) for name in SIGNAL_RULES]
     if ponder:
         parts.append(rule_curve("ponder", val, test, model, count))
@@ -383,8 +380,6 @@ def summary(curves, steps: int):
     """One row per (rule, model): ``auc`` (``curve_auc``) and ``depth_at_99pct``, the depth at
     which the curve reaches 99% of that model's full-depth accuracy (the fixed-depth curve at
     t = T, test split)."""
-    import pandas as pd
-
     full = curves[(curves["rule"] == FIXED) & (curves["mean_depth"] == steps)]
     full = dict(zip(full["model"], full["accuracy"]))
     rows = []

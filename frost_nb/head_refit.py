@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -193,24 +194,18 @@ def calibrate(train_logits: Tensor, val_logits: Tensor, k: int = 200) -> Halting
     return HaltingCalibrator(k).update(torch.sigmoid(train_logits)).update(torch.sigmoid(val_logits))
 
 
-def with_halt_logits(traj: FullDepthPass, halt_logits: Tensor) -> FullDepthPass:
-    """``traj`` with another head's halting logits (N, T) and their scores in place of the
-    trained head's (a shape other than (N, T) is refused by the pass)."""
-    z = halt_logits.float()
-    return dataclasses.replace(traj, halt_logits=z, scores=torch.sigmoid(z))
-
-
 # ---------------------------------------------------------------- curves and the verdict
 def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibrator,
                  refits: dict[str, tuple[Tensor, Tensor, HaltingCalibrator]], model: str = ""):
     """Every curve of one backbone (``halting_rules.CURVE_COLUMNS``; ``rule`` names the head):
     the trained head with its own calibrator, each refit ``name -> (val logits, test logits,
     calibrator)``, fixed depth, confidence (THRESHOLDS held-out quantiles) and the oracle."""
-    import pandas as pd
+    def with_head(traj: FullDepthPass, z: Tensor) -> FullDepthPass:  # a refit's logits (N, T) and scores
+        return dataclasses.replace(traj, halt_logits=z.float(), scores=torch.sigmoid(z.float()))
 
     parts = [frost_curve(val, test, trained, model).assign(rule=TRAINED)]
     for name, (zv, zt, cal) in refits.items():
-        parts.append(threshold_curve(RULES[FROST], with_halt_logits(val, zv), with_halt_logits(test, zt),
+        parts.append(threshold_curve(RULES[FROST], with_head(val, zv), with_head(test, zt),
                                      cal.thresholds(FROST_QUANTILES), model).assign(rule=name))
     parts += [rule_curve(CONFIDENCE, val, test, model, THRESHOLDS), fixed_depth_curve(val, test, model),
               oracle_curve(test, model)]
@@ -251,29 +246,21 @@ def subsample(dataset, count: int, seed: int = 0):
     return dataclasses.replace(dataset, x=dataset.x[idx], y=dataset.y[idx])
 
 
-def backbone_trajectories(result, train_samples: int = TRAIN_SAMPLES) -> dict[str, FullDepthPass]:
-    """Full-depth trajectories of a trained run (``TrainResult``) on a seeded subsample of its
-    training split (no augmentation, eval mode) and on its whole held-out and test splits."""
-    cfg = result.config
-    out = {}
-    for split in ("train", "val", "test"):
-        ds = load_split(cfg, split)
-        if split == "train":
-            ds = subsample(ds, train_samples, cfg.data.split_seed)
-        out[split] = evaluate(result.model, ds, batch_size=cfg.train.eval_batch_size, trajectories=True)
-    return out
-
-
 def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
                    settings: RefitSettings | None = None):
     """All four refits of one trained run: (curves, {head: head module}, diagnostics). The
     diagnostics, per score (the trained head, each refit, the classifier's confidence): the
     mean within-step AUC for "this step's prediction is correct" on the test split, the AUC
-    over all N x T test entries together, and for the refits the final training objective."""
+    over all N x T test entries together, and for the refits the final training objective.
+    The backbone's trajectories: a seeded subsample of its training split (no augmentation,
+    eval mode), its whole held-out and test splits."""
     settings = settings or RefitSettings()
-    traj = backbone_trajectories(result, train_samples)
-    feats = {k: StepFeatures.of(v) for k, v in traj.items()}
     cfg = result.config
+    splits = {"train": subsample(load_split(cfg, "train"), train_samples, cfg.data.split_seed),
+              "val": load_split(cfg, "val"), "test": load_split(cfg, "test")}
+    traj = {k: evaluate(result.model, ds, batch_size=cfg.train.eval_batch_size, trajectories=True)
+            for k, ds in splits.items()}
+    feats = {k: StepFeatures.of(v) for k, v in traj.items()}
     refits, heads = {}, {}
     correct = feats["test"].correct
     scores = {TRAINED: traj["test"].halt_logits.float(), CONFIDENCE: confidence_signal(traj["test"]).float()}
@@ -297,8 +284,6 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
     """Experiment 3(a) on the frost backbones the rule names: the families grid's frost at
     ``seeds`` and "frost (adopted defaults)" at the first seed (stops with ``RunsNotTrained``
     unless each is committed or cached, or ``retrain``). Returns (metrics record, curves)."""
-    import pandas as pd
-
     settings = settings or RefitSettings()
     families = grid("families", size, dataset, seeds=seeds, reading="residual")
     tag = (lambda s: f" seed {s}") if len(seeds) > 1 else (lambda s: "")
@@ -313,16 +298,15 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
         curves.append(part)
         diagnostics += diag
     curves = pd.concat(curves, ignore_index=True)
-    steps = next(iter(runs.values())).model.steps
-    table = summary(curves, steps)
     first = next(iter(runs.values()))
+    steps = first.model.steps
+    table = summary(curves, steps)
     record = {
         "dataset": first.data.name, "size": size, "seeds": list(seeds), "steps": steps,
         "train_samples": train_samples, "refit": dataclasses.asdict(settings),
         "rule": READING_EXPERIMENTS["head_refit"],
         "backbones": {label: {"key": run_name(results[label].checkpoint), "update": cfg.model.update,
-                              "seed": cfg.train.seed,
-                              "epochs": cfg.train.epochs,
+                              "seed": cfg.train.seed, "epochs": cfg.train.epochs,
                               "loss": {f: getattr(cfg.loss, f) for f in ("lambda_rel", "lambda_abs", "margin",
                                                                          "rank_frac")},
                               "test_accuracy": float(results[label].metrics.get("test_accuracy", math.nan))}
