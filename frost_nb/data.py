@@ -1,27 +1,18 @@
 """Data sets by name, the held-out split, per-image augmentation and device-resident batches.
 
-``load_dataset(name, split, root=None, ...)`` returns an `ImageData`: for the small sets
-(digits, Fashion-MNIST, CIFAR-10/100) the whole split as one uint8 tensor ``x`` of shape
-(N, C, H, W) and int64 labels ``y``; for ImageNet-100 a torchvision ``ImageFolder`` view
-(``x`` is None). ``make_batches`` turns either into an iterable of normalised float batches
-on a device.
-
-What is read: Fashion-MNIST and CIFAR-10/100 only from their prepared files,
-``<root>/prepared/<name>/{train,test}.npz``; the first use runs ``prepare.prepare``, which
-converts whichever source exists (IDX files, the packed copies, torchvision's pickles or its
-download; see frost_nb/prepare.py). ``digits`` is scikit-learn's bundled ``load_digits``
-(pixels 0..16 rescaled to 0..255); ``imagenet100`` is read from its class folders,
-``<root>/imagenet100/{train,val}/<class>/*.JPEG`` (no download exists).
+``load_dataset(name, split)`` returns an `ImageData`: for the small sets the whole split as one
+uint8 tensor ``x`` (N, C, H, W) and int64 labels ``y``, for ImageNet-100 a torchvision
+``ImageFolder`` view (``x`` is None); ``make_batches`` turns either into normalised float
+batches on a device. Fashion-MNIST and CIFAR-10/100 are read from the files
+``prepare.prepare`` makes on first use; digits is scikit-learn's ``load_digits``, ImageNet-100
+its class folders. The sets' facts (`DATASETS`) live in frost_nb/prepare.py, below this module.
 
 Splits: "test" is the set's own test split (digits: a fixed stratified 20%, seed 0);
 "val" is a seeded random ``val_fraction`` of the training split and "train" the rest, so
 the two are disjoint and together the whole training split. For CIFAR-100 (100 classes of 500
 training images) "val" is stratified: ``round(val_fraction * n_c)`` images of each class c, so a
-5,000-image held-out split has 50 of every class; the other sets keep their plain seeded split.
-"val" calibrates the halting threshold on images the model was not trained on (docs/method.md
-section 7).
-
-Loaded arrays are cached in-process (``functools.lru_cache``).
+5,000-image held-out split has 50 of every class. "val" calibrates the halting threshold on
+images the model was not trained on (docs/method.md section 7).
 """
 
 from __future__ import annotations
@@ -41,50 +32,19 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from .paths import data_root
 from .prepare import (
+    DATASETS,
     FIXED_ORDER_SEED,
-    HOW_TO_GET,
     DataError,
+    DatasetInfo,
     Part,
+    find_source,
     fixed_order,
     is_prepared,
     missing_data_error,
     prepare,
     prepared_dir,
     read_prepared,
-    where,
 )
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    name: str
-    channels: int
-    image_size: int  # side of the (square) images the model sees
-    num_classes: int
-    mean: tuple[float, ...]  # per-channel normalisation, on [0, 1] pixels
-    std: tuple[float, ...]
-    augmentation: str  # "shift" | "crop_flip" | "resized_crop_flip"
-    in_memory: bool  # batches come from device-resident tensors
-    how_to_get: str  # shown when the data cannot be found
-    stratified_val: bool = False  # the held-out split takes the same share of every class
-
-
-DATASETS: dict[str, DatasetInfo] = {
-    "digits": DatasetInfo("digits", 1, 8, 10, (0.3,), (0.38,), "shift", True,
-                          "bundled with scikit-learn: pip install scikit-learn"),
-    "fashion-mnist": DatasetInfo("fashion-mnist", 1, 28, 10, (0.286,), (0.353,), "crop_flip", True,
-                                 HOW_TO_GET["fashion-mnist"]),
-    "cifar10": DatasetInfo(
-        "cifar10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "crop_flip", True,
-        HOW_TO_GET["cifar10"]),
-    "cifar100": DatasetInfo(
-        "cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "crop_flip", True,
-        HOW_TO_GET["cifar100"], stratified_val=True),
-    "imagenet100": DatasetInfo(
-        "imagenet100", 3, 224, 100, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), "resized_crop_flip",
-        False, "put the ImageNet-100 class folders in <root>/imagenet100/train/ and .../val/ "
-        "(100 ImageNet classes; no automatic download exists)"),
-}
 
 SPLITS = ("train", "val", "test")
 DIGITS_TEST_FRACTION = 0.2  # load_digits has no test split: a fixed stratified one (seed 0)
@@ -115,9 +75,7 @@ class ImageData:
                 f"source={self.source!r})")
 
 
-# ---------------------------------------------------------------------------------------------
-# Public entry points
-# ---------------------------------------------------------------------------------------------
+# --- Public entry points ----------------------------------------------------------------------
 
 def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_fraction: float = 0.1,
                  split_seed: int = 0, download: bool = True, limit: int | None = None) -> ImageData:
@@ -128,28 +86,37 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
     ``limit`` keeps the first ``limit`` images of the split, after splitting. Raises
     `DataError` when the data is missing (listing every place looked in) or unreadable.
     """
-    _check_choice("name", name, tuple(DATASETS))
-    _check_choice("split", split, SPLITS)
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) \
-            or not 0.0 <= val_fraction < 1.0:
-        raise DataError(f"val_fraction={val_fraction!r} is invalid: expected a fraction in [0, 1).")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise DataError(f"limit={limit!r} is invalid: expected None or a positive integer.")
+    _check("name", name, name in DATASETS, "one of " + ", ".join(map(repr, DATASETS)))
+    _check("split", split, split in SPLITS, "one of " + ", ".join(map(repr, SPLITS)))
+    _check("val_fraction", val_fraction, _is_number(val_fraction, float) and 0.0 <= val_fraction < 1.0,
+           "a fraction in [0, 1)")
+    _check("limit", limit, limit is None or (_is_number(limit, int) and limit >= 1),
+           "None or a positive integer")
     info = DATASETS[name]
     base = data_root(root).resolve()
-    if not info.in_memory:
-        return _load_folder_split(info, base, split, val_fraction, split_seed, limit)
-
-    part = _load_part(name, str(base), "test" if split == "test" else "train", bool(download))
-    n = part.y.shape[0]
-    if split == "test":
-        idx = torch.arange(n)
+    if info.in_memory:
+        part = _load_part(name, str(base), "test" if split == "test" else "train", bool(download))
+        y = part.y
+    else:  # folder sets: the "test" split is the val/ folder
+        if not _folder_complete(base / name):
+            raise missing_data_error(name, [f"{base / name} (train/ and val/ class folders)"],
+                                     "Folder sets are never downloaded.")
+        path = str(base / name / ("val" if split == "test" else "train"))
+        scanned = _scan_image_folder(path, name)
+        y = torch.as_tensor(scanned.targets, dtype=torch.int64)
+    if split == "test":  # ImageFolder sorts by class: a fixed shuffle so `limit` sees every class
+        idx = torch.arange(len(y)) if info.in_memory else fixed_order(len(y))
     else:
-        train_idx, val_idx = (_stratified_split_indices(part.y, val_fraction, split_seed)
-                              if info.stratified_val else _split_indices(n, val_fraction, split_seed))
+        labels = y if info.stratified_val else torch.zeros_like(y)  # one class: a plain seeded split
+        train_idx, val_idx = _split_indices(labels, val_fraction, split_seed)
         idx = train_idx if split == "train" else val_idx
     if limit is not None:
         idx = idx[:limit]
+    if not info.in_memory:
+        folder = copy.copy(scanned)  # shallow: shares the file list, own transform
+        _set_transform(folder, _folder_transform(info, train=split == "train"))
+        return ImageData(x=None, y=y[idx], info=info, classes=list(scanned.classes), name=name, split=split,
+                         source=path, folder=Subset(folder, idx.tolist()))
     # advanced indexing copies, so callers may modify x in place without touching the cache
     coarse = None if part.coarse_y is None else part.coarse_y[idx]
     return ImageData(x=part.x[idx], y=part.y[idx], info=info, classes=list(part.classes), name=name,
@@ -167,8 +134,11 @@ def available_datasets(root: str | Path | None = None) -> dict[str, str]:
             place = DIGITS_SOURCE
         elif not info.in_memory:
             place = str(base / name) if _folder_complete(base / name) else None
+        elif is_prepared(name, base):
+            place = str(prepared_dir(name, base))
         else:
-            place = where(name, base)
+            hit = find_source(name, base)[0]
+            place = hit and f"{hit[1]} (prepared into {prepared_dir(name, base)} on first use)"
         found[name] = place if place is not None else f"missing: {info.how_to_get}"
     return found
 
@@ -191,20 +161,36 @@ def make_batches(ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool
     None: torch's global generator), one draw per pass: the same generator state gives the
     same pass. ``num_workers`` is used by folder sets only (a DataLoader).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise DataError(f"batch_size={batch_size!r} is invalid: expected a positive integer.")
-    if ds.x is None:
-        return FolderBatches(ds, batch_size, shuffle=shuffle, augment=augment, device=device,
-                             generator=generator, drop_last=drop_last, num_workers=num_workers)
-    return Batches(ds, batch_size, shuffle=shuffle, augment=augment, device=device,
-                   generator=generator, drop_last=drop_last)
+    _check("batch_size", batch_size, _is_number(batch_size, int) and batch_size >= 1, "a positive integer")
+    return (Batches if ds.x is not None else FolderBatches)(
+        ds, batch_size, shuffle=shuffle, augment=augment, device=device, generator=generator,
+        drop_last=drop_last, num_workers=num_workers)
 
 
-# ---------------------------------------------------------------------------------------------
-# Batches
-# ---------------------------------------------------------------------------------------------
+# --- Batches ----------------------------------------------------------------------------------
 
-class Batches:
+class _Passes:
+    """What both kinds of batches share: their arguments, ``len()``, and one seed drawn per pass."""
+
+    def __init__(self, ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool,
+                 device: str | torch.device, generator: torch.Generator | None = None,
+                 drop_last: bool = False, num_workers: int = 0) -> None:
+        self.device, self.n = torch.device(device), len(ds)
+        self.batch_size, self.shuffle, self.augment, self.drop_last = batch_size, shuffle, augment, drop_last
+        self.generator, self.num_workers = generator, num_workers  # num_workers: folder sets only
+        self.epoch_seed: int | None = None  # seed of the latest pass (None: pass needs no randomness)
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size if self.drop_last else math.ceil(self.n / self.batch_size)
+
+    def _draw_seed(self) -> int | None:
+        # An evaluation pass draws nothing: it must not disturb the caller's random stream.
+        randomised = self.shuffle or self.augment
+        self.epoch_seed = int(torch.randint(0, 2**62, (1,), generator=self.generator)) if randomised else None
+        return self.epoch_seed
+
+
+class Batches(_Passes):
     """Device-resident batches of an in-memory set (the cifar10-airbench recipe).
 
     The whole split is moved to the device once; a pass gathers batches with a permutation,
@@ -214,30 +200,18 @@ class Batches:
     pass exactly at batch ``start``.
     """
 
-    def __init__(self, ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool,
-                 device: str | torch.device, generator: torch.Generator | None = None,
-                 drop_last: bool = False) -> None:
-        self.device = torch.device(device)
+    def __init__(self, ds: ImageData, batch_size: int, **kwargs: Any) -> None:
+        super().__init__(ds, batch_size, **kwargs)
         self.x = ds.x.to(self.device)  # (N, C, H, W) uint8: 1 byte a pixel, 4x less than float
         self.y = ds.y.to(self.device)  # (N,)
         self.mean = torch.tensor(ds.info.mean, device=self.device).view(1, -1, 1, 1)  # (1, C, 1, 1)
         self.std = torch.tensor(ds.info.std, device=self.device).view(1, -1, 1, 1)
-        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
-        self.augmentation = ds.info.augmentation if augment else None
-        self.pad = _crop_padding(ds.info)
-        self.generator = generator
-        self.epoch_seed: int | None = None  # seed of the latest pass (None: pass needs no randomness)
-
-    def __len__(self) -> int:
-        n = self.x.shape[0]
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        self.augmentation = ds.info.augmentation if self.augment else None
+        # 8 px digits: a 1 px shift already moves an eighth of the image; CIFAR's usual 4; 2 at 28 px
+        self.pad = 1 if ds.info.augmentation == "shift" else 4 if ds.info.image_size >= 32 else 2
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        # An evaluation pass draws nothing: it must not disturb the caller's random stream.
-        self.epoch_seed = None
-        if self.shuffle or self.augmentation:
-            self.epoch_seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
-        return self.iterate(self.epoch_seed)
+        return self.iterate(self._draw_seed())
 
     def iterate(self, epoch_seed: int | None,
                 start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -285,13 +259,7 @@ def random_flip(x: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
     return torch.where(flip[:, None, None, None], x.flip(3), x)
 
 
-def _crop_padding(info: DatasetInfo) -> int:
-    if info.augmentation == "shift":
-        return 1  # 8 px digits: a 1 px translation already moves an eighth of the image
-    return 4 if info.image_size >= 32 else 2  # the usual pad 4 of CIFAR; 2 for 28 px images
-
-
-class FolderBatches:
+class FolderBatches(_Passes):
     """Batches of a folder set through a DataLoader (JPEG decoding needs worker processes).
 
     Same interface and reproducibility as `Batches`: the order and each image's random
@@ -299,27 +267,14 @@ class FolderBatches:
     and the image's position), so results do not depend on ``num_workers``.
     """
 
-    def __init__(self, ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool,
-                 device: str | torch.device, generator: torch.Generator | None = None,
-                 drop_last: bool = False, num_workers: int = 0) -> None:
-        self.device = torch.device(device)
-        subset = ds.folder
-        base = copy.copy(subset.dataset)  # shallow: shares the scanned file list
-        _set_transform(base, _folder_transform(ds.info, train=augment))
-        self.dataset = _SeededImages(Subset(base, subset.indices), seeded=augment)
-        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
-        self.augment, self.num_workers, self.generator = augment, num_workers, generator
-        self.epoch_seed: int | None = None
-
-    def __len__(self) -> int:
-        n = len(self.dataset)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+    def __init__(self, ds: ImageData, batch_size: int, **kwargs: Any) -> None:
+        super().__init__(ds, batch_size, **kwargs)
+        base = copy.copy(ds.folder.dataset)  # shallow: shares the scanned file list
+        _set_transform(base, _folder_transform(ds.info, train=self.augment))
+        self.dataset = _SeededImages(Subset(base, ds.folder.indices), seeded=self.augment)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        self.epoch_seed = None
-        if self.shuffle or self.augment:
-            self.epoch_seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
-        self.dataset.seed = self.epoch_seed or 0  # workers get a copy of the dataset per pass
+        self.dataset.seed = self._draw_seed() or 0  # workers get a copy of the dataset per pass
         loader = DataLoader(self.dataset, self.batch_size, shuffle=self.shuffle, drop_last=self.drop_last,
                             num_workers=self.num_workers, pin_memory=self.device.type == "cuda",
                             generator=torch.Generator().manual_seed(self.dataset.seed))
@@ -347,26 +302,15 @@ class _SeededImages(Dataset):
             return self.subset[i]
 
 
-# ---------------------------------------------------------------------------------------------
-# Splits
-# ---------------------------------------------------------------------------------------------
+# --- Splits -----------------------------------------------------------------------------------
 
-def _split_indices(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train, val) indices: a seeded permutation, the first round(val_fraction * n) are val.
+def _split_indices(y: torch.Tensor, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, val) indices: of each class c in `y`, the first ``round(val_fraction * n_c)`` images
+    in a seeded permutation are val (labels all equal: a plain seeded split).
 
-    Indices stay in permuted order, so `limit` keeps a random subset rather than (for sets
-    stored sorted by class) the first classes. Val sets of one seed are nested in val_fraction.
+    Both stay in permuted order, so `limit` keeps a random subset rather than (for sets stored
+    sorted by class) the first classes. Val sets of one seed are nested in val_fraction.
     """
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))  # (n,)
-    n_val = int(round(val_fraction * n))
-    return perm[n_val:], perm[:n_val]
-
-
-def _stratified_split_indices(y: torch.Tensor, val_fraction: float,
-                              seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train, val) indices with ``round(val_fraction * n_c)`` val images of each class c: the
-    first of each class in a seeded permutation. Both stay in permuted order (as in
-    `_split_indices`), and val sets of one seed are nested in val_fraction."""
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))  # (n,)
     labels = y[perm]
     rank = torch.zeros(len(y), dtype=torch.int64)  # rank of each permuted image within its class
@@ -379,14 +323,17 @@ def _stratified_split_indices(y: torch.Tensor, val_fraction: float,
     return perm[~is_val], perm[is_val]
 
 
-def _check_choice(param: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise DataError(f"{param}={value!r} is invalid: expected one of {', '.join(map(repr, choices))}.")
+def _is_number(value: Any, kind: type) -> bool:
+    """An int (kind int), or an int or float (kind float); bool is neither here."""
+    return isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
 
 
-# ---------------------------------------------------------------------------------------------
-# In-memory sets: prepared files, digits
-# ---------------------------------------------------------------------------------------------
+def _check(param: str, value: Any, ok: bool, expected: str) -> None:
+    if not ok:
+        raise DataError(f"{param}={value!r} is invalid: expected {expected}.")
+
+
+# --- In-memory sets: prepared files, digits ---------------------------------------------------
 
 @functools.lru_cache(maxsize=16)
 def _load_part(name: str, root: str, part: str, download: bool) -> Part:
@@ -422,9 +369,7 @@ def _read_digits(part: str) -> Part:
     return Part(torch.from_numpy(x)[keep], y[keep], tuple(str(c) for c in range(10)), DIGITS_SOURCE)
 
 
-# ---------------------------------------------------------------------------------------------
-# Folder sets (ImageNet-100)
-# ---------------------------------------------------------------------------------------------
+# --- Folder sets (ImageNet-100) ---------------------------------------------------------------
 
 def _folder_complete(place: Path) -> bool:
     return (place / "train").is_dir() and (place / "val").is_dir()
@@ -461,27 +406,3 @@ def _set_transform(folder: Any, transform: Any) -> None:
 
     folder.transform = transform  # what DatasetFolder.__getitem__ applies
     folder.transforms = StandardTransform(transform, None)  # kept consistent for repr
-
-
-def _load_folder_split(info: DatasetInfo, root: Path, split: str, val_fraction: float,
-                       split_seed: int, limit: int | None) -> ImageData:
-    place = root / info.name
-    if not _folder_complete(place):
-        raise missing_data_error(info.name, [f"{place} (train/ and val/ class folders)"],
-                                 "Folder sets are never downloaded.", info.how_to_get)
-    if split == "test":
-        scanned = _scan_image_folder(str(place / "val"), info.name)
-        # ImageFolder sorts by class: a fixed shuffle so `limit` sees every class
-        idx = fixed_order(len(scanned))
-    else:
-        scanned = _scan_image_folder(str(place / "train"), info.name)
-        train_idx, val_idx = _split_indices(len(scanned), val_fraction, split_seed)
-        idx = train_idx if split == "train" else val_idx
-    if limit is not None:
-        idx = idx[:limit]
-    base = copy.copy(scanned)  # shallow: shares the file list, own transform
-    _set_transform(base, _folder_transform(info, train=split == "train"))
-    y = torch.as_tensor(scanned.targets, dtype=torch.int64)[idx]
-    return ImageData(x=None, y=y, info=info, classes=list(scanned.classes), name=info.name, split=split,
-                     source=str(place / ("val" if split == "test" else "train")),
-                     folder=Subset(base, idx.tolist()))

@@ -35,6 +35,7 @@ from frost_nb.data import (
     random_crop,
     random_flip,
 )
+from frost_nb.paths import system_data_dir
 from frost_nb.prepare import prepare, read_prepared
 
 # the project's shared folder sits beside the checkout (CI clones it so too)
@@ -232,11 +233,12 @@ def test_val_split_disjoint_complete_and_seeded():
 
 def test_split_indices_properties():
     for n, frac in ((1438, 0.1), (10, 0.25), (7, 0.0), (5, 0.9)):
-        tr, va = data._split_indices(n, frac, seed=0)
+        tr, va = data._split_indices(torch.zeros(n, dtype=torch.int64), frac, seed=0)
         assert len(va) == round(frac * n) and len(tr) + len(va) == n
         assert torch.equal(torch.sort(torch.cat([tr, va])).values, torch.arange(n))
     # val sets of one seed are nested in val_fraction
-    small, large = data._split_indices(100, 0.1, 0)[1], data._split_indices(100, 0.3, 0)[1]
+    plain = torch.zeros(100, dtype=torch.int64)  # one class: the plain seeded split
+    small, large = data._split_indices(plain, 0.1, 0)[1], data._split_indices(plain, 0.3, 0)[1]
     assert set(small.tolist()) <= set(large.tolist())
 
 
@@ -317,7 +319,7 @@ def test_tests_never_see_real_data():
     reaches for Fashion-MNIST (or CIFAR) without fabricating it fails on every machine."""
     import os
 
-    from frost_nb.paths import data_root, downloads_allowed, system_data_dir
+    from frost_nb.paths import data_root, downloads_allowed
 
     assert not downloads_allowed(), "FROST_OFFLINE is not set for the test run"
     for folder in (system_data_dir(), data_root()):
@@ -495,13 +497,13 @@ def test_cifar100_held_out_split_is_stratified_and_seeded(tmp_path):
         and not torch.equal(other.x, val.x)
     smaller = load_dataset("cifar100", "val", tmp_path, val_fraction=0.1)  # nested in the fraction
     assert {x.numpy().tobytes() for x in smaller.x} <= {x.numpy().tobytes() for x in val.x}
-    assert data._stratified_split_indices(torch.tensor([0, 0, 0, 1]), 0.5, 0)[1].numel() == 2  # round(1.5), round(0.5)
+    assert data._split_indices(torch.tensor([0, 0, 0, 1]), 0.5, 0)[1].numel() == 2  # round(1.5), round(0.5)
 
 
 def test_other_sets_keep_their_plain_seeded_split(tmp_path):
     make_packed_cifar10(tmp_path / "cifar10", n_train=40)
     part = data._load_part("cifar10", str(tmp_path.resolve()), "train", False)
-    train_idx, val_idx = data._split_indices(40, 0.25, 3)
+    train_idx, val_idx = data._split_indices(torch.zeros(40, dtype=torch.int64), 0.25, 3)
     val = load_dataset("cifar10", "val", tmp_path, val_fraction=0.25, split_seed=3)
     assert torch.equal(val.y, part.y[val_idx]) and val.coarse_y is None
     assert not DATASETS["cifar10"].stratified_val and DATASETS["cifar100"].stratified_val
@@ -564,7 +566,7 @@ def test_missing_data_lists_places_and_how_to_get(tmp_path):
 def test_missing_fashion_lists_system_place(tmp_path, no_system_fashion):
     with pytest.raises(DataError) as err:
         load_dataset("fashion-mnist", "test", tmp_path, download=False)
-    assert str(prep.fashion_mnist_system_dir()) in str(err.value)
+    assert str(system_data_dir() / "fashion-mnist") in str(err.value)
     assert str(tmp_path / "FashionMNIST" / "raw") in str(err.value)
 
 
@@ -1133,7 +1135,8 @@ def test_missing_data_from_prepare_names_the_fix(tmp_path, no_system_fashion):
     with pytest.raises(DataError) as err:
         prepare("fashion-mnist", tmp_path / "nothing", download=False)
     msg = str(err.value)
-    assert str(tmp_path / "nothing" / "fashion-mnist") in msg and str(prep.fashion_mnist_system_dir()) in msg
+    assert str(tmp_path / "nothing" / "fashion-mnist") in msg
+    assert str(system_data_dir() / "fashion-mnist") in msg
     assert "download=False" in msg and "apt-get install dataset-fashion-mnist" in msg
     assert not (tmp_path / "nothing").exists()  # nothing made for a set that is not there
 
