@@ -24,34 +24,24 @@ from .paths import shown_path
 from .runs import find_run, run_name
 
 
-def _value(text: str) -> Any:
-    """A --set value: JSON when it parses (numbers, true/false, null), else the string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+def _config(args):
+    """The config of a run command: its size, data set, model and backbone, the --set overrides
+    (JSON values when they parse: numbers, true/false, null; else strings), then --epochs,
+    --seed and --root."""
+    from .config import make_config
 
-
-def _overrides(pairs: list[str]) -> dict[str, Any]:
-    out = {}
-    for pair in pairs:
+    overrides = {}
+    for pair in args.set:
         key, sep, value = pair.partition("=")
         if not sep:
             raise ConfigError(f"--set {pair!r}: expected section.field=value, e.g. train.lr=0.1")
-        out[key.strip()] = _value(value.strip())
-    return out
-
-
-def _config(args):
-    from .config import make_config
-
-    overrides = _overrides(args.set)
-    if args.epochs is not None:
-        overrides["train.epochs"] = args.epochs
-    if args.seed is not None:
-        overrides["train.seed"] = args.seed
-    if args.root is not None:
-        overrides["data.root"] = args.root
+        try:
+            overrides[key.strip()] = json.loads(value.strip())
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value.strip()
+    for key, value in (("train.epochs", args.epochs), ("train.seed", args.seed), ("data.root", args.root)):
+        if value is not None:
+            overrides[key] = value
     return make_config(args.size, args.dataset, args.model, args.backbone, **overrides)
 
 
@@ -157,23 +147,20 @@ def _load(args):
 
 
 def cmd_evaluate(args) -> int:
-    from .halting import adaptive_predict
-    from .inputs import check_split
-    from .notebook import ParameterError, validate_params
-
-    validate_params(quantile=args.quantile)
     import torch
 
     from .data import make_batches
+    from .exits import quantile_for_depth
+    from .halting import adaptive_predict
+    from .inputs import check_split, number_in
+    from .notebook import ParameterError, validate_params
+    from .training import load_split
 
+    validate_params(quantile=args.quantile)
     config, model, calibrator, dataset = _load(args)
     check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
     budget = {}
     if args.budget_depth is not None:  # the quantile whose held-out mean depth meets the budget
-        from .exits import quantile_for_depth
-        from .inputs import number_in
-        from .training import load_split
-
         number_in("--budget-depth", args.budget_depth, 1, config.model.steps, error=ParameterError,
                   hint=f": a mean depth in steps, from 1 to this model's T = {config.model.steps}")
         found = quantile_for_depth(model, calibrator, load_split(config, "val", args.root), args.budget_depth,

@@ -1,16 +1,13 @@
 """Checkpoints: the file format, atomic saves, loading, lean exports.
 
 A checkpoint holds everything needed to rebuild and evaluate a model without knowing how it
-was made: the full config, the weights, the KLL sketch (as bytes: a sketch cannot be
-pickled), the training history, the optimiser, schedule and RNG states (to resume), and the
-metrics of the finished run. Files are written atomically: a temporary file in the same
-folder, then ``os.replace``, so an interrupted save never leaves half a checkpoint.
+was made (docs/architecture.md, "Checkpoints"; the KLL sketch as bytes: a sketch cannot be
+pickled), written atomically, so an interrupted save never leaves half a checkpoint.
 
-Committed runs (``outputs/runs/<grid>/<label>/model.pt``) are *lean* exports (``export_lean``): weights,
-calibrator, config, metrics and the per-epoch history, with the per-step series thinned to
-``LEAN_STEP_POINTS`` evenly spaced steps (first and last kept), enough to draw alpha over
-training (the paper's figure 1); no optimiser, schedule or RNG state, so they load and
-evaluate but do not resume. A demo run's lean file is about a quarter of its full checkpoint.
+Committed runs (``outputs/runs/<grid>/<label>/model.pt``) are *lean* exports (``lean_state``):
+enough to draw alpha over training (the paper's figure 1), but no optimiser, schedule or RNG
+state, so they load and evaluate but do not resume. A demo run's lean file is about a quarter
+of its full checkpoint.
 
 Where runs live (the trained-model cache, the committed exports) and ``train_or_load`` are in
 ``runs.py``, above this module and ``training.py``.
@@ -115,15 +112,6 @@ def _as_tensor(series: list) -> torch.Tensor | list:
     return wide
 
 
-def _history_as_lists(state: dict[str, Any]) -> dict[str, Any]:
-    """A lean export's per-step series back as lists, as the trainer writes them."""
-    steps = state.get("history", {}).get("steps")
-    if isinstance(steps, dict) and any(isinstance(v, torch.Tensor) for v in steps.values()):
-        state["history"] = {**state["history"], "steps": {
-            k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in steps.items()}}
-    return state
-
-
 def export_lean(source: str | os.PathLike, target: str | os.PathLike) -> Path:
     """Write the lean export of the finished checkpoint ``source`` (tensors on the CPU) to
     ``target`` (``runs.export_run`` exports a whole run folder: what gets committed)."""
@@ -164,7 +152,11 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} has format {state.get('format')}, this code reads "
                               f"format {FORMAT}; train it again with this version")
-    return _history_as_lists(state)
+    steps = state.get("history", {}).get("steps")  # a lean export's series: back to lists
+    if isinstance(steps, dict) and any(isinstance(v, torch.Tensor) for v in steps.values()):
+        state["history"] = {**state["history"], "steps": {
+            k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in steps.items()}}
+    return state
 
 
 def stored_config(path: str | os.PathLike, state: dict[str, Any]) -> RunConfig:

@@ -82,20 +82,11 @@ def _field_types(cls: type) -> dict[str, Any]:
 
 def _type_ok(value: Any, annotation: Any) -> bool:
     """isinstance for the simple annotations used here (int, float, str, bool, X | None)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
+    if isinstance(annotation, types.UnionType):
         return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is Any:
-        return True
-    if annotation is float:  # ints are fine where floats are expected, bools are not
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is not None:
-        return isinstance(value, origin)
-    return isinstance(value, annotation)
+    if isinstance(value, bool):  # an int to Python, never an int or float of ours
+        return annotation is bool
+    return isinstance(value, (int, float) if annotation is float else annotation)  # ints are floats
 
 
 class _Validated:

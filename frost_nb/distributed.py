@@ -2,17 +2,10 @@
 
 ``python -m torch.distributed.run --nproc-per-node N -m frost_nb train ...`` starts N copies
 of the command and describes the job in environment variables (WORLD_SIZE, RANK, LOCAL_RANK,
-MASTER_ADDR, MASTER_PORT). The trainer sees the job through two functions:
-
-- ``parallel(model, batches)``: joins the process group they describe, wraps the model in DDP
-  (which averages the gradients over the ranks in backward) and gives each rank a disjoint
-  share of every batch;
-- ``sum_over_ranks(values)``: the sums over the ranks of a few numbers, in one all-reduce.
-
-The caller joins first with ``join_process_group`` when it needs the device of its rank (one
-GPU per process) before building the model. Without torchrun every function here is a no-op:
-rank 0 of 1. The halting sketches of the ranks are pooled by
-``HaltingCalibrator.merge_across_ranks``.
+MASTER_ADDR, MASTER_PORT). The trainer sees the job through ``parallel`` and ``sum_over_ranks``
+(docs/architecture.md, "Multi-process training"); the halting sketches of the ranks are pooled
+by ``HaltingCalibrator.merge_across_ranks``. Without torchrun every function here is a no-op:
+rank 0 of 1.
 """
 
 from __future__ import annotations
@@ -136,12 +129,9 @@ def _let_ddp_see_model_outputs() -> None:
 
 
 def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
-    """What this process trains: ``(parallel_model, its_batches, setup)``.
-
-    In a multi-process job (joined here if the caller has not, see ``join_process_group``):
-    DDP's wrapper around ``model`` and this rank's share of every batch of ``batches`` (the
-    global batches, the same on every rank: ``ShardedBatches``). Otherwise ``model`` and
-    ``batches`` themselves, rank 0 of 1.
+    """What this process trains: ``(parallel_model, its_batches, setup)``: in a multi-process job
+    (joined here if the caller has not), DDP's wrapper around ``model`` and this rank's share of
+    every global batch (``ShardedBatches``); otherwise ``model`` and ``batches`` themselves.
 
     Only the training forward goes through the wrapper: its backward all-reduces the
     gradients. Everything else (the step-wise API, ``state_dict``, evaluation) uses ``model``,

@@ -1,17 +1,11 @@
 """Checks of what a user hands to the public entry points: raw numbers, images, data splits.
 
 The entry points that run a model over a user's images call ``check_images`` (a batch) or
-``check_split`` (an ImageData split) once: ``halting.adaptive_predict``,
-``exits.ExitCache.from_model``, and the command line's ``evaluate`` and ``sweep``. The
-model's ``forward``, which the trainer and the analyses call at every step, does not: the
-finiteness check is one pass over the batch and one host sync.
-
-What a model expects is what the trainer feeds it: float images normalised with the data
-set's per-channel mean and std, ``(x / 255 - mean) / std`` on uint8 pixels
-(``frost_nb.data.Batches``), of shape (N, in_channels, image_size, image_size) from the
-model's config. Integer images (uint8 pixels) are refused, not converted: a ``ModelConfig``
-does not name the data set it was trained on, so the normalisation would be a guess. Other
-float dtypes (float64 numpy arrays, for instance) are converted to the weights' dtype.
+``check_split`` (an ImageData split) once; the model's ``forward``, which the trainer and the
+analyses call at every step, does not: the finiteness check is one pass over the batch and one
+host sync. A model expects what the trainer feeds it, float images normalised with the data
+set's per-channel mean and std. Integer images (uint8 pixels) are refused, not converted: a
+``ModelConfig`` does not name the data set it was trained on, so the normalisation would be a guess.
 
 The number validators (``real_number``, ``number_in``) take what a user may pass (Python,
 numpy or one-element torch numbers) and apply the config's own checks (``config.check_finite``,
@@ -121,10 +115,6 @@ def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_oth
                     f"convolutional ResNet family at another size (its accuracy there is untested)")
 
 
-def _weights(model: torch.nn.Module) -> Tensor | None:
-    return next(model.parameters(), None)
-
-
 def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = False,
                  name: str = "x") -> Tensor:
     """``x`` as the model's input: a float tensor of the weights' dtype, every pixel finite,
@@ -134,7 +124,7 @@ def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = Fal
     (TypeError): normalise them as in training first. Wrong shapes and NaN or infinite pixels
     raise ValueError.
     """
-    weights = _weights(model)
+    weights = next(model.parameters(), None)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biuf":
             raise TypeError(f"{name} is a numpy array of dtype {x.dtype}: expected float images")

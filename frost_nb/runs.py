@@ -1,19 +1,11 @@
 """Where trained runs live, and ``train_or_load``: the one way the notebooks, the command line
 and the grids get a trained model.
 
-A run is a folder named ``<grid>/<label>`` (``experiments.Grid.run_name``), holding
-
-- ``config.json``: its whole config (``RunConfig.to_dict``);
-- ``model.pt``: the checkpoint (``checkpoint.py``; while training, the one it resumes from);
-- ``metrics.json``: what the finished run measured; written last, so its presence says the run
-  is finished.
-
-Runs trained here go to the local store (``outputs/cache/``, or ``$FROST_CACHE``; git-ignored);
-the committed ones, lean exports (``export_run``), to ``outputs/runs/``, listed in the generated
-``outputs/runs/index.csv``. A run is found by its config, not its name: ``find_run`` compares
-``RunConfig.identity()`` with each stored ``config.json`` read through ``RunConfig.from_dict``,
-where a field a stored config lacks reads its default. So a new config field needs no
-migration as long as its default reproduces the behaviour from before it (config.py's rule).
+A run is a folder ``<grid>/<label>/`` holding ``config.json``, ``model.pt`` and ``metrics.json``
+(written last: its presence says the run is finished), in the local store (``outputs/cache/``
+or ``$FROST_CACHE``) or committed, as a lean export, in ``outputs/runs/`` with a generated
+``index.csv`` (docs/architecture.md, "Runs"). A run is found by its config, not its name, so a
+new config field needs no migration as long as its default reproduces the behaviour from before it.
 
 This module sits above ``checkpoint.py`` (the file format) and ``training.py`` (the trainer),
 so neither imports the other's caller.
@@ -115,14 +107,12 @@ def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
 
 def stored_name(config: RunConfig) -> str | None:
     """The name (``<grid>/<label>``) of ``config``'s finished stored run, or None."""
-    run = find_run(config)
-    return run.name if run is not None else None
+    return run.name if (run := find_run(config)) is not None else None
 
 
 def cached_checkpoint(config: RunConfig) -> Path | None:
     """The finished checkpoint of ``config`` (``find_run``), or None."""
-    run = find_run(config)
-    return run.checkpoint if run is not None else None
+    return run.checkpoint if (run := find_run(config)) is not None else None
 
 
 def default_name(config: RunConfig) -> str:
@@ -170,15 +160,6 @@ def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
     return candidate, cache_dir() / candidate
 
 
-def _local_root() -> Path:
-    """The local store, refused when it is the committed runs' folder (training would touch them)."""
-    root = cache_dir()
-    if root.resolve() == committed_runs_dir().resolve():
-        raise ConfigError(f"FROST_CACHE={root} is the committed runs' folder: point it at another folder "
-                          "(training writes there, and committed runs are never touched)")
-    return root
-
-
 def _is_local(run: StoredRun) -> bool:
     return run.folder.parent.parent.resolve() == cache_dir().resolve()
 
@@ -200,14 +181,6 @@ def discard_local(config: RunConfig) -> None:
     if run is not None and _is_local(run):
         (run.folder / METRICS_FILE).unlink(missing_ok=True)
         run.checkpoint.unlink(missing_ok=True)
-
-
-def run_metrics(result: TrainResult) -> dict[str, Any]:
-    """The finished run's metrics as ``metrics.json`` holds them, with the hardware it ran on."""
-    device = str(result.metrics.get("device", ""))
-    hardware = torch.cuda.get_device_name() if device.startswith("cuda") else \
-        f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    return {**result.metrics, "hardware": hardware}
 
 
 def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool | None = None,
@@ -233,7 +206,10 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
                                       f"(git checkout -- {found.folder}) or train it with retrain") from err
             _set_aside(found.checkpoint, err)  # then the next stored run, else training
             (found.folder / METRICS_FILE).unlink(missing_ok=True)
-    check_writable(_local_root(), "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
+    if (root := cache_dir()).resolve() == committed_runs_dir().resolve():
+        raise ConfigError(f"FROST_CACHE={root} is the committed runs' folder: point it at another folder "
+                          "(training writes there, and committed runs are never touched)")
+    check_writable(root, "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
     if retrain:
         discard_local(config)
     name, folder = _local_folder(config, name)
@@ -247,8 +223,10 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
     if main:  # under torchrun rank 0 alone writes, as it writes the checkpoint
         write_json(folder / CONFIG_FILE, config.to_dict())
     result = train(config, checkpoint=target, progress=progress)
-    if main:
-        write_json(folder / METRICS_FILE, run_metrics(result))
+    if main:  # metrics.json: the run's metrics and the hardware it ran on
+        hardware = torch.cuda.get_device_name() if str(result.metrics.get("device", "")).startswith("cuda") \
+            else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        write_json(folder / METRICS_FILE, {**result.metrics, "hardware": hardware})
     return result
 
 
@@ -289,10 +267,6 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
     return folder
 
 
-def _rounded(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
-
-
 def write_index(root: str | os.PathLike | None = None) -> Path:
     """``index.csv`` of the runs under ``root`` (default ``outputs/runs/``): one row per run
     (INDEX_COLUMNS; minutes of training, test accuracy at full depth), sorted by name."""
@@ -306,9 +280,11 @@ def write_index(root: str | os.PathLike | None = None) -> Path:
                                                   METRICS_FILE, err)
             m = {}
         c = run.config
+        accuracy = m.get("test_accuracy")
         rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
                      "backbone": c.model.backbone, "update": c.model.update, "seed": c.train.seed,
-                     "epochs": c.train.epochs, "test_accuracy": _rounded(m.get("test_accuracy")),
+                     "epochs": c.train.epochs,
+                     "test_accuracy": None if accuracy is None else round(accuracy, 4),
                      "minutes": round(m["train_seconds"] / 60, 1) if "train_seconds" in m else None,
                      "hardware": m.get("hardware", m.get("device"))})
     path = root / "index.csv"

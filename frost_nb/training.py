@@ -18,16 +18,12 @@ last training epoch, those of a pass over the held-out split, or both (the defau
 ``halting.sketch_window`` says over how long: a fresh sketch every epoch ("epoch"), or one
 sketch that accumulates those sources over every epoch of the run ("run", the default).
 
-Under torchrun the same loop runs in every process with DDP, through the two functions of
-``distributed.py`` (``parallel``, ``sum_over_ranks``); only the writes depend on the rank.
-``train.batch_size`` stays the global batch: each of the N ranks trains on its N-th of every
-batch, so the steps per epoch, the schedule and the run's identity mean the same for any N. The
-history logs the whole batch's loss and accuracy (summed over the ranks) and the mean over
-the ranks of the loss parts; the ranking losses themselves rank the entries of each rank's
-share, and the per-step median threshold and the gradient diagnostics are rank 0's. Each
-epoch the ranks' halting sketches are pooled, so every rank holds the same calibrator. Every
-rank evaluates the whole held-out and test splits (the same weights give the same outputs);
-rank 0 alone writes checkpoints, logs and progress.
+Under torchrun the same loop runs in every process with DDP, through ``distributed.parallel``
+and ``sum_over_ranks`` (docs/architecture.md, "Multi-process training": the global batch, the
+pooled sketches, rank 0's writes). The history logs the whole batch's loss and accuracy (summed
+over the ranks) and the mean over the ranks of the loss parts; the ranking losses rank the
+entries of each rank's share, and the per-step median threshold and the gradient diagnostics
+are rank 0's.
 """
 
 from __future__ import annotations
@@ -64,17 +60,6 @@ NAN = float("nan")
 
 class TrainingError(RuntimeError):
     """Training cannot go on (a NaN or infinite loss, a checkpoint of another run)."""
-
-
-def _check_model_fits_data(cfg: RunConfig, info) -> None:
-    """The model's input and classes must be the data set's (make_config sets them so)."""
-    for field_name, want in (("in_channels", info.channels), ("image_size", info.image_size),
-                             ("num_classes", info.num_classes)):
-        have = getattr(cfg.model, field_name)
-        if have != want:
-            raise ConfigError(f"model.{field_name}={have} does not fit {info.name} ({field_name} "
-                              f"{want}): build the config with make_config(size, {info.name!r}, ...) "
-                              f"or set model.{field_name}={want}")
 
 
 def load_split(config: RunConfig, split: str, root: str | os.PathLike | None = None):
@@ -455,7 +440,13 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
     train_set = load_split(cfg, "train")
     val_set = load_split(cfg, "val") if d.val_fraction > 0 else None
     test_set = load_split(cfg, "test")
-    _check_model_fits_data(cfg, train_set.info)
+    info = train_set.info  # the model's input and classes must be the data set's (make_config sets them so)
+    for field_name, want in (("in_channels", info.channels), ("image_size", info.image_size),
+                             ("num_classes", info.num_classes)):
+        if (have := getattr(cfg.model, field_name)) != want:
+            raise ConfigError(f"model.{field_name}={have} does not fit {info.name} ({field_name} "
+                              f"{want}): build the config with make_config(size, {info.name!r}, ...) "
+                              f"or set model.{field_name}={want}")
     if val_set is not None and len(val_set) == 0:
         raise ConfigError(f"data.val_fraction={d.val_fraction} leaves no image of {d.name} held out "
                           "for calibrating the threshold: raise it (default 0.1) or set it to 0")
