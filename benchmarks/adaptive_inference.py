@@ -40,7 +40,9 @@ demo checkpoint; about 5 minutes on one busy core, most of it at batch size 1):
 
 ``--compile`` adds a second mode, measured in the same rounds: the same model with its
 ``step`` and ``readout`` compiled (``torch.compile(dynamic=True)``, one graph for every active
-batch size), full depth and adaptive alike; each row names its ``mode``.
+batch size), full depth and adaptive alike; each row names its ``mode``. ``--channels-last``
+adds another: a copy of the model with its 4-d weights in channels-last layout (so are its
+activations), the issue's third route.
 
 ``--step-costs`` first times one step and its readout (``model.step``, ``model.readout``) on
 1, 2, 4, ... 256 rows of the first images' states, medians over the rounds: the per-call cost
@@ -94,6 +96,11 @@ def compiled(model):
     other.step = torch.compile(other.step, dynamic=True)
     other.readout = torch.compile(other.readout, dynamic=True)
     return other
+
+
+def channels_last(model):
+    """A copy of ``model`` with its 4-d weights, and so its activations, in channels-last layout."""
+    return copy.deepcopy(model).to(memory_format=torch.channels_last)
 
 
 def step_costs(model, x: torch.Tensor, repeats: int, warmup: int) -> pd.DataFrame:
@@ -191,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="adaptive_predict's compact_below values, measured side by side (1: compact at every exit)")
     p.add_argument("--compile", action="store_true",
                    help="also measure the model with step and readout compiled (torch.compile), side by side")
+    p.add_argument("--channels-last", action="store_true",
+                   help="also measure the model in channels-last layout, side by side")
     p.add_argument("--step-costs", action="store_true",
                    help="first time one step and its readout on 1, 2, 4, ... 256 rows")
     p.add_argument("--images", type=int, default=512, help="test images (the first N)")
@@ -208,8 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--warmup must be >= 0 and every --batch-sizes value >= 1")
     if not all(0.0 <= c <= 1.0 for c in a.compact_below):
         p.error(f"--compact-below values must lie in [0, 1], got {a.compact_below}")
-    if a.compile and a.metrics:
-        p.error("--metrics records the eager mode the verdict table reads: run it without --compile")
+    if (a.compile or a.channels_last) and a.metrics:
+        p.error("--metrics records the eager mode the verdict table reads: run it without --compile "
+                "and --channels-last")
     if not all(0.0 <= q <= 1.0 for q in a.quantiles):
         p.error(f"--quantiles must lie in [0, 1], got {a.quantiles}")
 
@@ -231,10 +241,11 @@ def main(argv: list[str] | None = None) -> int:
           f"after {a.warmup} warm-up")
     print(f"FLOPs per image: fixed {costs[0] / 1e6:.3f} M, per step {costs[1] / 1e6:.3f} M, "
           f"full depth {full / 1e6:.3f} M (fixed share {costs[0] / full:.3f})", flush=True)
-    if a.step_costs:
-        print("one step and its readout on b rows:")
-        print(step_costs(model, x, a.repeats, a.warmup).to_string(index=False, float_format="%.2f"), flush=True)
-    models = {"eager": model, **({"compiled": compiled(model)} if a.compile else {})}
+    models = {"eager": model, **({"compiled": compiled(model)} if a.compile else {}),
+              **({"channels-last": channels_last(model)} if a.channels_last else {})}
+    for mode, other in models.items() if a.step_costs else ():
+        print(f"one step and its readout on b rows ({mode}):")
+        print(step_costs(other, x, a.repeats, a.warmup).to_string(index=False, float_format="%.2f"), flush=True)
     rows = []
     for batch_size in a.batch_sizes:
         rows += measure(models, x, y, taus, batch_size, a.repeats, a.warmup, costs, tuple(a.compact_below))
