@@ -9,6 +9,7 @@ off cached full-depth outputs without calling the model (the two agree; see the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -82,10 +83,8 @@ class HaltingCalibrator:
         same sketch, with each rank's scores counted once (``n`` is the sum over ranks).
         ``shared``: a sketch every rank holds alike (of the same scores), folded in once.
 
-        Rank 0 merges the gathered sketches and sends the result to all: KLL merging compacts
-        with unseeded coin flips, so ranks that merged on their own would end with slightly
-        different thresholds. A collective: every rank must call it. Without a process group
-        of more than one process it merges ``shared`` only.
+        A collective: every rank must call it. Rank 0 merges and sends the result to all, as
+        KLL merging flips unseeded coins. Without a process group it merges ``shared`` only.
         """
         if shared is not None and (not in_process_group() or torch.distributed.get_rank() == 0):
             self.merge(shared)
@@ -196,8 +195,6 @@ class AdaptiveResult(NamedTuple):
 def _per_sample_fields(obj: Any, n: int) -> dict[str, Tensor | None] | None:
     """The fields of a dataclass instance when every one is None or a tensor of ``n`` rows
     (a bundle of per-sample tensors such as the models' StepContext), else None."""
-    import dataclasses  # local: only the compaction needs it
-
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         return None
     fields = {}
@@ -212,12 +209,8 @@ def _per_sample_fields(obj: Any, n: int) -> dict[str, Tensor | None] | None:
 
 def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
     """The rows ``idx`` of a state or context of ``n`` samples: tensors, dataclasses of
-    per-sample tensors, objects with ``select``, tuples.
-
-    Rows are taken with ``index_select``: on the CPU it copies whole rows and is several
-    times faster than the advanced indexing ``v[idx]`` a hand-written ``select`` usually
-    does, which matters because compaction runs at nearly every step.
-    """
+    per-sample tensors, objects with ``select``, tuples. Rows are taken with ``index_select``
+    (on the CPU several times faster than ``v[idx]``: compaction runs at nearly every step)."""
     if obj is None:
         return None
     if isinstance(obj, Tensor):

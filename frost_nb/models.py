@@ -158,10 +158,8 @@ class Attention(nn.Module):
 
 
 class EncoderBranch(nn.Module):
-    """ViT encoder *branch*: A(h) = a + MLP(LN2(h + a)), a = Attn(LN1(h)).
-
-    h + A(h) is exactly one pre-norm encoder block (attention, then MLP, each with its skip).
-    """
+    """ViT encoder *branch* A(h) = a + MLP(LN2(h + a)), a = Attn(LN1(h)): h + A(h) is one
+    pre-norm encoder block."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -237,14 +235,12 @@ class FrostNet(nn.Module):
         # no loss reaches (DDP refuses those), and alpha() is None
         self.has_alpha = cfg.name == "frost" and (cfg.update != "leaky_gated" or cfg.scaled_inside)
         if self.has_alpha:
-            to_alpha, from_alpha = _ALPHA[cfg.alpha_param]
-            self._to_alpha = to_alpha
+            self._to_alpha, from_alpha = _ALPHA[cfg.alpha_param]
             self.alpha_raw = nn.Parameter(torch.tensor(from_alpha(cfg.alpha_init)))
         if cfg.name == "frost":
-            if cfg.learn_hurst and cfg.hurst_param == "free":  # H = raw: may leave (0, 1)
-                self.hurst_raw = nn.Parameter(torch.tensor(float(cfg.hurst)))
-            elif cfg.learn_hurst:  # H = sigmoid(raw): ModelConfig keeps H in (0, 1) then
-                self.hurst_raw = nn.Parameter(torch.tensor(math.log(cfg.hurst / (1 - cfg.hurst))))
+            if cfg.learn_hurst:  # H = raw ("free": may leave (0, 1)) or sigmoid(raw), H in (0, 1)
+                raw = cfg.hurst if cfg.hurst_param == "free" else _ALPHA["sigmoid"][1](cfg.hurst)
+                self.hurst_raw = nn.Parameter(torch.tensor(float(raw)))
             else:
                 self.register_buffer("hurst_value", torch.tensor(float(cfg.hurst)))
             if cfg.update in ("gated", "leaky_gated"):  # per-channel, per-position gate from h_t
