@@ -1,23 +1,15 @@
-"""Halting of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), docs/method.md sections 6-8.
+"""Halting of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551): the score, the KLL threshold
+tau_q and adaptive inference as ``docs/method.md`` sections 6-8 define them (eq. (tau):
+tau_q = sketch.get_quantile(q) for q < 1, tau_1 = +inf; eq. (exit): a sample exits at the
+first step t with p_t > tau_q, else at T).
 
-Score per sample and step ``p_t = sigmoid(w . GAP(h_t) + b)``. Every score seen is fed into
-a KLL streaming sketch; for a target quantile q the threshold is
-
-    tau_q = sketch.get_quantile(q)   for q < 1                        # eq. (tau)
-    tau_1 = +inf                     (lies above every score, by definition)
-
-and a sample exits at the first step t (1-based) with ``p_t > tau_q``; one that never
-exceeds it runs all T steps. Lower q, earlier exits. The sketch is randomised: its
-guarantee is on rank (about 1.3% at k = 200), not on value, and its coin flips are not
-seeded, so identical runs give slightly different thresholds (``HaltingCalibrator``).
-
-``adaptive_predict`` really skips the work of exited samples: the active batch is
-compacted after every step. ``sweep`` reads the same exits off cached full-depth outputs
-without calling the model (the two agree; see the tests).
+``adaptive_predict`` really skips the work of exited samples; ``sweep`` reads the same exits
+off cached full-depth outputs without calling the model (the two agree; see the tests).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -33,14 +25,6 @@ from .inputs import check_images, check_scores, number_in, real_number
 PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid of Table 2
 
 
-def _as_float32_numpy(scores: Any) -> np.ndarray:
-    """Flattened float32 copy of a tensor (any device or float dtype, bf16 too) or array."""
-    if isinstance(scores, Tensor):
-        # numpy has no bf16: go through float32 on the tensor's side, then to the host
-        return scores.detach().reshape(-1).to(dtype=torch.float32).cpu().numpy()
-    return np.ascontiguousarray(np.asarray(scores, dtype=np.float32).reshape(-1))
-
-
 class HaltingCalibrator:
     """KLL quantile sketch of halting scores, and the thresholds read from it.
 
@@ -50,17 +34,13 @@ class HaltingCalibrator:
     >>> cal.threshold(1.0)                  # full depth for everyone
     inf
 
-    Not deterministic: the sketch (datasketches' KLL) compacts with coin flips that cannot
-    be seeded, so two runs fed the same scores in the same order, or a run resumed from a
-    checkpoint (the restored sketch is exact, the scores fed after it are compacted with new
-    flips), end with slightly different thresholds. The difference is bounded in rank:
-    each threshold lies within ``rank_error`` (about 1.3% of the scores at k = 200) of its
-    target quantile, so two runs' thresholds at the same q have at most about twice that
-    fraction of the scores between them, and mean depth and accuracy move accordingly.
+    Not deterministic (docs/method.md section 7): the KLL sketch compacts with coin flips that
+    cannot be seeded, so two runs fed the same scores, or a run resumed from a checkpoint (the
+    restored sketch is exact, later scores get new flips), end with thresholds that differ by
+    at most about twice ``rank_error`` (about 1.3% of the scores at k = 200) in rank.
 
-    Scores must be finite and in [0, 1] (``update`` refuses others and adds nothing).
-    A KLL sketch cannot be pickled: checkpoints store ``to_bytes()`` and restore with
-    ``HaltingCalibrator.from_bytes``. (Pickling this wrapper goes through those bytes.)
+    A KLL sketch cannot be pickled: checkpoints store ``to_bytes()`` (``from_bytes`` restores
+    it), and pickling this wrapper goes through those bytes.
     """
 
     def __init__(self, k: int = 200) -> None:
@@ -72,7 +52,10 @@ class HaltingCalibrator:
         """Add scores of any shape (torch tensor on any device, numpy array, sequence), each a
         probability in [0, 1]; with a NaN, an infinite or an out-of-range value nothing is added
         (one would poison the sketch's quantiles: after one +inf, ``threshold(0.99)`` is inf)."""
-        arr = _as_float32_numpy(scores)
+        if isinstance(scores, Tensor):  # numpy has no bf16: to float32 on the tensor's side first
+            arr = scores.detach().reshape(-1).to(dtype=torch.float32).cpu().numpy()
+        else:
+            arr = np.ascontiguousarray(np.asarray(scores, dtype=np.float32).reshape(-1))
         check_scores(arr, "the calibrator added nothing: the scores hold")
         if arr.size:
             self._sketch.update(arr)  # vectorised update of datasketches >= 5
@@ -100,10 +83,8 @@ class HaltingCalibrator:
         same sketch, with each rank's scores counted once (``n`` is the sum over ranks).
         ``shared``: a sketch every rank holds alike (of the same scores), folded in once.
 
-        Rank 0 merges the gathered sketches and sends the result to all: KLL merging compacts
-        with unseeded coin flips, so ranks that merged on their own would end with slightly
-        different thresholds. A collective: every rank must call it. Without a process group
-        of more than one process it merges ``shared`` only.
+        A collective: every rank must call it. Rank 0 merges and sends the result to all, as
+        KLL merging flips unseeded coins. Without a process group it merges ``shared`` only.
         """
         if shared is not None and (not in_process_group() or torch.distributed.get_rank() == 0):
             self.merge(shared)
@@ -214,8 +195,6 @@ class AdaptiveResult(NamedTuple):
 def _per_sample_fields(obj: Any, n: int) -> dict[str, Tensor | None] | None:
     """The fields of a dataclass instance when every one is None or a tensor of ``n`` rows
     (a bundle of per-sample tensors such as the models' StepContext), else None."""
-    import dataclasses  # local: only the compaction needs it
-
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         return None
     fields = {}
@@ -230,12 +209,8 @@ def _per_sample_fields(obj: Any, n: int) -> dict[str, Tensor | None] | None:
 
 def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
     """The rows ``idx`` of a state or context of ``n`` samples: tensors, dataclasses of
-    per-sample tensors, objects with ``select``, tuples.
-
-    Rows are taken with ``index_select``: on the CPU it copies whole rows and is several
-    times faster than the advanced indexing ``v[idx]`` a hand-written ``select`` usually
-    does, which matters because compaction runs at nearly every step.
-    """
+    per-sample tensors, objects with ``select``, tuples. Rows are taken with ``index_select``
+    (on the CPU several times faster than ``v[idx]``: compaction runs at nearly every step)."""
     if obj is None:
         return None
     if isinstance(obj, Tensor):
@@ -265,33 +240,22 @@ def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
 def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None, *,
                      return_scores: bool = False, allow_other_size: bool = False,
                      compact_below: float = 1.0, rule: Any = None) -> AdaptiveResult:
-    """Run the model step by step, dropping each sample from the batch once it exits.
+    """Run the model step by step, dropping each sample from the batch once it exits
+    (docs/method.md section 8). Runs without gradient and leaves the model's mode alone: call
+    ``model.eval()`` first.
 
     Uses the model's step-wise API (``embed``, optional ``context``, ``init_state``, ``step``,
-    ``readout``, ``config.steps``). At step t the active samples are read out; those with
-    ``sigmoid(halt_logit) > tau`` (and all of them at t = T) write their logits at their
-    original index, and only the rest go on to the next step, so exited samples cost nothing.
-    Runs without gradient and leaves the model's mode alone: call ``model.eval()`` first.
+    ``readout``, ``config.steps``). ``x`` is checked once (``inputs.check_images``): float
+    images normalised as in training, of the config's shape (``allow_other_size``: the ResNet
+    family at another image size). ``tau`` may be any real number but NaN (+inf: full depth).
 
-    ``x`` is checked once (``inputs.check_images``): float images normalised as in training,
-    (N, C, H, W) as the model's config says, every pixel finite (uint8 pixels are refused,
-    numpy arrays and other float dtypes converted); ``allow_other_size`` lets the ResNet
-    family run at another image size. ``tau`` may be any real number but NaN (+inf: full
-    depth for everyone).
+    Cost beyond the model's own steps: one host sync per step (the exit count) and a row copy
+    of the state and context at each step where some sample exits. ``compact_below`` in [0, 1]:
+    compact only once the samples still running are at most this share of the rows carried
+    (1: at every exit; 0: never); exits do not depend on it (docs/scaling.md measures it).
 
-    Cost beyond the model's own steps: one host sync per step (the exit count) and, at each
-    step where some sample exits, one row copy of the state and the context
-    (``benchmarks/adaptive_inference.py`` measures what is left of the ideal speed-up).
-    ``compact_below`` (in [0, 1]) trades that copy against wasted rows: the batch is compacted
-    only once the samples still running are at most this share of the rows carried (1: at every
-    exit, the default; 0.5: once half of the carried rows have exited; 0: never, exited samples
-    ride along to the end). Exits are the same whatever it is; an exited sample's logits are
-    written at its exit step and never again.
-
-    ``rule`` (a ``halting_rules.OnlineRule``, given instead of ``tau``) exits by another halting
-    rule (confidence, KL between steps, step size, ...): its signal is computed at each step on
-    the rows still running, and its per-row memory is compacted with them, so a rule whose
-    signal costs work pays for it here, in the same loop.
+    ``rule`` (a ``halting_rules.OnlineRule``, instead of ``tau``) exits by another halting rule
+    (docs/method.md section 10); its per-row memory is compacted with the rows.
     """
     steps = int(model.config.steps)
     if rule is not None and tau is not None:
@@ -360,16 +324,10 @@ def sweep(scores: Tensor, step_outputs: Tensor, calibrator: HaltingCalibrator,
           quantiles: Sequence[float], *extra: Any, y: Tensor | None = None):
     """Accuracy and depth at each quantile, read off cached full-depth outputs (no model call).
 
-    ``scores`` (N, T) halting probabilities (``sigmoid(halt_logits.float())``);
-    ``step_outputs`` either the bool correctness (N, T) of each step's prediction, or the
-    step logits (N, T, K) together with the labels ``y``. Each sample's prediction is the
-    one at its exit step, exactly as ``adaptive_predict`` would make it. Returns a pandas
-    DataFrame with columns quantile, threshold, mean_depth, std_depth (population std) and
-    accuracy (a fraction). Scores must be finite and in [0, 1], labels (N,). Thresholds come
-    from the (unseeded) sketch: see ``HaltingCalibrator`` on run-to-run differences.
-
-    Both ``sweep(scores, correct, calibrator, quantiles)`` and the labelled order
-    ``sweep(scores, logits, y, calibrator, quantiles)`` are accepted.
+    ``scores`` (N, T) halting probabilities in [0, 1]; ``step_outputs`` the bool correctness
+    (N, T) of each step's prediction, or the step logits (N, T, K) with the labels ``y`` (N,),
+    also accepted in the order ``sweep(scores, logits, y, calibrator, quantiles)``. Returns a
+    DataFrame: quantile, threshold, mean_depth, std_depth (population std), accuracy.
     """
     if not isinstance(calibrator, HaltingCalibrator):  # order (scores, logits, y, cal, qs)
         if len(extra) != 1 or y is not None:

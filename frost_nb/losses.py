@@ -1,38 +1,26 @@
-"""Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), docs/method.md section 6.
+"""Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551): docs/method.md section 6.2, and
+PonderNet (Banino et al., 2021), a baseline halting loss that replaces the ranking losses: section 10.
 
-Pure functions: no printing, no I/O, no state.
+Pure functions: no printing, no I/O, no state. ``l`` is the (N, T) matrix of CE(y_t[i], y[i]),
+detached and used only to rank; p = sigmoid(halt_logit).
 
     L_task = CE(y_T, y)                                                   # final step only
-    l[i, t] = CE(y_t[i], y[i])  (detached, N x T)                          # ranks the entries
-    S_easy = lowest  floor(rank_frac * N * T) entries of l  (at least 1)
-    S_hard = highest floor(rank_frac * N * T) entries of l
-    L_rel = mean_{e in S_easy, d in S_hard} max(0, margin - (p_e - p_d))   # eq. (rel)
-    L_abs = BCE(p_S_easy, 1) + BCE(p_S_hard, 0)                            # eq. (abs)
-    L     = L_task + lambda_rel * L_rel + lambda_abs * L_abs               # eq. (total)
+    L_rel  = mean_{e in S_easy, d in S_hard} max(0, margin - (p_e - p_d))  # eq. (rel)
+    L_abs  = BCE(p_S_easy, 1) + BCE(p_S_hard, 0)                           # eq. (abs)
+    L      = L_task + lambda_rel * L_rel + lambda_abs * L_abs              # eq. (total)
+    L      = sum_t p_t CE(y_t, y) + beta KL(p || p_G)                      # eq. (ponder)
 
-Those are the "global" sets and pairs (``loss.rank_pairs``). With "per_step" the sets are taken
-within each step and pairs never cross steps (the paper pairs p_i^t with p_j^t):
+S_easy and S_hard are the lowest and highest floor(rank_frac * N * T) entries of l (at least
+1; ``loss.rank_pairs = "global"``). With "per_step" they are taken within each column of l and
+pairs never cross steps (the paper pairs p_i^t with p_j^t): L_rel is the mean over t of eq.
+(rel) on S_easy^t x S_hard^t, eq. (rel-t), and L_abs averages over all the per-step sets.
 
-    S_easy^t = lowest floor(rank_frac * N) entries of column l[:, t]  (at least 1), S_hard^t
-    L_rel = mean_t mean_{e in S_easy^t, d in S_hard^t} max(0, margin - (p_e^t - p_d^t))  # eq. (rel-t)
-    L_abs = mean over all S_easy^t of BCE(p, 1) + mean over all S_hard^t of BCE(p, 0)   # eq. (abs)
-
-with p = sigmoid(halt_logit). Everything touching the halting score is computed from the
-logit in float32 (BCE with logits): the probability form is unstable and refused under
-bf16 autocast. Whether the ranking gradient reaches the backbone is the model's business
-(``model(x, detach_halt_input=...)``), not this module's.
-
-PonderNet (Banino et al., 2021, "PonderNet: Learning to Ponder"), a baseline halting loss
-that replaces the ranking losses (``loss.ponder``; docs/method.md section 10), with the same halting head:
-
-    lambda_t = sigmoid(halt_logit_t)                                       # halting hazard
-    p_t = lambda_t prod_{s<t} (1 - lambda_s)  for t < T,   p_T = prod_{s<T} (1 - lambda_s)
-    p_G(t) = lambda_p (1 - lambda_p)^(t-1) / Z,  t = 1..T                  # truncated, renormalised
-    L = sum_t p_t CE(y_t, y) + beta KL(p || p_G)                           # eq. (ponder)
-
-computed in log space (log lambda = logsigmoid(z), log(1 - lambda) = logsigmoid(-z)), so
-saturated logits give finite losses. The last step takes the remaining mass, so its own
-halting logit gets no gradient.
+Everything touching the halting score is computed from the logit in float32 (BCE with
+logits): the probability form is unstable and refused under bf16 autocast. Whether the ranking
+gradient reaches the backbone is the model's business (``model(x, detach_halt_input=...)``).
+PonderNet's loss is computed in log space (log lambda = logsigmoid(z)), so saturated logits
+give finite losses; its last step takes the remaining mass, so its own halting logit gets no
+gradient.
 """
 
 from __future__ import annotations
@@ -95,16 +83,15 @@ def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
                    margin: float = 0.2, pairs: str = "global") -> RankingLosses:
     """L_rel and L_abs over the easy and hard sets of the (detached) loss matrix.
 
-    ``pairs``: "global" ranks all N*T entries together (below); "per_step" ranks each step's
-    N entries on their own and pairs only entries of the same step (``_per_step_ranking``).
-
     ``halt_logits`` (N, T) are the halting logits ``w . GAP(h_t) + b``; ``losses`` (N, T)
     the per-step task losses (``step_losses``), used only to rank and never differentiated.
-    All N*T entries are ranked ascending with a stable sort, so ties go to the lower flat
-    index (row-major: sample, then step) and the sets are deterministic.
+    ``pairs``: "global" ranks all N*T entries together, "per_step" each step's N entries on
+    their own (then every step weighs the same). Ranking is ascending with a stable sort, so
+    ties go to the lower flat index (row-major: sample, then step), or within a step to the
+    lower sample index, and the sets are deterministic.
 
-    The pairwise hinge is averaged over the full E x D matrix (E = D = set size); at
-    N = 256, T = 16 and rank_frac = 0.25 that is 1024^2 float32 = 4 MiB (plus as much for
+    The pairwise hinge is averaged over the full E x D (x T) matrix; at N = 256, T = 16 and
+    rank_frac = 0.25 (global) or 0.5 (per step) that is 1M float32 = 4 MiB (plus as much for
     autograd), so it is materialised rather than chunked.
     """
     if halt_logits.shape != losses.shape or halt_logits.dim() != 2:
@@ -112,58 +99,26 @@ def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
                          f"{tuple(halt_logits.shape)} and {tuple(losses.shape)}")
     check_range("rank_frac", rank_frac, 0.0, 0.5, low_open=True, what="a fraction",
                 hint=" (the easy and hard sets would overlap above 0.5)", error=ValueError)  # as LossConfig
-    if pairs == "per_step":
-        return _per_step_ranking(halt_logits, losses, rank_frac, margin)
-    if pairs != "global":
+    if pairs not in RANK_PAIRS:
         raise ValueError(f"pairs={pairs!r} must be one of {RANK_PAIRS}")
-    numel = losses.numel()
-    m = set_size(numel, rank_frac)
-    order = torch.argsort(losses.detach().reshape(-1), stable=True)  # (N*T,) ascending
-    easy_idx, hard_idx = order[:m], order[numel - m:]  # (E,), (D,)
+    # columns ranked on their own: one column of all N*T entries ("global"), or the T steps
+    loss_cols = losses.detach().reshape(-1, 1) if pairs == "global" else losses.detach()  # (M, C)
+    rows = loss_cols.shape[0]
+    m = set_size(rows, rank_frac)
+    order = torch.argsort(loss_cols, dim=0, stable=True)  # (M, C) ascending per column
+    easy_idx, hard_idx = order[:m], order[rows - m:]  # (E, C), (D, C) row indices
 
-    z = halt_logits.float().reshape(-1)  # (N*T,) float32 even under bf16 autocast
-    z_easy, z_hard = z[easy_idx], z[hard_idx]  # (E,), (D,)
+    z = halt_logits.float().reshape(loss_cols.shape)  # (M, C) float32 even under bf16 autocast
+    z_easy, z_hard = z.gather(0, easy_idx), z.gather(0, hard_idx)  # (E, C), (D, C)
     p_easy, p_hard = torch.sigmoid(z_easy), torch.sigmoid(z_hard)
-    rel = F.relu(margin - (p_easy[:, None] - p_hard[None, :])).mean()  # eq. (rel), (E, D) pairs
+    rel = F.relu(margin - (p_easy[:, None, :] - p_hard[None, :, :])).mean()  # eq. (rel) or (rel-t), (E, D, C)
     abs_ = (F.binary_cross_entropy_with_logits(z_easy, torch.ones_like(z_easy))  # eq. (abs)
             + F.binary_cross_entropy_with_logits(z_hard, torch.zeros_like(z_hard)))
 
-    easy_mask = torch.zeros(numel, dtype=torch.bool, device=losses.device)
-    hard_mask = torch.zeros(numel, dtype=torch.bool, device=losses.device)
-    easy_mask[easy_idx] = True
-    hard_mask[hard_idx] = True
+    easy_mask = torch.zeros_like(loss_cols, dtype=torch.bool).scatter_(0, easy_idx, True)
+    hard_mask = torch.zeros_like(loss_cols, dtype=torch.bool).scatter_(0, hard_idx, True)
     return RankingLosses(rel, abs_, easy_mask.view_as(losses), hard_mask.view_as(losses),
                          p_easy.detach().mean(), p_hard.detach().mean())
-
-
-def _per_step_ranking(halt_logits: Tensor, losses: Tensor, rank_frac: float,
-                      margin: float) -> RankingLosses:
-    """The per-step sets and pairs: within each column t of the (N, T) loss matrix.
-
-    Each column is sorted with a stable sort (ties to the lower sample index), m =
-    set_size(N, rank_frac) entries per step in each set, so every step weighs the same and a
-    score is only ever compared with the scores of other samples at the same depth. The hinge
-    is averaged over the (m, m, T) same-step pairs: at N = 256, T = 16 and rank_frac = 0.5
-    that is 1M float32 (4 MiB), as for the global pairs.
-    """
-    n, t = losses.shape
-    m = set_size(n, rank_frac)
-    order = torch.argsort(losses.detach(), dim=0, stable=True)  # (N, T) ascending per column
-    easy_idx, hard_idx = order[:m], order[n - m:]  # (E, T), (D, T) sample indices
-
-    z = halt_logits.float()  # (N, T) float32 even under bf16 autocast
-    z_easy, z_hard = z.gather(0, easy_idx), z.gather(0, hard_idx)  # (E, T), (D, T)
-    p_easy, p_hard = torch.sigmoid(z_easy), torch.sigmoid(z_hard)
-    rel = F.relu(margin - (p_easy[:, None, :] - p_hard[None, :, :])).mean()  # eq. (rel-t), (E, D, T)
-    abs_ = (F.binary_cross_entropy_with_logits(z_easy, torch.ones_like(z_easy))  # eq. (abs)
-            + F.binary_cross_entropy_with_logits(z_hard, torch.zeros_like(z_hard)))
-
-    easy_mask = torch.zeros(n, t, dtype=torch.bool, device=losses.device)
-    hard_mask = torch.zeros(n, t, dtype=torch.bool, device=losses.device)
-    easy_mask.scatter_(0, easy_idx, True)
-    hard_mask.scatter_(0, hard_idx, True)
-    return RankingLosses(rel, abs_, easy_mask, hard_mask, p_easy.detach().mean(),
-                         p_hard.detach().mean())
 
 
 # --- PonderNet ---------------------------------------------------------------------------------

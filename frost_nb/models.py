@@ -1,42 +1,18 @@
 """The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
 
-Method: ``docs/method.md`` sections 3-5. Every family is a stem ``x -> e``,
-T residual steps on a state ``h`` of fixed shape, and two heads shared by all steps:
+Families, branches, heads: ``docs/method.md`` section 3; scaled operators, H and alpha: section 4;
+the update forms, with the equations each implements (``step``):
 
-    vanilla    h_{t+1} = h_t + A_t(h_t)                  T distinct branches     readout GAP(h_t)
-    recurrent  h_{t+1} = h_t + A(h_t)                    one shared branch       readout GAP(h_t)
-    basic_ssm  h_{t+1} = h_t + A(h_t) + B(e)             + B, C, D maps          readout GAP(C(h_t) + D(e))
-    frost      scaled operators (docs/method.md section 4):
-               A_a(h) = alpha^(1-H) * A(alpha^H * h),  B_a = alpha * B,  C_a = C,  D_a = D
-               canonical  h_{t+1} = h_t + A_a(h_t) + alpha * B(e)                 eq. (14)-(15)
-               convex     h_{t+1} = h_t + alpha * (A(h_t) + B(e))                 eq. (8)
-               gated      h_{t+1} = h_t + g * (A_a(h_t) + B_a(e)), g = sigmoid(W_g h_t + b_g)  (app. C)
-               interpolating readings (docs/method.md section 5.4), alpha in (0, 1) by default:
-               leaky        h_{t+1} = (1 - alpha) * h_t + alpha * [A(h_t) + B(e)]
-               leaky_gated  h_{t+1} = (1 - g) * h_t + g * [A(h_t) + B(e)]
-               (``scaled_inside``: A_a and B_a in the bracket instead of A and B)
+    canonical    h_{t+1} = h_t + A_a(h_t) + alpha * B(e)                       eq. (14)-(15)
+    convex       h_{t+1} = h_t + alpha * (A(h_t) + B(e))                       eq. (8)
+    gated        h_{t+1} = h_t + g * (A_a(h_t) + B_a(e)), g = sigmoid(W_g h_t + b_g)  (app. C)
+    leaky        h_{t+1} = (1 - alpha) * h_t + alpha * [A(h_t) + B(e)]         (section 5.4)
+    leaky_gated  h_{t+1} = (1 - g) * h_t + g * [A(h_t) + B(e)]
+                 (``scaled_inside``: A_a and B_a in the bracket instead of A and B)
 
-``A`` is a residual *branch only*; the update supplies the skip.
-
-- ResNet family: ``A`` is a bottleneck branch 1x1 -> GroupNorm -> ReLU -> 3x3 (dilated) -> GN
-  -> ReLU -> 1x1 -> GN, without bias before a norm. GroupNorm, not BatchNorm: running statistics
-  averaged over steps break evaluation of a weight-tied block (docs/method.md section 12). The branch
-  normalises right after its first (bias-free, linear) map, so ``A(c*h) = A(h)`` for c > 0 and
-  in the canonical and gated updates H only rescales the step: ``A_a(h) = alpha^(1-H) * A(h)``.
-- ViT family: ``A(h) = a + m`` with ``a = Attn(LN1(h))`` and ``m = MLP(LN2(h + a))``, so that
-  ``h + A(h)`` is exactly one standard pre-norm encoder block. The attention part is scale
-  invariant, the MLP part is not (it sees ``alpha^H * h + a``), so H does more than rescale.
-
-Readout heads: the classifier is ``Linear(LayerNorm(r_t))`` on the pooled readout ``r_t``
-(GAP(h_t), or GAP(C(h_t) + D(e))): the residual state is not normalised and grows with t, the
-LayerNorm makes every step's readout scale-free. The halting head is ``w . GAP(h_t) + b``
-(docs/method.md section 6), on the raw pooled state by default; ``halt_norm`` puts a LayerNorm
-before it, ``w . LayerNorm(GAP(h_t)) + b``, so that the score cannot read the state's norm.
-
-B(e) and GAP(D(e)) do not depend on t: they are computed once per forward (``context``), not
-at every step; e itself is read by ``init_state`` only, so the context of a subset of the
-samples (adaptive inference's compacted batch) goes without it. When C and D are pointwise linear maps (1x1 convolutions or token-wise Linear,
-no hidden layer), GAP(C(h)) = C(GAP(h)) exactly, so they are applied to pooled vectors.
+``A`` is a residual *branch only*; the update supplies the skip. The classifier reads
+``Linear(LayerNorm(r_t))``: the residual state is not normalised and grows with t, the
+LayerNorm makes every step's readout scale-free.
 """
 
 from __future__ import annotations
@@ -77,16 +53,11 @@ class Step:
 
 @dataclass
 class StepContext:
-    """What the step-wise API needs from the stem, computed once per forward.
+    """What the step-wise API needs from the stem, computed once per forward: B(e) like e and
+    GAP(D(e)) (N, D) for basic_ssm and frost, and e, (N, C, H, W) or (N, L, D).
 
-    be: B(e), like e (basic_ssm, frost); d_pooled: GAP(D(e)), (N, D) (basic_ssm, frost);
-    e: the stem output, (N, C, H, W) or (N, L, D), read by ``init_state`` only (h_0).
-
-    No step and no readout reads e, so a context of a subset of the samples goes without it:
-    e is an init-only argument (``ctx.e`` is None after ``select``), not a field, and adaptive
-    inference, which compacts the active batch at nearly every step by copying the rows of
-    the fields (or with ``select``), copies B(e) and GAP(D(e)) only, nothing for vanilla and
-    recurrent.
+    Only ``init_state`` reads e, so e is an init-only argument, not a field: adaptive inference,
+    which compacts the batch at nearly every step, copies B(e) and GAP(D(e)) only (``select``).
     """
 
     e: InitVar[Tensor | None] = None
@@ -115,32 +86,20 @@ class StepContext:
 # --- building blocks --------------------------------------------------------------------------
 
 def resnet_stem(cfg: ModelConfig) -> nn.Sequential:
-    """Image to a (N, width, H/s, W/s) map, s = stem_stride, with GroupNorm and ReLU.
-
-    s in {1, 2, 3}: one 3x3 convolution of stride s (small images). s a multiple of 4: the
-    ResNet stem, 7x7 convolution of stride s/2 then 3x3 max-pool of stride 2 (224 px -> 56x56
-    at s = 4), straight to ``width`` channels.
-    """
+    """Image to a (N, width, H/s, W/s) map, s = stem_stride: for s in {1, 2, 3} one 3x3
+    convolution of stride s (small images), for s a multiple of 4 the ResNet stem (7x7
+    convolution of stride s/2, then 3x3 max-pool of stride 2: 224 px -> 56x56 at s = 4)."""
     c, w, s = cfg.in_channels, cfg.width, cfg.stem_stride
-    if s <= 3:  # ModelConfig allows 1, 2, 3 or a multiple of 4
-        layers = [nn.Conv2d(c, w, 3, stride=s, padding=1, bias=False)]
-    else:
-        layers = [nn.Conv2d(c, w, 7, stride=s // 2, padding=3, bias=False)]
-    layers += [nn.GroupNorm(cfg.norm_groups, w), nn.ReLU(inplace=True)]
-    if s > 3:
-        layers.append(ChannelsLastMaxPool2d(3, stride=2, padding=1))
-    return nn.Sequential(*layers)
+    kernel, stride, pad = (3, s, 1) if s <= 3 else (7, s // 2, 3)  # ModelConfig: s in 1, 2, 3 or 4k
+    pool = [] if s <= 3 else [ChannelsLastMaxPool2d(3, stride=2, padding=1)]
+    return nn.Sequential(nn.Conv2d(c, w, kernel, stride=stride, padding=pad, bias=False),
+                         nn.GroupNorm(cfg.norm_groups, w), nn.ReLU(inplace=True), *pool)
 
 
 class ChannelsLastMaxPool2d(nn.MaxPool2d):
-    """nn.MaxPool2d that pools an NCHW input in channels-last layout and returns NCHW.
-
-    The same maxima (and, in training, the same gradients: both kernels keep the first maximum
-    of a window), but on the CPU the channels-last kernel is much faster: 3x3 stride-2 pooling
-    of 64 maps of 64 x 14 x 14 (the Fashion-MNIST demo) takes 7-13 ms in NCHW on one thread,
-    2-3 ms with both layout copies. A channels-last input (a model converted with
-    ``.to(memory_format=torch.channels_last)``) is pooled as it is.
-    """
+    """nn.MaxPool2d that pools an NCHW input in channels-last layout and returns NCHW: the same
+    maxima and gradients, but on the CPU the channels-last kernel is much faster (the
+    Fashion-MNIST demo's pooling: 7-13 ms in NCHW on one thread, 2-3 ms with both copies)."""
 
     def forward(self, z: Tensor) -> Tensor:
         if z.dim() != 4 or z.is_contiguous(memory_format=torch.channels_last):
@@ -199,10 +158,8 @@ class Attention(nn.Module):
 
 
 class EncoderBranch(nn.Module):
-    """ViT encoder *branch*: A(h) = a + MLP(LN2(h + a)), a = Attn(LN1(h)).
-
-    h + A(h) is exactly one pre-norm encoder block (attention, then MLP, each with its skip).
-    """
+    """ViT encoder *branch* A(h) = a + MLP(LN2(h + a)), a = Attn(LN1(h)): h + A(h) is one
+    pre-norm encoder block."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -278,14 +235,12 @@ class FrostNet(nn.Module):
         # no loss reaches (DDP refuses those), and alpha() is None
         self.has_alpha = cfg.name == "frost" and (cfg.update != "leaky_gated" or cfg.scaled_inside)
         if self.has_alpha:
-            to_alpha, from_alpha = _ALPHA[cfg.alpha_param]
-            self._to_alpha = to_alpha
+            self._to_alpha, from_alpha = _ALPHA[cfg.alpha_param]
             self.alpha_raw = nn.Parameter(torch.tensor(from_alpha(cfg.alpha_init)))
         if cfg.name == "frost":
-            if cfg.learn_hurst and cfg.hurst_param == "free":  # H = raw: may leave (0, 1)
-                self.hurst_raw = nn.Parameter(torch.tensor(float(cfg.hurst)))
-            elif cfg.learn_hurst:  # H = sigmoid(raw): ModelConfig keeps H in (0, 1) then
-                self.hurst_raw = nn.Parameter(torch.tensor(math.log(cfg.hurst / (1 - cfg.hurst))))
+            if cfg.learn_hurst:  # H = raw ("free": may leave (0, 1)) or sigmoid(raw), H in (0, 1)
+                raw = cfg.hurst if cfg.hurst_param == "free" else _ALPHA["sigmoid"][1](cfg.hurst)
+                self.hurst_raw = nn.Parameter(torch.tensor(float(raw)))
             else:
                 self.register_buffer("hurst_value", torch.tensor(float(cfg.hurst)))
             if cfg.update in ("gated", "leaky_gated"):  # per-channel, per-position gate from h_t
@@ -319,7 +274,7 @@ class FrostNet(nn.Module):
     def num_parameters(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
-    # --- step-wise API (trajectory runs it; forward reads trajectory) ---------------------------------------
+    # --- step-wise API (trajectory runs it; forward reads trajectory) --------------------------
 
     def embed(self, x: Tensor) -> Tensor:
         """Stem: (N, C_in, S, S) -> e, (N, C, S/s, S/s) or (N, L, D)."""
@@ -371,10 +326,7 @@ class FrostNet(nn.Module):
 
     def _leaky_step(self, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor | None) -> Tensor:
         """The interpolating readings (docs/method.md section 5.4): keep (1 - w) of the state and
-        replace the rest by the residual *term*, w = alpha or the gate. leaky's Jacobian
-        (1 - alpha) I + alpha J_A has norm below 1 whenever ||J_A|| < 1 and alpha lies in (0, 1)
-        (the gate adds a term of its own dependence on h); a residual form keeps the identity
-        with weight 1, so a small branch Jacobian does not bound it."""
+        replace the rest by the residual *term*, w = alpha or the gate."""
         cfg = self.config
         if cfg.scaled_inside:
             H = self.hurst()
@@ -407,11 +359,8 @@ class FrostNet(nn.Module):
 
     def trajectory(self, x: Tensor, detach_halt_input: bool = False) -> Iterator[Step]:
         """The full-depth pass, one step at a time: h_0 (t = 0, no readout), then h_1 .. h_T each
-        with its readout. The one loop of every full-depth pass (``forward``, the analyses'
-        trajectories, the timing of notebook 06). Two step by hand, for reasons of their own:
-        ``halting.adaptive_predict`` drops the samples that exit, and ``analysis.jacobian_norms``
-        probes each state's Jacobian before the next step. Memory is the caller's choice: nothing
-        is kept here."""
+        with its readout; nothing is kept here. The one loop of every full-depth pass, except
+        ``halting.adaptive_predict`` (drops exited samples) and ``analysis.jacobian_norms``."""
         h, ctx = self.prologue(x)
         yield Step(0, h)
         for t in range(self.config.steps):

@@ -1,21 +1,17 @@
 """Live exploration of the halting threshold in JupyterLab (notebook 05).
 
-``HaltingExplorer`` shows, for the model chosen in a selector and the quantile on a slider,
-the accuracy, mean and std of the exit depth, the KLL threshold, a histogram of exit steps,
-the exit depth per class and the test images that exit earliest and latest. Everything is
-read off ``ExitCache`` objects computed once (``frost_nb.exits``): moving the slider never
-runs a model. Given held-out caches (``budgets``), a second slider asks for a mean depth
-instead: it sets the quantile whose held-out mean depth is closest to it
-(``ExitCache.quantile_for_depth``), and the views show what that quantile does on the test split. The same views exist as static figures (``frost_nb.plotting``) for headless
-runs, where widget state is not kept.
+``HaltingExplorer``: a model selector and a quantile slider over ``ExitCache`` objects computed
+once (moving a slider never runs a model), with the summary line, a histogram of exit steps, the
+exit depth per class and the test images that exit earliest and latest. Given held-out caches
+(``budgets``), a second slider asks for a mean depth and sets the quantile that meets it there
+(``ExitCache.quantile_for_depth``). Headless runs keep no widget state: ``show_static``, or the
+static figures of ``frost_nb.plotting``.
 
 The figures go to ``Image`` widgets as PNG bytes, not through ``Output`` widgets and
-``display(fig)``: that draws a figure only where the inline backend is active, and in
-JupyterLab a kernel started with ``MPLBACKEND=Agg`` (as ``make test`` sets it) showed
-``<Figure size ...>`` text in place of all three views (found by ``tests/test_browser.py``).
+``display(fig)``: in JupyterLab a kernel started with ``MPLBACKEND=Agg`` (as ``make test`` sets
+it) showed ``<Figure size ...>`` text in place of all three views (``tests/test_browser.py``).
 
 >>> explorer = HaltingExplorer({"seed 0": cache}, images=test.x, classes=test.classes)
->>> explorer.widget          # display it in a notebook
 >>> explorer.slider.value = 0.25; explorer.current.accuracy
 """
 
