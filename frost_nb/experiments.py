@@ -5,28 +5,15 @@ for READING_GRIDS), which ``grid`` makes configs of; notebooks train or load eac
 trained-model cache (``train_or_load``), and the command line fills the cache ahead of time,
 in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
 
-- ``families`` (notebooks 02 and 03; the paper's Table 1 setting): vanilla, recurrent and
-  basic_ssm with the task loss only, frost with the full objective, one run per seed; and
-  frost without the ranking losses as a control, first seed only; the size's default budget.
-  The residual reading's runs were made before notebook 04 changed two defaults; its "frost
-  (adopted defaults)", first seed only, is 04's selection.
-- The ablations of notebook 04 share one smaller budget, ``ABLATION_EPOCHS`` epochs, with
-  the gradient-conflict probe on (``train.diagnostics_every``); each arm changes one thing
-  from the reference run of its reading (frost, H = 0.5 fixed, both ranking losses):
-  ``hurst``   H in HURST_VALUES fixed, and H learnable from 0.5;
-  ``loss``    L_abs only, L_rel only, both, neither;
-  ``update``  the update forms;
-  ``tuning``  one loss setting at a time moved down and up (TUNING_VALUES);
-  ``conflict`` vanilla, recurrent, basic_ssm trained with the ranking losses (appendix D),
-              beside the reference frost run;
-  ``adopted`` the selected defaults together, against the reference.
-- Notebook 07 (halting rules of related work; the collapse claim), at the families' budget:
-  ``ponder``   frost trained with PonderNet's loss in place of the ranking losses;
-  ``collapse`` vanilla, recurrent and basic_ssm trained with the ranking losses as frost
-               trains with them ("<family> (ranking)"), each beside its task-only reference,
-               which is the ``families`` run itself (same config); the seeds are the caller's
-               (notebook 07: 0, 1, 2).
-- The fidelity experiments of issue 15 (READING_EXPERIMENTS): ``readings`` (b) and
+- ``families`` (notebooks 02 and 03; the paper's Table 1 setting): the four families, one run
+  per seed, at the size's default budget; ONCE labels (controls) at the first seed only.
+- notebook 04's ablations (``hurst``, ``loss``, ``update``, ``tuning``, ``conflict``,
+  ``adopted``) share ``ABLATION_EPOCHS`` epochs with the gradient-conflict probe on; each arm
+  changes one thing from the reference run of its reading (docs/results.md, "The ablations of
+  notebook 04").
+- notebook 07's ``ponder`` (PonderNet's loss in place of the ranking losses) and ``collapse``
+  (the baselines trained with the ranking losses, each beside its task-only ``families`` run).
+- issue 15's fidelity experiments (READING_EXPERIMENTS; docs/fidelity.md): ``readings`` (b) and
   ``loss_strength`` (c); ``vit`` (issue 17): the four families on the ViT backbone.
 
 The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
@@ -123,14 +110,11 @@ READINGS = ("adopted", "residual")  # frost under today's defaults; the runs mad
 # the grids whose runs depend on ``reading`` (the others are what they were fixed as)
 READING_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
 
-# The reading of the paper's update and halting score this project adopts, fixed before any run
-# of it (docs/method.md section 5.5): the interpolating update with alpha in (0, 1), ranking
-# pairs within each step, a normalised halting input and a whole-run KLL sketch.
+# The reading of the paper's update and halting score this project adopts (docs/method.md section 5.5)
 ADOPTED_HALTING = {"model.halt_norm": True, "loss.rank_pairs": "per_step", "halting.sketch_window": "run"}
 ADOPTED_READING = {"model.update": "leaky", "model.alpha_param": "sigmoid", **ADOPTED_HALTING}
-# The residual reading: the defaults in force when the families and ablation grids were fixed and
-# run, which their runs hold; and notebook 04's selection among them (the gated update, rank_frac
-# 0.5), the residual runs' "adopted defaults", the defaults until the adopted reading.
+# The residual reading: the defaults when the families and ablation grids were fixed and run; and
+# notebook 04's selection among them, the defaults until the adopted reading (the same section)
 RESIDUAL_READING = {"model.update": "canonical", "model.halt_norm": False, "loss.rank_pairs": "global",
                     "halting.sketch_window": "epoch", "loss.rank_frac": 0.25}
 RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
@@ -210,6 +194,19 @@ def _strength_arm(model: str, lambda_rel: float, lambda_abs: float) -> dict[str,
             "loss.lambda_abs": lambda_abs, "train.diagnostics_every": STRENGTH_DIAGNOSTICS_EVERY}
 
 
+def _one_change(ref: dict[str, Any], tuning: dict[str, tuple]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The ``loss``, ``tuning`` and ``conflict`` tables of one reading: each arm one change from ``ref``."""
+    return {
+        "loss": {"both": ref, "abs only": {**ref, "loss.lambda_rel": 0.0},
+                 "rel only": {**ref, "loss.lambda_abs": 0.0}, "neither": {**ref, "loss.ranking": False}},
+        "tuning": {"reference": ref, **{f"{field.split('.')[1]} = {v}": {**ref, field: v}
+                                        for field, values in tuning.items() for v in values}},
+        "conflict": {**{m: {**ref, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]},
+                     "frost": ref}}
+
+
+RESIDUAL_ARMS = _one_change(RESIDUAL_REF, TUNING_VALUES)
+ADOPTED_ARMS = _one_change(ADOPTED_REF, ADOPTED_TUNING_VALUES)
 GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
     ("families", "residual"): {
         **TASK_ONLY,
@@ -229,16 +226,9 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
         **{f"H = {h}": {**ADOPTED_REF, "model.scaled_inside": True, "model.hurst": h} for h in HURST_VALUES},
         "H learnable": {**ADOPTED_REF, "model.scaled_inside": True, "model.learn_hurst": True},
         "reference (plain A, B)": ADOPTED_REF},
-    ("loss", "residual"): {
-        "both": RESIDUAL_REF,
-        "abs only": {**RESIDUAL_REF, "loss.lambda_rel": 0.0},
-        "rel only": {**RESIDUAL_REF, "loss.lambda_abs": 0.0},
-        "neither": {**RESIDUAL_REF, "loss.ranking": False}},
+    ("loss", "residual"): RESIDUAL_ARMS["loss"],
     ("loss", "adopted"): {
-        "both": ADOPTED_REF,
-        "abs only": {**ADOPTED_REF, "loss.lambda_rel": 0.0},
-        "rel only": {**ADOPTED_REF, "loss.lambda_abs": 0.0},
-        "neither": {**ADOPTED_REF, "loss.ranking": False},
+        **ADOPTED_ARMS["loss"],
         # experiment (c)'s arms at the strength it found decisive (DECISIVE_STRENGTH)
         "rel 10 abs 3": {**ADOPTED_REF, "loss.lambda_rel": 10.0, "loss.lambda_abs": 3.0},
         "abs 3 only": {**ADOPTED_REF, "loss.lambda_rel": 0.0, "loss.lambda_abs": 3.0}},
@@ -247,14 +237,8 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
     # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
     ("update", "adopted"): {
         u: {**ADOPTED_REF, "model.update": u, "model.alpha_param": "auto"} for u in READING_FORMS},
-    ("tuning", "residual"): {
-        "reference": RESIDUAL_REF,
-        **{f"{field.split('.')[1]} = {v}": {**RESIDUAL_REF, field: v}
-           for field, values in TUNING_VALUES.items() for v in values}},
-    ("tuning", "adopted"): {
-        "reference": ADOPTED_REF,
-        **{f"{field.split('.')[1]} = {v}": {**ADOPTED_REF, field: v}
-           for field, values in ADOPTED_TUNING_VALUES.items() for v in values}},
+    ("tuning", "residual"): RESIDUAL_ARMS["tuning"],
+    ("tuning", "adopted"): ADOPTED_ARMS["tuning"],
     # the selected defaults together, against the reference they beat
     ("adopted", "residual"): {
         "reference": RESIDUAL_REF,
@@ -262,12 +246,8 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
     ("adopted", "adopted"): {
         "reference (residual)": RESIDUAL_REF,
         "adopted reading": ADOPTED_REF},
-    ("conflict", "residual"): {
-        **{m: {**RESIDUAL_REF, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]},
-        "frost": RESIDUAL_REF},
-    ("conflict", "adopted"): {
-        **{m: {**ADOPTED_REF, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]},
-        "frost": ADOPTED_REF},
+    ("conflict", "residual"): RESIDUAL_ARMS["conflict"],
+    ("conflict", "adopted"): ADOPTED_ARMS["conflict"],
     # "frost (adopted defaults)" of the residual families, "frost" of the adopted ones
     ("ponder", "residual"): {
         "frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
@@ -299,10 +279,8 @@ READINGS_CHECK = {
 
 
 class Grid(dict):
-    """label -> RunConfig of one grid, and where its runs are stored: ``run_name(label)`` is
-    ``<folder>/<label, slugged>-seed<N>``, the run's folder under ``outputs/runs/`` (committed)
-    or the local cache (``runs.py``). A run is found by its config wherever it is stored; the
-    name only says where a run trained now goes and what the index calls it."""
+    """label -> RunConfig of one grid; ``run_name(label)`` names where a run trained now is stored
+    (docs/architecture.md, "Runs": a run is found by its config, wherever it is)."""
 
     def __init__(self, runs: dict[str, RunConfig], folder: str):
         super().__init__(runs)
@@ -322,13 +300,6 @@ def slug(text: str) -> str:
     """``text`` as a folder name: lower case, runs of other characters than letters, digits and
     dots made one hyphen ("frost (adopted defaults)" -> "frost-adopted-defaults")."""
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
-
-
-def grid_folder(name: str, size: str, dataset: str | None, reading: str = "adopted") -> str:
-    """The folder of grid ``name``'s runs: ``<data set>-<size>-<grid>``, with ``-residual`` for
-    the runs made before the adopted reading (``READING_GRIDS`` only)."""
-    residual = "-residual" if reading == "residual" and name in READING_GRIDS else ""
-    return f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{residual}"
 
 
 def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
@@ -353,7 +324,9 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
             if label in ONCE and seed != seeds[0]:
                 continue  # the control runs once (its first seed): a reference, not a result
             runs[label + tag] = _run({**row, **budget}, size, dataset, seed)
-    return Grid(runs, grid_folder(name, size, dataset, reading))
+    # the runs' folder: <data set>-<size>-<grid>, -residual for the runs made before the adopted reading
+    residual = "-residual" if reading == "residual" and name in READING_GRIDS else ""
+    return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{residual}")
 
 
 def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:
@@ -404,12 +377,11 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
         if sweeps is not None:
             sweeps[split] = full
         table = full.set_index("quantile")
-        row.update({f"{split}_accuracy": out.accuracy,
-                    f"{split}_accuracy_q0.125": float(table.loc[0.125, "accuracy"]),
-                    f"{split}_depth_q0.125": float(table.loc[0.125, "mean_depth"]),
-                    f"{split}_accuracy_q0.5": float(table.loc[0.5, "accuracy"]),
-                    f"{split}_depth_q0.5": float(table.loc[0.5, "mean_depth"]),
-                    f"{split}_score": float(table["accuracy"].mean())})  # the tuning score
+        row[f"{split}_accuracy"] = out.accuracy
+        for q in (0.125, 0.5):
+            row.update({f"{split}_accuracy_q{q}": float(table.loc[q, "accuracy"]),
+                        f"{split}_depth_q{q}": float(table.loc[q, "mean_depth"])})
+        row[f"{split}_score"] = float(table["accuracy"].mean())  # the tuning score
     return row
 
 
@@ -492,12 +464,9 @@ def trajectory_dimension_table(results: dict[str, Any], samples: int | None) -> 
     return pd.DataFrame(rows), planar
 
 
-# Seconds per epoch of one demo-size run alone on the 2-core CPU, measured on the committed runs
-# (README's results table: digits 97 s / 30 epochs, Fashion-MNIST 136-144 s, CIFAR-10 about
-# 240 s with augmentation; CIFAR-100 from benchmarks/train_throughput.py's 106 s of optimiser
-# steps per epoch plus evaluation: no run alone yet, the three committed seeds took 6,623-6,705 s
-# for 20 epochs as three single-threaded runs side by side, about 225 s per epoch with two): the
-# estimate a notebook shows before it would train.
+# Seconds per epoch of one demo-size run alone on the 2-core CPU, from the committed runs (README's
+# results table; CIFAR-100 from benchmarks/train_throughput.py's 106 s of optimiser steps per epoch
+# plus evaluation): the estimate a notebook shows before it would train.
 CPU_EPOCH_SECONDS = {"digits": 3.5, "fashion-mnist": 140.0, "cifar10": 240.0, "cifar100": 130.0}
 
 
@@ -558,12 +527,9 @@ def run_rule_curves(result, model: str, count: int | None = None, test=None):
 
 def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,
                           batch_size: int = 256, threads: int = 1) -> pd.DataFrame:
-    """Accuracy against measured throughput of every halting rule that applies to one trained run
-    (notebook 07): fixed depth, the signal rules, and FROST's rule (its calibrator) when the run was
-    trained with the ranking losses or PonderNet's when with PonderNet's loss; thresholds chosen on
-    the held-out split (``complexity.rule_settings``), each timed through ``adaptive_predict`` on
-    the first ``samples`` test images (``complexity.rule_throughput``) with ``threads`` CPU threads
-    (restored after), on the CPU (a model on a GPU is moved for it and back)."""
+    """Accuracy against measured throughput (``complexity.rule_throughput``, on the CPU with
+    ``threads`` threads, the first ``samples`` test images) of every halting rule that applies to one
+    trained run (as ``run_rule_curves``), thresholds from the held-out split (notebook 07)."""
     cfg = result.config
     rules = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.ranking + ["ponder"] * cfg.loss.ponder
     model = result.model.eval()
@@ -574,7 +540,7 @@ def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5
     x, y = (torch.cat(t) for t in zip(*test))
     before, device = torch.get_num_threads(), next(model.parameters()).device
     torch.set_num_threads(threads)
-    try:  # a CPU measurement: the model comes to the CPU for it and goes back after
+    try:  # a model on a GPU comes to the CPU for it and goes back after
         return rule_throughput(model.cpu(), x[:samples], y[:samples], settings, batch_size=batch_size,
                                rounds=rounds)
     finally:
@@ -714,10 +680,8 @@ JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iter
 
 def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
     """What experiment (b) measures on one trained run (READING_EXPERIMENTS["update_forms"]), on
-    the test split: contraction by both measures (the step-size fit kappa with the share of
-    samples inside appendix B's bound, and the Jacobian norm over steps 8..T with its share
-    below 1), Table 1's cosine at UPDATE_FORM_STEPS, accuracy at every fixed depth, alpha at the start,
-    its minimum and the end of training, and the areas of FROST's rule and of a fixed depth."""
+    the test split: both contraction measures, Table 1's cosine at UPDATE_FORM_STEPS, accuracy per
+    fixed depth, alpha over training and the areas of FROST's rule and of a fixed depth."""
     cfg = result.config
     traj = run_trajectories(result, "test")
     cosine = cosine_to_final(traj.pooled).mean(0)  # (T+1,) over samples
@@ -739,10 +703,8 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
 
 
 def reading_verdicts(rows, basic_ssm_cos3: list[float]) -> dict[str, dict[str, Any]]:
-    """READING_EXPERIMENTS["update_forms"]'s rule per (form, h0), over its seeds: it contracts when
-    the median Jacobian norm over steps 8..T is below 1 and at least half the samples satisfy the
-    bound (both as means over seeds); Table 1 holds when its mean cosine at t = 3 exceeds
-    basic_ssm's mean (same seeds) by more than the larger spread (std) over seeds."""
+    """READING_EXPERIMENTS["update_forms"]'s rule per (form, h0) over its seeds (means over seeds;
+    the spread is the larger std over seeds of the form's and basic_ssm's cosine at t = 3)."""
     out: dict[str, dict[str, Any]] = {}
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
@@ -790,14 +752,10 @@ def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", 
 def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
                             seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
                             retrain: bool = False) -> dict:
-    """Experiment 3(d) of issue 15: every protocol on the families grid, inference only.
-
-    The runs of ``experiments.grid("families", size, dataset, seeds)`` (stops with
-    ``RunsNotTrained`` unless each is committed or cached, or ``retrain``); the first
-    ``samples`` test images of each, as notebook 03 takes them. Returns the metrics record:
-    per run (label, family, seed) every protocol's dimension, per protocol and seed whether
-    frost lies above vanilla and basic_ssm, and the verdict of the fixed rule.
-    """
+    """Experiment 3(d) of issue 15 (docs/fidelity.md section 2): every protocol's dimension on the
+    first ``samples`` test images of each run of the residual families grid (inference only;
+    ``require_trained``), per protocol and seed whether frost lies above vanilla and basic_ssm,
+    and the fixed rule's verdict: the metrics record."""
     runs = grid("families", size, dataset, seeds=seeds, reading="residual")
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)
@@ -807,14 +765,10 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
         for name, r in minkowski_protocols(states).items():
             rows.append({"run": label, "model": family_of(label), "seed": result.config.train.seed,
                          "key": run_name(result.checkpoint), "protocol": name, **r})
-    orders = {}
-    for point_set, dims, window in PROTOCOLS:
-        name = protocol_name(point_set, dims, window)
-        table: dict[str, dict[int, float]] = {}
-        for r in rows:
-            if r["protocol"] == name:
-                table.setdefault(r["model"], {})[r["seed"]] = r["dimension"]
-        orders[name] = protocol_order(table)
+    tables: dict[str, dict[str, dict[int, float]]] = {protocol_name(*p): {} for p in PROTOCOLS}
+    for r in rows:  # protocol -> family -> seed -> dimension
+        tables[r["protocol"]].setdefault(r["model"], {})[r["seed"]] = r["dimension"]
+    orders = {name: protocol_order(table) for name, table in tables.items()}
     first = next(iter(results.values())).config
     scales = np.asarray(PROTOCOL_SCALES)
     reference = {}  # sets of known dimension as 8192-point polylines, under each window

@@ -1,10 +1,5 @@
-"""Notebook glue: parameter validation, the smoke switch, the environment record, outputs.
-
-Notebooks call these so that their cells stay short: a bad papermill parameter stops the
-notebook at once with a message naming it; ``FROST_SMOKE=1`` shrinks every notebook to a
-smoke run (nbval cannot pass parameters); metrics JSON files carry the environment they
-were made in; figures are saved byte-stable (no timestamps in their metadata).
-"""
+"""Notebook glue (docs/architecture.md): parameter validation, the smoke switch (``FROST_SMOKE=1``:
+nbval cannot pass parameters), the environment record, metrics JSON and byte-stable figures."""
 
 from __future__ import annotations
 
@@ -176,15 +171,9 @@ def setup(notebook: str, **params: Any) -> SimpleNamespace:
 def trained_frost(checkpoint: str | None, size: str, dataset: str | None, default=None, *,
                   backbone: str | None = None, param: str = "checkpoint"):
     """``(config, model, calibrator)`` of the model a notebook studies: the checkpoint when one
-    is given (a missing or damaged file stops here, saying so), else ``default`` (a RunConfig;
-    None: FROST at the size's defaults on ``dataset``) from the stored runs, local or committed in
-    ``outputs/runs/`` (trained when in neither).
-
-    The notebooks that call this study FROST's halting head: a checkpoint of another family, or
-    of a frost run whose halting head no loss trained (``loss.halting_trained``: the ranking
-    losses or PonderNet's), or, with ``backbone``, of another backbone, is a ``ParameterError``
-    naming the notebook parameter ``param`` and what the file holds. Its exits would come from a
-    head left at its initialisation, with nothing to tell them from a trained one's.
+    is given, else ``default`` (a RunConfig; None: FROST at the size's defaults on ``dataset``)
+    from the stored runs (``train_or_load``). A checkpoint that is not FROST with a trained halting
+    head (on ``backbone``, when given) is a ``ParameterError`` naming the parameter ``param``.
 
     Smoke mode (``FROST_SMOKE=1``) never opens a data set other than digits: it checks the given
     checkpoint (it exists, is readable, holds what is asked for), then studies ``default``
@@ -192,7 +181,23 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
     run's checkpoint, whose data set CI does not have)."""
     if checkpoint is not None:
         config = checkpoint_config(checkpoint)  # a missing or damaged file is an error, smoke or not
-        _require_trained_frost(checkpoint, config, backbone, param)
+        model, loss = config.model, config.loss
+        held = f"({model.name}/{model.backbone} on {config.data.name})"
+        if model.name != "frost":
+            raise ParameterError(
+                f"parameter {param}={checkpoint!r} holds a {model.name!r} model {held}, not 'frost': this "
+                f"notebook studies FROST's halting head. Pass a frost checkpoint, or {param}=None")
+        if not loss.halting_trained:
+            raise ParameterError(
+                f"parameter {param}={checkpoint!r} holds a frost model whose halting head was never "
+                f"trained (loss.ranking and loss.ponder both off, as in the 'frost (no ranking)' control): "
+                f"its exits would come from an untrained head. Pass a frost checkpoint trained with the "
+                f"ranking losses or PonderNet's, or {param}=None")
+        if backbone is not None and model.backbone != backbone:
+            raise ParameterError(
+                f"parameter {param}={checkpoint!r} holds frost on the {model.backbone!r} backbone {held}, "
+                f"not {backbone!r}. Pass a {backbone} frost checkpoint "
+                f"(frost_nb.experiments.grid('{backbone}')), or {param}=None")
         if smoke_mode():
             print(f"smoke mode: {checkpoint} is not used; a smoke FROST on digits stands in for it")
         else:
@@ -203,46 +208,20 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
     return config, result.model, result.calibrator
 
 
-def _require_trained_frost(checkpoint: str, config, backbone: str | None = None, param: str = "checkpoint") -> None:
-    """Refuse (``ParameterError``) a checkpoint that is not FROST with a trained halting head
-    (on ``backbone``, when given)."""
-    model, loss = config.model, config.loss
-    held = f"({model.name}/{model.backbone} on {config.data.name})"
-    if model.name != "frost":
-        raise ParameterError(
-            f"parameter {param}={checkpoint!r} holds a {model.name!r} model {held}, not 'frost': this notebook "
-            f"studies FROST's halting head. Pass a frost checkpoint, or {param}=None")
-    if not loss.halting_trained:
-        raise ParameterError(
-            f"parameter {param}={checkpoint!r} holds a frost model whose halting head was never "
-            f"trained (loss.ranking and loss.ponder both off, as in the 'frost (no ranking)' control): "
-            f"its exits would come from an untrained head. Pass a frost checkpoint trained with the "
-            f"ranking losses or PonderNet's, or {param}=None")
-    if backbone is not None and model.backbone != backbone:
-        raise ParameterError(
-            f"parameter {param}={checkpoint!r} holds frost on the {model.backbone!r} backbone {held}, "
-            f"not {backbone!r}. Pass a {backbone} frost checkpoint (frost_nb.experiments.grid('{backbone}')), "
-            f"or {param}=None")
-
-
-def git_commit() -> str:
-    try:
-        # "<commit>-dirty" when the working tree differs from it: a result made before its commit
-        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo_root(),
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def environment(device: str | None = None) -> dict[str, Any]:
     """What a result was computed with: versions, device, machine, commit."""
     import torch
 
+    try:
+        # "<commit>-dirty" when the working tree differs from it: a result made before its commit
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo_root(),
+                                capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
     return {"torch": torch.__version__, "python": platform.python_version(),
             "device": device or str(pick_device("auto")),
             "cpu_threads": torch.get_num_threads(), "machine": platform.machine(),
-            "commit": git_commit()}
+            "commit": commit}
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
@@ -278,17 +257,13 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None)
             old = json.loads(path.read_text())
         except (OSError, ValueError):
             old = None
-        if isinstance(old, dict) and _same_results(old, record):
+        # equal once the environment is set aside, numbers within float32 rounding (a reduction on
+        # another thread count or device moves the last digits, not the result)
+        strip = lambda d: json.loads(json.dumps({k: v for k, v in d.items() if k != "env"}, default=float))
+        if isinstance(old, dict) and _close(strip(old), strip(record)):
             return path
     blob = json.dumps(record, indent=2, sort_keys=False, default=float, allow_nan=False).encode()
     return _atomic_write(path, blob)
-
-
-def _same_results(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    """Equal once the environment is set aside, numbers within float32 rounding (a reduction on
-    another thread count or device moves the last digits, not the result)."""
-    strip = lambda d: json.loads(json.dumps({k: v for k, v in d.items() if k != "env"}, default=float))
-    return _close(strip(old), strip(new))
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -317,29 +292,23 @@ def figure_png(fig, dpi: int = 110) -> bytes:
 
 
 def save_figure(fig, name: str) -> Path:
-    """Save a matplotlib figure as ``outputs/figures/<name>.png`` (byte-stable: no date, no
-    version), close it, and show that same PNG inline when called from a notebook kernel, so a
-    committed notebook holds every figure it saves (the figure is closed first: matplotlib's
-    inline backend would otherwise show it a second time)."""
+    """Save a figure as ``outputs/figures/<name>.png`` (``figure_png``), close it, and show that
+    PNG inline in a notebook kernel, so a committed notebook holds every figure it saves (closed
+    first: matplotlib's inline backend would otherwise show it a second time)."""
     import matplotlib.pyplot as plt
 
     png = figure_png(fig)
     plt.close(fig)
     path = _atomic_write(outputs_dir() / "figures" / f"{name}.png", png)
-    if _in_kernel():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return path
+    if getattr(get_ipython(), "kernel", None) is not None:  # a notebook kernel, not a terminal
         from IPython.display import Image, display
 
         display(Image(data=png, format="png"))
     return path
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2):

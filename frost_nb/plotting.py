@@ -305,33 +305,43 @@ def plot_complexity_ratios(table, title: str = "") -> plt.Figure:
     return fig
 
 
-def plot_rule_curves(curves, fixed, oracle, title: str = "") -> plt.Figure:
-    """Accuracy against mean depth of every halting rule (``halting_rules`` curve tables), one
-    panel per model: a line per rule, the fixed-depth curve (all samples stop at step t,
-    dashed) and the oracle's bound (dotted). Colours follow the rule across panels."""
-    models = list(dict.fromkeys(curves["model"]))
-    rules = list(dict.fromkeys(curves["rule"]))
-    colours = {rule: f"C{i}" for i, rule in enumerate(rules)}
-    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.6), sharey=True,
-                             squeeze=False)
+def _model_panels(models, lines, height: float, title: str) -> plt.Figure:
+    """Test accuracy against mean depth, one panel per model, each line from ``lines(model)``:
+    (rows with mean_depth and accuracy, label, plot style); one legend for every panel."""
+    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), height), sharey=True, squeeze=False)
     for ax, model in zip(axes[0], models):
-        for rule, part in curves[curves["model"] == model].groupby("rule", sort=False):
+        for part, label, style in lines(model):
             part = part.sort_values("mean_depth", kind="stable")
-            ax.plot(part["mean_depth"], part["accuracy"], "o-", ms=2, lw=1, color=colours[rule], label=rule)
-        for table, ls, colour, label in ((fixed, "--", "k", "fixed depth"),
-                                         (oracle, ":", "grey", "oracle (bound)")):
-            part = table[table["model"] == model].sort_values("mean_depth", kind="stable")
-            ax.plot(part["mean_depth"], part["accuracy"], ls=ls, lw=1, color=colour, label=label)
+            ax.plot(part["mean_depth"], part["accuracy"], label=label, **style)
         ax.set(title=model, xlabel="mean depth (steps)")
     axes[0][0].set(ylabel="test accuracy")
     handles = {}
     for ax in axes[0]:
         for h, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, h)
-    fig.suptitle(title or "halting rules: accuracy against mean depth")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.legend(handles.values(), handles.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
+
+
+FIXED_STYLE, ORACLE_STYLE = dict(ls="--", color="k", lw=1), dict(ls=":", color="grey", lw=1)
+
+
+def plot_rule_curves(curves, fixed, oracle, title: str = "") -> plt.Figure:
+    """Accuracy against mean depth of every halting rule (``halting_rules`` curve tables), one
+    panel per model: a line per rule, the fixed-depth curve (all samples stop at step t,
+    dashed) and the oracle's bound (dotted). Colours follow the rule across panels."""
+    colours = {rule: f"C{i}" for i, rule in enumerate(dict.fromkeys(curves["rule"]))}
+
+    def lines(model):
+        for rule, part in curves[curves["model"] == model].groupby("rule", sort=False):
+            yield part, rule, dict(marker="o", ms=2, lw=1, color=colours[rule])
+        yield fixed[fixed["model"] == model], "fixed depth", FIXED_STYLE
+        yield oracle[oracle["model"] == model], "oracle (bound)", ORACLE_STYLE
+
+    return _model_panels(list(dict.fromkeys(curves["model"])), lines, 3.6,
+                         title or "halting rules: accuracy against mean depth")
 
 
 def plot_rule_throughput(table, title: str = "") -> plt.Figure:
@@ -385,25 +395,18 @@ def plot_head_refit(curves, title: str = "") -> plt.Figure:
     """Test accuracy against mean depth, one panel per frozen backbone: the trained halting head,
     each refitted head (``head_refit.HEADS``), confidence, fixed depth (dashed) and the oracle's
     bound (dotted). ``curves``: ``head_refit.refit_curves`` rows of every backbone."""
-    models = list(dict.fromkeys(curves["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False, sharey=True)
-    styles = {"fixed depth": dict(ls="--", color="k", lw=1), "oracle": dict(ls=":", color="grey", lw=1)}
-    rules = [r for r in dict.fromkeys(curves["rule"]) if r not in styles]
-    colours = {r: f"C{i}" for i, r in enumerate(rules)}
-    for ax, model in zip(axes[0], models):
-        for rule in [*rules, *styles]:
+    rules = [r for r in dict.fromkeys(curves["rule"]) if r not in ("fixed depth", "oracle")]
+    styles = {**{r: dict(marker="o", ms=2, lw=1, color=f"C{i}") for i, r in enumerate(rules)},
+              "fixed depth": FIXED_STYLE, "oracle": ORACLE_STYLE}
+
+    def lines(model):
+        for rule in styles:
             part = curves[(curves["model"] == model) & (curves["rule"] == rule)]
-            part = part.sort_values("mean_depth", kind="stable")
             if len(part):
-                style = styles.get(rule, dict(marker="o", ms=2, lw=1, color=colours.get(rule)))
-                ax.plot(part["mean_depth"], part["accuracy"], label=rule, **style)
-        ax.set(title=model, xlabel="mean depth (steps)")
-    axes[0][0].set(ylabel="test accuracy")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.suptitle(title or "halting heads refitted on frozen backbones")
-    fig.tight_layout()
-    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    return fig
+                yield part, rule, styles[rule]
+
+    return _model_panels(list(dict.fromkeys(curves["model"])), lines, 3.4,
+                         title or "halting heads refitted on frozen backbones")
 
 
 def plot_loss_strength(runs: list[dict], title: str = "") -> plt.Figure:

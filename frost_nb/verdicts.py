@@ -1,22 +1,15 @@
 """The paper's claims as data: a verdict table generated from the committed metrics files.
 
 Every claim of FROST (Yu and Hwang, ICML 2026) that a notebook or a benchmark measures is one
-small function below. It reads the metrics files of ``outputs/metrics/`` (what notebooks,
-``python -m frost_nb sweep --csv`` and the benchmarks wrote) and returns rows
-
-    {claim, reading, dataset, paper, ours, verdict, notebook}
-
-one per (claim, reading, data set): ``reading`` is the update form of the FROST model that was
-measured (``canonical``, ``convex``, ``gated``; ``n/a`` for claims about the baselines), taken
-from what the metrics name: a run's name (``<grid>/<label>``, its committed folder in
-``outputs/runs/``, else the grid of ``frost_nb.experiments`` it belongs to), a checkpoint path, or, for a file
-that names no run, the committed checkpoint of the same size, data set and model whose test
-accuracy it reports. A new metrics file (another update form, another data set) adds rows;
-nothing here names today's runs or numbers.
-
-The verdict of each row follows from its numbers by the rule written beside its claim:
-``reproduced``, ``partly reproduced`` or ``not reproduced``. A metrics file that is missing
-drops its rows; one whose layout a claim cannot read drops that claim's rows with a warning.
+small function below (docs/results.md gives the numbers behind each verdict). It reads the
+metrics files of ``outputs/metrics/`` and returns rows {claim, reading, dataset, paper, ours,
+verdict, notebook}, one per (claim, reading, data set). ``reading`` is the update form of the
+FROST model measured (``n/a`` for claims about the baselines), taken from the run the metrics
+name (``<grid>/<label>``, a checkpoint path) or, for a file that names none, the committed
+checkpoint of the same size, data set and model with the test accuracy it reports. Nothing here
+names today's runs or numbers: a new metrics file adds rows. The verdict follows from the
+numbers by the rule written beside each claim; a missing file drops its rows, one a claim cannot
+read drops that claim's rows with a warning.
 
     python -m frost_nb verdicts                  # the markdown table
     python -m frost_nb verdicts --write README.md  # refresh the README's block
@@ -496,15 +489,13 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
                 [state.get("metrics", {}).get("test_accuracy_per_step")]
 
 
-def _mean_sweep(sweeps: list[list[dict]]) -> dict[float, tuple[float, float]]:
-    """quantile -> (mean depth, accuracy), averaged over runs."""
-    by_q = _by([r for s in sweeps for r in s], "quantile")
-    return {q: (_mean(r["mean_depth"] for r in rs), _mean(r["accuracy"] for r in rs))
-            for q, rs in sorted(by_q.items())}
-
-
 KEPT_CLOSE = 0.05  # our share of full-depth accuracy at most 5 points below the paper's
 KEPT_SHOWN = (0.25, 0.5)
+
+
+def _kept_verdict(kept: dict[float, float], p_kept: dict[float, float]) -> str:
+    close = {q: kept[q] >= p_kept[q] - KEPT_CLOSE for q in kept}
+    return REPRODUCED if all(close.values()) else PARTLY if all(v for q, v in close.items() if q >= 0.5) else NOT
 
 
 def table2_vs_paper(m: Metrics) -> list[dict]:
@@ -515,17 +506,15 @@ def table2_vs_paper(m: Metrics) -> list[dict]:
     p_kept = {q: a / p[1.0] for q, a in p.items()}
     rows = []
     for notebook, dataset, read, sweeps, _ in _sweeps(m):
-        s = _mean_sweep(sweeps)
-        if 1.0 not in s:
+        acc = {q: _mean(r["accuracy"] for r in rs)  # quantile -> accuracy, mean over runs
+               for q, rs in sorted(_by([r for s in sweeps for r in s], "quantile").items())}
+        if 1.0 not in acc:
             continue
-        kept = {q: acc / s[1.0][1] for q, (_, acc) in s.items() if q in p_kept and q < 1.0}
-        close = {q: kept[q] >= p_kept[q] - KEPT_CLOSE for q in kept}
-        verdict = REPRODUCED if all(close.values()) else \
-            PARTLY if all(v for q, v in close.items() if q >= 0.5) else NOT
+        kept = {q: a / acc[1.0] for q, a in acc.items() if q in p_kept and q < 1.0}
         shown = [q for q in KEPT_SHOWN if q in kept]
         rows.append(_row("Table 2: accuracy kept at q = 0.25 / 0.5 (share of full depth)", read, dataset,
                          " / ".join(f"{p_kept[q]:.2f}" for q in shown),
-                         " / ".join(f"{kept[q]:.2f}" for q in shown), verdict, notebook))
+                         " / ".join(f"{kept[q]:.2f}" for q in shown), _kept_verdict(kept, p_kept), notebook))
     return rows
 
 
@@ -546,12 +535,9 @@ def table2_at_paper_depths(m: Metrics) -> list[dict]:
             per_run.append({q: float(np.interp(d * steps / 16, depth, acc)) / full
                             for q, d in p_depth.items() if q < 1.0})
         kept = {q: _mean(r[q] for r in per_run) for q in per_run[0]}
-        close = {q: kept[q] >= p_kept[q] - KEPT_CLOSE for q in kept}
-        verdict = REPRODUCED if all(close.values()) else \
-            PARTLY if all(v for q, v in close.items() if q >= 0.5) else NOT
         rows.append(_row("Table 2 at the paper's mean depths 6.06 / 8.30 of 16: accuracy kept (share of full "
                          "depth)", read, dataset, " / ".join(f"{p_kept[q]:.2f}" for q in KEPT_SHOWN),
-                         " / ".join(f"{kept[q]:.2f}" for q in KEPT_SHOWN), verdict, notebook))
+                         " / ".join(f"{kept[q]:.2f}" for q in KEPT_SHOWN), _kept_verdict(kept, p_kept), notebook))
     return rows
 
 
@@ -712,15 +698,12 @@ def collapse(m: Metrics) -> list[dict]:
 SPEED_CLOSE, SPEED_NEAR = 0.9, 0.75  # measured / ideal speed-up
 
 
-def _paper_speed_share(backbone: str = "resnet") -> float:
-    rows = {r["model"]: r for r in paper.TABLE3 if r["backbone"] == backbone}
-    speed = rows["frost"]["images_per_s"] / rows["basic_ssm"]["images_per_s"]
-    return speed / (rows["basic_ssm"]["gflops"] / rows["frost"]["gflops"])
-
-
 def adaptive_speed(m: Metrics) -> list[dict]:
     """At the largest batch measured, the lowest measured / ideal ratio over the quantiles:
     at least SPEED_CLOSE -> reproduced; at least SPEED_NEAR -> partly; else -> not."""
+    t3 = {r["model"]: r for r in paper.TABLE3 if r["backbone"] == "resnet"}
+    theirs = t3["frost"]["images_per_s"] / t3["basic_ssm"]["images_per_s"] / (t3["basic_ssm"]["gflops"]
+                                                                             / t3["frost"]["gflops"])
     rows = []
     for d in map(m.json, m.names("bench_*")):
         if d.get("benchmark") != "adaptive_inference" or not d.get("rows"):
@@ -732,7 +715,7 @@ def adaptive_speed(m: Metrics) -> list[dict]:
         device = d.get("env", {}).get("device", "")
         verdict = REPRODUCED if worst >= SPEED_CLOSE else PARTLY if worst >= SPEED_NEAR else NOT
         rows.append(_row(f"Adaptive inference: measured / ideal speed-up (batch {largest}, {device})",
-                         read, d.get("dataset", UNKNOWN), f"{_paper_speed_share():.2f}", f"{worst:.2f}",
+                         read, d.get("dataset", UNKNOWN), f"{theirs:.2f}", f"{worst:.2f}",
                          verdict, "bench"))
     return rows
 
@@ -760,11 +743,8 @@ def kll_overhead(m: Metrics) -> list[dict]:
     return rows
 
 
-# Experiment (b) of the fidelity issue (15_update_forms.json; rule fixed in
-# experiments.READING_EXPERIMENTS["update_forms"]): every update form under the adopted halting
-# settings, digits, 3 seeds. The reading is the update form (", h0 = 0" when the state starts at
-# zero); the rule's two contraction parts and its Table 1 test are computed in
-# experiments.reading_verdicts and graded here.
+# Experiment (b) (15_update_forms.json; rule in READING_EXPERIMENTS["update_forms"], its parts
+# computed in experiments.reading_verdicts): the reading is the update form (", h0 = 0": a zero start).
 def update_forms(m: Metrics) -> list[dict]:
     """Contraction: (a) median Jacobian norm over steps 8..T below 1; (b) appendix B's bound holds
     for at least half the samples; both -> reproduced, one -> partly, none -> not. Table 1: frost's
@@ -783,8 +763,7 @@ def update_forms(m: Metrics) -> list[dict]:
     return rows
 
 
-# Experiment (d) (15_minkowski_protocols.json; rule in READING_EXPERIMENTS["minkowski_protocols"]):
-# 'protocol-dependent' unless one protocol orders frost above vanilla and basic_ssm on every seed.
+# Experiment (d) (15_minkowski_protocols.json; rule in READING_EXPERIMENTS["minkowski_protocols"])
 PROTOCOL_DEPENDENT = "protocol-dependent"
 
 
@@ -841,22 +820,23 @@ def loss_strength(m: Metrics) -> list[dict]:
     def at(holds: list) -> str:
         return ", ".join(str(h) for h in holds) if holds else "no strength"
 
-    frost_abs = [a for a in arms.values() if a["model"] == "frost" and a["lambda_rel"] == 0]
+    frost = [a for a in arms.values() if a["model"] == "frost"]
+    frost_abs = [a for a in frost if a["lambda_rel"] == 0]
     fell = [f"{a['model']}, {a['lambda_rel']:g}/{a['lambda_abs']:g}: {a['collapsed_seeds']} of {a['seeds']}"
             for a in arms.values() if a["model"] != "frost" and a["collapsed_seeds"]]
     return [
         _row("Appendix D: the ranking losses collapse the baselines, not frost (3 strengths, L_abs alone)",
              "leaky", d["dataset"], "baselines collapse",
              f"holds at: {at(d['collapse_claim_holds_at'])}; seeds collapsed (rel/abs): "
-             f"{'; '.join(fell) or 'none'}; frost: {sum(a['collapsed_seeds'] for a in arms.values() if a['model'] == 'frost')}",
+             f"{'; '.join(fell) or 'none'}; frost: {sum(a['collapsed_seeds'] for a in frost)}",
              REPRODUCED if d["collapse_claim_holds_at"] else NOT, "15"),
         _row("Loss ablation: L_abs alone collapses frost", "leaky", d["dataset"], "collapses",
              "; ".join(f"abs {a['lambda_abs']:g}: {a['collapsed_seeds']} of {a['seeds']} seeds" for a in frost_abs),
              REPRODUCED if d["l_abs_alone_collapses_frost_at"] else NOT, "15"),
         _row("Appendix D: per-step gradient conflict positive for frost, negative for the baselines",
              "leaky", d["dataset"], "> 0 vs < 0",
-             f"holds at: {at(d['conflict_claim_holds_at'])}; frost {min(a['step_cosine'] for a in arms.values() if a['model'] == 'frost'):+.3f}"
-             f"..{max(a['step_cosine'] for a in arms.values() if a['model'] == 'frost'):+.3f}",
+             f"holds at: {at(d['conflict_claim_holds_at'])}; frost {min(a['step_cosine'] for a in frost):+.3f}"
+             f"..{max(a['step_cosine'] for a in frost):+.3f}",
              REPRODUCED if d["conflict_claim_holds_at"] else NOT, "15")]
 
 
