@@ -91,14 +91,10 @@ def _first(batches, max_samples: int | None):
 @torch.no_grad()
 def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = False, amp: bool = False,
                     max_samples: int | None = None) -> FullDepthPass:
-    """Run ``model`` at full depth over ``batches`` ((x, y) pairs; the first ``max_samples``
-    samples), under bf16 autocast with ``amp``, and keep its ``FullDepthPass``; with
-    ``trajectories`` also the reductions of its states.
-
-    Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
-    batch by batch, so memory stays O(N T D) for the pooled states only (every state of a
-    CIFAR-size split at once would be about 11 GB).
-    """
+    """The ``FullDepthPass`` of ``model`` over ``batches`` ((x, y) pairs; the first ``max_samples``
+    samples), under bf16 autocast with ``amp``; with ``trajectories`` also the reductions of its
+    states. Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
+    batch by batch, so memory stays O(N T D) (every state of a CIFAR-size split: about 11 GB)."""
     model.eval()
     parts: dict[str, list[Tensor]] = defaultdict(list)
     for x, y in _first(batches, max_samples):
@@ -179,10 +175,8 @@ def fit_contraction(step_norms: Tensor, eps: float = 1e-12) -> Tensor:
 
 
 def contraction_bound(step_norms: Tensor, dist_to_final: Tensor, kappa: Tensor) -> Tensor:
-    """(N, T) whether ||h_t - h_T|| <= kappa^t / (1 - kappa) ||h_1 - h_0|| for t = 0..T-1.
-
-    False for every t of a sample with kappa >= 1 (the bound is not defined there).
-    """
+    """(N, T) whether ||h_t - h_T|| <= kappa^t / (1 - kappa) ||h_1 - h_0|| for t = 0..T-1; False
+    for every t of a sample with kappa >= 1 (the bound is not defined there)."""
     n, t = step_norms.shape
     if dist_to_final.shape != (n, t + 1) or kappa.shape != (n,):
         raise ValueError("expected step_norms (N, T), dist_to_final (N, T+1) and kappa (N,)")
@@ -213,9 +207,8 @@ def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters:
     step maps every sample on its own (GroupNorm, LayerNorm and attention work per sample), so
     the batch's Jacobian is block-diagonal and one batched iteration, normalised per sample,
     runs every sample's iteration at once. The estimate is a lower bound that rises towards
-    sigma_max; its error shrinks like (sigma_2 / sigma_max)^(2 iters).
-    Attention runs on PyTorch's math kernel here: the fused CPU kernel has no forward mode.
-    (``torch.func`` differentiates inside although the loop runs under ``no_grad``.)
+    sigma_max; its error shrinks like (sigma_2 / sigma_max)^(2 iters). Attention runs on
+    PyTorch's math kernel here: the fused CPU kernel has no forward mode.
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -125,11 +125,9 @@ def relative_to_vanilla(table):
 def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size: int, repeats: int,
                         device: str) -> pd.DataFrame:
     """Notebook 06's table (pandas): every family on both backbones at ``size`` ("paper": the
-    paper's ImageNet-100 settings; "smoke": tiny models on digits, the same code path), each
-    initialised with seed 0, on the CPU: parameters (with and without the heads), FLOPs per
-    image and measured images/s (``seconds_per_image``: ``batch_size`` images, medians of
-    ``repeats`` rounds) at full depth, and for frost also at the paper's mean depth (Table 3)
-    and at each of ``frost_depths`` (label -> depth as a fraction of T). ``device`` is recorded."""
+    paper's ImageNet-100 settings), initialised with seed 0: parameters (with and without the
+    heads), FLOPs per image and images/s (``seconds_per_image``) at full depth, and for frost also
+    at the paper's mean depth (Table 3) and at each of ``frost_depths`` (label -> fraction of T)."""
     rows = []
     for backbone in BACKBONES:
         for name in MODELS:
@@ -156,11 +154,10 @@ def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size
 
 
 def rule_settings(val, rules: Sequence[str], *, calibrator=None, count: int = 6) -> list[tuple[str, float]]:
-    """(rule, threshold) pairs to time, chosen on the held-out trajectories ``val`` only: for each
-    rule of ``halting_rules.RULES`` the ``count`` inner quantiles of its signal there (the MSDNet
-    protocol of notebook 07, without its minimum and maximum), FROST's as its calibrator's tau_q at
-    ``count`` evenly spaced inner quantiles, and ``FIXED`` as ``count`` depths spread over 1..T
-    (fewer where the signal has fewer distinct values or T is small)."""
+    """(rule, threshold) pairs to time, chosen on the held-out trajectories ``val`` only: ``count``
+    inner quantiles of each rule's signal there (notebook 07's protocol less its extremes), FROST's
+    calibrator's tau_q at ``count`` inner quantiles, ``FIXED`` as ``count`` depths over 1..T (fewer
+    where the signal has fewer distinct values or T is small)."""
     if FROST in rules and calibrator is None:
         raise ValueError("rule 'frost' needs the run's calibrator: "
                          "rule_settings(..., calibrator=result.calibrator)")

@@ -147,13 +147,10 @@ def clear_cache() -> None:
 def make_batches(ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool,
                  device: str | torch.device, generator: torch.Generator | None = None,
                  drop_last: bool = False, num_workers: int = 0) -> Batches | FolderBatches:
-    """Batches ``(x, y)`` of `ds`: x float32 (B, C, H, W) normalised with ``ds.info``, y int64,
-    both on `device`. ``len()`` is the number of batches per pass.
-
-    All randomness (order, augmentation) comes from `generator` (a CPU ``torch.Generator``;
-    None: torch's global generator), one draw per pass: the same generator state gives the
-    same pass. ``num_workers`` is used by folder sets only (a DataLoader).
-    """
+    """Batches ``(x, y)`` of `ds` on `device` (docs/architecture.md's "Data" section). All randomness
+    (order, augmentation) comes from `generator` (a CPU ``torch.Generator``; None: torch's global
+    one), one draw per pass: the same generator state gives the same pass. ``num_workers``: folder
+    sets only (a DataLoader)."""
     _check("batch_size", batch_size, _is_number(batch_size, int) and batch_size >= 1, "a positive integer")
     return (Batches if ds.x is not None else FolderBatches)(
         ds, batch_size, shuffle=shuffle, augment=augment, device=device, generator=generator,

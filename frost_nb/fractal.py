@@ -9,12 +9,11 @@ docs/fidelity.md section 1; the constants below carry its numbers. What it leave
   fits the unit cube with its shape kept (the dimension is invariant to this).
 - Given sides (radii), the fit is the least-squares slope over exactly those: a fixed protocol
   window. Not given: the candidates AUTO_BOX_SCALES (AUTO_CORRELATION_SCALES) down to the
-  points' resolution, then their ``stable_range``.
-- Trajectories (``trajectory_dimensions``): all samples' polylines are projected onto the same
-  top principal components; each is resampled at ``n_points`` points evenly spaced along its
-  arc length (so we measure the curve, not its T+1 vertices; 8192 points keep the spacing below
-  half the smallest box for curves up to 16 times longer than their extent) and measured over
-  the fixed window BOX_SCALES (or CORRELATION_SCALES); a sample with no extent gets NaN.
+  points' resolution (MIN_POINTS_PER_BOX points per occupied box; MIN_NEIGHBOURS neighbours per
+  point on average), then their ``stable_range``; with radii, an empty count is floored at one pair.
+- Trajectories (``trajectory_dimensions``, docs/method.md section 9.2): the 8192 points resampled
+  along each polyline's arc length keep the spacing below half the smallest box for curves up
+  to 16 times longer than their extent; a sample with no extent gets NaN.
 - Protocols (``minkowski_protocols``, PROTOCOLS: polyline or cloud, 2 or 3 components, a coarse
   or fine window): experiment 3(d), docs/fidelity.md section 2.
 """
@@ -249,15 +248,10 @@ def _check_scales(scales, name: str) -> tuple[float, ...]:
 
 def stable_range(x, y, width: float = FIT_WIDTH, tolerance: float = FIT_TOLERANCE,
                  min_span: float = FIT_MIN_SPAN) -> np.ndarray:
-    """Mask of the points of the longest range of x over which the slope of y is stable.
-
-    ``x`` in octaves (log2 of the scale), in any order. A range of consecutive local slopes
-    (secants over ``width`` octaves) is stable when they all lie within
-    ``2 * tolerance`` of each other; the range covers the widths of its local slopes and must
-    span at least ``min_span`` octaves. The longest stable range wins (ties: the one at the
-    finest scales, largest x). When none is stable, every point: a log-log curve that wobbles
-    everywhere (a lacunar set) is best fitted over its longest range.
-    """
+    """Mask of the points of the longest range of x (octaves, log2 of the scale, any order) over
+    which the slope of y is stable (docs/fidelity.md section 1). The range covers the widths of its
+    local slopes; ties: the finest scales. None stable: every point (a lacunar set's log-log curve
+    wobbles everywhere, and is best fitted over its longest range)."""
     order = np.argsort(x, kind="stable")
     x, y = np.asarray(x, dtype=np.float64)[order], np.asarray(y, dtype=np.float64)[order]
     if len(x) < 3 or x[-1] - x[0] < min_span - 1e-9:
@@ -328,13 +322,8 @@ def box_counts(points, scales, offsets: int = BOX_OFFSETS, seed: int = 0,
 
 
 def box_counting_dimension(points, scales=None, offsets: int = BOX_OFFSETS, seed: int = 0) -> DimensionFit:
-    """Minkowski (box-counting) dimension (see module docstring).
-
-    ``scales`` None: the candidate sides AUTO_BOX_SCALES down to the set's resolution (at most
-    1/MIN_POINTS_PER_BOX occupied boxes a point), fitted over their stable range
-    (``stable_range``); given: the least-squares fit over exactly those sides (a fixed protocol
-    window). Counts are means over ``offsets`` shifted grids.
-    """
+    """Minkowski (box-counting) dimension over the sides ``scales`` (None: automatic; module
+    docstring), counts averaged over ``offsets`` shifted grids."""
     p = normalise(points)
     if scales is None:  # coarse to fine, down to the points' resolution
         counts = box_counts(p, AUTO_BOX_SCALES, offsets, seed, max_count=len(p) / MIN_POINTS_PER_BOX)
@@ -365,12 +354,8 @@ def correlation_integral(points, radii, max_points: int = CORRELATION_POINTS, se
 
 def correlation_dimension(points, radii=None, max_points: int = CORRELATION_POINTS,
                           seed: int = 0) -> DimensionFit:
-    """Grassberger-Procaccia correlation dimension (see module docstring).
-
-    ``radii`` None: the candidates AUTO_CORRELATION_SCALES where each point has at least
-    MIN_NEIGHBOURS neighbours on average, fitted over their stable range; given: the fit over
-    exactly those radii (an empty count is floored at one pair).
-    """
+    """Grassberger-Procaccia correlation dimension over the pair distances ``radii`` (None:
+    automatic; module docstring)."""
     p = normalise(points)
     if radii is None:
         cand = np.asarray(AUTO_CORRELATION_SCALES)

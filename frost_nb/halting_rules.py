@@ -88,8 +88,8 @@ def confidence_signal(traj: FullDepthPass) -> Tensor:
 
 
 def ponder_signal(traj: FullDepthPass) -> Tensor:
-    """PonderNet's cumulative halting probability 1 - prod_{s<=t} (1 - lambda_s), (N, T)
-    float64 (the cumulative sum of ``losses.halting_distribution``; 1 at t = T)."""
+    """PonderNet's cumulative halting probability, (N, T) float64: the cumulative sum of
+    ``losses.halting_distribution``, 1 at t = T."""
     return halting_distribution(traj.halt_logits).double().cumsum(1)
 
 
@@ -127,12 +127,10 @@ class OnlineRule:
     ``threshold`` as ``rule_exits`` does (NaN never fires)."""
 
     def __init__(self, rule: Rule | str, threshold: float):
-        known = {**RULES, FIXED: FIXED_RULE}
-        if isinstance(rule, str) and rule not in known:
-            raise ValueError(f"unknown halting rule {rule!r}; known: {sorted(known)}")
-        self.rule = known[rule] if isinstance(rule, str) else rule
-        if self.rule.name not in ONLINE:
-            raise ValueError(f"no online form of rule {self.rule.name!r}; known: {sorted(ONLINE)}")
+        name = rule if isinstance(rule, str) else rule.name
+        if name not in ONLINE:  # every rule of RULES, and FIXED
+            raise ValueError(f"unknown halting rule {name!r}; known: {sorted(ONLINE)}")
+        self.rule = {**RULES, FIXED: FIXED_RULE}[name] if isinstance(rule, str) else rule
         if math.isnan(threshold):
             raise ValueError(f"rule {self.rule.name!r}: the threshold is NaN; expected a real number")
         self.threshold = float(threshold)
@@ -167,9 +165,8 @@ def _online_second_order(t, h, logits, halt, memory):
 def _online_kl(t, h, logits, halt, memory):
     logp = F.log_softmax(logits.double(), dim=-1)  # (n, K)
     (prev,) = memory
-    if t == 1:
-        return _nan(logits), (logp,)
-    return (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0), (logp,)
+    signal = _nan(logits) if t == 1 else (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)
+    return signal, (logp,)
 
 
 def _online_ponder(t, h, logits, halt, memory):
