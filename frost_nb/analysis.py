@@ -4,22 +4,12 @@ docs/method.md section 9. Pure functions over tensors (no printing, no I/O); ``f
 is the one pass over the data that runs a model (``training.evaluate`` over a split), and
 everything else works on its result, a ``FullDepthPass``.
 
-- Scale consistency (Table 1): cosine similarity between the pooled state GAP(h_t) and the
-  final pooled state GAP(h_T), per sample, then mean and standard deviation over samples.
-- Step-by-step similarity: the (T+1) x (T+1) matrix of mean cosines between every pair of
-  pooled states h_0 .. h_T, which shows whether the trajectory is one smooth phase.
-- Contraction: step sizes s_t = ||h_{t+1} - h_t|| on the full state (not pooled). A contraction
-  with rate kappa has s_t <= kappa^t s_0, and then the distance to the fixed point obeys
-      ||h_t - h_*|| <= kappa^t / (1 - kappa) * ||h_1 - h_0||                      (the paper's bound)
-  We fit kappa per sample as exp(slope) of a least-squares line through log s_t against t
-  and check the bound with h_T standing in for h_* (a finite run has no h_*).
+- Scale consistency (Table 1, section 9.1), contraction fitted from the step sizes (section 9.3)
+  and gradient conflict (appendix D, section 9.6; per step: Definition D.1's conflict "at
+  iteration t", the task gradient against the gradient of step t's ranking loss alone).
 - Contraction from the Jacobian: sigma_t = ||d h_{t+1} / d h_t||_2 (spectral norm) of each
   sample at its own state, by power iteration with Jacobian-vector products. Appendix B's
-  argument needs sigma_t <= kappa < 1; the step sizes above are only a proxy for it.
-- Gradient conflict (appendix D): the cosine between the gradients of the task loss and of
-  the weighted ranking loss over the parameters both losses reach; and per step ("at
-  iteration t", Definition D.1): the cosine between the task gradient and the gradient of the
-  ranking loss of step t alone (that step's N scores ranked among themselves).
+  argument needs sigma_t <= kappa < 1; the step sizes are only a proxy for it.
 """
 
 from __future__ import annotations
@@ -86,25 +76,28 @@ class FullDepthPass:
         return self.correct.float().mean(0).tolist()
 
 
-@torch.no_grad()
-def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = False, amp: bool = False,
-                    max_samples: int | None = None) -> FullDepthPass:
-    """Run ``model`` at full depth over ``batches`` ((x, y) pairs; the first ``max_samples``
-    samples), under bf16 autocast with ``amp``, and keep its ``FullDepthPass``; with
-    ``trajectories`` also the reductions of its states.
-
-    Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
-    batch by batch, so memory stays O(N T D) for the pooled states only (every state of a
-    CIFAR-size split at once would be about 11 GB).
-    """
-    model.eval()
-    parts: dict[str, list[Tensor]] = defaultdict(list)
+def _first(batches, max_samples: int | None):
+    """The (x, y) batches cut to their first ``max_samples`` samples in all (None: every one)."""
     seen = 0
     for x, y in batches:
         if max_samples is not None and seen >= max_samples:
-            break
+            return
         if max_samples is not None:
             x, y = x[: max_samples - seen], y[: max_samples - seen]
+        seen += len(y)
+        yield x, y
+
+
+@torch.no_grad()
+def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = False, amp: bool = False,
+                    max_samples: int | None = None) -> FullDepthPass:
+    """The ``FullDepthPass`` of ``model`` over ``batches`` ((x, y) pairs; the first ``max_samples``
+    samples), under bf16 autocast with ``amp``; with ``trajectories`` also the reductions of its
+    states. Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
+    batch by batch, so memory stays O(N T D) (every state of a CIFAR-size split: about 11 GB)."""
+    model.eval()
+    parts: dict[str, list[Tensor]] = defaultdict(list)
+    for x, y in _first(batches, max_samples):
         states, logits, halts = [], [], []
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
             for s in model.trajectory(x):
@@ -118,7 +111,6 @@ def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = Fal
         parts["halt_logits"].append(halt.cpu())
         parts["logits"].append(torch.stack(logits, 1).cpu())  # (B, T, K)
         parts["y"].append(y.cpu())
-        seen += len(y)
         if not trajectories:
             continue
         hs = torch.stack(states, 1)  # (B, T+1, *state)
@@ -130,7 +122,7 @@ def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = Fal
         parts["dist_to_final"].append((hs - hs[:, -1:]).reshape(b, t1, -1).norm(dim=2).cpu())
         parts["second_diff_norms"].append(
             (diffs[:, 1:] - diffs[:, :-1]).reshape(b, t1 - 2, -1).norm(dim=2).cpu())
-    if seen == 0:
+    if not parts:
         raise ValueError("full_depth_pass got no batches (an empty split?)")
     return FullDepthPass(**{k: torch.cat(v) for k, v in parts.items()})
 
@@ -183,10 +175,8 @@ def fit_contraction(step_norms: Tensor, eps: float = 1e-12) -> Tensor:
 
 
 def contraction_bound(step_norms: Tensor, dist_to_final: Tensor, kappa: Tensor) -> Tensor:
-    """(N, T) whether ||h_t - h_T|| <= kappa^t / (1 - kappa) ||h_1 - h_0|| for t = 0..T-1.
-
-    False for every t of a sample with kappa >= 1 (the bound is not defined there).
-    """
+    """(N, T) whether ||h_t - h_T|| <= kappa^t / (1 - kappa) ||h_1 - h_0|| for t = 0..T-1; False
+    for every t of a sample with kappa >= 1 (the bound is not defined there)."""
     n, t = step_norms.shape
     if dist_to_final.shape != (n, t + 1) or kappa.shape != (n,):
         raise ValueError("expected step_norms (N, T), dist_to_final (N, T+1) and kappa (N,)")
@@ -208,11 +198,6 @@ def contraction_summary(traj: FullDepthPass) -> dict:
             "bound_holds": holds.all(1).float().mean().item()}
 
 
-def _per_sample_norm(z: Tensor) -> Tensor:
-    """||z_i|| over all but the batch axis, shaped to broadcast against z: (N, 1, ..., 1)."""
-    return z.flatten(1).norm(dim=1).view(-1, *([1] * (z.dim() - 1)))
-
-
 def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters: int = 20,
                        generator: torch.Generator | None = None) -> Tensor:
     """(N,) spectral norm of d h_{t+1} / d h_t for each sample, at the states ``h`` (N, *state).
@@ -222,9 +207,8 @@ def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters:
     step maps every sample on its own (GroupNorm, LayerNorm and attention work per sample), so
     the batch's Jacobian is block-diagonal and one batched iteration, normalised per sample,
     runs every sample's iteration at once. The estimate is a lower bound that rises towards
-    sigma_max; its error shrinks like (sigma_2 / sigma_max)^(2 iters).
-    Attention runs on PyTorch's math kernel here: the fused CPU kernel has no forward mode.
-    (``torch.func`` differentiates inside although the loop runs under ``no_grad``.)
+    sigma_max; its error shrinks like (sigma_2 / sigma_max)^(2 iters). Attention runs on
+    PyTorch's math kernel here: the fused CPU kernel has no forward mode.
     """
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -233,7 +217,8 @@ def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters:
     h = h.detach()  # (N, *state), in the model's dtype
     f = lambda z: model.step(z, ctx, t)  # h_t -> h_{t+1}, like h
     v = torch.randn(h.shape, generator=generator, dtype=h.dtype).to(h.device)  # (N, *state)
-    v = v / _per_sample_norm(v)
+    unit = (-1,) + (1,) * (h.dim() - 1)  # a per-sample norm (N,) shaped to broadcast against h
+    v = v / v.flatten(1).norm(dim=1).view(unit)
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), warnings.catch_warnings():
         # forward mode loads torch's own decompositions once per process through torch.jit.script,
         # which warns of its deprecation: torch's business, and noise in a notebook's output
@@ -242,7 +227,7 @@ def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters:
         for _ in range(iters):
             _, jv = torch.func.jvp(f, (h,), (v,))  # J v, like h
             (w,) = vjp_fn(jv)  # J^T J v, like h
-            v = w / _per_sample_norm(w).clamp_min(1e-30)
+            v = w / w.flatten(1).norm(dim=1).view(unit).clamp_min(1e-30)
         _, jv = torch.func.jvp(f, (h,), (v,))
     return jv.flatten(1).norm(dim=1)  # (N,) ||J v|| with ||v|| = 1
 
@@ -253,12 +238,8 @@ def jacobian_norms(model: torch.nn.Module, batches, *, iters: int = 20,
     model's own full-depth trajectory (``step_jacobian_norm`` at every step), on the CPU."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
-    rows, seen = [], 0
-    for x, _ in batches:
-        if max_samples is not None and seen >= max_samples:
-            break
-        if max_samples is not None:
-            x = x[: max_samples - seen]
+    rows = []
+    for x, _ in _first(batches, max_samples):
         with torch.no_grad():
             h, ctx = model.prologue(x)
         norms = []  # the step loop by hand: each state's Jacobian is probed before the next step
@@ -267,8 +248,7 @@ def jacobian_norms(model: torch.nn.Module, batches, *, iters: int = 20,
             with torch.no_grad():
                 h = model.step(h, ctx, t)
         rows.append(torch.stack(norms, 1).cpu())  # (B, T)
-        seen += x.shape[0]
-    if seen == 0:
+    if not rows:
         raise ValueError("jacobian_norms got no batches (an empty split?)")
     return torch.cat(rows)
 
@@ -290,22 +270,16 @@ def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
 
 
 # ---------------------------------------------------------------- gradient conflict
-HEADS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")
+HEADS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads
 
 
 def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig,
                       per_step: bool = False) -> dict:
-    """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs.
-
-    Over the parameters both losses reach (the heads excluded; C and D, which only the
-    classifier reads, drop out by themselves). The ranking loss is computed as training with
-    ``loss`` would (including whether its gradient reaches the backbone), also for a model
-    trained without it. Returns cosine, both gradient norms and the number of parameters.
-
-    ``per_step``: also ``step_cosines``, one per step t = 1..T: the cosine between the task
-    gradient and the gradient of step t's own ranking loss (the weighted L_rel + L_abs of
-    column t of the loss matrix, sets and pairs within that step, whatever ``loss.rank_pairs``
-    says): Definition D.1's conflict "at iteration t". T more backward passes.
+    """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs (docs/method.md
+    section 9.6; C and D, which only the classifier reads, drop out by themselves), the ranking loss
+    as training with ``loss`` would compute it, also for a model trained without it. Returns cosine,
+    both gradient norms and the number of parameters; with ``per_step`` also ``step_cosines`` (t =
+    1..T, step t's ranking loss with its sets and pairs within that step; T more backward passes).
     """
     was_training = model.training
     model.train()

@@ -1,17 +1,7 @@
 """Compute cost of FROST inference (Yu and Hwang, ICML 2026, arXiv 2601.19551), in FLOPs.
 
-Every model family is a stem, then T steps of one update followed by the two readout heads
-(docs/method.md sections 3-6; this cost model is its section 8), so the cost of a sample that
-exits after d steps is affine in d:
-
-    C(d) = C_fixed + d * C_step                                        C(T): full depth
-    C_fixed = embed + context + init_state      (B(e), GAP(D(e)): once per forward)
-    C_step  = step + readout                    (the heads are read at every step: the
-                                                 halting score decides the exit)
-
-and the ideal speed-up of adaptive inference over a set of samples with exit depths d_i is
-
-    S_ideal = sum_i C(T) / sum_i C(d_i) = (C_fixed + T C_step) / (C_fixed + mean(d) C_step)
+The cost model C(d) = C_fixed + d * C_step and the ideal speed-up S_ideal of adaptive
+inference are docs/method.md section 8 (C_fixed: ``prologue``; C_step: one step and its readout).
 
 FLOPs are those of ``torch.utils.flop_counter.FlopCounterMode``: 2 per multiply-add of
 convolutions, linear maps and matrix products (attention included). Normalisations,
@@ -33,22 +23,17 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
+from .analysis import HEADS
 from .config import BACKBONES, MODELS, make_config
 from .halting import adaptive_predict, prologue  # prologue: the fixed part of a forward (re-exported)
 from .halting_rules import FIXED, FROST, RULES, OnlineRule, candidate_thresholds
 from .models import create_model
 from .paper import table3_frost_depth
 
-__all__ = ["count_flops", "flops_per_image", "ideal_speedup", "prologue", "parameters_without_heads",
-           "seconds_per_image", "images_per_second", "relative_to_vanilla", "table3_measurements",
-           "rule_settings", "rule_throughput"]
-
-HEAD_PREFIXES = ("head", "halt_head")  # the classifier (with its LayerNorm) and the halting head
-
 
 def parameters_without_heads(model: torch.nn.Module) -> int:
     """Parameters of the backbone alone (what the paper's Table 3 seems to count)."""
-    return sum(p.numel() for k, p in model.named_parameters() if not k.startswith(HEAD_PREFIXES))
+    return sum(p.numel() for k, p in model.named_parameters() if not k.startswith(HEADS))
 
 
 def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
@@ -59,19 +44,14 @@ def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
 
 
 def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple[int, int]:
-    """(C_fixed, C_step) of one image of shape ``input_shape`` (C, H, W), without batch axis.
-
-    Uses the step-wise API of ``frost_nb.models`` (``embed``, optional ``context``,
-    ``init_state``, ``step``, ``readout``). C_step is measured on step t = 0; every step has
-    the same shapes, so the same cost (vanilla's distinct branches too). Runs without
-    gradient on the model's device; the model's mode is left alone.
-    """
+    """(C_fixed, C_step) of one image of shape ``input_shape`` (C, H, W), without batch axis:
+    ``prologue``, then step t = 0 and its readout (every step has the same shapes, so the same
+    cost, vanilla's distinct branches too). No gradient, the model's device and mode."""
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or min(shape) < 1:
         raise ValueError(f"input_shape={input_shape!r} must be (C, H, W) of one image, "
                          f"e.g. (1, 28, 28); the batch axis is added here")
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
+    device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
     x = torch.zeros((1, *shape), device=device)  # (1, C, H, W)
     with torch.no_grad():
         fixed, (h, ctx) = count_flops(prologue, model, x)
@@ -96,17 +76,12 @@ def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
 
 def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, batch_size: int = 8,
                       repeats: int = 3, warmup: int = 1) -> tuple[float, float]:
-    """Measured wall time per image (fixed part, one step): the same affine model as the FLOPs.
-
-    Times, on random input of shape (batch_size, *input_shape) on the model's device, the
-    fixed part alone (``prologue``) and the fixed part plus all T steps with their readout;
-    medians over ``repeats`` rounds after ``warmup`` untimed ones. The step time is the
-    difference over T. Runs without gradient; CUDA is synchronised around each timing.
-    """
+    """Measured wall time per image (fixed part, one step), the affine model of the FLOPs: on
+    random input (batch_size, *input_shape), ``prologue`` alone and a full-depth pass, medians of
+    ``repeats`` rounds after ``warmup`` untimed ones; the step is the difference over T."""
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"batch_size={batch_size} and repeats={repeats} must be >= 1, warmup={warmup} >= 0")
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
+    device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
     x = torch.randn((batch_size, *(int(s) for s in input_shape)), device=device)
     steps = int(model.config.steps)
 
@@ -114,15 +89,15 @@ def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, bat
         for _ in model.trajectory(x):  # the forward's loop, nothing kept
             pass
 
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda device: None
+
     def timed(fn) -> float:
         runs = []
         for r in range(warmup + repeats):
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            sync(device)
             start = time.perf_counter()
             fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
+            sync(device)
             if r >= warmup:
                 runs.append(time.perf_counter() - start)
         return statistics.median(runs) / batch_size
@@ -150,11 +125,9 @@ def relative_to_vanilla(table):
 def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size: int, repeats: int,
                         device: str) -> pd.DataFrame:
     """Notebook 06's table (pandas): every family on both backbones at ``size`` ("paper": the
-    paper's ImageNet-100 settings; "smoke": tiny models on digits, the same code path), each
-    initialised with seed 0, on the CPU: parameters (with and without the heads), FLOPs per
-    image and measured images/s (``seconds_per_image``: ``batch_size`` images, medians of
-    ``repeats`` rounds) at full depth, and for frost also at the paper's mean depth (Table 3)
-    and at each of ``frost_depths`` (label -> depth as a fraction of T). ``device`` is recorded."""
+    paper's ImageNet-100 settings), initialised with seed 0: parameters (with and without the
+    heads), FLOPs per image and images/s (``seconds_per_image``) at full depth, and for frost also
+    at the paper's mean depth (Table 3) and at each of ``frost_depths`` (label -> fraction of T)."""
     rows = []
     for backbone in BACKBONES:
         for name in MODELS:
@@ -181,11 +154,10 @@ def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size
 
 
 def rule_settings(val, rules: Sequence[str], *, calibrator=None, count: int = 6) -> list[tuple[str, float]]:
-    """(rule, threshold) pairs to time, chosen on the held-out trajectories ``val`` only: for each
-    rule of ``halting_rules.RULES`` the ``count`` inner quantiles of its signal there (the MSDNet
-    protocol of notebook 07, without its minimum and maximum), FROST's as its calibrator's tau_q at
-    ``count`` evenly spaced inner quantiles, and ``FIXED`` as ``count`` depths spread over 1..T
-    (fewer where the signal has fewer distinct values or T is small)."""
+    """(rule, threshold) pairs to time, chosen on the held-out trajectories ``val`` only: ``count``
+    inner quantiles of each rule's signal there (notebook 07's protocol less its extremes), FROST's
+    calibrator's tau_q at ``count`` inner quantiles, ``FIXED`` as ``count`` depths over 1..T (fewer
+    where the signal has fewer distinct values or T is small)."""
     if FROST in rules and calibrator is None:
         raise ValueError("rule 'frost' needs the run's calibrator: "
                          "rule_settings(..., calibrator=result.calibrator)")
@@ -210,9 +182,8 @@ def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequ
     07): ``adaptive_predict(model, x, rule=OnlineRule(rule, threshold))`` over ``x`` in batches of
     ``batch_size``, so each rule's own signal work is in the time. The rounds interleave the
     settings (round r times every setting before round r + 1), so slow spells of a shared machine
-    spread over all of them. Returns one row per setting: rule, threshold, mean_depth, accuracy,
-    images_per_s (median over ``rounds``), images_per_s_min / _max (the spread), batch_size,
-    threads; in the model's mode (call ``model.eval()`` first)."""
+    spread over all of them. One row per setting, images/s the median over ``rounds`` (with min
+    and max); in the model's mode (call ``model.eval()`` first)."""
     if rounds < 1 or batch_size < 1:
         raise ValueError(f"rounds and batch_size must be positive, got {rounds} and {batch_size}")
     rules = [OnlineRule(name, threshold) for name, threshold in settings]

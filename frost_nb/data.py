@@ -1,18 +1,11 @@
 """Data sets by name, the held-out split, per-image augmentation and device-resident batches.
 
-``load_dataset(name, split)`` returns an `ImageData`: for the small sets the whole split as one
-uint8 tensor ``x`` (N, C, H, W) and int64 labels ``y``, for ImageNet-100 a torchvision
-``ImageFolder`` view (``x`` is None); ``make_batches`` turns either into normalised float
-batches on a device. Fashion-MNIST and CIFAR-10/100 are read from the files
-``prepare.prepare`` makes on first use; digits is scikit-learn's ``load_digits``, ImageNet-100
-its class folders. The sets' facts (`DATASETS`) live in frost_nb/prepare.py, below this module.
-
-Splits: "test" is the set's own test split (digits: a fixed stratified 20%, seed 0);
-"val" is a seeded random ``val_fraction`` of the training split and "train" the rest, so
-the two are disjoint and together the whole training split. For CIFAR-100 (100 classes of 500
-training images) "val" is stratified: ``round(val_fraction * n_c)`` images of each class c, so a
-5,000-image held-out split has 50 of every class. "val" calibrates the halting threshold on
-images the model was not trained on (docs/method.md section 7).
+The API is docs/architecture.md's "Data" section, where each set is read from data/README.md;
+the sets' facts (`DATASETS`) live in frost_nb/prepare.py, below this module. Splits: "test" is
+the set's own test split (digits: a fixed stratified 20%, seed 0); "val" is a seeded
+``val_fraction`` of the training split and "train" the rest. For CIFAR-100 (500 training images
+a class) "val" is stratified (``_split_indices``), so a 5,000-image held-out split has 50 of
+every class. "val" calibrates the halting threshold (docs/method.md section 7).
 """
 
 from __future__ import annotations
@@ -154,13 +147,10 @@ def clear_cache() -> None:
 def make_batches(ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool,
                  device: str | torch.device, generator: torch.Generator | None = None,
                  drop_last: bool = False, num_workers: int = 0) -> Batches | FolderBatches:
-    """Batches ``(x, y)`` of `ds`: x float32 (B, C, H, W) normalised with ``ds.info``, y int64,
-    both on `device`. ``len()`` is the number of batches per pass.
-
-    All randomness (order, augmentation) comes from `generator` (a CPU ``torch.Generator``;
-    None: torch's global generator), one draw per pass: the same generator state gives the
-    same pass. ``num_workers`` is used by folder sets only (a DataLoader).
-    """
+    """Batches ``(x, y)`` of `ds` on `device` (docs/architecture.md's "Data" section). All randomness
+    (order, augmentation) comes from `generator` (a CPU ``torch.Generator``; None: torch's global
+    one), one draw per pass: the same generator state gives the same pass. ``num_workers``: folder
+    sets only (a DataLoader)."""
     _check("batch_size", batch_size, _is_number(batch_size, int) and batch_size >= 1, "a positive integer")
     return (Batches if ds.x is not None else FolderBatches)(
         ds, batch_size, shuffle=shuffle, augment=augment, device=device, generator=generator,

@@ -1,50 +1,21 @@
 """Fractal dimension of point sets and of latent trajectories (docs/method.md section 9.2).
 
-The paper says the latent trajectories of vanilla and basic_ssm have a box-counting
-(Minkowski) dimension close to the Koch curve's log 4 / log 3 = 1.2619 and FROST's is
-"significantly higher", without a protocol. Ours, stated so that anyone can repeat it:
+The estimators (box counting over BOX_OFFSETS shifted grids; Grassberger-Procaccia with a
+KD-tree, CORRELATION_POINTS paired with the whole set), their automatic fitting ranges
+(``stable_range``) and their validation on the sets of known dimension below are
+docs/fidelity.md section 1; the constants below carry its numbers. What it leaves out:
 
-Estimators (pure numpy, scipy's KD-tree for pair counts):
 - Normalisation: the set is translated to the origin and divided by its largest side, so it
   fits the unit cube with its shape kept (the dimension is invariant to this).
-- Box counting: N(eps) = occupied boxes of side eps, averaged over BOX_OFFSETS grids, each
-  shifted by a seeded uniform random fraction of a box along every axis. One grid anchored at
-  the set's corner (this module's estimator until issue 15) lets the set's own structure line
-  up with it or not: over sides 1/4 .. 1/128 the middle-third Cantor dust came out 0.11 too
-  high, the Cesaro-Koch curve of ratio 0.3 0.10 too high. Averaging over shifts removes
-  that lattice effect. The shifted grids overhang the set's
-  bounding box by one box per axis on average: the estimate approaches the dimension from
-  below as eps shrinks, slowly for sets that fill their box (a filled square: (1/eps + 1)^2).
-- Correlation dimension (Grassberger-Procaccia): C(r) = share of pairs (q, p) at most r apart,
-  q from a seeded subsample of at most CORRELATION_POINTS points and p from the whole set
-  (a KD-tree counts them; the whole set makes C(r) smooth down to small r).
-- Fitting range. Given sides (radii), the least-squares slope of log N against log(1/eps)
-  (log C against log r) over exactly those: a fixed protocol window. Not given: the
-  candidates AUTO_BOX_SCALES (AUTO_CORRELATION_SCALES) from 1/4 of the extent down to the
-  points' resolution (at least MIN_POINTS_PER_BOX points per occupied box; at least
-  MIN_NEIGHBOURS neighbours per point on average), then ``stable_range``: the longest range
-  whose local slopes (secants over FIT_WIDTH octaves) stay within 2 * FIT_TOLERANCE of each
-  other, at least FIT_MIN_SPAN octaves long; no such range (a lacunar set whose log-log curve
-  wobbles everywhere): the whole resolved range.
-- Validation (tests/test_fractal.py; notebook 03 shows four of the sets): the sets of known
-  dimension below, 0.5 to 2, all within 0.05 with automatic ranges (docs/fidelity.md's table).
-
-Trajectories (``trajectory_dimensions``): each sample's trajectory is the polyline through
-its pooled states h_0 .. h_T; all samples are projected onto the same top principal
-components (fitted once on every sample's states together); each projected polyline is
-resampled at ``n_points`` points spaced evenly along its arc length (so we measure the curve,
-not its T+1 vertices; 8192 points keep the spacing below half the smallest box for curves up
-to 16 times longer than their extent) and measured over the fixed window BOX_SCALES (or
-CORRELATION_SCALES); a sample whose projection has no extent gets NaN.
-
-Protocols (``minkowski_protocols``, experiment 3(d) of issue 15): the point set is either
-each sample's polyline (the dimension is the mean over samples) or the cloud of all states of
-all samples together (one dimension per model); the projection has 2 or 3 principal
-components; the box window is coarse (COARSE_BOX_SCALES, 1/4 .. 1/32) or fine
-(FINE_BOX_SCALES, 1/8 .. 1/128). Eight protocols in all (PROTOCOLS).
-
-What this measures (a polyline has dimension 1 as eps -> 0, a finite cloud 0): an effective
-dimension over a stated window, the Koch curve's in the same window (docs/method.md 9.2).
+- Given sides (radii), the fit is the least-squares slope over exactly those: a fixed protocol
+  window. Not given: the candidates AUTO_BOX_SCALES (AUTO_CORRELATION_SCALES) down to the
+  points' resolution (MIN_POINTS_PER_BOX points per occupied box; MIN_NEIGHBOURS neighbours per
+  point on average), then their ``stable_range``; with radii, an empty count is floored at one pair.
+- Trajectories (``trajectory_dimensions``, docs/method.md section 9.2): the 8192 points resampled
+  along each polyline's arc length keep the spacing below half the smallest box for curves up
+  to 16 times longer than their extent; a sample with no extent gets NaN.
+- Protocols (``minkowski_protocols``, PROTOCOLS: polyline or cloud, 2 or 3 components, a coarse
+  or fine window): experiment 3(d), docs/fidelity.md section 2.
 """
 
 from __future__ import annotations
@@ -129,16 +100,10 @@ def cesaro_koch_motif(ratio: float) -> tuple[complex, ...]:
     return (0.0, ratio, 0.5 + 1j * np.sqrt(ratio ** 2 - (0.5 - ratio) ** 2), 1 - ratio, 1.0)
 
 
-def similarity(ratio: float, shift, angle: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """The map x -> ratio * R(angle) x + shift as (matrix (d, d), shift (d,)); R only in 2-D."""
+def similarity(ratio: float, shift) -> tuple[np.ndarray, np.ndarray]:
+    """The map x -> ratio * x + shift as (matrix (d, d), shift (d,))."""
     b = np.asarray(shift, dtype=np.float64)
-    a = ratio * np.eye(len(b))
-    if angle:
-        if len(b) != 2:
-            raise ValueError("a rotation angle needs a 2-D map")
-        c, s = np.cos(angle), np.sin(angle)
-        a = ratio * np.array([[c, -s], [s, c]])
-    return a, b
+    return ratio * np.eye(len(b)), b
 
 
 def ifs_points(maps, resolution: float) -> np.ndarray:
@@ -281,34 +246,22 @@ def _check_scales(scales, name: str) -> tuple[float, ...]:
     return scales
 
 
-def local_slopes(x, y, width: float = FIT_WIDTH) -> np.ndarray:
-    """Secant slope of y over ``width`` octaves of x centred on each x_i (y interpolated
-    linearly), NaN where that width leaves the data. ``x`` increasing. Over exactly one period
-    of a log-periodic wobble (a self-similar set with ratio 2^-width) a secant is exact."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    lo, hi = x - width / 2, x + width / 2
-    inside = (lo >= x[0] - 1e-9) & (hi <= x[-1] + 1e-9)
-    out = (np.interp(hi, x, y) - np.interp(lo, x, y)) / width
-    return np.where(inside, out, np.nan)
-
-
 def stable_range(x, y, width: float = FIT_WIDTH, tolerance: float = FIT_TOLERANCE,
                  min_span: float = FIT_MIN_SPAN) -> np.ndarray:
-    """Mask of the points of the longest range of x over which the slope of y is stable.
-
-    ``x`` in octaves (log2 of the scale), in any order. A range of consecutive local slopes
-    (``local_slopes`` over ``width`` octaves) is stable when they all lie within
-    ``2 * tolerance`` of each other; the range covers the widths of its local slopes and must
-    span at least ``min_span`` octaves. The longest stable range wins (ties: the one at the
-    finest scales, largest x). When none is stable, every point: a log-log curve that wobbles
-    everywhere (a lacunar set) is best fitted over its longest range.
-    """
+    """Mask of the points of the longest range of x (octaves, log2 of the scale, any order) over
+    which the slope of y is stable (docs/fidelity.md section 1). The range covers the widths of its
+    local slopes; ties: the finest scales. None stable: every point (a lacunar set's log-log curve
+    wobbles everywhere, and is best fitted over its longest range)."""
     order = np.argsort(x, kind="stable")
     x, y = np.asarray(x, dtype=np.float64)[order], np.asarray(y, dtype=np.float64)[order]
     if len(x) < 3 or x[-1] - x[0] < min_span - 1e-9:
         raise ValueError(f"the scales span {x[-1] - x[0] if len(x) else 0.0:.2f} octaves in {len(x)} "
                          f"points; a fit range needs at least {min_span}")
-    slopes = local_slopes(x, y, width)
+    # secant slope over ``width`` octaves centred on each x_i (y interpolated linearly), NaN where
+    # that leaves the data: exact over one period of a self-similar set's log-periodic wobble
+    lo, hi = x - width / 2, x + width / 2
+    inside = (lo >= x[0] - 1e-9) & (hi <= x[-1] + 1e-9)
+    slopes = np.where(inside, (np.interp(hi, x, y) - np.interp(lo, x, y)) / width, np.nan)
     valid = np.flatnonzero(np.isfinite(slopes))  # consecutive: the interior of x
     keep = np.ones(len(x), dtype=bool)
     best = None
@@ -347,44 +300,34 @@ def _occupied(cols: list[np.ndarray], shift: np.ndarray, size: int) -> int:
     return len(np.unique(key))
 
 
-def box_counts(points, scales, offsets: int = BOX_OFFSETS, seed: int = 0) -> np.ndarray:
+def box_counts(points, scales, offsets: int = BOX_OFFSETS, seed: int = 0,
+               max_count: float = np.inf) -> np.ndarray:
     """Mean number of occupied boxes of each side in ``scales`` over ``offsets`` grids, each
-    shifted by a seeded uniform random fraction of a box along every axis (normalised set)."""
+    shifted by a seeded uniform random fraction of a box along every axis (normalised set);
+    stops after the first side whose count exceeds ``max_count`` (that side left out)."""
     p = normalise(points)
     scales = _check_scales(scales, "scales")
     if offsets < 1:
         raise ValueError(f"offsets must be at least 1, got {offsets}")
     shifts = np.random.default_rng(seed).random((offsets, p.shape[1]))  # (offsets, d) in boxes
-    return np.array([_mean_count(p, eps, shifts) for eps in scales])
-
-
-def _mean_count(p: np.ndarray, eps: float, shifts: np.ndarray) -> float:
-    """Mean occupied boxes of side ``eps`` over the grids shifted by ``shifts`` (p normalised)."""
-    cols = [np.ascontiguousarray(p[:, j] / eps) for j in range(p.shape[1])]  # in [0, 1/eps]
-    size = int(np.ceil(1 / eps)) + 2
-    return float(np.mean([_occupied(cols, s, size) for s in shifts]))
+    counts = []
+    for eps in scales:
+        cols = [np.ascontiguousarray(p[:, j] / eps) for j in range(p.shape[1])]  # in [0, 1/eps]
+        size = int(np.ceil(1 / eps)) + 2
+        n_eps = float(np.mean([_occupied(cols, s, size) for s in shifts]))
+        if n_eps > max_count:
+            break
+        counts.append(n_eps)
+    return np.array(counts)
 
 
 def box_counting_dimension(points, scales=None, offsets: int = BOX_OFFSETS, seed: int = 0) -> DimensionFit:
-    """Minkowski (box-counting) dimension (see module docstring).
-
-    ``scales`` None: the candidate sides AUTO_BOX_SCALES down to the set's resolution, fitted
-    over their stable range (``stable_range``); given: the least-squares fit over exactly those
-    sides (a fixed protocol window). Counts are means over ``offsets`` shifted grids.
-    """
+    """Minkowski (box-counting) dimension over the sides ``scales`` (None: automatic; module
+    docstring), counts averaged over ``offsets`` shifted grids."""
     p = normalise(points)
-    if scales is None:
-        if offsets < 1:
-            raise ValueError(f"offsets must be at least 1, got {offsets}")
-        shifts = np.random.default_rng(seed).random((offsets, p.shape[1]))  # as box_counts draws them
-        cand, counts = [], []
-        for eps in AUTO_BOX_SCALES:  # coarse to fine, down to the points' resolution
-            n_eps = _mean_count(p, eps, shifts)
-            if n_eps > len(p) / MIN_POINTS_PER_BOX:
-                break
-            cand.append(eps)
-            counts.append(n_eps)
-        cand, counts = np.asarray(cand), np.asarray(counts)
+    if scales is None:  # coarse to fine, down to the points' resolution
+        counts = box_counts(p, AUTO_BOX_SCALES, offsets, seed, max_count=len(p) / MIN_POINTS_PER_BOX)
+        cand = np.asarray(AUTO_BOX_SCALES[:len(counts)])
         keep = stable_range(np.log2(1 / cand), np.log2(counts))
         scales, counts = tuple(cand[keep]), counts[keep]
     else:
@@ -411,15 +354,9 @@ def correlation_integral(points, radii, max_points: int = CORRELATION_POINTS, se
 
 def correlation_dimension(points, radii=None, max_points: int = CORRELATION_POINTS,
                           seed: int = 0) -> DimensionFit:
-    """Grassberger-Procaccia correlation dimension (see module docstring).
-
-    ``radii`` None: the candidates AUTO_CORRELATION_SCALES where each point has at least
-    MIN_NEIGHBOURS neighbours on average, fitted over their stable range; given: the fit over
-    exactly those radii (an empty count is floored at one pair).
-    """
+    """Grassberger-Procaccia correlation dimension over the pair distances ``radii`` (None:
+    automatic; module docstring)."""
     p = normalise(points)
-    if max_points < 2:
-        raise ValueError(f"max_points must be at least 2, got {max_points}")
     if radii is None:
         cand = np.asarray(AUTO_CORRELATION_SCALES)
         frac = correlation_integral(p, cand, max_points, seed)
@@ -500,14 +437,10 @@ def window_dimensions(counts) -> dict[str, float]:
 
 def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS,
                         seed: int = 0) -> dict[str, dict]:
-    """Box dimension of one model's trajectories under each of the PROTOCOLS (module docstring).
-
-    ``states`` (N, T+1, D) pooled states h_0 .. h_T of N samples. For each number of principal
-    components (2, 3; fitted once on all states) and each point set, the mean box counts over
-    PROTOCOL_SCALES are computed once and fitted over each window. Returns protocol name ->
-    {"point_set", "dims", "window", "dimension"} plus, for polylines, "per_sample" (the
-    ``summarise_dimensions`` of the per-sample values; their mean is "dimension").
-    """
+    """Box dimension of the trajectories ``states`` (N, T+1, D) under each of the PROTOCOLS
+    (module docstring): the counts over PROTOCOL_SCALES are computed once per point set and
+    number of components, then fitted over each window. Returns protocol name -> {"point_set",
+    "dims", "window", "dimension"} plus, for polylines, "per_sample" (``summarise_dimensions``)."""
     s = np.asarray(states, dtype=np.float64)
     scales = np.asarray(PROTOCOL_SCALES)
     out: dict[str, dict] = {}
@@ -520,9 +453,7 @@ def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS
                 for w, v in window_dimensions(counts).items():
                     per_sample[w][i] = v
         cloud = window_dimensions(box_counts(planar.reshape(-1, dims), scales, offsets, seed))
-        for point_set, d, window in PROTOCOLS:
-            if d != dims:
-                continue
+        for point_set, window in ((p, w) for p, d, w in PROTOCOLS if d == dims):
             row = {"point_set": point_set, "dims": dims, "window": window}
             if point_set == "polyline":
                 summary = summarise_dimensions(per_sample[window])
@@ -565,8 +496,7 @@ def summarise_dimensions(values) -> dict:
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     if len(v) == 0:
-        return {"mean": float("nan"), "std": float("nan"), "median": float("nan"),
-                "q25": float("nan"), "q75": float("nan"), "n": 0}
+        return {**dict.fromkeys(("mean", "std", "median", "q25", "q75"), float("nan")), "n": 0}
     q25, med, q75 = np.quantile(v, [0.25, 0.5, 0.75])
     return {"mean": float(v.mean()), "std": float(v.std()), "median": float(med),
             "q25": float(q25), "q75": float(q75), "n": int(len(v))}

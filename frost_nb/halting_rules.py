@@ -15,29 +15,18 @@ never is "< eps").
     ponder             1 - prod_{s<=t} (1 - lambda_s), lambda = sigmoid(halt logit)  s_t > threshold
     frost              sigmoid(halt logit_t), threshold tau_q of the KLL calibrator  s_t > tau_q
 
-(Geiping et al. for the step size and the KL; Pappone et al., 2025, for the second-order step;
-BranchyNet / MSDNet for the confidence; Banino et al., 2021, PonderNet; FROST, docs/method.md section 7.)
 h_0 exists, so the step size is defined from t = 1; the second-order step and the KL need two
 steps and are NaN at t = 1. A state of norm 0 has no relative step: 0 / 0 is NaN, x / 0 is
 +inf, and neither fires. PonderNet's cumulative halting probability is 1 at t = T (the last
 step takes the remaining mass), which changes nothing: every sample stops at T anyway.
 
-The oracle (not a rule, an upper bound) exits each sample at the earliest step whose prediction
-is correct, else at T, counted wrong (``oracle_exits``). ``oracle_curve`` turns it into a bound
-at every mean depth B: no exit assignment with mean depth B can be right on more samples than
-``oracle_accuracy_at(correct, B)``, the most samples whose earliest correct steps fit into the
-budget (cheapest first; the rest stop at step 1).
+The oracle (an upper bound, not a rule): ``oracle_exits``, ``oracle_accuracy_at``, ``oracle_curve``.
 
-Threshold protocol (MSDNet): a rule's candidate thresholds come from the held-out (val) split
-only, the quantiles of its per-step signal there plus -inf and +inf (the extremes: no exit
-before T, or exit at the first step where the signal is defined); each is applied unchanged to
-the test split. FROST's thresholds are its calibrator's tau_q on a quantile grid instead (the
-calibrator saw training and held-out scores, never test ones).
+Threshold protocol (MSDNet): docs/method.md section 10. The extremes -inf and +inf join each rule's
+candidates: no exit before T, or exit at the first step where the signal is defined.
 
-Curve tables (pandas) have the columns of ``CURVE_COLUMNS``: one row per threshold, with the
-mean depth and accuracy it gives on val and on test. ``curve_auc`` and ``depth_to_reach``
-summarise a curve; ``collapsed`` is the collapse verdict of notebook 07, fixed before any run.
-Pure functions: no printing, no I/O.
+Curve tables (pandas, ``CURVE_COLUMNS``) have one row per threshold, its mean depth and accuracy
+on val and on test; ``curve_auc`` and ``depth_to_reach`` summarise them. No printing, no I/O.
 """
 
 from __future__ import annotations
@@ -63,13 +52,7 @@ FROST_QUANTILES = tuple(i / 32 for i in range(33))  # 0, 1/32, ..., 1
 REACH_FRACTION = 0.99  # depth_at_99pct: the depth at which a curve reaches 99% of full depth
 FIXED, ORACLE, FROST = "fixed depth", "oracle", "frost"
 
-# Collapse (notebook 07), fixed before any run. A model trained with the ranking losses has
-# collapsed when either holds:
-#   (a) its test accuracy at full depth is below COLLAPSE_ACCURACY_RATIO (one half) of the
-#       reference's (same family, same seed, same budget, trained without the ranking losses);
-#   (b) at q = COLLAPSE_QUANTILE (0.5) of its own calibrator, more than COLLAPSE_ONE_STEP_SHARE
-#       (95%) of the test samples exit at one and the same step (the halting score separates
-#       nothing).
+# Collapse (notebook 07; docs/method.md section 9.7), fixed before any run: see ``collapsed``.
 COLLAPSE_ACCURACY_RATIO = 0.5
 COLLAPSE_ONE_STEP_SHARE = 0.95
 COLLAPSE_QUANTILE = 0.5
@@ -105,8 +88,8 @@ def confidence_signal(traj: FullDepthPass) -> Tensor:
 
 
 def ponder_signal(traj: FullDepthPass) -> Tensor:
-    """PonderNet's cumulative halting probability 1 - prod_{s<=t} (1 - lambda_s), (N, T)
-    float64 (the cumulative sum of ``losses.halting_distribution``; 1 at t = T)."""
+    """PonderNet's cumulative halting probability, (N, T) float64: the cumulative sum of
+    ``losses.halting_distribution``, 1 at t = T."""
     return halting_distribution(traj.halt_logits).double().cumsum(1)
 
 
@@ -138,21 +121,16 @@ def _norms(v: Tensor) -> Tensor:
 
 
 class OnlineRule:
-    """A rule of ``RULES`` as ``halting.adaptive_predict(rule=...)`` applies it while it runs: the
-    signal of step t from what that step produces on the rows still running (the state h_t, the
-    class logits and halting logit of its readout), and per-row memory (the previous state, step,
-    logits or PonderNet's running sums) that the batch compaction carries along. The signal is
-    computed as the offline signal functions above compute it from a full-depth pass, and the
-    sample exits at the first step whose condition holds against ``threshold`` (NaN never fires).
-    Its own work (full-state norms, softmaxes) is paid for inside the timed loop."""
+    """A rule of ``RULES`` as ``halting.adaptive_predict(rule=...)`` applies it while it runs
+    (docs/method.md section 10): the signal of step t on the rows still running, from h_t, the
+    readout's logits and halting logit and a per-row memory (``ONLINE``); exits against
+    ``threshold`` as ``rule_exits`` does (NaN never fires)."""
 
     def __init__(self, rule: Rule | str, threshold: float):
-        known = {**RULES, FIXED: FIXED_RULE}
-        if isinstance(rule, str) and rule not in known:
-            raise ValueError(f"unknown halting rule {rule!r}; known: {sorted(known)}")
-        self.rule = known[rule] if isinstance(rule, str) else rule
-        if self.rule.name not in ONLINE:
-            raise ValueError(f"no online form of rule {self.rule.name!r}; known: {sorted(ONLINE)}")
+        name = rule if isinstance(rule, str) else rule.name
+        if name not in ONLINE:  # every rule of RULES, and FIXED
+            raise ValueError(f"unknown halting rule {name!r}; known: {sorted(ONLINE)}")
+        self.rule = {**RULES, FIXED: FIXED_RULE}[name] if isinstance(rule, str) else rule
         if math.isnan(threshold):
             raise ValueError(f"rule {self.rule.name!r}: the threshold is NaN; expected a real number")
         self.threshold = float(threshold)
@@ -187,9 +165,8 @@ def _online_second_order(t, h, logits, halt, memory):
 def _online_kl(t, h, logits, halt, memory):
     logp = F.log_softmax(logits.double(), dim=-1)  # (n, K)
     (prev,) = memory
-    if t == 1:
-        return _nan(logits), (logp,)
-    return (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0), (logp,)
+    signal = _nan(logits) if t == 1 else (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)
+    return signal, (logp,)
 
 
 def _online_ponder(t, h, logits, halt, memory):
@@ -226,9 +203,7 @@ def rule_exits(rule: Rule, signal: Tensor, threshold: float) -> Tensor:
     """Exit depth in 1..T of each sample, (N,) int64: the first t whose condition holds, else T."""
     if rule.exits_when == "above":
         return exit_steps(signal, threshold)  # first s_t > threshold
-    if rule.exits_when == "below":
-        return exit_steps(-signal, -threshold)  # s_t < eps  <=>  -s_t > -eps (NaN stays NaN)
-    raise ValueError(f"rule {rule.name!r}: exits_when must be 'below' or 'above'")
+    return exit_steps(-signal, -threshold)  # "below": s_t < eps  <=>  -s_t > -eps (NaN stays NaN)
 
 
 # ---------------------------------------------------------------- exits and accuracy
@@ -392,14 +367,9 @@ def summary(curves, steps: int):
 
 def collapsed(accuracy: float, reference_accuracy: float,
               depth_histogram: Sequence[int] | np.ndarray) -> tuple[bool, list[str]]:
-    """The collapse verdict of a run trained with the ranking losses, and the reasons.
-
-    Collapsed when (a) its full-depth accuracy is below half of ``reference_accuracy`` (same
-    family, same seed, trained without the ranking losses), or (b) more than 95% of the samples
-    exit at one step at q = 0.5 (``depth_histogram``: samples per exit step 1..T there, with
-    the run's own calibrator). Both read the test split. Returns ``(flag, reasons)``; the
-    reasons are empty when the run did not collapse.
-    """
+    """The collapse verdict (docs/method.md section 9.7) of a run trained with the ranking losses
+    against its task-only twin's ``reference_accuracy``; ``depth_histogram``: test samples per exit
+    step 1..T at q = COLLAPSE_QUANTILE. Returns ``(flag, reasons)``, reasons empty if not collapsed."""
     counts = np.asarray(depth_histogram, dtype=float)
     if not (math.isfinite(accuracy) and math.isfinite(reference_accuracy)) or counts.sum() <= 0:
         raise ValueError(f"collapsed needs finite accuracies and a non-empty histogram; got "

@@ -2,25 +2,14 @@
 
 Is FROST's halting score weak because of how it is trained (docs/method.md section 6.2: ranking pairs
 over the whole N x T loss matrix, on the raw GAP(h_t), whose norm grows with t), or because
-the backbone's early steps are weak (only the last step is supervised)? The backbone is
-frozen and only a linear halting head ``z_t = w . GAP(h_t) + b`` is refitted on its pooled
-states, four ways (``HEADS``):
+the backbone's early steps are weak (only the last step is supervised)? Only a linear halting
+head ``z_t = w . GAP(h_t) + b`` is refitted on the frozen backbone's pooled states, four ways
+(``HEADS``; the setting and results: docs/fidelity.md section 3):
 
     global pairs               lambda_rel L_rel + lambda_abs L_abs over the N x T matrix   eq. (rel), (abs)
     per-step pairs             the same on each step's N entries, averaged over t          eq. (rel), (abs)
     per-step pairs, LayerNorm  per-step pairs on LayerNorm(GAP(h_t))
     correctness (BCE)          BCE(z_t, [argmax y_t == y]): the best a linear head can do
-
-``losses.ranking_losses`` is used as it is: the per-step variants call it once per column of
-the loss matrix. lambda_rel, lambda_abs, margin and rank_frac are each checkpoint's own
-(``loss`` of its config). Each refitted head is calibrated as the trainer calibrates
-(docs/method.md section 7): a KLL sketch (``halting.HaltingCalibrator``, the config's k) of its
-scores on the training subsample and on the held-out split. Its curve is then read as
-notebook 07 reads FROST's (``halting_rules.frost_curve``: tau_q at q = 0, 1/32, ..., 1,
-thresholds from training and held-out scores only, applied to the test split), beside the
-trained head (the checkpoint's own calibrator), fixed depth, the classifier's confidence
-(thresholds from held-out quantiles) and the oracle. ``halting_rules.summary`` gives each
-curve's area over mean depths 1..T and the depth at which it reaches 99% of full depth.
 
 The reading rule was fixed before any run (``experiments.READING_EXPERIMENTS["head_refit"]``,
 ``verdict``). Pure functions over tensors, and one driver (``run_head_refit``) that loads the
@@ -213,14 +202,9 @@ def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibr
 
 
 def verdict(table) -> dict:
-    """The reading rule of experiments.READING_EXPERIMENTS["head_refit"] on a ``summary`` table
-    (rule, model, auc, depth_at_99pct) over the backbones.
-
-    Score design at fault: the per-step LayerNorm head beats the global-pairs refit by at least
-    RULE_MARGIN area, mean over backbones. Backbone's early steps at fault: the correctness
-    head beats the better of fixed depth and confidence (per backbone) by less than RULE_MARGIN,
-    mean over backbones. The two clauses are independent: both, one or neither can hold.
-    """
+    """The reading rule of experiments.READING_EXPERIMENTS["head_refit"] (margin RULE_MARGIN) on a
+    ``summary`` table (rule, model, auc, depth_at_99pct) over the backbones. The two clauses are
+    independent: both, one or neither can hold."""
     auc = table.pivot(index="model", columns="rule", values="auc")
     gain = auc[PER_STEP_NORM] - auc[GLOBAL]  # per backbone
     margin = auc[CORRECTNESS] - np.maximum(auc[FIXED], auc[CONFIDENCE])
@@ -248,12 +232,10 @@ def subsample(dataset, count: int, seed: int = 0):
 
 def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
                    settings: RefitSettings | None = None):
-    """All four refits of one trained run: (curves, {head: head module}, diagnostics). The
-    diagnostics, per score (the trained head, each refit, the classifier's confidence): the
-    mean within-step AUC for "this step's prediction is correct" on the test split, the AUC
-    over all N x T test entries together, and for the refits the final training objective.
-    The backbone's trajectories: a seeded subsample of its training split (no augmentation,
-    eval mode), its whole held-out and test splits."""
+    """All four refits of one trained run (on a seeded subsample of its training split): (curves,
+    {head: head module}, diagnostics). The diagnostics, per score (the trained head, each refit,
+    the confidence): test ``within_step_auc``, the AUC over all N x T test entries, and for the
+    refits the final training objective."""
     settings = settings or RefitSettings()
     cfg = result.config
     splits = {"train": subsample(load_split(cfg, "train"), train_samples, cfg.data.split_seed),

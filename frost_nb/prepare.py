@@ -1,16 +1,10 @@
 """The data sets' facts, and each set prepared once: whichever source exists, in one format.
 
-``prepare(name)`` converts the first source found (`_PLACES`, in the order tried: local copies
-before torchvision's download; data/README.md tabulates them) into
-``<root>/prepared/<name>/{train,test}.npz``; ``data.load_dataset`` runs it on first use, then reads
-only those files (nanoGPT's ``data/*/prepare.py``, airbench's ``CifarLoader``). ``python -m
-frost_nb.prepare NAME ...`` runs it from the shell (``make data`` does). The format, one
-uncompressed ``.npz`` per part (no pickle): ``x`` uint8 (N, C, H, W), ``y`` int64 (N,),
-``classes`` str (K,), ``source`` str (what it was made from), ``format`` int (`FORMAT`), and for
-CIFAR-100 ``coarse_y`` int64 (N,) and ``coarse_classes`` str (20,). Images keep the order the
-loader has always used (the packed copies' fixed shuffle included), so splits and committed
-results do not move. The files live beside the sources, never inside them: ``<root>/cifar10`` is
-often a link to a shared read-only copy (``make data`` links one).
+``prepare(name)`` converts the first source found (`_PLACES`, in the order tried; data/README.md
+tabulates them) into ``<root>/prepared/<name>/{train,test}.npz``, the format of docs/architecture.md's
+"Data" section (version `FORMAT`), as nanoGPT's ``data/*/prepare.py`` and airbench's ``CifarLoader``
+do. Images keep the order the loader has always used (the packed copies' fixed shuffle included),
+so splits and committed results do not move.
 """
 
 from __future__ import annotations
@@ -150,9 +144,7 @@ def prepare(name: str, root: str | Path | None = None, *, source: str | Path | N
     Nothing is done when both files are there, unless ``force``. ``source`` is a folder to
     convert instead of the places searched (`_PLACES`). Raises `DataError` when no source is
     found (listing every place looked in) or one is unreadable, and ``paths.OutputError`` when
-    the prepared folder cannot be written: a data root marked read-only is refused even for
-    root, whom permissions do not stop. Both parts are written to temporary files, renamed only
-    once both are complete, so an interrupted prepare leaves no prepared file.
+    the prepared folder cannot be written (a read-only data root is refused even for root).
     """
     if name not in _PLACES:
         raise DataError(f"name={name!r} is not prepared: expected one of {', '.join(map(repr, _PLACES))} "
