@@ -25,9 +25,8 @@ from .runs import find_run, run_name
 
 
 def _config(args):
-    """The config of a run command: its size, data set, model and backbone, the --set overrides
-    (JSON values when they parse: numbers, true/false, null; else strings), then --epochs,
-    --seed and --root."""
+    """The config of a run command: size, data set, model, backbone, the --set overrides (JSON
+    values when they parse, else strings), then --epochs, --seed and --root."""
     from .config import make_config
 
     overrides = {}
@@ -57,8 +56,8 @@ def _run_record(result) -> dict[str, Any]:
 
 
 def _summary(result) -> dict[str, Any]:
-    """``_run_record`` plus where the model came from this time (printed, never in metrics files:
-    a metrics file must not change because a run was loaded rather than trained)."""
+    """``_run_record`` plus where the model came from this time (printed, never in metrics files,
+    which must not change because a run was loaded rather than trained)."""
     return {**_run_record(result), "checkpoint": shown_path(result.checkpoint),
             "from_cache": result.from_cache}
 
@@ -77,9 +76,7 @@ def _single_process_only(command: str) -> None:
 
 
 def cmd_config(args) -> int:
-    """Print the resolved config of a run (every field, after the size's and data set's presets
-    and the overrides) and the name of the stored run that holds it (null when none), as JSON;
-    trains nothing."""
+    """Print the resolved config of a run and the name of its stored run (null when none), as JSON."""
     config = _config(args)
     stored = find_run(config)
     print(json.dumps({"run": stored.name if stored else None, **config.flat()}, indent=2))
@@ -236,8 +233,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_export(args) -> int:
-    """Copy a finished local run folder as a lean export into outputs/runs/ (or --to) and
-    regenerate the index there: what gets committed."""
+    """Export a finished local run folder, lean, into outputs/runs/ (or --to) and its index."""
     from .runs import export_run
 
     folder = export_run(args.run, args.to)
@@ -251,6 +247,7 @@ def cmd_verdicts(args) -> int:
     import difflib
     from pathlib import Path
 
+    from .notebook import ParameterError
     from .paths import atomic_path
     from .verdicts import current_block, markdown_table, replace_block, verdict_rows
 
@@ -260,14 +257,11 @@ def cmd_verdicts(args) -> int:
         print(table)
         return 0
     if not Path(target).is_file():
-        print(f"error: {target} does not exist", file=sys.stderr)
-        return 2
+        raise ParameterError(f"{target} does not exist")
     text = Path(target).read_text()
     block = current_block(text)
     if block is None:
-        print(f"error: {target} has no <!-- verdicts:start --> ... <!-- verdicts:end --> block",
-              file=sys.stderr)
-        return 2
+        raise ParameterError(f"{target} has no <!-- verdicts:start --> ... <!-- verdicts:end --> block")
     if args.write:
         with atomic_path(target) as tmp:  # an interrupted write leaves the README as it was
             tmp.write_text(replace_block(text, table))

@@ -1,16 +1,9 @@
-"""Checkpoints: the file format, atomic saves, loading, lean exports.
+"""Checkpoints: the file format (docs/architecture.md, "Checkpoints"; the KLL sketch as bytes: a
+sketch cannot be pickled), atomic saves, loading, lean exports.
 
-A checkpoint holds everything needed to rebuild and evaluate a model without knowing how it
-was made (docs/architecture.md, "Checkpoints"; the KLL sketch as bytes: a sketch cannot be
-pickled), written atomically, so an interrupted save never leaves half a checkpoint.
-
-Committed runs (``outputs/runs/<grid>/<label>/model.pt``) are *lean* exports (``lean_state``):
-enough to draw alpha over training (the paper's figure 1), but no optimiser, schedule or RNG
-state, so they load and evaluate but do not resume. A demo run's lean file is about a quarter
-of its full checkpoint.
-
-Where runs live (the trained-model cache, the committed exports) and ``train_or_load`` are in
-``runs.py``, above this module and ``training.py``.
+Committed runs are *lean* exports (``lean_state``): enough to draw alpha over training (the
+paper's figure 1), but no optimiser, schedule or RNG state, so they load and evaluate but do not
+resume; about a quarter of a demo run's full checkpoint. Where runs live is ``runs.py``.
 """
 
 from __future__ import annotations
@@ -119,9 +112,8 @@ def export_lean(source: str | os.PathLike, target: str | os.PathLike) -> Path:
 
 
 def checkpoint_file(path: str | os.PathLike) -> Path:
-    """``path`` as given, a run folder meaning its ``model.pt``; a relative path missing from the
-    working directory is looked up in the repository (a notebook runs in ``notebooks/`` but names
-    ``outputs/runs/...``)."""
+    """``path``, a run folder meaning its ``model.pt``; a relative path missing from the working
+    directory is looked up in the repository (a notebook in ``notebooks/`` names ``outputs/...``)."""
     path = Path(path).expanduser()
     if not path.is_absolute() and not path.exists() and (repo_root() / path).exists():
         path = repo_root() / path
@@ -131,8 +123,7 @@ def checkpoint_file(path: str | os.PathLike) -> Path:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """The checkpoint dict at ``path`` (``checkpoint_file``), with a clear error when it is
-    missing or damaged."""
+    """The checkpoint dict at ``path`` (``checkpoint_file``); CheckpointError if missing or damaged."""
     path = checkpoint_file(path)
     if path.is_dir():
         raise CheckpointError(f"checkpoint {path} is a folder without a model.pt: pass a run folder "
@@ -168,33 +159,21 @@ def stored_config(path: str | os.PathLike, state: dict[str, Any]) -> RunConfig:
         raise CheckpointError(f"checkpoint {path} has an unreadable config: {err}") from err
 
 
-def _check_expected(path: Path, config: RunConfig, expect: str | ModelConfig | RunConfig | None) -> None:
-    """Refuse a checkpoint of another model than the one the caller expects."""
-    if expect is None:
-        return
-    if isinstance(expect, str):
-        if config.model.name != expect:
-            raise CheckpointError(f"checkpoint {path} holds a '{config.model.name}' model, "
-                                  f"not the expected '{expect}'")
-        return
-    want = expect.model if isinstance(expect, RunConfig) else expect
-    have, need = config.model.__dict__, want.__dict__
-    diff = {k: (have[k], need[k]) for k in need if have.get(k) != need[k]}
-    if diff:
-        detail = ", ".join(f"model.{k}: checkpoint {a!r} vs expected {b!r}" for k, (a, b) in diff.items())
-        raise CheckpointError(f"checkpoint {path} holds another model ({detail})")
-
-
 def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
                expect: str | ModelConfig | RunConfig | None = None):
-    """A ready model (eval mode) and its halting calibrator from a checkpoint.
-
-    ``expect`` (a model name or config) makes a checkpoint of another model a clear error.
-    """
+    """A ready model (eval mode) and its halting calibrator from a checkpoint; ``expect`` (a model
+    name or config) makes a checkpoint of another model a clear error."""
     path = checkpoint_file(path)
     state = load_checkpoint(path, map_location=device)
     config = stored_config(path, state)
-    _check_expected(path, config, expect)
+    if isinstance(expect, str) and config.model.name != expect:
+        raise CheckpointError(f"checkpoint {path} holds a '{config.model.name}' model, "
+                              f"not the expected '{expect}'")
+    if isinstance(expect, (ModelConfig, RunConfig)):
+        want = expect.model if isinstance(expect, RunConfig) else expect
+        if diff := [f"model.{k}: checkpoint {getattr(config.model, k)!r} vs expected {v!r}"
+                    for k, v in want.__dict__.items() if getattr(config.model, k) != v]:
+            raise CheckpointError(f"checkpoint {path} holds another model ({', '.join(diff)})")
     model = create_model(config.model)
     try:
         model.load_state_dict(state["model"])

@@ -1,19 +1,11 @@
 """Run configuration: one dataclass per concept, validated on construction.
 
-Every default of `docs/method.md` (section 13) lives here as a field, never as a
-constant buried in the code that uses it. The field defaults together are the demo on digits
-(``RunConfig() == make_config("demo", "digits")``, what ``make demo`` trains, offline).
-`make_config(size, ...)` builds the four sizes of the project:
-
-- ``smoke``: CI, seconds on a CPU (digits, tiny widths, few steps);
-- ``demo``: a laptop CPU, minutes (digits, Fashion-MNIST, CIFAR-10 or CIFAR-100, 16 steps);
-- ``paper``: the paper's model settings (ImageNet-100 at 224 px), for a GPU;
-- ``cifar``: the paper's ResNet-50-family branch at CIFAR's resolution, for a GPU.
-
-``python -m frost_nb config`` (and notebook 01) print the resolved config.
-
-A config is plain data: ``to_dict`` / ``from_dict`` round-trip through JSON, and
-``identity()`` is everything that changes the trained model (how ``runs.py`` finds a stored run).
+Every default of `docs/method.md` (section 13) lives here as a field, never as a constant buried
+in the code that uses it. The field defaults together are the demo on digits (``RunConfig() ==
+make_config("demo", "digits")``, what ``make demo`` trains, offline). `make_config(size, ...)`
+builds the four sizes (smoke, demo, paper, cifar: the PRESETS table below); ``python -m frost_nb
+config`` and notebook 01 print the result. A config is plain data: ``to_dict`` / ``from_dict``
+round-trip through JSON, and ``identity()`` is what finds a stored run (``runs.py``).
 """
 
 from __future__ import annotations
@@ -73,11 +65,9 @@ LOSS_WEIGHT_MAX = 1e3  # loss weights and margins: larger ones swamp the task lo
 LR_MAX = 10.0
 
 
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    """The resolved annotation of each field of a config dataclass (``from __future__ import
-    annotations`` leaves them as strings; typing resolves them once per class)."""
-    return typing.get_type_hints(cls)
+# the resolved annotation of each field of a dataclass, once per class (``from __future__ import
+# annotations`` leaves them as strings)
+_field_types = functools.cache(typing.get_type_hints)
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:
@@ -115,9 +105,6 @@ class _Validated:
         if not ok:
             _fail(f"{self._section}.{name}", getattr(self, name), expected)
 
-    def _check_range(self, name: str, low: float, high: float, what: str, **open_sides: bool) -> None:
-        check_range(f"{self._section}.{name}", getattr(self, name), low, high, what=what, **open_sides)
-
     def _check_seed(self, name: str) -> None:
         check_non_negative_int(f"{self._section}.{name}", getattr(self, name), what="a seed", high=SEED_MAX)
 
@@ -129,12 +116,14 @@ UPDATES = ("canonical", "convex", "gated") + LEAKY_UPDATES
 ALPHA_PARAMS = ("softplus", "exp", "sigmoid")
 HURST_PARAMS = ("sigmoid", "free")  # learnable H = sigmoid(raw) in (0, 1), or H = raw (unbounded)
 SIZES = ("smoke", "demo", "paper", "cifar")
+RANK_PAIRS = ("global", "per_step")
+SKETCH_WINDOWS = ("epoch", "run")
+CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
 
 
 def default_alpha_param(update: str) -> str:
-    """The alpha map of ``model.alpha_param="auto"``: sigmoid for the leaky forms, whose alpha is
-    an interpolation weight and must stay in (0, 1); softplus, as before they existed, for the
-    residual forms."""
+    """The alpha map of ``model.alpha_param="auto"``: sigmoid for the leaky forms (alpha is an
+    interpolation weight in (0, 1)), softplus, as before they existed, for the residual forms."""
     return "sigmoid" if update in LEAKY_UPDATES else "softplus"
 
 
@@ -181,16 +170,12 @@ class ModelConfig(_Validated):
     bcd_kernel: int = 1  # kernel size of the B, C, D convolutions (resnet); vit uses linear maps
     bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
-    # FROST (docs/method.md sections 4 and 5)
-    # canonical | convex | gated (residual), leaky | leaky_gated (interpolating, section 5.4).
-    # leaky is the reading of the paper's text this project adopts (docs/method.md section 5.5,
-    # experiments.ADOPTED_READING), at every size; it adds no parameter over canonical, as Table 3
-    # gives frost basic_ssm's count. (gated won notebook 04's demo-size comparison of the residual
-    # forms; the runs of that time hold it: experiments.RESIDUAL_SELECTION.)
+    # FROST (docs/method.md sections 4 and 5): canonical | convex | gated (residual), leaky |
+    # leaky_gated (interpolating, 5.4); leaky is the adopted reading (5.5 and 13;
+    # experiments.ADOPTED_READING), gated the residual runs' (experiments.RESIDUAL_SELECTION)
     update: str = "leaky"
-    # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param: softplus for
-    # the residual forms, sigmoid for the leaky ones). "auto" is resolved on construction, so a
-    # config never holds it: every config of a residual form is what it was (same dict, same key)
+    # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param), resolved on
+    # construction, so a config never holds it (a residual form's config is what it was before)
     alpha_param: str = "auto"
     alpha_init: float = 0.5  # initial value of alpha (the raw parameter is its inverse)
     hurst: float = 0.5  # H, fixed by default
@@ -274,9 +259,8 @@ class LossConfig(_Validated):
     # fraction of the N x T loss matrix in the easy set and in the hard set: 0.5 (every entry in
     # one of the two) won notebook 04's tuning on the held-out split (+0.10 over 0.25)
     rank_frac: float = 0.5
-    # "global": S_easy and S_hard over all N x T entries, pairs across steps; "per_step": the sets
-    # are taken within each step's N entries and pairs only within the same t (docs/method.md 6.1;
-    # the adopted reading)
+    # "global": S_easy and S_hard over all N x T entries, pairs across steps; "per_step" (adopted):
+    # within each step's N entries, pairs only within the same t (docs/method.md 6.1)
     rank_pairs: str = "per_step"
     margin: float = 0.2
     lambda_rel: float = 1.0
@@ -284,12 +268,9 @@ class LossConfig(_Validated):
     # does the halting loss's gradient (ranking or ponder) reach the backbone? (paper: ambiguous)
     rank_grad_to_backbone: bool = True
     label_smoothing: float = 0.0
-    # PonderNet (Banino et al., 2021; docs/method.md section 10), a baseline halting loss in place of the
-    # ranking losses: sum_t p_t CE(y_t, y) + ponder_beta KL(p || truncated geometric(ponder_prior)).
-    # ponder_prior (lambda_p) = 0.125, our choice for T = 16: a prior mean between a third and a
-    # half of the step limit (the untruncated mean 1 / lambda_p is 8 = T / 2 steps, the truncated,
-    # renormalised one 5.9 steps), so the prior neither forces early exits nor full depth;
-    # 0.2 would give 4.5 steps (0.28 T). ponder_beta = 0.01 is PonderNet's.
+    # PonderNet (Banino et al., 2021), a baseline halting loss in place of the ranking losses:
+    # sum_t p_t CE(y_t, y) + ponder_beta KL(p || truncated geometric(ponder_prior)); docs/method.md
+    # sections 10 and 13 (lambda_p = 0.125: truncated at T = 16, a prior mean of 5.9 steps)
     ponder: bool = False
     ponder_prior: float = 0.125
     ponder_beta: float = 0.01
@@ -297,9 +278,9 @@ class LossConfig(_Validated):
     def validate(self) -> None:
         self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
         self._check("rank_pairs", self.rank_pairs in RANK_PAIRS, f"one of {RANK_PAIRS}")
-        self._check_range("margin", 0.0, LOSS_WEIGHT_MAX, "a margin")
+        check_range("loss.margin", self.margin, 0.0, LOSS_WEIGHT_MAX, what="a margin")
         for name in ("lambda_rel", "lambda_abs", "ponder_beta"):
-            self._check_range(name, 0.0, LOSS_WEIGHT_MAX, "a loss weight")
+            check_range(f"loss.{name}", getattr(self, name), 0.0, LOSS_WEIGHT_MAX, what="a loss weight")
         self._check("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "a value in [0, 1)")
         self._check("ponder", not (self.ponder and self.ranking),
                     "False while loss.ranking is on (PonderNet's loss replaces the ranking losses: "
@@ -312,20 +293,13 @@ class LossConfig(_Validated):
         return self.ranking or self.ponder
 
 
-RANK_PAIRS = ("global", "per_step")
-SKETCH_WINDOWS = ("epoch", "run")
-
-
-CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
-
 @dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class HaltingConfig(_Validated):
     _section = "halting"
     sketch_k: int = 200  # KLL size (rank error about 1.3% at 200)
     calibrate_on: str = "last_epoch+val"  # which halting scores feed the sketch (docs/method.md section 7)
-    # "epoch": a fresh sketch every epoch (that epoch's sources); "run": one sketch accumulates the
-    # sources of every epoch of the run (the paper: "across batches and iterations during
-    # training and validation"; the adopted reading); resuming keeps it (the checkpoint stores it)
+    # "epoch": a fresh sketch every epoch; "run": one sketch over every epoch's sources (the adopted
+    # reading, docs/method.md 5.5 and 7); resuming keeps it (the checkpoint stores it)
     sketch_window: str = "run"
 
     def validate(self) -> None:
@@ -362,7 +336,7 @@ class TrainConfig(_Validated):
         self._check("batch_size", self.batch_size >= 1, "a positive batch size")
         self._check("eval_batch_size", self.eval_batch_size >= 1, "a positive batch size")
         self._check("optimizer", self.optimizer in ("sgd", "adamw"), "'sgd' or 'adamw'")
-        self._check_range("lr", 0.0, LR_MAX, "a learning rate", low_open=True)
+        check_range("train.lr", self.lr, 0.0, LR_MAX, what="a learning rate", low_open=True)
         self._check("weight_decay", self.weight_decay >= 0, "a non-negative weight decay")
         self._check("momentum", 0 <= self.momentum < 1, "a momentum in [0, 1)")
         self._check("warmup_epochs", 0 <= self.warmup_epochs <= self.epochs, "between 0 and train.epochs")
@@ -408,8 +382,7 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
-        sections = {"data": DataConfig, "model": ModelConfig, "loss": LossConfig,
-                    "halting": HaltingConfig, "train": TrainConfig}
+        sections = {k: v for k, v in _field_types(cls).items() if k != "size"}  # name -> dataclass
         unknown = set(d) - set(sections) - {"size"}
         if unknown:
             raise ConfigError(f"unknown config sections {sorted(unknown)}; expected {sorted(sections)}")
@@ -424,9 +397,8 @@ class RunConfig:
         return cls(**kwargs)
 
     def identity(self) -> dict[str, Any]:
-        """Everything that changes the trained model: the config without where the data and the
-        outputs live or which device trains it (WHERE_FIELDS). Two configs with the same identity
-        are the same run (``runs.find_run``)."""
+        """Everything that changes the trained model: the config without WHERE_FIELDS. Two configs
+        with the same identity are the same run (``runs.find_run``)."""
         d = self.to_dict()
         for dotted in WHERE_FIELDS:
             section, _, name = dotted.partition(".")
@@ -473,11 +445,9 @@ PRESETS: dict[tuple[str, str, str], tuple[Any, ...]] = {
     # smoke: CI, seconds. AdamW: on digits, 15 epochs reach about 0.9 test accuracy, SGD (lr 0.05) 0.7
     ("smoke", "*", "any"): (4, 16, 8, 1, 4, 2, 2, 2.0, 1, 0, True,
                             10, 64, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
-    # demo: a CPU, minutes; the defaults of the dataclasses are its digits row (1,294 training
-    # images: about a minute). No augmentation on the CPU data sets: these small models underfit
-    # in such short runs, and crops and flips cost held-out accuracy at every epoch we compared
-    # (validation split, seed 0; README: Fashion-MNIST 0.879 vs 0.854 after 7 epochs, CIFAR-10
-    # 0.637 vs 0.474 after 14 of 18 and of 40 epochs).
+    # demo: a CPU, minutes; the defaults of the dataclasses are its digits row (about a minute).
+    # No augmentation on the CPU data sets: these small models underfit in such short runs
+    # (docs/results.md, "Training without augmentation").
     ("demo", "digits", "any"): (16, 64, 16, 1, 8, 2, 4, 2.0, 1, 0, True,
                                 30, 64, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
     # 28 px -> 7x7 states (ResNet stem); about 15 min on the 2-core CPU
@@ -487,15 +457,13 @@ PRESETS: dict[tuple[str, str, str], tuple[Any, ...]] = {
     ("demo", "cifar10", "any"): (16, 64, 16, 2, 8, 4, 4, 2.0, 1, 0, False,
                                  18, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
     # CIFAR-10's model with 100 classes: about 45 minutes alone on the 2-core CPU
-    # (benchmarks/train_throughput.py --size demo --dataset cifar100: 423 images/s, 2 threads,
-    # 106 s of optimiser steps per epoch of 45,000 images, plus the held-out and test passes)
+    # (benchmarks/train_throughput.py --size demo --dataset cifar100: 423 images/s, 2 threads)
     ("demo", "cifar100", "any"): (16, 64, 16, 2, 8, 4, 4, 2.0, 1, 0, False,
                                   20, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
     ("demo", "*", "any"): (16, 64, 16, 4, 8, 4, 4, 2.0, 1, 0, True,
                            10, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
-    # paper, ResNet-50 family: a constant-width stack of 16 bottleneck branches at 56x56; B, C, D
-    # pointwise two-layer maps 256 -> 896 -> 256, adding 1.38M parameters over recurrent as Table 3
-    # does (docs/parameters.md shows why no setting also fits its FLOPs)
+    # paper, ResNet-50 family: 16 bottleneck branches at 56x56; B, C, D 256 -> 896 -> 256 (+1.38M
+    # over recurrent, as Table 3; docs/parameters.md shows why no setting also fits its FLOPs)
     ("paper", "*", "resnet"): (16, 256, 64, 4, 32, 16, 12, 4.0, 1, 896, True,
                                100, 256, "sgd", 0.1, 5e-4, 0.9, 5.0, 8),
     # paper, ViT-B/16 family: 12 steps, 768-d tokens; B, C, D 768 -> 2816 -> 768 (+12.99M; Table 3: 12.98M)

@@ -1,15 +1,13 @@
-"""Multi-process training with torch's DistributedDataParallel (DDP), started by torchrun.
-
-``python -m torch.distributed.run --nproc-per-node N -m frost_nb train ...`` starts N copies
-of the command and describes the job in environment variables (WORLD_SIZE, RANK, LOCAL_RANK,
-MASTER_ADDR, MASTER_PORT). The trainer sees the job through ``parallel`` and ``sum_over_ranks``
-(docs/architecture.md, "Multi-process training"); the halting sketches of the ranks are pooled
-by ``HaltingCalibrator.merge_across_ranks``. Without torchrun every function here is a no-op:
-rank 0 of 1.
+"""Multi-process training with torch's DistributedDataParallel (DDP), started by torchrun, which
+describes the job in environment variables (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT); docs/architecture.md, "Multi-process training". The ranks' halting sketches are
+pooled by ``HaltingCalibrator.merge_across_ranks``. Without torchrun every function here is a
+no-op: rank 0 of 1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import os
@@ -36,8 +34,7 @@ class DistributedSetup:
         return self.world_size > 1
 
     @property
-    def is_main(self) -> bool:
-        """Rank 0 alone writes checkpoints, logs and progress bars."""
+    def is_main(self) -> bool:  # rank 0 alone writes checkpoints, logs and progress bars
         return self.rank == 0
 
 
@@ -52,18 +49,12 @@ def in_process_group() -> bool:
 
 
 def join_process_group(device: torch.device) -> tuple[DistributedSetup, torch.device]:
-    """This process's place in the job, and the device it trains on.
-
-    Under torchrun (WORLD_SIZE > 1) the first call joins the process group the environment
-    describes: NCCL on CUDA, gloo on the CPU. A group the caller initialised is used as it
-    is. Each CUDA process takes the GPU of its LOCAL_RANK. Without torchrun: rank 0 of 1 on
-    ``device``. Calling it again is harmless.
-    """
-    if not dist.is_available():
+    """This process's place in the job, and the device it trains on: under torchrun the first
+    call joins the group (NCCL on CUDA, gloo on the CPU; one the caller initialised is used as
+    it is) and a CUDA process takes the GPU of its LOCAL_RANK. Calling it again is harmless."""
+    if not dist.is_available() or (not dist.is_initialized() and launched_world_size() <= 1):
         return DistributedSetup(), device
     if not dist.is_initialized():
-        if launched_world_size() <= 1:
-            return DistributedSetup(), device
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")  # env:// rendezvous
     rank, world = dist.get_rank(), dist.get_world_size()
     setup = DistributedSetup(rank, world, int(os.environ.get("LOCAL_RANK", rank)))
@@ -79,17 +70,13 @@ def join_process_group(device: torch.device) -> tuple[DistributedSetup, torch.de
 
 
 def leave_process_group() -> None:
-    """Destroy the process group, if there is one (at the end of a torchrun command). On gloo (the
-    CPU) the ranks first wait for each other, for at most LEAVE_TIMEOUT: a rank tearing its group
-    down while another still finishes was seen to abort that other rank at exit ("terminate
-    called without an active exception", twice in four full test runs), and a rank that died
-    only delays the rest."""
+    """Destroy the process group, if there is one. On gloo the ranks first wait for each other (at
+    most LEAVE_TIMEOUT): a rank tearing down while another still finished was seen to abort
+    that one at exit ("terminate called without an active exception", 2 in 4 test runs)."""
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() > 1 and dist.get_backend() == "gloo":
-            try:
+            with contextlib.suppress(RuntimeError):  # a rank is gone: tear down anyway
                 dist.monitored_barrier(timeout=LEAVE_TIMEOUT)
-            except RuntimeError:  # a rank is gone: tear down anyway
-                pass
         dist.destroy_process_group()
 
 
@@ -115,32 +102,23 @@ def sum_over_ranks(values: Sequence[torch.Tensor | float], device: torch.device)
 
 @functools.cache
 def _let_ddp_see_model_outputs() -> None:
-    """DDP finds the tensors of the forward's output through torch's pytree, which knows
-    tuples, lists and dicts but not dataclasses. Without this, the models' ``ModelOutput``
-    would be opaque to it, and with ``find_unused_parameters`` it would wait for gradients
-    of outputs the loss does not use (the halting logits of a model trained without the
-    ranking loss) and stop with "Expected to have finished reduction"."""
+    """DDP finds the forward's output tensors through torch's pytree, which knows no dataclasses:
+    an opaque ``ModelOutput`` would, with ``find_unused_parameters``, stop it with "Expected to
+    have finished reduction" (waiting for gradients of the halting logits the loss ignores)."""
     from torch.export import register_dataclass
 
-    try:
+    with contextlib.suppress(ValueError):  # registered already (elsewhere in this process)
         register_dataclass(ModelOutput)
-    except ValueError:  # registered already (elsewhere in this process)
-        pass
 
 
 def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
-    """What this process trains: ``(parallel_model, its_batches, setup)``: in a multi-process job
-    (joined here if the caller has not), DDP's wrapper around ``model`` and this rank's share of
-    every global batch (``ShardedBatches``); otherwise ``model`` and ``batches`` themselves.
-
-    Only the training forward goes through the wrapper: its backward all-reduces the
-    gradients. Everything else (the step-wise API, ``state_dict``, evaluation) uses ``model``,
-    which is the wrapper's ``.module``, so checkpoints are the same with or without DDP. DDP
-    also broadcasts rank 0's weights when it is built. ``find_unused_parameters``: some
-    parameters get no gradient (DDP then leaves their ``.grad`` None, as a single process
-    would, so the optimiser skips them). DDP then warns once per rank that it "did not find
-    any unused parameters": a false positive here, since its search starts from every output
-    (the halting logits included) rather than from the loss; turning the flag off fails.
+    """``(parallel_model, its_batches, setup)``: in a multi-process job (joined here if need be),
+    DDP's wrapper around ``model`` and this rank's share of every batch (``ShardedBatches``);
+    otherwise ``model`` and ``batches`` themselves. Only the training forward goes through the
+    wrapper; everything else uses ``model`` (its ``.module``), so checkpoints do not change.
+    ``find_unused_parameters``: some parameters get no gradient (their ``.grad`` stays None, as
+    in one process). DDP's warning that it "did not find any unused parameters" is a false
+    positive (it searches from every output, not the loss); turning the flag off fails.
     """
     device = next(model.parameters()).device
     setup, rank_device = join_process_group(device)
@@ -161,14 +139,9 @@ def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
 
 
 class ShardedBatches:
-    """This rank's share of every batch of ``batches``.
-
-    Every rank iterates the same ``batches`` (same data set, same generator seed and state,
-    so the same permutation and augmentation) and rank r keeps the r-th of ``world_size``
-    contiguous slices of each batch: the shares are disjoint and together make the batch.
-    Each rank still builds the whole batch; that is a gather on the device for in-memory
-    sets, but for folder sets it decodes every image on every rank.
-    """
+    """This rank's share of every batch: every rank draws the same ``batches`` (same generator
+    state) and rank r keeps the r-th of ``world_size`` contiguous slices. Each rank still builds
+    the whole batch (for folder sets it decodes every image on every rank)."""
 
     def __init__(self, batches, setup: DistributedSetup) -> None:
         self.batches, self.setup = batches, setup

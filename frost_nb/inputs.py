@@ -1,17 +1,11 @@
 """Checks of what a user hands to the public entry points: raw numbers, images, data splits.
 
-The entry points that run a model over a user's images call ``check_images`` (a batch) or
-``check_split`` (an ImageData split) once; the model's ``forward``, which the trainer and the
-analyses call at every step, does not: the finiteness check is one pass over the batch and one
-host sync. A model expects what the trainer feeds it, float images normalised with the data
-set's per-channel mean and std. Integer images (uint8 pixels) are refused, not converted: a
-``ModelConfig`` does not name the data set it was trained on, so the normalisation would be a guess.
-
-The number validators (``real_number``, ``number_in``) take what a user may pass (Python,
-numpy or one-element torch numbers) and apply the config's own checks (``config.check_finite``,
-``check_range``): one set of bounds and messages for config fields and raw arguments. They
-raise ``error`` (ValueError unless told otherwise, e.g. ConfigError) for a wrong type as well as
-a wrong value, with a message naming the argument.
+The entry points that run a model over a user's images call ``check_images`` or ``check_split``
+once; the model's ``forward``, called at every step, does not (the finiteness check is a pass
+over the batch and a host sync). Integer images are refused, not converted: a ``ModelConfig``
+does not name its data set, so the normalisation would be a guess. The number validators apply
+the config's own checks (``config.check_finite``, ``check_range``): one set of bounds and
+messages for config fields and raw arguments, raising ``error`` for a wrong type or value.
 """
 
 from __future__ import annotations
@@ -30,13 +24,10 @@ from .data import DataError, ImageData
 __all__ = ["check_images", "check_scores", "check_split", "number_in", "real_number"]
 
 
-# --- raw numbers ------------------------------------------------------------------------------
-
 def _as_real(name: str, value: Any, expected: str, hint: str,
              error: type[Exception]) -> numbers.Real:
     """``value`` as a Python or numpy scalar when it is a real number (a one-element tensor or
-    array counts), else ``error``. bool is refused: True is an int to Python, never a number
-    of ours."""
+    array counts; bool does not: True is an int to Python, never a number of ours), else ``error``."""
     scalar = value
     if isinstance(value, (Tensor, np.ndarray)) and math.prod(value.shape) == 1:
         scalar = value.item()  # a 0-dim or one-element tensor or array
@@ -47,8 +38,7 @@ def _as_real(name: str, value: Any, expected: str, hint: str,
 
 def real_number(name: str, value: Any, *, allow_inf: bool = False, hint: str = "",
                 error: type[Exception] = ValueError) -> float:
-    """``value`` as a float: a real number, never NaN, finite unless ``allow_inf``
-    (the bounds are ``config.check_finite`` / ``check_range``, shared with the config)."""
+    """``value`` as a float: a real number, never NaN, finite unless ``allow_inf``."""
     out = float(_as_real(name, value, "a real number", hint, error))
     if allow_inf:
         return check_range(name, out, -math.inf, math.inf, what="a real number", hint=hint, error=error)
@@ -66,8 +56,6 @@ def number_in(name: str, value: Any, low: float, high: float, *, integer: bool =
     return int(scalar) if integer else float(scalar)
 
 
-# --- halting scores ---------------------------------------------------------------------------
-
 def check_scores(values: np.ndarray, where: str) -> None:
     """Halting scores are probabilities: every value finite and in [0, 1], else ValueError.
     ``where`` starts the message (e.g. "sweep: the scores hold")."""
@@ -81,8 +69,6 @@ def check_scores(values: np.ndarray, where: str) -> None:
                      f"probabilities sigmoid(halt_logits) in [0, 1] (not the logits); NaN or "
                      f"infinite ones mean the model diverged.")
 
-
-# --- images -----------------------------------------------------------------------------------
 
 def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_other_size: bool,
                        error: type[Exception]) -> None:
@@ -118,12 +104,9 @@ def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_oth
 def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = False,
                  name: str = "x") -> Tensor:
     """``x`` as the model's input: a float tensor of the weights' dtype, every pixel finite,
-    shaped (N, C, H, W) as the model's config says (``in_channels``, ``image_size``; other
-    sizes only for the ResNet backbone with ``allow_other_size``). A numpy array becomes a
-    tensor on the weights' device; a tensor stays where it is. Integer images are refused
-    (TypeError): normalise them as in training first. Wrong shapes and NaN or infinite pixels
-    raise ValueError.
-    """
+    shaped (N, C, H, W) as the model's config says (other sizes only for the ResNet backbone with
+    ``allow_other_size``). A numpy array goes to the weights' device; a tensor stays where it is.
+    Integer images raise TypeError; wrong shapes and NaN or infinite pixels ValueError."""
     weights = next(model.parameters(), None)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biuf":

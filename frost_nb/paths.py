@@ -1,16 +1,10 @@
 """Folders of the project, resolved from the package location (never the working directory).
 
-Environment variables move them: ``FROST_DATA`` (data root), ``FROST_SYSTEM_DATA`` (where
-Debian's data set packages live, ``/usr/share/datasets``), ``FROST_OUTPUTS`` (figures,
-metrics, checkpoints) and ``FROST_CACHE`` (trained-model cache). ``FROST_OFFLINE=1`` refuses
-every download. ``make test`` points both data folders at an empty one and sets
-``FROST_OFFLINE``, so a test that reaches for a real data set fails on every machine, not only
-on one without the data (docs/testing.md). Smoke runs
-(``FROST_SMOKE=1``) write to a temporary folder unless ``FROST_OUTPUTS`` is set, so tests
-and CI never overwrite the committed demo-size outputs.
-
-A destination that cannot be written is an ``OutputError`` naming it and the fix, raised by
-``check_writable`` before the work that ends in the write, and by the writes themselves.
+Environment variables move them (each function below names its own); ``FROST_OFFLINE=1``
+refuses every download (``make test`` sets it: docs/testing.md). Smoke runs (``FROST_SMOKE=1``)
+write to a temporary folder unless ``FROST_OUTPUTS`` is set, so tests and CI never overwrite the
+committed demo-size outputs. A destination that cannot be written is an ``OutputError`` naming
+it and the fix, raised by ``check_writable`` before the work, and by the writes themselves.
 """
 
 from __future__ import annotations
@@ -36,18 +30,19 @@ def shown_path(path: str | os.PathLike | None) -> str | None:
         return str(path)
 
 
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
 def smoke_mode() -> bool:
     """True when ``FROST_SMOKE`` is set to a true value (1, true, yes)."""
-    return os.environ.get("FROST_SMOKE", "").strip().lower() in ("1", "true", "yes")
+    return _env_true("FROST_SMOKE")
 
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
     """The data root: the argument, then ``$FROST_DATA``, then ``<repo>/data``."""
-    if root is not None:
-        return Path(root).expanduser()
-    if os.environ.get("FROST_DATA"):
-        return Path(os.environ["FROST_DATA"]).expanduser()
-    return repo_root() / "data"
+    root = root if root is not None else os.environ.get("FROST_DATA") or repo_root() / "data"
+    return Path(root).expanduser()
 
 
 def system_data_dir() -> Path:
@@ -58,7 +53,7 @@ def system_data_dir() -> Path:
 
 def downloads_allowed() -> bool:
     """False when ``FROST_OFFLINE`` is set to a true value (``make test`` sets it)."""
-    return os.environ.get("FROST_OFFLINE", "").strip().lower() not in ("1", "true", "yes")
+    return not _env_true("FROST_OFFLINE")
 
 
 class OutputError(OSError):
@@ -66,8 +61,7 @@ class OutputError(OSError):
     the fix. An ``OSError``, so code that handles failed writes keeps handling it."""
 
 
-def _reason(err: OSError) -> str:
-    """The operating system's words for ``err`` without the path (the message names it)."""
+def _reason(err: OSError) -> str:  # the system's words, without the path (the message names it)
     return err.strerror or str(err) or type(err).__name__
 
 
@@ -112,13 +106,9 @@ def cache_dir() -> Path:
 
 
 def check_writable(path: str | os.PathLike, what: str, fix: str, *, folder: bool = False) -> Path:
-    """Raise ``OutputError`` unless the file ``path`` (or, with ``folder``, files inside the
-    folder ``path``) can be written; ``what`` names the destination, ``fix`` says what to do.
-
-    Called before the work that ends in the write. Nothing is left behind: folders that do not
-    exist yet are not made, the nearest existing one is tried instead (by writing and deleting
-    a file: permission bits do not stop root, a read-only mount or a file in the way does).
-    """
+    """Raise ``OutputError`` (naming ``what``, saying ``fix``) unless the file ``path`` (with
+    ``folder``: files in the folder ``path``) can be written. Makes nothing: the nearest existing
+    folder is probed with a file written and deleted (permission bits do not stop root)."""
     path = Path(path).expanduser()
     if not folder and path.is_dir():
         raise OutputError(f"{what} {path} is a folder, not a file: {fix}")
@@ -142,11 +132,9 @@ def committed_runs_dir() -> Path:
 
 @contextmanager
 def atomic_path(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename.
-
-    A failed or interrupted write leaves ``path`` as it was and no temporary file behind; a
-    write the system refuses raises ``OutputError`` naming ``path`` (not the temporary file).
-    """
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename. A
+    failed write leaves ``path`` as it was and no temporary file behind; a refused one raises
+    ``OutputError`` naming ``path`` (not the temporary file)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:

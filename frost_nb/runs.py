@@ -1,14 +1,6 @@
-"""Where trained runs live, and ``train_or_load``: the one way the notebooks, the command line
-and the grids get a trained model.
-
-A run is a folder ``<grid>/<label>/`` holding ``config.json``, ``model.pt`` and ``metrics.json``
-(written last: its presence says the run is finished), in the local store (``outputs/cache/``
-or ``$FROST_CACHE``) or committed, as a lean export, in ``outputs/runs/`` with a generated
-``index.csv`` (docs/architecture.md, "Runs"). A run is found by its config, not its name, so a
-new config field needs no migration as long as its default reproduces the behaviour from before it.
-
-This module sits above ``checkpoint.py`` (the file format) and ``training.py`` (the trainer),
-so neither imports the other's caller.
+"""Where trained runs live (docs/architecture.md, "Runs"), and ``train_or_load``: the one way the
+notebooks, the command line and the grids get a trained model. Above ``checkpoint.py`` and
+``training.py``, so neither imports the other's caller.
 """
 
 from __future__ import annotations
@@ -54,9 +46,6 @@ class StoredRun:
     def finished(self) -> bool:
         return (self.folder / METRICS_FILE).is_file() and self.checkpoint.is_file()
 
-    def metrics(self) -> dict[str, Any]:
-        return json.loads((self.folder / METRICS_FILE).read_text())
-
 
 def write_json(path: Path, data: Any) -> None:
     """``data`` as indented JSON at ``path``, atomically."""
@@ -69,10 +58,16 @@ def identity_key(config: RunConfig) -> str:
     return json.dumps(config.identity(), sort_keys=True)
 
 
+def _read_config(path: Path) -> tuple[RunConfig, str] | None:
+    """The config in ``path`` and its identity; None, with a warning naming the file, when this
+    code cannot read it."""
+    st = path.stat()
+    return _read_cached(str(path), (st.st_mtime_ns, st.st_size))
+
+
 @functools.lru_cache(maxsize=4096)
-def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str] | None:
-    """The config in ``path`` and its identity (read again when its modification time or size,
-    ``stamp``, changes); None, with a warning naming the file, when this code cannot read it."""
+def _read_cached(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str] | None:
+    """``_read_config``, read again when the file's modification time or size (``stamp``) changes."""
     try:
         config = RunConfig.from_dict(json.loads(Path(path).read_text()))
         return config, identity_key(config)
@@ -87,9 +82,7 @@ def stored_runs(root: Path) -> list[StoredRun]:
     config this code cannot read is skipped with a warning naming the file."""
     runs = []
     for path in sorted(root.glob(f"*/*/{CONFIG_FILE}")):
-        st = path.stat()
-        read = _read_config(str(path), (st.st_mtime_ns, st.st_size))
-        if read is not None:
+        if (read := _read_config(path)) is not None:
             runs.append(StoredRun(path.parent.relative_to(root).as_posix(), path.parent, *read))
     return runs
 
@@ -134,19 +127,15 @@ def _taken(name: str, config: RunConfig) -> bool:
     """Whether a stored run of another config holds ``name``, here or among the committed runs."""
     for root in (cache_dir(), committed_runs_dir()):
         path = root / name / CONFIG_FILE
-        if path.is_file():
-            st = path.stat()
-            read = _read_config(str(path), (st.st_mtime_ns, st.st_size))
-            if read is None or read[1] != identity_key(config):
-                return True
+        if path.is_file() and ((read := _read_config(path)) is None or read[1] != identity_key(config)):
+            return True
     return False
 
 
 def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
-    """Where ``config`` trains: its unfinished local run when there is one (it resumes), else
-    ``name`` in the local store (default: the name of its committed run when there is one, so a
-    retrained run keeps it, else ``default_name``); a name that another config holds, here or
-    among the committed runs, gets a suffix."""
+    """Where ``config`` trains: its unfinished local run (it resumes), else ``name`` in the local
+    store (default: its committed run's name, so a retrained run keeps it, else ``default_name``),
+    with a suffix when another config holds that name, here or among the committed runs."""
     unfinished = find_run(config, finished=False)
     if unfinished is not None and _is_local(unfinished):
         return unfinished.name, unfinished.folder
@@ -185,12 +174,9 @@ def discard_local(config: RunConfig) -> None:
 
 def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool | None = None,
                   retrain: bool = False) -> TrainResult:
-    """A trained model for ``config``: from the store when it was trained before, else trained now
-    into the local store as ``name`` (``<grid>/<label>``; default ``default_name``).
-
-    Training writes its checkpoint every epoch, so an interrupted run resumes. Returns a
-    ``TrainResult`` (model, calibrator, history, metrics, checkpoint path, cached flag).
-    """
+    """A trained model (``TrainResult``) for ``config``: from the store when it was trained before,
+    else trained now into the local store as ``name`` (``<grid>/<label>``; default
+    ``default_name``), with a checkpoint every epoch, so an interrupted run resumes."""
     if name is not None:
         check_name(name)  # before any work
     while (found := None if retrain else find_run(config)) is not None:
@@ -242,9 +228,8 @@ def run_name(checkpoint: str | os.PathLike | None) -> str | None:
 
 
 def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None = None) -> Path:
-    """Copy the finished run folder ``source`` (a local run) as a lean export into
-    ``target_root/<same name>`` (default ``outputs/runs/``, what gets committed) and regenerate
-    the index there. Returns the new folder."""
+    """Copy the finished local run folder ``source``, lean, into ``target_root/<same name>`` (default
+    ``outputs/runs/``, what gets committed), regenerate the index there; return the new folder."""
     source = Path(source).resolve()
     missing = [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]
     if missing:
@@ -274,7 +259,7 @@ def write_index(root: str | os.PathLike | None = None) -> Path:
     rows = []
     for run in stored_runs(root):
         try:
-            m = run.metrics() if run.finished else {}
+            m = json.loads((run.folder / METRICS_FILE).read_text()) if run.finished else {}
         except (OSError, ValueError) as err:
             logging.getLogger("frost_nb").warning("index: %s has an unreadable %s (%s)", run.name,
                                                   METRICS_FILE, err)

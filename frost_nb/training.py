@@ -1,33 +1,18 @@
 """The training loop: final-step task loss plus the ranking halting losses (docs/method.md section 6),
-or PonderNet's loss in their place (``loss.ponder``, a baseline of docs/method.md section 10).
+or PonderNet's loss in their place (``loss.ponder``, docs/method.md section 10). The API and its
+reporting: docs/architecture.md, "Training" and "Multi-process training" (under torchrun the
+history logs the whole batch's loss and accuracy, the ranks' mean of the loss parts, and rank 0's
+median threshold and gradient diagnostics).
 
-``Trainer(config, model, batches)`` trains a model the caller built on batches the caller made
-(``fit()``: one loop, epochs, then batches, then calibration and a checkpoint each epoch);
-``train(config)`` is the one call that loads the splits, builds both and fits a Trainer.
-
-No framework: a plain loop over device-resident batches, SGD or AdamW with linear warm-up
-and cosine decay per optimiser step, bf16 autocast and channels-last on CUDA, a checkpoint
-every epoch (atomic; resuming continues the same run; its destination is checked before any
-work, and a write the system still refuses goes to the temporary folder, so a finished run is
-never lost), a NaN guard that stops before the last good checkpoint is touched, and a history
-with, per optimiser step, the data of the paper's figures 1 (alpha) and 2 (easy / hard halting
-scores and the median threshold).
-
-Which halting scores feed the KLL sketch is ``halting.calibrate_on``: the scores of the
-last training epoch, those of a pass over the held-out split, or both (the default).
-``halting.sketch_window`` says over how long: a fresh sketch every epoch ("epoch"), or one
-sketch that accumulates those sources over every epoch of the run ("run", the default).
-
-Under torchrun the same loop runs in every process with DDP, through ``distributed.parallel``
-and ``sum_over_ranks`` (docs/architecture.md, "Multi-process training": the global batch, the
-pooled sketches, rank 0's writes). The history logs the whole batch's loss and accuracy (summed
-over the ranks) and the mean over the ranks of the loss parts; the ranking losses rank the
-entries of each rank's share, and the per-step median threshold and the gradient diagnostics
-are rank 0's.
+No framework: a plain loop over device-resident batches; a checkpoint every epoch (atomic, checked
+before any work, saved to the temporary folder when the system refuses the write, so a finished
+run is never lost); a NaN guard that stops before the last good checkpoint is touched; per
+optimiser step, the data of the paper's figures 1 (alpha) and 2 (halting scores, median threshold).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -70,18 +55,16 @@ def load_split(config: RunConfig, split: str, root: str | os.PathLike | None = N
                         split_seed=d.split_seed, download=d.download, limit=d.limit)
 
 
+_DEVICES = {"cuda": (lambda: torch.cuda.is_available(), "no CUDA device is visible"),
+            "mps": (lambda: torch.backends.mps.is_available(), "MPS is not available")}
+
+
 def pick_device(preference: str = "auto") -> torch.device:
     """CUDA, then Apple's MPS, then the CPU (or exactly the one asked for)."""
     if preference == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if preference == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("train.device='cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
-    if preference == "mps" and not torch.backends.mps.is_available():
-        raise TrainingError("train.device='mps' but MPS is not available; use 'auto' or 'cpu'")
+        return torch.device(next((name for name, (ok, _) in _DEVICES.items() if ok()), "cpu"))
+    if preference in _DEVICES and not _DEVICES[preference][0]():
+        raise TrainingError(f"train.device={preference!r} but {_DEVICES[preference][1]}; use 'auto' or 'cpu'")
     return torch.device(preference)
 
 
@@ -91,12 +74,10 @@ def show_progress(progress: bool | None) -> bool:
         return os.environ["FROST_PROGRESS"] not in ("0", "false", "no")
     if progress is not None:
         return progress
-    try:  # a Jupyter kernel: tqdm.auto draws a widget
+    with contextlib.suppress(ImportError):  # a Jupyter kernel: tqdm.auto draws a widget
         from IPython import get_ipython
         if get_ipython() is not None and "IPKernelApp" in get_ipython().config:
             return True
-    except ImportError:
-        pass
     return sys.stderr.isatty()
 
 
@@ -134,7 +115,6 @@ def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: 
 
 def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
                    grad_clip: float = 0.0) -> None:
-    """Backward pass, optional gradient clipping, optimiser step."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip > 0:
@@ -142,15 +122,13 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, los
     optimizer.step()
 
 
-def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512,
-             device: torch.device | str | None = None, amp: bool = False, num_workers: int = 0,
-             trajectories: bool = False, max_samples: int | None = None) -> FullDepthPass:
-    """``analysis.full_depth_pass`` of ``model`` over an ImageData split (no augmentation), on
-    ``device`` (default: where the model's weights are), under bf16 autocast with ``amp``."""
-    device = torch.device(device) if device is not None else next(model.parameters()).device
-    model.to(device)
-    batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=device,
-                           num_workers=num_workers)
+def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512, amp: bool = False,
+             num_workers: int = 0, trajectories: bool = False,
+             max_samples: int | None = None) -> FullDepthPass:
+    """``analysis.full_depth_pass`` of ``model`` over an ImageData split (no augmentation), where
+    the model's weights are, under bf16 autocast with ``amp``."""
+    batches = make_batches(dataset, batch_size, shuffle=False, augment=False,
+                           device=next(model.parameters()).device, num_workers=num_workers)
     return full_depth_pass(model, batches, trajectories=trajectories, amp=amp, max_samples=max_samples)
 
 
@@ -174,15 +152,9 @@ def _new_history() -> dict[str, Any]:
 
 
 class Trainer:
-    """Trains ``model`` on ``batches`` as ``config`` says (``train`` builds both from a config).
-
-    ``model`` sits on the device to train on; ``batches`` are the global training batches of
-    one epoch, drawing their order and augmentation from their own ``generator`` (checkpoints
-    save it, so a resumed run continues the same data order). ``val_set`` gives the held-out
-    accuracy and scores (``halting.calibrate_on``), ``test_set`` the final metrics; either may
-    be None. The trainer builds the rest from ``config``: optimiser, schedule, calibrator,
-    history. ``fit()`` resumes from ``checkpoint`` when it holds the same run.
-    """
+    """Trains ``model`` (on its device) on ``batches``, the global batches of one epoch with their
+    own ``generator`` (saved, so a resumed run keeps its data order); docs/architecture.md,
+    "Training". ``val_set`` (held-out accuracy and scores) and ``test_set`` may be None."""
 
     def __init__(self, config: RunConfig, model: torch.nn.Module, batches, *, val_set=None,
                  test_set=None, checkpoint: str | os.PathLike | None = None,
@@ -204,9 +176,8 @@ class Trainer:
         self.channels_last = cfg.model.backbone == "resnet" and (
             cfg.train.channels_last == "on" or (cfg.train.channels_last == "auto" and on_cuda))
         self.model = model.to(memory_format=torch.channels_last) if self.channels_last else model
-        # Under torchrun: DDP's wrapper for the training forward (its backward averages the
-        # gradients over the ranks) and this rank's share of every batch; else the model and
-        # the batches themselves. Without a halting loss the halting head gets no gradient.
+        # Under torchrun, DDP's wrapper and this rank's share of the batches (distributed.parallel).
+        # Without a halting loss the halting head gets no gradient.
         self.parallel_model, self.batches, self.setup = parallel(
             self.model, batches, find_unused_parameters=not cfg.loss.halting_trained)
         if self.checkpoint is not None and self.setup.is_main:  # before any work
@@ -219,9 +190,7 @@ class Trainer:
             self.optimizer, lambda s: lr_factor(s, warmup, total))
         self.calibrator = HaltingCalibrator(cfg.halting.sketch_k)
         self.history = _new_history()
-        self.epoch = 0  # epochs completed
-        self.step = 0  # optimiser steps completed
-        self.train_seconds = 0.0
+        self.epoch, self.step, self.train_seconds = 0, 0, 0.0  # epochs and optimiser steps completed
 
     def fit(self, until_epoch: int | None = None) -> TrainResult:
         """Train to ``train.epochs`` (or stop after ``until_epoch``, as an interruption would)."""
@@ -274,12 +243,9 @@ class Trainer:
                 parts = {k: v / world for k, v in zip(LOGGED_PARTS, part_sums)}  # mean over the ranks
                 alpha, hurst = model.alpha(), model.hurst()
                 row = {"step": self.step, "epoch": self.epoch, "lr": self.scheduler.get_last_lr()[0],
-                       "loss": batch_loss, "task": parts["task"], "rel": parts.get("rel", NAN),
-                       "abs": parts.get("abs", NAN), "accuracy": batch_correct / batch_seen,
+                       "loss": batch_loss, **parts, "accuracy": batch_correct / batch_seen,
                        "alpha": alpha.item() if alpha is not None else NAN,
                        "hurst": hurst.item() if hurst is not None else NAN,
-                       "easy_score": parts.get("easy_score", NAN),
-                       "hard_score": parts.get("hard_score", NAN),
                        "threshold_median": sketch.threshold(0.5)}  # rank 0's: figure 2
                 for key, v in row.items():
                     history["steps"][key].append(int(v) if key in ("step", "epoch") else float(v))
@@ -305,8 +271,8 @@ class Trainer:
             self.calibrator = own.merge_across_ranks(shared)  # the same on every rank
             self.train_seconds += time.perf_counter() - start
             self.epoch += 1
-            for key, v in zip(("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds"),
-                              (self.epoch, loss_total / seen, correct / seen, val_acc, self.train_seconds)):
+            for key, v in zip(_new_history()["epochs"], (self.epoch, loss_total / seen, correct / seen,
+                                                         val_acc, self.train_seconds)):
                 history["epochs"][key].append(v)
             if self.checkpoint is not None and self.epoch < cfg.train.epochs:
                 self._save(complete=False)
@@ -340,17 +306,14 @@ class Trainer:
                         amp=self.amp, num_workers=self.config.train.num_workers)
 
     def _stop(self, what: str) -> None:
-        if self.checkpoint is not None and self.checkpoint.is_file():
-            kept = f"The last good checkpoint ({self.checkpoint}) is intact."
-        else:
-            kept = "No checkpoint of this run was written before it."
+        kept = (f"The last good checkpoint ({self.checkpoint}) is intact." if self.checkpoint is not None
+                and self.checkpoint.is_file() else "No checkpoint of this run was written before it.")
         raise TrainingError(
             f"{what}; training stopped. {kept} "
             f"Lower train.lr (now {self.config.train.lr}) or set train.grad_clip, then train again.")
 
     def _resume(self) -> bool:
-        """Continue the run in ``checkpoint``, if there is one: weights, optimiser, schedule,
-        random streams, calibrator, history and counters."""
+        """Continue the run in ``checkpoint``, if there is one (every state ``_save`` stores)."""
         if self.checkpoint is None or not self.checkpoint.exists():
             return False
         state = load_checkpoint(self.checkpoint, map_location=self.device)
@@ -377,9 +340,8 @@ class Trainer:
         return True
 
     def _save(self, complete: bool, metrics: dict | None = None) -> None:
-        """Rank 0 checkpoints the run (``_save_or_rescue``). Every rank calls this and learns
-        whether the write worked: all stop together, and none goes on before the checkpoint is
-        on disk (a Trainer that resumes the run next may read it)."""
+        """Rank 0 checkpoints the run (``_save_or_rescue``); every rank learns whether that worked, so
+        all stop together and none goes on before the checkpoint is on disk."""
         error = None
         if self.setup.is_main:
             state = {"config": self.config.to_dict(), "model": self.model.state_dict(),
@@ -430,8 +392,7 @@ def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
 def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None,
                   progress: bool | None = None) -> Trainer:
     """The ``Trainer`` of ``config``: join the torchrun job if there is one, load the splits, build
-    the model and the training batches (the one place that does, for ``train`` and for callers
-    that drive ``fit`` themselves)."""
+    the model and the training batches (the one place that does)."""
     cfg, d = config, config.data
     # under torchrun: join the job's process group (each CUDA process takes its own GPU)
     setup, device = join_process_group(pick_device(cfg.train.device))
@@ -452,8 +413,7 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
                           "for calibrating the threshold: raise it (default 0.1) or set it to 0")
     torch.manual_seed(cfg.train.seed)
     model = create_model(cfg.model).to(device)
-    # the data order and augmentation come from this generator alone (saved for resuming);
-    # every rank draws the same global batches and trains on its share of each
+    # the data order and augmentation come from this generator alone (saved for resuming)
     batches = make_batches(train_set, cfg.train.batch_size, shuffle=True, augment=d.augment, device=device,
                            generator=torch.Generator().manual_seed(cfg.train.seed),
                            drop_last=len(train_set) > cfg.train.batch_size,
