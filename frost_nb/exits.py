@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -148,15 +149,11 @@ class ExitCache:
 
     def fixed_depth(self):
         """Accuracy when every sample stops at the same step t = 1..T (no halting rule)."""
-        import pandas as pd
-
         acc = self.outputs.accuracy_per_step()
         return pd.DataFrame({"depth": np.arange(1, len(acc) + 1), "accuracy": acc})
 
     def per_class(self, quantile: float, classes: list[str] | None = None):
         """Mean exit depth and accuracy of each true class at quantile q."""
-        import pandas as pd
-
         e = self.at(quantile)
         y = self.y.numpy()
         frame = pd.DataFrame({"class": y, "depth": e.depth.numpy(), "correct": e.correct.numpy()})
@@ -179,8 +176,6 @@ def quantile_for_depth(model: torch.nn.Module, calibrator: HaltingCalibrator, va
 
 def summarise_sweeps(tables: dict[Any, Any]):
     """Mean and spread (std over runs) of several runs' sweeps, one row per quantile."""
-    import pandas as pd
-
     stacked = pd.concat([t.assign(run=k) for k, t in tables.items()])
     g = stacked.groupby("quantile")
     return pd.DataFrame({"mean_depth": g["mean_depth"].mean(), "mean_depth_spread": g["mean_depth"].std(ddof=0),
@@ -221,8 +216,6 @@ def at_depths(sweep_table, fixed_table, depths, rival=None, rival_name: str = "r
     matched quantile (the paper's Table 2 reaches other depths at the same q). With ``rival``
     (another rule's curve), its accuracy and share there too (``<rival_name>_accuracy``,
     ``<rival_name>_kept``)."""
-    import pandas as pd
-
     full = float(fixed_table["accuracy"].iloc[-1])
     halting = np.interp(depths, sweep_table["mean_depth"], sweep_table["accuracy"])
     fixed = np.interp(depths, fixed_table["depth"], fixed_table["accuracy"])

@@ -3,6 +3,7 @@ nbval cannot pass parameters), the environment record, metrics JSON and byte-sta
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import platform
@@ -10,6 +11,9 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import pandas as pd
+import torch
 
 from .checkpoint import checkpoint_config, load_model
 from .config import BACKBONES, MODELS, SEED_MAX, SIZES, make_config
@@ -210,8 +214,6 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
 
 def environment(device: str | None = None) -> dict[str, Any]:
     """What a result was computed with: versions, device, machine, commit."""
-    import torch
-
     try:
         # "<commit>-dirty" when the working tree differs from it: a result made before its commit
         commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo_root(),
@@ -284,8 +286,6 @@ def records(table) -> list[dict[str, Any]]:
 
 def figure_png(fig, dpi: int = 110) -> bytes:
     """A matplotlib figure as PNG bytes, byte-stable (no date, no version), whatever the backend."""
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
     return buf.getvalue()
@@ -316,9 +316,6 @@ def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2
 
     Returns a pandas table (one row per model) for notebook 00.
     """
-    import pandas as pd
-    import torch
-
     rows = []
     for backbone in BACKBONES:
         for name in MODELS:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import pandas as pd
 
 from . import paper
 from .checkpoint import CheckpointError, checkpoint_file, load_checkpoint
@@ -905,8 +906,6 @@ def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str,
 def verdict_table(notebook: str | None = None, metrics_dir: str | os.PathLike | None = None):
     """The verdict rows as a pandas DataFrame; ``notebook`` ("02", "07", "bench") keeps that
     notebook's rows only (a notebook's closing cell)."""
-    import pandas as pd
-
     rows = verdict_rows(metrics_dir)
     if notebook is not None:
         rows = [r for r in rows if r["notebook"] == notebook]
