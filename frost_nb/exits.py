@@ -183,16 +183,17 @@ def summarise_sweeps(tables: dict[Any, Any]):
                          "runs": g["run"].nunique()}).reset_index()
 
 
-def _rival_at(rival, depths) -> np.ndarray:
-    """A rival rule's curve (``halting_rules`` curve table) read at ``depths``: its finite points
-    in order of depth, joined by straight lines as notebook 07's areas join them (points at one
-    depth averaged); outside its range, its end points."""
+def _add_rival(table, rival, rival_name: str) -> np.ndarray:
+    """A rival rule's curve (``halting_rules`` curve table) read at ``table``'s mean depths, as column
+    ``<rival_name>_accuracy``: its finite points in order of depth, joined by straight lines as
+    notebook 07's areas join them (points at one depth averaged); outside its range, its end points."""
     x, y = sorted_points(rival)
     if not x.size:
         raise ValueError("the rival curve has no finite (mean_depth, accuracy) point to read")
     at, index = np.unique(x, return_inverse=True)
     mean = np.bincount(index, weights=y) / np.bincount(index)
-    return np.interp(depths, at, mean)
+    table[f"{rival_name}_accuracy"] = accuracy = np.interp(table["mean_depth"], at, mean)
+    return accuracy
 
 
 def versus_fixed_depth(sweep_table, fixed_table, rival=None, rival_name: str = "rival"):
@@ -204,8 +205,7 @@ def versus_fixed_depth(sweep_table, fixed_table, rival=None, rival_name: str = "
     table["fixed_depth_accuracy"] = np.interp(table["mean_depth"], fixed_table["depth"], fixed_table["accuracy"])
     table["gain"] = table["accuracy"] - table["fixed_depth_accuracy"]
     if rival is not None:
-        table[f"{rival_name}_accuracy"] = _rival_at(rival, table["mean_depth"])
-        table[f"gain_over_{rival_name}"] = table["accuracy"] - table[f"{rival_name}_accuracy"]
+        table[f"gain_over_{rival_name}"] = table["accuracy"] - _add_rival(table, rival, rival_name)
     return table
 
 
@@ -222,6 +222,5 @@ def at_depths(sweep_table, fixed_table, depths, rival=None, rival_name: str = "r
     table = pd.DataFrame({"mean_depth": np.asarray(depths, dtype=float), "accuracy": halting,
                           "fixed_depth_accuracy": fixed, "kept": halting / full, "fixed_kept": fixed / full})
     if rival is not None:
-        table[f"{rival_name}_accuracy"] = _rival_at(rival, depths)
-        table[f"{rival_name}_kept"] = table[f"{rival_name}_accuracy"] / full
+        table[f"{rival_name}_kept"] = _add_rival(table, rival, rival_name) / full
     return table

@@ -651,20 +651,16 @@ def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
 
 def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any]):
     """Table 1 rows for every run: model, seed, step, mean and std of cos(GAP(h_t), GAP(h_T))."""
-    rows = []
-    for label, traj in trajectories.items():
-        cfg = results[label].config
-        for row in scale_consistency_rows(traj.pooled):
-            rows.append({"model": family_of(label), "seed": cfg.train.seed, **row})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"model": family_of(label), "seed": results[label].config.train.seed, **row}
+                         for label, traj in trajectories.items()
+                         for row in scale_consistency_rows(traj.pooled)])
 
 
 def beside_paper_table1(table, steps=None):
     """Ours (mean over seeds of the per-run mean, with the seeds' spread and the mean
     within-run std) next to the paper's Table 1, one row per model and step."""
     steps = TABLE1_STEPS if steps is None else steps
-    t = table[table["step"].isin(steps)]
-    g = t.groupby(["model", "step"])
+    g = table[table["step"].isin(steps)].groupby(["model", "step"])
     ours = pd.DataFrame({"mean": g["mean"].mean(), "spread over seeds": g["mean"].std(ddof=0),
                          "std over samples": g["std"].mean(), "seeds": g["seed"].nunique()})
     paper = {(m, s): cell for m, cells in TABLE1.items() for s, cell in zip(TABLE1_STEPS, cells)}

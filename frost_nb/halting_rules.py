@@ -357,11 +357,9 @@ def summary(curves, steps: int):
     t = T, test split)."""
     full = curves[(curves["rule"] == FIXED) & (curves["mean_depth"] == steps)]
     full = dict(zip(full["model"], full["accuracy"]))
-    rows = []
-    for (rule, model), curve in curves.groupby(["rule", "model"], sort=False):
-        target = REACH_FRACTION * full.get(model, math.nan)
-        rows.append({"rule": rule, "model": model, "auc": curve_auc(curve, steps),
-                     "depth_at_99pct": depth_to_reach(curve, target)})
+    rows = [{"rule": rule, "model": model, "auc": curve_auc(curve, steps),
+             "depth_at_99pct": depth_to_reach(curve, REACH_FRACTION * full.get(model, math.nan))}
+            for (rule, model), curve in curves.groupby(["rule", "model"], sort=False)]
     return pd.DataFrame(rows, columns=["rule", "model", "auc", "depth_at_99pct"])
 
 

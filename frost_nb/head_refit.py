@@ -225,8 +225,7 @@ def subsample(dataset, count: int, seed: int = 0):
         raise ValueError(f"{dataset.name} is a folder set: subsampling needs an in-memory split")
     if len(dataset) <= count:
         return dataset
-    idx = np.sort(np.random.default_rng(seed).choice(len(dataset), count, replace=False))
-    idx = torch.from_numpy(idx)
+    idx = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(len(dataset), count, replace=False)))
     return dataclasses.replace(dataset, x=dataset.x[idx], y=dataset.y[idx])
 
 

@@ -58,16 +58,17 @@ def identity_key(config: RunConfig) -> str:
     return json.dumps(config.identity(), sort_keys=True)
 
 
-def _read_config(path: Path) -> tuple[RunConfig, str] | None:
-    """The config in ``path`` and its identity; None, with a warning naming the file, when this
-    code cannot read it."""
+def file_stamp(path: Path) -> tuple[str, tuple[int, int]]:
+    """``path`` as a string and what tells a rewritten file from the one read before (modification
+    time and size): the arguments of a read cached with ``functools.lru_cache``."""
     st = path.stat()
-    return _read_cached(str(path), (st.st_mtime_ns, st.st_size))
+    return str(path), (st.st_mtime_ns, st.st_size)
 
 
 @functools.lru_cache(maxsize=4096)
-def _read_cached(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str] | None:
-    """``_read_config``, read again when the file's modification time or size (``stamp``) changes."""
+def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str] | None:
+    """The config in ``path`` and its identity, read again when ``stamp`` (``file_stamp``) changes;
+    None, with a warning naming the file, when this code cannot read it."""
     try:
         config = RunConfig.from_dict(json.loads(Path(path).read_text()))
         return config, identity_key(config)
@@ -82,7 +83,7 @@ def stored_runs(root: Path) -> list[StoredRun]:
     config this code cannot read is skipped with a warning naming the file."""
     runs = []
     for path in sorted(root.glob(f"*/*/{CONFIG_FILE}")):
-        if (read := _read_config(path)) is not None:
+        if (read := _read_config(*file_stamp(path))) is not None:
             runs.append(StoredRun(path.parent.relative_to(root).as_posix(), path.parent, *read))
     return runs
 
@@ -125,11 +126,9 @@ def check_name(name: str) -> str:
 
 def _taken(name: str, config: RunConfig) -> bool:
     """Whether a stored run of another config holds ``name``, here or among the committed runs."""
-    for root in (cache_dir(), committed_runs_dir()):
-        path = root / name / CONFIG_FILE
-        if path.is_file() and ((read := _read_config(path)) is None or read[1] != identity_key(config)):
-            return True
-    return False
+    paths = (root / name / CONFIG_FILE for root in (cache_dir(), committed_runs_dir()))
+    return any(path.is_file() and ((read := _read_config(*file_stamp(path))) is None
+                                   or read[1] != identity_key(config)) for path in paths)
 
 
 def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:

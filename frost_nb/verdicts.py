@@ -39,7 +39,7 @@ from .experiments import DECISIVE_STRENGTH, FAMILIES, GRIDS, READINGS, RESIDUAL_
 from .experiments import grid as make_grid
 from .halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
 from .paths import cache_dir, committed_runs_dir, repo_root
-from .runs import MODEL_FILE, check_name
+from .runs import MODEL_FILE, check_name, file_stamp
 
 COLUMNS = ("claim", "reading", "dataset", "paper", "ours", "verdict", "notebook")
 HEADER = ("claim", "reading", "data set", "paper", "ours", "verdict", "notebook")
@@ -90,16 +90,14 @@ class Metrics:
             if not ref:
                 continue
             path = checkpoint_file(ref)
-            if path.is_file() and path.suffix == ".pt":
-                return _read_checkpoint(str(path), _stamp(path))
-            try:
-                name = check_name(ref)
-            except ConfigError:
-                continue
-            for folder in self.run_dirs:
-                path = folder / name / MODEL_FILE
-                if path.is_file():
-                    return _read_checkpoint(str(path), _stamp(path))
+            if not (path.is_file() and path.suffix == ".pt"):
+                try:
+                    name = check_name(ref)
+                except ConfigError:
+                    continue
+                path = next((p for p in (f / name / MODEL_FILE for f in self.run_dirs) if p.is_file()), None)
+            if path is not None:
+                return _read_checkpoint(*file_stamp(path))
         return None
 
     def config_of(self, key: str | None = None, *, grid: str | None = None, label: str | None = None,
@@ -110,13 +108,10 @@ class Metrics:
         ``label`` in ``grid`` under ``reading`` (for metrics that name runs by label only: files
         written before the adopted reading are "residual"; later ones record their "reading").
         None when not found."""
-        state = self.checkpoint(key)
-        if state is not None:
+        if (state := self.checkpoint(key)) is not None:
             return state["config"]
-        if key:
-            found = _grid_names(size, dataset, seeds).get(key)
-            if found is not None:
-                return found
+        if key and (found := _grid_names(size, dataset, seeds).get(key)) is not None:
+            return found
         if grid and label:
             for run_seeds in ((seeds[0],), seeds):  # labels carry " seed N" only with several seeds
                 try:
@@ -135,20 +130,12 @@ class Metrics:
         found = []
         for folder in self.run_dirs:
             for path in sorted(folder.glob(f"*/*/{MODEL_FILE}")):
-                state = _read_checkpoint(str(path), _stamp(path))
+                state = _read_checkpoint(*file_stamp(path))
                 cfg, acc = state["config"], state["metrics"].get("test_accuracy")
                 if (cfg is not None and acc is not None and cfg.size == size and cfg.data.name == dataset
                         and cfg.model.name == model and abs(acc - accuracy) <= tolerance):
                     found.append(state)
-        if len({reading(s["config"]) for s in found}) == 1:
-            return found[0]
-        return None
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    """What tells a rewritten checkpoint from the one cached: modification time and size."""
-    st = path.stat()
-    return st.st_mtime_ns, st.st_size
+        return found[0] if len({reading(s["config"]) for s in found}) == 1 else None
 
 
 @lru_cache(maxsize=None)
@@ -292,8 +279,7 @@ def minkowski_dimension(m: Metrics) -> list[dict]:
         dims = {r["model"]: r["box dimension"] for r in d["models"]}
         baselines = [dims[b] for b in ("vanilla", "basic_ssm") if b in dims]
         for label, dim in dims.items():
-            cfg = m.config_of(grid="families", label=label, size=d["size"], dataset=d["dataset"],
-                              reading=d.get("reading", "residual"))
+            cfg = _label_config(m, d, {"run": label}, "families")
             if not _is_frost_method(cfg) or not baselines:
                 continue
             higher = dim > max(baselines) + DIMENSION_TOLERANCE
@@ -316,16 +302,12 @@ def alpha_trajectory(m: Metrics) -> list[dict]:
     ``alpha_trajectory`` summary (start, min, end, max per run)."""
     rows = []
     for name in m.names("*"):
-        d = m.json(name)
-        if not isinstance(d, dict) or not isinstance(d.get("alpha_trajectory"), dict):
+        if not isinstance(d := m.json(name), dict) or not isinstance(d.get("alpha_trajectory"), dict):
             continue
-        summary = d["alpha_trajectory"]["summary"]
-        groups: dict[str, list[dict]] = {}
-        for r in summary:
-            cfg = m.config_of(r.get("key"), grid="families", label=r["run"], size=d["size"],
-                              dataset=d["dataset"])
-            groups.setdefault(reading(cfg), []).append(r)
-        for read, runs in groups.items():
+        summary = [{**r, "reading": reading(m.config_of(r.get("key"), grid="families", label=r["run"],
+                                                         size=d["size"], dataset=d["dataset"]))}
+                   for r in d["alpha_trajectory"]["summary"]]
+        for read, runs in _by(summary, "reading").items():
             fell = all(r["start"] - r["min"] >= ALPHA_FALL for r in runs)
             recovered = all(r["end"] - r["min"] >= ALPHA_RECOVERY * (r["start"] - r["min"]) for r in runs)
             below_one = all(r["max"] < 1.0 for r in runs)
@@ -347,7 +329,7 @@ def hurst_sweep(m: Metrics) -> list[dict]:
     for d in _ablation_metrics(m):
         groups: dict[str, list[dict]] = {}
         for r in d.get("hurst_sweep", []):
-            cfg = _ablation_config(m, d, r, "hurst")
+            cfg = _label_config(m, d, r, "hurst")
             if cfg is None or (cfg.model.update in LEAKY_UPDATES and not cfg.model.scaled_inside):
                 continue  # H does not reach the plain operators of the leaky bracket (the reference beside)
             groups.setdefault(reading(cfg), []).append({**r, "learn": cfg.model.learn_hurst})
@@ -375,7 +357,7 @@ def _ablation_metrics(m: Metrics) -> Iterator[dict]:
     return (d for d in map(m.json, m.names("04_alpha_H_ablation*")) if isinstance(d, dict))
 
 
-def _ablation_config(m: Metrics, d: dict, row: dict, grid: str):
+def _label_config(m: Metrics, d: dict, row: dict, grid: str):
     return m.config_of(row.get("key"), grid=grid, label=row["run"], size=d["size"], dataset=d["dataset"],
                        reading=d.get("reading", "residual"))
 
@@ -396,7 +378,7 @@ def loss_ablation(m: Metrics) -> list[dict]:
     for d in _ablation_metrics(m):
         groups: dict[str, dict[str, list[dict]]] = {}
         for r in d.get("loss_ablation", []):
-            cfg = _ablation_config(m, d, r, "loss")
+            cfg = _label_config(m, d, r, "loss")
             if cfg is None:
                 continue
             lo, default = cfg.loss, LossConfig()
@@ -432,8 +414,7 @@ def gradient_conflict(m: Metrics) -> list[dict]:
         summary = {r["model"]: r["mean cosine"] for r in d.get("gradient_conflict", {}).get("summary", [])}
         if "frost" not in summary:
             continue
-        cfg = m.config_of(grid="conflict", label="frost", size=d["size"], dataset=d["dataset"],
-                          reading=d.get("reading", "residual"))
+        cfg = _label_config(m, d, {"run": "frost"}, "conflict")
         base = {k: v for k, v in summary.items() if k != "frost"}
         negative = sum(v < 0 for v in base.values())
         verdict = NOT if summary["frost"] <= 0 else _grade(negative, len(base))
@@ -461,8 +442,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
         if frost(cfg, d.get("model", "frost")):
             yield "05", d["dataset"], reading(cfg), sweeps, fixed
     for name in m.names("01_training*") + m.names("demo_*"):  # *_pre_reading: runs of the earlier defaults
-        d = m.json(name)
-        if d is None or "sweep" not in d:
+        if (d := m.json(name)) is None or "sweep" not in d:
             continue
         state = m.checkpoint(d.get("checkpoint"), d.get("name"), d.get("key")) \
             or m.match(d["size"], d["dataset"], d["model"], d["accuracy"]) or {}
@@ -492,10 +472,12 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, str, str, list[list[dict]], list[
 
 KEPT_CLOSE = 0.05  # our share of full-depth accuracy at most 5 points below the paper's
 KEPT_SHOWN = (0.25, 0.5)
+PAPER_KEPT = {q: a / paper.TABLE2["accuracy"][-1]  # the paper's share of its full-depth accuracy
+              for q, a in zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"])}
 
 
-def _kept_verdict(kept: dict[float, float], p_kept: dict[float, float]) -> str:
-    close = {q: kept[q] >= p_kept[q] - KEPT_CLOSE for q in kept}
+def _kept_verdict(kept: dict[float, float]) -> str:
+    close = {q: kept[q] >= PAPER_KEPT[q] - KEPT_CLOSE for q in kept}
     return REPRODUCED if all(close.values()) else PARTLY if all(v for q, v in close.items() if q >= 0.5) else NOT
 
 
@@ -503,19 +485,17 @@ def table2_vs_paper(m: Metrics) -> list[dict]:
     """Share of full-depth accuracy kept at each quantile q < 1 of the paper's grid, against
     the paper's (Table 2): within KEPT_CLOSE of it (or above) at every q -> reproduced; only at
     q >= 0.5 -> partly; else -> not."""
-    p = dict(zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"]))
-    p_kept = {q: a / p[1.0] for q, a in p.items()}
     rows = []
     for notebook, dataset, read, sweeps, _ in _sweeps(m):
         acc = {q: _mean(r["accuracy"] for r in rs)  # quantile -> accuracy, mean over runs
                for q, rs in sorted(_by([r for s in sweeps for r in s], "quantile").items())}
         if 1.0 not in acc:
             continue
-        kept = {q: a / acc[1.0] for q, a in acc.items() if q in p_kept and q < 1.0}
+        kept = {q: a / acc[1.0] for q, a in acc.items() if q in PAPER_KEPT and q < 1.0}
         shown = [q for q in KEPT_SHOWN if q in kept]
         rows.append(_row("Table 2: accuracy kept at q = 0.25 / 0.5 (share of full depth)", read, dataset,
-                         " / ".join(f"{p_kept[q]:.2f}" for q in shown),
-                         " / ".join(f"{kept[q]:.2f}" for q in shown), _kept_verdict(kept, p_kept), notebook))
+                         " / ".join(f"{PAPER_KEPT[q]:.2f}" for q in shown),
+                         " / ".join(f"{kept[q]:.2f}" for q in shown), _kept_verdict(kept), notebook))
     return rows
 
 
@@ -525,7 +505,6 @@ def table2_at_paper_depths(m: Metrics) -> list[dict]:
     its T; linear along the sweep's curve), its share of full-depth accuracy averaged over runs,
     against the paper's at that depth; the rule of ``table2_vs_paper``."""
     p_depth = dict(zip(paper.TABLE2["quantile"], paper.TABLE2["mean_depth"]))
-    p_kept = {q: a / paper.TABLE2["accuracy"][-1] for q, a in zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"])}
     rows = []
     for notebook, dataset, read, sweeps, _ in _sweeps(m):
         per_run = []
@@ -537,8 +516,8 @@ def table2_at_paper_depths(m: Metrics) -> list[dict]:
                             for q, d in p_depth.items() if q < 1.0})
         kept = {q: _mean(r[q] for r in per_run) for q in per_run[0]}
         rows.append(_row("Table 2 at the paper's mean depths 6.06 / 8.30 of 16: accuracy kept (share of full "
-                         "depth)", read, dataset, " / ".join(f"{p_kept[q]:.2f}" for q in KEPT_SHOWN),
-                         " / ".join(f"{kept[q]:.2f}" for q in KEPT_SHOWN), _kept_verdict(kept, p_kept), notebook))
+                         "depth)", read, dataset, " / ".join(f"{PAPER_KEPT[q]:.2f}" for q in KEPT_SHOWN),
+                         " / ".join(f"{kept[q]:.2f}" for q in KEPT_SHOWN), _kept_verdict(kept), notebook))
     return rows
 
 
@@ -680,8 +659,7 @@ def collapse(m: Metrics) -> list[dict]:
     reproduced; some -> partly; none -> not."""
     rows = []
     for d in map(m.json, m.names("07_halting_baselines*")):
-        runs = d.get("collapse") or []
-        if not runs:
+        if not (runs := d.get("collapse")):
             continue
         fell = sum(r["accuracy"] < COLLAPSE_ACCURACY_RATIO * r["reference_accuracy"]
                    or r["one_step_share"] > COLLAPSE_ONE_STEP_SHARE for r in runs)
@@ -772,8 +750,7 @@ def minkowski_protocols(m: Metrics) -> list[dict]:
     """Under how many of the protocols frost comes out above vanilla and basic_ssm on every seed:
     at least one -> reproduced (under that protocol); none, but on some seed -> protocol-dependent;
     never -> not."""
-    d = m.json("15_minkowski_protocols")
-    if d is None:
+    if (d := m.json("15_minkowski_protocols")) is None:
         return []
     per = d["frost_above_vanilla_and_basic_ssm"]  # protocol -> seed -> bool
     every = [p for p, seeds in per.items() if all(seeds.values())]
@@ -790,8 +767,7 @@ def head_refit(m: Metrics) -> list[dict]:
     fixed depth and confidence, mean over backbones: at least 0.01 area -> reproduced (a learned
     score can beat them on these backbones); above 0 -> partly; else -> not (the backbone's early
     steps, not the score's design, hold the rule back)."""
-    d = m.json("15_head_refit")
-    if d is None:
+    if (d := m.json("15_head_refit")) is None:
         return []
     rows = []
     margins, gains = d.get("margin_per_backbone", {}), d.get("gain_per_backbone", {})
@@ -813,8 +789,7 @@ def head_refit(m: Metrics) -> list[dict]:
 # the ranking losses at three strengths and L_abs alone.
 def loss_strength(m: Metrics) -> list[dict]:
     """Each claim holds at some strength -> reproduced (the strengths named); else -> not."""
-    d = m.json("15_loss_strength")
-    if d is None:
+    if (d := m.json("15_loss_strength")) is None:
         return []
     arms = d["arms"]
 
@@ -906,9 +881,7 @@ def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str,
 def verdict_table(notebook: str | None = None, metrics_dir: str | os.PathLike | None = None):
     """The verdict rows as a pandas DataFrame; ``notebook`` ("02", "07", "bench") keeps that
     notebook's rows only (a notebook's closing cell)."""
-    rows = verdict_rows(metrics_dir)
-    if notebook is not None:
-        rows = [r for r in rows if r["notebook"] == notebook]
+    rows = [r for r in verdict_rows(metrics_dir) if notebook is None or r["notebook"] == notebook]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
