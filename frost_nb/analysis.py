@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -59,11 +60,12 @@ class FullDepthPass:
     def __len__(self) -> int:
         return self.y.shape[0]
 
-    @property
+    # derived once per pass: sweeps, exit caches and the rule curves read them again and again
+    @cached_property
     def preds(self) -> Tensor:
         return self.logits.argmax(-1)  # (N, T) predicted class at each step
 
-    @property
+    @cached_property
     def correct(self) -> Tensor:
         return self.preds == self.y[:, None]  # (N, T)
 
