@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from .config import SIZES, ConfigError
-from .experiments import GRIDS
+from .experiments import GRIDS, READINGS
 from .halting import PAPER_QUANTILES
 from .paths import shown_path
 from .runs import find_run, run_name
@@ -112,7 +112,7 @@ def cmd_train(args) -> int:
 
 def cmd_grid(args) -> int:
     """Train (or find in the cache) every run of a named grid, or one shard of it."""
-    from .experiments import grid, shard
+    from .experiments import Grid, family_of, grid, shard
     from .notebook import ParameterError
     from .runs import train_or_load
 
@@ -123,7 +123,14 @@ def cmd_grid(args) -> int:
         raise ParameterError(f"--shard {args.shard!r} must look like INDEX/COUNT, e.g. 0/2") from None
     seeds = tuple(args.seeds)
     try:
-        runs = shard(grid(args.name, args.size, args.dataset, seeds, reading=args.reading), index, count)
+        runs = grid(args.name, args.size, args.dataset, seeds, reading=args.reading)
+        if args.labels:  # only these rows (family_of: the label without its seed tag)
+            unknown = sorted(set(args.labels) - {family_of(label) for label in runs})
+            if unknown:
+                raise ValueError(f"--labels {unknown} not in grid {args.name!r}; its labels: "
+                                 f"{sorted({family_of(label) for label in runs})}")
+            runs = Grid({k: v for k, v in runs.items() if family_of(k) in args.labels}, runs.folder)
+        runs = shard(runs, index, count)
     except ValueError as err:
         raise ParameterError(str(err)) from None
     for label, config in runs.items():
@@ -310,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--shard", default="0/1", help="INDEX/COUNT: train every COUNT-th run from INDEX")
-    p.add_argument("--reading", default="adopted", choices=("adopted", "residual"),
-                   help="families, ponder, collapse: frost under today's defaults, or the runs made before them")
+    p.add_argument("--labels", nargs="+", default=None,
+                   help="only the rows with these labels, without the seed tag (e.g. vanilla recurrent)")
+    p.add_argument("--reading", default="adopted", choices=READINGS,
+                   help="the bundle of defaults of the grids that have one (experiments.READING_GRIDS): "
+                        "adopted (today's), per-step (most committed runs) or residual (the runs before both)")
     p.add_argument("--no-progress", action="store_true")
     for name, helptext in (("evaluate", "adaptive inference at one quantile"),
                            ("sweep", "halting quantile sweep")):

@@ -87,11 +87,16 @@ TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
 # under the adopted reading rank_frac's reference is 0.5, the most it can be: both moves go down
 ADOPTED_TUNING_VALUES = {**TUNING_VALUES, "loss.rank_frac": (0.125, 0.25)}
 ADOPT_MARGIN = 0.01
+# issue 30: rank_frac of the adopted (global) sets, fixed before the runs: Fashion-MNIST, ABLATION_EPOCHS,
+# seed 0; the value with the best held-out score wins, and replaces the reference RANK_FRAC_REFERENCE
+# (the per-step bundle's value) only if it beats it by more than ADOPT_MARGIN
+RANK_FRAC_VALUES = (0.125, 0.25, 0.5)
+RANK_FRAC_REFERENCE = 0.5
 FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
 ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
 # adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
-         "readings", "loss_strength", "vit")
+         "readings", "loss_strength", "vit", "rank_frac")
 # the ViT family at a CPU-feasible budget (issue 17): the paper's 12 steps of its ViT-B/16 family, the
 # size's width (demo: 64-d tokens, patch 4 on CIFAR's 32 px: 8x8 tokens), VIT_EPOCHS epochs at demo size
 # (the size's own at paper size); frost first, then the baselines, trained when time allows:
@@ -106,13 +111,24 @@ STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all 
 # (lambda_rel, lambda_abs) at which experiment (c) found a baseline collapsing and frost not
 # (15_loss_strength.json: recurrent, 2 of 3 seeds): the collapse runs of the adopted reading
 DECISIVE_STRENGTH = (10.0, 3.0)
-READINGS = ("adopted", "residual")  # frost under today's defaults; the runs made before them
+# frost under today's defaults; the same with the ranking sets taken per step (most committed runs);
+# the runs made before both (docs/method.md section 5.5)
+READINGS = ("adopted", "per-step", "residual")
 # the grids whose runs depend on ``reading`` (the others are what they were fixed as)
 READING_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
+# a bundle's grid folder suffix: the per-step runs keep the names they were made with (when per-step
+# was the adopted reading), so a run of the adopted bundle never takes an older run's name
+BUNDLE_SUFFIX = {"adopted": "-global", "per-step": "", "residual": "-residual"}
 
-# The reading of the paper's update and halting score this project adopts (docs/method.md section 5.5)
-ADOPTED_HALTING = {"model.halt_norm": True, "loss.rank_pairs": "per_step", "halting.sketch_window": "run"}
+# The reading of the paper's update and halting score this project adopts (docs/method.md section 5.5):
+# the ranking sets over the batch's whole N x T loss matrix, as the paper's sections 4.2, 4.3, 5.2 say
+ADOPTED_HALTING = {"model.halt_norm": True, "loss.rank_pairs": "global", "halting.sketch_window": "run",
+                   "loss.rank_frac": 0.5}
 ADOPTED_READING = {"model.update": "leaky", "model.alpha_param": "sigmoid", **ADOPTED_HALTING}
+# The per-step bundle: the adopted reading with the sets taken within each step, the default until
+# issue 30; every committed run made under it keeps that identity (docs/method.md section 5.5)
+PER_STEP_HALTING = {**ADOPTED_HALTING, "loss.rank_pairs": "per_step", "loss.rank_frac": 0.5}
+PER_STEP_READING = {**ADOPTED_READING, **PER_STEP_HALTING}
 # The residual reading: the defaults when the families and ablation grids were fixed and run; and
 # notebook 04's selection among them, the defaults until the adopted reading (the same section)
 RESIDUAL_READING = {"model.update": "canonical", "model.halt_norm": False, "loss.rank_pairs": "global",
@@ -158,11 +174,14 @@ READING_EXPERIMENTS = {
 
 
 def reading_of(cfg: RunConfig) -> str:
-    """"adopted" when a run has every setting of ADOPTED_READING, else "residual" (a run made
-    under the defaults before it, or another reading)."""
+    """"adopted" when a run has every setting of ADOPTED_READING, "per-step" when it has every
+    setting of PER_STEP_READING, else "residual" (a run made under the defaults before both, or
+    another reading)."""
     d = cfg.to_dict()
-    return "adopted" if all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in ADOPTED_READING.items()) \
-        else "residual"
+    for reading, settings in (("adopted", ADOPTED_READING), ("per-step", PER_STEP_READING)):
+        if all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in settings.items()):
+            return reading
+    return "residual"
 
 
 def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
@@ -179,18 +198,24 @@ def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
 ABLATION_BUDGET = {"train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": DIAGNOSTICS_EVERY}
 RESIDUAL_REF = {**RESIDUAL_READING, **ABLATION_BUDGET}  # the reference run the ablation arms change one thing of
 ADOPTED_REF = {**ADOPTED_READING, **ABLATION_BUDGET}
+PER_STEP_REF = {**PER_STEP_READING, **ABLATION_BUDGET}
 # a baseline's families run: the task loss alone, which no halting setting reaches (the halting
 # head's LayerNorm draws no random number), so both readings share it
 TASK_ONLY = {m: {"model.name": m, **RESIDUAL_READING} for m in FAMILIES[:3]}
-# experiment (c)'s task-only references: the baselines' families runs, frost's under the adopted reading
-STRENGTH_REFS = {**TASK_ONLY, "frost": {**ADOPTED_READING, "loss.ranking": False}}
+# frost with the ranking losses off: the sets then feed only a logged diagnostic, never the weights
+# (losses.total_loss), so the per-step bundle's run serves every bundle, as TASK_ONLY does
+NO_RANKING = {**PER_STEP_READING, "loss.ranking": False}
+# experiment (c)'s task-only references: the baselines' families runs, frost's without ranking
+STRENGTH_REFS = {**TASK_ONLY, "frost": NO_RANKING}
 
 
-def _strength_arm(model: str, lambda_rel: float, lambda_abs: float) -> dict[str, Any]:
-    """Experiment (c)'s arm of ``model``: the ranking losses at one strength under the adopted
-    halting settings, the gradient probe on; a baseline keeps its families run's update."""
+def _strength_arm(model: str, lambda_rel: float, lambda_abs: float,
+                  halting: dict[str, Any] = PER_STEP_HALTING) -> dict[str, Any]:
+    """Experiment (c)'s arm of ``model``: the ranking losses at one strength under ``halting``
+    (the per-step bundle's, as the experiment ran), the gradient probe on; a baseline keeps its
+    families run's update."""
     return {"model.name": model, "model.update": "leaky" if model == "frost" else "canonical",
-            **ADOPTED_HALTING, "loss.ranking": True, "loss.rank_frac": 0.5, "loss.lambda_rel": lambda_rel,
+            **halting, "loss.ranking": True, "loss.rank_frac": 0.5, "loss.lambda_rel": lambda_rel,
             "loss.lambda_abs": lambda_abs, "train.diagnostics_every": STRENGTH_DIAGNOSTICS_EVERY}
 
 
@@ -205,76 +230,85 @@ def _one_change(ref: dict[str, Any], tuning: dict[str, tuple]) -> dict[str, dict
                      "frost": ref}}
 
 
+def _bundle_tables(reading: str, bundle: dict[str, Any], halting: dict[str, Any]) -> dict:
+    """The tables of READING_GRIDS under one interpolating bundle (adopted or per-step): frost under
+    ``bundle`` (its ablation reference with ABLATION_BUDGET), the baselines as TASK_ONLY."""
+    ref = {**bundle, **ABLATION_BUDGET}
+    arms = _one_change(ref, ADOPTED_TUNING_VALUES)
+    tables = {
+        "families": {**TASK_ONLY, "frost": bundle, "frost (no ranking)": NO_RANKING},
+        # the leaky bracket holds the plain A and B, which H does not reach: the sweep moves A_alpha,
+        # B_alpha into it (model.scaled_inside), the reference stays beside it
+        "hurst": {
+            **{f"H = {h}": {**ref, "model.scaled_inside": True, "model.hurst": h} for h in HURST_VALUES},
+            "H learnable": {**ref, "model.scaled_inside": True, "model.learn_hurst": True},
+            "reference (plain A, B)": ref},
+        "loss": {
+            **arms["loss"],
+            # experiment (c)'s arms at the strength it found decisive (DECISIVE_STRENGTH)
+            "rel 10 abs 3": {**ref, "loss.lambda_rel": 10.0, "loss.lambda_abs": 3.0},
+            "abs 3 only": {**ref, "loss.lambda_rel": 0.0, "loss.lambda_abs": 3.0}},
+        # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
+        "update": {u: {**ref, "model.update": u, "model.alpha_param": "auto"} for u in READING_FORMS},
+        "tuning": arms["tuning"],
+        # the reading against the residual reference
+        "adopted": {"reference (residual)": RESIDUAL_REF, "adopted reading": ref},
+        "conflict": arms["conflict"],
+        # PonderNet's loss in place of the ranking losses: the sets reach nothing, as in NO_RANKING
+        "ponder": {"frost (ponder)": {**NO_RANKING, "loss.ponder": True}},
+        "collapse": {
+            label: row for m in FAMILIES[:3] for label, row in (
+                (m, TASK_ONLY[m]), (f"{m} (ranking)", _strength_arm(m, *DECISIVE_STRENGTH, halting)))},
+    }
+    return {(name, reading): table for name, table in tables.items()}
+
+
 RESIDUAL_ARMS = _one_change(RESIDUAL_REF, TUNING_VALUES)
-ADOPTED_ARMS = _one_change(ADOPTED_REF, ADOPTED_TUNING_VALUES)
 GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
+    **_bundle_tables("adopted", ADOPTED_READING, ADOPTED_HALTING),
+    **_bundle_tables("per-step", PER_STEP_READING, PER_STEP_HALTING),
     ("families", "residual"): {
         **TASK_ONLY,
         "frost": RESIDUAL_READING,
         "frost (no ranking)": {**RESIDUAL_READING, "loss.ranking": False},
         "frost (adopted defaults)": RESIDUAL_SELECTION},
-    ("families", "adopted"): {
-        **TASK_ONLY,
-        "frost": ADOPTED_READING,
-        "frost (no ranking)": {**ADOPTED_READING, "loss.ranking": False}},
     ("hurst", "residual"): {
         **{f"H = {h}": {**RESIDUAL_REF, "model.hurst": h} for h in HURST_VALUES},
         "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
-    # the leaky bracket holds the plain A and B, which H does not reach: the sweep moves A_alpha,
-    # B_alpha into it (model.scaled_inside), the reference stays beside it
-    ("hurst", "adopted"): {
-        **{f"H = {h}": {**ADOPTED_REF, "model.scaled_inside": True, "model.hurst": h} for h in HURST_VALUES},
-        "H learnable": {**ADOPTED_REF, "model.scaled_inside": True, "model.learn_hurst": True},
-        "reference (plain A, B)": ADOPTED_REF},
     ("loss", "residual"): RESIDUAL_ARMS["loss"],
-    ("loss", "adopted"): {
-        **ADOPTED_ARMS["loss"],
-        # experiment (c)'s arms at the strength it found decisive (DECISIVE_STRENGTH)
-        "rel 10 abs 3": {**ADOPTED_REF, "loss.lambda_rel": 10.0, "loss.lambda_abs": 3.0},
-        "abs 3 only": {**ADOPTED_REF, "loss.lambda_rel": 0.0, "loss.lambda_abs": 3.0}},
     ("update", "residual"): {
         u: {**RESIDUAL_REF, "model.update": u} for u in ("canonical", "convex", "gated")},
-    # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
-    ("update", "adopted"): {
-        u: {**ADOPTED_REF, "model.update": u, "model.alpha_param": "auto"} for u in READING_FORMS},
     ("tuning", "residual"): RESIDUAL_ARMS["tuning"],
-    ("tuning", "adopted"): ADOPTED_ARMS["tuning"],
     # the selected defaults together, against the reference they beat
     ("adopted", "residual"): {
         "reference": RESIDUAL_REF,
         "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
-    ("adopted", "adopted"): {
-        "reference (residual)": RESIDUAL_REF,
-        "adopted reading": ADOPTED_REF},
     ("conflict", "residual"): RESIDUAL_ARMS["conflict"],
-    ("conflict", "adopted"): ADOPTED_ARMS["conflict"],
-    # "frost (adopted defaults)" of the residual families, "frost" of the adopted ones
+    # "frost (adopted defaults)" of the residual families
     ("ponder", "residual"): {
         "frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
-    ("ponder", "adopted"): {
-        "frost (ponder)": {**ADOPTED_READING, "loss.ranking": False, "loss.ponder": True}},
     ("collapse", "residual"): {
         label: row for m in FAMILIES[:3] for label, row in (
             (m, TASK_ONLY[m]),
             (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
-    ("collapse", "adopted"): {
-        label: row for m in FAMILIES[:3] for label, row in (
-            (m, TASK_ONLY[m]),
-            (f"{m} (ranking)", _strength_arm(m, *DECISIVE_STRENGTH)))},
+    # issue 30: the set size of the adopted (global) sets, chosen on the held-out split by the
+    # tuning rule (RANK_FRAC_VALUES, fixed before the runs), each value spelled out
+    ("rank_frac", None): {f"rank_frac = {v}": {**ADOPTED_REF, "loss.rank_frac": v} for v in RANK_FRAC_VALUES},
     ("loss_strength", None): {
         label: row for m in FAMILIES for label, row in (
             (f"{m} (task only)", STRENGTH_REFS[m]),
             *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
     # on digits (READINGS_CHECK elsewhere); alpha's map is each form's default
     ("readings", None): {
-        f"{u}, h0 = {init}": {**ADOPTED_HALTING, "model.update": u, "model.init_state": init}
+        f"{u}, h0 = {init}": {**PER_STEP_HALTING, "model.update": u, "model.init_state": init}
         for u in READING_FORMS for init in ("embedding", "zeros")},
     ("vit", None): {
-        m: {"model.name": m, "model.backbone": "vit", "model.steps": VIT_STEPS}
+        # the defaults when the grid was fixed (the per-step bundle), spelled out
+        m: {"model.name": m, "model.backbone": "vit", "model.steps": VIT_STEPS, **PER_STEP_READING}
         for m in ("frost", *FAMILIES[:3])},
 }
 READINGS_CHECK = {
-    f"{u}, h0 = embedding": {**ADOPTED_HALTING, "model.update": u, "model.init_state": "embedding",
+    f"{u}, h0 = embedding": {**PER_STEP_HALTING, "model.update": u, "model.init_state": "embedding",
                              "train.epochs": ABLATION_EPOCHS} for u in READING_CHECK_FORMS}
 
 
@@ -324,9 +358,9 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
             if label in ONCE and seed != seeds[0]:
                 continue  # the control runs once (its first seed): a reference, not a result
             runs[label + tag] = _run({**row, **budget}, size, dataset, seed)
-    # the runs' folder: <data set>-<size>-<grid>, -residual for the runs made before the adopted reading
-    residual = "-residual" if reading == "residual" and name in READING_GRIDS else ""
-    return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{residual}")
+    # the runs' folder: <data set>-<size>-<grid><bundle suffix> (BUNDLE_SUFFIX) for READING_GRIDS
+    suffix = BUNDLE_SUFFIX[reading] if name in READING_GRIDS else ""
+    return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{suffix}")
 
 
 def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:
@@ -344,7 +378,8 @@ def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunC
 def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0,
               reading: str = "residual") -> RunConfig:
     """The reference run every ablation arm of ``reading`` differs from in one setting."""
-    return _run(RESIDUAL_REF if reading == "residual" else ADOPTED_REF, size, dataset, seed)
+    return _run({"residual": RESIDUAL_REF, "per-step": PER_STEP_REF, "adopted": ADOPTED_REF}[reading],
+                size, dataset, seed)
 
 
 def shard(runs: dict[str, RunConfig], index: int, count: int) -> dict[str, RunConfig]:

@@ -103,11 +103,14 @@ def output_suffix(notebook: str, dataset: str | None = None, reading: str = "ado
                   size: str | None = None) -> str:
     """What a notebook appends to its figure and metrics names: ``_<dataset>`` when ``dataset``
     is not the one its committed outputs are on (COMMITTED_DATASETS), ``_<size>`` when ``size``
-    is not COMMITTED_SIZE (None: the committed one, either), then ``_residual`` for the runs
-    made before the adopted reading (kept beside it as the verdict table's second row).
+    is not COMMITTED_SIZE (None: the committed one, either), then ``_<bundle>`` for a bundle of
+    defaults other than the adopted one (``_per-step``, ``_residual``: kept beside it as the
+    verdict table's further rows).
 
     >>> output_suffix("05", "cifar100"), output_suffix("05", "fashion-mnist", "residual")
     ('', '_fashion-mnist_residual')
+    >>> output_suffix("05", "cifar100", "per-step")
+    '_per-step'
     >>> output_suffix("05", "cifar100", size="cifar"), output_suffix("05", "digits", size="smoke")
     ('_cifar', '_digits_smoke')
     """
@@ -115,7 +118,7 @@ def output_suffix(notebook: str, dataset: str | None = None, reading: str = "ado
     validate_params(reading=reading, **{k: v for k, v in given.items() if v is not None})
     other = dataset is not None and dataset != COMMITTED_DATASETS.get(notebook, dataset)
     return (f"_{dataset}" if other else "") + (f"_{size}" if size not in (None, COMMITTED_SIZE) else "") \
-        + ("" if reading == "adopted" else "_residual")
+        + ("" if reading == "adopted" else f"_{reading}")
 
 
 def metrics_name(base: str, reading: str, dataset: str | None = None, size: str | None = None) -> str:

@@ -664,8 +664,8 @@ def collapse(m: Metrics) -> list[dict]:
         fell = sum(r["accuracy"] < COLLAPSE_ACCURACY_RATIO * r["reference_accuracy"]
                    or r["one_step_share"] > COLLAPSE_ONE_STEP_SHARE for r in runs)
         dataset = d.get("collapse_dataset", d["dataset"])
-        if d.get("reading") == "adopted":  # the adopted halting settings, at experiment (c)'s decisive strength
-            dataset += " (adopted settings, rel {:g} abs {:g})".format(*DECISIVE_STRENGTH)
+        if d.get("reading") in ("adopted", "per-step"):  # the bundle's halting settings, at (c)'s decisive strength
+            dataset += " ({} settings, rel {:g} abs {:g})".format(d["reading"], *DECISIVE_STRENGTH)
         rows.append(_row("Appendix D: the baselines collapse under the ranking losses (runs)",
                          NA, dataset, "all", f"{fell} of {len(runs)}", _grade(fell, len(runs)), "07"))
     return rows

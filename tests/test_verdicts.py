@@ -98,7 +98,7 @@ def test_table1_rule_follows_the_numbers(tmp_path):
 
 
 def test_collapse_rule_counts_runs(tmp_path):
-    folder = _copy(tmp_path, "07_halting_baselines.json")
+    folder = _copy(tmp_path, "07_halting_baselines_per-step.json")
 
     def collapsed(count):
         def change(d):  # the first `count` runs lose their accuracy, the others keep it
@@ -106,13 +106,13 @@ def test_collapse_rule_counts_runs(tmp_path):
                 r["one_step_share"] = 0.3
                 r["accuracy"] = (0.1 if i < count else 1.0) * r["reference_accuracy"]
         return change
-    runs = len(json.loads((folder / "07_halting_baselines.json").read_text())["collapse"])
+    runs = len(json.loads((folder / "07_halting_baselines_per-step.json").read_text())["collapse"])
     for count, verdict in ((0, NOT), (1, PARTLY), (runs, REPRODUCED)):
-        _edit(folder, "07_halting_baselines.json", collapsed(count))
+        _edit(folder, "07_halting_baselines_per-step.json", collapsed(count))
         assert _verdict(folder, "Appendix D: the baselines collapse") == verdict, count
     # the other criterion: nearly every sample exits at one step
-    _edit(folder, "07_halting_baselines.json", collapsed(0))
-    _edit(folder, "07_halting_baselines.json", lambda d: d["collapse"][0].update(one_step_share=0.99))
+    _edit(folder, "07_halting_baselines_per-step.json", collapsed(0))
+    _edit(folder, "07_halting_baselines_per-step.json", lambda d: d["collapse"][0].update(one_step_share=0.99))
     assert _verdict(folder, "Appendix D: the baselines collapse") == PARTLY
 
 
@@ -155,7 +155,7 @@ def test_sweep_csv_rule_follows_the_numbers(tmp_path):
 def test_matched_depth_rule_reads_the_curve_at_the_papers_depths(tmp_path):
     """05's sweep read at the paper's mean depths: a curve that reaches full-depth accuracy by
     the paper's q = 0.25 depth keeps everything there; one that is flat at half below T does not."""
-    name = "05_halting_fashion-mnist.json"
+    name = "05_halting_fashion-mnist_per-step.json"
     folder = _copy(tmp_path, name)
 
     def curve(accuracy_at):  # every seed's sweep: accuracy as a function of the mean depth
@@ -183,7 +183,7 @@ def test_missing_files_drop_their_rows(tmp_path, committed_rows):
 
 
 def test_unreadable_file_drops_its_claim_with_a_warning(tmp_path):
-    folder = _copy(tmp_path, "06_complexity.json", "07_halting_baselines.json")
+    folder = _copy(tmp_path, "06_complexity.json", "07_halting_baselines_per-step.json")
     _edit(folder, "06_complexity.json", lambda d: d.pop("ratios"))
     with pytest.warns(UserWarning, match="table3"):
         rows = verdict_rows(folder)
