@@ -375,6 +375,14 @@ def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunC
     return make_config(size, dataset, model, backbone, **overrides)
 
 
+def adopted_label(scores: pd.Series, reference: str) -> str:
+    """The label notebook 04's tuning rule adopts from held-out ``scores`` (label -> mean accuracy
+    over Table 2's quantile grid): the best label when it beats ``reference`` by more than
+    ADOPT_MARGIN, else ``reference``."""
+    best = str(scores.idxmax())
+    return best if scores[best] - scores[reference] > ADOPT_MARGIN else reference
+
+
 def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0,
               reading: str = "residual") -> RunConfig:
     """The reference run every ablation arm of ``reading`` differs from in one setting."""

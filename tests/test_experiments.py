@@ -456,3 +456,18 @@ def test_frost_without_ranking_is_the_same_run_under_either_set(tiny_config, tmp
         assert torch.equal(value, sb[name]), name
     # the logged diagnostic does see the sets: the test compares two different settings
     assert a.history["steps"]["easy_score"] != b.history["steps"]["easy_score"]
+
+
+def test_adopted_label_takes_another_setting_only_above_the_margin():
+    """Notebook 04's tuning rule, as issue 30's rank_frac choice applies it (ADOPT_MARGIN on either side)."""
+    import pandas as pd
+
+    from frost_nb.experiments import ADOPT_MARGIN, adopted_label
+
+    ref = "rank_frac = 0.5"
+    above = pd.Series({ref: 0.80, "rank_frac = 0.25": 0.80 + ADOPT_MARGIN + 1e-3, "rank_frac = 0.125": 0.70})
+    below = above.copy()
+    below["rank_frac = 0.25"] = 0.80 + ADOPT_MARGIN - 1e-3
+    assert adopted_label(above, ref) == "rank_frac = 0.25"
+    assert adopted_label(below, ref) == ref
+    assert adopted_label(pd.Series({ref: 0.9, "rank_frac = 0.25": 0.8}), ref) == ref
