@@ -7,8 +7,15 @@
 # and a third thing people do:
 #   make lab    JupyterLab on notebooks/ with the project's environment
 PYTHON ?= python3
+# The environment: .venv, made here and kept in step with pyproject.toml. VENV=/path/to/env names
+# one of your own instead (a virtualenv, a conda environment, the one you ran pip install -e . in):
+# when it exists it is used as it is, never made again over it, and the project is installed into
+# it (pip install -e ".[notebooks,test]", the browser extra when it lacks Playwright) only when it
+# cannot import frost_nb; one that imports another checkout's frost_nb is refused, never
+# reinstalled. A VENV that names no environment yet is made there, as .venv would be.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+OWN_ENV := $(if $(filter-out file,$(origin VENV)),$(wildcard $(VENV)/bin/python))
 # smoke runs write here, never over the committed demo outputs
 SMOKE_OUT ?= $(or $(TMPDIR),/tmp)/frost_nb_smoke
 
@@ -18,8 +25,9 @@ SMOKE_OUT ?= $(or $(TMPDIR),/tmp)/frost_nb_smoke
 # hide a test that needs it
 LAB_ARGS ?=
 
-.PHONY: install browser data demo test lab notebooks fashion-mnist
+.PHONY: install browser browser-deps data demo test lab notebooks fashion-mnist
 
+ifeq ($(OWN_ENV),)
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -28,19 +36,34 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[notebooks,test]"
 	touch $@
 
+BROWSER_DEPS := $(VENV)/.browser
+$(VENV)/.browser: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[browser]"
+	touch $@
+else
+# VENV=: an existing environment, used as it is (-I: the import is not found in this folder)
+install:
+	@where=$$($(PY) -I -c "import frost_nb, os; print(os.path.dirname(os.path.dirname(os.path.realpath(frost_nb.__file__))))" 2>/dev/null); \
+	if [ -z "$$where" ]; then echo "VENV=$(VENV) lacks frost_nb: installing this checkout into it"; \
+	  $(PY) -m pip install -q -e ".[notebooks,test]"; \
+	elif [ "$$where" != "$$(realpath .)" ]; then \
+	  echo "VENV=$(VENV) imports frost_nb from $$where, not from this checkout ($$(realpath .)): use another" \
+	    "environment, or install this checkout into it yourself ($(PY) -m pip install -e .)" >&2; exit 1; fi
+
+BROWSER_DEPS := browser-deps
+browser-deps: install
+	@$(PY) -I -c "import playwright" 2>/dev/null || $(PY) -m pip install -q -e ".[browser]"
+endif
+
 # what tests/test_browser.py drives: Playwright (pip; it never downloads a browser here) and
 # Debian's chromium at /usr/bin/chromium (apt-get, as root; about a minute on a clean machine).
 # SKIP_BROWSER=1 leaves both out and deselects that test (make test SKIP_BROWSER=1).
-browser: $(VENV)/.browser
+browser: $(BROWSER_DEPS)
 	@if [ ! -x /usr/bin/chromium ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "tests/test_browser.py needs /usr/bin/chromium: run 'sudo apt-get install -y chromium'," \
 	    "or 'make test SKIP_BROWSER=1' to leave that test out" >&2; exit 1; fi; fi
-
-$(VENV)/.browser: $(VENV)/.installed
-	$(PY) -m pip install -q -e ".[browser]"
-	touch $@
 
 # the data the committed notebooks use, each set prepared once into data/prepared/NAME/ (python -m
 # frost_nb.prepare; data/README.md): Fashion-MNIST from Debian's package (apt-get as root), else

@@ -204,7 +204,7 @@ def cmd_sweep(args) -> int:
     table = sweep(outputs.scores, outputs.correct, calibrator, args.quantiles)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.csv:
-        with atomic_path(args.csv) as tmp:
+        with atomic_path(args.csv, "pass another --csv") as tmp:
             table.to_csv(tmp, index=False)
     return 0
 
@@ -241,8 +241,13 @@ def cmd_demo(args) -> int:
 
 def cmd_export(args) -> int:
     """Export a finished local run folder, lean, into outputs/runs/ (or --to) and its index."""
+    from .checkpoint import CheckpointError
+    from .paths import check_readable, check_writable, committed_runs_dir
     from .runs import export_run
 
+    check_readable(args.run, "the run folder", "pass a finished run folder (<store>/<grid>/<label>/)",
+                   folder=True, error=CheckpointError)
+    check_writable(args.to or committed_runs_dir(), "the runs folder", "pass another --to", folder=True)
     folder = export_run(args.run, args.to)
     index = folder.parent.parent / "index.csv"
     print(json.dumps({"exported": shown_path(folder), "index": shown_path(index)}))
@@ -255,22 +260,29 @@ def cmd_verdicts(args) -> int:
     from pathlib import Path
 
     from .notebook import ParameterError
-    from .paths import atomic_path
+    from .paths import atomic_path, check_readable, check_writable
     from .verdicts import current_block, markdown_table, replace_block, verdict_rows
 
-    table = markdown_table(verdict_rows(args.metrics_dir))
     target = args.write or args.check
+    option = "--write" if args.write else "--check"
+    fix = f"pass {option} an existing file with the verdicts block (README.md)"
+    if target is not None:  # before the metrics are read
+        check_readable(target, "the file", fix, error=ParameterError)
+        if args.write:
+            check_writable(target, "the file", fix)
+    if args.metrics_dir is not None:
+        check_readable(args.metrics_dir, "the metrics folder", "pass --metrics-dir an existing folder",
+                       folder=True, error=ParameterError)
+    table = markdown_table(verdict_rows(args.metrics_dir))
     if target is None:
         print(table)
         return 0
-    if not Path(target).is_file():
-        raise ParameterError(f"{target} does not exist")
     text = Path(target).read_text()
     block = current_block(text)
     if block is None:
         raise ParameterError(f"{target} has no <!-- verdicts:start --> ... <!-- verdicts:end --> block")
     if args.write:
-        with atomic_path(target) as tmp:  # an interrupted write leaves the README as it was
+        with atomic_path(target, fix) as tmp:  # an interrupted write leaves the README as it was
             tmp.write_text(replace_block(text, table))
         return 0
     if block != table:

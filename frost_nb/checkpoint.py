@@ -20,7 +20,7 @@ import torch
 from .config import ConfigError, ModelConfig, RunConfig
 from .halting import HaltingCalibrator
 from .models import create_model
-from .paths import OutputError, atomic_path, repo_root
+from .paths import OutputError, atomic_path, path_problem, repo_root
 
 FORMAT = 2  # bump when the layout of the checkpoint dict changes (2: the config stored whole, every field)
 
@@ -33,8 +33,10 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     """Write ``state`` to ``path`` atomically (temporary file, then rename); ``OutputError``
     naming ``path`` when the system refuses the write."""
     try:
-        with atomic_path(path) as tmp:
-            torch.save({"format": FORMAT, **state}, tmp)
+        # through a Python file, so that a failed write is the system's error (a full disk says so),
+        # not the "unexpected pos" of torch's own file writer; the bytes are the same
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            torch.save({"format": FORMAT, **state}, f)
     except RuntimeError as err:  # torch's file writer reports a refused write so
         raise OutputError(f"cannot write checkpoint {path} ({_torch_reason(err)}): choose a "
                           "writable place") from err
@@ -114,10 +116,10 @@ def export_lean(source: str | os.PathLike, target: str | os.PathLike) -> Path:
 def checkpoint_file(path: str | os.PathLike) -> Path:
     """``path``, a run folder meaning its ``model.pt``; a relative path missing from the working
     directory is looked up in the repository (a notebook in ``notebooks/`` names ``outputs/...``)."""
-    path = Path(path).expanduser()
-    if not path.is_absolute() and not path.exists() and (repo_root() / path).exists():
+    path = Path(path).expanduser()  # os.path's tests: False, never an error, where a folder may not be entered
+    if not path.is_absolute() and not os.path.lexists(path) and os.path.lexists(repo_root() / path):
         path = repo_root() / path
-    if path.is_dir() and (path / "model.pt").is_file():
+    if os.path.isdir(path) and os.path.isfile(path / "model.pt"):
         return path / "model.pt"
     return path
 
@@ -125,11 +127,11 @@ def checkpoint_file(path: str | os.PathLike) -> Path:
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """The checkpoint dict at ``path`` (``checkpoint_file``); CheckpointError if missing or damaged."""
     path = checkpoint_file(path)
-    if path.is_dir():
+    if os.path.isdir(path):
         raise CheckpointError(f"checkpoint {path} is a folder without a model.pt: pass a run folder "
                               "or the path of a .pt file (python -m frost_nb train ... writes one)")
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist: train a model first "
+    if (problem := path_problem(path, write=False, must_exist=True)) is not None:
+        raise CheckpointError(f"cannot read checkpoint {path}: {problem}; train a model first "
                               "(python -m frost_nb train ...) or pass the path of an existing .pt file")
     try:
         # weights_only: a checkpoint is data (tensors, numbers, strings, bytes), never code

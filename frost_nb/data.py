@@ -30,6 +30,7 @@ from .prepare import (
     DataError,
     DatasetInfo,
     Part,
+    checked_data_root,
     find_source,
     fixed_order,
     is_prepared,
@@ -86,7 +87,8 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
     _check("limit", limit, limit is None or (_is_number(limit, int) and limit >= 1),
            "None or a positive integer")
     info = DATASETS[name]
-    base = data_root(root).resolve()
+    # digits (bundled with scikit-learn) never reads the data root: the others have it checked first
+    base = data_root(root).resolve() if name == "digits" else checked_data_root(root)
     if info.in_memory:
         part = _load_part(name, str(base), "test" if split == "test" else "train", bool(download))
         y = part.y
@@ -120,7 +122,7 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
 def available_datasets(root: str | Path | None = None) -> dict[str, str]:
     """name -> where `load_dataset` reads it from (or would prepare it from), or
     ``"missing: <how to get it>"``. Only checks that the files exist: nothing is read or written."""
-    base = data_root(root).resolve()
+    base = checked_data_root(root)
     found = {}
     for name, info in DATASETS.items():
         if name == "digits":

@@ -20,7 +20,7 @@ from .config import BACKBONES, MODELS, SEED_MAX, SIZES, make_config
 from .data import DATASETS
 from .experiments import READINGS
 from .models import create_model
-from .paths import atomic_path, outputs_dir, repo_root, smoke_mode
+from .paths import atomic_path, cache_dir, check_writable, outputs_dir, repo_root, smoke_mode
 from .runs import train_or_load
 from .training import pick_device
 
@@ -172,6 +172,10 @@ def setup(notebook: str, **params: Any) -> SimpleNamespace:
         params.update({k: v for k, v in SMOKE_VALUES.items() if k in params})
         params.update({k: cap if params[k] is None else min(params[k], cap)
                        for k, cap in SMOKE_CAPS.get(notebook, {}).items() if k in params})
+    # before any work: every notebook writes figures and metrics there, and reads the trained
+    # runs from the cache (an OutputError naming the folder, the cause and the variable to set)
+    check_writable(outputs_dir(), "outputs folder", "set FROST_OUTPUTS to a writable folder", folder=True)
+    cache_dir()
     return SimpleNamespace(notebook=notebook, smoke=smoke_mode(), **params)
 
 
@@ -230,7 +234,7 @@ def environment(device: str | None = None) -> dict[str, Any]:
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
-    with atomic_path(path) as tmp:
+    with atomic_path(path, "set FROST_OUTPUTS to a writable folder") as tmp:
         tmp.write_bytes(data)
     return path
 

@@ -3,13 +3,21 @@
 Environment variables move them (each function below names its own); ``FROST_OFFLINE=1``
 refuses every download (``make test`` sets it: docs/testing.md). Smoke runs (``FROST_SMOKE=1``)
 write to a temporary folder unless ``FROST_OUTPUTS`` is set, so tests and CI never overwrite the
-committed demo-size outputs. A destination that cannot be written is an ``OutputError`` naming
-it and the fix, raised by ``check_writable`` before the work, and by the writes themselves.
+committed demo-size outputs.
+
+Every path read or written goes through one diagnosis, ``path_problem``: no permission on the
+path or on a folder above it, a missing folder, a file where a folder should be (or the
+reverse), a dangling symbolic link. ``check_writable`` and ``check_readable`` raise it as one
+line naming the path, the cause and the fix, before the work; ``atomic_path`` says it when a
+write fails anyway (a full disk), leaving the previous file whole. Nothing here raises the
+system's ``PermissionError`` while it builds a message (issue 35).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,20 +70,92 @@ class OutputError(OSError):
 
 
 def _reason(err: OSError) -> str:  # the system's words, without the path (the message names it)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    if err.errno == errno.EROFS:
+        return "a read-only file system"
     return err.strerror or str(err) or type(err).__name__
 
 
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:  # missing, or behind a folder that may not be entered
+        return None
+
+
 def nearest_existing(path: Path) -> Path:
-    """``path`` if it exists, else its nearest ancestor that does."""
-    while not path.exists() and path != path.parent:
+    """``path`` if it exists, else its nearest ancestor that does. Never raises: a path behind a
+    folder that may not be entered counts as missing."""
+    while _lstat(path) is None and path != path.parent:
         path = path.parent
     return path
 
 
+def _unwritable(folder: Path) -> str | None:
+    """Why no file can be made in the existing folder ``folder``, or None: probed with a file made
+    and deleted (permission bits do not stop root; a read-only file system does)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".frost_nb_write_test", dir=folder)
+    except PermissionError:
+        return f"no permission to write in {folder}"
+    except OSError as err:
+        return f"{folder} cannot be written into ({_reason(err)})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def path_problem(path: str | os.PathLike, *, folder: bool = False, write: bool = True,
+                 must_exist: bool = False) -> str | None:
+    """Why ``path`` cannot serve, in words that name the place at fault, or None when it can.
+
+    ``path`` is a file (with ``folder``: a folder) to write (``write``: a missing one, and its
+    missing folders, can be made) or to read (``must_exist``: it must be there already). Each
+    folder on the way is looked at from the top: one that may not be entered, a file in the way,
+    a symbolic link to nothing, a missing one (when ``must_exist``). Makes nothing; never raises.
+    """
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    chain = [*reversed(path.parents), path]
+    for parent, place in zip(chain, chain[1:]):
+        last = place == path
+        try:
+            st = os.lstat(place)
+        except PermissionError:
+            return f"no permission to enter {parent}"
+        except FileNotFoundError:
+            if must_exist:
+                return f"{place} does not exist" if last else f"its folder {place} does not exist"
+            return _unwritable(parent) if write else None  # made by the write, in parent
+        except OSError as err:
+            return f"{place} cannot be looked at ({_reason(err)})"
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                st = os.stat(place)
+            except FileNotFoundError:
+                return f"{place} is a symbolic link to {os.readlink(place)}, which does not exist"
+            except PermissionError:
+                return f"no permission to follow the symbolic link {place} (to {os.readlink(place)})"
+            except OSError as err:  # a loop of links
+                return f"{place} is a symbolic link that cannot be followed ({_reason(err)})"
+        if (folder or not last) and not stat.S_ISDIR(st.st_mode):
+            return f"{place} is a file, not a folder"
+        if last and not folder and stat.S_ISDIR(st.st_mode):
+            return f"{place} is a folder, not a file"
+    if not write or must_exist:  # read: the real user's permissions (os.access)
+        if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
+            return f"no permission to read {'the folder ' if folder else ''}{path}"
+    if write:
+        return _unwritable(path if folder else path.parent)
+    return None
+
+
 def _why(folder: Path, err: OSError) -> str:
-    """Why ``folder`` could not be made or written into: a file in the way, else the system's words."""
-    place = nearest_existing(folder)
-    return f"{place} is a file, not a folder" if not place.is_dir() else _reason(err)
+    """Why ``folder`` could not be made or written into: a full disk, the path's problem, else the
+    system's words."""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return _reason(err)
+    return path_problem(folder, folder=True) or _reason(err)
 
 
 def _make_dir(path: Path, variable: str) -> Path:
@@ -107,21 +187,21 @@ def cache_dir() -> Path:
 
 def check_writable(path: str | os.PathLike, what: str, fix: str, *, folder: bool = False) -> Path:
     """Raise ``OutputError`` (naming ``what``, saying ``fix``) unless the file ``path`` (with
-    ``folder``: files in the folder ``path``) can be written. Makes nothing: the nearest existing
-    folder is probed with a file written and deleted (permission bits do not stop root)."""
+    ``folder``: files in the folder ``path``) can be written (``path_problem``). Makes nothing."""
     path = Path(path).expanduser()
-    if not folder and path.is_dir():
-        raise OutputError(f"{what} {path} is a folder, not a file: {fix}")
-    place = nearest_existing(path if folder else path.parent)
-    if not place.is_dir():
-        raise OutputError(f"cannot write {what} {path}: {place} is a file, not a folder; {fix}")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".frost_nb_write_test", dir=place)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise OutputError(f"cannot write {what} {path}: {place} is not writable ({_reason(err)}); "
-                          f"{fix}") from err
+    if (problem := path_problem(path, folder=folder, write=True)) is not None:
+        raise OutputError(f"cannot write {what} {path}: {problem}; {fix}")
+    return path
+
+
+def check_readable(path: str | os.PathLike, what: str, fix: str, *, folder: bool = False,
+                   must_exist: bool = True, error: type[Exception] | None = None) -> Path:
+    """Raise ``error`` (default ``OutputError``; naming ``what``, saying ``fix``) unless the file
+    ``path`` (with ``folder``: the folder) can be read (``path_problem``); without ``must_exist``
+    a missing one passes (its reader says what is missing)."""
+    path = Path(path).expanduser()
+    if (problem := path_problem(path, folder=folder, write=False, must_exist=must_exist)) is not None:
+        raise (error or OutputError)(f"cannot read {what} {path}: {problem}; {fix}")
     return path
 
 
@@ -131,10 +211,10 @@ def committed_runs_dir() -> Path:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike):
+def atomic_path(path: str | os.PathLike, fix: str = "choose a writable place"):
     """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename. A
-    failed write leaves ``path`` as it was and no temporary file behind; a refused one raises
-    ``OutputError`` naming ``path`` (not the temporary file)."""
+    failed write (a full disk) leaves ``path`` as it was and no temporary file behind; a refused
+    one raises ``OutputError`` naming ``path`` (not the temporary file), the cause and ``fix``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
@@ -144,7 +224,10 @@ def atomic_path(path: str | os.PathLike):
     except OutputError:
         raise
     except OSError as err:
-        raise OutputError(f"cannot write {path} ({_why(path.parent, err)}): choose a writable place") from err
+        why = _why(path.parent, err)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            fix = f"free some space on its disk, or {fix}"
+        raise OutputError(f"cannot write {path} ({why}): {fix}") from err
     finally:
-        if tmp.exists():  # only when the write or the rename failed
+        if os.path.lexists(tmp):  # only when the write or the rename failed
             tmp.unlink()

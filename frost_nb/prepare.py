@@ -15,6 +15,7 @@ import gzip
 import io
 import logging
 import math
+import os
 import pickle
 import shutil
 import sys
@@ -30,6 +31,7 @@ import torch
 from .paths import (
     OutputError,
     atomic_path,
+    check_readable,
     check_writable,
     data_root,
     downloads_allowed,
@@ -130,6 +132,16 @@ def prepared_dir(name: str, root: str | Path | None = None) -> Path:
     return data_root(root) / "prepared" / name
 
 
+def checked_data_root(root: str | Path | None = None) -> Path:
+    """The data root (``paths.data_root``), resolved, once ``paths.path_problem`` finds nothing wrong
+    with it: a ``DataError`` naming it and the cause otherwise (a missing root passes: a download
+    makes it, and a missing set's error lists every place looked in)."""
+    given = data_root(root)
+    check_readable(given, "the data root", "set FROST_DATA (or --root, root=) to a readable folder",
+                   folder=True, must_exist=False, error=DataError)
+    return given.resolve()
+
+
 def is_prepared(name: str, root: str | Path | None = None) -> bool:
     """Are both prepared parts there? (Existence only: `read_prepared` checks the contents.)"""
     return all((prepared_dir(name, root) / f"{p}.npz").is_file() for p in PARTS)
@@ -149,7 +161,10 @@ def prepare(name: str, root: str | Path | None = None, *, source: str | Path | N
     if name not in _PLACES:
         raise DataError(f"name={name!r} is not prepared: expected one of {', '.join(map(repr, _PLACES))} "
                         "(digits comes with scikit-learn, imagenet100 is read from its class folders).")
-    base = data_root(root).resolve()
+    base = checked_data_root(root)
+    if source is not None:
+        check_readable(source, "the source folder", "pass a folder holding the set to --source (source=)",
+                       folder=True, error=DataError)
     dest = prepared_dir(name, base)
     if not force and is_prepared(name, base):
         return dest
@@ -167,10 +182,10 @@ def prepare(name: str, root: str | Path | None = None, *, source: str | Path | N
     # ignores permission bits, so a folder marked read-only (the shared copies) is refused here.
     fix = (f"set FROST_DATA (or root=) to a writable folder, or prepare it there from this copy: "
            f"python -m frost_nb.prepare {name} --source {place} --root <writable folder>")
-    if not nearest_existing(dest).stat().st_mode & 0o222:
+    check_writable(dest, f"the prepared copy of {name}", fix, folder=True)
+    if not os.stat(nearest_existing(dest)).st_mode & 0o222:
         raise OutputError(f"cannot write the prepared copy of {name} into {dest}: {nearest_existing(dest)} "
                           f"is marked read-only (a shared copy?); {fix}")
-    check_writable(dest, f"the prepared copy of {name}", fix, folder=True)
     log.info("preparing %s from %s into %s", name, place, dest)
     parts = {p: _CONVERTERS[kind](place, name, p) for p in PARTS}  # both read before either is written
     with contextlib.ExitStack() as stack:  # both parts to temporary files, renamed only when both are done
@@ -180,7 +195,7 @@ def prepare(name: str, root: str | Path | None = None, *, source: str | Path | N
             if part.coarse_y is not None:
                 arrays |= {"coarse_y": part.coarse_y, "coarse_classes": np.array(part.coarse_classes)}
             # a file object: savez would append .npz to the temporary name
-            with open(stack.enter_context(atomic_path(dest / f"{p}.npz")), "wb") as f:
+            with open(stack.enter_context(atomic_path(dest / f"{p}.npz", fix)), "wb") as f:
                 np.savez(f, **arrays)
     return dest
 

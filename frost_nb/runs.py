@@ -49,7 +49,7 @@ class StoredRun:
 
 def write_json(path: Path, data: Any) -> None:
     """``data`` as indented JSON at ``path``, atomically."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, "set FROST_CACHE to a writable folder") as tmp:
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

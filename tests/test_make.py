@@ -1,5 +1,9 @@
 """What the README's commands promise: the main job leaves the working tree as it found it, and
-`make lab` starts JupyterLab with the project's environment."""
+`make lab` starts JupyterLab with the project's environment.
+
+Each test uses the environment it runs in (``sys.executable``; ``make`` gets ``VENV=`` of it), so
+the suite passes wherever the project is installed (``.venv``, ``make test VENV=...``, a conda
+environment, ``pip install -e .`` into one's own); what it cannot find it skips, saying why."""
 
 import hashlib
 import os
@@ -11,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -51,17 +56,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _this_environment() -> str:
+    """The environment this test runs in, as ``make``'s ``VENV=`` (``$(VENV)/bin/python`` is this
+    interpreter, or one of the same environment)."""
+    return sys.prefix
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.skipif(not (ROOT / "Makefile").is_file(), reason=f"needs the checkout's Makefile (not in {ROOT})")
 def test_make_lab_starts_jupyterlab(tmp_path):
-    """`make lab` serves JupyterLab from the project's virtual environment (on the loopback
-    address here, with a token, every Jupyter folder temporary), then shuts down."""
-    if not (ROOT / ".venv" / "bin" / "jupyter").exists():
-        pytest.fail("make lab needs the project's .venv (make install)")
+    """`make lab VENV=<this environment>` serves JupyterLab from the environment the tests run in
+    (on the loopback address here, with a token, every Jupyter folder temporary), then shuts down;
+    it neither makes an environment nor installs anything into this one."""
+    venv = _this_environment()
+    if not (Path(venv) / "bin" / "jupyter").exists() or not (Path(venv) / "bin" / "python").exists():
+        pytest.skip(f"make lab runs $(VENV)/bin/jupyter: this environment ({venv}) has none "
+                    "(pip install -e '.[notebooks]' into it, or run the tests from .venv: make test)")
+    found = subprocess.run([sys.executable, "-I", "-c", "import frost_nb; print(frost_nb.__file__)"],
+                           capture_output=True, text=True, cwd=tmp_path).stdout.strip()
+    if not found or Path(found).resolve().parent.parent != ROOT.resolve():
+        pytest.skip(f"make lab refuses this environment ({venv}): it imports frost_nb from "
+                    f"{found or 'nowhere'}, not from this checkout {ROOT}")
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
            "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "IPYTHONDIR": str(tmp_path / "ipython")}
     args = f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token={token} --ServerApp.port_retries=0"
-    proc = subprocess.Popen(["make", "-s", "-C", str(ROOT), "lab", f"LAB_ARGS={args}"], env=env,
+    proc = subprocess.Popen(["make", "-s", "-C", str(ROOT), "lab", f"VENV={venv}", f"LAB_ARGS={args}"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline, status = time.monotonic() + 120, None

@@ -139,8 +139,8 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     save_checkpoint(path, {"config": {}, "model": {}, "x": 1})
     before = _digest(path)
 
-    def broken_save(obj, f, *a, **k):
-        open(f, "wb").write(b"partial")
+    def broken_save(obj, f, *a, **k):  # save_checkpoint hands torch an open temporary file
+        (f if hasattr(f, "write") else open(f, "wb")).write(b"partial")
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", broken_save)
