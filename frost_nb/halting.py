@@ -330,7 +330,7 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
         live = None  # (n_carried,) bool: still running; None: every carried row is
         n_live = n
         for t in range(steps if n else 0):
-            h, logits, halt_logit, p = _step_readout(model, h, ctx, t)  # h_{t+1}: (n_carried, K), (n_carried,)
+            h, logits, halt_logit, p = _step_readout(model, h, ctx, t)  # h_{t+1}, (n_carried, K), ...
             if t == steps - 1:  # at T every sample still running stops
                 pos = None if live is None else live.nonzero().squeeze(1)
                 pick = (lambda v: v) if pos is None else (lambda v: v.index_select(0, pos))
@@ -418,7 +418,8 @@ def _batches(model: torch.nn.Module, images: Any, allow_other_size: bool) -> Ite
 
 
 def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
-                 rule: Any = None, refill_at: int = 1, allow_other_size: bool = False) -> Iterator[StreamEvent]:
+                 rule: Any = None, refill_at: int = 1,
+                 allow_other_size: bool = False) -> Iterator[StreamEvent]:
     """Continuous batching, step by step (``stream_predict`` collects it): keep up to ``slots``
     samples running; once at least ``refill_at`` slots are free (or none runs), admit the next
     images into them (stem, context and h_0 for the new rows only), then step every running
