@@ -401,20 +401,77 @@ class StreamEvent(NamedTuple):
     halt_scores: Tensor | None = None  # (m,) float32 p at the exit step
 
 
-def _batches(model: torch.nn.Module, images: Any, allow_other_size: bool) -> Iterator[Tensor]:
-    """The stream's image batches, each checked as it is taken (before any of it is stepped)."""
-    if isinstance(images, (Tensor, np.ndarray)):
-        images = [images]
-    first = None
-    for i, x in enumerate(images):
-        x = check_images(model, x, allow_other_size=allow_other_size, name=f"batch {i} of the stream")
-        if first is None:
-            first = tuple(x.shape[1:])
-        elif tuple(x.shape[1:]) != first:
-            raise ValueError(f"batch {i} of the stream holds images of shape {tuple(x.shape[1:])}, the "
-                             f"first batch {first}: every batch of a stream must hold images of one shape")
-        if x.shape[0]:
-            yield x
+class _Feed:
+    """The stream's images, handed out a few at a time across its batches; each batch is checked
+    (``inputs.check_images``, the error naming the batch) when it is first reached, so before any
+    of its images is stepped."""
+
+    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool) -> None:
+        self.model, self.allow_other_size = model, allow_other_size
+        self.batches = iter([images] if isinstance(images, (Tensor, np.ndarray)) else images)
+        self.pending: Tensor | None = None  # the rest of the batch being admitted
+        self.count = 0  # batches taken so far
+        self.shape: tuple[int, ...] | None = None  # (C, H, W) of the first batch
+        self.offset = 0  # input position of the next image
+        self.more = True
+
+    def _next_batch(self) -> Tensor | None:
+        for x in self.batches:
+            i, self.count = self.count, self.count + 1
+            x = check_images(self.model, x, allow_other_size=self.allow_other_size,
+                             name=f"batch {i} of the stream")
+            if self.shape is None:
+                self.shape = tuple(x.shape[1:])
+            elif tuple(x.shape[1:]) != self.shape:
+                raise ValueError(f"batch {i} of the stream holds images of shape {tuple(x.shape[1:])}, "
+                                 f"the first batch {self.shape}: every batch of a stream must hold "
+                                 f"images of one shape")
+            if x.shape[0]:
+                return x
+        self.more = False
+        return None
+
+    def take(self, k: int) -> tuple[Tensor, Tensor] | None:
+        """Up to ``k`` images (a, C, H, W) and their input positions (a,), None once none is left."""
+        parts, a = [], 0
+        while a < k and self.more:
+            if self.pending is None or self.pending.shape[0] == 0:
+                self.pending = self._next_batch()
+                if self.pending is None:
+                    break
+            part, self.pending = self.pending[:k - a], self.pending[k - a:]  # views
+            parts.append(part)
+            a += part.shape[0]
+        if not parts:
+            return None
+        x = parts[0] if len(parts) == 1 else torch.cat(parts)  # (a, C, H, W)
+        rows = torch.arange(self.offset, self.offset + a, device=x.device)
+        self.offset += a
+        return x, rows
+
+
+def _put(obj: Any, pos: Tensor, new: Any, n: int) -> Any:
+    """Write the rows of ``new`` into the rows ``pos`` of ``obj`` (``n`` rows), in place: tensors,
+    dataclasses of per-sample tensors, tuples (as ``_join``, a broadcastable placeholder is
+    expanded). Returns ``obj``."""
+    if obj is None:
+        return None
+    if isinstance(obj, Tensor):
+        if new.shape[1:] != obj.shape[1:]:
+            new = new.expand(new.shape[0], *obj.shape[1:])
+        return obj.index_copy_(0, pos, new.to(obj.dtype))
+    fields, new_fields = _per_sample_fields(obj, n), _per_sample_fields(new, pos.numel())
+    if fields is not None and new_fields is not None and type(obj) is type(new):
+        for k, v in fields.items():
+            _put(v, pos, new_fields[k], n)
+        return obj
+    if isinstance(obj, (tuple, list)) and type(obj) is type(new):
+        for u, v in zip(obj, new):
+            _put(u, pos, v, n)
+        return obj
+    raise TypeError(f"stream_predict cannot write rows into a {type(obj).__name__} context: make the "
+                    f"context a dataclass of per-sample tensors (as the models' StepContext) or a "
+                    f"tensor, or use adaptive_predict")
 
 
 def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
@@ -426,45 +483,46 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     sample together, whatever its depth: a weight-tied ``step`` does not depend on t. Yields an
     "admit" event before each admission and an "exit" event after each step where samples exit.
 
-    Exits are ``adaptive_predict``'s (eq. (exit), or ``rule``, with a step index per row); each
-    sample is stepped as in a batch of its own, so its logits match within float noise
-    (docs/method.md section 8)."""
+    New images take the rows of the samples that just exited, written in place (a copy of the
+    new rows only); rows left free are dropped (a row copy of the rest, as ``adaptive_predict``
+    compacts) and appended to later. Exits are ``adaptive_predict``'s (eq. (exit), or ``rule``,
+    with a step index per row); each sample is stepped as in a batch of its own, so its logits
+    match within float noise (docs/method.md section 8)."""
     halting = _halting(tau, rule, "stream_predict")
     slots = number_in("slots", slots, 1, 2**31, integer=True, hint=": the number of samples stepped together")
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
                           hint=f": admit new images once this many of the {slots} slots are free")
     _refuse_a_step_that_reads_t(model)
     steps = int(model.config.steps)
-    feed = _batches(model, images, allow_other_size)
-    pending, offset = None, 0  # the batch being admitted, and the input position of its first row
+    feed = _Feed(model, images, allow_other_size)
     h = ctx = memory = idx = t = None  # the running rows: state, context, rule memory, input row, depth
-    n_live, more = 0, True
+    n_live = 0
+
+    def admit(k: int):  # up to k new samples: (input rows, h_0, context, rule memory, depth 0)
+        got = feed.take(k)
+        if got is None:
+            return None
+        x, rows = got
+        h0, ctx0 = prologue(model, x)
+        mem0 = None if isinstance(halting, float) else halting.start(h0)
+        return rows, h0, ctx0, mem0, torch.zeros(rows.numel(), dtype=torch.int64, device=rows.device)
+
     with torch.no_grad():
         while True:
             free = slots - n_live
-            admit = more and (free >= refill_at or n_live == 0)
-            while admit and free > 0:  # fill every free slot, across batch boundaries
-                if pending is None or pending.shape[0] == 0:
-                    pending = next(feed, None)
-                    if pending is None:
-                        more = False
-                        break
-                x, pending = pending[:free], pending[free:]  # (a, C, H, W) views
-                a = x.shape[0]
-                rows = torch.arange(offset, offset + a, device=x.device)
-                offset += a
-                yield StreamEvent("admit", rows)
-                h0, ctx0 = prologue(model, x)
-                mem0 = None if isinstance(halting, float) else halting.start(h0)
-                t0 = torch.zeros(a, dtype=torch.int64, device=x.device)
-                if n_live == 0:
-                    h, ctx, memory, idx, t = h0, ctx0, mem0, rows, t0
-                else:
-                    h, ctx = _join(h, h0, n_live, a), _join(ctx, ctx0, n_live, a)
-                    memory = _join(memory, mem0, n_live, a)
-                    idx, t = torch.cat([idx, rows]), torch.cat([t, t0])
-                n_live += a
-                free -= a
+            if feed.more and free > 0 and (free >= refill_at or n_live == 0):  # append to the free slots
+                new = admit(free)
+                if new is not None:
+                    rows, h0, ctx0, mem0, t0 = new
+                    yield StreamEvent("admit", rows)  # (timed from here: before the stem runs)
+                    a = rows.numel()
+                    if n_live == 0:  # idx is written in place later: not the event's rows
+                        h, ctx, memory, idx, t = h0, ctx0, mem0, rows.clone(), t0
+                    else:
+                        h, ctx = _join(h, h0, n_live, a), _join(ctx, ctx0, n_live, a)
+                        memory = _join(memory, mem0, n_live, a)
+                        idx, t = torch.cat([idx, rows]), torch.cat([t, t0])
+                    n_live += a
             if n_live == 0:
                 return
             h, logits, halt_logit, p = _step_readout(model, h, ctx, 0)  # weight-tied: any t is step t
@@ -472,11 +530,33 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
             done, memory = _exit_test(halting, t, h, logits, halt_logit, p, memory)
             done |= t >= steps  # at T every sample stops
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step, as adaptive_predict
-            if exit_pos.numel() == 0:
+            m = exit_pos.numel()
+            if m == 0:
                 continue
             pick = lambda v: v.index_select(0, exit_pos)
             yield StreamEvent("exit", pick(idx), pick(logits), pick(t), pick(p))
-            keep = (~done).nonzero().squeeze(1)  # (n_live - m,) ascending: slot order kept
+            free = slots - n_live + m
+            refill = feed.more and (free >= refill_at or n_live == m)
+            new = admit(free) if refill else None  # first into the rows just freed, in place
+            if new is not None:
+                yield StreamEvent("admit", new[0])
+                a = new[0].numel()
+                k = min(a, m)
+                span = lambda lo, hi: torch.arange(lo, hi, device=exit_pos.device)
+                part = lambda v, lo, hi: v if (lo, hi) == (0, a) else _select(v, span(lo, hi), a)
+                pos = exit_pos[:k]
+                for state, fresh in zip((idx, h, ctx, memory, t), new):
+                    _put(state, pos, part(fresh, 0, k), n_live)
+                if a > m:  # more slots were free than rows just freed: the rest is appended
+                    rest = [part(v, m, a) for v in new]
+                    idx, t = torch.cat([idx, rest[0]]), torch.cat([t, rest[4]])
+                    h, ctx = _join(h, rest[1], n_live, a - m), _join(ctx, rest[2], n_live, a - m)
+                    memory = _join(memory, rest[3], n_live, a - m)
+                    n_live += a - m
+                if a >= m:
+                    continue  # every freed row taken again: no row copy of the running ones
+                done.index_fill_(0, pos, False)
+            keep = (~done).nonzero().squeeze(1)  # (n_live - m + a,) ascending
             h, ctx, memory = (_select(v, keep, n_live) for v in (h, ctx, memory))
             idx, t = idx.index_select(0, keep), t.index_select(0, keep)
             n_live = keep.numel()

@@ -46,7 +46,7 @@ def test_evaluate_stream_gives_the_exits_of_batch_at_a_time(tmp_path, capsys):
         for key in ("accuracy", "mean_depth", "std_depth", "threshold"):
             assert stream[key] == pytest.approx(batch[key], abs=1e-12), key
     assert main(["evaluate", "--checkpoint", str(ckpt), "--stream", "--slots", "8", "--refill-at", "9"]) == 2
-    assert "--refill-at=9 is outside [1, 8]" in capsys.readouterr().err
+    assert "--refill-at=9.0 is outside [1, 8]" in capsys.readouterr().err
     vanilla = tmp_path / "vanilla.pt"
     assert main(["train", "--size", "smoke", "--model", "vanilla", "--epochs", "1", "--set", "data.limit=64",
                  "--checkpoint", str(vanilla)]) == 0

@@ -789,18 +789,25 @@ class _Counting:
         model.step = counting
 
 
-def test_stream_keeps_the_slots_full_and_does_the_work_of_the_exits_only():
+def test_stream_keeps_the_slots_full_and_does_the_work_of_the_exits_only(monkeypatch):
+    import frost_nb.halting as halting
+
     model, x = _stream_model("frost", n=100)
     with torch.no_grad():
         tau = float(torch.sigmoid(model(x).halt_logits.float()).quantile(0.4))
     steps = model.config.steps
     counter = _Counting(model)
+    copies: list[int] = []  # the step count at each row copy of the running rows
+    select = halting._select
+    monkeypatch.setattr(halting, "_select", lambda *a: copies.append(len(counter.sizes)) or select(*a))
     res = stream_predict(model, x, tau, slots=16)
     sizes = list(counter.sizes)
     assert sum(sizes) == int(res.depth.sum())  # every step call is on running samples only
     tail = next((i for i, s in enumerate(sizes) if s < 16), len(sizes))  # the feed has run dry
     assert tail > 0 and set(sizes[:tail]) == {16}  # until then every call has all 16 slots full
     assert sizes[tail:] == sorted(sizes[tail:], reverse=True) and len(sizes) - tail <= steps
+    # new images took the exited rows in place: the running rows are copied only in the tail
+    assert copies and min(copies) >= tail
     # batch-at-a-time does the same work in more calls: each batch drains on fewer rows
     counter.sizes.clear()
     for b in range(0, len(x), 16):
@@ -879,7 +886,7 @@ def test_stream_predict_refuses_bad_input_naming_the_batch_and_the_fix():
     for slots in (0, -3, 2.5):
         with pytest.raises(ValueError, match=r"slots=.*the number of samples stepped together"):
             stream_predict(model, x, 0.5, slots=slots)
-    with pytest.raises(ValueError, match=r"refill_at=9 is outside \[1, 8\]"):
+    with pytest.raises(ValueError, match=r"refill_at=9(\.0)? is outside \[1, 8\].*slots are free"):
         stream_predict(model, x, 0.5, slots=8, refill_at=9)
     with pytest.raises(ValueError, match=r"threshold tau=nan (is not a number|must be a real number)"):
         stream_predict(model, x, float("nan"))
