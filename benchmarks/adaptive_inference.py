@@ -44,6 +44,25 @@ batch size), full depth and adaptive alike; each row names its ``mode``. ``--cha
 adds another: a copy of the model with its 4-d weights in channels-last layout (so are its
 activations), the issue's third route.
 
+``--stream`` adds rows with ``mode = stream``: continuous batching (``halting.stream_steps``, what
+``stream_predict`` runs) over all the images at once, ``B`` = the batch size slots, refilled once
+``--refill-at`` slots are free (several values: measured side by side), timed in the same
+rounds right after the batch-at-a-time passes of that round. Its time is the median over rounds
+of the whole stream's time, and so are its full-depth reference (batch-at-a-time at tau = +inf,
+batches of B: with nothing exiting the stream is that) and fixed part, the per-round totals of
+those passes; ``exits_match`` is the share of images whose exit depth equals batch-at-a-time's.
+
+Throughput ``images_per_s`` (this row's adaptive or stream pass; ``full_images_per_s`` full
+depth; ``ideal_images_per_s`` full depth's times ``ideal``) and per-image latency ``latency_p50_ms``, ``latency_p95_ms``: for the stream from an
+image's admission into a slot (before its stem runs) to its exit, read with
+``time.perf_counter`` at each admission and each exit step (median over rounds of each
+round's percentiles); batch-at-a-time returns a batch's results together, so there an image's
+latency is its batch's wall time (median over rounds per batch).
+
+``--dataset`` picks the committed frost of Fashion-MNIST (the default) or CIFAR-100;
+``--images`` larger than the test split takes all of it; ``--threads`` takes several counts,
+measured one after the other, each row naming its own.
+
 ``--step-costs`` first times one step and its readout (``model.step``, ``model.readout``) on
 1, 2, 4, ... 256 rows of the first images' states, medians over the rounds: the per-call cost
 that late steps on few samples pay, which no compaction removes.
@@ -71,12 +90,14 @@ import torch
 from frost_nb.checkpoint import checkpoint_config, load_model
 from frost_nb.complexity import flops_per_image, ideal_speedup, prologue
 from frost_nb.data import make_batches
-from frost_nb.halting import adaptive_predict
+from frost_nb.halting import adaptive_predict, stream_steps
 from frost_nb.paths import committed_runs_dir
 from frost_nb.training import load_split
 
-# frost, Fashion-MNIST, the adopted defaults (leaky update), seed 0
-DEFAULT_CHECKPOINT = committed_runs_dir() / "fashion-mnist-demo-families/frost-seed0/model.pt"
+# frost, the adopted defaults (leaky update), seed 0: Fashion-MNIST (the default) and CIFAR-100
+DEFAULT_RUNS = {"fashion-mnist": "fashion-mnist-demo-families/frost-seed0",
+                "cifar100": "cifar100-demo-families/frost-seed0"}
+DEFAULT_CHECKPOINT = committed_runs_dir() / DEFAULT_RUNS["fashion-mnist"] / "model.pt"
 
 
 def cpu_name() -> str:
@@ -126,11 +147,38 @@ def step_costs(model, x: torch.Tensor, repeats: int, warmup: int) -> pd.DataFram
     return table
 
 
+def timed_stream(model, x: torch.Tensor, tau: float, slots: int, refill_at: int) -> dict:
+    """One pass of continuous batching over ``x``: its wall time, each image's exit depth and
+    prediction, and each image's latency from admission to exit (seconds, (N,) float64)."""
+    n = x.shape[0]
+    admitted, exited = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    depth, pred = torch.zeros(n, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
+    start = time.perf_counter()
+    for event in stream_steps(model, x, tau, slots=slots, refill_at=refill_at):
+        now = time.perf_counter()  # CPU: the step that reported these exits is done
+        if event.kind == "admit":
+            admitted[event.rows] = now
+        else:
+            exited[event.rows] = now
+            depth[event.rows] = event.depth
+            pred[event.rows] = event.logits.argmax(1)
+    return {"seconds": time.perf_counter() - start, "depth": depth, "pred": pred,
+            "latency": exited - admitted}
+
+
+def _percentiles_ms(latency: torch.Tensor) -> tuple[float, float]:
+    """(p50, p95) of per-image latencies in seconds, as milliseconds."""
+    p50, p95 = torch.quantile(latency.double(), torch.tensor([0.5, 0.95], dtype=torch.float64)).tolist()
+    return 1e3 * p50, 1e3 * p95
+
+
 def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], batch_size: int,
-            repeats: int, warmup: int, costs: tuple[int, int], compact: tuple[float, ...] = (1.0,)) -> list[dict]:
+            repeats: int, warmup: int, costs: tuple[int, int], compact: tuple[float, ...] = (1.0,),
+            refill: tuple[int, ...] = ()) -> list[dict]:
     """Rows of one batch size: for every mode of ``models`` (name -> model), every quantile of
     ``taus`` and compaction setting of ``compact`` (``adaptive_predict``'s ``compact_below``)
-    against full depth, interleaved."""
+    against full depth, interleaved; and for each ``refill_at`` of ``refill`` continuous batching
+    of the eager model in ``batch_size`` slots (``mode = stream``), at the end of each round."""
     model = models["eager"]
     steps = int(model.config.steps)
     chunks = list(x.split(batch_size))  # (B, C, H, W) views, the last one may be shorter
@@ -138,6 +186,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
                                    for k in [("full", q, 1.0)] + [("adaptive", q, c) for c in compact]]
     seconds = {k: [[] for _ in chunks] for k in keys}  # [batch][round]
     exits = {(mode, q, c): [None] * len(chunks) for mode in models for q in taus for c in compact}
+    streams = {(q, f): [] for q in taus for f in refill}  # [round] timed_stream results
     for r in range(warmup + repeats):
         for c, xb in enumerate(chunks):
             for k in keys:
@@ -157,8 +206,18 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
                 elapsed = time.perf_counter() - start  # CPU: a call returns when it is done
                 if r >= warmup:
                     seconds[k][c].append(elapsed)
+        for (q, f), results in streams.items():  # the same round, after its batch-at-a-time passes
+            res = timed_stream(model, x, taus[q], batch_size, f)
+            if r >= warmup:
+                results.append(res)
     total = {k: sum(statistics.median(rounds) for rounds in seconds[k]) for k in keys}
     n, t_fixed = x.shape[0], total["fixed"]
+    sizes = torch.tensor([len(xb) for xb in chunks])
+
+    def batch_latency_ms(k) -> tuple[float, float]:  # an image waits for its whole batch
+        per_batch = torch.tensor([statistics.median(rounds) for rounds in seconds[k]], dtype=torch.float64)
+        return _percentiles_ms(per_batch.repeat_interleave(sizes))
+
     rows = []
     for (mode, q, cb), results in exits.items():
         tau = taus[q]
@@ -169,61 +228,102 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
         ideal = ideal_speedup(depth, steps, *costs)
         measured = t_full / t_adaptive
         time_ideal = t_full / (t_fixed + mean_depth / steps * (t_full - t_fixed))
+        p50, p95 = batch_latency_ms((mode, "adaptive", q, cb))
         rows.append({"mode": mode, "quantile": q, "tau": tau, "batch_size": batch_size, "compact_below": cb,
-                     "mean_depth": mean_depth,
+                     "refill_at": math.nan, "mean_depth": mean_depth,
                      "accuracy": (logits.argmax(1) == y).double().mean().item(),
                      "ideal": ideal, "measured": measured, "ratio": measured / ideal,
                      "time_ideal": time_ideal, "efficiency": measured / time_ideal,
                      "fixed_share": t_fixed / t_full,
                      "full_us": 1e6 * t_full / n, "adaptive_us": 1e6 * t_adaptive / n,
-                     "forward_us": 1e6 * total["forward"] / n})
+                     "forward_us": 1e6 * total["forward"] / n,
+                     "images_per_s": n / t_adaptive, "full_images_per_s": n / t_full,
+                     "ideal_images_per_s": ideal * n / t_full,
+                     "latency_p50_ms": p50, "latency_p95_ms": p95,
+                     "full_latency_p50_ms": batch_latency_ms((mode, "full", q, 1.0))[0], "exits_match": 1.0})
+    by_round = lambda k: statistics.median(sum(batches[r] for batches in seconds[k]) for r in range(repeats))
+    for (q, f), results in streams.items():
+        t_stream = statistics.median(res["seconds"] for res in results)
+        t_full, t_fixed_r = by_round(("eager", "full", q, 1.0)), by_round("fixed")
+        depth, pred = results[0]["depth"], results[0]["pred"]  # the same in every round
+        batch_depth = torch.cat([res.depth for res in exits["eager", q, compact[0]]])
+        latency = [_percentiles_ms(res["latency"]) for res in results]
+        mean_depth = depth.double().mean().item()
+        ideal, measured = ideal_speedup(depth, steps, *costs), t_full / t_stream
+        time_ideal = t_full / (t_fixed_r + mean_depth / steps * (t_full - t_fixed_r))
+        rows.append({"mode": "stream", "quantile": q, "tau": taus[q], "batch_size": batch_size,
+                     "compact_below": 1.0, "refill_at": f, "mean_depth": mean_depth,
+                     "accuracy": (pred == y).double().mean().item(),
+                     "ideal": ideal, "measured": measured, "ratio": measured / ideal,
+                     "time_ideal": time_ideal, "efficiency": measured / time_ideal,
+                     "fixed_share": t_fixed_r / t_full,
+                     "full_us": 1e6 * t_full / n, "adaptive_us": 1e6 * t_stream / n,
+                     "forward_us": 1e6 * by_round("forward") / n,
+                     "images_per_s": n / t_stream, "full_images_per_s": n / t_full,
+                     "ideal_images_per_s": ideal * n / t_full,
+                     "latency_p50_ms": statistics.median(p for p, _ in latency),
+                     "latency_p95_ms": statistics.median(p for _, p in latency),
+                     "full_latency_p50_ms": batch_latency_ms(("eager", "full", q, 1.0))[0],
+                     "exits_match": (depth == batch_depth).double().mean().item()})
     return rows
 
 
 def _table(rows: list[dict], images: int, a: argparse.Namespace) -> pd.DataFrame:
     """The rows with the setting of the run on each (so that a CSV stands on its own)."""
     df = pd.DataFrame(rows)
-    df["images"], df["repeats"], df["threads"] = images, a.repeats, torch.get_num_threads()
+    df["images"], df["repeats"] = images, a.repeats
     df["cpu"], df["torch"], df["checkpoint"] = cpu_name(), torch.__version__, Path(a.checkpoint).name
     return df
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT),
-                   help="a trained frost_nb checkpoint (.pt) with its halting calibrator")
+    p.add_argument("--dataset", choices=sorted(DEFAULT_RUNS), default="fashion-mnist",
+                   help="the committed frost of this data set (seed 0, adopted defaults), unless --checkpoint")
+    p.add_argument("--checkpoint", default=None,
+                   help="a trained frost_nb checkpoint (.pt or run folder) with its halting calibrator")
     p.add_argument("--quantiles", nargs="+", type=float, default=[0.25, 0.5, 0.75])
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 16, 64, 256])
     p.add_argument("--compact-below", nargs="+", type=float, default=[1.0],
                    help="adaptive_predict's compact_below values, measured side by side (1: compact at every exit)")
+    p.add_argument("--stream", action="store_true",
+                   help="also measure continuous batching (halting.stream_predict), the batch size as its slots")
+    p.add_argument("--refill-at", nargs="+", type=int, default=[1],
+                   help="with --stream: refill the slots once this many are free (several: side by side)")
     p.add_argument("--compile", action="store_true",
                    help="also measure the model with step and readout compiled (torch.compile), side by side")
     p.add_argument("--channels-last", action="store_true",
                    help="also measure the model in channels-last layout, side by side")
     p.add_argument("--step-costs", action="store_true",
                    help="first time one step and its readout on 1, 2, 4, ... 256 rows")
-    p.add_argument("--images", type=int, default=512, help="test images (the first N)")
+    p.add_argument("--images", type=int, default=512, help="test images (the first N; more than the split: all)")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (medians over them)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--threads", nargs="+", type=int, default=[1], help="torch.set_num_threads, each in turn")
     p.add_argument("--csv", default=None)
     p.add_argument("--metrics", nargs="?", const="adaptive_inference", default=None, metavar="NAME",
                    help="also write outputs/metrics/bench_NAME.json (default NAME: adaptive_inference)")
     a = p.parse_args(argv)
-    for name in ("images", "repeats", "threads"):
+    for name in ("images", "repeats"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(a, name)}")
+    if min(a.threads) < 1:
+        p.error(f"every --threads value must be at least 1, got {a.threads}")
     if a.warmup < 0 or min(a.batch_sizes) < 1:
         p.error("--warmup must be >= 0 and every --batch-sizes value >= 1")
     if not all(0.0 <= c <= 1.0 for c in a.compact_below):
         p.error(f"--compact-below values must lie in [0, 1], got {a.compact_below}")
+    if a.stream and not all(1 <= f <= min(a.batch_sizes) for f in a.refill_at):
+        p.error(f"--refill-at values must lie in [1, the smallest batch size {min(a.batch_sizes)}], got {a.refill_at}")
     if (a.compile or a.channels_last) and a.metrics:
         p.error("--metrics records the eager mode the verdict table reads: run it without --compile "
                 "and --channels-last")
     if not all(0.0 <= q <= 1.0 for q in a.quantiles):
         p.error(f"--quantiles must lie in [0, 1], got {a.quantiles}")
+    run_name = a.checkpoint or DEFAULT_RUNS[a.dataset]  # a committed run by its name
+    if a.checkpoint is None:
+        a.checkpoint = str(committed_runs_dir() / DEFAULT_RUNS[a.dataset] / "model.pt")
 
-    torch.set_num_threads(a.threads)
     model, calibrator = load_model(a.checkpoint)  # eval mode, CPU
     config = checkpoint_config(a.checkpoint)
     data = load_split(config, "test")
@@ -234,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     taus = {float(q): calibrator.threshold(q) for q in a.quantiles}
 
     m, full = config.model, costs[0] + config.model.steps * costs[1]
-    print(f"machine: {cpu_name()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s)")
+    print(f"machine: {cpu_name()}, torch {torch.__version__}, thread counts {a.threads}")
     print(f"model: {m.name} {m.backbone}, T={m.steps}, width {m.width}, {a.checkpoint}")
     print(f"data: {x.shape[0]} {config.data.name} test images; {a.repeats} timed round(s) "
           f"after {a.warmup} warm-up")
@@ -243,26 +342,34 @@ def main(argv: list[str] | None = None) -> int:
           f"full depth {full / 1e6:.3f} M (fixed share {costs[0] / full:.3f})", flush=True)
     models = {"eager": model, **({"compiled": compiled(model)} if a.compile else {}),
               **({"channels-last": channels_last(model)} if a.channels_last else {})}
-    for mode, other in models.items() if a.step_costs else ():
-        print(f"one step and its readout on b rows ({mode}):")
-        print(step_costs(other, x, a.repeats, a.warmup).to_string(index=False, float_format="%.2f"), flush=True)
+    refill = tuple(a.refill_at) if a.stream else ()
     rows = []
-    for batch_size in a.batch_sizes:
-        rows += measure(models, x, y, taus, batch_size, a.repeats, a.warmup, costs, tuple(a.compact_below))
-        latest = rows[-len(models) * len(taus) * len(a.compact_below):]
-        print(pd.DataFrame(latest).to_string(index=False, float_format="%.3f"),
-              flush=True)
-        if a.csv:  # after every batch size: a run cut short keeps what it measured
-            _table(rows, x.shape[0], a).to_csv(a.csv, index=False)
-    table = pd.DataFrame(rows).sort_values(["mode", "quantile", "batch_size", "compact_below"], kind="stable")
+    for threads in a.threads:
+        torch.set_num_threads(threads)
+        for mode, other in models.items() if a.step_costs else ():
+            print(f"one step and its readout on b rows ({mode}, {threads} thread(s)):")
+            print(step_costs(other, x, a.repeats, a.warmup).to_string(index=False, float_format="%.2f"),
+                  flush=True)
+        for batch_size in a.batch_sizes:
+            latest = measure(models, x, y, taus, batch_size, a.repeats, a.warmup, costs, tuple(a.compact_below),
+                             refill)
+            for row in latest:
+                row["threads"] = threads
+            rows += latest
+            print(pd.DataFrame(latest).to_string(index=False, float_format="%.3f"), flush=True)
+            if a.csv:  # after every batch size: a run cut short keeps what it measured
+                _table(rows, x.shape[0], a).to_csv(a.csv, index=False)
+    table = pd.DataFrame(rows).sort_values(["threads", "mode", "quantile", "batch_size", "compact_below",
+                                            "refill_at"], kind="stable")
     print(table.to_string(index=False, float_format="%.3f"))
     if a.metrics:
         from frost_nb.notebook import write_metrics
 
         run = {"benchmark": "adaptive_inference", "checkpoint": Path(a.checkpoint).name,
+               "run": run_name,
                "dataset": config.data.name, "model": m.name, "update": m.update, "steps": m.steps,
                "images": int(x.shape[0]), "repeats": a.repeats, "warmup": a.warmup,
-               "threads": torch.get_num_threads(), "cpu": cpu_name()}
+               "threads": list(a.threads), "cpu": cpu_name()}
         path = write_metrics(f"bench_{a.metrics}", {**run, "rows": table.to_dict(orient="records")},
                              device="cpu")
         print(f"metrics: {path}")

@@ -4,7 +4,8 @@
 digits, no download), run the halting quantile sweep and write figures and metrics to
 ``outputs/``. ``config`` prints the resolved config of a run and the stored run that holds it;
 ``train`` trains (or loads from the stored runs) any model on any data set and size;
-``evaluate`` runs adaptive inference of a checkpoint at one quantile; ``sweep`` evaluates a
+``evaluate`` runs adaptive inference of a checkpoint at one quantile (``--stream``: with
+continuous batching); ``sweep`` evaluates a
 checkpoint over the quantile grid of the paper's Table 2; ``verdicts`` prints (or writes into,
 or checks against, the README) the verdict table of the paper's claims.
 """
@@ -155,7 +156,7 @@ def cmd_evaluate(args) -> int:
 
     from .data import make_batches
     from .exits import quantile_for_depth
-    from .halting import adaptive_predict
+    from .halting import adaptive_predict, stream_predict
     from .inputs import check_split, number_in
     from .notebook import ParameterError, validate_params
     from .training import load_split
@@ -163,6 +164,16 @@ def cmd_evaluate(args) -> int:
     validate_params(quantile=args.quantile)
     config, model, calibrator, dataset = _load(args)
     check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
+    stream = {}
+    if args.stream:  # continuous batching: weight-tied families only
+        slots = config.train.eval_batch_size if args.slots is None else args.slots
+        number_in("--slots", slots, 1, 2**31, integer=True, error=ParameterError)
+        number_in("--refill-at", args.refill_at, 1, slots, integer=True, error=ParameterError,
+                  hint=f": a number of free slots, from 1 to --slots {slots}")
+        if config.model.name == "vanilla":
+            raise ParameterError("--stream needs a weight-tied step (recurrent, basic_ssm, frost); vanilla's "
+                                 "step depends on t: drop --stream (batch-at-a-time adaptive_predict)")
+        stream = {"stream": {"slots": slots, "refill_at": args.refill_at}}
     budget = {}
     if args.budget_depth is not None:  # the quantile whose held-out mean depth meets the budget
         number_in("--budget-depth", args.budget_depth, 1, config.model.steps, error=ParameterError,
@@ -172,16 +183,25 @@ def cmd_evaluate(args) -> int:
         args.quantile = found.quantile
         budget = {"budget_depth": found.budget, "val_mean_depth": found.mean_depth}
     tau = calibrator.threshold(args.quantile)
-    correct, depths = [], []
     device = next(model.parameters()).device
-    for x, y in make_batches(dataset, config.train.eval_batch_size, shuffle=False, augment=False,
-                             device=device):
-        res = adaptive_predict(model, x, tau)
-        correct.append((res.logits.argmax(-1) == y).cpu())
-        depths.append(res.depth.cpu())
-    correct, depths = torch.cat(correct).float(), torch.cat(depths).float()
+    batches = make_batches(dataset, config.train.eval_batch_size, shuffle=False, augment=False, device=device)
+    if stream:
+        labels = []
+
+        def images():  # the stream's batches; their labels kept in the same order
+            for x, y in batches:
+                labels.append(y)
+                yield x
+
+        res = stream_predict(model, images(), tau, slots=slots, refill_at=args.refill_at)
+        correct, depths = (res.logits.argmax(-1) == torch.cat(labels)).cpu(), res.depth.cpu()
+    else:
+        parts = [(adaptive_predict(model, x, tau), y) for x, y in batches]
+        correct = torch.cat([(res.logits.argmax(-1) == y).cpu() for res, y in parts])
+        depths = torch.cat([res.depth.cpu() for res, _ in parts])
+    correct, depths = correct.float(), depths.float()
     print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **budget, "quantile": args.quantile,
-                      "threshold": tau, "accuracy": correct.mean().item(),
+                      "threshold": tau, **stream, "accuracy": correct.mean().item(),
                       "mean_depth": depths.mean().item(), "std_depth": depths.std().item(),
                       "steps": config.model.steps}, indent=2))
     return 0
@@ -347,6 +367,13 @@ def main(argv: list[str] | None = None) -> int:
             group.add_argument("--budget-depth", type=float, default=None, metavar="STEPS",
                                help="a mean depth to meet instead of a quantile: the quantile whose held-out "
                                     "mean depth is closest to it (the depth reached on --split is reported)")
+            p.add_argument("--stream", action="store_true",
+                           help="continuous batching (halting.stream_predict): refill the slots of exited "
+                                "samples with new images; recurrent, basic_ssm and frost only")
+            p.add_argument("--slots", type=int, default=None,
+                           help="with --stream: samples stepped together (default: the config's eval batch size)")
+            p.add_argument("--refill-at", type=int, default=1,
+                           help="with --stream: admit new images once this many slots are free (default 1)")
         else:
             p.add_argument("--quantiles", type=float, nargs="+", default=list(PAPER_QUANTILES))
             p.add_argument("--csv", default=None)

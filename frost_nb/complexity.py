@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .analysis import HEADS
 from .config import BACKBONES, MODELS, make_config
-from .halting import adaptive_predict, prologue  # prologue: the fixed part of a forward (re-exported)
+from .halting import adaptive_predict, prologue, stream_predict  # prologue: the fixed part (re-exported)
 from .halting_rules import FIXED, FROST, RULES, OnlineRule, candidate_thresholds
 from .models import create_model
 from .paper import table3_frost_depth
@@ -177,36 +177,46 @@ def rule_settings(val, rules: Sequence[str], *, calibrator=None, count: int = 6)
 
 
 def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequence[tuple[str, float]], *,
-                    batch_size: int = 256, rounds: int = 5) -> pd.DataFrame:
+                    batch_size: int = 256, rounds: int = 5, stream: bool = True) -> pd.DataFrame:
     """Accuracy against measured throughput for every (rule, threshold) of ``settings`` (notebook
-    07): ``adaptive_predict(model, x, rule=OnlineRule(rule, threshold))`` over ``x`` in batches of
-    ``batch_size``, so each rule's own signal work is in the time. The rounds interleave the
-    settings (round r times every setting before round r + 1), so slow spells of a shared machine
-    spread over all of them. One row per setting, images/s the median over ``rounds`` (with min
-    and max); in the model's mode (call ``model.eval()`` first)."""
+    07), so each rule's own signal work is in the time: ``stream_predict(model, x,
+    rule=OnlineRule(rule, threshold), slots=batch_size)`` (continuous batching; ``stream=False``
+    or vanilla, whose step depends on t: ``adaptive_predict`` over ``x`` in batches of
+    ``batch_size``). The rounds interleave the settings (round r times every setting before round
+    r + 1), so slow spells of a shared machine spread over all of them. One row per setting,
+    images/s the median over ``rounds`` (with min and max), ``mode`` "stream" or "batch"; in the
+    model's mode (call ``model.eval()`` first)."""
     if rounds < 1 or batch_size < 1:
         raise ValueError(f"rounds and batch_size must be positive, got {rounds} and {batch_size}")
+    stream = stream and getattr(model.config, "name", None) != "vanilla"
+
+    def predict(rule: OnlineRule, images: Tensor):
+        if stream:
+            return stream_predict(model, images, rule=rule, slots=batch_size)
+        parts = [adaptive_predict(model, images[b:b + batch_size], rule=rule)
+                 for b in range(0, len(images), batch_size)]
+        return torch.cat([p.logits for p in parts]), torch.cat([p.depth for p in parts])
+
     rules = [OnlineRule(name, threshold) for name, threshold in settings]
     for rule in rules:  # one untimed pass: first-call costs stay out of the medians
-        adaptive_predict(model, x[:batch_size], rule=rule)
+        predict(rule, x[:batch_size])
     seconds = np.zeros((rounds, len(rules)))
     depth: list[Tensor] = []
     correct: list[Tensor] = []
     for r in range(rounds):
         for i, rule in enumerate(rules):
-            parts = []
             start = time.perf_counter()
-            for b in range(0, len(x), batch_size):
-                parts.append(adaptive_predict(model, x[b:b + batch_size], rule=rule))
+            logits, exits = predict(rule, x)[:2]
             if x.is_cuda:
                 torch.cuda.synchronize()
             seconds[r, i] = time.perf_counter() - start
             if r == 0:
-                depth.append(torch.cat([p.depth for p in parts]))
-                correct.append(torch.cat([p.logits.argmax(-1) for p in parts]) == y)
+                depth.append(exits)
+                correct.append(logits.argmax(-1) == y)
     rate = len(x) / seconds  # (rounds, settings) images/s
     return pd.DataFrame([{
         "rule": rule.rule.name, "threshold": rule.threshold, "mean_depth": float(depth[i].float().mean()),
         "accuracy": float(correct[i].float().mean()), "images_per_s": float(np.median(rate[:, i])),
         "images_per_s_min": float(rate[:, i].min()), "images_per_s_max": float(rate[:, i].max()),
-        "batch_size": batch_size, "threads": torch.get_num_threads()} for i, rule in enumerate(rules)])
+        "batch_size": batch_size, "threads": torch.get_num_threads(), "mode": "stream" if stream else "batch"}
+        for i, rule in enumerate(rules)])

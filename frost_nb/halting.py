@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -237,6 +237,63 @@ def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
     return model.init_state(ctx), ctx
 
 
+def _halting(tau: Any, rule: Any, caller: str) -> Any:
+    """What the loops test exits with: FROST's threshold tau (a float, NaN refused) or an
+    ``OnlineRule`` (anything with ``start`` and ``fires``), checked once."""
+    if rule is not None and tau is not None:
+        raise TypeError(f"{caller}: give either tau (FROST's threshold) or rule "
+                        "(a halting_rules.OnlineRule), not both")
+    if rule is not None and not callable(getattr(rule, "fires", None)):
+        raise TypeError(f"rule={rule!r} is not a rule: pass halting_rules.OnlineRule(name, threshold), "
+                        "e.g. OnlineRule('confidence', 0.9)")
+    return _checked_tau(tau) if rule is None else rule  # None without a rule: named as not a number
+
+
+def _step_readout(model: torch.nn.Module, h: Any, ctx: Any, t: int) -> tuple[Any, Tensor, Tensor, Tensor]:
+    """h_{t+1} and its readout: (h, class logits (n, K), halt logit (n,), score p (n,) float32)."""
+    h = model.step(h, ctx, t)
+    logits, halt_logit, _ = model.readout(h, ctx)
+    return h, logits, halt_logit, torch.sigmoid(halt_logit.float())
+
+
+def _exit_test(halting: Any, t: Tensor | int, h: Any, logits: Tensor, halt_logit: Tensor, p: Tensor,
+               memory: Any) -> tuple[Tensor, Any]:
+    """(exits (n,) bool, memory) of the rows just stepped to step t (1..T, per row or one int)."""
+    if isinstance(halting, float):
+        return p > halting, memory  # eq. (exit)
+    return halting.fires(t, h, logits, halt_logit, memory)
+
+
+class _Exits:
+    """The outputs of the samples that have exited, kept by input row until the end (when the
+    number of samples may only then be known) and put in input order once."""
+
+    def __init__(self, return_scores: bool) -> None:
+        self.return_scores = return_scores
+        self.parts: list[tuple[Tensor, Tensor, Tensor, Tensor | None]] = []
+
+    def add(self, rows: Tensor, logits: Tensor, depth: Tensor | int, p: Tensor) -> None:
+        """rows (m,) input positions; logits (m, K); depth (m,) or one int; p (m,)."""
+        if not isinstance(depth, Tensor):
+            depth = torch.full(rows.shape, depth, dtype=torch.int64, device=rows.device)
+        self.parts.append((rows, logits, depth, p if self.return_scores else None))
+
+    def result(self, n: int, num_classes: int, device: Any) -> AdaptiveResult:
+        if not self.parts:  # nothing ran: an empty input
+            return AdaptiveResult(torch.empty((0, num_classes), device=device),
+                                  torch.empty(0, dtype=torch.int64, device=device),
+                                  torch.empty(0, device=device) if self.return_scores else None)
+        rows, logits, depth, p = zip(*self.parts)
+        rows = torch.cat(rows)  # (n,) every input row once
+
+        def in_input_order(parts):
+            v = torch.cat(parts)  # (n, ...) in the order of the exits
+            return v.new_empty(v.shape).index_copy_(0, rows, v)
+
+        return AdaptiveResult(in_input_order(logits), in_input_order(depth),
+                              in_input_order(p) if self.return_scores else None)
+
+
 def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None, *,
                      return_scores: bool = False, allow_other_size: bool = False,
                      compact_below: float = 1.0, rule: Any = None) -> AdaptiveResult:
@@ -256,57 +313,38 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
 
     ``rule`` (a ``halting_rules.OnlineRule``, instead of ``tau``) exits by another halting rule
     (docs/method.md section 10); its per-row memory is compacted with the rows.
+
+    A batch ends with its late steps on the few samples still running; ``stream_predict`` keeps
+    the batch full instead (weight-tied families only).
     """
     steps = int(model.config.steps)
-    if rule is not None and tau is not None:
-        raise TypeError("adaptive_predict: give either tau (FROST's threshold) or rule "
-                        "(a halting_rules.OnlineRule), not both")
-    if rule is not None and not callable(getattr(rule, "fires", None)):
-        raise TypeError(f"rule={rule!r} is not a rule: pass halting_rules.OnlineRule(name, threshold), "
-                        "e.g. OnlineRule('confidence', 0.9)")
-    tau = _checked_tau(tau) if rule is None else None  # None without a rule: named as not a number
+    halting = _halting(tau, rule, "adaptive_predict")
     compact_below = number_in("compact_below", compact_below, 0.0, 1.0)
     x = check_images(model, x, allow_other_size=allow_other_size)  # one pass, one host sync
     n = x.shape[0]
+    exits = _Exits(return_scores)
     with torch.no_grad():
         h, ctx = prologue(model, x)  # h_0 and the per-sample step inputs
-        memory = rule.start(h) if rule is not None else None  # the rule's per-row memory
+        memory = None if isinstance(halting, float) else halting.start(h)  # the rule's per-row memory
         idx = torch.arange(n, device=x.device)  # original row of each carried sample
         live = None  # (n_carried,) bool: still running; None: every carried row is
         n_live = n
-        depth = torch.full((n,), steps, dtype=torch.int64, device=x.device)
-        out = scores_out = None
-        for t in range(steps):
-            h = model.step(h, ctx, t)  # h_{t+1}
-            logits, halt_logit, _ = model.readout(h, ctx)  # (n_carried, K), (n_carried,)
-            p = torch.sigmoid(halt_logit.float())  # (n_carried,)
-            if out is None:
-                out = logits.new_empty((n, logits.shape[1]))
-                scores_out = p.new_empty((n,)) if return_scores else None
-            if logits.dtype != out.dtype:  # index_copy_ does not cast
-                logits = logits.to(out.dtype)
-            if t == steps - 1 and live is None:  # everyone left stops at T
-                out.index_copy_(0, idx, logits)
-                if return_scores:
-                    scores_out.index_copy_(0, idx, p)
+        for t in range(steps if n else 0):
+            h, logits, halt_logit, p = _step_readout(model, h, ctx, t)  # h_{t+1}, (n_carried, K), ...
+            if t == steps - 1:  # at T every sample still running stops
+                pos = None if live is None else live.nonzero().squeeze(1)
+                pick = (lambda v: v) if pos is None else (lambda v: v.index_select(0, pos))
+                exits.add(pick(idx), pick(logits), steps, pick(p))
                 break
-            if t == steps - 1:  # at T all still running stop
-                done = live.clone()
-            elif rule is None:
-                done = p > tau  # eq. (exit)
-            else:
-                done, memory = rule.fires(t + 1, h, logits, halt_logit, memory)
+            done, memory = _exit_test(halting, t + 1, h, logits, halt_logit, p, memory)
             if live is not None:
                 done &= live  # a sample that exited already never writes again
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step: compaction needs it
             n_exit = exit_pos.numel()
             if n_exit == 0:
                 continue
-            rows = idx.index_select(0, exit_pos)
-            out.index_copy_(0, rows, logits.index_select(0, exit_pos))
-            if return_scores:
-                scores_out.index_copy_(0, rows, p.index_select(0, exit_pos))
-            depth.index_fill_(0, rows, t + 1)
+            exits.add(idx.index_select(0, exit_pos), logits.index_select(0, exit_pos), t + 1,
+                      p.index_select(0, exit_pos))
             n_live -= n_exit
             if n_live == 0:
                 break
@@ -317,7 +355,236 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
                 idx, live = idx.index_select(0, keep), None
                 h, ctx = _select(h, keep, n_carried), _select(ctx, keep, n_carried)
                 memory = _select(memory, keep, n_carried)
-    return AdaptiveResult(out, depth, scores_out)
+    return exits.result(n, getattr(model.config, "num_classes", 0), x.device)
+
+
+# --- continuous batching ------------------------------------------------------------------------
+
+def _join(a: Any, b: Any, na: int, nb: int) -> Any:
+    """The rows of ``a`` (na samples) followed by those of ``b`` (nb): tensors, dataclasses of
+    per-sample tensors (the models' StepContext), tuples. A tensor of ``b`` whose trailing
+    shape broadcasts to ``a``'s (a rule's placeholder memory before step 1, e.g. the KL rule's
+    (n, 1) zeros) is expanded to it."""
+    if a is None and b is None:
+        return None
+    if isinstance(a, Tensor):
+        if b.shape[1:] != a.shape[1:]:
+            b = b.expand(nb, *a.shape[1:])
+        return torch.cat([a, b])
+    fa, fb = _per_sample_fields(a, na), _per_sample_fields(b, nb)
+    if fa is not None and fb is not None and type(a) is type(b):
+        return type(a)(**{k: _join(fa[k], fb[k], na, nb) for k in fa})
+    if isinstance(a, (tuple, list)) and type(a) is type(b):
+        return type(a)(_join(u, v, na, nb) for u, v in zip(a, b))
+    raise TypeError(f"stream_predict cannot join the rows of two {type(a).__name__} contexts: make "
+                    f"the context a dataclass of per-sample tensors (as the models' StepContext) "
+                    f"or a tensor, or use adaptive_predict")
+
+
+def _refuse_a_step_that_reads_t(model: torch.nn.Module) -> None:
+    """Rows at different depths share one step call: only a weight-tied step allows that."""
+    config = getattr(model, "config", None)
+    if getattr(config, "name", None) == "vanilla" or not getattr(model, "weight_tied", True):
+        raise ValueError("stream_predict needs a weight-tied step (recurrent, basic_ssm, frost): "
+                         f"{getattr(config, 'name', type(model).__name__)}'s step depends on t, so "
+                         "rows at different depths cannot share a step call; use adaptive_predict")
+
+
+class StreamEvent(NamedTuple):
+    """What ``stream_steps`` reports: images that enter free slots (``kind`` "admit", before their
+    stem runs), or the samples that exit at a step (``kind`` "exit")."""
+
+    kind: str  # "admit" or "exit"
+    rows: Tensor  # (m,) int64 input positions (counted over every batch of the stream)
+    logits: Tensor | None = None  # (m, K) at the exit step
+    depth: Tensor | None = None  # (m,) int64 exit depth in 1..T
+    halt_scores: Tensor | None = None  # (m,) float32 p at the exit step
+
+
+class _Feed:
+    """The stream's images, handed out a few at a time across its batches; each batch is checked
+    (``inputs.check_images``, the error naming the batch) when it is first reached, so before any
+    of its images is stepped."""
+
+    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool) -> None:
+        self.model, self.allow_other_size = model, allow_other_size
+        self.batches = iter([images] if isinstance(images, (Tensor, np.ndarray)) else images)
+        self.pending: Tensor | None = None  # the rest of the batch being admitted
+        self.count = 0  # batches taken so far
+        self.shape: tuple[int, ...] | None = None  # (C, H, W) of the first batch
+        self.offset = 0  # input position of the next image
+        self.more = True
+
+    def _next_batch(self) -> Tensor | None:
+        for x in self.batches:
+            i, self.count = self.count, self.count + 1
+            x = check_images(self.model, x, allow_other_size=self.allow_other_size,
+                             name=f"batch {i} of the stream")
+            if self.shape is None:
+                self.shape = tuple(x.shape[1:])
+            elif tuple(x.shape[1:]) != self.shape:
+                raise ValueError(f"batch {i} of the stream holds images of shape {tuple(x.shape[1:])}, "
+                                 f"the first batch {self.shape}: every batch of a stream must hold "
+                                 f"images of one shape")
+            if x.shape[0]:
+                return x
+        self.more = False
+        return None
+
+    def take(self, k: int) -> tuple[Tensor, Tensor] | None:
+        """Up to ``k`` images (a, C, H, W) and their input positions (a,), None once none is left."""
+        parts, a = [], 0
+        while a < k and self.more:
+            if self.pending is None or self.pending.shape[0] == 0:
+                self.pending = self._next_batch()
+                if self.pending is None:
+                    break
+            part, self.pending = self.pending[:k - a], self.pending[k - a:]  # views
+            parts.append(part)
+            a += part.shape[0]
+        if not parts:
+            return None
+        x = parts[0] if len(parts) == 1 else torch.cat(parts)  # (a, C, H, W)
+        rows = torch.arange(self.offset, self.offset + a, device=x.device)
+        self.offset += a
+        return x, rows
+
+
+def _put(obj: Any, pos: Tensor, new: Any, n: int) -> Any:
+    """Write the rows of ``new`` into the rows ``pos`` of ``obj`` (``n`` rows), in place: tensors,
+    dataclasses of per-sample tensors, tuples (as ``_join``, a broadcastable placeholder is
+    expanded). Returns ``obj``."""
+    if obj is None:
+        return None
+    if isinstance(obj, Tensor):
+        if new.shape[1:] != obj.shape[1:]:
+            new = new.expand(new.shape[0], *obj.shape[1:])
+        return obj.index_copy_(0, pos, new.to(obj.dtype))
+    fields, new_fields = _per_sample_fields(obj, n), _per_sample_fields(new, pos.numel())
+    if fields is not None and new_fields is not None and type(obj) is type(new):
+        for k, v in fields.items():
+            _put(v, pos, new_fields[k], n)
+        return obj
+    if isinstance(obj, (tuple, list)) and type(obj) is type(new):
+        for u, v in zip(obj, new):
+            _put(u, pos, v, n)
+        return obj
+    raise TypeError(f"stream_predict cannot write rows into a {type(obj).__name__} context: make the "
+                    f"context a dataclass of per-sample tensors (as the models' StepContext) or a "
+                    f"tensor, or use adaptive_predict")
+
+
+def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
+                 rule: Any = None, refill_at: int = 1,
+                 allow_other_size: bool = False) -> Iterator[StreamEvent]:
+    """Continuous batching, step by step (``stream_predict`` collects it): keep up to ``slots``
+    samples running; once at least ``refill_at`` slots are free (or none runs), admit the next
+    images into them (stem, context and h_0 for the new rows only), then step every running
+    sample together, whatever its depth: a weight-tied ``step`` does not depend on t. Yields an
+    "admit" event before each admission and an "exit" event after each step where samples exit.
+
+    New images take the rows of the samples that just exited, written in place (a copy of the
+    new rows only); rows left free are dropped (a row copy of the rest, as ``adaptive_predict``
+    compacts) and appended to later. Exits are ``adaptive_predict``'s (eq. (exit), or ``rule``,
+    with a step index per row); each sample is stepped as in a batch of its own, so its logits
+    match within float noise (docs/method.md section 8)."""
+    halting = _halting(tau, rule, "stream_predict")
+    slots = number_in("slots", slots, 1, 2**31, integer=True, hint=": the number of samples stepped together")
+    refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
+                          hint=f": admit new images once this many of the {slots} slots are free")
+    _refuse_a_step_that_reads_t(model)
+    steps = int(model.config.steps)
+    feed = _Feed(model, images, allow_other_size)
+    h = ctx = memory = idx = t = None  # the running rows: state, context, rule memory, input row, depth
+    n_live = 0
+
+    def admit(k: int):  # up to k new samples: (input rows, h_0, context, rule memory, depth 0)
+        got = feed.take(k)
+        if got is None:
+            return None
+        x, rows = got
+        h0, ctx0 = prologue(model, x)
+        mem0 = None if isinstance(halting, float) else halting.start(h0)
+        return rows, h0, ctx0, mem0, torch.zeros(rows.numel(), dtype=torch.int64, device=rows.device)
+
+    with torch.no_grad():
+        while True:
+            free = slots - n_live
+            if feed.more and free > 0 and (free >= refill_at or n_live == 0):  # append to the free slots
+                new = admit(free)
+                if new is not None:
+                    rows, h0, ctx0, mem0, t0 = new
+                    yield StreamEvent("admit", rows)  # (timed from here: before the stem runs)
+                    a = rows.numel()
+                    if n_live == 0:  # idx is written in place later: not the event's rows
+                        h, ctx, memory, idx, t = h0, ctx0, mem0, rows.clone(), t0
+                    else:
+                        h, ctx = _join(h, h0, n_live, a), _join(ctx, ctx0, n_live, a)
+                        memory = _join(memory, mem0, n_live, a)
+                        idx, t = torch.cat([idx, rows]), torch.cat([t, t0])
+                    n_live += a
+            if n_live == 0:
+                return
+            h, logits, halt_logit, p = _step_readout(model, h, ctx, 0)  # weight-tied: any t is step t
+            t = t + 1  # (n_live,) each row's depth now
+            done, memory = _exit_test(halting, t, h, logits, halt_logit, p, memory)
+            done |= t >= steps  # at T every sample stops
+            exit_pos = done.nonzero().squeeze(1)  # one host sync per step, as adaptive_predict
+            m = exit_pos.numel()
+            if m == 0:
+                continue
+            pick = lambda v: v.index_select(0, exit_pos)
+            yield StreamEvent("exit", pick(idx), pick(logits), pick(t), pick(p))
+            free = slots - n_live + m
+            refill = feed.more and (free >= refill_at or n_live == m)
+            new = admit(free) if refill else None  # first into the rows just freed, in place
+            if new is not None:
+                yield StreamEvent("admit", new[0])
+                a = new[0].numel()
+                k = min(a, m)
+                span = lambda lo, hi: torch.arange(lo, hi, device=exit_pos.device)
+                part = lambda v, lo, hi: v if (lo, hi) == (0, a) else _select(v, span(lo, hi), a)
+                pos = exit_pos[:k]
+                for state, fresh in zip((idx, h, ctx, memory, t), new):
+                    _put(state, pos, part(fresh, 0, k), n_live)
+                if a > m:  # more slots were free than rows just freed: the rest is appended
+                    rest = [part(v, m, a) for v in new]
+                    idx, t = torch.cat([idx, rest[0]]), torch.cat([t, rest[4]])
+                    h, ctx = _join(h, rest[1], n_live, a - m), _join(ctx, rest[2], n_live, a - m)
+                    memory = _join(memory, rest[3], n_live, a - m)
+                    n_live += a - m
+                if a >= m:
+                    continue  # every freed row taken again: no row copy of the running ones
+                done.index_fill_(0, pos, False)
+            keep = (~done).nonzero().squeeze(1)  # (n_live - m + a,) ascending
+            h, ctx, memory = (_select(v, keep, n_live) for v in (h, ctx, memory))
+            idx, t = idx.index_select(0, keep), t.index_select(0, keep)
+            n_live = keep.numel()
+
+
+def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
+                   rule: Any = None, return_scores: bool = False, refill_at: int = 1,
+                   allow_other_size: bool = False) -> AdaptiveResult:
+    """``adaptive_predict`` with continuous batching (docs/method.md section 8): ``slots`` samples
+    run together, and the slots that exited samples free are refilled with new images
+    (``refill_at``: once that many are free), so no batch ends with late steps on a few rows.
+
+    ``images``: a tensor (N, C, H, W) or an iterable of such batches (any sizes, one image
+    shape), each checked as it is admitted (``inputs.check_images``; the error names the batch).
+    Returns an ``AdaptiveResult`` in input order (empty for an empty stream). ``tau`` or ``rule``
+    as in ``adaptive_predict``. Weight-tied families only (recurrent, basic_ssm, frost): vanilla's
+    step depends on t (use ``adaptive_predict``). Runs without gradient; call ``model.eval()``."""
+    exits = _Exits(return_scores)
+    device = next(model.parameters(), torch.empty(0)).device
+    n = 0
+    for event in stream_steps(model, images, tau, slots=slots, rule=rule, refill_at=refill_at,
+                              allow_other_size=allow_other_size):
+        if event.kind == "exit":
+            exits.add(event.rows, event.logits, event.depth, event.halt_scores)
+        else:
+            n += event.rows.numel()
+            device = event.rows.device
+    return exits.result(n, getattr(model.config, "num_classes", 0), device)
 
 
 def sweep(scores: Tensor, step_outputs: Tensor, calibrator: HaltingCalibrator,

@@ -2,28 +2,43 @@
 
 Every rule reads the per-step outputs of one full-depth pass (``analysis.FullDepthPass``, with
 its trajectory for the step sizes) and exits each sample at the first step t in 1..T whose
-condition holds, else at T (as FROST's eq. (exit) does). A signal that is undefined at a step is
-NaN there, and a NaN never satisfies a condition, so a rule cannot fire at such a step; +-inf
+condition holds (for a rule with ``hits`` = 2: holds at t and at t - 1), else at T (as FROST's
+eq. (exit) does). A signal that is undefined at a step is NaN there, and a NaN never satisfies
+a condition, so a rule cannot fire at such a step (nor count as a hit); +-inf
 likewise only fires where the comparison with the threshold holds (a relative step of +inf
 never is "< eps").
 
     rule               signal s_t at step t (t = 1..T)                              exit when
     step size          ||h_t - h_{t-1}|| / ||h_t||                                  s_t < eps
     second-order step  ||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})|| / ||h_t||, t >= 2  s_t < eps
+    second-order step  ||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})||, t >= 2            s_{t-1} < eps and
+      (two-scale, as stated)                                                        s_t < eps
     KL between steps   KL(softmax y_t || softmax y_{t-1}), t >= 2                   s_t < eps
     confidence         max_k softmax(y_t)_k                                         s_t > threshold
     ponder             1 - prod_{s<=t} (1 - lambda_s), lambda = sigmoid(halt logit)  s_t > threshold
     frost              sigmoid(halt logit_t), threshold tau_q of the KLL calibrator  s_t > tau_q
 
-h_0 exists, so the step size is defined from t = 1; the second-order step and the KL need two
-steps and are NaN at t = 1. A state of norm 0 has no relative step: 0 / 0 is NaN, x / 0 is
-+inf, and neither fires. PonderNet's cumulative halting probability is 1 at t = T (the last
-step takes the remaining mass), which changes nothing: every sample stops at T anyway.
+Sources (``Rule.source``): step size and KL, Geiping et al. 2025 (recurrent-depth LMs); the
+second-order steps, Pappone et al. 2025 (two-scale latent dynamics, arXiv 2509.23314), see (*);
+confidence, BranchyNet and MSDNet; ponder, PonderNet (Banino et al. 2021); frost, Yu and Hwang 2026.
+
+(*) "second-order step" is this project's normalised, first-hit variant of the Two-Scale rule:
+the acceleration divided by ||h_t|| (scale-free, like the step size) and an exit on the first
+hit. "second-order step (two-scale, as stated)" is the rule as that paper is described: the
+unnormalised ||Delta_t - Delta_{t-1}|| below eps at two consecutive steps (``Rule.hits`` = 2).
+Each ``Rule`` carries its ``source``; the curve tables have it in a column.
+
+h_0 exists, so the step size is defined from t = 1; the second-order steps and the KL need two
+steps and are NaN at t = 1 (so the two-hit rule exits at t = 3 at the earliest). A state of
+norm 0 has no relative step: 0 / 0 is NaN, x / 0 is +inf, and neither fires. PonderNet's
+cumulative halting probability is 1 at t = T (the last step takes the remaining mass), which
+changes nothing: every sample stops at T anyway.
 
 The oracle (an upper bound, not a rule): ``oracle_exits``, ``oracle_accuracy_at``, ``oracle_curve``.
 
 Threshold protocol (MSDNet): docs/method.md section 10. The extremes -inf and +inf join each rule's
-candidates: no exit before T, or exit at the first step where the signal is defined.
+candidates: no exit before T, or exit at the first step where the signal is defined (the
+two-hit rule: the second such step).
 
 Curve tables (pandas, ``CURVE_COLUMNS``) have one row per threshold, its mean depth and accuracy
 on val and on test; ``curve_auc`` and ``depth_to_reach`` summarise them. No printing, no I/O.
@@ -46,7 +61,7 @@ from .halting import HaltingCalibrator, exit_steps
 from .losses import halting_distribution
 
 CURVE_COLUMNS = ("rule", "model", "threshold", "val_mean_depth", "val_accuracy", "mean_depth",
-                 "accuracy")
+                 "accuracy", "source")
 THRESHOLDS = 40  # candidate thresholds per rule: quantiles of its signal on the held-out split
 FROST_QUANTILES = tuple(i / 32 for i in range(33))  # 0, 1/32, ..., 1
 REACH_FRACTION = 0.99  # depth_at_99pct: the depth at which a curve reaches 99% of full depth
@@ -69,8 +84,16 @@ def step_size_signal(traj: FullDepthPass) -> Tensor:
 
 
 def second_order_signal(traj: FullDepthPass) -> Tensor:
-    """||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})|| / ||h_t||, (N, T) float64; NaN at t = 1."""
+    """||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})|| / ||h_t||, (N, T) float64; NaN at t = 1. This
+    project's normalised variant of the Two-Scale rule (``two_scale_signal`` is the rule as stated)."""
     s = _relative(traj.second_diff_norms, traj.state_norms[:, 2:])  # (N, T-1), t = 2..T
+    return torch.cat([torch.full_like(s[:, :1], math.nan), s], 1)
+
+
+def two_scale_signal(traj: FullDepthPass) -> Tensor:
+    """||Delta_t - Delta_{t-1}||, Delta_t = h_t - h_{t-1}, unnormalised (Pappone et al. 2025,
+    arXiv 2509.23314), (N, T) float64; NaN at t = 1."""
+    s = traj.second_diff_norms.double()  # (N, T-1), t = 2..T
     return torch.cat([torch.full_like(s[:, :1], math.nan), s], 1)
 
 
@@ -103,28 +126,43 @@ class Rule:
     name: str
     signal: Callable[[FullDepthPass], Tensor]  # (N, T)
     exits_when: str  # "below": s_t < threshold; "above": s_t > threshold
+    hits: int = 1  # exit once the condition has held at this many consecutive steps
+    source: str = ""  # where the rule comes from (docs/method.md section 10)
 
 
+TWO_SCALE = "second-order step (two-scale, as stated)"
 RULES = {r.name: r for r in (
-    Rule("step size", step_size_signal, "below"),
-    Rule("second-order step", second_order_signal, "below"),
-    Rule("KL between steps", kl_signal, "below"),
-    Rule("confidence", confidence_signal, "above"),
-    Rule("ponder", ponder_signal, "above"),
-    Rule(FROST, frost_signal, "above"),
+    Rule("step size", step_size_signal, "below", source="Geiping et al. 2025 (recurrent-depth LMs)"),
+    Rule("second-order step", second_order_signal, "below",
+         source="this project: the Two-Scale rule normalised by ||h_t||, exit on the first hit"),
+    Rule(TWO_SCALE, two_scale_signal, "below", hits=2,
+         source="Pappone et al. 2025, arXiv 2509.23314: unnormalised, two consecutive hits"),
+    Rule("KL between steps", kl_signal, "below", source="Geiping et al. 2025 (recurrent-depth LMs)"),
+    Rule("confidence", confidence_signal, "above", source="BranchyNet; MSDNet"),
+    Rule("ponder", ponder_signal, "above", source="PonderNet (Banino et al. 2021)"),
+    Rule(FROST, frost_signal, "above", source="FROST (Yu and Hwang 2026): tau_q of the KLL sketch"),
 )}
-SIGNAL_RULES = ("step size", "second-order step", "KL between steps", "confidence")  # any model
+SIGNAL_RULES = ("step size", "second-order step", TWO_SCALE, "KL between steps", "confidence")  # any model
 
 
 def _norms(v: Tensor) -> Tensor:
     return v.reshape(v.shape[0], -1).norm(dim=1)  # (n,) over the whole state, as full_depth_pass
 
 
+def _step_rows(t: Tensor | int, h: Tensor) -> Tensor:
+    """The step index of every row, (n,) int64: ``t`` as given per row, or one int for all."""
+    if isinstance(t, Tensor) and t.dim() == 1:
+        return t
+    return torch.full((h.shape[0],), int(t), dtype=torch.int64, device=h.device)
+
+
 class OnlineRule:
-    """A rule of ``RULES`` as ``halting.adaptive_predict(rule=...)`` applies it while it runs
-    (docs/method.md section 10): the signal of step t on the rows still running, from h_t, the
-    readout's logits and halting logit and a per-row memory (``ONLINE``); exits against
-    ``threshold`` as ``rule_exits`` does (NaN never fires)."""
+    """A rule of ``RULES`` as ``halting.adaptive_predict(rule=...)`` and ``halting.stream_predict``
+    apply it while they run (docs/method.md section 10): the signal of step t on the rows still
+    running, from h_t, the readout's logits and halting logit and a per-row memory (``ONLINE``);
+    exits against ``threshold`` as ``rule_exits`` does (NaN never fires). Each row has its own
+    step index t (rows at different depths share a step in ``stream_predict``); a rule with
+    ``hits`` > 1 also keeps each row's count of consecutive hits in its memory."""
 
     def __init__(self, rule: Rule | str, threshold: float):
         name = rule if isinstance(rule, str) else rule.name
@@ -135,15 +173,27 @@ class OnlineRule:
             raise ValueError(f"rule {self.rule.name!r}: the threshold is NaN; expected a real number")
         self.threshold = float(threshold)
 
-    def start(self, h0: Tensor) -> tuple:
-        """The memory before step 1 (from h_0)."""
-        return ONLINE[self.rule.name][0](h0)
+    def __repr__(self) -> str:
+        return f"OnlineRule({self.rule.name!r}, {self.threshold!r})  # {self.rule.source}"
 
-    def fires(self, t: int, h: Tensor, logits: Tensor, halt_logit: Tensor, memory: tuple):
-        """``(exits, memory)`` at step ``t`` (1..T): (n,) bool, and the memory for step t + 1."""
-        signal, memory = ONLINE[self.rule.name][1](t, h, logits, halt_logit, memory)
-        exits = signal > self.threshold if self.rule.exits_when == "above" else signal < self.threshold
-        return exits, memory
+    def start(self, h0: Tensor) -> tuple:
+        """The memory before step 1 (from h_0), one row per row of h_0."""
+        memory = ONLINE[self.rule.name][0](h0)
+        if self.rule.hits == 1:
+            return memory
+        return memory, torch.zeros(h0.shape[0], dtype=torch.int64, device=h0.device)  # hits in a row
+
+    def fires(self, t: Tensor | int, h: Tensor, logits: Tensor, halt_logit: Tensor, memory: tuple):
+        """``(exits, memory)`` at step ``t`` in 1..T, (n,) int64 per row (or one int for every row):
+        (n,) bool, and the memory for each row's next step."""
+        t = _step_rows(t, h)
+        inner, run = (memory, None) if self.rule.hits == 1 else memory
+        signal, inner = ONLINE[self.rule.name][1](t, h, logits, halt_logit, inner)
+        hit = signal > self.threshold if self.rule.exits_when == "above" else signal < self.threshold
+        if run is None:
+            return hit, inner
+        run = torch.where(hit, run + 1, 0)  # consecutive hits so far; a miss (or NaN) restarts
+        return run >= self.rule.hits, (inner, run)
 
 
 def _nan(n: Tensor) -> Tensor:
@@ -158,14 +208,21 @@ def _online_step_size(t, h, logits, halt, memory):
 def _online_second_order(t, h, logits, halt, memory):
     h_prev, d_prev = memory
     d = h - h_prev
-    signal = _nan(h) if t == 1 else _relative(_norms(d - d_prev), _norms(h))
+    signal = torch.where(t == 1, _nan(h), _relative(_norms(d - d_prev), _norms(h)))  # NaN at t = 1
+    return signal, (h, d)
+
+
+def _online_two_scale(t, h, logits, halt, memory):
+    h_prev, d_prev = memory
+    d = h - h_prev
+    signal = torch.where(t == 1, _nan(h), _norms(d - d_prev).double())  # unnormalised; NaN at t = 1
     return signal, (h, d)
 
 
 def _online_kl(t, h, logits, halt, memory):
     logp = F.log_softmax(logits.double(), dim=-1)  # (n, K)
-    (prev,) = memory
-    signal = _nan(logits) if t == 1 else (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)
+    (prev,) = memory  # (n, K), or the (n, 1) zeros of start: no y_0, NaN at t = 1 anyway
+    signal = torch.where(t == 1, _nan(logits), (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0))
     return signal, (logp,)
 
 
@@ -182,14 +239,15 @@ def _step_index(traj: FullDepthPass) -> Tensor:
     return torch.arange(1, steps + 1, dtype=torch.float64).expand(n, steps)
 
 
-FIXED_RULE = Rule(FIXED, _step_index, "above")
+FIXED_RULE = Rule(FIXED, _step_index, "above", source="every sample stops at the same step")
 
-# rule name -> (memory from h_0, step function (t, h, logits, halt logit, memory) -> (signal, memory))
+# rule name -> (memory from h_0, step function (t, h, logits, halt logit, memory) -> (signal, memory));
+# t (n,) int64 is each row's step index in 1..T; every memory tensor has one row per row of h
 ONLINE = {
-    FIXED: (lambda h0: (), lambda t, h, lg, z, m: (torch.full((h.shape[0],), float(t), dtype=torch.float64,
-                                                              device=h.device), m)),
+    FIXED: (lambda h0: (), lambda t, h, lg, z, m: (t.double(), m)),
     "step size": (lambda h0: (h0,), _online_step_size),
     "second-order step": (lambda h0: (h0, torch.zeros_like(h0)), _online_second_order),
+    TWO_SCALE: (lambda h0: (h0, torch.zeros_like(h0)), _online_two_scale),
     "KL between steps": (lambda h0: (torch.zeros(h0.shape[0], 1, dtype=torch.float64, device=h0.device),),
                          _online_kl),
     "confidence": (lambda h0: (), lambda t, h, lg, z, m: (F.softmax(lg.double(), dim=-1).amax(-1), m)),
@@ -199,8 +257,20 @@ ONLINE = {
 }
 
 
+def consecutive(condition: Tensor, hits: int) -> Tensor:
+    """(N, T) bool: ``condition`` held at t and at the ``hits`` - 1 steps before it."""
+    if hits == 1:
+        return condition
+    before = torch.zeros_like(condition[:, : hits - 1])  # no step 0, -1, ...: never a hit
+    return torch.cat([before, condition], 1).unfold(1, hits, 1).all(-1)  # (N, T)
+
+
 def rule_exits(rule: Rule, signal: Tensor, threshold: float) -> Tensor:
-    """Exit depth in 1..T of each sample, (N,) int64: the first t whose condition holds, else T."""
+    """Exit depth in 1..T of each sample, (N,) int64: the first t whose condition holds (at
+    ``rule.hits`` consecutive steps ending at t), else T."""
+    if rule.hits > 1:
+        hit = signal > threshold if rule.exits_when == "above" else signal < threshold  # NaN: False
+        return exit_steps(consecutive(hit, rule.hits).to(torch.float32), 0.5)
     if rule.exits_when == "above":
         return exit_steps(signal, threshold)  # first s_t > threshold
     return exit_steps(-signal, -threshold)  # "below": s_t < eps  <=>  -s_t > -eps (NaN stays NaN)
@@ -258,7 +328,8 @@ def threshold_curve(rule: Rule, val: FullDepthPass, test: FullDepthPass,
         (vd, va), (td, ta) = (depth_and_accuracy(rule_exits(rule, s, float(thr)), c)
                               for s, c in zip(signals, corrects))
         rows.append({"rule": rule.name, "model": model, "threshold": float(thr),
-                     "val_mean_depth": vd, "val_accuracy": va, "mean_depth": td, "accuracy": ta})
+                     "val_mean_depth": vd, "val_accuracy": va, "mean_depth": td, "accuracy": ta,
+                     "source": rule.source})
     return _frame(rows)
 
 
@@ -281,7 +352,8 @@ def fixed_depth_curve(val: FullDepthPass, test: FullDepthPass, model: str = ""):
     cv, ct = val.correct.double().mean(0), test.correct.double().mean(0)
     return _frame([{"rule": FIXED, "model": model, "threshold": float(t + 1),
                     "val_mean_depth": float(t + 1), "val_accuracy": cv[t].item(),
-                    "mean_depth": float(t + 1), "accuracy": ct[t].item()} for t in range(len(ct))])
+                    "mean_depth": float(t + 1), "accuracy": ct[t].item(), "source": FIXED_RULE.source}
+                   for t in range(len(ct))])
 
 
 def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 4):
@@ -295,8 +367,8 @@ def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 4):
     acc = oracle_accuracy_at(correct, depths)
     order = np.argsort(depths, kind="stable")
     return _frame([{"rule": ORACLE, "model": model, "threshold": math.nan, "val_mean_depth": math.nan,
-                    "val_accuracy": math.nan, "mean_depth": float(depths[i]), "accuracy": float(acc[i])}
-                   for i in order])
+                    "val_accuracy": math.nan, "mean_depth": float(depths[i]), "accuracy": float(acc[i]),
+                    "source": "an upper bound: the earliest correct step"} for i in order])
 
 
 def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,

@@ -444,3 +444,31 @@ def plot_loss_strength(runs: list[dict], title: str = "") -> plt.Figure:
     fig.suptitle(title or "halting-loss strength: per-step gradient conflict and collapse")
     fig.tight_layout()
     return fig
+
+
+def plot_stream_throughput(table, title: str = "") -> plt.Figure:
+    """Images/s against the halting quantile q (``benchmarks/adaptive_inference.py --stream`` rows):
+    full depth, batch-at-a-time (``adaptive_predict``, mode eager, compact_below 1), the stream
+    (``stream_predict``, a line per refill_at) and the ideal (full depth's rate times the FLOP
+    speed-up, the benchmark's ``ideal_images_per_s``); one panel per batch size B (the stream's
+    slots) and thread count."""
+    batch = table[(table["mode"] == "eager") & (table["compact_below"] == 1.0)]
+    stream = table[table["mode"] == "stream"]
+    panels = sorted(set(zip(stream["threads"], stream["batch_size"])))
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.8 * len(panels), 3.4), sharey=True, squeeze=False)
+    for ax, (threads, b) in zip(axes[0], panels):
+        at = lambda part: part[(part["threads"] == threads) & (part["batch_size"] == b)].sort_values("quantile")
+        rows = at(batch)
+        ax.plot(rows["quantile"], rows["full_images_per_s"], "--", color="k", lw=1, label="full depth")
+        ax.plot(rows["quantile"], rows["images_per_s"], "o-", ms=3, lw=1, color="C0", label="batch-at-a-time")
+        for i, (refill, part) in enumerate(at(stream).groupby("refill_at", sort=True)):
+            ax.plot(part["quantile"], part["images_per_s"], "s-", ms=3, lw=1, color=f"C{1 + i}",
+                    label=f"stream (refill at {int(refill)})")
+        ideal = at(stream).drop_duplicates("quantile")
+        ax.plot(ideal["quantile"], ideal["ideal_images_per_s"], ":", color="grey", lw=1.2, label="ideal (FLOPs)")
+        ax.set(title=f"B = {b}, {threads} thread{'s' * (threads > 1)}", xlabel="halting quantile q")
+    axes[0][0].set(ylabel="images / s")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title or "adaptive inference: throughput against q")
+    fig.tight_layout()
+    return fig

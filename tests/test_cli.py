@@ -32,6 +32,30 @@ def test_train_evaluate_sweep(tmp_path, capsys):
     assert "--budget-depth=9.0 is outside [1, 4]" in capsys.readouterr().err
 
 
+def test_evaluate_stream_gives_the_exits_of_batch_at_a_time(tmp_path, capsys):
+    """``evaluate --stream``: continuous batching over the split, the same accuracy and depths as
+    batch-at-a-time (exits equal but for float ties at the threshold: none on this split)."""
+    ckpt = _train_smoke(tmp_path, capsys)
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--quantile", "0.5"]) == 0
+    batch = json.loads(capsys.readouterr().out)
+    for slots in ("7", "64"):
+        assert main(["evaluate", "--checkpoint", str(ckpt), "--quantile", "0.5", "--stream", "--slots", slots,
+                     "--refill-at", "2"]) == 0
+        stream = json.loads(capsys.readouterr().out)
+        assert stream["stream"] == {"slots": int(slots), "refill_at": 2}
+        for key in ("accuracy", "mean_depth", "std_depth", "threshold"):
+            assert stream[key] == pytest.approx(batch[key], abs=1e-12), key
+    assert main(["evaluate", "--checkpoint", str(ckpt), "--stream", "--slots", "8", "--refill-at", "9"]) == 2
+    assert "--refill-at=9.0 is outside [1, 8]" in capsys.readouterr().err
+    vanilla = tmp_path / "vanilla.pt"
+    assert main(["train", "--size", "smoke", "--model", "vanilla", "--epochs", "1", "--set", "data.limit=64",
+                 "--checkpoint", str(vanilla)]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(vanilla), "--stream"]) == 2
+    err = capsys.readouterr().err
+    assert "vanilla's step depends on t: drop --stream" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "--size", "smoke", "--dataset", "mnist-3d"], "dataset"),
     (["train", "--size", "smoke", "--model", "resnet152"], "model.name"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -127,3 +129,50 @@ def test_table3_regime_benchmark_writes_every_ratio(tmp_path, monkeypatch):
     assert {round(r["mean_depth"] / 4, 4) for r in frost} == {round(7.56 / 16, 4), round(4.53 / 12, 4)}
     with pytest.raises(SystemExit):
         bench.main(["--size", "smoke", "--batch-sizes", "0"])
+
+
+def test_adaptive_inference_benchmark_records_the_stream_beside_batch_at_a_time(tmp_path, monkeypatch):
+    """benchmarks/adaptive_inference.py --stream at smoke size (a digits checkpoint): rows of
+    mode eager and stream for every quantile and refill_at, throughput, latency percentiles
+    and the ideal (timings are not checked: noise)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from frost_nb.checkpoint import save_checkpoint
+    from frost_nb.config import make_config
+    from frost_nb.halting import HaltingCalibrator
+
+    cfg = make_config("smoke")
+    torch.manual_seed(0)
+    model = create_model(cfg.model).eval()
+    calibrator = HaltingCalibrator().update(torch.rand(256))  # thresholds spread over (0, 1)
+    ckpt = save_checkpoint(tmp_path / "smoke.pt", {"config": cfg.to_dict(), "model": model.state_dict(),
+                                                   "calibrator": calibrator.to_bytes()})
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "adaptive_inference.py"
+    spec = importlib.util.spec_from_file_location("adaptive_inference", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
+    argv = ["--checkpoint", str(ckpt), "--images", "40", "--repeats", "2", "--warmup", "0", "--batch-sizes", "8",
+            "16", "--quantiles", "0.25", "0.75", "--stream", "--refill-at", "1", "4", "--threads", "1", "2",
+            "--csv", str(tmp_path / "a.csv"), "--metrics", "stream_test"]
+    assert bench.main(argv) == 0
+    d = json.loads((tmp_path / "metrics" / "bench_stream_test.json").read_text())
+    assert d["threads"] == [1, 2] and d["images"] == 40
+    rows = pd.DataFrame(d["rows"])
+    stream, batch = rows[rows["mode"] == "stream"], rows[rows["mode"] == "eager"]
+    assert len(batch) == 2 * 2 * 2 and len(stream) == 2 * 2 * 2 * 2  # threads x B x q (x refill_at)
+    assert set(stream["refill_at"]) == {1, 4} and set(stream["batch_size"]) == {8, 16}
+    key = ["threads", "batch_size", "quantile"]
+    both = stream.merge(batch, on=key, suffixes=("", "_batch"))
+    assert (both["mean_depth"] == both["mean_depth_batch"]).all() and (both["exits_match"] == 1.0).all()
+    assert (both["ideal"] == both["ideal_batch"]).all()  # the same exits, the same FLOP ideal
+    for part in (stream, batch):
+        assert (part["latency_p95_ms"] >= part["latency_p50_ms"]).all() and (part["latency_p50_ms"] > 0).all()
+        assert np.allclose(part["ideal_images_per_s"], part["ideal"] * part["full_images_per_s"])
+        assert np.allclose(part["ratio"], part["measured"] / part["ideal"])
+        assert np.allclose(part["images_per_s"], 1e6 / part["adaptive_us"])
+    assert len(pd.read_csv(tmp_path / "a.csv")) == len(rows)
+    with pytest.raises(SystemExit):
+        bench.main(["--checkpoint", str(ckpt), "--stream", "--batch-sizes", "8", "--refill-at", "9"])

@@ -21,6 +21,7 @@ from frost_nb.halting import (
     _select,
     adaptive_predict,
     exit_steps,
+    stream_predict,
     sweep,
 )
 
@@ -689,3 +690,208 @@ def test_sweep_refuses_bad_scores_and_mismatched_labels(standin):
         sweep(scores, out.logits[:, :, 0], y, cal, [0.5])
     with pytest.raises(ValueError, match=r"scores must be \(N, T\)"):
         sweep(scores[:, 0], out.logits, y, cal, [0.5])
+
+
+# --- continuous batching: stream_predict against adaptive_predict (issue 33) -----------------------
+
+# Exits may differ only where a sample's score (or a rule's signal) lies within float noise of the
+# threshold: a row stepped beside other rows goes through kernels blocked for another batch
+# size, which moves its logits by up to about 5e-7 here (float32, smoke models). A score within
+# SCORE_TIE of tau, or a signal within SIGNAL_TIE (relative) of a rule's threshold, at a step
+# between the two exit depths, may flip; logits are compared within LOGIT_TOL.
+SCORE_TIE, SIGNAL_TIE, LOGIT_TOL = 1e-5, 1e-4, dict(rtol=1e-4, atol=1e-5)
+WEIGHT_TIED = ("recurrent", "basic_ssm", "frost")
+
+
+def _stream_model(name, backbone="resnet", n=70, steps=6, seed=0):
+    from frost_nb.config import make_config
+    from frost_nb.models import create_model
+
+    torch.manual_seed(seed)
+    cfg = make_config("smoke", None, name, backbone, **{"model.steps": steps}).model
+    model = create_model(cfg).eval()
+    x = torch.randn(n, cfg.in_channels, cfg.image_size, cfg.image_size,
+                    generator=torch.Generator().manual_seed(seed + 1))
+    return model, x
+
+
+def _assert_same_exits(res, ref, near_threshold):
+    """Equal depths but where ``near_threshold(row, d1, d2)``; logits within LOGIT_TOL where equal."""
+    differ = (res.depth != ref.depth).nonzero().squeeze(1).tolist()
+    for i in differ:
+        assert near_threshold(i, int(res.depth[i]), int(ref.depth[i])), (i, res.depth[i], ref.depth[i])
+    same = res.depth == ref.depth
+    torch.testing.assert_close(res.logits[same], ref.logits[same], **LOGIT_TOL)
+    return len(differ)
+
+
+@pytest.mark.parametrize("name", WEIGHT_TIED)
+@pytest.mark.parametrize("backbone", ["resnet", "vit"])
+def test_stream_predict_exits_as_adaptive_predict_does(name, backbone):
+    """FROST's threshold at three quantiles; slot counts of 1, one that divides nothing (7), one
+    that leaves a short last refill (16) and one larger than the whole stream (100)."""
+    model, x = _stream_model(name, backbone)
+    with torch.no_grad():
+        scores = torch.sigmoid(model(x).halt_logits.float())  # (N, T) full depth
+    flips = 0
+    for q in (0.2, 0.5, 0.8):
+        tau = float(scores.quantile(q))
+        ref = adaptive_predict(model, x, tau, return_scores=True)
+        assert len(ref.depth.unique()) >= 2  # the exits spread over several steps
+
+        def near(i, d1, d2):
+            return bool((scores[i, min(d1, d2) - 1:max(d1, d2)] - tau).abs().min() < SCORE_TIE)
+
+        for slots in (1, 7, 16, 100):
+            res = stream_predict(model, x, tau, slots=slots, return_scores=True)
+            assert isinstance(res, AdaptiveResult) and res.logits.shape == ref.logits.shape
+            flips += _assert_same_exits(res, ref, near)
+            same = res.depth == ref.depth
+            torch.testing.assert_close(res.halt_scores[same], ref.halt_scores[same], rtol=1e-5, atol=1e-6)
+    assert flips <= 2  # a tie is rare: the exits are the same almost everywhere
+
+
+@pytest.mark.parametrize("backbone", ["resnet", "vit"])
+def test_stream_predict_exits_as_adaptive_predict_does_for_every_online_rule(backbone):
+    """Every OnlineRule (the two-hit rule among them: its per-row count of hits moves with the
+    rows), at thresholds inside each signal's range, with 3 and 16 slots (70 images)."""
+    from frost_nb.analysis import full_depth_pass
+    from frost_nb.halting_rules import FIXED, FIXED_RULE, RULES, OnlineRule, candidate_thresholds
+
+    model, x = _stream_model("frost", backbone)
+    traj = full_depth_pass(model, [(x, torch.zeros(len(x), dtype=torch.int64))], trajectories=True)
+    for rule in (*RULES.values(), FIXED_RULE):
+        signal = rule.signal(traj)  # (N, T)
+        thresholds = [2.5, 4.5] if rule.name == FIXED else candidate_thresholds(signal, 4)[1:-1]
+        for threshold in map(float, thresholds):
+            ref = adaptive_predict(model, x, rule=OnlineRule(rule.name, threshold))
+
+            def near(i, d1, d2):
+                window = signal[i, max(min(d1, d2) - rule.hits, 0):max(d1, d2)]
+                return bool(((window - threshold).abs() <= SIGNAL_TIE * max(1.0, abs(threshold))).any())
+
+            for slots in (3, 16):
+                res = stream_predict(model, x, rule=OnlineRule(rule.name, threshold), slots=slots)
+                _assert_same_exits(res, ref, near)
+
+
+class _Counting:
+    """Wraps a model's step: the rows of every call."""
+
+    def __init__(self, model):
+        self.sizes: list[int] = []
+        step = model.step
+
+        def counting(h, ctx, t):
+            self.sizes.append(h.shape[0])
+            return step(h, ctx, t)
+
+        model.step = counting
+
+
+def test_stream_keeps_the_slots_full_and_does_the_work_of_the_exits_only(monkeypatch):
+    import frost_nb.halting as halting
+
+    model, x = _stream_model("frost", n=100)
+    with torch.no_grad():
+        tau = float(torch.sigmoid(model(x).halt_logits.float()).quantile(0.4))
+    steps = model.config.steps
+    counter = _Counting(model)
+    copies: list[int] = []  # the step count at each row copy of the running rows
+    select = halting._select
+    monkeypatch.setattr(halting, "_select", lambda *a: copies.append(len(counter.sizes)) or select(*a))
+    res = stream_predict(model, x, tau, slots=16)
+    sizes = list(counter.sizes)
+    assert sum(sizes) == int(res.depth.sum())  # every step call is on running samples only
+    tail = next((i for i, s in enumerate(sizes) if s < 16), len(sizes))  # the feed has run dry
+    assert tail > 0 and set(sizes[:tail]) == {16}  # until then every call has all 16 slots full
+    assert sizes[tail:] == sorted(sizes[tail:], reverse=True) and len(sizes) - tail <= steps
+    # new images took the exited rows in place: the running rows are copied only in the tail
+    assert copies and min(copies) >= tail
+    # batch-at-a-time does the same work in more calls: each batch drains on fewer rows
+    counter.sizes.clear()
+    for b in range(0, len(x), 16):
+        adaptive_predict(model, x[b:b + 16], tau)
+    assert sum(counter.sizes) == sum(sizes) and len(counter.sizes) > len(sizes)
+
+
+@pytest.mark.parametrize("refill_at", [1, 4, 16])
+def test_stream_refill_at_changes_when_slots_refill_not_the_exits(refill_at):
+    model, x = _stream_model("basic_ssm", n=60)
+    with torch.no_grad():
+        scores = torch.sigmoid(model(x).halt_logits.float())
+    tau = float(scores.quantile(0.5))
+    ref = adaptive_predict(model, x, tau)
+    counter = _Counting(model)
+    res = stream_predict(model, x, tau, slots=16, refill_at=refill_at)
+    near = lambda i, d1, d2: bool((scores[i, min(d1, d2) - 1:max(d1, d2)] - tau).abs().min() < SCORE_TIE)
+    _assert_same_exits(res, ref, near)
+    # slots are refilled only once refill_at of them are free (never more than 16 rows at once)
+    assert max(counter.sizes) == 16 and sum(counter.sizes) == int(res.depth.sum())
+    if refill_at == 16:  # a new slot batch starts only when the last has drained: batch-at-a-time
+        stream_sizes = list(counter.sizes)
+        counter.sizes.clear()
+        for b in range(0, len(x), 16):
+            adaptive_predict(model, x[b:b + 16], tau)
+        assert stream_sizes == counter.sizes
+
+
+def test_stream_of_uneven_batches_returns_input_order_and_reports_admissions_and_exits():
+    from frost_nb.halting import stream_steps
+
+    model, x = _stream_model("recurrent", n=45)
+    with torch.no_grad():
+        scores = torch.sigmoid(model(x).halt_logits.float())
+    tau = float(scores.quantile(0.5))
+    ref = adaptive_predict(model, x, tau, return_scores=True)
+    parts = [x[:5], x[5:5], x[5:18], x[18:20], x[20:].numpy()]  # an empty batch and a numpy one
+    near = lambda i, d1, d2: bool((scores[i, min(d1, d2) - 1:max(d1, d2)] - tau).abs().min() < SCORE_TIE)
+    for slots in (4, 10, 64):  # shorter than one slot batch, and not a multiple of the batches
+        res = stream_predict(model, iter(parts), tau, slots=slots, return_scores=True)
+        _assert_same_exits(res, ref, near)
+    events = list(stream_steps(model, parts, tau, slots=10))
+    admitted = torch.cat([e.rows for e in events if e.kind == "admit"])
+    exited = torch.cat([e.rows for e in events if e.kind == "exit"])
+    assert admitted.tolist() == list(range(45))  # in input order, each once
+    assert sorted(exited.tolist()) == list(range(45))
+    seen: set[int] = set()
+    for e in events:  # nothing exits before it was admitted
+        if e.kind == "admit":
+            seen |= set(e.rows.tolist())
+        else:
+            assert set(e.rows.tolist()) <= seen and e.depth.shape == e.rows.shape
+
+
+def test_an_empty_stream_gives_an_empty_result():
+    model, x = _stream_model("frost", n=4)
+    for empty in ([], x[:0], iter([x[:0], x[:0]])):
+        res = stream_predict(model, empty, 0.5, return_scores=True)
+        assert res.logits.shape == (0, model.config.num_classes) and res.depth.shape == (0,)
+        assert res.depth.dtype == torch.int64 and res.halt_scores.shape == (0,)
+
+
+def test_stream_predict_refuses_bad_input_naming_the_batch_and_the_fix():
+    from frost_nb.halting_rules import OnlineRule
+
+    model, x = _stream_model("frost", n=12)
+    bad = x[8:].clone()
+    bad[1, 0, 2, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"batch 2 of the stream has 1 NaN or infinite pixel"):
+        stream_predict(model, [x[:4], x[4:8], bad], 0.5)
+    with pytest.raises(ValueError, match=r"batch 1 of the stream holds images of shape \(1, 4, 4\), "
+                                         r"the first batch \(1, 8, 8\)"):
+        stream_predict(model, [x[:4], x[4:8, :, :4, :4]], 0.5, allow_other_size=True)
+    with pytest.raises(ValueError, match=r"batch 1 of the stream has images of 4x4"):
+        stream_predict(model, [x[:4], x[4:8, :, :4, :4]], 0.5)
+    for slots in (0, -3, 2.5):
+        with pytest.raises(ValueError, match=r"slots=.*the number of samples stepped together"):
+            stream_predict(model, x, 0.5, slots=slots)
+    with pytest.raises(ValueError, match=r"refill_at=9(\.0)? is outside \[1, 8\].*slots are free"):
+        stream_predict(model, x, 0.5, slots=8, refill_at=9)
+    with pytest.raises(ValueError, match=r"threshold tau=nan (is not a number|must be a real number)"):
+        stream_predict(model, x, float("nan"))
+    with pytest.raises(TypeError, match="either tau"):
+        stream_predict(model, x, 0.5, rule=OnlineRule("confidence", 0.9))
+    vanilla, _ = _stream_model("vanilla", n=2)
+    with pytest.raises(ValueError, match=r"weight-tied step.*vanilla's step depends on t.*use adaptive_predict"):
+        stream_predict(vanilla, x, 0.5)

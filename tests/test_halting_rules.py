@@ -36,6 +36,7 @@ from frost_nb.halting_rules import (
     second_order_signal,
     step_size_signal,
     summary,
+    two_scale_signal,
 )
 
 T = 4
@@ -98,6 +99,70 @@ def test_second_order_is_undefined_at_step_one():
     assert _exits("second-order step", traj, 0.001) == [T, T]
 
 
+def test_two_scale_rule_as_stated_needs_two_consecutive_unnormalised_hits():
+    """The Two-Scale rule as stated: ||Delta_t - Delta_{t-1}|| (no division by ||h_t||) below eps
+    at two steps in a row; beside it this project's normalised first-hit variant."""
+    from frost_nb.halting_rules import TWO_SCALE
+
+    second = [[0.05, 0.05, 1.0],  # hits at t = 2 and 3: exits at 3
+              [0.05, 1.0, 0.05],  # two single hits, never two in a row: T
+              [0.5, 0.5, 0.5]]  # unnormalised 0.5 never hits; divided by ||h_t|| = 10 it is 0.05
+    traj = _traj(n=3, second=second, state_norms=[[1] * 5, [1] * 5, [10] * 5])
+    s = two_scale_signal(traj)
+    assert torch.isnan(s[:, 0]).all()
+    assert torch.equal(s[:, 1:], torch.tensor(second, dtype=torch.float32).double())
+    assert RULES[TWO_SCALE].hits == 2 and RULES["second-order step"].hits == 1
+    assert _exits(TWO_SCALE, traj, 0.1) == [3, T, T]
+    assert _exits("second-order step", traj, 0.1) == [2, 2, 2]  # first hit, normalised
+    assert _exits(TWO_SCALE, traj, math.inf) == [3, 3, 3]  # the earliest: the second defined step
+    assert _exits(TWO_SCALE, traj, -math.inf) == [T, T, T]
+    assert "2509.23314" in RULES[TWO_SCALE].source and "this project" in RULES["second-order step"].source
+    assert TWO_SCALE in SIGNAL_RULES and "second-order step" in SIGNAL_RULES
+
+
+def test_consecutive_hits_against_a_loop():
+    from frost_nb.halting_rules import consecutive
+
+    g = torch.Generator().manual_seed(11)
+    cond = torch.rand(50, 7, generator=g) < 0.6
+    for hits in (1, 2, 3):
+        run, expected = torch.zeros(50, dtype=torch.int64), torch.zeros_like(cond)
+        for t in range(7):
+            run = torch.where(cond[:, t], run + 1, 0)
+            expected[:, t] = run >= hits
+        assert torch.equal(consecutive(cond, hits), expected), hits
+
+
+def test_online_rules_take_a_step_index_per_row():
+    """Rows at different depths in one call (the stream) give each row what a call at its own
+    step gives; the two-hit rule's count of hits restarts on a miss and on a NaN."""
+    from frost_nb.halting_rules import TWO_SCALE, OnlineRule
+
+    g = torch.Generator().manual_seed(12)
+    h0, h1, h2 = (torch.randn(4, 3, 2, 2, generator=g) for _ in range(3))
+    logits, halt = torch.randn(4, 5, generator=g), torch.randn(4, generator=g)
+    for name in ("second-order step", "KL between steps", "fixed depth"):
+        rule = OnlineRule(name, 2.5 if name == "fixed depth" else 10.0)
+        mem = rule.start(h0)
+        _, mem = rule.fires(1, h1, logits, halt, mem)
+        t = torch.tensor([1, 2, 3, 2])  # per row
+        mixed, _ = rule.fires(t, h2, logits, halt, mem)
+        for i in range(4):
+            alone, _ = rule.fires(int(t[i]), h2, logits, halt, mem)
+            assert bool(mixed[i]) == bool(alone[i]), (name, i)
+    rule = OnlineRule(TWO_SCALE, 0.5)
+    assert "2509.23314" in repr(rule)
+    h = torch.zeros(2, 3)
+    mem = rule.start(h)
+    fired = []
+    # steps of 0, 0, 0, 1, 1, 1.3 along one axis: accelerations NaN, 0, 0, 1, 0, 0.3
+    for t, step in enumerate([0.0, 0.0, 0.0, 1.0, 1.0, 1.3], start=1):
+        h = h + torch.tensor([[step, 0, 0], [step, 0, 0]])
+        out, mem = rule.fires(t, h, logits[:2], halt[:2], mem)
+        fired.append(bool(out[0]))
+    assert fired == [False, False, True, False, False, True]  # hits at 2, 3; miss at 4; hits at 5, 6
+
+
 def test_kl_between_steps():
     a, b = torch.tensor([2.0, 0.0, -1.0]), torch.tensor([0.0, 1.0, 0.0])
     logits = torch.stack([torch.stack([a, b, b, a]),  # KL 0 at t = 3
@@ -140,6 +205,7 @@ def test_frost_curve_uses_the_calibrators_thresholds():
     cal = HaltingCalibrator(200).update(torch.sigmoid(val.halt_logits))
     curve = frost_curve(val, test, cal, "m", quantiles=(0.0, 0.5, 1.0))
     assert list(curve.columns) == list(CURVE_COLUMNS)
+    assert set(curve["source"]) == {RULES["frost"].source}  # each curve names its rule's source
     assert curve["threshold"].tolist() == [cal.threshold(0.0), cal.threshold(0.5), math.inf]
     depth = exit_steps(torch.sigmoid(test.halt_logits), cal.threshold(0.5))  # halting.exit_steps
     assert curve["mean_depth"][1] == pytest.approx(depth.double().mean().item())

@@ -212,7 +212,9 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     assert {"rule", "model", "threshold", "mean_depth", "accuracy"} <= set(curves[0])
     models = {"frost", "basic_ssm", "recurrent", "vanilla", "frost (ponder)"}
     assert {r["model"] for r in curves} == models
-    signal_rules = {"step size", "second-order step", "KL between steps", "confidence"}
+    from frost_nb.halting_rules import SIGNAL_RULES
+
+    signal_rules = set(SIGNAL_RULES)  # both second-order rules among them
     for model in models:
         rows = [r for r in curves if r["model"] == model]
         by_rule = {rule: [r for r in rows if r["rule"] == rule] for rule in {r["rule"] for r in rows}}

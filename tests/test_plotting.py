@@ -6,7 +6,9 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 
-from frost_nb.plotting import plot_training  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from frost_nb.plotting import plot_stream_throughput, plot_training  # noqa: E402
 
 
 def _history(logged_steps):
@@ -24,3 +26,27 @@ def test_held_out_points_sit_at_the_end_of_their_epoch_in_full_and_lean_historie
     for logged in (full, lean):
         held_out = plot_training(_history(logged)).axes[1].lines[1]
         assert np.allclose(held_out.get_xdata(), [100, 200, 300, 400])
+
+
+def test_stream_throughput_figure_draws_the_four_lines_of_each_panel():
+    """One panel per (threads, B); in each: full depth, batch-at-a-time, one stream line per
+    refill_at and the ideal, at the quantiles of the rows (the values drawn are the table's)."""
+    rows = []
+    for threads in (1, 2):
+        for b in (64, 256):
+            for q in (0.25, 0.5, 0.75):
+                base = {"threads": threads, "batch_size": b, "quantile": q, "full_images_per_s": 1000.0 * threads,
+                        "ideal_images_per_s": 3000.0 * (1 - q)}
+                rows.append({**base, "mode": "eager", "compact_below": 1.0, "refill_at": np.nan,
+                             "images_per_s": 1500.0})
+                rows += [{**base, "mode": "stream", "compact_below": 1.0, "refill_at": f,
+                          "images_per_s": 2000.0 + f} for f in (1, 16)]
+    fig = plot_stream_throughput(pd.DataFrame(rows))
+    assert len(fig.axes) == 4 and fig.axes[3].get_title() == "B = 256, 2 threads"
+    lines = {line.get_label(): line for line in fig.axes[1].lines}  # threads 1, B = 256
+    assert set(lines) == {"full depth", "batch-at-a-time", "stream (refill at 1)", "stream (refill at 16)",
+                          "ideal (FLOPs)"}
+    assert list(lines["stream (refill at 16)"].get_ydata()) == [2016.0] * 3
+    assert list(lines["ideal (FLOPs)"].get_xdata()) == [0.25, 0.5, 0.75]
+    assert np.allclose(lines["ideal (FLOPs)"].get_ydata(), [2250.0, 1500.0, 750.0])
+    assert list(fig.axes[2].lines[0].get_ydata()) == [2000.0] * 3  # threads 2: full depth
