@@ -188,6 +188,8 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    from pathlib import Path
+
     from .halting import sweep
     from .inputs import check_split
     from .notebook import validate_params
@@ -206,6 +208,12 @@ def cmd_sweep(args) -> int:
     if args.csv:
         with atomic_path(args.csv) as tmp:
             table.to_csv(tmp, index=False)
+        # the sidecar <stem>.provenance.json: which run the CSV's numbers come from
+        from . import provenance
+        sidecar = Path(args.csv).with_suffix(".provenance.json")
+        with atomic_path(sidecar) as tmp:
+            tmp.write_text(json.dumps({"provenance": provenance.make({"checkpoint": str(args.checkpoint)})},
+                                      indent=2) + "\n")
     return 0
 
 
