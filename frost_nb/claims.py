@@ -125,11 +125,13 @@ def table1(frost: Sequence[float], basic_ssm: Sequence[float],
 
 # 2. Appendix B: contraction, decided by the Jacobian norm (the step ratio is descriptive: an
 # interpolating step with a normalised branch shrinks its steps by construction)
-JACOBIAN_MARGIN = 0.05  # median step-Jacobian norm at least this far below 1
+# the paper's bound is the claim itself (norm < 1): no extra margin; the seed rule's two standard
+# errors keep a norm near 1 undecided
+JACOBIAN_MARGIN = 0.0
 
 
 def contraction(jacobian_norm: Sequence[float]) -> str:
-    """Per seed, 1 minus the median Jacobian norm of the late steps, against JACOBIAN_MARGIN."""
+    """Per seed, 1 minus the median Jacobian norm of the late steps (8..T), against JACOBIAN_MARGIN."""
     return decide([1.0 - j for j in jacobian_norm], JACOBIAN_MARGIN)
 
 
@@ -340,7 +342,7 @@ CLAIMS = (
           f"({paper.TABLE1['basic_ssm'][_T1][0]})", f"frost - basic_ssm cosine at t = {TABLE1_STEP} > {TABLE1_MARGIN}; "
           "the no-ranking control too"),
     Claim(2, "Appendix B contraction", "the parameterisation guarantees an operator norm below 1",
-          f"median step-Jacobian norm < 1 - {JACOBIAN_MARGIN}"),
+          "median step-Jacobian norm (steps 8..T) < 1 beyond 2 SE"),
     Claim(3, "Minkowski dimension", f"vanilla and basic_ssm close to the Koch curve's "
           f"{paper.KOCH_DIMENSION:.2f}, FROST significantly higher", f"frost - max(baselines) > {DIMENSION_MARGIN}"),
     Claim(4, "Figure 1 alpha", "alpha first drops, then recovers, and stays below 1",
