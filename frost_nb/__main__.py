@@ -208,6 +208,8 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    from pathlib import Path
+
     from .halting import sweep
     from .inputs import check_split
     from .notebook import validate_params
@@ -226,6 +228,12 @@ def cmd_sweep(args) -> int:
     if args.csv:
         with atomic_path(args.csv, "pass another --csv") as tmp:
             table.to_csv(tmp, index=False)
+        # the sidecar <stem>.provenance.json: which run the CSV's numbers come from
+        from . import provenance
+        sidecar = Path(args.csv).with_suffix(".provenance.json")
+        with atomic_path(sidecar) as tmp:
+            tmp.write_text(json.dumps({"provenance": provenance.make({"checkpoint": str(args.checkpoint)})},
+                                      indent=2) + "\n")
     return 0
 
 
@@ -275,44 +283,52 @@ def cmd_export(args) -> int:
 
 
 def cmd_verdicts(args) -> int:
-    """The verdict table of the paper's claims from the metrics files (frost_nb/verdicts.py)."""
+    """The verdict tables of the paper's claims from the metrics files (frost_nb/verdicts.py):
+    the README's one row per claim, docs/results.md's every row."""
     import difflib
     from pathlib import Path
 
     from .notebook import ParameterError
-    from .paths import atomic_path, check_readable, check_writable
-    from .verdicts import current_block, markdown_table, replace_block, verdict_rows
+    from .paths import atomic_path, check_readable, check_writable, repo_root
+    from .verdicts import MARKERS, TARGETS, current_block, replace_block, tables
 
-    target = args.write or args.check
-    option = "--write" if args.write else "--check"
-    fix = f"pass {option} an existing file with the verdicts block (README.md)"
-    if target is not None:  # before the metrics are read
-        check_readable(target, "the file", fix, error=ParameterError)
-        if args.write:
-            check_writable(target, "the file", fix)
+    target = args.write if args.write is not None else args.check
+    option = "--write" if args.write is not None else "--check"
+    files = [] if target is None else [target] if target else [str(repo_root() / name) for name in TARGETS]
+    for file in files:  # before the metrics are read
+        fix = f"pass {option} an existing file with a verdicts block (README.md, docs/results.md)"
+        check_readable(file, "the file", fix, error=ParameterError)
+        if args.write is not None:
+            check_writable(file, "the file", fix)
     if args.metrics_dir is not None:
         check_readable(args.metrics_dir, "the metrics folder", "pass --metrics-dir an existing folder",
                        folder=True, error=ParameterError)
-    table = markdown_table(verdict_rows(args.metrics_dir))
+    made = tables(args.metrics_dir)
     if target is None:
-        print(table)
+        print(made["summary"])
         return 0
-    text = Path(target).read_text()
-    block = current_block(text)
-    if block is None:
-        raise ParameterError(f"{target} has no <!-- verdicts:start --> ... <!-- verdicts:end --> block")
-    if args.write:
-        with atomic_path(target, fix) as tmp:  # an interrupted write leaves the README as it was
-            tmp.write_text(replace_block(text, table))
-        return 0
-    if block != table:
-        diff = difflib.unified_diff(block.splitlines(), table.splitlines(), f"{target} (verdicts block)",
-                                    "generated from the metrics", lineterm="")
-        print("\n".join(diff), file=sys.stderr)
-        print(f"{target}: the verdict table is stale; refresh it with "
-              f"python -m frost_nb verdicts --write {target}", file=sys.stderr)
-        return 1
-    return 0
+    stale = 0
+    for file in files:
+        text = Path(file).read_text()
+        kinds = [k for k in MARKERS if current_block(text, k) is not None]
+        if not kinds:
+            raise ParameterError(f"{file} has no verdicts block ({', '.join(s for s, _ in MARKERS.values())})")
+        if args.write is not None:
+            for kind in kinds:
+                text = replace_block(text, made[kind], kind)
+            with atomic_path(file, f"pass {option} a writable file") as tmp:  # an interrupted write keeps the file
+                tmp.write_text(text)
+            continue
+        for kind in kinds:
+            if current_block(text, kind) != made[kind]:
+                diff = difflib.unified_diff(current_block(text, kind).splitlines(), made[kind].splitlines(),
+                                            f"{file} ({kind} verdicts block)", "generated from the metrics",
+                                            lineterm="")
+                print("\n".join(diff), file=sys.stderr)
+                print(f"{file}: the verdict table is stale; refresh it with python -m frost_nb verdicts --write",
+                      file=sys.stderr)
+                stale = 1
+    return stale
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,10 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-dir", default=None,
                    help="metrics folder (default: the committed outputs/metrics)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--write", metavar="FILE",
-                       help="replace the table between the verdicts markers of FILE")
-    group.add_argument("--check", metavar="FILE",
-                       help="exit 1 when FILE's table differs from the generated one")
+    group.add_argument("--write", metavar="FILE", nargs="?", const="",
+                       help="replace the tables between the verdicts markers of FILE (default: README.md "
+                            "and docs/results.md)")
+    group.add_argument("--check", metavar="FILE", nargs="?", const="",
+                       help="exit 1 when FILE's tables (default: README.md's and docs/results.md's) differ "
+                            "from the generated ones")
     args = parser.parse_args(argv)
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)

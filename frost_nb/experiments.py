@@ -13,7 +13,7 @@ in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
   notebook 04").
 - notebook 07's ``ponder`` (PonderNet's loss in place of the ranking losses) and ``collapse``
   (the baselines trained with the ranking losses, each beside its task-only ``families`` run).
-- issue 15's fidelity experiments (READING_EXPERIMENTS; docs/fidelity.md): ``readings`` (b) and
+- issue 15's fidelity experiments (claims.EXPERIMENT_RULES; docs/fidelity.md): ``readings`` (b) and
   ``loss_strength`` (c); ``vit`` (issue 17): the four families on the ViT backbone.
 
 The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
@@ -55,7 +55,6 @@ from .fractal import (
     project,
     protocol_name,
     protocol_order,
-    protocols_verdict,
     resample_polyline,
     straight_line,
     summarise_dimensions,
@@ -136,41 +135,8 @@ RESIDUAL_READING = {"model.update": "canonical", "model.halt_norm": False, "loss
 RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
                       "halting.sketch_window": "epoch", "loss.rank_frac": 0.5}
 
-# The experiments that decide the fidelity verdicts (issue 15), with their reading rules, fixed
-# before any of them ran. Areas are curve areas of test accuracy against mean depth over 1..T
-# (halting_rules.summary), thresholds from the held-out split only.
-READING_EXPERIMENTS = {
-    "head_refit": (
-        "Frozen committed Fashion-MNIST frost backbones (families' frost seeds 0-2, the adopted-"
-        "defaults frost seed 0); only the halting head is refitted, four ways: global pairs, per-step "
-        "pairs, per-step pairs on a LayerNorm-ed input, BCE on 'this step's prediction is correct'. "
-        "Rule: the score's design is at fault when the per-step normalised head beats the global-pairs "
-        "refit by at least 0.01 area (mean over backbones); the backbone's early steps are at fault when "
-        "even the correctness head beats the better of fixed depth and confidence by less than 0.01."),
-    "update_forms": (
-        "canonical, convex, gated, leaky, leaky_gated, each with model.init_state 'embedding' and "
-        "'zeros'; digits at demo size, seeds 0-2; then Fashion-MNIST at 5 epochs, seed 0, for leaky and "
-        "gated. Rule: a form contracts when its median JVP norm over steps 8..T is below 1 and at least "
-        "half the samples satisfy the appendix-B bound; Table 1 is reproduced for a form when frost's "
-        "cosine at t = 3 exceeds basic_ssm's (same seeds) by more than the spread over seeds."),
-    "loss_strength": (
-        "vanilla, recurrent, basic_ssm, frost with (lambda_rel, lambda_abs) in (1, 0.1), (3, 1), "
-        "(10, 3), and L_abs alone at lambda_abs 1 and 3; digits, seeds 0-2. Rule: collapse as "
-        "halting_rules.collapsed; the collapse claim holds when a baseline collapses on at least 2 of 3 "
-        "seeds at some strength where frost does not; the L_abs claim holds when L_abs alone collapses. "
-        "Made precise before the runs: frost 'does not' collapse at a strength when it collapses on at "
-        "most 1 of 3 seeds; 'L_abs alone collapses' means frost with L_abs alone collapses on at least 2 "
-        "of 3 seeds at some lambda_abs. Gradient conflict (appendix D, Definition D.1 'at iteration t'): "
-        "per probe the cosine between the task gradient and step t's own ranking gradient, averaged over "
-        "t = 1..T and over the probes of the second half of training; the claim holds at a strength when "
-        "frost's is positive on every seed and each baseline's is negative on at least 2 of 3 seeds. The "
-        "ranking/task gradient-norm ratio (same probes) is reported, not graded."),
-    "minkowski_protocols": (
-        "Committed Fashion-MNIST families (3 seeds x 4 families), inference only: polyline vs point "
-        "cloud of all states, 2-D vs 3-D PCA projection, coarse (1/4..1/32) vs fine (1/8..1/128) box "
-        "ranges. Rule: 'protocol-dependent' unless one protocol orders frost above vanilla and "
-        "basic_ssm on every seed."),
-}
+# The experiments that decide the fidelity verdicts (issue 15): their rules, fixed before any of them
+# ran, and their verdicts live in frost_nb/claims.py (EXPERIMENT_RULES); the drivers below record numbers.
 
 
 def reading_of(cfg: RunConfig) -> str:
@@ -637,46 +603,10 @@ def strength_row(result, reference) -> dict[str, Any]:
     return row
 
 
-def loss_strength_verdicts(rows: list[dict]) -> dict[str, Any]:
-    """READING_EXPERIMENTS["loss_strength"]'s rules over the rows of ``strength_row`` (3 seeds per
-    arm): per arm the seeds collapsed and the mean per-step conflict; per claim the strengths at
-    which it holds."""
-    arms: dict[tuple[str, float, float], list[dict]] = {}
-    for r in rows:
-        arms.setdefault((r["model"], r["lambda_rel"], r["lambda_abs"]), []).append(r)
-    summary = {}
-    for (m, rel, abs_), rs in arms.items():
-        mean = lambda key, rs=rs: float(np.mean([r[key] for r in rs]))  # over the arm's seeds
-        summary[strength_label(m, rel, abs_)] = {
-            "model": m, "lambda_rel": rel, "lambda_abs": abs_, "seeds": len(rs),
-            "collapsed_seeds": sum(r["collapsed"] for r in rs), "accuracy": mean("accuracy"),
-            "reference_accuracy": mean("reference_accuracy"), "one_step_share": mean("one_step_share"),
-            "step_cosine": mean("step_cosine"), "negative_seeds": sum(r["step_cosine"] < 0 for r in rs),
-            "positive_seeds": sum(r["step_cosine"] > 0 for r in rs),
-            "rank_task_ratio": mean("rank_task_ratio")}
-    strengths = sorted({(a["lambda_rel"], a["lambda_abs"]) for a in summary.values()})
-    collapse, conflict = [], []
-    for rel, abs_ in strengths:
-        at = {a["model"]: a for a in summary.values() if (a["lambda_rel"], a["lambda_abs"]) == (rel, abs_)}
-        frost, baselines = at.get("frost"), [at[m] for m in FAMILIES[:3] if m in at]
-        if frost is None or not baselines:
-            continue
-        tag = strength_label("", rel, abs_).lstrip(", ")
-        if frost["collapsed_seeds"] <= 1 and any(b["collapsed_seeds"] >= 2 for b in baselines):
-            collapse.append(tag)
-        if frost["positive_seeds"] == frost["seeds"] and all(b["negative_seeds"] >= 2 for b in baselines):
-            conflict.append(tag)
-    abs_only = [a for a in summary.values() if a["model"] == "frost" and a["lambda_rel"] == 0]
-    return {"arms": summary, "collapse_claim_holds_at": collapse, "conflict_claim_holds_at": conflict,
-            "l_abs_alone_collapses_frost_at": [a["lambda_abs"] for a in abs_only if a["collapsed_seeds"] >= 2],
-            "l_abs_arms": len(abs_only)}
-
-
 def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
                              seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None) -> dict[str, Any]:
     """Experiment (c) from trained runs only (``require_trained``): a ``strength_row`` per run of
-    the ``loss_strength`` grid with the ranking losses, against its family's task-only run, and
-    the fixed rules' verdicts; what ``write_metrics("15_loss_strength", ...)`` records."""
+    the ``loss_strength`` grid with the ranking losses, against its family's task-only run; what ``write_metrics("15_loss_strength", ...)`` records."""
     runs = grid("loss_strength", size, dataset, seeds)
     require_trained(runs, retrain=False)
     if rows is None:
@@ -689,7 +619,7 @@ def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
                     rows.append({"run": label, **strength_row(train_or_load(cfg, progress=False),
                                                               train_or_load(reference, progress=False))})
     return {"dataset": dataset, "size": size, "seeds": list(seeds), "strengths": [list(s) for s in LOSS_STRENGTHS],
-            "rule": READING_EXPERIMENTS["loss_strength"], "runs": rows, **loss_strength_verdicts(rows)}
+            "runs": rows}
 
 
 def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any]):
@@ -718,7 +648,7 @@ JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iter
 
 
 def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
-    """What experiment (b) measures on one trained run (READING_EXPERIMENTS["update_forms"]), on
+    """What experiment (b) measures on one trained run (claims.EXPERIMENT_RULES["update_forms"]), on
     the test split: both contraction measures, Table 1's cosine at UPDATE_FORM_STEPS, accuracy per
     fixed depth, alpha over training and the areas of FROST's rule and of a fixed depth."""
     cfg = result.config
@@ -741,36 +671,11 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
             "area frost": float(areas.get("frost", math.nan)), "area fixed": float(areas.get(FIXED, math.nan))}
 
 
-def reading_verdicts(rows, basic_ssm_cos3: list[float]) -> dict[str, dict[str, Any]]:
-    """READING_EXPERIMENTS["update_forms"]'s rule per (form, h0) over its seeds (means over seeds;
-    the spread is the larger std over seeds of the form's and basic_ssm's cosine at t = 3)."""
-    out: dict[str, dict[str, Any]] = {}
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["update"], r["init_state"]), []).append(r)
-    b = np.asarray(basic_ssm_cos3, dtype=float)
-    for (update, init), rs in groups.items():
-        jvp = float(np.mean([r["jvp_norm"] for r in rs]))
-        bound = float(np.mean([r["bound_holds"] for r in rs]))
-        cos3 = np.asarray([r["cos t=3"] for r in rs], dtype=float)
-        spread = max(float(cos3.std()), float(b.std()))
-        out[f"{update}, h0 = {init}"] = {
-            "update": update, "init_state": init, "seeds": len(rs), "jvp_norm": jvp, "bound_holds": bound,
-            "kappa": float(np.mean([r["kappa"] for r in rs])), "contracts": jvp < 1 and bound >= 0.5,
-            "cos t=3": float(cos3.mean()), "basic_ssm cos t=3": float(b.mean()), "spread": spread,
-            "table1_reproduced": float(cos3.mean() - b.mean()) > spread,
-            "accuracy": float(np.mean([r["accuracy"] for r in rs])),
-            "area frost": float(np.mean([r["area frost"] for r in rs])),
-            "area fixed": float(np.mean([r["area fixed"] for r in rs]))}
-    return out
-
-
 def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", seeds: tuple[int, ...] = (0, 1, 2),
                             rows: list[dict] | None = None, jvp_samples: int = 100) -> dict[str, Any]:
     """Experiment (b) from trained runs only (``require_trained``): a ``reading_row`` per run of the
     ``readings`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
-    Table 1 cosine at t = 3 on the same seeds (task-only families runs), and the fixed rule's
-    verdict per form; what ``write_metrics("15_update_forms", ...)`` records."""
+    Table 1 cosine at t = 3 on the same seeds (task-only families runs); what ``write_metrics("15_update_forms", ...)`` records."""
     runs = grid("readings", size, dataset, seeds)
     families = {s: grid("families", size, dataset, (s,))["basic_ssm"] for s in seeds}
     require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)
@@ -783,8 +688,7 @@ def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", 
     label = dataset if dataset == "digits" else f"{dataset} ({', '.join(map(str, epochs))} epochs, seeds " \
         f"{', '.join(map(str, seeds))})"
     return {"dataset": dataset, "label": label, "size": size, "seeds": list(seeds), "jvp_samples": jvp_samples,
-            "rule": READING_EXPERIMENTS["update_forms"], "basic_ssm cos t=3": basic, "runs": rows,
-            "forms": reading_verdicts(rows, basic)}
+            "basic_ssm cos t=3": basic, "runs": rows}
 
 
 # ------------------------------------------------------------------ experiment 3(d): Minkowski protocols
@@ -793,8 +697,8 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
                             retrain: bool = False) -> dict:
     """Experiment 3(d) of issue 15 (docs/fidelity.md section 2): every protocol's dimension on the
     first ``samples`` test images of each run of the residual families grid (inference only;
-    ``require_trained``), per protocol and seed whether frost lies above vanilla and basic_ssm,
-    and the fixed rule's verdict: the metrics record."""
+    ``require_trained``), and per protocol and seed whether frost lies above vanilla and basic_ssm:
+    the metrics record (frost_nb.claims decides)."""
     runs = grid("families", size, dataset, seeds=seeds, reading="residual")
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)
@@ -817,8 +721,7 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
         reference[name] = {"known": float(truth), **window_dimensions(counts)}
     return {"dataset": first.data.name, "size": size, "seeds": list(seeds), "samples": samples,
             "reference": reference,
-            "rule": READING_EXPERIMENTS["minkowski_protocols"],
             "protocols": {protocol_name(*p): {"point_set": p[0], "dims": p[1], "window": p[2],
                                               "box_scales": list(WINDOWS[p[2]])} for p in PROTOCOLS},
             "box_offsets": BOX_OFFSETS, "polyline_points": 8192,
-            "runs": rows, "frost_above_vanilla_and_basic_ssm": orders, **protocols_verdict(orders)}
+            "runs": rows, "frost_above_vanilla_and_basic_ssm": orders}

@@ -480,17 +480,6 @@ def protocol_order(dimensions: dict[str, dict[int, float]], above: str = "frost"
     return out
 
 
-def protocols_verdict(orders: dict[str, dict[str, bool | None]]) -> dict:
-    """The rule of experiment 3(d) (experiments.READING_EXPERIMENTS["minkowski_protocols"]),
-    given protocol -> ``protocol_order``: "protocol-dependent" unless one protocol orders frost
-    above vanilla and basic_ssm on every seed. Returns the verdict and the protocols that do."""
-    holding = [name for name, by_seed in orders.items()
-               if by_seed and all(v is True for v in by_seed.values())]
-    verdict = ("protocol-dependent" if not holding else "the paper's order (frost above vanilla and "
-               "basic_ssm) on every seed under: " + "; ".join(holding))
-    return {"verdict": verdict, "protocols_with_paper_order": holding}
-
-
 def summarise_dimensions(values) -> dict:
     """Mean, std, median, quartiles and count of per-sample dimensions (NaN ignored)."""
     v = np.asarray(values, dtype=np.float64)

@@ -7,20 +7,20 @@ import io
 import json
 import math
 import platform
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 import torch
 
+from . import provenance
 from .checkpoint import checkpoint_config, load_model
 from .config import BACKBONES, MODELS, SEED_MAX, SIZES, make_config
 from .data import DATASETS
 from .experiments import READINGS
 from .models import create_model
-from .paths import atomic_path, cache_dir, check_writable, outputs_dir, repo_root, smoke_mode
+from .paths import atomic_path, cache_dir, check_writable, outputs_dir, smoke_mode
 from .runs import train_or_load
 from .training import pick_device
 
@@ -221,16 +221,10 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
 
 def environment(device: str | None = None) -> dict[str, Any]:
     """What a result was computed with: versions, device, machine, commit."""
-    try:
-        # "<commit>-dirty" when the working tree differs from it: a result made before its commit
-        commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo_root(),
-                                capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
     return {"torch": torch.__version__, "python": platform.python_version(),
             "device": device or str(pick_device("auto")),
             "cpu_threads": torch.get_num_threads(), "machine": platform.machine(),
-            "commit": commit}
+            "commit": provenance.commit()}  # "<commit>-dirty": a result made before its commit
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
@@ -251,15 +245,18 @@ def _finite_or_null(value: Any) -> Any:
     return value
 
 
-def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None) -> Path:
-    """Write ``outputs/metrics/<name>.json`` atomically, with the environment under ``env``.
+def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None,
+                  runs: Iterable[str] | dict[str, str | None] = ()) -> Path:
+    """Write ``outputs/metrics/<name>.json`` atomically, with the environment under ``env`` and
+    the runs it was computed from under ``provenance`` (``frost_nb.provenance.make``: the runs
+    ``metrics`` names, ``runs``, and those ``train_or_load`` handed out since the last write).
 
     Strict JSON: a non-finite number (the threshold +inf of q = 1, a NaN) is written as null.
     A file that already holds the same results is left as it is, environment included: the
     record names the run that first produced them, and loading a committed run again (``make
     demo`` on a fresh clone, a re-executed notebook) leaves the working tree clean.
     """
-    record = _finite_or_null({**metrics, "env": environment(device)})
+    record = _finite_or_null({**metrics, "provenance": provenance.make(metrics, runs), "env": environment(device)})
     path = outputs_dir() / "metrics" / f"{name}.json"
     if path.is_file():
         try:
@@ -268,7 +265,10 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None)
             old = None
         # equal once the environment is set aside, numbers within float32 rounding (a reduction on
         # another thread count or device moves the last digits, not the result)
-        strip = lambda d: json.loads(json.dumps({k: v for k, v in d.items() if k != "env"}, default=float))
+        # the commit aside too: the same runs and numbers at a later commit are the same record
+        strip = lambda d: json.loads(json.dumps({k: ({f: v.get(f) for f in ("runs", "settings")}
+                                                     if k == "provenance" and isinstance(v, dict) else v)
+                                                 for k, v in d.items() if k != "env"}, default=float))
         if isinstance(old, dict) and _close(strip(old), strip(record)):
             return path
     blob = json.dumps(record, indent=2, sort_keys=False, default=float, allow_nan=False).encode()

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
+from . import provenance
 from .checkpoint import CheckpointError, export_lean, load_checkpoint, load_model
 from .config import ConfigError, RunConfig, config_difference
 from .paths import atomic_path, cache_dir, check_writable, committed_runs_dir
@@ -182,6 +183,7 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
         try:
             model, calibrator = load_model(found.checkpoint, expect=config)
             state = load_checkpoint(found.checkpoint)
+            provenance.record_read(found.name)
             return TrainResult(model=model, calibrator=calibrator, history=state["history"],
                                metrics=state.get("metrics", {}), config=config,
                                checkpoint=found.checkpoint, from_cache=True)
@@ -208,6 +210,7 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
     if main:  # under torchrun rank 0 alone writes, as it writes the checkpoint
         write_json(folder / CONFIG_FILE, config.to_dict())
     result = train(config, checkpoint=target, progress=progress)
+    provenance.record_read(name)
     if main:  # metrics.json: the run's metrics and the hardware it ran on
         hardware = torch.cuda.get_device_name() if str(result.metrics.get("device", "")).startswith("cuda") \
             else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"

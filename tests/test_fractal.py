@@ -211,14 +211,10 @@ def test_minkowski_protocols():
     assert fractal.FINE_BOX_SCALES[0] == 1 / 8 and fractal.FINE_BOX_SCALES[-1] == 1 / 128
 
 
-def test_protocol_order_and_verdict():
+def test_protocol_order():
     dims = {"frost": {0: 1.3, 1: 1.2, 2: 1.25}, "vanilla": {0: 1.1, 1: 1.25, 2: 1.0},
             "basic_ssm": {0: 1.0, 1: 1.0, 2: 1.0}}
     assert fractal.protocol_order(dims) == {"0": True, "1": False, "2": True}
-    every = {"frost": {0: 2.0, 1: 2.0}, "vanilla": {0: 1.0, 1: 1.0}, "basic_ssm": {0: 1.0, 1: 1.0}}
-    assert fractal.protocols_verdict({"a": fractal.protocol_order(dims)})["verdict"] == "protocol-dependent"
-    v = fractal.protocols_verdict({"a": fractal.protocol_order(dims), "b": fractal.protocol_order(every)})
-    assert v["protocols_with_paper_order"] == ["b"] and v["verdict"] != "protocol-dependent"
     missing = {"frost": {0: 1.0}, "vanilla": {0: 0.5}}  # no basic_ssm
     assert fractal.protocol_order(missing) == {"0": None}
 

@@ -1,31 +1,31 @@
-"""The verdict table: generated from the committed metrics, its rules follow the numbers."""
+"""The verdicts: every rule of frost_nb.claims flips across its margin, the engine reads runs from
+provenance only, and the README's and docs/results.md's tables are the generated ones."""
 
 import json
 import shutil
 
 import pytest
 
+from frost_nb import claims as C
+from frost_nb import verdicts as V
 from frost_nb.__main__ import main
 from frost_nb.paths import repo_root
-from frost_nb.config import UPDATES
-from frost_nb.verdicts import (COLUMNS, END, NA, NOT, PARTLY, REPRODUCED, START, current_block,
-                               default_metrics_dir, markdown_table, replace_block, verdict_rows,
-                               verdict_table)
 
 README = repo_root() / "README.md"
+RESULTS = repo_root() / "docs" / "results.md"
+R, N, P, I = C.REPRODUCED, C.NOT, C.PARTLY, C.INCONCLUSIVE
 
 
 @pytest.fixture(scope="module")
 def committed_rows():
-    return verdict_rows()
+    return V.verdict_rows()
 
 
 def _copy(tmp_path, *names):
-    """A metrics folder holding copies of the committed ``names`` (with their suffix)."""
     folder = tmp_path / "metrics"
     folder.mkdir(exist_ok=True)
     for name in names:
-        shutil.copy(default_metrics_dir() / name, folder / name)
+        shutil.copy(V.default_metrics_dir() / name, folder / name)
     return folder
 
 
@@ -36,350 +36,265 @@ def _edit(folder, name, change):
     path.write_text(json.dumps(data))
 
 
-def _verdict(folder, claim_start, reading=None, dataset=None):
-    rows = [r for r in verdict_rows(folder) if r["claim"].startswith(claim_start)
-            and reading in (None, r["reading"]) and dataset in (None, r["dataset"])]
-    assert len(rows) == 1, rows
-    return rows[0]["verdict"]
+# ---------------------------------------------------------------------------------------- the tables
+def test_readme_and_results_hold_the_generated_tables(committed_rows):
+    """The drift test: refresh with ``python -m frost_nb verdicts --write``."""
+    assert V.current_block(README.read_text(), "summary") == V.markdown_summary(committed_rows), \
+        "README.md's verdict table is stale: python -m frost_nb verdicts --write"
+    assert V.current_block(RESULTS.read_text(), "full") == V.markdown_table(committed_rows), \
+        "docs/results.md's verdict table is stale: python -m frost_nb verdicts --write"
+    assert main(["verdicts", "--check"]) == 0
 
 
-def test_readme_block_is_the_generated_table(committed_rows):
-    """The drift test: refresh with ``python -m frost_nb verdicts --write README.md``."""
-    block = current_block(README.read_text())
-    assert block is not None, f"README.md has no {START} ... {END} block"
-    assert block == markdown_table(committed_rows), \
-        "README.md's verdict table is stale: python -m frost_nb verdicts --write README.md"
+def test_readme_is_short_one_row_per_claim_with_seeds():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 200
+    lines = V.current_block(text, "summary").splitlines()
+    header, rows = lines[0], lines[2:]
+    assert "| seeds |" in header and len(rows) == len(C.CLAIMS) <= 15
+    seeds_col = V.SUMMARY_HEADER.index("seeds") + 1
+    for line in rows:
+        cells = [c.strip() for c in line.split("|")]
+        verdict = cells[V.SUMMARY_HEADER.index("verdict") + 1]
+        if verdict.startswith(R) or verdict.startswith(N) or verdict.startswith(P):
+            # a trained-model claim needs MIN_SEEDS seeds; rows without seeds are deterministic
+            assert cells[seeds_col] == V.NA or int(cells[seeds_col]) >= C.MIN_SEEDS, line
+    assert [int(line.split("|")[1].split(".")[0]) for line in rows] == [c.number for c in C.CLAIMS]
 
 
-def test_committed_rows_are_unique_and_complete(committed_rows):
-    triples = [(r["claim"], r["reading"], r["dataset"]) for r in committed_rows]
-    assert len(triples) == len(set(triples))
-    assert all(set(r) == set(COLUMNS) and all(r.values()) for r in committed_rows)
-    assert {r["verdict"] for r in committed_rows} <= {REPRODUCED, PARTLY, NOT, "protocol-dependent"}
-    # every reading comes from a run's config: an update form (", h0 = 0" when the state starts
-    # at zero), or n/a for the baselines
-    assert {r["reading"] for r in committed_rows} <= set(UPDATES) | {f"{u}, h0 = 0" for u in UPDATES} | {NA}
+def test_no_row_cites_a_notebook_that_does_not_exist(committed_rows):
+    for r in committed_rows:
+        if r["notebook"].isdigit():
+            assert V._notebook_names(r["notebook"]), r
+        else:
+            assert r["notebook"] in V.SOURCES.values(), r
+    assert "notebooks/15" not in README.read_text()
 
 
-def test_verdict_table_filters_one_notebook(committed_rows):
-    table = verdict_table("02")
-    assert list(table.columns) == list(COLUMNS)
-    assert set(table["notebook"]) <= {"02"}
-    assert len(table) == sum(r["notebook"] == "02" for r in committed_rows)
+def test_rows_are_complete_and_name_their_bundle(committed_rows):
+    assert all(set(r) >= set(V.COLUMNS) for r in committed_rows)
+    assert {r["bundle"] for r in committed_rows} <= set(V.BUNDLE_RANK)
+    for r in committed_rows:  # fewer seeds than MIN_SEEDS never decide a trained-model claim
+        if r["seeds"] != V.NA and int(r["seeds"]) < C.MIN_SEEDS:
+            assert "suggested" in r["verdict"] or r["verdict"].startswith(C.NOT_TESTABLE), r
 
 
-def test_kappa_rule_follows_the_numbers(tmp_path):
-    folder = _copy(tmp_path, "02_scale_consistency_residual.json")
+def test_readme_switches_to_cifar100_under_the_adopted_bundle(tmp_path):
+    """Constructed: 05's CIFAR-100 sweep relabelled as a run of the adopted bundle; the README's
+    Table 2 rows then show it, ahead of the 3-seed per-step Fashion-MNIST evidence."""
+    folder = _copy(tmp_path, "05_halting_per-step.json", "05_halting_fashion-mnist_per-step.json")
+    summary = {r["claim"]: r for r in V.summary_rows(V.verdict_rows(folder))}
+    assert V._dataset_cell(summary[9]) == "CIFAR-100, per-step"
 
-    def frost_runs(kappa, bound):
-        def change(data):  # the frost runs of one reading: those named "frost" (canonical)
-            for r in data["kappa"]:
-                if r["model"] == "frost":
-                    r["kappa"], r["bound_holds"] = kappa, bound
-        return change
-    for kappa, bound, verdict in ((1.02, 0.1, NOT), (0.95, 0.97, REPRODUCED), (0.95, 0.1, PARTLY),
-                                  (1.0, 0.95, PARTLY)):
-        _edit(folder, "02_scale_consistency_residual.json", frost_runs(kappa, bound))
-        assert _verdict(folder, "Appendix B", "canonical") == verdict, (kappa, bound)
-
-
-def test_table1_rule_follows_the_numbers(tmp_path):
-    folder = _copy(tmp_path, "02_scale_consistency_residual.json")
-
-    def curves(frost):
-        def change(data):  # flat curves: basic_ssm 0.5, vanilla 0.3, frost as given
-            level = {"basic_ssm": 0.5, "vanilla": 0.3, "frost": frost}
-            for r in data["table1"]:
-                r["mean"] = level.get(r["model"], r["mean"])
-        return change
-    for frost, verdict in ((0.6, REPRODUCED), (0.4, PARTLY), (0.2, NOT)):
-        _edit(folder, "02_scale_consistency_residual.json", curves(frost))
-        assert _verdict(folder, "Table 1", "canonical") == verdict, frost
-
-
-def test_collapse_rule_counts_runs(tmp_path):
-    folder = _copy(tmp_path, "07_halting_baselines_per-step.json")
-
-    def collapsed(count):
-        def change(d):  # the first `count` runs lose their accuracy, the others keep it
-            for i, r in enumerate(d["collapse"]):
-                r["one_step_share"] = 0.3
-                r["accuracy"] = (0.1 if i < count else 1.0) * r["reference_accuracy"]
-        return change
-    runs = len(json.loads((folder / "07_halting_baselines_per-step.json").read_text())["collapse"])
-    for count, verdict in ((0, NOT), (1, PARTLY), (runs, REPRODUCED)):
-        _edit(folder, "07_halting_baselines_per-step.json", collapsed(count))
-        assert _verdict(folder, "Appendix D: the baselines collapse") == verdict, count
-    # the other criterion: nearly every sample exits at one step
-    _edit(folder, "07_halting_baselines_per-step.json", collapsed(0))
-    _edit(folder, "07_halting_baselines_per-step.json", lambda d: d["collapse"][0].update(one_step_share=0.99))
-    assert _verdict(folder, "Appendix D: the baselines collapse") == PARTLY
-
-
-def test_flop_ratio_rule_uses_its_tolerance(tmp_path):
-    folder = _copy(tmp_path, "06_complexity.json")
-
-    def frost_off_by(factor):
-        def change(d):  # every ViT row at the paper's ratio, frost's times `factor`
-            for r in d["ratios"]:
-                if r["backbone"] == "vit" and r["paper gflops / vanilla"]:
-                    scale = factor if r["model"] == "frost" else 1.0
-                    r["gflops / vanilla"] = scale * r["paper gflops / vanilla"]
-        return change
-    for factor, verdict in ((1.0, REPRODUCED), (1.15, REPRODUCED), (1.3, PARTLY), (0.6, PARTLY), (2.0, NOT)):
-        _edit(folder, "06_complexity.json", frost_off_by(factor))
-        assert _verdict(folder, "Table 3 (ViT): GFLOPs") == verdict, factor
-
-
-def test_sweep_csv_rule_follows_the_numbers(tmp_path):
-    """A sweep CSV names no run: its reading comes from the committed checkpoint it matches."""
-    name = "sweep_demo_frost_fashion-mnist_adopted.csv"
-    folder = _copy(tmp_path, name)
-    lines = (folder / name).read_text().splitlines()
-    header, committed = lines[0].split(","), [line.split(",") for line in lines[1:]]
-    acc, q = header.index("accuracy"), header.index("quantile")
-    full = float(committed[-1][acc])
-
-    def kept(share_of):  # accuracy at q < 1 set to share_of(q) times full depth's
-        rows = [list(r) for r in committed]
-        for r in rows:
-            if float(r[q]) < 1.0:
-                r[acc] = str(share_of(float(r[q])) * full)
-        (folder / name).write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
-    for share_of, verdict in ((lambda q: 0.99, REPRODUCED), (lambda q: 0.99 if q >= 0.5 else 0.3, PARTLY),
-                              (lambda q: 0.5, NOT)):
-        kept(share_of)
-        assert _verdict(folder, "Table 2: accuracy kept", "gated", "fashion-mnist") == verdict
-
-
-def test_matched_depth_rule_reads_the_curve_at_the_papers_depths(tmp_path):
-    """05's sweep read at the paper's mean depths: a curve that reaches full-depth accuracy by
-    the paper's q = 0.25 depth keeps everything there; one that is flat at half below T does not."""
-    name = "05_halting_fashion-mnist_per-step.json"
-    folder = _copy(tmp_path, name)
-
-    def curve(accuracy_at):  # every seed's sweep: accuracy as a function of the mean depth
-        def change(d):
-            for r in d["sweep"]:
-                r["accuracy"] = accuracy_at(r["mean_depth"])
-        return change
-    full = 0.9
-    for accuracy_at, verdict in ((lambda depth: full if depth >= 1.5 else 0.1, REPRODUCED),
-                                 (lambda depth: full if depth >= 8 else 0.1, PARTLY),
-                                 (lambda depth: full if depth == 16 else full / 2, NOT)):
-        _edit(folder, name, curve(accuracy_at))
-        assert _verdict(folder, "Table 2 at the paper's mean depths", "leaky", "fashion-mnist") == verdict
-
-
-def test_missing_files_drop_their_rows(tmp_path, committed_rows):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert verdict_rows(empty) == []
-    assert verdict_rows(tmp_path / "no such folder") == []
-    folder = _copy(tmp_path, "06_complexity.json", "06_complexity_residual.json")
-    rows = verdict_rows(folder)
-    assert rows and {r["notebook"] for r in rows} == {"06"}
-    assert rows == [r for r in committed_rows if r["notebook"] == "06"]
-
-
-def test_unreadable_file_drops_its_claim_with_a_warning(tmp_path):
-    folder = _copy(tmp_path, "06_complexity.json", "07_halting_baselines_per-step.json")
-    _edit(folder, "06_complexity.json", lambda d: d.pop("ratios"))
-    with pytest.warns(UserWarning, match="table3"):
-        rows = verdict_rows(folder)
-    assert rows and all(r["notebook"] == "07" for r in rows)
-
-
-def test_benchmark_metrics_add_speed_rows(tmp_path):
-    folder = tmp_path / "metrics"
-    folder.mkdir()
-    adaptive = {"benchmark": "adaptive_inference",
-                "checkpoint": "outputs/runs/fashion-mnist-demo-families-residual/frost-seed0/model.pt",
-                "dataset": "fashion-mnist", "update": "canonical", "env": {"device": "cpu"},
-                "rows": [{"quantile": q, "batch_size": b, "ratio": r}
-                         for q, b, r in ((0.25, 64, 0.74), (0.25, 256, 0.88), (0.5, 256, 0.96))]}
-    train = {"benchmark": "train_throughput", "size": "demo", "env": {"device": "cpu"},
-             "rows": [{"model": "frost", "update": "gated", "size": "demo", "dataset": "fashion-mnist",
-                       "kll_share": 0.0007},
-                      {"model": "vanilla", "update": "gated", "size": "demo", "dataset": "fashion-mnist",
-                       "kll_share": 0.5}]}
-    (folder / "bench_adaptive_inference.json").write_text(json.dumps(adaptive))
-    (folder / "bench_train_throughput.json").write_text(json.dumps(train))
-    rows = {r["claim"].split(":")[0]: r for r in verdict_rows(folder)}
-    assert rows["Adaptive inference"]["verdict"] == PARTLY  # 0.88 at batch 256: below 0.9
-    assert rows["Adaptive inference"]["ours"] == "0.88"
-    assert rows["KLL threshold"]["verdict"] == REPRODUCED  # frost's share only
-    assert rows["KLL threshold"]["reading"] == "gated"
-
-
-def test_replace_block_keeps_the_rest():
-    text = f"intro\n{START}\nold\n{END}\nrest\n"
-    assert replace_block(text, "| a |") == f"intro\n{START}\n| a |\n{END}\nrest\n"
-    assert current_block(replace_block(text, "| a |")) == "| a |"
-    with pytest.raises(ValueError):
-        replace_block("no markers", "| a |")
+    def adopted(d):
+        for s in d["provenance"]["settings"].values():
+            s["reading"] = "adopted"
+    _edit(folder, "05_halting_per-step.json", adopted)
+    summary = {r["claim"]: r for r in V.summary_rows(V.verdict_rows(folder))}
+    assert V._dataset_cell(summary[9]) == "CIFAR-100, adopted" and summary[9]["seeds"] == "3"
+    assert V._dataset_cell(summary[13]) == "CIFAR-100, adopted"
 
 
 def test_cli_check_and_write(tmp_path, capsys):
     folder = _copy(tmp_path, "06_complexity.json")
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n\n{START}\n| stale | table |\n{END}\n\nafter\n")
+    readme, results = tmp_path / "README.md", tmp_path / "results.md"
+    (s1, e1), (s2, e2) = V.MARKERS["summary"], V.MARKERS["full"]
+    readme.write_text(f"# x\n\n{s1}\n| stale |\n{e1}\n\nafter\n")
+    results.write_text(f"# y\n{s2}\n| stale |\n{e2}\n")
     args = ["verdicts", "--metrics-dir", str(folder)]
-    assert main(args + ["--check", str(readme)]) == 1
-    assert "stale" in capsys.readouterr().err
-    assert main(args + ["--write", str(readme)]) == 0
-    assert main(args + ["--check", str(readme)]) == 0
-    text = readme.read_text()
-    assert text.startswith("# x\n\n") and text.endswith("\n\nafter\n")
+    for f in (readme, results):
+        assert main(args + ["--check", str(f)]) == 1
+        assert "stale" in capsys.readouterr().err
+        assert main(args + ["--write", str(f)]) == 0 and main(args + ["--check", str(f)]) == 0
+    assert readme.read_text().endswith("\n\nafter\n")
+    assert V.current_block(results.read_text(), "full").count("\n") > 2
     assert main(args) == 0
-    assert capsys.readouterr().out.strip() == current_block(text)
+    assert capsys.readouterr().out.strip() == V.current_block(readme.read_text())
     (tmp_path / "plain.md").write_text("no block here\n")
     assert main(args + ["--check", str(tmp_path / "plain.md")]) == 2
 
 
-def test_cli_write_leaves_the_readme_whole_when_the_write_fails(tmp_path, capsys, monkeypatch):
-    """A full disk halfway through --write: the README keeps its old text, no temporary file stays."""
-    from pathlib import Path
+def test_replace_block_keeps_the_rest():
+    text = f"intro\n{V.START}\nold\n{V.END}\nrest\n"
+    assert V.replace_block(text, "| a |") == f"intro\n{V.START}\n| a |\n{V.END}\nrest\n"
+    with pytest.raises(ValueError):
+        V.replace_block("no markers", "| a |")
 
+
+def test_missing_and_unreadable_files(tmp_path):
+    assert V.verdict_rows(tmp_path / "no such folder") == []
     folder = _copy(tmp_path, "06_complexity.json")
-    readme = tmp_path / "README.md"
-    before = f"# x\n\n{START}\n| stale | table |\n{END}\n"
-    readme.write_text(before)
-
-    def full_disk(self, *args, **kwargs):
-        with open(self, "w") as f:
-            f.write("half a table")
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(Path, "write_text", full_disk)
-    assert main(["verdicts", "--metrics-dir", str(folder), "--write", str(readme)]) == 2
-    assert "README.md" in capsys.readouterr().err
-    assert readme.read_text() == before and sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["README.md"]
+    _edit(folder, "06_complexity.json", lambda d: d.pop("ratios"))
+    with pytest.warns(UserWarning, match="table3"):
+        assert V.verdict_rows(folder) == []
 
 
-def test_fidelity_experiment_rules_follow_the_numbers(tmp_path):
-    """Experiment (b)'s contraction and Table 1 rows and experiment (d)'s protocol verdict."""
-    folder = tmp_path / "metrics"
-    folder.mkdir()
-    form = {"update": "leaky", "init_state": "zeros", "jvp_norm": 0.8, "bound_holds": 0.7, "cos t=3": 0.9,
-            "basic_ssm cos t=3": 0.7, "table1_reproduced": True}
-    forms = {"leaky, h0 = zeros": form,
-             "gated, h0 = embedding": {**form, "update": "gated", "init_state": "embedding", "jvp_norm": 1.5,
-                                       "table1_reproduced": False}}
-    (folder / "15_update_forms.json").write_text(json.dumps({"dataset": "digits", "forms": forms}))
-    protocols = {"a": {"0": True, "1": False}, "b": {"0": False, "1": False}}
-    (folder / "15_minkowski_protocols.json").write_text(
-        json.dumps({"dataset": "fashion-mnist", "frost_above_vanilla_and_basic_ssm": protocols}))
-    rows = {(r["claim"].split(":")[0], r["reading"]): r for r in verdict_rows(folder)}
-    assert rows[("Appendix B", "leaky, h0 = 0")]["verdict"] == REPRODUCED
-    assert rows[("Appendix B", "gated")]["verdict"] == PARTLY  # the bound holds, the Jacobian does not
-    assert rows[("Table 1", "leaky, h0 = 0")]["verdict"] == REPRODUCED
-    assert rows[("Table 1", "gated")]["verdict"] == NOT
-    assert rows[("Minkowski dimension", "canonical")]["verdict"] == "protocol-dependent"
-    protocols["b"] = {"0": True, "1": True}
-    (folder / "15_minkowski_protocols.json").write_text(
-        json.dumps({"dataset": "fashion-mnist", "frost_above_vanilla_and_basic_ssm": protocols}))
-    assert any(r["verdict"] == REPRODUCED for r in verdict_rows(folder) if r["claim"].startswith("Minkowski"))
+# ---------------------------------------------------------------------------------------- provenance
+def test_every_metrics_file_names_its_runs():
+    for path in sorted(V.default_metrics_dir().glob("*.json")):
+        prov = json.loads(path.read_text())["provenance"]
+        assert prov["commit"] and isinstance(prov["runs"], list), path.name
+        assert set(prov["settings"]) == set(prov["runs"]), path.name
+        for s in prov["settings"].values():
+            assert s["reading"] in ("adopted", "per-step", "residual"), path.name
+    for csv in V.default_metrics_dir().glob("*.csv"):
+        assert (csv.with_suffix(".provenance.json")).is_file(), csv.name
 
 
-def test_head_refit_loss_strength_and_regime_rows_follow_the_numbers(tmp_path):
-    """Experiment (a)'s row from its margin, (c)'s three claims from the rule's outcome, the Fashion
-    check of (b) beside digits, and the Table 3 regime rows from the best batch size."""
-    folder = tmp_path / "metrics"
-    folder.mkdir()
-
-    def write(name, d):
-        (folder / f"{name}.json").write_text(json.dumps(d))
-
-    def by_claim(start):
-        return [r for r in verdict_rows(folder) if r["claim"].startswith(start)]
-
-    write("15_head_refit", {"dataset": "fashion-mnist",
-                            "margin_per_backbone": {"frost seed 0": -0.03, "frost seed 1": -0.01,
-                                                    "frost (adopted defaults) seed 0": 0.02},
-                            "gain_per_backbone": {"frost seed 0": 0.0, "frost seed 1": 0.0,
-                                                  "frost (adopted defaults) seed 0": 0.0}})
-    rows = {r["reading"]: r for r in by_claim("Halting: a learned score")}
-    assert rows["canonical"]["verdict"] == NOT and "-0.020 area over 2 backbone(s)" in rows["canonical"]["ours"]
-    assert rows["gated"]["verdict"] == REPRODUCED
-
-    arm = {"seeds": 3, "collapsed_seeds": 0, "step_cosine": 0.1, "lambda_rel": 1.0, "lambda_abs": 0.1}
-    arms = {"frost, rel 1 abs 0.1": {**arm, "model": "frost"},
-            "frost, abs 3 only": {**arm, "model": "frost", "lambda_rel": 0.0, "lambda_abs": 3.0, "collapsed_seeds": 2},
-            "recurrent, rel 1 abs 0.1": {**arm, "model": "recurrent", "collapsed_seeds": 2}}
-    write("15_loss_strength", {"dataset": "digits", "arms": arms, "collapse_claim_holds_at": ["rel 1 abs 0.1"],
-                               "conflict_claim_holds_at": [], "l_abs_alone_collapses_frost_at": [3.0]})
-    assert by_claim("Appendix D: the ranking losses collapse")[0]["verdict"] == REPRODUCED
-    assert "recurrent, 1/0.1: 2 of 3" in by_claim("Appendix D: the ranking losses collapse")[0]["ours"]
-    assert by_claim("Loss ablation: L_abs alone collapses frost")[0]["verdict"] == REPRODUCED
-    assert by_claim("Appendix D: per-step gradient conflict")[0]["verdict"] == NOT
-
-    form = {"update": "leaky", "init_state": "embedding", "jvp_norm": 3.0, "bound_holds": 1.0, "cos t=3": 0.8,
-            "basic_ssm cos t=3": 0.8, "table1_reproduced": False}
-    write("15_update_forms", {"dataset": "digits", "forms": {"leaky, h0 = embedding": form}})
-    write("15_update_forms_fashion-mnist", {"dataset": "fashion-mnist", "label": "fashion-mnist (5 epochs, seeds 0)",
-                                            "forms": {"leaky, h0 = embedding": form}})
-    assert sorted(r["dataset"] for r in by_claim("Table 1: frost more")) == ["digits", "fashion-mnist (5 epochs, seeds 0)"]
-
-    def ratio(batch, model, ours, paper):
-        return {"batch_size": batch, "backbone": "vit", "model": model, "ours": ours, "paper": paper,
-                "relative_error": ours / paper - 1}
-
-    write("bench_table3_regime", {"env": {"device": "cpu"}, "ratios": [
-        ratio(1, "frost", 1.9, 1.97), ratio(1, "basic_ssm", 0.7, 0.74),
-        ratio(4, "frost", 1.0, 1.97), ratio(4, "basic_ssm", 0.2, 0.74)]})
-    (row,) = by_claim("Table 3 (ViT): images/s / vanilla by regime")
-    assert row["verdict"] == REPRODUCED and "best fit: batch 1" in row["ours"]
+def test_nothing_matches_runs_by_accuracy():
+    assert not hasattr(V.Metrics, "match") and not hasattr(V, "_grid_names")
+    assert not hasattr(V.Metrics, "config_of") and not hasattr(V.Metrics, "checkpoint")
 
 
-def _halting_metrics(dataset, vit_depth, resnet_depth, vit_steps=12, resnet_steps=16):
-    """A minimal notebook-05 metrics file: one seed's two-point sweep, and the ViT section."""
-    sweep = [{"backbone": b, "quantile": 0.5, "mean_depth": d, "std_depth": 1.0, "fraction": d / t, "accuracy": 0.5}
-             for b, d, t in (("resnet", resnet_depth, resnet_steps), ("vit", vit_depth, vit_steps))]
-    own = [{"seed": 0, "quantile": q, "threshold": 0.5, "mean_depth": d, "accuracy": a}
-           for q, d, a in ((0.5, resnet_depth, 0.5), (1.0, resnet_steps, 0.6))]
-    return {"dataset": dataset, "size": "demo", "key": None, "sweep": own,
-            "vit": {"key": None, "dataset": dataset, "steps": vit_steps, "epochs": 10, "accuracy": 0.5,
-                    "sweep": sweep}}
+def test_numbers_without_provenance_decide_nothing(tmp_path):
+    folder = _copy(tmp_path, "02_scale_consistency_per-step.json")
+    assert [r for r in V.verdict_rows(folder) if r["claim"] == 1]
+    _edit(folder, "02_scale_consistency_per-step.json", lambda d: d.pop("provenance"))
+    assert not [r for r in V.verdict_rows(folder) if r["claim"] == 1]
 
 
-def test_vit_depth_rule_follows_the_numbers(tmp_path):
-    """Table 3's ViT depth: within a step of 4.53 of 12, and earlier than ResNet as a share of T."""
-    folder = tmp_path / "metrics"
-    folder.mkdir()
-    for vit, resnet, verdict in ((4.6, 8.0, REPRODUCED),  # 0.38 of T against 0.50
-                                 (5.53, 8.0, REPRODUCED), (5.54, 8.0, PARTLY),  # 1 step from 4.53: the edge
-                                 (4.6, 4.0, PARTLY),  # close, but later than the ResNet's 0.25
-                                 (8.0, 14.0, PARTLY),  # earlier than ResNet, but far from 4.53
-                                 (9.0, 4.0, NOT)):
-        (folder / "05_halting.json").write_text(json.dumps(_halting_metrics("cifar100", vit, resnet)))
-        assert _verdict(folder, "Table 3: ViT frost's mean exit depth") == verdict
-    other = _halting_metrics("cifar100", 4.6, 8.0)
-    other["vit"]["dataset"] = "cifar10"  # the ViT on another test split: (b) would compare unlike splits
-    (folder / "05_halting.json").write_text(json.dumps(other))
-    assert not [r for r in verdict_rows(folder) if r["claim"].startswith("Table 3: ViT")]
+def test_write_metrics_records_provenance(tmp_path, monkeypatch):
+    from frost_nb import notebook, provenance
+
+    monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
+    provenance.record_read("digits-demo-families/vanilla-seed0")
+    path = notebook.write_metrics("x", {"key": "digits-demo-families/frost-seed0", "model": "frost", "value": 1.0})
+    prov = json.loads(path.read_text())["provenance"]
+    assert prov["runs"] == ["digits-demo-families/frost-seed0", "digits-demo-families/vanilla-seed0"]
+    frost = prov["settings"]["digits-demo-families/frost-seed0"]
+    assert (frost["label"], frost["reading"], frost["update"], frost["seed"]) == ("frost", "per-step", "leaky", 0)
+    again = notebook.write_metrics("y", {"value": 2.0})  # the read log is taken once
+    assert json.loads(again.read_text())["provenance"]["runs"] == []
 
 
-def test_rows_on_the_papers_data_sets_come_first_within_a_claim(tmp_path):
-    folder = tmp_path / "metrics"
-    folder.mkdir()
-    # file names sort the Fashion-MNIST file first; the CIFAR-100 row still leads
-    (folder / "05_halting.json").write_text(json.dumps(_halting_metrics("fashion-mnist", 4.6, 8.0)))
-    (folder / "05_halting_x.json").write_text(json.dumps(_halting_metrics("cifar100", 4.6, 8.0)))
-    rows = [r for r in verdict_rows(folder) if r["claim"].startswith("Table 3: ViT")]
-    assert [r["dataset"] for r in rows] == ["cifar100", "fashion-mnist"]
+def test_paper_numbers_come_from_paper_py_only():
+    import inspect
+
+    for module in (C, V):
+        source = inspect.getsource(module)
+        for literal in ("0.70 vs 0.35", "0.697", "0.351", "4.53", "61.99", "1.26", "7.56"):
+            assert literal not in source, (module.__name__, literal)
 
 
-def test_metrics_find_a_run_by_path_folder_or_name():
-    """A metrics file names its run by checkpoint path, run folder or run name; the first that
-    leads to a run counts, and nothing outside the runs' folders is read as a run."""
-    from frost_nb.verdicts import Metrics
+# ---------------------------------------------------------------------------------------- the seed rule
+def test_decide_needs_three_seeds_and_two_standard_errors():
+    assert C.decide([0.3]) == "suggested (1 seed)" and C.decide([-0.3, -0.1]) == "not suggested (2 seeds)"
+    assert C.decide([0.10, 0.11, 0.12]) == R and C.decide([-0.10, -0.11, -0.12]) == N
+    assert C.decide([0.10, -0.05, 0.02]) == I  # the mean within 2 SE of the margin
+    assert C.decide([0.10, 0.11, 0.12], 0.2) == N and C.decide([0.10, 0.11, 0.12], 0.05) == R
+    assert C.combine([R, N]) == P and C.combine([R, C.untestable("why")]) == f"{R}; {C.NOT_TESTABLE}: why"
 
-    m = Metrics()
-    name = "digits-demo-families/frost-seed0"
-    by_name = m.checkpoint(name)
-    assert by_name["config"].data.name == "digits" and by_name["config"].train.seed == 0
-    assert m.checkpoint(f"outputs/runs/{name}/model.pt")["config"] == by_name["config"]
-    assert m.checkpoint(f"outputs/runs/{name}")["config"] == by_name["config"]
-    assert m.checkpoint(None, "no/such-run", name)["config"] == by_name["config"]
-    assert m.checkpoint("../../etc", "/abs/x", "a/b/c", "") is None
+
+# ---------------------------------------------------------------------------------------- the listed defects
+def test_hurst_runaway_is_not_testable_with_a_sigmoid_h():
+    """Defect: a learned H above 1 was required of a sigmoid H, which cannot leave (0, 1)."""
+    alphas = {0.1: [0.7, 0.71, 0.72], 0.5: [0.5, 0.5, 0.51], 0.9: [0.4, 0.41, 0.4]}
+    assert C.NOT_TESTABLE in C.hurst(alphas, [0.99, 0.98, 0.97], "sigmoid")
+    assert C.hurst(alphas, [1.5, 1.6, 1.4], "free") == R
+    assert C.hurst(alphas, [0.6, 0.7, 0.5], "free") == P  # small H raises alpha; H stays below 1
+    flat = {0.1: [0.5, 0.5, 0.5], 0.5: [0.6, 0.6, 0.61]}
+    assert C.hurst(flat, [1.5, 1.6, 1.4], "free") == P
+    row = next(r for r in V.verdict_rows() if r["claim"] == 5)
+    assert "sigmoid" in row["verdict"] and C.NOT_TESTABLE in row["verdict"]
+
+
+def test_loss_ablation_compares_equal_strengths():
+    """Defect: L_abs alone at lambda_abs = 3 was set against both losses at (1, 0.1). At equal
+    strength (0.1) Fashion-MNIST's L_abs alone keeps its accuracy: no collapse."""
+    row = next(r for r in V.verdict_rows() if r["claim"] == 6 and r["dataset"] == "fashion-mnist"
+               and r["title"] == "Loss ablation" and r["bundle"] == "per-step")
+    assert "88.01% vs 87.44%" in row["ours"] and row["verdict"] == "not suggested (1 seed)"  # was "reproduced"
+    both = [0.7, 0.7, 0.7]
+    acc = [0.87, 0.87, 0.87]
+    assert C.loss_ablation(both, acc, [0.5, 0.5, 0.5], [0.7, 0.7, 0.7], [0.80, 0.81, 0.79]) == R
+    assert C.loss_ablation(both, acc, [0.5, 0.5, 0.5], [0.7, 0.7, 0.7], [0.87, 0.868, 0.872]) == P
+    assert C.loss_ablation(both, acc, [0.69, 0.7, 0.7], [0.7, 0.7, 0.7], [0.87, 0.868, 0.872]) == N
+    assert C.loss_ablation(both, acc, [0.5, 0.5, 0.5], [0.2, 0.2, 0.2], [0.87, 0.87, 0.87]) == R  # scores collapse
+
+
+def test_update_forms_on_one_seed_only_suggest():
+    """Defect: on one seed any positive gap read "reproduced" (Fashion-MNIST leaky 0.83 vs 0.81)."""
+    assert C.table1([0.83], [0.81]) == "not suggested (1 seed)"  # was reproduced; also below the margin
+    assert C.table1([0.93], [0.81]) == "suggested (1 seed)"
+    assert C.table1([0.93, 0.92, 0.94], [0.81, 0.80, 0.82]) == R
+    assert C.table1([0.83, 0.84, 0.82], [0.81, 0.80, 0.82]) == N
+    row = next(r for r in V.verdict_rows() if r["claim"] == 1 and r["notebook"] == "docs/fidelity.md"
+               and r["dataset"] == "fashion-mnist" and r["form"] == "leaky")
+    assert row["seeds"] == "1" and "suggested" in row["verdict"]
+
+
+def test_contraction_is_decided_by_the_jacobian_not_the_step_ratio():
+    """Defect: kappa < 1 (true by construction for an interpolating step) read as contraction."""
+    assert C.contraction([0.80, 0.82, 0.78]) == R
+    assert C.contraction([1.02, 1.03, 1.01]) == N  # just above 1, beyond two standard errors
+    assert C.contraction([0.9, 1.1, 1.0]) == I
+    assert C.contraction([2.3, 2.4, 2.35]) == N
+    for r in V.verdict_rows():
+        if r["claim"] == 2 and r["form"] == "leaky" and r["dataset"] == "digits":
+            assert "step ratio 0.8" in r["ours"] and r["verdict"] == N  # kappa 0.81, Jacobian 2.36
+
+
+def test_table1_needs_its_margin_and_the_no_ranking_control():
+    """Defect: leaky on Fashion-MNIST read "reproduced" at 0.85 vs 0.76 with no margin, while the
+    same form without the ranking losses reads 0.61, below basic_ssm."""
+    basic = [0.76, 0.77, 0.75]
+    assert C.table1([0.85, 0.86, 0.84], basic) == R
+    assert C.table1([0.85, 0.86, 0.84], basic, [0.61], [0.76]) == P  # the ranking losses carry it
+    assert C.table1([0.85, 0.86, 0.84], basic, [0.90], [0.76]) == R
+    assert C.table1([0.78, 0.79, 0.77], basic) == N  # above basic_ssm, below the margin
+    row = next(r for r in V.verdict_rows() if r["claim"] == 1 and r["notebook"] == "02"
+               and r["bundle"] == "per-step")
+    assert row["verdict"] != R and "no ranking 0.61" in row["ours"]
+
+
+def test_collapse_needs_every_baseline_and_reads_the_default_strength():
+    """Defect: one collapsing baseline (recurrent) at 10-30 times the default strength read
+    "reproduced"."""
+    fell, kept = [0.3, 0.35, 0.4], [-0.45, -0.44, -0.46]
+    assert C.collapse({"vanilla": kept, "recurrent": fell, "basic_ssm": kept}) == P
+    assert C.collapse({"vanilla": fell, "recurrent": fell, "basic_ssm": fell}) == R
+    assert C.collapse({"vanilla": kept, "recurrent": kept, "basic_ssm": kept}) == N
+    assert C.collapse_score(0.2, 1.0, 0.3) > 0 and C.collapse_score(0.9, 1.0, 0.96) > 0
+    assert C.collapse_score(0.9, 1.0, 0.5) < 0
+    readme = {r["claim"]: r for r in V.summary_rows(V.verdict_rows())}
+    assert "rel 1, abs 0.1" in readme[8]["ours"] and readme[8]["verdict"] != R
+
+
+def test_alpha_below_one_and_recovery_are_not_testable_by_construction():
+    """Defect: with a sigmoid alpha "< 1" holds by construction; under a cosine schedule to 0 alpha
+    cannot recover after a late minimum."""
+    start, low, end, high = [0.5] * 3, [0.40, 0.41, 0.39], [0.45, 0.46, 0.44], [0.52, 0.5, 0.51]
+    v = C.alpha(start, low, end, high, [0.3, 0.35, 0.4], "sigmoid")
+    assert v.startswith(R) and "by construction" in v
+    v = C.alpha(start, low, end, high, [0.7, 0.8, 0.9], "sigmoid")
+    assert "decaying to 0" in v and "by construction" in v
+    assert C.alpha(start, low, end, high, [0.3, 0.35, 0.4], "softplus") == R
+    assert C.alpha(start, low, end, [1.2, 1.3, 1.1], [0.3, 0.35, 0.4], "softplus") == P
+    assert C.alpha(start, low, [0.40, 0.41, 0.39], high, [0.3, 0.35, 0.4], "softplus") == P  # no recovery
+
+
+# ---------------------------------------------------------------------------------------- every other rule flips
+def test_the_other_rules_flip_across_their_margins():
+    up, down = [0.10, 0.11, 0.12], [-0.10, -0.11, -0.12]
+    base = {"vanilla": [1.1, 1.1, 1.12], "basic_ssm": [1.0, 1.05, 1.02]}
+    assert C.minkowski([1.3, 1.31, 1.29], base) == R and C.minkowski([1.13, 1.14, 1.13], base) == N
+    assert C.minkowski_protocols({"a": R, "b": R}) == R and C.minkowski_protocols({"a": R, "b": N}) == C.PROTOCOL_DEPENDENT
+    assert C.gradient_conflict(up, {"vanilla": down}) == R and C.gradient_conflict(down, {"vanilla": down}) == P
+    assert C.gradient_conflict(down, {"vanilla": up}) == N
+    paper_kept = {q: [C.PAPER_KEPT[q]] * 3 for q in C.KEPT_SHOWN}
+    assert C.kept({q: [v + 0.01, v, v - 0.01] for q, (v, *_) in paper_kept.items()}) == R
+    assert C.kept({q: [v - 0.2, v - 0.21, v - 0.19] for q, (v, *_) in paper_kept.items()}) == N
+    assert C.ratio([0.1, -0.15]) == R and C.ratio([0.3]) == P and C.ratio([0.6]) == N
+    assert C.vit_depth([4.5, 4.6, 4.4], 12, [0.37, 0.38, 0.36], [0.5, 0.5, 0.5]) == R
+    assert C.vit_depth([9.0, 9.1, 8.9], 12, [0.75, 0.76, 0.74], [0.5, 0.5, 0.5]) == N
+    assert C.fixed_depth([0.01, 0.012, 0.011]) == R and C.fixed_depth([0.0, 0.001, -0.001]) == N
+    assert C.halting_rules([0.80, 0.81, 0.80], [0.80, 0.80, 0.80]) == R
+    assert C.halting_rules([0.70, 0.71, 0.70], [0.80, 0.80, 0.80]) == N
+    assert C.head_refit([0.03, 0.04, 0.035]) == R and C.head_refit([-0.03, -0.04, -0.035]) == N
+    assert C.speed(0.95) == R and C.speed(0.8) == P and C.speed(0.5) == N
+    assert C.kll_overhead(0.001) == R and C.kll_overhead(0.02) == P and C.kll_overhead(0.2) == N
+
+
+def test_every_claim_states_its_margin_and_wording():
+    assert [c.number for c in C.CLAIMS] == list(range(1, 16))
+    assert all(c.title and c.wording and c.test for c in C.CLAIMS)

@@ -1,0 +1,127 @@
+"""Which runs a metrics file was computed from: the ``provenance`` record of ``outputs/metrics/``.
+
+Every metrics file carries, at its top level (a CSV in a sidecar ``<stem>.provenance.json``):
+
+    "provenance": {
+        "commit": "27fde73-dirty",                     # git describe --always --dirty
+        "runs": ["fashion-mnist-demo-families/frost-seed0", ...],   # <grid>/<label>, sorted
+        "settings": {"<run>": {"label": ..., "reading": ..., "model": ..., "update": ..., ...}}
+    }
+
+``settings`` holds what tells the runs apart (``SETTINGS``; ``reading`` is the bundle of
+``experiments.reading_of``). ``frost_nb.verdicts`` reads a run's settings here and nowhere else.
+The runs are those the metrics name (a ``key``, ``checkpoint`` or ``name`` field holding a run
+name or a run's ``model.pt``) and those ``runs.train_or_load`` handed out since the last write.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable
+
+from .config import RunConfig
+from .paths import cache_dir, committed_runs_dir, repo_root
+
+# the fields that tell the committed runs apart (section.field of RunConfig), besides the bundle
+SETTINGS = ("data.name", "size", "model.name", "model.backbone", "model.update", "model.init_state",
+            "model.alpha_param", "model.learn_hurst", "model.hurst_param", "model.hurst", "model.scaled_inside",
+            "model.steps", "loss.ranking", "loss.lambda_rel", "loss.lambda_abs", "loss.rank_pairs",
+            "loss.rank_frac", "train.epochs", "train.seed")
+RUN_FIELDS = ("key", "checkpoint", "name", "run")  # fields of a metrics record that may name a run
+_READ: dict[str, str | None] = {}  # run name -> label, handed out by train_or_load since the last write
+
+
+def commit() -> str:
+    """``git describe --always --dirty`` of the repository ("unknown" outside git)."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo_root(), capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def run_folder(name: str) -> Path | None:
+    """The folder of the stored run ``name`` (committed first, then the local store); None if none."""
+    for root in (committed_runs_dir(), cache_dir()):
+        if (root / name / "config.json").is_file():
+            return root / name
+    return None
+
+
+def as_run_name(value: Any) -> str | None:
+    """``value`` as a stored run's name: a ``<grid>/<label>`` or a path to a run's ``model.pt``."""
+    if not isinstance(value, str) or "/" not in value or "\n" in value or len(value) > 300:
+        return None
+    path = Path(value)
+    path = path.parent if path.name == "model.pt" else path
+    name = "/".join(path.parts[-2:])
+    return name if len(path.parts) >= 2 and run_folder(name) is not None else None
+
+
+def settings_of(cfg: RunConfig, label: str | None = None) -> dict[str, Any]:
+    """The settings that tell ``cfg``'s run apart from the others, with its bundle and ``label``
+    (the grid label the metrics give it, when known)."""
+    from .experiments import reading_of  # experiments imports the training stack: late
+
+    d = cfg.to_dict()
+    out = {"label": label, "reading": reading_of(cfg)}
+    for key in SETTINGS:
+        section, _, field = key.partition(".")
+        short = {"data.name": "dataset", "model.name": "model"}.get(key, field or section)
+        out[short] = d[section][field] if field else d[section]
+    return out
+
+
+def config_of(name: str) -> RunConfig:
+    folder = run_folder(name)
+    if folder is None:
+        raise FileNotFoundError(f"no stored run {name!r} in {committed_runs_dir()} or {cache_dir()}")
+    return RunConfig.from_dict(json.loads((folder / "config.json").read_text()))
+
+
+def named_runs(record: Any, label: str | None = None) -> dict[str, str | None]:
+    """run name -> label of every run ``record`` names (walking dicts and lists); the label is
+    the ``run`` or ``model`` field beside the name, without its seed tag."""
+    import re
+
+    found: dict[str, str | None] = {}
+    if isinstance(record, dict):
+        here = record.get("run") if isinstance(record.get("run"), str) else record.get("model")
+        here = re.sub(r" seed \d+$", "", here) if isinstance(here, str) and as_run_name(here) is None else None
+        for key, value in record.items():
+            if key in RUN_FIELDS and (name := as_run_name(value)) is not None:
+                found.setdefault(name, here)
+            elif isinstance(value, (dict, list)):
+                for name, lab in named_runs(value).items():
+                    found.setdefault(name, lab)
+            elif key not in RUN_FIELDS and (name := as_run_name(value)) is not None:
+                found.setdefault(name, re.sub(r" seed \d+$", "", key))  # {"label": "<run>"} maps
+    elif isinstance(record, list):
+        for item in record:
+            for name, lab in named_runs(item).items():
+                found.setdefault(name, lab)
+    return found
+
+
+def record_read(name: str | None, label: str | None = None) -> None:
+    """Note that run ``name`` was handed out (``runs.train_or_load``): the next written metrics name it."""
+    if name:
+        _READ.setdefault(name, label)
+
+
+def make(record: dict[str, Any], runs: Iterable[str] | dict[str, str | None] = (), *,
+         take_read: bool = True) -> dict[str, Any]:
+    """The provenance of ``record``: the runs it names, ``runs`` (names, or name -> label) and, with
+    ``take_read``, those handed out since the last call (then forgotten)."""
+    found = named_runs(record)
+    extra = runs if isinstance(runs, dict) else dict.fromkeys(runs)
+    for name, label in {**(dict(_READ) if take_read else {}), **extra}.items():
+        if found.get(name) is None:
+            found[name] = label
+    if take_read:
+        _READ.clear()
+    names = sorted(found)
+    return {"commit": commit(), "runs": names,
+            "settings": {n: settings_of(config_of(n), found[n]) for n in names}}
