@@ -11,7 +11,8 @@ Every metrics file carries, at its top level (a CSV in a sidecar ``<stem>.proven
 ``settings`` holds what tells the runs apart (``SETTINGS``; ``reading`` is the bundle of
 ``experiments.reading_of``). ``frost_nb.verdicts`` reads a run's settings here and nowhere else.
 The runs are those the metrics name (a ``key``, ``checkpoint`` or ``name`` field holding a run
-name or a run's ``model.pt``) and those ``runs.train_or_load`` handed out since the last write.
+name or a run's ``model.pt``) and those ``runs.train_or_load`` handed out since the last write
+(``runs.take_read``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ SETTINGS = ("data.name", "size", "model.name", "model.backbone", "model.update",
             "model.steps", "loss.ranking", "loss.lambda_rel", "loss.lambda_abs", "loss.rank_pairs",
             "loss.rank_frac", "train.epochs", "train.seed")
 RUN_FIELDS = ("key", "checkpoint", "name", "run")  # fields of a metrics record that may name a run
-_READ: dict[str, str | None] = {}  # run name -> label, handed out by train_or_load since the last write
 
 
 def commit() -> str:
@@ -105,23 +105,17 @@ def named_runs(record: Any, label: str | None = None) -> dict[str, str | None]:
     return found
 
 
-def record_read(name: str | None, label: str | None = None) -> None:
-    """Note that run ``name`` was handed out (``runs.train_or_load``): the next written metrics name it."""
-    if name:
-        _READ.setdefault(name, label)
-
-
 def make(record: dict[str, Any], runs: Iterable[str] | dict[str, str | None] = (), *,
          take_read: bool = True) -> dict[str, Any]:
     """The provenance of ``record``: the runs it names, ``runs`` (names, or name -> label) and, with
     ``take_read``, those handed out since the last call (then forgotten)."""
+    from .runs import take_read as taken
+
     found = named_runs(record)
     extra = runs if isinstance(runs, dict) else dict.fromkeys(runs)
-    for name, label in {**(dict(_READ) if take_read else {}), **extra}.items():
+    for name, label in {**dict.fromkeys(taken() if take_read else []), **extra}.items():
         if found.get(name) is None:
             found[name] = label
-    if take_read:
-        _READ.clear()
     names = sorted(found)
     return {"commit": commit(), "runs": names,
             "settings": {n: settings_of(config_of(n), found[n]) for n in names}}

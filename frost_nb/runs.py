@@ -19,7 +19,6 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from . import provenance
 from .checkpoint import CheckpointError, export_lean, load_checkpoint, load_model
 from .config import ConfigError, RunConfig, config_difference
 from .paths import atomic_path, cache_dir, check_writable, committed_runs_dir
@@ -172,6 +171,22 @@ def discard_local(config: RunConfig) -> None:
         run.checkpoint.unlink(missing_ok=True)
 
 
+_READ: dict[str, None] = {}  # run names handed out since the last take_read (what a metrics file read)
+
+
+def record_read(name: str | None) -> None:
+    """Note that run ``name`` was handed out: the next metrics written name it (frost_nb.provenance)."""
+    if name:
+        _READ.setdefault(name, None)
+
+
+def take_read() -> list[str]:
+    """The runs handed out since the last call, in order; forgotten after."""
+    names = list(_READ)
+    _READ.clear()
+    return names
+
+
 def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool | None = None,
                   retrain: bool = False) -> TrainResult:
     """A trained model (``TrainResult``) for ``config``: from the store when it was trained before,
@@ -183,7 +198,7 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
         try:
             model, calibrator = load_model(found.checkpoint, expect=config)
             state = load_checkpoint(found.checkpoint)
-            provenance.record_read(found.name)
+            record_read(found.name)
             return TrainResult(model=model, calibrator=calibrator, history=state["history"],
                                metrics=state.get("metrics", {}), config=config,
                                checkpoint=found.checkpoint, from_cache=True)
@@ -210,7 +225,7 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
     if main:  # under torchrun rank 0 alone writes, as it writes the checkpoint
         write_json(folder / CONFIG_FILE, config.to_dict())
     result = train(config, checkpoint=target, progress=progress)
-    provenance.record_read(name)
+    record_read(name)
     if main:  # metrics.json: the run's metrics and the hardware it ran on
         hardware = torch.cuda.get_device_name() if str(result.metrics.get("device", "")).startswith("cuda") \
             else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"

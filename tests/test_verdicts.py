@@ -154,10 +154,10 @@ def test_numbers_without_provenance_decide_nothing(tmp_path):
 
 
 def test_write_metrics_records_provenance(tmp_path, monkeypatch):
-    from frost_nb import notebook, provenance
+    from frost_nb import notebook, runs
 
     monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
-    provenance.record_read("digits-demo-families/vanilla-seed0")
+    runs.record_read("digits-demo-families/vanilla-seed0")
     path = notebook.write_metrics("x", {"key": "digits-demo-families/frost-seed0", "model": "frost", "value": 1.0})
     prov = json.loads(path.read_text())["provenance"]
     assert prov["runs"] == ["digits-demo-families/frost-seed0", "digits-demo-families/vanilla-seed0"]
