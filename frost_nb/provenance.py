@@ -113,7 +113,9 @@ def make(record: dict[str, Any], runs: Iterable[str] | dict[str, str | None] = (
 
     found = named_runs(record)
     extra = runs if isinstance(runs, dict) else dict.fromkeys(runs)
-    for name, label in {**dict.fromkeys(taken() if take_read else []), **extra}.items():
+    # a run read from a store no longer in reach (FROST_CACHE changed since) is not this record's
+    read = [n for n in (taken() if take_read else []) if run_folder(n) is not None]
+    for name, label in {**dict.fromkeys(read), **extra}.items():
         if found.get(name) is None:
             found[name] = label
     names = sorted(found)

@@ -12,6 +12,9 @@ def isolated_outputs(tmp_path, monkeypatch):
     monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setenv("FROST_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FROST_PROGRESS", "0")
+    from frost_nb.runs import take_read
+
+    take_read()  # the runs an earlier test read are not this test's (provenance's read log)
     return tmp_path
 
 

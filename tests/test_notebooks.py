@@ -84,7 +84,7 @@ def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs)
 def test_ablation_notebook_runs_the_chosen_sections_only(tmp_path, monkeypatch, isolated_outputs):
     """04 with sections="alpha,loss" (how it runs on CIFAR-100): those sections' figures and
     metrics only, named with the data set when it is not the committed one."""
-    _run("04_alpha_H_ablation.ipynb", tmp_path, monkeypatch, sections="alpha,loss")
+    _run("04_alpha_H_ablation.ipynb", tmp_path, monkeypatch, sections="alpha,loss", reading="adopted")
     out = isolated_outputs / "outputs"
     metrics = json.loads((out / "metrics" / "04_alpha_H_ablation_digits_smoke_alpha-loss.json").read_text())
     assert metrics["sections"] == ["alpha", "loss"] and metrics["dataset"] == "digits"
@@ -202,7 +202,7 @@ def test_metrics_are_strict_json(isolated_outputs):
 def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     import numpy as np
 
-    _run("07_halting_baselines.ipynb", tmp_path, monkeypatch)
+    _run("07_halting_baselines.ipynb", tmp_path, monkeypatch, reading="adopted")  # the default to come (issue 30)
     out = isolated_outputs / "outputs"
     metrics = json.loads((out / "metrics" / "07_halting_baselines_smoke.json").read_text())
     assert {"curves", "summary", "collapse", "env"} <= set(metrics)

@@ -165,6 +165,9 @@ def test_write_metrics_records_provenance(tmp_path, monkeypatch):
     assert (frost["label"], frost["reading"], frost["update"], frost["seed"]) == ("frost", "per-step", "leaky", 0)
     again = notebook.write_metrics("y", {"value": 2.0})  # the read log is taken once
     assert json.loads(again.read_text())["provenance"]["runs"] == []
+    runs.record_read("digits-smoke-single/frost-resnet-seed0")  # read from a store since gone
+    gone = notebook.write_metrics("z", {"value": 3.0})
+    assert json.loads(gone.read_text())["provenance"]["runs"] == []
 
 
 def test_paper_numbers_come_from_paper_py_only():
