@@ -272,7 +272,7 @@ def checkpoint_estimate(config, train_images: int = 50_000) -> tuple[int, int]:
              "train_seconds": 1.0, "complete": True, "metrics": {"test_accuracy": 0.5}}
     with tempfile.TemporaryDirectory() as tmp:
         full = save_checkpoint(Path(tmp) / "full.pt", state).stat().st_size
-        lean = save_checkpoint(Path(tmp) / "lean.pt", lean_state(state, "bfloat16")).stat().st_size
+        lean = save_checkpoint(Path(tmp) / "lean.pt", lean_state(state, "bfloat16"), compress=True).stat().st_size
     return full, lean
 
 
@@ -569,7 +569,7 @@ def lean_export(state: dict, config, device, target: Path) -> dict:
                        "test_accuracy_per_step": test.accuracy_per_step(), "weights": "bfloat16",
                        "test_accuracy_float32_weights": before.get("test_accuracy"),
                        "evaluated_with": {"device": str(device), "amp": "bf16" if amp else "off"}}
-    save_checkpoint(target, lean)
+    save_checkpoint(target, lean, compress=True)  # a lean export, as export_lean writes it
     return lean["metrics"]
 
 

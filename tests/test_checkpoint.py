@@ -12,6 +12,7 @@ from frost_nb.checkpoint import (
     lean_state,
     load_checkpoint,
     load_model,
+    read_torch_file,
     save_checkpoint,
 )
 from frost_nb.config import make_config
@@ -37,7 +38,7 @@ def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_
         assert steps_b[key][0] == steps_a[key][0] and steps_b[key][-1] == steps_a[key][-1]
     assert steps_b["step"] == sorted(steps_b["step"])
     assert all(isinstance(v, list) for v in steps_b.values())  # stored as tensors, read back as lists
-    stored = torch.load(lean, weights_only=True)["history"]["steps"]
+    stored = read_torch_file(lean)["history"]["steps"]
     assert stored["alpha"].dtype == torch.float32 and stored["lr"].dtype == torch.float64  # lossless
     assert stored["step"].dtype == torch.int64
     from frost_nb.checkpoint import _as_tensor
@@ -52,6 +53,38 @@ def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_
         assert torch.equal(m1(x).logits, m2(x).logits)
     assert c1.threshold(0.5) == c2.threshold(0.5)
     assert lean.stat().st_size < full.stat().st_size
+
+
+def test_lean_exports_are_compressed_losslessly_and_a_damaged_one_is_named(tiny_config, tmp_path):
+    """export_lean writes torch's bytes xz-compressed: they decompress to a file torch reads, the
+    same state as saving uncompressed; a truncated compressed file is a named CheckpointError."""
+    import io
+    import lzma
+
+    full = tmp_path / "run.pt"
+    train(tiny_config, checkpoint=full)
+    lean = export_lean(full, tmp_path / "lean.pt")
+    raw = lean.read_bytes()
+    assert raw.startswith(b"\xfd7zXZ\x00")
+    state = torch.load(io.BytesIO(lzma.decompress(raw)), weights_only=True)
+    plain = save_checkpoint(tmp_path / "plain.pt", {k: v for k, v in state.items() if k != "format"})
+    assert not plain.read_bytes().startswith(b"\xfd7zXZ")
+    again = load_checkpoint(plain)
+    assert all(torch.equal(again["model"][k], v) for k, v in load_checkpoint(lean)["model"].items())
+    assert lean.stat().st_size < plain.stat().st_size
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(CheckpointError, match=r"broken.pt is damaged or not a frost_nb checkpoint \(LZMAError"):
+        load_checkpoint(broken)
+
+
+def test_committed_runs_are_stored_compressed():
+    """Every committed run's model.pt is a compressed lean export (the repository's budget)."""
+    files = sorted(committed_runs_dir().glob("*/*/model.pt"))
+    assert files
+    plain = [str(f.relative_to(committed_runs_dir())) for f in files
+             if f.read_bytes()[:6] != b"\xfd7zXZ\x00"]
+    assert not plain, f"uncompressed committed runs (export them with python -m frost_nb export): {plain[:5]}"
 
 
 def test_lean_checkpoint_is_not_resumed(tiny_config, tmp_path):

@@ -210,11 +210,12 @@ def test_lean_bf16_export_stores_the_metrics_of_its_own_weights(tmp_path):
 
 def test_cifar_size_checkpoints_fit_what_comes_back():
     """The `cifar` size (1.48 M parameters, SGD with momentum, 60 epochs of 175 steps of history):
-    the resumable checkpoint comes back whole (under 15 MiB) and its lean bf16 export is under
-    3.1 MiB (weights 2.96 MB). Sizes of files of the right shapes, not of a trained run."""
+    the resumable checkpoint comes back whole (under 15 MiB) and its lean bf16 export, xz-compressed
+    as every lean export is, is under 3.1 MiB (weights 2.96 MB before compression; these random
+    weights compress to about 2 MiB). Sizes of files of the right shapes, not of a trained run."""
     full, lean = gpu.checkpoint_estimate(make_config("cifar", "cifar100"))
     assert 11 * MIB < full < gpu.CHECKPOINT_PART_BYTES
-    assert 2.8 * MIB < lean < 3.1 * MIB
+    assert 1.5 * MIB < lean < 3.1 * MIB
 
 
 def test_plan_for_the_cifar_run_fits_every_call():
