@@ -46,7 +46,8 @@ activations), the issue's third route.
 
 ``--stream`` adds rows with ``mode = stream``: continuous batching (``halting.stream_steps``, what
 ``stream_predict`` runs) over all the images at once, ``B`` = the batch size slots, refilled once
-``--refill-at`` slots are free (several values: measured side by side), timed in the same
+``--refill-at`` slots are free, the next images embedded ``--embed-batch`` at a time ahead of
+their admission (several values of either: measured side by side), timed in the same
 rounds right after the batch-at-a-time passes of that round. Its time is the median over rounds
 of the whole stream's time, and so are its full-depth reference (batch-at-a-time at tau = +inf,
 batches of B: with nothing exiting the stream is that) and fixed part, the per-round totals of
@@ -158,14 +159,16 @@ def step_costs(model, x: torch.Tensor, repeats: int, warmup: int) -> pd.DataFram
     return table
 
 
-def timed_stream(model, x: torch.Tensor, tau: float, slots: int, refill_at: int) -> dict:
+def timed_stream(model, x: torch.Tensor, tau: float, slots: int, refill_at: int,
+                 embed_batch: int | None = None) -> dict:
     """One pass of continuous batching over ``x``: its wall time, each image's exit depth and
-    prediction, and each image's latency from admission to exit (seconds, (N,) float64)."""
+    prediction, and each image's latency from entering the stream (before its stem runs) to its
+    exit (seconds, (N,) float64)."""
     n = x.shape[0]
     admitted, exited = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
     depth, pred = torch.zeros(n, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
     start = time.perf_counter()
-    for event in stream_steps(model, x, tau, slots=slots, refill_at=refill_at):
+    for event in stream_steps(model, x, tau, slots=slots, refill_at=refill_at, embed_batch=embed_batch):
         now = time.perf_counter()  # CPU: the step that reported these exits is done
         if event.kind == "admit":
             admitted[event.rows] = now
@@ -177,6 +180,15 @@ def timed_stream(model, x: torch.Tensor, tau: float, slots: int, refill_at: int)
             "latency": exited - admitted}
 
 
+def _embed_batch(text: str) -> int | None:
+    """``--embed-batch`` values: a positive count, or "slots" (None: the batch size)."""
+    if text == "slots":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of images or 'slots', got {text!r}")
+    return int(text)
+
+
 def _percentiles_ms(latency: torch.Tensor) -> tuple[float, float]:
     """(p50, p95) of per-image latencies in seconds, as milliseconds."""
     p50, p95 = torch.quantile(latency.double(), torch.tensor([0.5, 0.95], dtype=torch.float64)).tolist()
@@ -185,11 +197,12 @@ def _percentiles_ms(latency: torch.Tensor) -> tuple[float, float]:
 
 def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, float], batch_size: int,
             repeats: int, warmup: int, costs: tuple[int, int], compact: tuple[float, ...] = (1.0,),
-            refill: tuple[int, ...] = ()) -> list[dict]:
+            refill: tuple[int, ...] = (), embed: tuple[int | None, ...] = (None,)) -> list[dict]:
     """Rows of one batch size: for every mode of ``models`` (name -> model), every quantile of
     ``taus`` and compaction setting of ``compact`` (``adaptive_predict``'s ``compact_below``)
-    against full depth, interleaved; and for each ``refill_at`` of ``refill`` continuous batching
-    of the eager model in ``batch_size`` slots (``mode = stream``), at the end of each round."""
+    against full depth, interleaved; and for each ``refill_at`` of ``refill`` and ``embed_batch``
+    of ``embed`` (None: the slots) continuous batching of the eager model in ``batch_size`` slots
+    (``mode = stream``), at the end of each round."""
     model = models["eager"]
     steps = int(model.config.steps)
     chunks = list(x.split(batch_size))  # (B, C, H, W) views, the last one may be shorter
@@ -197,7 +210,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
                                    for k in [("full", q, 1.0)] + [("adaptive", q, c) for c in compact]]
     seconds = {k: [[] for _ in chunks] for k in keys}  # [batch][round]
     exits = {(mode, q, c): [None] * len(chunks) for mode in models for q in taus for c in compact}
-    streams = {(q, f): [] for q in taus for f in refill}  # [round] timed_stream results
+    streams = {(q, f, e): [] for q in taus for f in refill for e in embed}  # [round] timed_stream results
     for r in range(warmup + repeats):
         for c, xb in enumerate(chunks):
             for k in keys:
@@ -217,8 +230,8 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
                 elapsed = time.perf_counter() - start  # CPU: a call returns when it is done
                 if r >= warmup:
                     seconds[k][c].append(elapsed)
-        for (q, f), results in streams.items():  # the same round, after its batch-at-a-time passes
-            res = timed_stream(model, x, taus[q], batch_size, f)
+        for (q, f, e), results in streams.items():  # the same round, after its batch-at-a-time passes
+            res = timed_stream(model, x, taus[q], batch_size, f, e)
             if r >= warmup:
                 results.append(res)
     total = {k: sum(statistics.median(rounds) for rounds in seconds[k]) for k in keys}
@@ -241,7 +254,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
         time_ideal = t_full / (t_fixed + mean_depth / steps * (t_full - t_fixed))
         p50, p95 = batch_latency_ms((mode, "adaptive", q, cb))
         rows.append({"mode": mode, "quantile": q, "tau": tau, "batch_size": batch_size, "compact_below": cb,
-                     "refill_at": math.nan, "mean_depth": mean_depth,
+                     "refill_at": math.nan, "embed_batch": math.nan, "mean_depth": mean_depth,
                      "accuracy": (logits.argmax(1) == y).double().mean().item(),
                      "ideal": ideal, "measured": measured, "ratio": measured / ideal,
                      "time_ideal": time_ideal, "efficiency": measured / time_ideal,
@@ -253,7 +266,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
                      "latency_p50_ms": p50, "latency_p95_ms": p95,
                      "full_latency_p50_ms": batch_latency_ms((mode, "full", q, 1.0))[0], "exits_match": 1.0})
     by_round = lambda k: statistics.median(sum(batches[r] for batches in seconds[k]) for r in range(repeats))
-    for (q, f), results in streams.items():
+    for (q, f, e), results in streams.items():
         t_stream = statistics.median(res["seconds"] for res in results)
         t_full, t_fixed_r = by_round(("eager", "full", q, 1.0)), by_round("fixed")
         depth, pred = results[0]["depth"], results[0]["pred"]  # the same in every round
@@ -263,7 +276,8 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
         ideal, measured = ideal_speedup(depth, steps, *costs), t_full / t_stream
         time_ideal = t_full / (t_fixed_r + mean_depth / steps * (t_full - t_fixed_r))
         rows.append({"mode": "stream", "quantile": q, "tau": taus[q], "batch_size": batch_size,
-                     "compact_below": 1.0, "refill_at": f, "mean_depth": mean_depth,
+                     "compact_below": 1.0, "refill_at": f, "embed_batch": batch_size if e is None else e,
+                     "mean_depth": mean_depth,
                      "accuracy": (pred == y).double().mean().item(),
                      "ideal": ideal, "measured": measured, "ratio": measured / ideal,
                      "time_ideal": time_ideal, "efficiency": measured / time_ideal,
@@ -302,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also measure continuous batching (halting.stream_predict), the batch size as its slots")
     p.add_argument("--refill-at", nargs="+", type=int, default=[1],
                    help="with --stream: refill the slots once this many are free (several: side by side)")
+    p.add_argument("--embed-batch", nargs="+", type=_embed_batch, default=[None], metavar="N|slots",
+                   help="with --stream: embed the next images this many at a time ahead of admission "
+                        "('slots', the default: the batch size; 1: exactly the rows admitted; several: side by side)")
     p.add_argument("--compile", action="store_true",
                    help="also measure the model with step and readout compiled (torch.compile), side by side")
     p.add_argument("--channels-last", action="store_true",
@@ -355,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     models = {"eager": model, **({"compiled": compiled(model)} if a.compile else {}),
               **({"channels-last": channels_last(model)} if a.channels_last else {})}
     refill = tuple(a.refill_at) if a.stream else ()
+    embed = tuple(dict.fromkeys(a.embed_batch))
     rows = []
     for threads in a.threads:
         torch.set_num_threads(threads)
@@ -364,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
         for batch_size in a.batch_sizes:
             latest = measure(models, x, y, taus, batch_size, a.repeats, a.warmup, costs, tuple(a.compact_below),
-                             refill)
+                             refill, embed)
             for row in latest:
                 row["threads"] = threads
             rows += latest
@@ -372,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             if a.csv:  # after every batch size: a run cut short keeps what it measured
                 _table(rows, x.shape[0], a).to_csv(a.csv, index=False)
     table = pd.DataFrame(rows).sort_values(["threads", "mode", "quantile", "batch_size", "compact_below",
-                                            "refill_at"], kind="stable")
+                                            "refill_at", "embed_batch"], kind="stable")
     print(table.to_string(index=False, float_format="%.3f"))
     if a.metrics:
         from frost_nb.notebook import write_metrics

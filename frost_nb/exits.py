@@ -224,3 +224,28 @@ def at_depths(sweep_table, fixed_table, depths, rival=None, rival_name: str = "r
     if rival is not None:
         table[f"{rival_name}_kept"] = _add_rival(table, rival, rival_name) / full
     return table
+
+
+def side_by_side(groups: dict[str, dict[Any, ExitCache]], rivals: dict[str, dict[Any, Any]] | None = None,
+                 rival_name: str = "confidence", quantiles=PAPER_QUANTILES):
+    """Several groups of runs (e.g. the same seeds under two bundles of defaults: group -> run
+    label -> ``ExitCache`` of the test split) at Table 2's quantiles, one row per group and
+    quantile, means over the group's runs: ``mean_depth``; ``std_depth``, the per-sample spread
+    of the exit depth; ``accuracy``; ``kept``, the share of the run's full-depth accuracy;
+    ``gain`` over a fixed depth at the same mean depth; with ``rivals`` (group -> label -> a
+    ``halting_rules`` curve), ``gain_over_<rival_name>`` too; ``runs``, how many runs."""
+    parts = []
+    for group, caches in groups.items():
+        for label, cache in caches.items():
+            sweep_table, fixed = cache.sweep(quantiles), cache.fixed_depth()
+            rival = None if rivals is None else rivals[group][label]
+            table = versus_fixed_depth(sweep_table, fixed, rival, rival_name)
+            parts.append(table.assign(std_depth=sweep_table["std_depth"].to_numpy(),
+                                      kept=table["accuracy"] / float(fixed["accuracy"].iloc[-1]),
+                                      group=group, run=str(label)))
+    stacked = pd.concat(parts)
+    columns = ["mean_depth", "std_depth", "accuracy", "kept", "gain"] + (
+        [f"gain_over_{rival_name}"] if rivals is not None else [])
+    by = stacked.groupby(["group", "quantile"], sort=False)
+    return by[columns].mean().assign(runs=by["run"].nunique()).reset_index()
+

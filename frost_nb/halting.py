@@ -225,6 +225,21 @@ def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
     raise TypeError(f"do not know how to take a subset of the batch from {type(obj).__name__}")
 
 
+def _span(obj: Any, lo: int, hi: int, n: int) -> Any:
+    """Rows ``lo`` to ``hi`` of a state or context of ``n`` samples, as views where it can
+    (tensors, dataclasses of per-sample tensors, tuples), else ``_select``'s copy."""
+    if obj is None:
+        return None
+    if isinstance(obj, Tensor):
+        return obj[lo:hi]
+    fields = _per_sample_fields(obj, n)
+    if fields is not None:
+        return type(obj)(**{k: _span(v, lo, hi, n) for k, v in fields.items()})
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_span(o, lo, hi, n) for o in obj)
+    return _select(obj, torch.arange(lo, hi), n)
+
+
 def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
     """(h_0, ctx): embed, context and init_state, what every forward runs once before step 1:
     ``FrostNet.prologue``, or for another model with the step-wise API the same calls (``ctx``
@@ -391,8 +406,8 @@ def _refuse_a_step_that_reads_t(model: torch.nn.Module) -> None:
 
 
 class StreamEvent(NamedTuple):
-    """What ``stream_steps`` reports: images that enter free slots (``kind`` "admit", before their
-    stem runs), or the samples that exit at a step (``kind`` "exit")."""
+    """What ``stream_steps`` reports: images taken from the stream to be embedded and admitted
+    (``kind`` "admit", before their stem runs), or the samples that exit at a step (``kind`` "exit")."""
 
     kind: str  # "admit" or "exit"
     rows: Tensor  # (m,) int64 input positions (counted over every batch of the stream)
@@ -450,6 +465,54 @@ class _Feed:
         return x, rows
 
 
+class _Embedded:
+    """The stream's next images already embedded (stem, context and h_0: ``prologue``), taken
+    from ``feed`` ``ahead`` at a time, so admitting a few rows is a row copy, not a stem call on
+    a few rows at the small-batch price (docs/scaling.md, "Continuous batching"). ``ahead = 1``
+    embeds exactly the rows admitted."""
+
+    def __init__(self, model: torch.nn.Module, feed: _Feed, ahead: int) -> None:
+        self.model, self.feed, self.ahead = model, feed, ahead
+        self.rows = self.h0 = self.ctx0 = None  # the buffer: input positions, h_0, context
+        self.at = self.n = 0  # the next buffered row; the rows buffered
+        self.pending: tuple[Tensor, Tensor] | None = None  # taken by fetch, not yet embedded
+
+    @property
+    def more(self) -> bool:
+        return self.at < self.n or self.feed.more
+
+    def fetch(self, k: int) -> Tensor | None:
+        """Take the next images from the feed when fewer than ``k`` are buffered (``ahead`` of
+        them, or ``k`` if more); their input positions, before they are embedded (``embed``)."""
+        if self.n - self.at >= k or not self.feed.more:
+            return None
+        self.pending = self.feed.take(max(self.ahead, k) - (self.n - self.at))
+        return None if self.pending is None else self.pending[1]
+
+    def embed(self) -> None:
+        """Embed what ``fetch`` took, after the rows still buffered."""
+        x, rows = self.pending
+        self.pending = None
+        h0, ctx0 = prologue(self.model, x)
+        left = self.n - self.at
+        if left == 0:
+            self.rows, self.h0, self.ctx0 = rows, h0, ctx0
+        else:  # the rows still buffered, then the new ones
+            self.rows = torch.cat([self.rows[self.at:], rows])
+            self.h0 = _join(_span(self.h0, self.at, self.n, self.n), h0, left, rows.numel())
+            self.ctx0 = _join(_span(self.ctx0, self.at, self.n, self.n), ctx0, left, rows.numel())
+        self.at, self.n = 0, left + rows.numel()
+
+    def take(self, k: int) -> tuple[Tensor, Any, Any] | None:
+        """Up to ``k`` buffered rows: (input positions, h_0, context); None if none is buffered."""
+        a = min(k, self.n - self.at)
+        if a == 0:
+            return None
+        lo, hi = self.at, self.at + a
+        self.at = hi  # views: the buffer is never written in place, only replaced by embed
+        return self.rows[lo:hi], _span(self.h0, lo, hi, self.n), _span(self.ctx0, lo, hi, self.n)
+
+
 def _put(obj: Any, pos: Tensor, new: Any, n: int) -> Any:
     """Write the rows of ``new`` into the rows ``pos`` of ``obj`` (``n`` rows), in place: tensors,
     dataclasses of per-sample tensors, tuples (as ``_join``, a broadcastable placeholder is
@@ -475,13 +538,16 @@ def _put(obj: Any, pos: Tensor, new: Any, n: int) -> Any:
 
 
 def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
-                 rule: Any = None, refill_at: int = 1,
+                 rule: Any = None, refill_at: int = 1, embed_batch: int | None = None,
                  allow_other_size: bool = False) -> Iterator[StreamEvent]:
     """Continuous batching, step by step (``stream_predict`` collects it): keep up to ``slots``
     samples running; once at least ``refill_at`` slots are free (or none runs), admit the next
-    images into them (stem, context and h_0 for the new rows only), then step every running
-    sample together, whatever its depth: a weight-tied ``step`` does not depend on t. Yields an
-    "admit" event before each admission and an "exit" event after each step where samples exit.
+    images into them, then step every running sample together, whatever its depth: a weight-tied
+    ``step`` does not depend on t. The next images are embedded (stem, context and h_0)
+    ``embed_batch`` at a time (default ``slots``) ahead of their admission, so an admission is a
+    row copy; ``embed_batch = 1`` embeds exactly the rows admitted. Yields an "admit" event when
+    images are taken from the stream, before their stem runs, and an "exit" event after each step
+    where samples exit.
 
     New images take the rows of the samples that just exited, written in place (a copy of the
     new rows only); rows left free are dropped (a row copy of the rest, as ``adaptive_predict``
@@ -492,18 +558,23 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     slots = number_in("slots", slots, 1, 2**31, integer=True, hint=": the number of samples stepped together")
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
                           hint=f": admit new images once this many of the {slots} slots are free")
+    embed_batch = slots if embed_batch is None else number_in(
+        "embed_batch", embed_batch, 1, 2**31, integer=True, hint=": the images embedded together ahead of admission")
     _refuse_a_step_that_reads_t(model)
     steps = int(model.config.steps)
-    feed = _Feed(model, images, allow_other_size)
+    feed = _Embedded(model, _Feed(model, images, allow_other_size), embed_batch)
     h = ctx = memory = idx = t = None  # the running rows: state, context, rule memory, input row, depth
     n_live = 0
 
     def admit(k: int):  # up to k new samples: (input rows, h_0, context, rule memory, depth 0)
+        entering = feed.fetch(k)
+        if entering is not None:
+            yield StreamEvent("admit", entering)  # (timed from here: before their stem runs)
+            feed.embed()
         got = feed.take(k)
         if got is None:
             return None
-        x, rows = got
-        h0, ctx0 = prologue(model, x)
+        rows, h0, ctx0 = got
         mem0 = None if isinstance(halting, float) else halting.start(h0)
         return rows, h0, ctx0, mem0, torch.zeros(rows.numel(), dtype=torch.int64, device=rows.device)
 
@@ -511,10 +582,9 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
         while True:
             free = slots - n_live
             if feed.more and free > 0 and (free >= refill_at or n_live == 0):  # append to the free slots
-                new = admit(free)
+                new = yield from admit(free)
                 if new is not None:
                     rows, h0, ctx0, mem0, t0 = new
-                    yield StreamEvent("admit", rows)  # (timed from here: before the stem runs)
                     a = rows.numel()
                     if n_live == 0:  # idx is written in place later: not the event's rows
                         h, ctx, memory, idx, t = h0, ctx0, mem0, rows.clone(), t0
@@ -537,9 +607,8 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
             yield StreamEvent("exit", pick(idx), pick(logits), pick(t), pick(p))
             free = slots - n_live + m
             refill = feed.more and (free >= refill_at or n_live == m)
-            new = admit(free) if refill else None  # first into the rows just freed, in place
+            new = (yield from admit(free)) if refill else None  # first into the rows just freed, in place
             if new is not None:
-                yield StreamEvent("admit", new[0])
                 a = new[0].numel()
                 k = min(a, m)
                 span = lambda lo, hi: torch.arange(lo, hi, device=exit_pos.device)
@@ -564,10 +633,11 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
 
 def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
                    rule: Any = None, return_scores: bool = False, refill_at: int = 1,
-                   allow_other_size: bool = False) -> AdaptiveResult:
+                   embed_batch: int | None = None, allow_other_size: bool = False) -> AdaptiveResult:
     """``adaptive_predict`` with continuous batching (docs/method.md section 8): ``slots`` samples
     run together, and the slots that exited samples free are refilled with new images
-    (``refill_at``: once that many are free), so no batch ends with late steps on a few rows.
+    (``refill_at``: once that many are free), so no batch ends with late steps on a few rows;
+    the next images are embedded ``embed_batch`` at a time (default ``slots``) ahead of admission.
 
     ``images``: a tensor (N, C, H, W) or an iterable of such batches (any sizes, one image
     shape), each checked as it is admitted (``inputs.check_images``; the error names the batch).
@@ -578,7 +648,7 @@ def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None
     device = next(model.parameters(), torch.empty(0)).device
     n = 0
     for event in stream_steps(model, images, tau, slots=slots, rule=rule, refill_at=refill_at,
-                              allow_other_size=allow_other_size):
+                              embed_batch=embed_batch, allow_other_size=allow_other_size):
         if event.kind == "exit":
             exits.add(event.rows, event.logits, event.depth, event.halt_scores)
         else:

@@ -449,7 +449,7 @@ def plot_loss_strength(runs: list[dict], title: str = "") -> plt.Figure:
 def plot_stream_throughput(table, title: str = "") -> plt.Figure:
     """Images/s against the halting quantile q (``benchmarks/adaptive_inference.py --stream`` rows):
     full depth, batch-at-a-time (``adaptive_predict``, mode eager, compact_below 1), the stream
-    (``stream_predict``, a line per refill_at) and the ideal (full depth's rate times the FLOP
+    (``stream_predict``, a line per refill_at and embed_batch) and the ideal (full depth's rate times the FLOP
     speed-up, the benchmark's ``ideal_images_per_s``); one panel per batch size B (the stream's
     slots) and thread count."""
     batch = table[(table["mode"] == "eager") & (table["compact_below"] == 1.0)]
@@ -461,9 +461,11 @@ def plot_stream_throughput(table, title: str = "") -> plt.Figure:
         rows = at(batch)
         ax.plot(rows["quantile"], rows["full_images_per_s"], "--", color="k", lw=1, label="full depth")
         ax.plot(rows["quantile"], rows["images_per_s"], "o-", ms=3, lw=1, color="C0", label="batch-at-a-time")
-        for i, (refill, part) in enumerate(at(stream).groupby("refill_at", sort=True)):
+        variants = ["refill_at"] + (["embed_batch"] if "embed_batch" in stream else [])
+        for i, (key, part) in enumerate(at(stream).groupby(variants, sort=True)):
+            embed = f", embed {int(key[1])} ahead" if len(variants) == 2 else ""
             ax.plot(part["quantile"], part["images_per_s"], "s-", ms=3, lw=1, color=f"C{1 + i}",
-                    label=f"stream (refill at {int(refill)})")
+                    label=f"stream (refill at {int(key[0])}{embed})")
         ideal = at(stream).drop_duplicates("quantile")
         ax.plot(ideal["quantile"], ideal["ideal_images_per_s"], ":", color="grey", lw=1.2, label="ideal (FLOPs)")
         ax.set(title=f"B = {b}, {threads} thread{'s' * (threads > 1)}", xlabel="halting quantile q")

@@ -66,6 +66,34 @@ def test_sweep_against_fixed_depth(model_and_cache):
     assert both["accuracy_spread"].to_numpy() == pytest.approx(0.05) and (both["runs"] == 2).all()
 
 
+def test_groups_side_by_side_are_their_runs_means(model_and_cache):
+    """side_by_side: one row per group and quantile, each the mean over the group's runs of what
+    the sweep, the fixed-depth curve and the rival give that run alone."""
+    import pandas as pd
+
+    from frost_nb.exits import side_by_side
+
+    _, _, _, cache = model_and_cache
+    calibrator = HaltingCalibrator(200)
+    calibrator.update(cache.outputs.scores ** 2)  # other thresholds, other exits
+    other = ExitCache(cache.outputs, calibrator, "other")
+    rival = pd.DataFrame({"mean_depth": [1.0, float(cache.steps)], "accuracy": [0.0, cache.outputs.accuracy]})
+    quantiles = (0.25, 0.5, 1.0)
+    table = side_by_side({"a": {0: cache, 1: other}, "b": {0: cache}}, {"a": {0: rival, 1: rival}, "b": {0: rival}},
+                         quantiles=quantiles)
+    assert list(zip(table["group"], table["quantile"])) == [(g, q) for g in "ab" for q in quantiles]
+    assert table["runs"].tolist() == [2, 2, 2, 1, 1, 1]
+    one, two = (versus_fixed_depth(c.sweep(quantiles), c.fixed_depth(), rival, "confidence") for c in (cache, other))
+    a = table[table["group"] == "a"]
+    assert a["gain"].to_numpy() == pytest.approx((one["gain"] + two["gain"]).to_numpy() / 2)
+    assert a["gain_over_confidence"].to_numpy() == pytest.approx(
+        (one["gain_over_confidence"] + two["gain_over_confidence"]).to_numpy() / 2)
+    b = table[table["group"] == "b"]
+    assert b["std_depth"].to_numpy() == pytest.approx([cache.at(q).std_depth for q in quantiles])
+    assert b["kept"].iloc[-1] == pytest.approx(1.0)  # q = 1: full depth keeps all of it
+    assert "gain_over_confidence" not in side_by_side({"b": {0: cache}}, quantiles=quantiles)
+
+
 def test_sweep_read_at_given_depths():
     import pandas as pd
 

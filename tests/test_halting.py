@@ -729,7 +729,8 @@ def _assert_same_exits(res, ref, near_threshold):
 @pytest.mark.parametrize("backbone", ["resnet", "vit"])
 def test_stream_predict_exits_as_adaptive_predict_does(name, backbone):
     """FROST's threshold at three quantiles; slot counts of 1, one that divides nothing (7), one
-    that leaves a short last refill (16) and one larger than the whole stream (100)."""
+    that leaves a short last refill (16) and one larger than the whole stream (100); images
+    embedded a slot batch ahead (the default), exactly as admitted (1), or in other counts."""
     model, x = _stream_model(name, backbone)
     with torch.no_grad():
         scores = torch.sigmoid(model(x).halt_logits.float())  # (N, T) full depth
@@ -742,8 +743,8 @@ def test_stream_predict_exits_as_adaptive_predict_does(name, backbone):
         def near(i, d1, d2):
             return bool((scores[i, min(d1, d2) - 1:max(d1, d2)] - tau).abs().min() < SCORE_TIE)
 
-        for slots in (1, 7, 16, 100):
-            res = stream_predict(model, x, tau, slots=slots, return_scores=True)
+        for slots, embed in ((1, None), (7, None), (7, 1), (7, 5), (16, None), (16, 40), (100, None)):
+            res = stream_predict(model, x, tau, slots=slots, embed_batch=embed, return_scores=True)
             assert isinstance(res, AdaptiveResult) and res.logits.shape == ref.logits.shape
             flips += _assert_same_exits(res, ref, near)
             same = res.depth == ref.depth
@@ -836,6 +837,30 @@ def test_stream_refill_at_changes_when_slots_refill_not_the_exits(refill_at):
         assert stream_sizes == counter.sizes
 
 
+def test_stream_embeds_the_next_images_ahead_in_slot_batches(monkeypatch):
+    """The stem runs on a slot batch of images ahead of their admission (default), so admitting
+    the few rows that exits free is a row copy; embed_batch = 1 runs it on the rows admitted."""
+    import frost_nb.halting as halting
+    from frost_nb.halting import stream_steps
+
+    model, x = _stream_model("frost", n=100)
+    with torch.no_grad():
+        tau = float(torch.sigmoid(model(x).halt_logits.float()).quantile(0.4))
+    calls: list[int] = []
+    real = halting.prologue
+    monkeypatch.setattr(halting, "prologue", lambda m, xb: calls.append(xb.shape[0]) or real(m, xb))
+    sizes = {}
+    for embed in (None, 1, 64):
+        calls.clear()
+        events = list(stream_steps(model, x, tau, slots=16, embed_batch=embed))
+        entered = [e.rows.numel() for e in events if e.kind == "admit"]
+        assert calls == entered and sum(calls) == 100  # an "admit" event for each stem call
+        sizes[embed] = list(calls)
+    assert sizes[None][0] == 16 and sizes[64][0] == 64 and len(sizes[64]) <= 3  # topped up to embed_batch
+    assert len(sizes[1]) >= len(sizes[None]) > len(sizes[64])
+    assert max(sizes[1][1:]) < 16  # embed_batch = 1: the stem on the rows that exits freed only
+
+
 def test_stream_of_uneven_batches_returns_input_order_and_reports_admissions_and_exits():
     from frost_nb.halting import stream_steps
 
@@ -888,6 +913,8 @@ def test_stream_predict_refuses_bad_input_naming_the_batch_and_the_fix():
             stream_predict(model, x, 0.5, slots=slots)
     with pytest.raises(ValueError, match=r"refill_at=9(\.0)? is outside \[1, 8\].*slots are free"):
         stream_predict(model, x, 0.5, slots=8, refill_at=9)
+    with pytest.raises(ValueError, match=r"embed_batch=0(\.0)? is outside .*embedded together ahead of admission"):
+        stream_predict(model, x, 0.5, slots=8, embed_batch=0)
     with pytest.raises(ValueError, match=r"threshold tau=nan (is not a number|must be a real number)"):
         stream_predict(model, x, float("nan"))
     with pytest.raises(TypeError, match="either tau"):

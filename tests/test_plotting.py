@@ -50,3 +50,9 @@ def test_stream_throughput_figure_draws_the_four_lines_of_each_panel():
     assert list(lines["ideal (FLOPs)"].get_xdata()) == [0.25, 0.5, 0.75]
     assert np.allclose(lines["ideal (FLOPs)"].get_ydata(), [2250.0, 1500.0, 750.0])
     assert list(fig.axes[2].lines[0].get_ydata()) == [2000.0] * 3  # threads 2: full depth
+    # with embed_batch (how many images are embedded ahead of admission): a line per pair
+    rows = [{**r, "embed_batch": e, "images_per_s": r["images_per_s"] + e} if r["mode"] == "stream"
+            else {**r, "embed_batch": np.nan} for r in rows for e in ((1, 64) if r["mode"] == "stream" else (0,))]
+    lines = {line.get_label(): line for line in plot_stream_throughput(pd.DataFrame(rows)).axes[0].lines}
+    assert {"stream (refill at 1, embed 1 ahead)", "stream (refill at 16, embed 64 ahead)"} < set(lines)
+    assert list(lines["stream (refill at 16, embed 64 ahead)"].get_ydata()) == [2080.0] * 3

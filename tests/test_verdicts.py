@@ -170,6 +170,33 @@ def test_write_metrics_records_provenance(tmp_path, monkeypatch):
     assert json.loads(gone.read_text())["provenance"]["runs"] == []
 
 
+def test_the_stream_benchmark_decides_claim_16_by_its_worst_default_cell(tmp_path):
+    """The stream's rows at its defaults (refill at once, a slot batch embedded ahead), 1 thread:
+    the worst ratio decides; batch-at-a-time's row stays beside it, not primary."""
+    name = "bench_adaptive_inference_stream_fashion-mnist.json"
+    folder = _copy(tmp_path, name)
+    data = json.loads((folder / name).read_text())
+    stream = [r for r in data["rows"] if r["mode"] == "stream" and r["threads"] == 1
+              and r["refill_at"] == 1 and r["embed_batch"] == r["batch_size"]]
+    assert stream and len(stream) < len([r for r in data["rows"] if r["mode"] == "stream"])
+    worst = min(r["ratio"] for r in stream)
+    rows = [r for r in V.verdict_rows(folder) if r["claim"] == 16]
+    primary = [r for r in rows if r["primary"]]
+    assert len(primary) == 1 and primary[0]["ours"].startswith(f"{worst:.2f}, the worst of {len(stream)} stream cells")
+    assert primary[0]["verdict"] == C.speed(worst) and primary[0]["bundle"] == "adopted"
+    assert [r["ours"] for r in rows if not r["primary"]][0].startswith(
+        f"{min(r['ratio'] for r in data['rows'] if r['mode'] == 'eager' and r['batch_size'] == 256 and r['threads'] == 1):.2f}"
+        " (batch-at-a-time, batch 256; 1 thread")
+
+    def slower(d):  # one default cell at half its ratio decides the row
+        cell = next(r for r in d["rows"] if r["mode"] == "stream" and r["threads"] == 1
+                    and r["refill_at"] == 1 and r["embed_batch"] == r["batch_size"])
+        cell["ratio"] = 0.5
+
+    _edit(folder, name, slower)
+    assert [r for r in V.verdict_rows(folder) if r["claim"] == 16 and r["primary"]][0]["ours"].startswith("0.50")
+
+
 def test_paper_numbers_come_from_paper_py_only():
     import inspect
 
