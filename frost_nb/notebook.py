@@ -78,6 +78,8 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "samples": ((int, type(None)), lambda v: v is None or v >= 1,
                 "a positive number of test images, or None for the whole test split"),
     "reading": (str, lambda v: v in READINGS, f"one of {READINGS} (docs/method.md section 5.5)"),
+    "compare_reading": ((str, type(None)), lambda v: v is None or v in READINGS,
+                        f"one of {READINGS} to set beside the model's own bundle, or None"),
     "sections": (str, lambda v: _sections_ok(v), f"a comma-separated subset of {ABLATION_SECTIONS}"),
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                        "the path of a ViT frost checkpoint file (.pt), or None"),

@@ -95,9 +95,10 @@ def labelled(d: dict, label: str, seed: int | None = None) -> list[tuple[str, di
             if s.get("label") == label and seed in (None, s["seed"])]
 
 
-def run_of(d: dict, row: dict) -> dict | None:
+def run_of(d: dict, row: dict, reading: str | None = None) -> dict | None:
     """The settings of the run behind one record of ``d``: by its ``key``, else by its label
-    (``run`` or ``model``, without a seed tag) and ``seed`` among the provenance's runs."""
+    (``run`` or ``model``, without a seed tag) and ``seed`` among the provenance's runs; where
+    several match (a file that sets two bundles side by side), the one of bundle ``reading``."""
     if "key" in row:
         return settings(d, row["key"])
     label = re.sub(r" seed \d+$", "", row.get("run") or row.get("model") or "")
@@ -105,6 +106,8 @@ def run_of(d: dict, row: dict) -> dict | None:
     if not found:  # a run the file names without its label: by the name a grid gives it
         tail = f"/{slug(label)}-seed{row.get('seed', 0)}"
         found = [(k, s) for k, s in (d.get("provenance") or {}).get("settings", {}).items() if k.endswith(tail)]
+    if len(found) > 1 and reading is not None:
+        found = [(k, s) for k, s in found if s["reading"] == reading]
     return found[0][1] if len(found) == 1 else None
 
 
@@ -402,9 +405,11 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
     for name in m.names("05_halting*"):
         d = m.json(name)
         seeds = sorted({r["seed"] for r in d["sweep"]})
-        # the file's own key names its seed's run; the others by label and seed
-        sts = [run_of(d, {"key": d["key"]} if s == d.get("seed") and d.get("key") else {"model": "frost", "seed": s})
-               for s in seeds]
+        # the file's own key names its seed's run; the others by label and seed, of its bundle
+        # (the file may set another bundle's runs beside them: notebook 05's compare_reading)
+        reading = d.get("reading")
+        sts = [run_of(d, {"key": d["key"]} if s == d.get("seed") and d.get("key") else {"model": "frost", "seed": s},
+                      reading) for s in seeds]
         if not all(is_frost(s) for s in sts):
             continue
         yield "05", sts[0], d["dataset"], [[r for r in d["sweep"] if r["seed"] == s] for s in seeds], \

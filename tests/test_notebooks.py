@@ -59,7 +59,8 @@ def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs)
     vit = grid("vit", "smoke", None)["frost"]
     vit_file = save_checkpoint(tmp_path / "vit.pt", {"config": vit.to_dict(),
                                                       "model": create_model(vit.model).state_dict()})
-    _run("05_halting.ipynb", tmp_path, monkeypatch, quantile=0.25, vit_checkpoint=str(vit_file))
+    _run("05_halting.ipynb", tmp_path, monkeypatch, quantile=0.25, vit_checkpoint=str(vit_file),
+         compare_reading="per-step")
     out = isolated_outputs / "outputs"
     # smoke runs on digits: beside the committed CIFAR-100 outputs, with the data set and size in the name
     metrics = json.loads((out / "metrics" / "05_halting_digits_smoke.json").read_text())
@@ -76,9 +77,16 @@ def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs)
     assert (vit["steps"], vit["dataset"]) == (12, "digits")
     assert {(r["backbone"], r["quantile"]) for r in vit["sweep"]} >= {("resnet", 0.5), ("vit", 0.5)}
     assert all(0 < r["fraction"] <= 1 for r in vit["sweep"])
+    # the same seeds under the per-step bundle beside these (adopted) runs, one row per bundle and q
+    side = metrics["readings_side_by_side"]
+    assert metrics["compare_reading"] == "per-step" and {r["group"] for r in side} == {"adopted", "per-step"}
+    assert all(r["runs"] == 2 for r in side) and {"std_depth", "kept", "gain", "gain_over_confidence"} <= set(side[0])
+    assert [r for r in side if r["quantile"] == 1.0 and abs(r["kept"] - 1.0) > 1e-6] == []  # q = 1: full depth
     figures = {p.name for p in (out / "figures").iterdir()}
     assert {f"05_{f}_digits_smoke.png" for f in ("exit_histogram", "depth_per_class", "exit_examples", "depth_accuracy",
-                                            "vit_exit_histogram")} <= figures
+                                            "vit_exit_histogram", "readings")} <= figures
+    with pytest.raises(papermill.PapermillExecutionError, match="compare_reading='adopted' is the model's own bundle"):
+        _run("05_halting.ipynb", tmp_path, monkeypatch, vit_checkpoint=None, compare_reading="adopted")
 
 
 def test_ablation_notebook_runs_the_chosen_sections_only(tmp_path, monkeypatch, isolated_outputs):
@@ -159,15 +167,17 @@ def test_committed_notebooks_are_executed_and_clean(path):
 def test_committed_notebooks_show_every_figure_they_save(path):
     """A reader of the committed notebook (JupyterLab, a code host) sees each saved figure inline:
     every cell holds at least as many PNG outputs as it has save_figure calls. A cell that opens
-    with ``if <parameter> is not None:`` where the committed parameter is None (a section switched
-    off, such as 05's ViT section) saves nothing and is left out."""
+    with ``if <parameter> is not None:`` (or ``if params.<parameter> ...``) where the committed
+    parameter is None (a section switched off, such as 05's comparison of bundles) saves nothing
+    and is left out."""
     import ast
 
     nb = json.loads(path.read_text())
     cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
     params = {s.target.id: ast.literal_eval(s.value) for c in cells if "parameters" in c["metadata"].get("tags", [])
               for s in ast.parse("".join(c["source"])).body}
-    off = {f"if {name} is not None:" for name, value in params.items() if value is None}
+    off = {f"if {prefix}{name} is not None:" for name, value in params.items() if value is None
+           for prefix in ("", "params.")}
     for i, cell in enumerate(cells):
         source = "".join(cell["source"])
         if source.splitlines() and source.splitlines()[0].split("#")[0].strip() in off:

@@ -197,6 +197,19 @@ def test_the_stream_benchmark_decides_claim_16_by_its_worst_default_cell(tmp_pat
     assert [r for r in V.verdict_rows(folder) if r["claim"] == 16 and r["primary"]][0]["ours"].startswith("0.50")
 
 
+def test_a_file_with_two_bundles_side_by_side_reads_its_own_bundles_seeds():
+    """Notebook 05 with compare_reading names both bundles' runs of every seed: the sweep's other
+    seeds are its own bundle's (05_halting_fashion-mnist.json: global beside per-step)."""
+    d = json.loads((V.default_metrics_dir() / "05_halting_fashion-mnist.json").read_text())
+    assert d["compare_reading"] == "per-step" and d["reading"] == "adopted"
+    assert V.run_of(d, {"model": "frost", "seed": 1}) is None  # two runs end in /frost-seed1
+    for reading in ("adopted", "per-step"):
+        assert V.run_of(d, {"model": "frost", "seed": 1}, reading)["reading"] == reading
+    rows = [r for r in V.verdict_rows() if r["claim"] == 9 and r["notebook"] == V.SOURCES.get("05", "05")
+            and r["dataset"] == "fashion-mnist" and r["bundle"] == "adopted"]
+    assert [r["seeds"] for r in rows] == ["3"]
+
+
 def test_paper_numbers_come_from_paper_py_only():
     import inspect
 
