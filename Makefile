@@ -66,7 +66,7 @@ browser: $(BROWSER_DEPS)
 	    "or 'make test SKIP_BROWSER=1' to leave that test out" >&2; exit 1; fi; fi
 
 # the data the committed notebooks use, each set prepared once into data/prepared/NAME/ (python -m
-# frost_nb.prepare; data/README.md): Fashion-MNIST from Debian's package (apt-get as root), else
+# frost_nb.data.prepare; data/README.md): Fashion-MNIST from Debian's package (apt-get as root), else
 # torchvision's download; CIFAR-10 and CIFAR-100 from the shared copies, linked as sources
 # (data/cifar10 -> ../shared/data/cifar10) when they sit beside the checkout. The links are read
 # only: the prepared files go to data/prepared/, never through them. A CIFAR set with no local copy
@@ -80,13 +80,13 @@ data: install
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist \
 	  || echo "data: apt-get could not install dataset-fashion-mnist: trying torchvision's download" >&2; \
 	fi
-	@$(PY) -m frost_nb.prepare fashion-mnist \
+	@$(PY) -m frost_nb.data.prepare fashion-mnist \
 	  || echo "data: Fashion-MNIST not prepared (no root for apt-get, download failed): notebooks 02-06 need it" >&2
 	@for name in cifar10 cifar100; do \
 	  if [ -d ../shared/data/$$name ] && [ ! -e data/$$name ]; then \
 	    ln -s ../../shared/data/$$name data/$$name && echo "data: linked data/$$name -> ../shared/data/$$name"; fi; \
 	done
-	@$(PY) -m frost_nb.prepare --no-download cifar10 cifar100 \
+	@$(PY) -m frost_nb.data.prepare --no-download cifar10 cifar100 \
 	  || echo "data: a CIFAR set has no local copy (above): its first use downloads and prepares it" >&2
 
 demo: install data
@@ -113,7 +113,7 @@ NB ?= $(wildcard notebooks/[0-9]*.ipynb)
 notebooks: install
 	for nb in $(NB); do \
 	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace $$nb && \
-	  $(PY) -c "import sys; from frost_nb.notebook import strip_execution_metadata as s; s(sys.argv[1])" $$nb \
+	  $(PY) -c "import sys; from frost_nb.notebook.glue import strip_execution_metadata as s; s(sys.argv[1])" $$nb \
 	  || exit 1; done
 
 # the Fashion-MNIST copy of Debian alone (root; make data also tries torchvision's download)

@@ -6,7 +6,7 @@ in one process and side by side:
     mean_depth   mean exit depth at tau_q = calibrator.threshold(q); accuracy at the exits
     ideal        FLOPs at full depth / FLOPs at the measured exit depths, the fixed part
                  (stem, B(e), GAP(D(e))) and the readout heads of every step included
-                 (``frost_nb.complexity``)
+                 (``frost_nb.analysis.complexity``)
     measured     full-depth wall time / adaptive wall time
     ratio        measured / ideal (1: the skipped FLOPs come back in full as time)
 
@@ -88,9 +88,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from frost_nb.analysis.complexity import flops_per_image, ideal_speedup, prologue
 from frost_nb.checkpoint import checkpoint_config, load_model
-from frost_nb.complexity import flops_per_image, ideal_speedup, prologue
-from frost_nb.data import make_batches
+from frost_nb.data.datasets import make_batches
 from frost_nb.halting import adaptive_predict, stream_steps
 from frost_nb.paths import committed_runs_dir
 from frost_nb.training import load_split
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "refill_at", "embed_batch"], kind="stable")
     print(table.to_string(index=False, float_format="%.3f"))
     if a.metrics:
-        from frost_nb.notebook import write_metrics
+        from frost_nb.notebook.glue import write_metrics
 
         run = {"benchmark": "adaptive_inference", "checkpoint": Path(a.checkpoint).name,
                "run": run_name,

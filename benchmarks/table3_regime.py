@@ -25,11 +25,11 @@ import sys
 import pandas as pd
 import torch
 
-from frost_nb.complexity import images_per_second, relative_to_vanilla, seconds_per_image
+from frost_nb.analysis.complexity import images_per_second, relative_to_vanilla, seconds_per_image
 from frost_nb.config import BACKBONES, make_config
-from frost_nb.experiments import FAMILIES
 from frost_nb.models import create_model
 from frost_nb.paper import TABLE3
+from frost_nb.repro.grids import FAMILIES
 
 
 def measure(batch_sizes: list[int], backbones: list[str], repeats: int, device: str,
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(rel.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.metrics:
-        from frost_nb.notebook import write_metrics
+        from frost_nb.notebook.glue import write_metrics
 
         name = "bench_table3_regime" + ("" if device.type == "cpu" else f"_{device.type}")
         path = write_metrics(name, {"size": args.size, "repeats": args.repeats, "batch_sizes": batches,

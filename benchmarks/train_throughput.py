@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 pd.DataFrame(rows).to_csv(a.csv, index=False)
     print(pd.DataFrame(rows).to_string(index=False, float_format="%.2f"))
     if a.metrics:
-        from frost_nb.notebook import write_metrics
+        from frost_nb.notebook.glue import write_metrics
 
         settings = {k: getattr(a, k) for k in ("size", "dataset", "batch_size", "steps", "warmup", "amp",
                                                "channels_last", "device")}

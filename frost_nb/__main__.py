@@ -19,9 +19,9 @@ import sys
 from typing import Any
 
 from .config import SIZES, ConfigError
-from .experiments import GRIDS, READINGS
 from .halting import PAPER_QUANTILES
 from .paths import shown_path
+from .repro.grids import GRIDS, READINGS
 from .runs import find_run, run_name
 
 
@@ -113,8 +113,8 @@ def cmd_train(args) -> int:
 
 def cmd_grid(args) -> int:
     """Train (or find in the cache) every run of a named grid, or one shard of it."""
-    from .experiments import Grid, family_of, grid, shard
-    from .notebook import ParameterError
+    from .notebook.glue import ParameterError
+    from .repro.grids import Grid, family_of, grid, shard
     from .runs import train_or_load
 
     _single_process_only("grid")
@@ -154,11 +154,11 @@ def _load(args):
 def cmd_evaluate(args) -> int:
     import torch
 
-    from .data import make_batches
-    from .exits import quantile_for_depth
+    from .analysis.exits import quantile_for_depth
+    from .data.datasets import make_batches
     from .halting import adaptive_predict, stream_predict
     from .inputs import check_split, number_in
-    from .notebook import ParameterError, validate_params
+    from .notebook.glue import ParameterError, validate_params
     from .training import load_split
 
     validate_params(quantile=args.quantile)
@@ -212,7 +212,7 @@ def cmd_sweep(args) -> int:
 
     from .halting import sweep
     from .inputs import check_split
-    from .notebook import validate_params
+    from .notebook.glue import validate_params
     from .paths import atomic_path, check_writable
     from .training import evaluate
 
@@ -229,7 +229,7 @@ def cmd_sweep(args) -> int:
         with atomic_path(args.csv, "pass another --csv") as tmp:
             table.to_csv(tmp, index=False)
         # the sidecar <stem>.provenance.json: which run the CSV's numbers come from
-        from . import provenance
+        from .repro import provenance as provenance
         sidecar = Path(args.csv).with_suffix(".provenance.json")
         with atomic_path(sidecar) as tmp:
             tmp.write_text(json.dumps({"provenance": provenance.make({"checkpoint": str(args.checkpoint)})},
@@ -240,9 +240,9 @@ def cmd_sweep(args) -> int:
 def cmd_demo(args) -> int:
     """Train FROST on the embedded default, sweep the halting quantile, write outputs."""
     from .halting import sweep
-    from .notebook import save_figure, write_metrics
+    from .notebook.glue import save_figure, write_metrics
+    from .notebook.plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
     from .paths import check_writable, outputs_dir
-    from .plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
     from .runs import train_or_load
     from .training import evaluate, load_split
 
@@ -283,14 +283,14 @@ def cmd_export(args) -> int:
 
 
 def cmd_verdicts(args) -> int:
-    """The verdict tables of the paper's claims from the metrics files (frost_nb/verdicts.py):
+    """The verdict tables of the paper's claims from the metrics files (frost_nb/repro/verdicts.py):
     the README's one row per claim, docs/results.md's every row."""
     import difflib
     from pathlib import Path
 
-    from .notebook import ParameterError
+    from .notebook.glue import ParameterError
     from .paths import atomic_path, check_readable, check_writable, repo_root
-    from .verdicts import MARKERS, TARGETS, current_block, replace_block, tables
+    from .repro.verdicts import MARKERS, TARGETS, current_block, replace_block, tables
 
     target = args.write if args.write is not None else args.check
     option = "--write" if args.write is not None else "--check"
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default=None, help="the run's name, GRID/LABEL, in the local store "
                    "(default: DATASET-SIZE-single/MODEL-BACKBONE-seedN)")
     p = sub.add_parser("grid", help="train every run of a named grid of experiments (the store keeps them)")
-    p.add_argument("name", help=f"one of {', '.join(GRIDS)} (frost_nb/experiments.py)")
+    p.add_argument("name", help=f"one of {', '.join(GRIDS)} (frost_nb/repro/grids.py)")
     p.add_argument("--size", default="demo", choices=SIZES)
     p.add_argument("--dataset", default="fashion-mnist")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--labels", nargs="+", default=None,
                    help="only the rows with these labels, without the seed tag (e.g. vanilla recurrent)")
     p.add_argument("--reading", default="adopted", choices=READINGS,
-                   help="the bundle of defaults of the grids that have one (experiments.READING_GRIDS): "
+                   help="the bundle of defaults of the grids that have one (grids.READING_GRIDS): "
                         "adopted (today's), per-step (most committed runs) or residual (the runs before both)")
     p.add_argument("--no-progress", action="store_true")
     for name, helptext in (("evaluate", "adaptive inference at one quantile"),
@@ -410,8 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from .checkpoint import CheckpointError
-    from .data import DataError
-    from .notebook import ParameterError
+    from .data.datasets import DataError
+    from .notebook.glue import ParameterError
     from .paths import OutputError
     from .training import TrainingError
 

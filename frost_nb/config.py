@@ -130,7 +130,7 @@ def default_alpha_param(update: str) -> str:
 @dataclass(frozen=True)  # validated once, on construction: nothing changes it after
 class DataConfig(_Validated):
     _section = "data"
-    name: str = "digits"  # a key of frost_nb.data.DATASETS
+    name: str = "digits"  # a key of frost_nb.data.prepare.DATASETS
     root: str | None = None  # data root: this, then $FROST_DATA, then <repo>/data
     val_fraction: float = 0.1  # seeded held-out part of the training split (threshold calibration)
     split_seed: int = 0
@@ -139,7 +139,7 @@ class DataConfig(_Validated):
     limit: int | None = None  # keep only the first `limit` images of each split (quick runs)
 
     def validate(self) -> None:
-        from .data import DATASETS  # local: keeps config free of torch (data does not import config)
+        from .data.datasets import DATASETS
 
         self._check("name", self.name in DATASETS, f"one of {sorted(DATASETS)}")
         self._check("val_fraction", 0.0 <= self.val_fraction < 1.0, "a fraction in [0, 1)")
@@ -172,7 +172,7 @@ class ModelConfig(_Validated):
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
     # FROST (docs/method.md sections 4 and 5): canonical | convex | gated (residual), leaky |
     # leaky_gated (interpolating, 5.4); leaky is the adopted reading (5.5 and 13;
-    # experiments.ADOPTED_READING), gated the residual runs' (experiments.RESIDUAL_SELECTION)
+    # grids.ADOPTED_READING), gated the residual runs' (grids.RESIDUAL_SELECTION)
     update: str = "leaky"
     # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param), resolved on
     # construction, so a config never holds it (a residual form's config is what it was before)
@@ -257,7 +257,7 @@ class LossConfig(_Validated):
     _section = "loss"
     ranking: bool = True  # False: task loss only (the paper's baselines)
     # fraction of the N x T loss matrix in the easy set and in the hard set (0.5: every entry in
-    # one of the two); issue 30 chooses it for the global sets (experiments.RANK_FRAC_VALUES)
+    # one of the two); issue 30 chooses it for the global sets (grids.RANK_FRAC_VALUES)
     rank_frac: float = 0.5
     # "global" (adopted): S_easy and S_hard over all N x T entries, pairs across steps, the paper's
     # "entire set" (docs/method.md 5.5); "per_step": within each step's N entries, pairs only within
@@ -328,7 +328,7 @@ class TrainConfig(_Validated):
     channels_last: str = "auto"  # auto (on CUDA for resnet) | on | off
     num_workers: int = 0  # DataLoader workers for folder data sets (ImageNet-100)
     # every this many optimiser steps, record the cosine between the task and ranking
-    # gradients (analysis.gradient_conflict; 3 extra passes on that batch); 0: never.
+    # gradients (losses.gradient_conflict; 3 extra passes on that batch); 0: never.
     # A measurement only: it does not change the trained weights.
     diagnostics_every: int = 0
 
@@ -435,7 +435,7 @@ def config_difference(a: RunConfig, b: RunConfig, most: int = 3) -> str:
 
 # The presets: one row per (size, data set, backbone), every preset field spelled out, nothing
 # inherited from another row. "*" is any other data set of the size, "any" either backbone. The
-# data set's facts (channels, image size, classes) come from frost_nb.data.DATASETS.
+# data set's facts (channels, image size, classes) come from frost_nb.data.prepare.DATASETS.
 PRESET_FIELDS = ("model.steps", "model.width", "model.bottleneck", "model.stem_stride", "model.norm_groups",
                  "model.patch_size", "model.heads", "model.mlp_ratio", "model.bcd_kernel", "model.bcd_hidden",
                  "data.augment", "train.epochs", "train.batch_size", "train.optimizer", "train.lr",
@@ -498,7 +498,7 @@ def make_config(size: str = "demo", dataset: str | None = None, model: str = "fr
     >>> make_config("demo", "cifar10", "recurrent", **{"train.epochs": 3}).train.epochs
     3
     """
-    from .data import DATASETS  # local: keeps config free of torch (data does not import config)
+    from .data.datasets import DATASETS
 
     if size not in SIZES:
         _fail("size", size, f"one of {SIZES}")

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from .config import check_finite, check_range
-from .data import DataError, ImageData
+from .data.datasets import DataError, ImageData
 
 __all__ = ["check_images", "check_scores", "check_split", "number_in", "real_number"]
 
@@ -121,7 +121,7 @@ def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = Fal
         raise TypeError(
             f"{name} has dtype {x.dtype} (raw pixels?): the model takes float images normalised "
             f"as in training, x.float().div(255).sub(mean).div(std) with the data set's "
-            f"per-channel mean and std, (1, C, 1, 1) tensors from frost_nb.data.DATASETS[name]"
+            f"per-channel mean and std, (1, C, 1, 1) tensors from frost_nb.data.prepare.DATASETS[name]"
             f".mean and .std (uint8 pixels in 0..255)")
     _check_image_shape(getattr(model, "config", None), tuple(x.shape), name, allow_other_size,
                        ValueError)
@@ -139,9 +139,9 @@ def check_split(model: torch.nn.Module, dataset: Any, *, allow_other_size: bool 
     size (folder sets: the size their transforms give). Raises ``DataError`` (a ValueError),
     which the command line reports as an error."""
     if not isinstance(dataset, ImageData):
-        raise TypeError(f"dataset must be an ImageData split (frost_nb.data.load_dataset or "
+        raise TypeError(f"dataset must be an ImageData split (frost_nb.data.datasets.load_dataset or "
                         f"training.load_split), got {type(dataset).__name__}; for a tensor of "
-                        f"images use halting.adaptive_predict or analysis.full_depth_pass")
+                        f"images use halting.adaptive_predict or training.full_depth_pass")
     what = f"the {dataset.name} {dataset.split} split"
     if dataset.x is None:  # folder set: its transforms give info.image_size
         info = dataset.info

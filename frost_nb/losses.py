@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import RANK_PAIRS, LossConfig, check_range
+from .models import HEAD_PARAMS
 
 
 class RankingLosses(NamedTuple):
@@ -210,3 +211,51 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
              "abs": rank.abs.detach(), "easy_score": rank.easy_score, "hard_score": rank.hard_score}
     return loss, parts
 
+
+def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig,
+                      per_step: bool = False) -> dict:
+    """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs (docs/method.md
+    section 9.6; C and D, which only the classifier reads, drop out by themselves), the ranking loss
+    as training with ``loss`` would compute it, also for a model trained without it. Returns cosine,
+    both gradient norms and the number of parameters; with ``per_step`` also ``step_cosines`` (t =
+    1..T, step t's ranking loss with its sets and pairs within that step; T more backward passes).
+    """
+    was_training = model.training
+    model.train()
+    out = model(x, detach_halt_input=not loss.rank_grad_to_backbone)
+    task = task_loss(out.logits, y, loss.label_smoothing)
+    losses = step_losses(out.logits, y)
+
+    def weighted(halt: Tensor, lm: Tensor, pairs: str) -> Tensor:
+        rank = ranking_losses(halt, lm, loss.rank_frac, loss.margin, pairs)
+        return loss.lambda_rel * rank.rel + loss.lambda_abs * rank.abs
+
+    named = [(n, p) for n, p in model.named_parameters()
+             if p.requires_grad and not n.startswith(HEAD_PARAMS)]
+    params = [p for _, p in named]
+    g_task = torch.autograd.grad(task, params, retain_graph=True, allow_unused=True)
+    g_rank = torch.autograd.grad(weighted(out.halt_logits, losses, loss.rank_pairs), params,
+                                 retain_graph=per_step, allow_unused=True)
+    steps = out.halt_logits.shape[1]
+    g_steps = [torch.autograd.grad(weighted(out.halt_logits[:, t:t + 1], losses[:, t:t + 1], "per_step"),
+                                   params, retain_graph=t < steps - 1, allow_unused=True)
+               for t in range(steps)] if per_step else []
+    model.train(was_training)
+    shared = [i for i, (a, b) in enumerate(zip(g_task, g_rank)) if a is not None and b is not None]
+    if not shared:
+        nan = float("nan")
+        return {"cosine": nan, "task_norm": nan, "rank_norm": nan, "params": 0,
+                **({"step_cosines": [nan] * steps} if per_step else {})}
+
+    def flat(grads) -> Tensor:  # the shared parameters' gradient; zeros where a step's loss does not reach
+        return torch.cat([(grads[i] if grads[i] is not None else torch.zeros_like(params[i])).flatten().float()
+                          for i in shared])
+
+    ga, gb = flat(g_task), flat(g_rank)
+    cos = torch.nn.functional.cosine_similarity(ga, gb, dim=0)
+    out_d = {"cosine": cos.item(), "task_norm": ga.norm().item(), "rank_norm": gb.norm().item(),
+             "params": ga.numel()}
+    if per_step:
+        out_d["step_cosines"] = [torch.nn.functional.cosine_similarity(ga, flat(g), dim=0).item()
+                                 for g in g_steps]
+    return out_d

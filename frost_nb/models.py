@@ -409,3 +409,6 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
         raise ConfigError(f"create_model needs a ModelConfig or a model name from {MODELS}, "
                           f"got {type(cfg_or_name).__name__}.")
     return FrostNet(cfg)  # a ModelConfig is validated on construction (ranges, finite floats)
+
+
+HEAD_PARAMS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads

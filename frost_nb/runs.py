@@ -175,7 +175,7 @@ _READ: dict[str, None] = {}  # run names handed out since the last take_read (wh
 
 
 def record_read(name: str | None) -> None:
-    """Note that run ``name`` was handed out: the next metrics written name it (frost_nb.provenance)."""
+    """Note that run ``name`` was handed out: the next metrics written name it (frost_nb.repro.provenance)."""
     if name:
         _READ.setdefault(name, None)
 

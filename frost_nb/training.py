@@ -19,20 +19,22 @@ import os
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from .analysis import FullDepthPass, full_depth_pass, gradient_conflict
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, stored_config
 from .config import ConfigError, RunConfig, config_difference
-from .data import load_dataset, make_batches
+from .data.datasets import load_dataset, make_batches
 from .distributed import join_process_group, parallel, sum_over_ranks
 from .halting import HaltingCalibrator
-from .losses import total_loss
-from .models import create_model
+from .losses import gradient_conflict, total_loss
+from .models import create_model, gap
 from .paths import OutputError, check_writable
 
 log = logging.getLogger("frost_nb")
@@ -125,7 +127,7 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, los
 def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512, amp: bool = False,
              num_workers: int = 0, trajectories: bool = False,
              max_samples: int | None = None) -> FullDepthPass:
-    """``analysis.full_depth_pass`` of ``model`` over an ImageData split (no augmentation), where
+    """``training.full_depth_pass`` of ``model`` over an ImageData split (no augmentation), where
     the model's weights are, under bf16 autocast with ``amp``."""
     batches = make_batches(dataset, batch_size, shuffle=False, augment=False,
                            device=next(model.parameters()).device, num_workers=num_workers)
@@ -420,3 +422,106 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
                            num_workers=cfg.train.num_workers)
     return Trainer(cfg, model, batches, val_set=val_set, test_set=test_set, checkpoint=checkpoint,
                    progress=progress)
+
+
+# ---------------------------------------------------------------- the full-depth pass
+@dataclass
+class FullDepthPass:
+    """One full-depth pass of a model over a split, per sample and step (float32, on the CPU;
+    ``full_depth_pass``): halting scores, class logits and labels always; the reductions of its
+    states (the trajectory) when the pass was asked for them, else None."""
+
+    # (N, T) halting scores sigmoid(halt_logits), taken batch by batch (a sigmoid over the whole
+    # split can differ in the last bit): exits read off any pass of a model then agree to the bit
+    scores: Tensor
+    halt_logits: Tensor  # (N, T)
+    logits: Tensor  # (N, T, K) class logits at t = 1..T
+    y: Tensor  # (N,)
+    pooled: Tensor | None = None  # (N, T+1, D) GAP(h_t) for t = 0..T
+    step_norms: Tensor | None = None  # (N, T) ||h_{t+1} - h_t|| over the full state
+    state_norms: Tensor | None = None  # (N, T+1) ||h_t||
+    dist_to_final: Tensor | None = None  # (N, T+1) ||h_t - h_T||
+    second_diff_norms: Tensor | None = None  # (N, T-1) ||(h_{t+1} - h_t) - (h_t - h_{t-1})||, t = 1..T-1
+
+    def __post_init__(self) -> None:
+        s, z, lg, y = self.scores, self.halt_logits, self.logits, self.y
+        if s.dim() != 2 or z.shape != s.shape or lg.dim() != 3 or lg.shape[:2] != s.shape \
+                or y.shape != s.shape[:1]:
+            raise ValueError(f"a full-depth pass holds scores and halt_logits (N, T), logits (N, T, K) and "
+                             f"labels y (N,), got {tuple(s.shape)}, {tuple(z.shape)}, {tuple(lg.shape)} "
+                             f"and {tuple(y.shape)}")
+
+    @property
+    def steps(self) -> int:
+        return self.scores.shape[1]
+
+    def __len__(self) -> int:
+        return self.y.shape[0]
+
+    # derived once per pass: sweeps, exit caches and the rule curves read them again and again
+    @cached_property
+    def preds(self) -> Tensor:
+        return self.logits.argmax(-1)  # (N, T) predicted class at each step
+
+    @cached_property
+    def correct(self) -> Tensor:
+        return self.preds == self.y[:, None]  # (N, T)
+
+    @property
+    def accuracy(self) -> float:
+        """Full-depth accuracy (the last step)."""
+        return self.correct[:, -1].float().mean().item()
+
+    def accuracy_per_step(self) -> list[float]:
+        return self.correct.float().mean(0).tolist()
+
+
+def first_batches(batches, max_samples: int | None):
+    """The (x, y) batches cut to their first ``max_samples`` samples in all (None: every one)."""
+    seen = 0
+    for x, y in batches:
+        if max_samples is not None and seen >= max_samples:
+            return
+        if max_samples is not None:
+            x, y = x[: max_samples - seen], y[: max_samples - seen]
+        seen += len(y)
+        yield x, y
+
+
+@torch.no_grad()
+def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = False, amp: bool = False,
+                    max_samples: int | None = None) -> FullDepthPass:
+    """The ``FullDepthPass`` of ``model`` over ``batches`` ((x, y) pairs; the first ``max_samples``
+    samples), under bf16 autocast with ``amp``; with ``trajectories`` also the reductions of its
+    states. Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
+    batch by batch, so memory stays O(N T D) (every state of a CIFAR-size split: about 11 GB)."""
+    model.eval()
+    parts: dict[str, list[Tensor]] = defaultdict(list)
+    for x, y in first_batches(batches, max_samples):
+        states, logits, halts = [], [], []
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
+            for s in model.trajectory(x):
+                if trajectories:
+                    states.append(s.h.float())
+                if s.t:
+                    logits.append(s.logits.float())
+                    halts.append(s.halt_logit.float())
+        halt = torch.stack(halts, 1)  # (B, T)
+        parts["scores"].append(torch.sigmoid(halt).cpu())
+        parts["halt_logits"].append(halt.cpu())
+        parts["logits"].append(torch.stack(logits, 1).cpu())  # (B, T, K)
+        parts["y"].append(y.cpu())
+        if not trajectories:
+            continue
+        hs = torch.stack(states, 1)  # (B, T+1, *state)
+        diffs = hs[:, 1:] - hs[:, :-1]  # (B, T, *state)
+        b, t1 = hs.shape[:2]
+        parts["pooled"].append(torch.stack([gap(s) for s in states], 1).cpu())  # (B, T+1, D)
+        parts["step_norms"].append(diffs.reshape(b, t1 - 1, -1).norm(dim=2).cpu())
+        parts["state_norms"].append(hs.reshape(b, t1, -1).norm(dim=2).cpu())
+        parts["dist_to_final"].append((hs - hs[:, -1:]).reshape(b, t1, -1).norm(dim=2).cpu())
+        parts["second_diff_norms"].append(
+            (diffs[:, 1:] - diffs[:, :-1]).reshape(b, t1 - 2, -1).norm(dim=2).cpu())
+    if not parts:
+        raise ValueError("full_depth_pass got no batches (an empty split?)")
+    return FullDepthPass(**{k: torch.cat(v) for k, v in parts.items()})

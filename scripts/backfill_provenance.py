@@ -21,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from frost_nb import provenance
 from frost_nb.paths import repo_root
+from frost_nb.repro import provenance
 
 METRICS = repo_root() / "outputs" / "metrics"
 

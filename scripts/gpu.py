@@ -497,7 +497,7 @@ def receive(repo: Path = REPO) -> dict:
             (store / p).unlink(missing_ok=True)
         status["joined"].append(name)
     if not status["missing"]:
-        from frost_nb.prepare import prepare
+        from frost_nb.data.prepare import prepare
 
         prepare(dataset, repo / DATA, download=False)
         status["prepared"] = True
@@ -588,10 +588,9 @@ def train(run: RunSpec, *, out: Path, minutes: float, max_epochs: int | None = N
     import torch
 
     from frost_nb.checkpoint import load_checkpoint, stored_config
-    from frost_nb.prepare import DATASETS, is_prepared
-    from frost_nb.runs import (CONFIG_FILE, METRICS_FILE, MODEL_FILE, check_name, identity_key,
-                               write_json)
+    from frost_nb.data.prepare import DATASETS, is_prepared
     from frost_nb.paths import cache_dir, data_root
+    from frost_nb.runs import CONFIG_FILE, METRICS_FILE, MODEL_FILE, check_name, identity_key, write_json
     from frost_nb.training import build_trainer
 
     config = run.config()

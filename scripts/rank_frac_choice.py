@@ -11,8 +11,9 @@ Writes ``outputs/metrics/04_rank_frac_global.json`` and prints the table:
 
 from __future__ import annotations
 
-from frost_nb.experiments import RANK_FRAC_REFERENCE, adopted_label, grid, summarise_runs
-from frost_nb.notebook import write_metrics
+from frost_nb.notebook.glue import write_metrics
+from frost_nb.notebook.tables import summarise_runs
+from frost_nb.repro.grids import RANK_FRAC_REFERENCE, adopted_label, grid
 from frost_nb.runs import stored_name, train_or_load
 
 

@@ -5,14 +5,12 @@ import math
 import pytest
 import torch
 
-from frost_nb.analysis import (
+from frost_nb.analysis.trajectories import (
     adjacent_similarity,
     contraction_bound,
     contraction_summary,
     cosine_to_final,
     fit_contraction,
-    full_depth_pass,
-    gradient_conflict,
     jacobian_norms,
     jacobian_summary,
     scale_consistency_rows,
@@ -20,8 +18,9 @@ from frost_nb.analysis import (
     step_jacobian_norm,
 )
 from frost_nb.config import LossConfig, make_config
+from frost_nb.losses import gradient_conflict
 from frost_nb.models import create_model
-from frost_nb.training import train
+from frost_nb.training import full_depth_pass, train
 
 
 def _model(name="frost", steps=5, **kw):

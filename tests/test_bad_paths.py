@@ -141,9 +141,9 @@ def run_cases(cases: list[dict]) -> list[dict]:
     past every check), or "raised" (a traceback, with its last line)."""
     import torch
 
-    from frost_nb import data
     from frost_nb.__main__ import main
-    from frost_nb.notebook import setup
+    from frost_nb.data import datasets as data
+    from frost_nb.notebook.glue import setup
 
     def work(*args, **kwargs):
         raise Work()
@@ -285,7 +285,7 @@ def _full_disk_at(path: Path) -> None:
 
 
 def _write_metrics(tmp_path):
-    from frost_nb.notebook import write_metrics
+    from frost_nb.notebook.glue import write_metrics
     from frost_nb.paths import outputs_dir
 
     return outputs_dir() / "metrics" / "m.json", "FROST_OUTPUTS", lambda: write_metrics("m", {"x": 1})
@@ -294,7 +294,7 @@ def _write_metrics(tmp_path):
 def _save_figure(tmp_path):
     import matplotlib.pyplot as plt
 
-    from frost_nb.notebook import save_figure
+    from frost_nb.notebook.glue import save_figure
     from frost_nb.paths import outputs_dir
 
     return outputs_dir() / "figures" / "f.png", "FROST_OUTPUTS", lambda: save_figure(plt.figure(), "f")
@@ -318,7 +318,7 @@ def _checkpoint(tmp_path):
 def _prepared(tmp_path):
     from test_data import make_cifar10_pickles
 
-    from frost_nb.prepare import prepare
+    from frost_nb.data.prepare import prepare
 
     make_cifar10_pickles(tmp_path / "copy" / "cifar-10-batches-py")
     path = tmp_path / "data" / "prepared" / "cifar10" / "train.npz"

@@ -88,7 +88,7 @@ def _start_server(root: Path, outputs: Path) -> tuple[subprocess.Popen, str, str
     (settings / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     # a person's JupyterLab: no MPLBACKEND (make test sets Agg for pytest), so the kernel has the
-    # inline backend; the explorer must not depend on it either way (frost_nb.widgets)
+    # inline backend; the explorer must not depend on it either way (frost_nb.notebook.widgets)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JUPYTER", "IPYTHON")) and k != "MPLBACKEND"}
     env.update(FROST_SMOKE="1", FROST_OUTPUTS=str(outputs), FROST_CACHE=str(outputs / "cache"),
@@ -212,11 +212,11 @@ def lab(tmp_path_factory):
 def reference(lab):
     """The notebook's explorer rebuilt in this process from the models the kernel trained and
     cached: the library's own numbers and figures to compare the browser's against."""
+    from frost_nb.analysis.exits import ExitCache
     from frost_nb.config import make_config
-    from frost_nb.exits import ExitCache
+    from frost_nb.notebook.widgets import HaltingExplorer
     from frost_nb.runs import train_or_load
     from frost_nb.training import load_split
-    from frost_nb.widgets import HaltingExplorer
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FROST_SMOKE", "1")
@@ -271,7 +271,7 @@ def _screenshot(page, name: str) -> None:
 
 
 def test_explorer_renders_in_jupyterlab(lab, reference):
-    from frost_nb.widgets import describe
+    from frost_nb.notebook.widgets import describe
 
     page = lab.page
     _wait_for_stats(page, r"^seed 0: q = 0\.500 ")
@@ -284,7 +284,7 @@ def test_explorer_renders_in_jupyterlab(lab, reference):
 
 
 def test_moving_the_quantile_slider_updates_the_numbers(lab, reference):
-    from frost_nb.widgets import describe
+    from frost_nb.notebook.widgets import describe
 
     page = lab.page
     label, q0, shown0 = _stats(page)
@@ -305,7 +305,7 @@ def test_moving_the_quantile_slider_updates_the_numbers(lab, reference):
 
 
 def test_the_model_selector_switches_to_the_other_seed(lab, reference):
-    from frost_nb.widgets import describe
+    from frost_nb.notebook.widgets import describe
 
     page = lab.page
     _, q, shown0 = _stats(page)

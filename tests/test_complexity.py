@@ -1,4 +1,4 @@
-"""Tests of frost_nb.complexity: the FLOPs of the step-wise API and the ideal speed-up."""
+"""Tests of frost_nb.analysis.complexity: the FLOPs of the step-wise API and the ideal speed-up."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from frost_nb.complexity import count_flops, flops_per_image, ideal_speedup
+from frost_nb.analysis.complexity import count_flops, flops_per_image, ideal_speedup
 from frost_nb.config import make_config
 from frost_nb.models import create_model
 
@@ -84,7 +84,7 @@ def test_ideal_speedup_rejects_bad_input(depths, steps, fixed, per_step):
 
 
 def test_parameters_without_heads_leave_out_exactly_the_two_heads():
-    from frost_nb.complexity import parameters_without_heads
+    from frost_nb.analysis.complexity import parameters_without_heads
 
     model = create_model(make_config("smoke").model)
     heads = sum(p.numel() for m in (model.head, model.head_norm, model.halt_head, model.halt_head_norm)
@@ -93,7 +93,7 @@ def test_parameters_without_heads_leave_out_exactly_the_two_heads():
 
 
 def test_measured_time_per_image_and_throughput():
-    from frost_nb.complexity import images_per_second, seconds_per_image
+    from frost_nb.analysis.complexity import images_per_second, seconds_per_image
 
     model = create_model(make_config("smoke").model).eval()
     fixed, step = seconds_per_image(model, (1, 8, 8), batch_size=4, repeats=2)

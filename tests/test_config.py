@@ -219,7 +219,7 @@ def test_data_name_override_sets_the_model_input():
 
 
 def _before_reading(model):
-    from frost_nb.experiments import RESIDUAL_SELECTION
+    from frost_nb.repro.grids import RESIDUAL_SELECTION
 
     return make_config("demo", "fashion-mnist", model, **RESIDUAL_SELECTION)
 
@@ -255,7 +255,7 @@ def test_each_option_value_is_a_run_of_its_own():
 
 
 def test_adopted_reading_is_the_default_and_a_missing_field_reads_its_default():
-    from frost_nb.experiments import ADOPTED_READING
+    from frost_nb.repro.grids import ADOPTED_READING
 
     for size, dataset in (("smoke", None), ("demo", "digits"), ("demo", "fashion-mnist"),
                           ("paper", "imagenet100")):
@@ -334,7 +334,7 @@ def test_every_preset_row_is_complete_and_builds():
     """One row per (size, data set, backbone), every preset field spelled out (no row inherits
     from another); each builds a valid config on a data set of its own."""
     from frost_nb.config import PRESET_FIELDS, PRESETS, preset
-    from frost_nb.data import DATASETS
+    from frost_nb.data.datasets import DATASETS
 
     for (size, dataset, backbone), row in PRESETS.items():
         assert len(row) == len(PRESET_FIELDS), (size, dataset, backbone)

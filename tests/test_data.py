@@ -1,4 +1,4 @@
-"""Tests of frost_nb.data and frost_nb.prepare: preparing each source kind once, loaders (real
+"""Tests of frost_nb.data.datasets and frost_nb.data.prepare: preparing each source kind once, loaders (real
 and fabricated files), splits, errors, batches.
 
 Fabricated files are written in each set's real on-disk format (IDX headers, packed JPEG
@@ -23,9 +23,9 @@ import pytest
 import torch
 from PIL import Image
 
-from frost_nb import data
-from frost_nb import prepare as prep
-from frost_nb.data import (
+from frost_nb.data import datasets as data
+from frost_nb.data import prepare as prep
+from frost_nb.data.datasets import (
     DATASETS,
     DataError,
     ImageData,
@@ -35,8 +35,8 @@ from frost_nb.data import (
     random_crop,
     random_flip,
 )
+from frost_nb.data.prepare import prepare, read_prepared
 from frost_nb.paths import system_data_dir
-from frost_nb.prepare import prepare, read_prepared
 
 # the project's shared folder sits beside the checkout (CI clones it so too)
 SHARED_CIFAR10 = Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10"
@@ -901,7 +901,7 @@ def test_data_root_order_argument_then_env_then_repo(tmp_path, monkeypatch):
     assert load_dataset("cifar100", "test", download=False).source.startswith(str(tmp_path / "env"))
 
 
-# --- prepared once (frost_nb/prepare.py) -------------------------------------------------------
+# --- prepared once (frost_nb/data/prepare.py) -------------------------------------------------------
 
 def _expected_parts(kind: str, src: Path) -> tuple[str, dict]:
     """Fabricate one source kind in `src`; (data set, part -> (x (N, C, H, W), y)) in the order the
@@ -1048,7 +1048,7 @@ def test_damaged_prepared_file_names_the_fix(how, says, tmp_path):
         load_dataset("cifar10", "train", tmp_path, val_fraction=0.0)
     msg = str(err.value)
     assert str(folder / "train.npz") in msg and f"delete {folder} and load again" in msg
-    assert "python -m frost_nb.prepare cifar10 --force" in msg
+    assert "python -m frost_nb.data.prepare cifar10 --force" in msg
     shutil.rmtree(folder)  # the fix the message names
     data.clear_cache()
     again = load_dataset("cifar10", "train", tmp_path, val_fraction=0.0)
@@ -1087,7 +1087,7 @@ def test_killed_prepare_leaves_no_prepared_file(tmp_path):
     part under its real name; the next load prepares the set again."""
     make_cifar10_pickles(tmp_path / "cifar-10-batches-py")
     script = ("import os, sys, numpy as np\n"
-              "from frost_nb.prepare import prepare\n"
+              "from frost_nb.data.prepare import prepare\n"
               "def savez(f, **arrays):\n"
               "    f.write(b'PK\\x03\\x04 half'); f.flush(); os._exit(9)\n"
               "np.savez = savez\n"

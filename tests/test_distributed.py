@@ -22,9 +22,9 @@ from frost_nb.__main__ import main
 from frost_nb.checkpoint import load_checkpoint, load_model
 from frost_nb.config import make_config
 from frost_nb.distributed import DistributedSetup, ShardedBatches, leave_process_group
-from frost_nb.experiments import RESIDUAL_SELECTION
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.models import create_model
+from frost_nb.repro.grids import RESIDUAL_SELECTION
 from frost_nb.training import build_trainer, load_split, train
 
 WORLD = 2

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from frost_nb.config import make_config
-from frost_nb.experiments import (
+from frost_nb.notebook.tables import run_summary
+from frost_nb.repro.fidelity import collapse_row
+from frost_nb.repro.grids import (
     ABLATION_EPOCHS,
     GRIDS,
     HURST_VALUES,
@@ -12,11 +14,9 @@ from frost_nb.experiments import (
     RESIDUAL_READING,
     RESIDUAL_SELECTION,
     TUNING_VALUES,
-    collapse_row,
     family_of,
     grid,
     reference,
-    run_summary,
     shard,
 )
 from frost_nb.runs import find_run, run_name, train_or_load
@@ -65,7 +65,7 @@ def test_adopted_reading_ablations_run_under_todays_defaults():
     """Under the adopted reading the reference is make_config's frost at the ablation budget; the
     H sweep has H inside the bracket; the loss ablation adds experiment (c)'s decisive arms; the
     update grid has every form; the "adopted" grid sets the residual reference beside it."""
-    from frost_nb.experiments import ADOPTED_TUNING_VALUES, DECISIVE_STRENGTH, READING_FORMS, reading_of
+    from frost_nb.repro.grids import ADOPTED_TUNING_VALUES, DECISIVE_STRENGTH, READING_FORMS, reading_of
 
     ref = reference(reading="adopted")
     assert reading_of(ref) == "adopted" and reading_of(reference()) == "residual"
@@ -126,7 +126,7 @@ def test_families_train_baselines_on_the_task_loss_only():
 
 
 def test_vit_grid_is_the_four_families_on_the_vit_backbone_at_the_papers_depth():
-    from frost_nb.experiments import VIT_EPOCHS, VIT_STEPS
+    from frost_nb.repro.grids import VIT_EPOCHS, VIT_STEPS
 
     runs = grid("vit", "demo", "cifar100")
     assert list(runs) == ["frost", "vanilla", "recurrent", "basic_ssm"]  # frost first: trained first
@@ -211,7 +211,7 @@ def test_collapse_row_of_a_smoke_run():
 def test_notebook_stops_before_training_what_is_not_committed(monkeypatch):
     """At demo size a notebook whose runs are neither committed nor cached stops at once, saying
     how long training would take and how to ask for it; retrain=True lets it train."""
-    from frost_nb.experiments import RunsNotTrained, require_trained
+    from frost_nb.repro.grids import RunsNotTrained, require_trained
 
     monkeypatch.delenv("FROST_SMOKE", raising=False)
     # not committed, but for H = 0.5, the residual reference (committed as the adopted grid's comparison)
@@ -243,7 +243,7 @@ def test_committed_notebook_runs_are_all_committed(monkeypatch):
     CIFAR-100 loss ablation included."""
     from frost_nb.checkpoint import checkpoint_config
     from frost_nb.config import make_config
-    from frost_nb.experiments import require_trained
+    from frost_nb.repro.grids import require_trained
 
     five = _committed_parameters("05")
     frost = checkpoint_config(five["checkpoint"])
@@ -277,8 +277,9 @@ def test_committed_notebook_runs_are_all_committed(monkeypatch):
 
 def test_readings_grid_and_its_measurements():
     """Experiment (b)'s grid: every update form x h_0 under the adopted halting settings; the row
-    it measures on a trained run (frost_nb.claims decides)."""
-    from frost_nb.experiments import ADOPTED_READING, READING_FORMS, reading_row
+    it measures on a trained run (frost_nb.repro.claims decides)."""
+    from frost_nb.repro.fidelity import reading_row
+    from frost_nb.repro.grids import ADOPTED_READING, READING_FORMS
 
     runs = grid("readings", "smoke", None)
     assert len(runs) == 2 * len(READING_FORMS)
@@ -295,7 +296,7 @@ def test_readings_grid_and_its_measurements():
 
 
 def test_readings_grid_off_digits_is_the_two_form_check_at_the_ablation_budget():
-    from frost_nb.experiments import READING_CHECK_FORMS
+    from frost_nb.repro.grids import READING_CHECK_FORMS
 
     runs = grid("readings", "demo", "fashion-mnist")
     assert sorted(runs) == sorted(f"{u}, h0 = embedding" for u in READING_CHECK_FORMS)
@@ -306,7 +307,7 @@ def test_readings_grid_off_digits_is_the_two_form_check_at_the_ablation_budget()
 def test_loss_strength_grid_arms_and_references():
     """Experiment (c): every family at each strength under the adopted halting settings with the
     gradient probe on, beside its task-only reference (the baselines' families runs themselves)."""
-    from frost_nb.experiments import LOSS_STRENGTHS, PER_STEP_READING, strength_label
+    from frost_nb.repro.grids import LOSS_STRENGTHS, PER_STEP_READING, strength_label
 
     runs = grid("loss_strength", "demo", "digits", seeds=(0, 1))
     families = grid("families", "demo", "digits", seeds=(0, 1))
@@ -332,7 +333,7 @@ def test_loss_strength_grid_arms_and_references():
 
 
 def test_strength_row_of_a_smoke_run():
-    from frost_nb.experiments import strength_row
+    from frost_nb.repro.fidelity import strength_row
 
     runs = grid("loss_strength", "smoke", None)
     arm = train_or_load(runs["frost, rel 3 abs 1"], progress=False)
@@ -349,7 +350,7 @@ def test_strength_row_of_a_smoke_run():
 def test_loss_strength_figure_shows_every_family_and_the_collapse_counts():
     import matplotlib.pyplot as plt
 
-    from frost_nb.plotting import plot_loss_strength
+    from frost_nb.notebook.plotting import plot_loss_strength
 
     rows = [{"model": m, "lambda_rel": rel, "lambda_abs": a, "collapsed": (m == "vanilla" and s < 2),
              "step_cosine_profile": [0.1 * s - 0.05, 0.2, -0.1]}
@@ -363,7 +364,7 @@ def test_loss_strength_figure_shows_every_family_and_the_collapse_counts():
 
 
 def test_families_under_the_adopted_reading_share_the_task_only_baselines():
-    from frost_nb.experiments import DECISIVE_STRENGTH, reading_of, strength_label
+    from frost_nb.repro.grids import DECISIVE_STRENGTH, reading_of, strength_label
 
     adopted = grid("families", "demo", "fashion-mnist", seeds=(0, 1))
     residual = grid("families", "demo", "fashion-mnist", seeds=(0, 1), reading="residual")
@@ -397,7 +398,7 @@ def test_families_under_the_adopted_reading_share_the_task_only_baselines():
 def test_task_only_baselines_are_the_same_under_any_halting_settings(tiny_config, tmp_path):
     """Why the adopted reading reuses the baselines' runs: trained on the task loss alone, a
     baseline's weights do not depend on the halting head's LayerNorm, pairs or sketch."""
-    from frost_nb.experiments import ADOPTED_READING
+    from frost_nb.repro.grids import ADOPTED_READING
     from frost_nb.training import train
 
     base = tiny_config.replace(**{"model.name": "recurrent", "loss.ranking": False, "train.epochs": 1})
@@ -414,7 +415,7 @@ def test_task_only_baselines_are_the_same_under_any_halting_settings(tiny_config
 
 def test_frost_without_ranking_is_the_same_run_under_either_set(tiny_config, tmp_path):
     """Why the adopted families share the per-step bundle's "frost (no ranking)" control
-    (experiments.NO_RANKING): with the ranking losses off, global or per-step sets (and their size)
+    (grids.NO_RANKING): with the ranking losses off, global or per-step sets (and their size)
     reach only a logged diagnostic, never a weight, the halting head included."""
     from frost_nb.training import train
 
@@ -433,7 +434,7 @@ def test_adopted_label_takes_another_setting_only_above_the_margin():
     """Notebook 04's tuning rule, as issue 30's rank_frac choice applies it (ADOPT_MARGIN on either side)."""
     import pandas as pd
 
-    from frost_nb.experiments import ADOPT_MARGIN, adopted_label
+    from frost_nb.repro.grids import ADOPT_MARGIN, adopted_label
 
     ref = "rank_frac = 0.5"
     above = pd.Series({ref: 0.80, "rank_frac = 0.25": 0.80 + ADOPT_MARGIN + 1e-3, "rank_frac = 0.125": 0.70})

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from frost_nb import fractal
-from frost_nb.fractal import (
+from frost_nb.analysis import fractal
+from frost_nb.analysis.fractal import (
     box_counting_dimension,
     box_counts,
     correlation_dimension,

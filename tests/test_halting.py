@@ -756,8 +756,8 @@ def test_stream_predict_exits_as_adaptive_predict_does(name, backbone):
 def test_stream_predict_exits_as_adaptive_predict_does_for_every_online_rule(backbone):
     """Every OnlineRule (the two-hit rule among them: its per-row count of hits moves with the
     rows), at thresholds inside each signal's range, with 3 and 16 slots (70 images)."""
-    from frost_nb.analysis import full_depth_pass
-    from frost_nb.halting_rules import FIXED, FIXED_RULE, RULES, OnlineRule, candidate_thresholds
+    from frost_nb.analysis.halting_rules import FIXED, FIXED_RULE, RULES, OnlineRule, candidate_thresholds
+    from frost_nb.training import full_depth_pass
 
     model, x = _stream_model("frost", backbone)
     traj = full_depth_pass(model, [(x, torch.zeros(len(x), dtype=torch.int64))], trajectories=True)
@@ -896,7 +896,7 @@ def test_an_empty_stream_gives_an_empty_result():
 
 
 def test_stream_predict_refuses_bad_input_naming_the_batch_and_the_fix():
-    from frost_nb.halting_rules import OnlineRule
+    from frost_nb.analysis.halting_rules import OnlineRule
 
     model, x = _stream_model("frost", n=12)
     bad = x[8:].clone()

@@ -11,9 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from frost_nb.analysis import FullDepthPass
-from frost_nb.halting import HaltingCalibrator, exit_steps
-from frost_nb.halting_rules import (
+from frost_nb.analysis.halting_rules import (
     CURVE_COLUMNS,
     FROST_QUANTILES,
     RULES,
@@ -38,6 +36,8 @@ from frost_nb.halting_rules import (
     summary,
     two_scale_signal,
 )
+from frost_nb.halting import HaltingCalibrator, exit_steps
+from frost_nb.training import FullDepthPass
 
 T = 4
 
@@ -102,7 +102,7 @@ def test_second_order_is_undefined_at_step_one():
 def test_two_scale_rule_as_stated_needs_two_consecutive_unnormalised_hits():
     """The Two-Scale rule as stated: ||Delta_t - Delta_{t-1}|| (no division by ||h_t||) below eps
     at two steps in a row; beside it this project's normalised first-hit variant."""
-    from frost_nb.halting_rules import TWO_SCALE
+    from frost_nb.analysis.halting_rules import TWO_SCALE
 
     second = [[0.05, 0.05, 1.0],  # hits at t = 2 and 3: exits at 3
               [0.05, 1.0, 0.05],  # two single hits, never two in a row: T
@@ -121,7 +121,7 @@ def test_two_scale_rule_as_stated_needs_two_consecutive_unnormalised_hits():
 
 
 def test_consecutive_hits_against_a_loop():
-    from frost_nb.halting_rules import consecutive
+    from frost_nb.analysis.halting_rules import consecutive
 
     g = torch.Generator().manual_seed(11)
     cond = torch.rand(50, 7, generator=g) < 0.6
@@ -136,7 +136,7 @@ def test_consecutive_hits_against_a_loop():
 def test_online_rules_take_a_step_index_per_row():
     """Rows at different depths in one call (the stream) give each row what a call at its own
     step gives; the two-hit rule's count of hits restarts on a miss and on a NaN."""
-    from frost_nb.halting_rules import TWO_SCALE, OnlineRule
+    from frost_nb.analysis.halting_rules import TWO_SCALE, OnlineRule
 
     g = torch.Generator().manual_seed(12)
     h0, h1, h2 = (torch.randn(4, 3, 2, 2, generator=g) for _ in range(3))
@@ -345,8 +345,8 @@ def test_collapse_definition():
 # --- end to end on a tiny trained model ------------------------------------------------------
 
 def test_rules_on_a_tiny_trained_model():
+    from frost_nb.analysis.trajectories import run_trajectories
     from frost_nb.config import make_config
-    from frost_nb.experiments import run_trajectories
     from frost_nb.runs import train_or_load
 
     cfg = make_config("smoke", **{"train.epochs": 2, "train.device": "cpu"})
@@ -384,9 +384,9 @@ def test_online_rules_exit_where_the_offline_rules_do(backbone):
     """Every rule run inside adaptive_predict (its signal on the rows still running, its memory
     compacted with them) exits each sample at the step the offline rule finds in a full-depth pass,
     and returns that step's logits, with and without compaction."""
-    from frost_nb.analysis import full_depth_pass
+    from frost_nb.analysis.halting_rules import FIXED, FIXED_RULE, OnlineRule
     from frost_nb.halting import adaptive_predict
-    from frost_nb.halting_rules import FIXED, FIXED_RULE, OnlineRule
+    from frost_nb.training import full_depth_pass
 
     model, x = _smoke_model_and_images(backbone)
     y = torch.zeros(len(x), dtype=torch.int64)
@@ -415,9 +415,9 @@ def test_online_rules_exit_where_the_offline_rules_do(backbone):
 
 
 def test_rule_throughput_reports_each_setting_with_its_spread():
-    from frost_nb.analysis import full_depth_pass
-    from frost_nb.complexity import rule_settings, rule_throughput
-    from frost_nb.halting_rules import FIXED
+    from frost_nb.analysis.complexity import rule_settings, rule_throughput
+    from frost_nb.analysis.halting_rules import FIXED
+    from frost_nb.training import full_depth_pass
 
     model, x = _smoke_model_and_images()
     y = torch.randint(0, 10, (len(x),))

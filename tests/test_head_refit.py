@@ -1,4 +1,4 @@
-"""Refitting the halting head of a frozen backbone (frost_nb/head_refit.py)."""
+"""Refitting the halting head of a frozen backbone (frost_nb/analysis/head_refit.py)."""
 
 
 import numpy as np
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from frost_nb import head_refit as hr
+from frost_nb.analysis import head_refit as hr
+from frost_nb.analysis.halting_rules import FIXED, ORACLE, summary
 from frost_nb.config import LossConfig, make_config
-from frost_nb.halting_rules import FIXED, ORACLE, summary
 from frost_nb.losses import ranking_losses
 
 
@@ -111,7 +111,7 @@ def test_calibrate_holds_every_score_once():
 
 
 def test_subsample_is_seeded_and_ordered():
-    from frost_nb.data import load_dataset
+    from frost_nb.data.datasets import load_dataset
 
     ds = load_dataset("digits", "train")
     sub = hr.subsample(ds, 100, seed=3)

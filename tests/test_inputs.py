@@ -14,11 +14,10 @@ import torch
 
 from frost_nb.__main__ import main
 from frost_nb.config import ConfigError, make_config
-from frost_nb.data import DATASETS, DataError, ImageData
+from frost_nb.data.datasets import DATASETS, DataError, ImageData
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.inputs import check_images, check_split, number_in, real_number
 from frost_nb.models import create_model
-
 
 # --- numbers -----------------------------------------------------------------------------------
 

@@ -1,31 +1,62 @@
-"""The package's layout: its import graph has no cycle, imports inside functions counted."""
+"""The package's layout: subpackages by concept, imports that only run downward and never in a
+circle (imports inside functions counted), and a wheel that carries every module."""
 
 import ast
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import frost_nb
 
 PACKAGE = Path(frost_nb.__file__).parent
+# a module may import only from its own layer and the layers below it (docs/architecture.md)
+LAYERS = {"paths": 0, "paper": 0, "data": 1, "analysis": 3, "repro": 4, "notebook": 5, "__main__": 6}
+CORE = 2  # the method: the top-level modules not named above
+
+
+def module_names(package: Path) -> list[str]:
+    """Every module of ``package`` as a dotted name inside it ("training", "data.datasets")."""
+    parts = (p.relative_to(package).with_suffix("").parts for p in package.rglob("*.py"))
+    return sorted(".".join(q[:-1] if q[-1] == "__init__" else q) for q in parts)
+
+
+def layer(module: str) -> int:
+    return LAYERS.get(module.split(".")[0], CORE)
+
+
+def _imported(node: ast.AST, here: list[str], package: str) -> list[str]:
+    """The dotted names (inside the package) that one import statement reaches."""
+    if isinstance(node, ast.Import):
+        return [a.name.removeprefix(package + ".") for a in node.names if a.name.startswith(package + ".")]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:
+        base = here[:len(here) - node.level + 1]
+    elif node.module and node.module.split(".")[0] == package:
+        base = []
+    else:
+        return []
+    parts = base + (node.module.split(".") if node.module else [])
+    if not node.level:
+        parts = parts[1:]
+    return [".".join(parts + [a.name]) for a in node.names] + [".".join(parts)]
 
 
 def import_graph(package: Path) -> dict[str, set[str]]:
     """module -> the package's modules it imports, anywhere in the file (top level, inside
-    functions, under ``if``); ``from . import x`` and ``from frost_nb.x import y`` included."""
-    modules = {p.stem for p in package.glob("*.py")}
+    functions, under ``if``); relative and absolute, ``from . import x`` included."""
+    modules = set(module_names(package))
     graph = {}
-    for path in package.glob("*.py"):
+    for name in modules:
+        path = package.joinpath(*name.split(".")) if name else package
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        here = [m for m in here if m]
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                if node.level == 1:
-                    found |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
-                elif node.module and node.module.split(".")[0] == package.name:
-                    parts = node.module.split(".")
-                    found |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
-            elif isinstance(node, ast.Import):
-                found |= {a.name.split(".")[1] for a in node.names
-                          if a.name.startswith(package.name + ".") and "." in a.name}
-        graph[path.stem] = (found & modules) - {path.stem}
+            found |= {m for m in _imported(node, here, package.name) if m in modules and m}
+        graph[name] = found - {name}
     return graph
 
 
@@ -49,20 +80,66 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_check_finds_a_cycle_made_by_an_import_inside_a_function(tmp_path):
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a lower layer into a higher one ("importer -> imported")."""
+    return [f"{a} -> {b}" for a in sorted(graph) for b in sorted(graph[a]) if layer(b) > layer(a)]
+
+
+def _fabricated(tmp_path: Path) -> Path:
     package = tmp_path / "pkg"
-    package.mkdir()
+    (package / "analysis").mkdir(parents=True)
     (package / "__init__.py").write_text("")
+    (package / "analysis" / "__init__.py").write_text("")
     (package / "low.py").write_text("def f():\n    from .high import g\n    return g\n")
     (package / "high.py").write_text("from .low import f\n\ng = 1\n")
     (package / "other.py").write_text("from pkg.low import f\n")
-    graph = import_graph(package)
-    assert graph["low"] == {"high"} and graph["other"] == {"low"}
-    assert cycles(graph) == [["high", "low", "high"]]
+    (package / "analysis" / "curves.py").write_text("from ..low import f\n")
+    (package / "training.py").write_text("def f():\n    from .analysis.curves import f\n")
+    return package
 
 
-def test_the_package_import_graph_has_no_cycle():
+def test_the_checks_find_a_cycle_and_an_upward_import_inside_a_function(tmp_path):
+    graph = import_graph(_fabricated(tmp_path))
+    assert graph["low"] == {"high"} and graph["other"] == {"low"} and graph["analysis.curves"] == {"low"}
+    assert [sorted(set(c)) for c in cycles(graph)] == [["high", "low"]]
+    assert upward(graph) == ["training -> analysis.curves"]
+
+
+def test_every_subpackage_is_walked():
+    names = module_names(PACKAGE)
+    assert {"data", "analysis", "repro", "notebook"} <= set(names)
+    assert {n.split(".")[0] for n in names if "." in n} == {"data", "analysis", "repro", "notebook"}
+    assert len([n for n in names if "." in n]) >= 15  # the modules inside them were read
+
+
+def test_the_package_import_graph_has_no_cycle_and_runs_only_downward():
     graph = import_graph(PACKAGE)
     assert graph["runs"] >= {"training", "checkpoint"}  # the graph was read (not an empty walk)
+    assert graph["repro.fidelity"] >= {"repro.grids", "analysis.trajectories"}
     assert cycles(graph) == [], "import cycles (move the shared code below both modules): " + "; ".join(
         " -> ".join(c) for c in cycles(graph))
+    assert upward(graph) == [], "imports that run upward (docs/architecture.md, layers): " + "; ".join(upward(graph))
+
+
+def test_the_wheel_carries_and_imports_every_module(tmp_path):
+    """Build the wheel as pip would, install it into a folder of its own and import every module
+    from there (not from this checkout)."""
+    root = PACKAGE.parent
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(tmp_path / "dist"), str(root)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp_path / "dist").glob("frost_nb-*.whl"))
+    carried = {n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".py")}
+    expected = {str(p.relative_to(root)) for p in PACKAGE.rglob("*.py")}
+    assert expected <= carried, f"missing from the wheel: {sorted(expected - carried)}"
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True)
+    names = ["frost_nb" + (f".{m}" if m else "") for m in module_names(PACKAGE)]
+    code = ("import importlib, sys\n"
+            f"for m in {names!r}:\n    importlib.import_module(m)\n"
+            "import frost_nb; print(frost_nb.__file__)")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip().startswith(str(site)), ran.stdout

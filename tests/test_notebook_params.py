@@ -15,7 +15,7 @@ import torch
 from frost_nb.checkpoint import save_checkpoint
 from frost_nb.config import SEED_MAX, make_config
 from frost_nb.models import create_model
-from frost_nb.notebook import _RULES, ParameterError, setup, trained_frost, validate_params
+from frost_nb.notebook.glue import _RULES, ParameterError, setup, trained_frost, validate_params
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
 # annotation of a parameters cell -> the Python types it admits
@@ -241,7 +241,7 @@ def test_committed_data_set_of_each_notebook_is_its_committed_runs():
     """``notebook.COMMITTED_DATASETS`` names the data set a notebook's committed figures and
     metrics are on (another data set's get a suffix): the one its committed parameters read."""
     from frost_nb.checkpoint import checkpoint_config
-    from frost_nb.notebook import COMMITTED_DATASETS, output_suffix
+    from frost_nb.notebook.glue import COMMITTED_DATASETS, output_suffix
 
     for path in NOTEBOOKS:
         number = path.name[:2]
@@ -258,7 +258,7 @@ def test_committed_data_set_of_each_notebook_is_its_committed_runs():
 def test_output_names_of_another_data_set_size_reading_or_sections():
     """The names the committed files were renamed to and that partial runs write: a run never
     writes over a committed file it does not reproduce."""
-    from frost_nb.notebook import ABLATION_SECTIONS, metrics_name, output_suffix, sections_suffix
+    from frost_nb.notebook.glue import ABLATION_SECTIONS, metrics_name, output_suffix, sections_suffix
 
     assert metrics_name("05_halting", "adopted", "cifar100", "demo") == "05_halting"
     assert metrics_name("05_halting", "residual", "fashion-mnist") == "05_halting_fashion-mnist_residual"

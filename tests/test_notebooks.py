@@ -53,8 +53,8 @@ def test_bad_parameter_stops_the_notebook(tmp_path, monkeypatch):
 def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs):
     # a ViT frost checkpoint enables the ViT section (smoke mode checks the file, then trains the smoke ViT)
     from frost_nb.checkpoint import save_checkpoint
-    from frost_nb.experiments import grid
     from frost_nb.models import create_model
+    from frost_nb.repro.grids import grid
 
     vit = grid("vit", "smoke", None)["frost"]
     vit_file = save_checkpoint(tmp_path / "vit.pt", {"config": vit.to_dict(),
@@ -138,7 +138,7 @@ def test_complexity_notebook_writes_its_table(tmp_path, monkeypatch, isolated_ou
 
 
 def test_strip_execution_metadata(tmp_path):
-    from frost_nb.notebook import strip_execution_metadata
+    from frost_nb.notebook.glue import strip_execution_metadata
 
     cell = {"cell_type": "code", "source": "1", "outputs": [], "execution_count": 1,
             "metadata": {"tags": ["parameters"], "execution": {"iopub.execute_input": "t"},
@@ -200,7 +200,7 @@ def test_metrics_are_strict_json(isolated_outputs):
     import numpy as np
     import torch
 
-    from frost_nb.notebook import write_metrics
+    from frost_nb.notebook.glue import write_metrics
 
     path = write_metrics("t", {"sweep": [{"q": 1.0, "threshold": float("inf")}],
                                "nan": float("nan"), "np": np.float32(0.5), "t": torch.tensor(2.0)})
@@ -222,7 +222,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     assert {"rule", "model", "threshold", "mean_depth", "accuracy"} <= set(curves[0])
     models = {"frost", "basic_ssm", "recurrent", "vanilla", "frost (ponder)"}
     assert {r["model"] for r in curves} == models
-    from frost_nb.halting_rules import SIGNAL_RULES
+    from frost_nb.analysis.halting_rules import SIGNAL_RULES
 
     signal_rules = set(SIGNAL_RULES)  # both second-order rules among them
     for model in models:
@@ -272,7 +272,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
 def test_metrics_file_kept_when_results_are_the_same(isolated_outputs):
     """Writing the same results again (a re-run, a loaded run, another thread count) leaves the file
     as it was, environment included; a real change rewrites it."""
-    from frost_nb.notebook import write_metrics
+    from frost_nb.notebook.glue import write_metrics
 
     path = write_metrics("same", {"acc": 0.9, "rows": [{"q": 0.5, "depth": 8.123456789}]})
     path.write_text(path.read_text().replace('"commit"', '"commit_of_first_run"'))

@@ -5,10 +5,9 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
-
 import pandas as pd  # noqa: E402
 
-from frost_nb.plotting import plot_stream_throughput, plot_training  # noqa: E402
+from frost_nb.notebook.plotting import plot_stream_throughput, plot_training
 
 
 def _history(logged_steps):

@@ -333,7 +333,7 @@ def test_adopted_reading_trains(tiny_config, tmp_path, make_trainer):
 
 
 def test_trainer_takes_what_the_caller_built_and_refuses_what_it_cannot_resume(tiny_config, tmp_path):
-    from frost_nb.data import make_batches
+    from frost_nb.data.datasets import make_batches
     from frost_nb.models import create_model
     from frost_nb.training import Trainer, load_split
 

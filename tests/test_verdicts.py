@@ -1,4 +1,4 @@
-"""The verdicts: every rule of frost_nb.claims flips across its margin, the engine reads runs from
+"""The verdicts: every rule of frost_nb.repro.claims flips across its margin, the engine reads runs from
 provenance only, and the README's and docs/results.md's tables are the generated ones."""
 
 import json
@@ -6,10 +6,10 @@ import shutil
 
 import pytest
 
-from frost_nb import claims as C
-from frost_nb import verdicts as V
 from frost_nb.__main__ import main
 from frost_nb.paths import repo_root
+from frost_nb.repro import claims as C
+from frost_nb.repro import verdicts as V
 
 README = repo_root() / "README.md"
 RESULTS = repo_root() / "docs" / "results.md"
@@ -154,7 +154,8 @@ def test_numbers_without_provenance_decide_nothing(tmp_path):
 
 
 def test_write_metrics_records_provenance(tmp_path, monkeypatch):
-    from frost_nb import notebook, runs
+    from frost_nb import runs
+    from frost_nb.notebook import glue as notebook
 
     monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
     runs.record_read("digits-demo-families/vanilla-seed0")

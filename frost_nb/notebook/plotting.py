@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .halting_rules import sorted_points
+from ..analysis.halting_rules import sorted_points
 
 
 def _smooth(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -413,7 +413,7 @@ def plot_loss_strength(runs: list[dict], title: str = "") -> plt.Figure:
     """Experiment (c): per family, the per-step gradient conflict (Definition D.1: cosine of the
     task gradient with step t's own ranking gradient, late-training probes) against the step, one
     line per loss strength (mean over seeds); and, per family and strength, the seeds collapsed.
-    ``runs``: ``experiments.strength_row`` rows."""
+    ``runs``: ``fidelity.strength_row`` rows."""
     families = list(dict.fromkeys(r["model"] for r in runs))
     strengths = sorted({(r["lambda_rel"], r["lambda_abs"]) for r in runs})
     names = [f"abs {a:g} only" if rel == 0 else f"rel {rel:g} abs {a:g}" for rel, a in strengths]

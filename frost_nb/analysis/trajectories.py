@@ -15,118 +15,12 @@ everything else works on its result, a ``FullDepthPass``.
 from __future__ import annotations
 
 import warnings
-from collections import defaultdict
-from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 from torch import Tensor
 
-from .config import LossConfig
-from .losses import ranking_losses, step_losses, task_loss
-from .models import gap
-
-
-@dataclass
-class FullDepthPass:
-    """One full-depth pass of a model over a split, per sample and step (float32, on the CPU;
-    ``full_depth_pass``): halting scores, class logits and labels always; the reductions of its
-    states (the trajectory) when the pass was asked for them, else None."""
-
-    # (N, T) halting scores sigmoid(halt_logits), taken batch by batch (a sigmoid over the whole
-    # split can differ in the last bit): exits read off any pass of a model then agree to the bit
-    scores: Tensor
-    halt_logits: Tensor  # (N, T)
-    logits: Tensor  # (N, T, K) class logits at t = 1..T
-    y: Tensor  # (N,)
-    pooled: Tensor | None = None  # (N, T+1, D) GAP(h_t) for t = 0..T
-    step_norms: Tensor | None = None  # (N, T) ||h_{t+1} - h_t|| over the full state
-    state_norms: Tensor | None = None  # (N, T+1) ||h_t||
-    dist_to_final: Tensor | None = None  # (N, T+1) ||h_t - h_T||
-    second_diff_norms: Tensor | None = None  # (N, T-1) ||(h_{t+1} - h_t) - (h_t - h_{t-1})||, t = 1..T-1
-
-    def __post_init__(self) -> None:
-        s, z, lg, y = self.scores, self.halt_logits, self.logits, self.y
-        if s.dim() != 2 or z.shape != s.shape or lg.dim() != 3 or lg.shape[:2] != s.shape \
-                or y.shape != s.shape[:1]:
-            raise ValueError(f"a full-depth pass holds scores and halt_logits (N, T), logits (N, T, K) and "
-                             f"labels y (N,), got {tuple(s.shape)}, {tuple(z.shape)}, {tuple(lg.shape)} "
-                             f"and {tuple(y.shape)}")
-
-    @property
-    def steps(self) -> int:
-        return self.scores.shape[1]
-
-    def __len__(self) -> int:
-        return self.y.shape[0]
-
-    # derived once per pass: sweeps, exit caches and the rule curves read them again and again
-    @cached_property
-    def preds(self) -> Tensor:
-        return self.logits.argmax(-1)  # (N, T) predicted class at each step
-
-    @cached_property
-    def correct(self) -> Tensor:
-        return self.preds == self.y[:, None]  # (N, T)
-
-    @property
-    def accuracy(self) -> float:
-        """Full-depth accuracy (the last step)."""
-        return self.correct[:, -1].float().mean().item()
-
-    def accuracy_per_step(self) -> list[float]:
-        return self.correct.float().mean(0).tolist()
-
-
-def _first(batches, max_samples: int | None):
-    """The (x, y) batches cut to their first ``max_samples`` samples in all (None: every one)."""
-    seen = 0
-    for x, y in batches:
-        if max_samples is not None and seen >= max_samples:
-            return
-        if max_samples is not None:
-            x, y = x[: max_samples - seen], y[: max_samples - seen]
-        seen += len(y)
-        yield x, y
-
-
-@torch.no_grad()
-def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = False, amp: bool = False,
-                    max_samples: int | None = None) -> FullDepthPass:
-    """The ``FullDepthPass`` of ``model`` over ``batches`` ((x, y) pairs; the first ``max_samples``
-    samples), under bf16 autocast with ``amp``; with ``trajectories`` also the reductions of its
-    states. Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
-    batch by batch, so memory stays O(N T D) (every state of a CIFAR-size split: about 11 GB)."""
-    model.eval()
-    parts: dict[str, list[Tensor]] = defaultdict(list)
-    for x, y in _first(batches, max_samples):
-        states, logits, halts = [], [], []
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
-            for s in model.trajectory(x):
-                if trajectories:
-                    states.append(s.h.float())
-                if s.t:
-                    logits.append(s.logits.float())
-                    halts.append(s.halt_logit.float())
-        halt = torch.stack(halts, 1)  # (B, T)
-        parts["scores"].append(torch.sigmoid(halt).cpu())
-        parts["halt_logits"].append(halt.cpu())
-        parts["logits"].append(torch.stack(logits, 1).cpu())  # (B, T, K)
-        parts["y"].append(y.cpu())
-        if not trajectories:
-            continue
-        hs = torch.stack(states, 1)  # (B, T+1, *state)
-        diffs = hs[:, 1:] - hs[:, :-1]  # (B, T, *state)
-        b, t1 = hs.shape[:2]
-        parts["pooled"].append(torch.stack([gap(s) for s in states], 1).cpu())  # (B, T+1, D)
-        parts["step_norms"].append(diffs.reshape(b, t1 - 1, -1).norm(dim=2).cpu())
-        parts["state_norms"].append(hs.reshape(b, t1, -1).norm(dim=2).cpu())
-        parts["dist_to_final"].append((hs - hs[:, -1:]).reshape(b, t1, -1).norm(dim=2).cpu())
-        parts["second_diff_norms"].append(
-            (diffs[:, 1:] - diffs[:, :-1]).reshape(b, t1 - 2, -1).norm(dim=2).cpu())
-    if not parts:
-        raise ValueError("full_depth_pass got no batches (an empty split?)")
-    return FullDepthPass(**{k: torch.cat(v) for k, v in parts.items()})
+from ..config import RunConfig
+from ..training import FullDepthPass, evaluate, first_batches, load_split
 
 
 # ---------------------------------------------------------------- scale consistency
@@ -241,7 +135,7 @@ def jacobian_norms(model: torch.nn.Module, batches, *, iters: int = 20,
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     rows = []
-    for x, _ in _first(batches, max_samples):
+    for x, _ in first_batches(batches, max_samples):
         with torch.no_grad():
             h, ctx = model.prologue(x)
         norms = []  # the step loop by hand: each state's Jacobian is probed before the next step
@@ -271,54 +165,13 @@ def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
             "kappa_jvp": s.max(1).values.median().item()}
 
 
-# ---------------------------------------------------------------- gradient conflict
-HEADS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads
+def run_trajectories(result, split: str = "test", max_samples: int | None = None):
+    """``model_trajectories`` of a trained run: its full-depth pass over one split, with trajectory."""
+    return model_trajectories(result.model, result.config, split, max_samples)
 
 
-def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig,
-                      per_step: bool = False) -> dict:
-    """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs (docs/method.md
-    section 9.6; C and D, which only the classifier reads, drop out by themselves), the ranking loss
-    as training with ``loss`` would compute it, also for a model trained without it. Returns cosine,
-    both gradient norms and the number of parameters; with ``per_step`` also ``step_cosines`` (t =
-    1..T, step t's ranking loss with its sets and pairs within that step; T more backward passes).
-    """
-    was_training = model.training
-    model.train()
-    out = model(x, detach_halt_input=not loss.rank_grad_to_backbone)
-    task = task_loss(out.logits, y, loss.label_smoothing)
-    losses = step_losses(out.logits, y)
-
-    def weighted(halt: Tensor, lm: Tensor, pairs: str) -> Tensor:
-        rank = ranking_losses(halt, lm, loss.rank_frac, loss.margin, pairs)
-        return loss.lambda_rel * rank.rel + loss.lambda_abs * rank.abs
-
-    named = [(n, p) for n, p in model.named_parameters()
-             if p.requires_grad and not n.startswith(HEADS)]
-    params = [p for _, p in named]
-    g_task = torch.autograd.grad(task, params, retain_graph=True, allow_unused=True)
-    g_rank = torch.autograd.grad(weighted(out.halt_logits, losses, loss.rank_pairs), params,
-                                 retain_graph=per_step, allow_unused=True)
-    steps = out.halt_logits.shape[1]
-    g_steps = [torch.autograd.grad(weighted(out.halt_logits[:, t:t + 1], losses[:, t:t + 1], "per_step"),
-                                   params, retain_graph=t < steps - 1, allow_unused=True)
-               for t in range(steps)] if per_step else []
-    model.train(was_training)
-    shared = [i for i, (a, b) in enumerate(zip(g_task, g_rank)) if a is not None and b is not None]
-    if not shared:
-        nan = float("nan")
-        return {"cosine": nan, "task_norm": nan, "rank_norm": nan, "params": 0,
-                **({"step_cosines": [nan] * steps} if per_step else {})}
-
-    def flat(grads) -> Tensor:  # the shared parameters' gradient; zeros where a step's loss does not reach
-        return torch.cat([(grads[i] if grads[i] is not None else torch.zeros_like(params[i])).flatten().float()
-                          for i in shared])
-
-    ga, gb = flat(g_task), flat(g_rank)
-    cos = torch.nn.functional.cosine_similarity(ga, gb, dim=0)
-    out_d = {"cosine": cos.item(), "task_norm": ga.norm().item(), "rank_norm": gb.norm().item(),
-             "params": ga.numel()}
-    if per_step:
-        out_d["step_cosines"] = [torch.nn.functional.cosine_similarity(ga, flat(g), dim=0).item()
-                                 for g in g_steps]
-    return out_d
+def model_trajectories(model, cfg: RunConfig, split: str = "test", max_samples: int | None = None):
+    """The full-depth pass with its trajectory (``training.evaluate``) of ``model`` (trained under
+    ``cfg``) over one split of its data set."""
+    return evaluate(model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size, trajectories=True,
+                    max_samples=max_samples)

@@ -1,7 +1,7 @@
 """Data sets by name, the held-out split, per-image augmentation and device-resident batches.
 
 The API is docs/architecture.md's "Data" section, where each set is read from data/README.md;
-the sets' facts (`DATASETS`) live in frost_nb/prepare.py, below this module. Splits: "test" is
+the sets' facts (`DATASETS`) live in frost_nb/data/prepare.py, below this module. Splits: "test" is
 the set's own test split (digits: a fixed stratified 20%, seed 0); "val" is a seeded
 ``val_fraction`` of the training split and "train" the rest. For CIFAR-100 (500 training images
 a class) "val" is stratified (``_split_indices``), so a 5,000-image held-out split has 50 of
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from .paths import data_root
+from ..paths import data_root
 from .prepare import (
     DATASETS,
     FIXED_ORDER_SEED,
@@ -140,7 +140,7 @@ def available_datasets(root: str | Path | None = None) -> dict[str, str]:
 
 def clear_cache() -> None:
     """Forget loaded arrays and scanned folders (e.g. after replacing files on disk). A prepared
-    copy does not notice a changed source: prepare it again (``python -m frost_nb.prepare NAME
+    copy does not notice a changed source: prepare it again (``python -m frost_nb.data.prepare NAME
     --force``), then call this."""
     _load_part.cache_clear()
     _scan_image_folder.cache_clear()

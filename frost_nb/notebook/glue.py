@@ -14,15 +14,15 @@ from typing import Any, Iterable
 import pandas as pd
 import torch
 
-from . import provenance
-from .checkpoint import checkpoint_config, load_model
-from .config import BACKBONES, MODELS, SEED_MAX, SIZES, make_config
-from .data import DATASETS
-from .experiments import READINGS
-from .models import create_model
-from .paths import atomic_path, cache_dir, check_writable, outputs_dir, smoke_mode
-from .runs import train_or_load
-from .training import pick_device
+from ..checkpoint import checkpoint_config, load_model
+from ..config import BACKBONES, MODELS, SEED_MAX, SIZES, make_config
+from ..data.datasets import DATASETS
+from ..models import create_model
+from ..paths import atomic_path, cache_dir, check_writable, outputs_dir, smoke_mode
+from ..repro import provenance as provenance
+from ..repro.grids import READINGS
+from ..runs import train_or_load
+from ..training import pick_device
 
 
 class ParameterError(ValueError):
@@ -136,7 +136,7 @@ def validate_params(**params: Any) -> dict[str, Any]:
     >>> validate_params(quantile=1.5)
     Traceback (most recent call last):
     ...
-    frost_nb.notebook.ParameterError: parameter quantile=1.5 is invalid: expected a quantile in [0, 1]
+    frost_nb.notebook.glue.ParameterError: parameter quantile=1.5 is invalid: expected a quantile in [0, 1]
     """
     for name, value in params.items():
         if name not in _RULES:
@@ -210,7 +210,7 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
             raise ParameterError(
                 f"parameter {param}={checkpoint!r} holds frost on the {model.backbone!r} backbone {held}, "
                 f"not {backbone!r}. Pass a {backbone} frost checkpoint "
-                f"(frost_nb.experiments.grid('{backbone}')), or {param}=None")
+                f"(frost_nb.repro.grids.grid('{backbone}')), or {param}=None")
         if smoke_mode():
             print(f"smoke mode: {checkpoint} is not used; a smoke FROST on digits stands in for it")
         else:
@@ -250,7 +250,7 @@ def _finite_or_null(value: Any) -> Any:
 def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None,
                   runs: Iterable[str] | dict[str, str | None] = ()) -> Path:
     """Write ``outputs/metrics/<name>.json`` atomically, with the environment under ``env`` and
-    the runs it was computed from under ``provenance`` (``frost_nb.provenance.make``: the runs
+    the runs it was computed from under ``provenance`` (``frost_nb.repro.provenance.make``: the runs
     ``metrics`` names, ``runs``, and those ``train_or_load`` handed out since the last write).
 
     Strict JSON: a non-finite number (the threshold +inf of q = 1, a NaN) is written as null.

@@ -9,7 +9,7 @@ Every metrics file carries, at its top level (a CSV in a sidecar ``<stem>.proven
     }
 
 ``settings`` holds what tells the runs apart (``SETTINGS``; ``reading`` is the bundle of
-``experiments.reading_of``). ``frost_nb.verdicts`` reads a run's settings here and nowhere else.
+``grids.reading_of``). ``frost_nb.repro.verdicts`` reads a run's settings here and nowhere else.
 The runs are those the metrics name (a ``key``, ``checkpoint`` or ``name`` field holding a run
 name or a run's ``model.pt``) and those ``runs.train_or_load`` handed out since the last write
 (``runs.take_read``).
@@ -22,8 +22,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
-from .config import RunConfig
-from .paths import cache_dir, committed_runs_dir, repo_root
+from ..config import RunConfig
+from ..paths import cache_dir, committed_runs_dir, repo_root
 
 # the fields that tell the committed runs apart (section.field of RunConfig), besides the bundle
 SETTINGS = ("data.name", "size", "model.name", "model.backbone", "model.update", "model.init_state",
@@ -63,7 +63,7 @@ def as_run_name(value: Any) -> str | None:
 def settings_of(cfg: RunConfig, label: str | None = None) -> dict[str, Any]:
     """The settings that tell ``cfg``'s run apart from the others, with its bundle and ``label``
     (the grid label the metrics give it, when known)."""
-    from .experiments import reading_of  # experiments imports the training stack: late
+    from .grids import reading_of
 
     d = cfg.to_dict()
     out = {"label": label, "reading": reading_of(cfg)}
@@ -109,7 +109,7 @@ def make(record: dict[str, Any], runs: Iterable[str] | dict[str, str | None] = (
          take_read: bool = True) -> dict[str, Any]:
     """The provenance of ``record``: the runs it names, ``runs`` (names, or name -> label) and, with
     ``take_read``, those handed out since the last call (then forgotten)."""
-    from .runs import take_read as taken
+    from ..runs import take_read as taken
 
     found = named_runs(record)
     extra = runs if isinstance(runs, dict) else dict.fromkeys(runs)

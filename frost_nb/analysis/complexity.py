@@ -23,17 +23,19 @@ import torch
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from .analysis import HEADS
-from .config import BACKBONES, MODELS, make_config
-from .halting import adaptive_predict, prologue, stream_predict  # prologue: the fixed part (re-exported)
-from .halting_rules import FIXED, FROST, RULES, OnlineRule, candidate_thresholds
-from .models import create_model
-from .paper import table3_frost_depth
+from ..config import BACKBONES, MODELS, make_config
+from ..data.datasets import make_batches
+from ..halting import adaptive_predict, prologue, stream_predict
+from ..models import HEAD_PARAMS, create_model
+from ..paper import table3_frost_depth
+from ..training import load_split
+from .halting_rules import FIXED, FROST, RULES, SIGNAL_RULES, OnlineRule, candidate_thresholds
+from .trajectories import run_trajectories
 
 
 def parameters_without_heads(model: torch.nn.Module) -> int:
     """Parameters of the backbone alone (what the paper's Table 3 seems to count)."""
-    return sum(p.numel() for k, p in model.named_parameters() if not k.startswith(HEADS))
+    return sum(p.numel() for k, p in model.named_parameters() if not k.startswith(HEAD_PARAMS))
 
 
 def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
@@ -220,3 +222,26 @@ def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequ
         "images_per_s_min": float(rate[:, i].min()), "images_per_s_max": float(rate[:, i].max()),
         "batch_size": batch_size, "threads": torch.get_num_threads(), "mode": "stream" if stream else "batch"}
         for i, rule in enumerate(rules)])
+
+
+def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,
+                          batch_size: int = 256, threads: int = 1) -> pd.DataFrame:
+    """Accuracy against measured throughput (``complexity.rule_throughput``, on the CPU with
+    ``threads`` threads, the first ``samples`` test images) of every halting rule that applies to one
+    trained run (as ``run_rule_curves``), thresholds from the held-out split (notebook 07)."""
+    cfg = result.config
+    rules = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.ranking + ["ponder"] * cfg.loss.ponder
+    model = result.model.eval()
+    val = run_trajectories(result, "val")
+    settings = rule_settings(val, rules, calibrator=result.calibrator, count=count)
+    test = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False, augment=False,
+                        device="cpu")
+    x, y = (torch.cat(t) for t in zip(*test))
+    before, device = torch.get_num_threads(), next(model.parameters()).device
+    torch.set_num_threads(threads)
+    try:  # a model on a GPU comes to the CPU for it and goes back after
+        return rule_throughput(model.cpu(), x[:samples], y[:samples], settings, batch_size=batch_size,
+                               rounds=rounds)
+    finally:
+        torch.set_num_threads(before)
+        model.to(device)

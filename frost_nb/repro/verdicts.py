@@ -1,6 +1,6 @@
 """The verdict tables: the paper's claims decided from the committed metrics files.
 
-``frost_nb.claims`` holds every rule; this module finds the numbers each rule needs in
+``frost_nb.repro.claims`` holds every rule; this module finds the numbers each rule needs in
 ``outputs/metrics/`` and renders two tables from the same rows:
 
 - the README's, one row per claim of ``claims.CLAIMS`` (15), each the decisive evidence: CIFAR-100
@@ -9,7 +9,7 @@
 - docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``).
 
 A metrics file's runs and their settings (bundle, update form, seed, ...) come from its
-``provenance`` (``frost_nb.provenance``) and nowhere else; numbers whose run the provenance does
+``provenance`` (``frost_nb.repro.provenance``) and nowhere else; numbers whose run the provenance does
 not name are left out. A missing file drops its rows, one a claim cannot read drops that claim's
 rows with a warning.
 
@@ -31,10 +31,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from . import claims as C
-from . import paper
-from .config import LossConfig
-from .paths import repo_root
+from .. import paper
+from ..config import LossConfig
+from ..paths import repo_root
+from ..repro import claims as C
 
 COLUMNS = ("claim", "title", "bundle", "form", "dataset", "seeds", "paper", "ours", "verdict", "notebook")
 SUMMARY_HEADER = ("claim", "data set", "seeds", "paper", "ours", "verdict", "notebook")
@@ -112,7 +112,7 @@ def run_of(d: dict, row: dict, reading: str | None = None) -> dict | None:
 
 
 def slug(text: str) -> str:
-    """A grid label as its run folder names it (experiments.slug)."""
+    """A grid label as its run folder names it (grids.slug)."""
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
 
 

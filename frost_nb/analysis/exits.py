@@ -21,11 +21,10 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .analysis import FullDepthPass
-from .halting import PAPER_QUANTILES, HaltingCalibrator, exit_steps, sweep
+from ..halting import PAPER_QUANTILES, HaltingCalibrator, exit_steps, sweep
+from ..inputs import check_scores, check_split, number_in
+from ..training import FullDepthPass, evaluate
 from .halting_rules import sorted_points
-from .inputs import check_scores, check_split, number_in
-from .training import evaluate
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class DepthBudget:
 
 @dataclass
 class ExitCache:
-    """One full-depth pass over a split (``analysis.FullDepthPass``: ``training.evaluate``, or a
+    """One full-depth pass over a split (``training.FullDepthPass``: ``training.evaluate``, or a
     pass the analyses recorded, read again) with the model's calibrator.
 
     Checked on construction: scores finite and in [0, 1] (their shapes: by the pass itself).

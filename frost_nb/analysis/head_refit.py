@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .analysis import FullDepthPass
-from .config import LossConfig
-from .experiments import grid, load_runs, require_trained
-from .halting import HaltingCalibrator
+from ..config import LossConfig
+from ..halting import HaltingCalibrator
+from ..losses import ranking_losses, step_losses
+from ..training import FullDepthPass, evaluate, load_split
 from .halting_rules import (
     FIXED,
     FROST,
@@ -43,12 +43,8 @@ from .halting_rules import (
     frost_curve,
     oracle_curve,
     rule_curve,
-    summary,
     threshold_curve,
 )
-from .losses import ranking_losses, step_losses
-from .runs import run_name
-from .training import evaluate, load_split
 
 GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
                                                 "per-step pairs, LayerNorm", "correctness (BCE)")
@@ -257,40 +253,3 @@ def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
     return refit_curves(traj["val"], traj["test"], result.calibrator, refits, label), heads, diagnostics
 
 
-def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
-                   seeds: tuple[int, ...] = (0, 1, 2), train_samples: int = TRAIN_SAMPLES,
-                   settings: RefitSettings | None = None, retrain: bool = False):
-    """Experiment 3(a) on the frost backbones the rule names: the families grid's frost at
-    ``seeds`` and "frost (adopted defaults)" at the first seed (stops with ``RunsNotTrained``
-    unless each is committed or cached, or ``retrain``). Returns (metrics record, curves)."""
-    settings = settings or RefitSettings()
-    families = grid("families", size, dataset, seeds=seeds, reading="residual")
-    tag = (lambda s: f" seed {s}") if len(seeds) > 1 else (lambda s: "")
-    labels = [f"frost{tag(s)}" for s in seeds] + [f"frost (adopted defaults){tag(seeds[0])}"]
-    runs = {label: families[label] for label in labels}
-    require_trained(runs, retrain)
-    results = load_runs(runs, progress=False)
-    curves, diagnostics = [], []
-    for label, result in results.items():
-        result.model.requires_grad_(False)  # frozen: only the new heads learn
-        part, _, diag = refit_backbone(result, label, train_samples, settings)
-        curves.append(part)
-        diagnostics += diag
-    curves = pd.concat(curves, ignore_index=True)
-    first = next(iter(runs.values()))
-    steps = first.model.steps
-    table = summary(curves, steps)
-    record = {
-        "dataset": first.data.name, "size": size, "seeds": list(seeds), "steps": steps,
-        "train_samples": train_samples, "refit": dataclasses.asdict(settings),
-        "backbones": {label: {"key": run_name(results[label].checkpoint), "update": cfg.model.update,
-                              "seed": cfg.train.seed, "epochs": cfg.train.epochs,
-                              "loss": {f: getattr(cfg.loss, f) for f in ("lambda_rel", "lambda_abs", "margin",
-                                                                         "rank_frac")},
-                              "test_accuracy": float(results[label].metrics.get("test_accuracy", math.nan))}
-                      for label, cfg in runs.items()},
-        "summary": table.to_dict(orient="records"), "diagnostics": diagnostics,
-        "curves": curves[["rule", "model", "threshold", "mean_depth", "accuracy"]].round(6)
-        .to_dict("records"),
-        **margins(table)}
-    return record, curves

@@ -1,6 +1,6 @@
 """Halting rules of related work, applied to the same trained models (docs/method.md section 10; notebook 07).
 
-Every rule reads the per-step outputs of one full-depth pass (``analysis.FullDepthPass``, with
+Every rule reads the per-step outputs of one full-depth pass (``training.FullDepthPass``, with
 its trajectory for the step sizes) and exits each sample at the first step t in 1..T whose
 condition holds (for a rule with ``hits`` = 2: holds at t and at t - 1), else at T (as FROST's
 eq. (exit) does). A signal that is undefined at a step is NaN there, and a NaN never satisfies
@@ -56,9 +56,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .analysis import FullDepthPass
-from .halting import HaltingCalibrator, exit_steps
-from .losses import halting_distribution
+from ..halting import HaltingCalibrator, exit_steps
+from ..losses import halting_distribution
+from ..training import FullDepthPass
+from .trajectories import run_trajectories
 
 CURVE_COLUMNS = ("rule", "model", "threshold", "val_mean_depth", "val_accuracy", "mean_depth",
                  "accuracy", "source")
@@ -453,3 +454,15 @@ def collapsed(accuracy: float, reference_accuracy: float,
         reasons.append(f"{share:.1%} of the samples exit at step {int(counts.argmax()) + 1} "
                        f"at q = {COLLAPSE_QUANTILE}")
     return bool(reasons), reasons
+
+
+def run_rule_curves(result, model: str, count: int | None = None, test=None):
+    """Every halting rule's curve for one trained run (``halting_rules.model_curves``) from its
+    trajectories on the held-out and test splits (``test``: the test trajectories when the caller
+    has them already): FROST's rule with its calibrator when it was trained with the ranking
+    losses, PonderNet's when with PonderNet's loss."""
+    loss = result.config.loss
+    test = run_trajectories(result, "test") if test is None else test
+    return model_curves(run_trajectories(result, "val"), test, model,
+                        calibrator=result.calibrator if loss.ranking else None, ponder=loss.ponder,
+                        count=THRESHOLDS if count is None else count)

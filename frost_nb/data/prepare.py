@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .paths import (
+from ..paths import (
     OutputError,
     atomic_path,
     check_readable,
@@ -181,7 +181,7 @@ def prepare(name: str, root: str | Path | None = None, *, source: str | Path | N
     # before seconds of decoding: a destination that cannot be written says so at once. Root
     # ignores permission bits, so a folder marked read-only (the shared copies) is refused here.
     fix = (f"set FROST_DATA (or root=) to a writable folder, or prepare it there from this copy: "
-           f"python -m frost_nb.prepare {name} --source {place} --root <writable folder>")
+           f"python -m frost_nb.data.prepare {name} --source {place} --root <writable folder>")
     check_writable(dest, f"the prepared copy of {name}", fix, folder=True)
     if not os.stat(nearest_existing(dest)).st_mode & 0o222:
         raise OutputError(f"cannot write the prepared copy of {name} into {dest}: {nearest_existing(dest)} "
@@ -205,7 +205,7 @@ def read_prepared(name: str, root: str | Path | None, part: str) -> Part:
     CRC-32 turns a damaged file into a `DataError` that says how to prepare it again."""
     path = prepared_dir(name, root) / f"{part}.npz"
     fix = (f"delete {path.parent} and load again (it is prepared again from the source), or run "
-           f"python -m frost_nb.prepare {name} --force")
+           f"python -m frost_nb.data.prepare {name} --force")
     with _reading(name, path, fix), np.load(path) as z:  # no pickle; reading a member checks its CRC-32
         got = {k: z[k] for k in z.files}
     if got.get("format") != FORMAT:
@@ -419,8 +419,8 @@ _CONVERTERS = {"idx": _from_idx, "packed": _from_packed, "pickles": _from_pickle
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m frost_nb.prepare NAME ...``: prepare each set; exit 1 when one could not be."""
-    parser = argparse.ArgumentParser(prog="python -m frost_nb.prepare", description=__doc__.split("\n")[0])
+    """``python -m frost_nb.data.prepare NAME ...``: prepare each set; exit 1 when one could not be."""
+    parser = argparse.ArgumentParser(prog="python -m frost_nb.data.prepare", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="+", choices=tuple(_PLACES), metavar="NAME", help=", ".join(_PLACES))
     parser.add_argument("--root", help="data root (default: $FROST_DATA, else <repo>/data)")
     parser.add_argument("--source", help="a folder holding the set in one of its source formats")

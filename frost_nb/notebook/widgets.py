@@ -5,7 +5,7 @@ once (moving a slider never runs a model), with the summary line, a histogram of
 exit depth per class and the test images that exit earliest and latest. Given held-out caches
 (``budgets``), a second slider asks for a mean depth and sets the quantile that meets it there
 (``ExitCache.quantile_for_depth``). Headless runs keep no widget state: ``show_static``, or the
-static figures of ``frost_nb.plotting``.
+static figures of ``frost_nb.notebook.plotting``.
 
 The figures go to ``Image`` widgets as PNG bytes, not through ``Output`` widgets and
 ``display(fig)``: in JupyterLab a kernel started with ``MPLBACKEND=Agg`` (as ``make test`` sets
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 from torch import Tensor
 
-from .exits import ExitCache, Exits
-from .notebook import figure_png
+from ..analysis.exits import ExitCache, Exits
+from .glue import figure_png
 from .plotting import plot_depth_per_class, plot_exit_examples, plot_exit_histogram
 
 

@@ -2,7 +2,7 @@
 
 FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551) makes the claims listed in ``CLAIMS``; two
 more (14 and 15) are ours. Each rule below takes numbers (per seed where the claim is about
-trained models) and returns a verdict; ``frost_nb.verdicts`` reads the metrics files, finds
+trained models) and returns a verdict; ``frost_nb.repro.verdicts`` reads the metrics files, finds
 the numbers and renders the tables. The paper's own numbers come from ``frost_nb.paper`` only.
 
 How a verdict is decided (the same for every rule about trained models):
@@ -29,8 +29,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import paper
-from .halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
+from .. import paper
+from ..analysis.halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE
 
 REPRODUCED, PARTLY, NOT = "reproduced", "partly reproduced", "not reproduced"
 INCONCLUSIVE = "inconclusive (within 2 SE)"

@@ -1,0 +1,1 @@
+"""The data sets: their facts and one-time preparation (prepare), loading and batching (datasets)."""

@@ -1,0 +1,1 @@
+"""What the notebooks call: parameters and outputs (glue), tables, figures, widgets."""

@@ -1,0 +1,148 @@
+"""The tables the analysis notebooks show, from trained runs (pandas frames with units in the column names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ..analysis.fractal import (
+    project,
+    summarise_dimensions,
+    trajectory_dimensions,
+)
+from ..analysis.trajectories import run_trajectories, scale_consistency_rows
+from ..halting import PAPER_QUANTILES, sweep
+from ..paper import TABLE1, TABLE1_STEPS
+from ..repro.grids import family_of
+from ..runs import run_name
+from ..training import evaluate, load_split
+
+
+def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
+                sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the ablation tables show about one trained run (a ``TrainResult``).
+
+    Per split: accuracy at full depth, at q = 0.125 and q = 0.5 (with the mean depth there)
+    and the selection score (mean accuracy over Table 2's quantile grid); plus the final
+    alpha and H and the last logged easy / hard halting scores and median threshold.
+    ``sweeps``, when given, receives each split's full sweep table (split -> DataFrame).
+    """
+    cfg = result.config
+    steps = result.history["steps"]
+    row: dict[str, Any] = {"key": run_name(result.checkpoint), "epochs": cfg.train.epochs,
+                           "seed": cfg.train.seed,
+                           "alpha": steps["alpha"][-1], "hurst": steps["hurst"][-1],
+                           "easy_score": steps["easy_score"][-1], "hard_score": steps["hard_score"][-1],
+                           "threshold_median": steps["threshold_median"][-1]}
+    for split in splits:
+        out = evaluate(result.model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size)
+        full = sweep(out.scores, out.correct, result.calibrator, PAPER_QUANTILES)
+        if sweeps is not None:
+            sweeps[split] = full
+        table = full.set_index("quantile")
+        row[f"{split}_accuracy"] = out.accuracy
+        for q in (0.125, 0.5):
+            row.update({f"{split}_accuracy_q{q}": float(table.loc[q, "accuracy"]),
+                        f"{split}_depth_q{q}": float(table.loc[q, "mean_depth"])})
+        row[f"{split}_score"] = float(table["accuracy"].mean())  # the tuning score
+    return row
+
+
+# the columns notebook 04's tables show for every run (``summarise_runs``)
+ABLATION_COLUMNS = ["alpha", "hurst", "val_accuracy", "val_score", "test_accuracy", "test_accuracy_q0.125",
+                    "test_depth_q0.125", "test_accuracy_q0.5", "test_depth_q0.5"]
+
+
+def summarise_runs(results: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """One ``run_summary`` row per run (label -> TrainResult; held-out and test numbers), indexed
+    by label, and each run's test sweep (label -> ``halting.sweep`` table)."""
+    rows, sweeps = [], {}
+    for label, r in results.items():
+        per_split: dict[str, Any] = {}
+        rows.append({"run": label, **run_summary(r, sweeps=per_split)})
+        sweeps[label] = per_split["test"]
+    return pd.DataFrame(rows).set_index("run"), sweeps
+
+
+def alpha_summary(results: dict[str, Any]) -> pd.DataFrame:
+    """alpha over each run's training (the paper's figure 1): start, minimum and where in training
+    it falls (fraction of the logged steps), end, recovery (end - minimum) and maximum."""
+    rows = []
+    for label, r in results.items():
+        a = pd.Series(r.history["steps"]["alpha"])
+        rows.append({"run": label, "key": run_name(r.checkpoint), "seed": r.config.train.seed,
+                     "start": a.iloc[0],
+                     "min": a.min(), "min at (fraction of training)": a.idxmin() / (len(a) - 1),
+                     "end": a.iloc[-1], "recovery (end - min)": a.iloc[-1] - a.min(), "max": a.max()})
+    return pd.DataFrame(rows).set_index("run")
+
+
+def alpha_series(results: dict[str, Any], every: int = 25) -> list[dict[str, Any]]:
+    """alpha at every ``every``-th logged step of each run, as records (run, step, alpha)."""
+    return [{"run": label, "step": s, "alpha": a} for label, r in results.items()
+            for s, a in list(zip(r.history["steps"]["step"], r.history["steps"]["alpha"]))[::every]]
+
+
+def conflict_summary(results: dict[str, Any]) -> pd.DataFrame:
+    """The gradient-conflict probes of each run (``train.diagnostics_every``): mean cosine between
+    the task and ranking gradients over training, in its first and second half, the share of
+    negative probes, the per-step cosine of Definition D.1 (NaN where the run did not log it), and
+    the run's test accuracy."""
+    rows = []
+    for label, r in results.items():
+        d = pd.DataFrame(r.history["diagnostics"])
+        half, per_step = d["step"] >= d["step"].max() / 2, d.get("step_grad_cosine")
+        logged = per_step is not None and per_step.map(len).all()
+        rows.append({"model": label, "mean cosine": d["grad_cosine"].mean(),
+                     "first half": d.loc[~half, "grad_cosine"].mean(),
+                     "second half": d.loc[half, "grad_cosine"].mean(),
+                     "share negative": (d["grad_cosine"] < 0).mean(),
+                     "per-step cosine": per_step.map(lambda c: sum(c) / len(c)).mean() if logged else float("nan"),
+                     "test accuracy": r.metrics["test_accuracy"]})
+    return pd.DataFrame(rows).set_index("model")
+
+
+def conflict_series(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every gradient-conflict probe of each run, as records (model, step, cosine)."""
+    return [{"model": label, "step": s, "cosine": c} for label, r in results.items()
+            for s, c in zip(r.history["diagnostics"]["step"], r.history["diagnostics"]["grad_cosine"])]
+
+
+def trajectory_dimension_table(results: dict[str, Any], samples: int | None) -> tuple[pd.DataFrame, dict]:
+    """Notebook 03's measurement: for each run the box-counting dimension of the trajectories of
+    its first ``samples`` test images (``fractal.trajectory_dimensions``, summarised), and for
+    seed 0 also the correlation dimension (a second opinion; it costs 5 times as much) and the
+    planar projection drawn in the figure. Returns (one row per run, model -> projected states)."""
+    planar, rows = {}, []
+    for label, r in results.items():
+        states = run_trajectories(r, "test", samples).pooled.numpy()  # (n, T+1, D)
+        model, seed = family_of(label), r.config.train.seed
+        box = trajectory_dimensions(states, "box")
+        row = {"model": model, "seed": seed, **{f"box {k}": v for k, v in summarise_dimensions(box).items()}}
+        if seed == 0:
+            planar[model] = project(states)  # (n, T+1, 2)
+            corr = trajectory_dimensions(states, "correlation")
+            row.update({f"correlation {k}": v for k, v in summarise_dimensions(corr).items()})
+        rows.append(row)
+    return pd.DataFrame(rows), planar
+
+
+def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any]):
+    """Table 1 rows for every run: model, seed, step, mean and std of cos(GAP(h_t), GAP(h_T))."""
+    return pd.DataFrame([{"model": family_of(label), "seed": results[label].config.train.seed, **row}
+                         for label, traj in trajectories.items()
+                         for row in scale_consistency_rows(traj.pooled)])
+
+
+def beside_paper_table1(table, steps=None):
+    """Ours (mean over seeds of the per-run mean, with the seeds' spread and the mean
+    within-run std) next to the paper's Table 1, one row per model and step."""
+    steps = TABLE1_STEPS if steps is None else steps
+    g = table[table["step"].isin(steps)].groupby(["model", "step"])
+    ours = pd.DataFrame({"mean": g["mean"].mean(), "spread over seeds": g["mean"].std(ddof=0),
+                         "std over samples": g["std"].mean(), "seeds": g["seed"].nunique()})
+    paper = {(m, s): cell for m, cells in TABLE1.items() for s, cell in zip(TABLE1_STEPS, cells)}
+    ours["paper mean"] = [paper.get(i, (float("nan"),) * 2)[0] for i in ours.index]
+    ours["paper std"] = [paper.get(i, (float("nan"),) * 2)[1] for i in ours.index]
+    return ours.reset_index()

@@ -1,0 +1,1 @@
+"""The reproduction: named grids of runs, the fidelity experiments, the claims and their verdicts, provenance."""

@@ -1,0 +1,241 @@
+"""The drivers of the fidelity experiments (docs/fidelity.md; claims.EXPERIMENT_RULES): each reads trained runs
+only and returns the metrics record its notebook or script writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.exits import ExitCache
+from ..analysis.fractal import (
+    BOX_OFFSETS,
+    PROTOCOL_SCALES,
+    PROTOCOLS,
+    WINDOWS,
+    box_counts,
+    koch_curve,
+    minkowski_protocols,
+    protocol_name,
+    protocol_order,
+    resample_polyline,
+    straight_line,
+    window_dimensions,
+)
+from ..analysis.halting_rules import (
+    COLLAPSE_QUANTILE,
+    FIXED,
+    collapsed,
+    run_rule_curves,
+    summary,
+)
+from ..analysis.head_refit import TRAIN_SAMPLES, RefitSettings, margins, refit_backbone
+from ..analysis.trajectories import (
+    contraction_summary,
+    cosine_to_final,
+    jacobian_norms,
+    jacobian_summary,
+    run_trajectories,
+)
+from ..data.datasets import make_batches
+from ..losses import gradient_conflict
+from ..runs import run_name, train_or_load
+from ..training import evaluate, load_split
+from .grids import LOSS_STRENGTHS, family_of, grid, load_runs, require_trained
+
+GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
+                                                "per-step pairs, LayerNorm", "correctness (BCE)")
+
+
+def collapse_row(result, reference) -> dict[str, Any]:
+    """The collapse verdict (``halting_rules.collapsed``) of a run trained with the ranking
+    losses against its task-only ``reference``, on the test split, with the gradient-conflict
+    cosine (``losses.gradient_conflict``, the ranking loss as the run trains it) of both
+    models on the first training batch's worth of the held-out split."""
+    cfg = result.config
+    test = load_split(cfg, "test")
+    cache = ExitCache.from_model(result.model, result.calibrator, test, batch_size=cfg.train.eval_batch_size)
+    reference_accuracy = evaluate(reference.model, test, batch_size=cfg.train.eval_batch_size).accuracy
+    histogram = cache.at(COLLAPSE_QUANTILE).histogram()
+    flag, reasons = collapsed(cache.outputs.accuracy, reference_accuracy, histogram)
+    device = next(result.model.parameters()).device
+    x, y = next(iter(make_batches(load_split(cfg, "val"), cfg.train.batch_size, shuffle=False,
+                                  augment=False, device=device)))
+    cosine = {k: gradient_conflict(r.model, x, y, cfg.loss)["cosine"]
+              for k, r in (("run", result), ("reference", reference))}
+    return {"model": cfg.model.name, "seed": cfg.train.seed, "collapsed": flag,
+            "reasons": "; ".join(reasons), "accuracy": cache.outputs.accuracy,
+            "reference_accuracy": reference_accuracy,
+            "one_step_share": float(histogram.max() / histogram.sum()),
+            "gradient_cosine": cosine["run"], "reference_gradient_cosine": cosine["reference"]}
+
+
+def strength_row(result, reference) -> dict[str, Any]:
+    """What experiment (c) measures on one run of the ``loss_strength`` grid: its collapse row
+    against its task-only ``reference`` (``collapse_row``) and, from the training-time probes of
+    the second half of training, the gradient conflict overall and per step (Definition D.1) and
+    the ranking/task gradient-norm ratio."""
+    cfg = result.config
+    row = {"model": cfg.model.name, "lambda_rel": cfg.loss.lambda_rel, "lambda_abs": cfg.loss.lambda_abs,
+           "key": run_name(result.checkpoint), **collapse_row(result, reference)}
+    d = result.history["diagnostics"]
+    last = result.history["steps"]["step"][-1]
+    late = [i for i, s in enumerate(d["step"]) if s >= last / 2]
+    if not late or not d.get("step_grad_cosine"):
+        raise ValueError(f"run {run_name(result.checkpoint)} has no gradient probes in its second half; "
+                         "experiment (c) needs train.diagnostics_every > 0 (its grid sets it)")
+    per_step = np.asarray([d["step_grad_cosine"][i] for i in late], dtype=float)  # (probes, T)
+    ratio = [d["rank_grad_norm"][i] / d["task_grad_norm"][i] for i in late]
+    row.update({"probes": len(late), "probe_cosine": float(np.nanmean([d["grad_cosine"][i] for i in late])),
+                "step_cosine": float(np.nanmean(per_step)),
+                "step_cosine_profile": [float(c) for c in np.nanmean(per_step, axis=0)],
+                "rank_task_ratio": float(np.mean(ratio))})
+    return row
+
+
+def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
+                             seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None) -> dict[str, Any]:
+    """Experiment (c) from trained runs only (``require_trained``): a ``strength_row`` per run of
+    the ``loss_strength`` grid with the ranking losses, against its family's task-only run; what ``write_metrics("15_loss_strength", ...)`` records."""
+    runs = grid("loss_strength", size, dataset, seeds)
+    require_trained(runs, retrain=False)
+    if rows is None:
+        rows = []
+        for seed in seeds:
+            arms = grid("loss_strength", size, dataset, (seed,))
+            for label, cfg in arms.items():
+                if cfg.loss.ranking:
+                    reference = arms[f"{cfg.model.name} (task only)"]
+                    rows.append({"run": label, **strength_row(train_or_load(cfg, progress=False),
+                                                              train_or_load(reference, progress=False))})
+    return {"dataset": dataset, "size": size, "seeds": list(seeds), "strengths": [list(s) for s in LOSS_STRENGTHS],
+            "runs": rows}
+
+
+# ------------------------------------------------------------------ experiment (b): update forms
+UPDATE_FORM_STEPS = (1, 3, 6, 9)  # the steps of Table 1 that experiment (b) reports
+
+
+JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iteration, 20 rounds)
+
+
+def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
+    """What experiment (b) measures on one trained run (claims.EXPERIMENT_RULES["update_forms"]), on
+    the test split: both contraction measures, Table 1's cosine at UPDATE_FORM_STEPS, accuracy per
+    fixed depth, alpha over training and the areas of FROST's rule and of a fixed depth."""
+    cfg = result.config
+    traj = run_trajectories(result, "test")
+    cosine = cosine_to_final(traj.pooled).mean(0)  # (T+1,) over samples
+    per_step = (traj.logits.argmax(-1) == traj.y[:, None]).float().mean(0)  # (T,)
+    batches = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False,
+                           augment=False, device="cpu")
+    jvp = jacobian_summary(jacobian_norms(result.model.cpu(), batches, max_samples=jvp_samples),
+                           first_step=min(7, cfg.model.steps - 1))
+    areas = summary(run_rule_curves(result, "m", test=traj), cfg.model.steps).set_index("rule")["auc"]
+    alpha = [a for a in result.history["steps"].get("alpha", []) if a == a]  # NaN: no alpha
+    return {"update": cfg.model.update, "init_state": cfg.model.init_state, "seed": cfg.train.seed,
+            "epochs": cfg.train.epochs, "key": run_name(result.checkpoint), **contraction_summary(traj),
+            **jvp,
+            **{f"cos t={t}": float(cosine[t]) for t in UPDATE_FORM_STEPS if t <= cfg.model.steps},
+            "accuracy per depth": [float(a) for a in per_step], "accuracy": float(per_step[-1]),
+            "alpha start": alpha[0] if alpha else math.nan, "alpha min": min(alpha) if alpha else math.nan,
+            "alpha end": alpha[-1] if alpha else math.nan,
+            "area frost": float(areas.get("frost", math.nan)), "area fixed": float(areas.get(FIXED, math.nan))}
+
+
+def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", seeds: tuple[int, ...] = (0, 1, 2),
+                            rows: list[dict] | None = None, jvp_samples: int = 100) -> dict[str, Any]:
+    """Experiment (b) from trained runs only (``require_trained``): a ``reading_row`` per run of the
+    ``readings`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
+    Table 1 cosine at t = 3 on the same seeds (task-only families runs); what ``write_metrics("15_update_forms", ...)`` records."""
+    runs = grid("readings", size, dataset, seeds)
+    families = {s: grid("families", size, dataset, (s,))["basic_ssm"] for s in seeds}
+    require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)
+    if rows is None:
+        rows = [{"run": label, **reading_row(train_or_load(cfg, progress=False), jvp_samples=jvp_samples)}
+                for label, cfg in runs.items()]
+    basic = [float(cosine_to_final(run_trajectories(train_or_load(cfg, progress=False), "test").pooled)
+                   .mean(0)[3]) for cfg in families.values()]
+    epochs = sorted({r["epochs"] for r in rows if "epochs" in r})
+    label = dataset if dataset == "digits" else f"{dataset} ({', '.join(map(str, epochs))} epochs, seeds " \
+        f"{', '.join(map(str, seeds))})"
+    return {"dataset": dataset, "label": label, "size": size, "seeds": list(seeds), "jvp_samples": jvp_samples,
+            "basic_ssm cos t=3": basic, "runs": rows}
+
+
+# ------------------------------------------------------------------ experiment 3(d): Minkowski protocols
+def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
+                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
+                            retrain: bool = False) -> dict:
+    """Experiment 3(d) of issue 15 (docs/fidelity.md section 2): every protocol's dimension on the
+    first ``samples`` test images of each run of the residual families grid (inference only;
+    ``require_trained``), and per protocol and seed whether frost lies above vanilla and basic_ssm:
+    the metrics record (frost_nb.repro.claims decides)."""
+    runs = grid("families", size, dataset, seeds=seeds, reading="residual")
+    require_trained(runs, retrain)
+    results = load_runs(runs, progress=False)
+    rows = []
+    for label, result in results.items():
+        states = run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
+        for name, r in minkowski_protocols(states).items():
+            rows.append({"run": label, "model": family_of(label), "seed": result.config.train.seed,
+                         "key": run_name(result.checkpoint), "protocol": name, **r})
+    tables: dict[str, dict[str, dict[int, float]]] = {protocol_name(*p): {} for p in PROTOCOLS}
+    for r in rows:  # protocol -> family -> seed -> dimension
+        tables[r["protocol"]].setdefault(r["model"], {})[r["seed"]] = r["dimension"]
+    orders = {name: protocol_order(table) for name, table in tables.items()}
+    first = next(iter(results.values())).config
+    scales = np.asarray(PROTOCOL_SCALES)
+    reference = {}  # sets of known dimension as 8192-point polylines, under each window
+    for name, (vertices, truth) in {"straight line": (straight_line(2), 1.0),
+                                    "Koch curve": (koch_curve(7), np.log(4) / np.log(3))}.items():
+        counts = box_counts(resample_polyline(vertices, 8192), scales)
+        reference[name] = {"known": float(truth), **window_dimensions(counts)}
+    return {"dataset": first.data.name, "size": size, "seeds": list(seeds), "samples": samples,
+            "reference": reference,
+            "protocols": {protocol_name(*p): {"point_set": p[0], "dims": p[1], "window": p[2],
+                                              "box_scales": list(WINDOWS[p[2]])} for p in PROTOCOLS},
+            "box_offsets": BOX_OFFSETS, "polyline_points": 8192,
+            "runs": rows, "frost_above_vanilla_and_basic_ssm": orders}
+
+
+def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
+                   seeds: tuple[int, ...] = (0, 1, 2), train_samples: int = TRAIN_SAMPLES,
+                   settings: RefitSettings | None = None, retrain: bool = False):
+    """Experiment 3(a) on the frost backbones the rule names: the families grid's frost at
+    ``seeds`` and "frost (adopted defaults)" at the first seed (stops with ``RunsNotTrained``
+    unless each is committed or cached, or ``retrain``). Returns (metrics record, curves)."""
+    settings = settings or RefitSettings()
+    families = grid("families", size, dataset, seeds=seeds, reading="residual")
+    tag = (lambda s: f" seed {s}") if len(seeds) > 1 else (lambda s: "")
+    labels = [f"frost{tag(s)}" for s in seeds] + [f"frost (adopted defaults){tag(seeds[0])}"]
+    runs = {label: families[label] for label in labels}
+    require_trained(runs, retrain)
+    results = load_runs(runs, progress=False)
+    curves, diagnostics = [], []
+    for label, result in results.items():
+        result.model.requires_grad_(False)  # frozen: only the new heads learn
+        part, _, diag = refit_backbone(result, label, train_samples, settings)
+        curves.append(part)
+        diagnostics += diag
+    curves = pd.concat(curves, ignore_index=True)
+    first = next(iter(runs.values()))
+    steps = first.model.steps
+    table = summary(curves, steps)
+    record = {
+        "dataset": first.data.name, "size": size, "seeds": list(seeds), "steps": steps,
+        "train_samples": train_samples, "refit": dataclasses.asdict(settings),
+        "backbones": {label: {"key": run_name(results[label].checkpoint), "update": cfg.model.update,
+                              "seed": cfg.train.seed, "epochs": cfg.train.epochs,
+                              "loss": {f: getattr(cfg.loss, f) for f in ("lambda_rel", "lambda_abs", "margin",
+                                                                         "rank_frac")},
+                              "test_accuracy": float(results[label].metrics.get("test_accuracy", math.nan))}
+                      for label, cfg in runs.items()},
+        "summary": table.to_dict(orient="records"), "diagnostics": diagnostics,
+        "curves": curves[["rule", "model", "threshold", "mean_depth", "accuracy"]].round(6)
+        .to_dict("records"),
+        **margins(table)}
+    return record, curves

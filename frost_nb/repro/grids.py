@@ -1,0 +1,360 @@
+"""The runs behind the analysis notebooks: named grids of configs, fixed before measuring.
+
+Every grid is a table, ``label -> overrides of make_config`` (GRID_TABLES, one per reading
+for READING_GRIDS), which ``grid`` makes configs of; notebooks train or load each run from the
+trained-model cache (``train_or_load``), and the command line fills the cache ahead of time,
+in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
+
+- ``families`` (notebooks 02 and 03; the paper's Table 1 setting): the four families, one run
+  per seed, at the size's default budget; ONCE labels (controls) at the first seed only.
+- notebook 04's ablations (``hurst``, ``loss``, ``update``, ``tuning``, ``conflict``,
+  ``adopted``) share ``ABLATION_EPOCHS`` epochs with the gradient-conflict probe on; each arm
+  changes one thing from the reference run of its reading (docs/results.md, "The ablations of
+  notebook 04").
+- notebook 07's ``ponder`` (PonderNet's loss in place of the ranking losses) and ``collapse``
+  (the baselines trained with the ranking losses, each beside its task-only ``families`` run).
+- issue 15's fidelity experiments (claims.EXPERIMENT_RULES; docs/fidelity.md): ``readings`` (b) and
+  ``loss_strength`` (c); ``vit`` (issue 17): the four families on the ViT backbone.
+
+The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
+the mean held-out accuracy over the quantile grid of Table 2 (each run's own calibrator),
+and a setting replaces the default only if it beats the reference by more than
+``ADOPT_MARGIN`` (in accuracy, a fraction) -- one seed per arm cannot resolve less.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from ..config import RunConfig, make_config
+from ..paths import smoke_mode
+from ..runs import cached_checkpoint, identity_key, train_or_load
+
+ABLATION_EPOCHS = 5
+DIAGNOSTICS_EVERY = 50  # optimiser steps between gradient-conflict probes (421 steps per epoch on Fashion-MNIST)
+SMOKE_DIAGNOSTICS_EVERY = 5
+SMOKE_EPOCHS = 2  # every grid at smoke size: seconds per run, so a notebook's CI run stays short
+HURST_VALUES = (0.1, 0.3, 0.5, 0.7, 0.9)
+TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
+                 "loss.margin": (0.1, 0.4), "loss.rank_frac": (0.125, 0.5)}
+# under the adopted reading rank_frac's reference is 0.5, the most it can be: both moves go down
+ADOPTED_TUNING_VALUES = {**TUNING_VALUES, "loss.rank_frac": (0.125, 0.25)}
+ADOPT_MARGIN = 0.01
+# issue 30: rank_frac of the adopted (global) sets, fixed before the runs: Fashion-MNIST, ABLATION_EPOCHS,
+# seed 0; the value with the best held-out score wins, and replaces the reference RANK_FRAC_REFERENCE
+# (the per-step bundle's value) only if it beats it by more than ADOPT_MARGIN
+RANK_FRAC_VALUES = (0.125, 0.25, 0.5)
+RANK_FRAC_REFERENCE = 0.5
+FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
+ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
+# adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
+GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
+         "readings", "loss_strength", "vit", "rank_frac")
+# the ViT family at a CPU-feasible budget (issue 17): the paper's 12 steps of its ViT-B/16 family, the
+# size's width (demo: 64-d tokens, patch 4 on CIFAR's 32 px: 8x8 tokens), VIT_EPOCHS epochs at demo size
+# (the size's own at paper size); frost first, then the baselines, trained when time allows:
+# python -m frost_nb grid vit --dataset cifar100 --shard i/n
+VIT_STEPS = 12
+VIT_EPOCHS = 10
+READING_FORMS = ("canonical", "convex", "gated", "leaky", "leaky_gated")  # experiment (b) on digits
+READING_CHECK_FORMS = ("leaky", "gated")  # experiment (b) on another data set: the adopted and one residual form
+# experiment (c): (lambda_rel, lambda_abs) per arm; lambda_rel = 0 is L_abs alone
+LOSS_STRENGTHS = ((1.0, 0.1), (3.0, 1.0), (10.0, 3.0), (0.0, 1.0), (0.0, 3.0))
+STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all -> 7 probes per run
+# (lambda_rel, lambda_abs) at which experiment (c) found a baseline collapsing and frost not
+# (15_loss_strength.json: recurrent, 2 of 3 seeds): the collapse runs of the adopted reading
+DECISIVE_STRENGTH = (10.0, 3.0)
+# frost under today's defaults; the same with the ranking sets taken per step (most committed runs);
+# the runs made before both (docs/method.md section 5.5)
+READINGS = ("adopted", "per-step", "residual")
+# the grids whose runs depend on ``reading`` (the others are what they were fixed as)
+READING_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
+# a bundle's grid folder suffix: the per-step runs keep the names they were made with (when per-step
+# was the adopted reading), so a run of the adopted bundle never takes an older run's name
+BUNDLE_SUFFIX = {"adopted": "-global", "per-step": "", "residual": "-residual"}
+
+# The reading of the paper's update and halting score this project adopts (docs/method.md section 5.5):
+# the ranking sets over the batch's whole N x T loss matrix, as the paper's sections 4.2, 4.3, 5.2 say
+ADOPTED_HALTING = {"model.halt_norm": True, "loss.rank_pairs": "global", "halting.sketch_window": "run",
+                   "loss.rank_frac": 0.5}
+ADOPTED_READING = {"model.update": "leaky", "model.alpha_param": "sigmoid", **ADOPTED_HALTING}
+# The per-step bundle: the adopted reading with the sets taken within each step, the default until
+# issue 30; every committed run made under it keeps that identity (docs/method.md section 5.5)
+PER_STEP_HALTING = {**ADOPTED_HALTING, "loss.rank_pairs": "per_step", "loss.rank_frac": 0.5}
+PER_STEP_READING = {**ADOPTED_READING, **PER_STEP_HALTING}
+# The residual reading: the defaults when the families and ablation grids were fixed and run; and
+# notebook 04's selection among them, the defaults until the adopted reading (the same section)
+RESIDUAL_READING = {"model.update": "canonical", "model.halt_norm": False, "loss.rank_pairs": "global",
+                    "halting.sketch_window": "epoch", "loss.rank_frac": 0.25}
+RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
+                      "halting.sketch_window": "epoch", "loss.rank_frac": 0.5}
+
+# The experiments that decide the fidelity verdicts (issue 15): their rules, fixed before any of them
+# ran, and their verdicts live in frost_nb/repro/claims.py (EXPERIMENT_RULES); the drivers below record numbers.
+
+
+def reading_of(cfg: RunConfig) -> str:
+    """"adopted" when a run has every setting of ADOPTED_READING, "per-step" when it has every
+    setting of PER_STEP_READING, else "residual" (a run made under the defaults before both, or
+    another reading)."""
+    d = cfg.to_dict()
+    for reading, settings in (("adopted", ADOPTED_READING), ("per-step", PER_STEP_READING)):
+        if all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in settings.items()):
+            return reading
+    return "residual"
+
+
+def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
+    """The ``loss_strength`` label of one arm, e.g. "frost, rel 3 abs 1" or "vanilla, abs 3 only"."""
+    if lambda_rel == 0:
+        return f"{family}, abs {lambda_abs:g} only"
+    return f"{family}, rel {lambda_rel:g} abs {lambda_abs:g}"
+
+
+# ------------------------------------------------------------------ the grids, as tables
+# Each grid is a table per reading: label -> every override of
+# make_config(size, dataset, model.name, model.backbone) that makes the run (model.name "frost" and
+# the resnet backbone where a row names none). ``grid`` adds what depends on the call.
+ABLATION_BUDGET = {"train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": DIAGNOSTICS_EVERY}
+RESIDUAL_REF = {**RESIDUAL_READING, **ABLATION_BUDGET}  # the reference run the ablation arms change one thing of
+ADOPTED_REF = {**ADOPTED_READING, **ABLATION_BUDGET}
+PER_STEP_REF = {**PER_STEP_READING, **ABLATION_BUDGET}
+# a baseline's families run: the task loss alone, which no halting setting reaches (the halting
+# head's LayerNorm draws no random number), so both readings share it
+TASK_ONLY = {m: {"model.name": m, **RESIDUAL_READING} for m in FAMILIES[:3]}
+# frost with the ranking losses off: the sets then feed only a logged diagnostic, never the weights
+# (losses.total_loss), so the per-step bundle's run serves every bundle, as TASK_ONLY does
+NO_RANKING = {**PER_STEP_READING, "loss.ranking": False}
+# experiment (c)'s task-only references: the baselines' families runs, frost's without ranking
+STRENGTH_REFS = {**TASK_ONLY, "frost": NO_RANKING}
+
+
+def _strength_arm(model: str, lambda_rel: float, lambda_abs: float,
+                  halting: dict[str, Any] = PER_STEP_HALTING) -> dict[str, Any]:
+    """Experiment (c)'s arm of ``model``: the ranking losses at one strength under ``halting``
+    (the per-step bundle's, as the experiment ran), the gradient probe on; a baseline keeps its
+    families run's update."""
+    return {"model.name": model, "model.update": "leaky" if model == "frost" else "canonical",
+            **halting, "loss.ranking": True, "loss.rank_frac": 0.5, "loss.lambda_rel": lambda_rel,
+            "loss.lambda_abs": lambda_abs, "train.diagnostics_every": STRENGTH_DIAGNOSTICS_EVERY}
+
+
+def _one_change(ref: dict[str, Any], tuning: dict[str, tuple]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The ``loss``, ``tuning`` and ``conflict`` tables of one reading: each arm one change from ``ref``."""
+    return {
+        "loss": {"both": ref, "abs only": {**ref, "loss.lambda_rel": 0.0},
+                 "rel only": {**ref, "loss.lambda_abs": 0.0}, "neither": {**ref, "loss.ranking": False}},
+        "tuning": {"reference": ref, **{f"{field.split('.')[1]} = {v}": {**ref, field: v}
+                                        for field, values in tuning.items() for v in values}},
+        "conflict": {**{m: {**ref, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]},
+                     "frost": ref}}
+
+
+def _bundle_tables(reading: str, bundle: dict[str, Any], halting: dict[str, Any]) -> dict:
+    """The tables of READING_GRIDS under one interpolating bundle (adopted or per-step): frost under
+    ``bundle`` (its ablation reference with ABLATION_BUDGET), the baselines as TASK_ONLY."""
+    ref = {**bundle, **ABLATION_BUDGET}
+    arms = _one_change(ref, ADOPTED_TUNING_VALUES)
+    tables = {
+        "families": {**TASK_ONLY, "frost": bundle, "frost (no ranking)": NO_RANKING},
+        # the leaky bracket holds the plain A and B, which H does not reach: the sweep moves A_alpha,
+        # B_alpha into it (model.scaled_inside), the reference stays beside it
+        "hurst": {
+            **{f"H = {h}": {**ref, "model.scaled_inside": True, "model.hurst": h} for h in HURST_VALUES},
+            "H learnable": {**ref, "model.scaled_inside": True, "model.learn_hurst": True},
+            "reference (plain A, B)": ref},
+        "loss": {
+            **arms["loss"],
+            # experiment (c)'s arms at the strength it found decisive (DECISIVE_STRENGTH)
+            "rel 10 abs 3": {**ref, "loss.lambda_rel": 10.0, "loss.lambda_abs": 3.0},
+            "abs 3 only": {**ref, "loss.lambda_rel": 0.0, "loss.lambda_abs": 3.0}},
+        # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
+        "update": {u: {**ref, "model.update": u, "model.alpha_param": "auto"} for u in READING_FORMS},
+        "tuning": arms["tuning"],
+        # the reading against the residual reference
+        "adopted": {"reference (residual)": RESIDUAL_REF, "adopted reading": ref},
+        "conflict": arms["conflict"],
+        # PonderNet's loss in place of the ranking losses: the sets reach nothing, as in NO_RANKING
+        "ponder": {"frost (ponder)": {**NO_RANKING, "loss.ponder": True}},
+        "collapse": {
+            label: row for m in FAMILIES[:3] for label, row in (
+                (m, TASK_ONLY[m]), (f"{m} (ranking)", _strength_arm(m, *DECISIVE_STRENGTH, halting)))},
+    }
+    return {(name, reading): table for name, table in tables.items()}
+
+
+RESIDUAL_ARMS = _one_change(RESIDUAL_REF, TUNING_VALUES)
+GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
+    **_bundle_tables("adopted", ADOPTED_READING, ADOPTED_HALTING),
+    **_bundle_tables("per-step", PER_STEP_READING, PER_STEP_HALTING),
+    ("families", "residual"): {
+        **TASK_ONLY,
+        "frost": RESIDUAL_READING,
+        "frost (no ranking)": {**RESIDUAL_READING, "loss.ranking": False},
+        "frost (adopted defaults)": RESIDUAL_SELECTION},
+    ("hurst", "residual"): {
+        **{f"H = {h}": {**RESIDUAL_REF, "model.hurst": h} for h in HURST_VALUES},
+        "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
+    ("loss", "residual"): RESIDUAL_ARMS["loss"],
+    ("update", "residual"): {
+        u: {**RESIDUAL_REF, "model.update": u} for u in ("canonical", "convex", "gated")},
+    ("tuning", "residual"): RESIDUAL_ARMS["tuning"],
+    # the selected defaults together, against the reference they beat
+    ("adopted", "residual"): {
+        "reference": RESIDUAL_REF,
+        "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
+    ("conflict", "residual"): RESIDUAL_ARMS["conflict"],
+    # "frost (adopted defaults)" of the residual families
+    ("ponder", "residual"): {
+        "frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
+    ("collapse", "residual"): {
+        label: row for m in FAMILIES[:3] for label, row in (
+            (m, TASK_ONLY[m]),
+            (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
+    # issue 30: the set size of the adopted (global) sets, chosen on the held-out split by the
+    # tuning rule (RANK_FRAC_VALUES, fixed before the runs), each value spelled out
+    ("rank_frac", None): {f"rank_frac = {v}": {**ADOPTED_REF, "loss.rank_frac": v} for v in RANK_FRAC_VALUES},
+    ("loss_strength", None): {
+        label: row for m in FAMILIES for label, row in (
+            (f"{m} (task only)", STRENGTH_REFS[m]),
+            *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
+    # on digits (READINGS_CHECK elsewhere); alpha's map is each form's default
+    ("readings", None): {
+        f"{u}, h0 = {init}": {**PER_STEP_HALTING, "model.update": u, "model.init_state": init}
+        for u in READING_FORMS for init in ("embedding", "zeros")},
+    ("vit", None): {
+        # the defaults when the grid was fixed (the per-step bundle), spelled out
+        m: {"model.name": m, "model.backbone": "vit", "model.steps": VIT_STEPS, **PER_STEP_READING}
+        for m in ("frost", *FAMILIES[:3])},
+}
+READINGS_CHECK = {
+    f"{u}, h0 = embedding": {**PER_STEP_HALTING, "model.update": u, "model.init_state": "embedding",
+                             "train.epochs": ABLATION_EPOCHS} for u in READING_CHECK_FORMS}
+
+
+class Grid(dict):
+    """label -> RunConfig of one grid; ``run_name(label)`` names where a run trained now is stored
+    (docs/architecture.md, "Runs": a run is found by its config, wherever it is)."""
+
+    def __init__(self, runs: dict[str, RunConfig], folder: str):
+        super().__init__(runs)
+        self.folder = folder
+
+    def run_name(self, label: str) -> str:
+        return f"{self.folder}/{slug(family_of(label))}-seed{self[label].train.seed}"
+
+
+def family_of(label: str) -> str:
+    """What a grid label names, without its seed tag: the model family as the tables show it
+    ("frost seed 1" -> "frost", "frost (no ranking) seed 0" -> "frost (no ranking)")."""
+    return re.sub(r" seed \d+$", "", label)
+
+
+def slug(text: str) -> str:
+    """``text`` as a folder name: lower case, runs of other characters than letters, digits and
+    dots made one hyphen ("frost (adopted defaults)" -> "frost-adopted-defaults")."""
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
+         seeds: tuple[int, ...] = (0,), reading: str = "adopted") -> Grid:
+    """The runs of grid ``name`` (one of GRIDS): its table in GRID_TABLES (of ``reading``, one of
+    READINGS, for READING_GRIDS), one run per row and seed; labels carry the seed when there are
+    several. What depends on the call: each run's ``train.seed``; ONCE labels at the first seed
+    only; off digits the ``readings`` grid is READINGS_CHECK; the ``vit`` grid trains VIT_EPOCHS
+    at demo size (the size's own epochs above it); the smoke size's budget (``_run``)."""
+    if name not in GRIDS:
+        raise ValueError(f"unknown grid {name!r}; known: {GRIDS}")
+    if reading not in READINGS:
+        raise ValueError(f"unknown reading {reading!r}; known: {READINGS}")
+    table = GRID_TABLES[name, reading if name in READING_GRIDS else None]
+    if name == "readings" and make_config(size, dataset).data.name != "digits":
+        table = READINGS_CHECK
+    budget = {"train.epochs": VIT_EPOCHS} if name == "vit" and size == "demo" else {}
+    runs: dict[str, RunConfig] = {}
+    for seed in seeds:
+        tag = f" seed {seed}" if len(seeds) > 1 else ""
+        for label, row in table.items():
+            if label in ONCE and seed != seeds[0]:
+                continue  # the control runs once (its first seed): a reference, not a result
+            runs[label + tag] = _run({**row, **budget}, size, dataset, seed)
+    # the runs' folder: <data set>-<size>-<grid><bundle suffix> (BUNDLE_SUFFIX) for READING_GRIDS
+    suffix = BUNDLE_SUFFIX[reading] if name in READING_GRIDS else ""
+    return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{suffix}")
+
+
+def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:
+    """One row of a grid's table as the run of ``seed``; at smoke size it trains SMOKE_EPOCHS,
+    probing every SMOKE_DIAGNOSTICS_EVERY steps if it probes at all."""
+    overrides = {**row, "train.seed": seed}
+    if size == "smoke":
+        overrides["train.epochs"] = SMOKE_EPOCHS
+        if overrides.get("train.diagnostics_every"):
+            overrides["train.diagnostics_every"] = SMOKE_DIAGNOSTICS_EVERY
+    model, backbone = overrides.get("model.name", "frost"), overrides.get("model.backbone", "resnet")
+    return make_config(size, dataset, model, backbone, **overrides)
+
+
+def adopted_label(scores: pd.Series, reference: str) -> str:
+    """The label notebook 04's tuning rule adopts from held-out ``scores`` (label -> mean accuracy
+    over Table 2's quantile grid): the best label when it beats ``reference`` by more than
+    ADOPT_MARGIN, else ``reference``."""
+    best = str(scores.idxmax())
+    return best if scores[best] - scores[reference] > ADOPT_MARGIN else reference
+
+
+def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0,
+              reading: str = "residual") -> RunConfig:
+    """The reference run every ablation arm of ``reading`` differs from in one setting."""
+    return _run({"residual": RESIDUAL_REF, "per-step": PER_STEP_REF, "adopted": ADOPTED_REF}[reading],
+                size, dataset, seed)
+
+
+def shard(runs: dict[str, RunConfig], index: int, count: int) -> dict[str, RunConfig]:
+    """Every ``count``-th run starting at ``index`` (for training a grid in parallel)."""
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: the index must be in 0..{count - 1}")
+    picked = {k: v for i, (k, v) in enumerate(runs.items()) if i % count == index}
+    return Grid(picked, runs.folder) if isinstance(runs, Grid) else picked
+
+
+# Seconds per epoch of one demo-size run alone on the 2-core CPU, from the committed runs (README's
+# results table; CIFAR-100 from benchmarks/train_throughput.py's 106 s of optimiser steps per epoch
+# plus evaluation): the estimate a notebook shows before it would train.
+CPU_EPOCH_SECONDS = {"digits": 3.5, "fashion-mnist": 140.0, "cifar10": 240.0, "cifar100": 130.0}
+
+
+class RunsNotTrained(RuntimeError):
+    """A notebook would have to train runs that are neither committed nor cached."""
+
+
+def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
+    """Stop at once, saying how long training would take, when some of ``runs`` are neither in
+    the cache nor committed and ``retrain`` is False. Smoke runs train in seconds: never stopped."""
+    if retrain or smoke_mode():
+        return
+    unique: dict[str, tuple[str, RunConfig]] = {}
+    for label, cfg in runs.items():  # one entry per run: grids share their reference run
+        unique.setdefault(identity_key(cfg), (label, cfg))
+    missing = {label: cfg for label, cfg in unique.values() if cached_checkpoint(cfg) is None}
+    if not missing:
+        return
+    seconds = sum(cfg.train.epochs * CPU_EPOCH_SECONDS.get(cfg.data.name, 240.0) for cfg in missing.values())
+    shown = ", ".join(list(missing)[:4]) + (", ..." if len(missing) > 4 else "")
+    raise RunsNotTrained(
+        f"{len(missing)} of the {len(unique)} runs this notebook reads are neither committed nor in the cache "
+        f"({shown}). Training them takes about {seconds / 3600:.1f} h on a 2-core CPU (one run at a time). "
+        "To train them here, set retrain = True in the parameters cell (papermill: -p retrain True); "
+        "or fill the cache first, in parallel shards: python -m frost_nb grid <name> --shard i/n.")
+
+
+def load_runs(runs: dict[str, RunConfig], progress: bool | None = None) -> dict[str, Any]:
+    """``train_or_load`` every run of a grid (in order), a run trained now stored under its
+    grid's name (``Grid.run_name``); label -> TrainResult."""
+    name = runs.run_name if isinstance(runs, Grid) else lambda label: None
+    return {label: train_or_load(cfg, name=name(label), progress=progress) for label, cfg in runs.items()}
+
+
