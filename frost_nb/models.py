@@ -1,14 +1,7 @@
 """The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
 
 Families, branches, heads: ``docs/method.md`` section 3; scaled operators, H and alpha: section 4;
-the update forms, with the equations each implements (``_UPDATES``, chosen once per model):
-
-    canonical    h_{t+1} = h_t + A_a(h_t) + alpha * B(e)                       eq. (14)-(15)
-    convex       h_{t+1} = h_t + alpha * (A(h_t) + B(e))                       eq. (8)
-    gated        h_{t+1} = h_t + g * (A_a(h_t) + B_a(e)), g = sigmoid(W_g h_t + b_g)  (app. C)
-    leaky        h_{t+1} = (1 - alpha) * h_t + alpha * [A(h_t) + B(e)]         (section 5.4)
-    leaky_gated  h_{t+1} = (1 - g) * h_t + g * [A(h_t) + B(e)]
-                 (``scaled_inside``: A_a and B_a in the bracket instead of A and B)
+the update forms (``model.update``: a method each, chosen once per model from ``_UPDATES``): section 5.
 
 ``A`` is a residual *branch only*; the update supplies the skip. The classifier reads
 ``Linear(LayerNorm(r_t))``: the residual state is not normalised and grows with t, the
@@ -246,9 +239,9 @@ class FrostNet(nn.Module):
             if cfg.update in ("gated", "leaky_gated"):  # per-channel, per-position gate from h_t
                 w = cfg.width
                 self.gate = nn.Linear(w, w) if vit else nn.Conv2d(w, w, 1)
-        # h_{t+1} from (self, h_t, A, B(e)), chosen once: the family's, or frost's update form
-        self._update = _UPDATES[cfg.update] if cfg.name == "frost" else _basic_ssm_update
-        self._term = _scaled_term if cfg.scaled_inside else _plain_term  # the leaky forms' bracket
+        # h_{t+1} from (self, h_t, A, B(e)), chosen once: basic_ssm's, or frost's update form
+        self._update = _UPDATES[cfg.update] if cfg.name == "frost" else FrostNet._basic_ssm
+        self._term = FrostNet._scaled_term if cfg.scaled_inside else FrostNet._plain_term  # leaky's bracket
         self.head_norm = nn.LayerNorm(cfg.width)
         self.head = nn.Linear(cfg.width, cfg.num_classes)
         if cfg.halt_norm:  # scale-free halting input; created only when on (parameter counts)
@@ -312,6 +305,39 @@ class FrostNet(nn.Module):
         if not self.has_bcd:  # vanilla, recurrent
             return h + A(h)
         return self._update(self, h, A, self._ctx(ctx).be)
+
+    # --- the update forms, h_{t+1} from (h_t, A, B(e)) (docs/method.md section 5). Each builds its
+    # graph in the order of the former single ``step`` (the same gradients, bit for bit)
+
+    def _scaled_term(self, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor) -> Tensor:
+        H = self.hurst()
+        return alpha ** (1 - H) * A(alpha ** H * h) + alpha * be  # A_a(h_t) + B_a(e), like h
+
+    def _plain_term(self, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor | None) -> Tensor:
+        return A(h) + be  # A(h_t) + B(e), like h
+
+    def _basic_ssm(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        return h + A(h) + be
+
+    def _canonical(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        return h + self._scaled_term(h, A, be, self.alpha())  # h + A_a(h) + alpha B(e): eq. (14)-(15)
+
+    def _convex(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        return h + self.alpha() * (A(h) + be)  # eq. (8): (1 - alpha) h + alpha (h + A(h) + B(e))
+
+    def _gated(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        update = self._scaled_term(h, A, be, self.alpha())
+        return h + torch.sigmoid(self.gate(h)) * update  # (1 - g) h + g (h + A_a(h) + B_a(e))
+
+    def _leaky(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        alpha = self.alpha()  # keep (1 - alpha) of the state, the rest is the residual *term*
+        term = self._term(self, h, A, be, alpha)
+        return (1 - alpha) * h + alpha * term  # eq. (8) read as an interpolation (section 5.4)
+
+    def _leaky_gated(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        term = self._term(self, h, A, be, self.alpha())  # alpha: None with the plain operators
+        g = torch.sigmoid(self.gate(h))  # like h: per channel and position
+        return (1 - g) * h + g * term  # app. C: "interpolation between h and the residual term"
 
     def readout(self, h: Tensor, ctx: StepContext | Tensor,
                 detach_halt_input: bool = False) -> tuple[Tensor, Tensor, Tensor]:
@@ -386,55 +412,7 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
     return FrostNet(cfg)  # a ModelConfig is validated on construction (ranges, finite floats)
 
 
-# --- the update forms (the module docstring's equations), each (model, h_t, A, B(e)) -> h_{t+1} --
-
-def _scaled_term(m: FrostNet, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor) -> Tensor:
-    """A_a(h_t) + B_a(e), like h."""
-    H = m.hurst()
-    return alpha ** (1 - H) * A(alpha ** H * h) + alpha * be
-
-
-def _plain_term(m: FrostNet, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor | None) -> Tensor:
-    """A(h_t) + B(e), like h."""
-    return A(h) + be
-
-
-def _basic_ssm_update(m: FrostNet, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
-    return h + A(h) + be
-
-
-def _canonical(m: FrostNet, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
-    return h + _scaled_term(m, h, A, be, m.alpha())  # eq. (14)-(15)
-
-
-def _convex(m: FrostNet, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
-    return h + m.alpha() * (A(h) + be)  # eq. (8): (1 - alpha) h + alpha (h + A(h) + B(e))
-
-
-def _gated(m: FrostNet, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
-    update = _scaled_term(m, h, A, be, m.alpha())
-    return h + torch.sigmoid(m.gate(h)) * update  # (1 - g) h + g (h + A_a(h) + B_a(e))
-
-
-def _leaky(m: FrostNet, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
-    """Keep (1 - alpha) of the state, replace the rest by the residual *term* (docs/method.md
-    section 5.4): eq. (8) read as an interpolation."""
-    alpha = m.alpha()
-    term = m._term(m, h, A, be, alpha)  # before the interpolation: the same graph, the same gradients
-    return (1 - alpha) * h + alpha * term
-
-
-def _leaky_gated(m: FrostNet, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
-    """As leaky with the gate for alpha, per channel and position (app. C: "interpolation between
-    h and the residual term")."""
-    term = m._term(m, h, A, be, m.alpha())  # alpha: None with the plain operators
-    g = torch.sigmoid(m.gate(h))
-    return (1 - g) * h + g * term
-
-
-_UPDATES = {"canonical": _canonical, "convex": _convex, "gated": _gated, "leaky": _leaky,
-            "leaky_gated": _leaky_gated}
-assert tuple(_UPDATES) == UPDATES
+_UPDATES = {name: getattr(FrostNet, f"_{name}") for name in UPDATES}  # chosen once per model
 
 
 HEAD_PARAMS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads
