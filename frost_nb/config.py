@@ -1,11 +1,7 @@
-"""Run configuration: one dataclass per concept, validated on construction.
+"""Run configuration: one dataclass per concept, validated on construction (docs/architecture.md).
 
-Every default of `docs/method.md` (section 13) lives here as a field, never as a constant buried
-in the code that uses it. The field defaults together are the demo on digits (``RunConfig() ==
-make_config("demo", "digits")``, what ``make demo`` trains, offline). `make_config(size, ...)`
-builds the four sizes (smoke, demo, paper, cifar: the PRESETS table below); ``python -m frost_nb
-config`` and notebook 01 print the result. A config is plain data: ``to_dict`` / ``from_dict``
-round-trip through JSON, and ``identity()`` is what finds a stored run (``runs.py``).
+Every default of docs/method.md section 13 is a field here, never a constant in the code that
+uses it; the field defaults together are the demo on digits (``make_config("demo", "digits")``).
 """
 
 from __future__ import annotations
