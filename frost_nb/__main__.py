@@ -113,7 +113,7 @@ def cmd_train(args) -> int:
 
 def cmd_grid(args) -> int:
     """Train (or find in the cache) every run of a named grid, or one shard of it."""
-    from .notebook.glue import ParameterError
+    from .inputs import ParameterError
     from .repro.grids import Grid, family_of, grid, shard
     from .runs import train_or_load
 
@@ -157,8 +157,8 @@ def cmd_evaluate(args) -> int:
     from .analysis.exits import quantile_for_depth
     from .data.datasets import make_batches
     from .halting import adaptive_predict, stream_predict
-    from .inputs import check_split, number_in
-    from .notebook.glue import ParameterError, validate_params
+    from .inputs import ParameterError, check_split, number_in
+    from .notebook.glue import validate_params
     from .training import load_split
 
     validate_params(quantile=args.quantile)
@@ -288,7 +288,7 @@ def cmd_verdicts(args) -> int:
     import difflib
     from pathlib import Path
 
-    from .notebook.glue import ParameterError
+    from .inputs import ParameterError
     from .paths import atomic_path, check_readable, check_writable, repo_root
     from .repro.verdicts import MARKERS, TARGETS, current_block, replace_block, tables
 
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from .checkpoint import CheckpointError
     from .data.datasets import DataError
-    from .notebook.glue import ParameterError
+    from .inputs import ParameterError
     from .paths import OutputError
     from .training import TrainingError
 

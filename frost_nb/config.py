@@ -1,15 +1,12 @@
-"""Run configuration: one dataclass per concept, validated on construction.
+"""Run configuration: one dataclass per concept, validated on construction (docs/architecture.md).
 
-Every default of `docs/method.md` (section 13) lives here as a field, never as a constant buried
-in the code that uses it. The field defaults together are the demo on digits (``RunConfig() ==
-make_config("demo", "digits")``, what ``make demo`` trains, offline). `make_config(size, ...)`
-builds the four sizes (smoke, demo, paper, cifar: the PRESETS table below); ``python -m frost_nb
-config`` and notebook 01 print the result. A config is plain data: ``to_dict`` / ``from_dict``
-round-trip through JSON, and ``identity()`` is what finds a stored run (``runs.py``).
+Every default of docs/method.md section 13 is a field here, never a constant in the code that
+uses it; the field defaults together are the demo on digits (``make_config("demo", "digits")``).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -170,9 +167,8 @@ class ModelConfig(_Validated):
     bcd_kernel: int = 1  # kernel size of the B, C, D convolutions (resnet); vit uses linear maps
     bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
-    # FROST (docs/method.md sections 4 and 5): canonical | convex | gated (residual), leaky |
-    # leaky_gated (interpolating, 5.4); leaky is the adopted reading (5.5 and 13;
-    # grids.ADOPTED_READING), gated the residual runs' (grids.RESIDUAL_SELECTION)
+    # canonical | convex | gated (residual), leaky | leaky_gated (interpolating): docs/method.md
+    # sections 4, 5 and 13; leaky adopted (grids.ADOPTED_READING), gated the residual runs'
     update: str = "leaky"
     # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param), resolved on
     # construction, so a config never holds it (a residual form's config is what it was before)
@@ -259,9 +255,7 @@ class LossConfig(_Validated):
     # fraction of the N x T loss matrix in the easy set and in the hard set (0.5: every entry in
     # one of the two); issue 30 chooses it for the global sets (grids.RANK_FRAC_VALUES)
     rank_frac: float = 0.5
-    # "global" (adopted): S_easy and S_hard over all N x T entries, pairs across steps, the paper's
-    # "entire set" (docs/method.md 5.5); "per_step": within each step's N entries, pairs only within
-    # the same t (the bundle "per-step" of most committed runs)
+    # "global" (adopted): sets over all N x T entries; "per_step": within each step (docs/method.md 13)
     rank_pairs: str = "global"
     margin: float = 0.2
     lambda_rel: float = 1.0
@@ -269,9 +263,7 @@ class LossConfig(_Validated):
     # does the halting loss's gradient (ranking or ponder) reach the backbone? (paper: ambiguous)
     rank_grad_to_backbone: bool = True
     label_smoothing: float = 0.0
-    # PonderNet (Banino et al., 2021), a baseline halting loss in place of the ranking losses:
-    # sum_t p_t CE(y_t, y) + ponder_beta KL(p || truncated geometric(ponder_prior)); docs/method.md
-    # sections 10 and 13 (lambda_p = 0.125: truncated at T = 16, a prior mean of 5.9 steps)
+    # PonderNet (Banino et al., 2021) in place of the ranking losses: docs/method.md sections 10, 13
     ponder: bool = False
     ponder_prior: float = 0.125
     ponder_beta: float = 0.01
@@ -440,41 +432,57 @@ PRESET_FIELDS = ("model.steps", "model.width", "model.bottleneck", "model.stem_s
                  "model.patch_size", "model.heads", "model.mlp_ratio", "model.bcd_kernel", "model.bcd_hidden",
                  "data.augment", "train.epochs", "train.batch_size", "train.optimizer", "train.lr",
                  "train.weight_decay", "train.momentum", "train.warmup_epochs", "train.num_workers")
-PRESETS: dict[tuple[str, str, str], tuple[Any, ...]] = {
-    # size, data set, backbone:   steps width bneck stem groups patch heads mlp  bcd_k bcd_h  augment
-    #                             epochs batch optimizer lr  wd  momentum warmup workers
+Preset = collections.namedtuple("Preset", [f.split(".")[1] for f in PRESET_FIELDS])  # a row, its fields named
+PRESETS: dict[tuple[str, str, str], Preset] = {
     # smoke: CI, seconds. AdamW: on digits, 15 epochs reach about 0.9 test accuracy, SGD (lr 0.05) 0.7
-    ("smoke", "*", "any"): (4, 16, 8, 1, 4, 2, 2, 2.0, 1, 0, True,
-                            10, 64, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    ("smoke", "*", "any"): Preset(steps=4, width=16, bottleneck=8, stem_stride=1, norm_groups=4, patch_size=2,
+        heads=2, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=10, batch_size=64,
+        optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0, num_workers=0),
     # demo: a CPU, minutes; the defaults of the dataclasses are its digits row (about a minute).
     # No augmentation on the CPU data sets: these small models underfit in such short runs
     # (docs/results.md, "Training without augmentation").
-    ("demo", "digits", "any"): (16, 64, 16, 1, 8, 2, 4, 2.0, 1, 0, True,
-                                30, 64, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    ("demo", "digits", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=1, norm_groups=8,
+        patch_size=2, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=30,
+        batch_size=64, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
+        num_workers=0),
     # 28 px -> 7x7 states (ResNet stem); about 15 min on the 2-core CPU
-    ("demo", "fashion-mnist", "any"): (16, 64, 16, 4, 8, 4, 4, 2.0, 1, 0, False,
-                                       15, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    ("demo", "fashion-mnist", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=4, norm_groups=8,
+        patch_size=4, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=False, epochs=15,
+        batch_size=128, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
+        num_workers=0),
     # 16x16 states; about an hour
-    ("demo", "cifar10", "any"): (16, 64, 16, 2, 8, 4, 4, 2.0, 1, 0, False,
-                                 18, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    ("demo", "cifar10", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=2, norm_groups=8,
+        patch_size=4, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=False, epochs=18,
+        batch_size=128, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
+        num_workers=0),
     # CIFAR-10's model with 100 classes: about 45 minutes alone on the 2-core CPU
     # (benchmarks/train_throughput.py --size demo --dataset cifar100: 423 images/s, 2 threads)
-    ("demo", "cifar100", "any"): (16, 64, 16, 2, 8, 4, 4, 2.0, 1, 0, False,
-                                  20, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
-    ("demo", "*", "any"): (16, 64, 16, 4, 8, 4, 4, 2.0, 1, 0, True,
-                           10, 128, "adamw", 5e-3, 0.05, 0.9, 1.0, 0),
+    ("demo", "cifar100", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=2, norm_groups=8,
+        patch_size=4, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=False, epochs=20,
+        batch_size=128, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
+        num_workers=0),
+    ("demo", "*", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=4, norm_groups=8,
+        patch_size=4, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=10,
+        batch_size=128, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
+        num_workers=0),
     # paper, ResNet-50 family: 16 bottleneck branches at 56x56; B, C, D 256 -> 896 -> 256 (+1.38M
     # over recurrent, as Table 3; docs/parameters.md shows why no setting also fits its FLOPs)
-    ("paper", "*", "resnet"): (16, 256, 64, 4, 32, 16, 12, 4.0, 1, 896, True,
-                               100, 256, "sgd", 0.1, 5e-4, 0.9, 5.0, 8),
+    ("paper", "*", "resnet"): Preset(steps=16, width=256, bottleneck=64, stem_stride=4, norm_groups=32,
+        patch_size=16, heads=12, mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=896, augment=True, epochs=100,
+        batch_size=256, optimizer="sgd", lr=0.1, weight_decay=5e-4, momentum=0.9, warmup_epochs=5.0,
+        num_workers=8),
     # paper, ViT-B/16 family: 12 steps, 768-d tokens; B, C, D 768 -> 2816 -> 768 (+12.99M; Table 3: 12.98M)
-    ("paper", "*", "vit"): (12, 768, 64, 4, 32, 16, 12, 4.0, 1, 2816, True,
-                            100, 256, "adamw", 1e-3, 0.05, 0.9, 5.0, 8),
+    ("paper", "*", "vit"): Preset(steps=12, width=768, bottleneck=64, stem_stride=4, norm_groups=32,
+        patch_size=16, heads=12, mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=2816, augment=True, epochs=100,
+        batch_size=256, optimizer="adamw", lr=1e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=5.0,
+        num_workers=8),
     # cifar: the paper's ResNet-50-family branch at CIFAR's resolution, for a GPU: B, C, D as at
     # paper size, a 16x16 state (stem stride 2 on 32 px), crops and flips, bf16 and channels-last
     # on CUDA (train.amp, train.channels_last "auto"); SGD as for CIFAR ResNets
-    ("cifar", "*", "any"): (16, 256, 64, 2, 32, 2, 8, 4.0, 1, 896, True,
-                            60, 256, "sgd", 0.1, 5e-4, 0.9, 2.0, 0),
+    ("cifar", "*", "any"): Preset(steps=16, width=256, bottleneck=64, stem_stride=2, norm_groups=32,
+        patch_size=2, heads=8, mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=896, augment=True, epochs=60,
+        batch_size=256, optimizer="sgd", lr=0.1, weight_decay=5e-4, momentum=0.9, warmup_epochs=2.0,
+        num_workers=0),
 }
 DEFAULT_DATASETS = {"smoke": "digits", "demo": "fashion-mnist", "paper": "imagenet100", "cifar": "cifar100"}
 

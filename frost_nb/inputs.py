@@ -21,7 +21,11 @@ from torch import Tensor
 from .config import check_finite, check_range
 from .data.datasets import DataError, ImageData
 
-__all__ = ["check_images", "check_scores", "check_split", "number_in", "real_number"]
+__all__ = ["ParameterError", "check_images", "check_scores", "check_split", "number_in", "real_number"]
+
+
+class ParameterError(ValueError):
+    """A notebook or command-line parameter is wrong; the message names it."""
 
 
 def _as_real(name: str, value: Any, expected: str, hint: str,

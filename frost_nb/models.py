@@ -1,14 +1,7 @@
 """The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
 
 Families, branches, heads: ``docs/method.md`` section 3; scaled operators, H and alpha: section 4;
-the update forms, with the equations each implements (``step``):
-
-    canonical    h_{t+1} = h_t + A_a(h_t) + alpha * B(e)                       eq. (14)-(15)
-    convex       h_{t+1} = h_t + alpha * (A(h_t) + B(e))                       eq. (8)
-    gated        h_{t+1} = h_t + g * (A_a(h_t) + B_a(e)), g = sigmoid(W_g h_t + b_g)  (app. C)
-    leaky        h_{t+1} = (1 - alpha) * h_t + alpha * [A(h_t) + B(e)]         (section 5.4)
-    leaky_gated  h_{t+1} = (1 - g) * h_t + g * [A(h_t) + B(e)]
-                 (``scaled_inside``: A_a and B_a in the bracket instead of A and B)
+the update forms (``model.update``: a method each, chosen once per model from ``_UPDATES``): section 5.
 
 ``A`` is a residual *branch only*; the update supplies the skip. The classifier reads
 ``Linear(LayerNorm(r_t))``: the residual state is not normalised and grows with t, the
@@ -27,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import LEAKY_UPDATES, MODELS, ConfigError, ModelConfig, RunConfig, replace_model
+from .config import MODELS, UPDATES, ConfigError, ModelConfig, RunConfig, replace_model
 
 __all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "Step", "StepContext", "create_model"]
 
@@ -246,6 +239,9 @@ class FrostNet(nn.Module):
             if cfg.update in ("gated", "leaky_gated"):  # per-channel, per-position gate from h_t
                 w = cfg.width
                 self.gate = nn.Linear(w, w) if vit else nn.Conv2d(w, w, 1)
+        # h_{t+1} from (self, h_t, A, B(e)), chosen once: basic_ssm's, or frost's update form
+        self._update = _UPDATES[cfg.update] if cfg.name == "frost" else FrostNet._basic_ssm
+        self._term = FrostNet._scaled_term if cfg.scaled_inside else FrostNet._plain_term  # leaky's bracket
         self.head_norm = nn.LayerNorm(cfg.width)
         self.head = nn.Linear(cfg.width, cfg.num_classes)
         if cfg.halt_norm:  # scale-free halting input; created only when on (parameter counts)
@@ -305,37 +301,42 @@ class FrostNet(nn.Module):
 
     def step(self, h: Tensor, ctx: StepContext | Tensor, t: int) -> Tensor:
         """h_{t+1} from h_t, t = 0..T-1. ``ctx`` from context(e); a bare e works (B(e) recomputed)."""
-        cfg = self.config
-        A = self.branches[t if cfg.name == "vanilla" else 0]
-        if cfg.name in ("vanilla", "recurrent"):
+        A = self.branches[t if self.config.name == "vanilla" else 0]
+        if not self.has_bcd:  # vanilla, recurrent
             return h + A(h)
-        be = self._ctx(ctx).be  # B(e)
-        if cfg.name == "basic_ssm":
-            return h + A(h) + be
-        alpha = self.alpha()  # None for leaky_gated with the plain operators
-        if cfg.update in LEAKY_UPDATES:
-            return self._leaky_step(h, A, be, alpha)
-        if cfg.update == "convex":
-            return h + alpha * (A(h) + be)  # eq. (8): (1 - alpha) h + alpha (h + A(h) + B(e))
-        H = self.hurst()
-        update = alpha ** (1 - H) * A(alpha ** H * h) + alpha * be  # A_a(h_t) + B_a(e)
-        if cfg.update == "canonical":
-            return h + update  # eq. (14)-(15)
-        g = torch.sigmoid(self.gate(h))  # like h: per channel and position
-        return h + g * update  # (1 - g) h + g (h + A_a(h) + B_a(e))
+        return self._update(self, h, A, self._ctx(ctx).be)
 
-    def _leaky_step(self, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor | None) -> Tensor:
-        """The interpolating readings (docs/method.md section 5.4): keep (1 - w) of the state and
-        replace the rest by the residual *term*, w = alpha or the gate."""
-        cfg = self.config
-        if cfg.scaled_inside:
-            H = self.hurst()
-            term = alpha ** (1 - H) * A(alpha ** H * h) + alpha * be  # A_a(h_t) + B_a(e), like h
-        else:
-            term = A(h) + be  # A(h_t) + B(e), like h
-        if cfg.update == "leaky":
-            return (1 - alpha) * h + alpha * term  # eq. (8) read as an interpolation
-        g = torch.sigmoid(self.gate(h))  # like h: per channel and position (app. C)
+    # --- the update forms, h_{t+1} from (h_t, A, B(e)) (docs/method.md section 5). Each builds its
+    # graph in the order of the former single ``step`` (the same gradients, bit for bit)
+
+    def _scaled_term(self, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor) -> Tensor:
+        H = self.hurst()
+        return alpha ** (1 - H) * A(alpha ** H * h) + alpha * be  # A_a(h_t) + B_a(e), like h
+
+    def _plain_term(self, h: Tensor, A: nn.Module, be: Tensor, alpha: Tensor | None) -> Tensor:
+        return A(h) + be  # A(h_t) + B(e), like h
+
+    def _basic_ssm(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        return h + A(h) + be
+
+    def _canonical(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        return h + self._scaled_term(h, A, be, self.alpha())  # h + A_a(h) + alpha B(e): eq. (14)-(15)
+
+    def _convex(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        return h + self.alpha() * (A(h) + be)  # eq. (8): (1 - alpha) h + alpha (h + A(h) + B(e))
+
+    def _gated(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        update = self._scaled_term(h, A, be, self.alpha())
+        return h + torch.sigmoid(self.gate(h)) * update  # (1 - g) h + g (h + A_a(h) + B_a(e))
+
+    def _leaky(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        alpha = self.alpha()  # keep (1 - alpha) of the state, the rest is the residual *term*
+        term = self._term(self, h, A, be, alpha)
+        return (1 - alpha) * h + alpha * term  # eq. (8) read as an interpolation (section 5.4)
+
+    def _leaky_gated(self, h: Tensor, A: nn.Module, be: Tensor) -> Tensor:
+        term = self._term(self, h, A, be, self.alpha())  # alpha: None with the plain operators
+        g = torch.sigmoid(self.gate(h))  # like h: per channel and position
         return (1 - g) * h + g * term  # app. C: "interpolation between h and the residual term"
 
     def readout(self, h: Tensor, ctx: StepContext | Tensor,
@@ -409,6 +410,9 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
         raise ConfigError(f"create_model needs a ModelConfig or a model name from {MODELS}, "
                           f"got {type(cfg_or_name).__name__}.")
     return FrostNet(cfg)  # a ModelConfig is validated on construction (ranges, finite floats)
+
+
+_UPDATES = {name: getattr(FrostNet, f"_{name}") for name in UPDATES}  # chosen once per model
 
 
 HEAD_PARAMS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads

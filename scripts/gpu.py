@@ -598,8 +598,10 @@ def train(run: RunSpec, *, out: Path, minutes: float, max_epochs: int | None = N
         config = config.replace(**{"train.device": device})
     name = check_name(name or run.name())
     grid, label = name.split("/")
-    if config.data.name in DATASETS and config.data.name != "digits" and not is_prepared(config.data.name):
-        raise GpuError(f"{config.data.name} is not prepared under {data_root()}: send its parts first "
+    root = data_root()
+    if config.data.name in DATASETS and config.data.name != "digits" \
+            and not is_prepared(config.data.name, root):
+        raise GpuError(f"{config.data.name} is not prepared under {root}: send its parts first "
                        "(the data calls of python scripts/gpu.py plan; receive says which are missing; a "
                        "machine that came back bare has none)")
     folder = cache_dir() / grid / label

@@ -502,7 +502,7 @@ def test_cifar100_held_out_split_is_stratified_and_seeded(tmp_path):
 
 def test_other_sets_keep_their_plain_seeded_split(tmp_path):
     make_packed_cifar10(tmp_path / "cifar10", n_train=40)
-    part = data._load_part("cifar10", str(tmp_path.resolve()), "train", False)
+    part = data._load_part("cifar10", str(tmp_path.resolve()), "train", False, True)
     train_idx, val_idx = data._split_indices(torch.zeros(40, dtype=torch.int64), 0.25, 3)
     val = load_dataset("cifar10", "val", tmp_path, val_fraction=0.25, split_seed=3)
     assert torch.equal(val.y, part.y[val_idx]) and val.coarse_y is None

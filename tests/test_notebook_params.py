@@ -14,8 +14,9 @@ import torch
 
 from frost_nb.checkpoint import save_checkpoint
 from frost_nb.config import SEED_MAX, make_config
+from frost_nb.inputs import ParameterError
 from frost_nb.models import create_model
-from frost_nb.notebook.glue import _RULES, ParameterError, setup, trained_frost, validate_params
+from frost_nb.notebook.glue import _RULES, setup, trained_frost, validate_params
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
 # annotation of a parameters cell -> the Python types it admits

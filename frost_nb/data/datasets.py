@@ -1,11 +1,8 @@
-"""Data sets by name, the held-out split, per-image augmentation and device-resident batches.
-
-The API is docs/architecture.md's "Data" section, where each set is read from data/README.md;
-the sets' facts (`DATASETS`) live in frost_nb/data/prepare.py, below this module. Splits: "test" is
-the set's own test split (digits: a fixed stratified 20%, seed 0); "val" is a seeded
-``val_fraction`` of the training split and "train" the rest. For CIFAR-100 (500 training images
-a class) "val" is stratified (``_split_indices``), so a 5,000-image held-out split has 50 of
-every class. "val" calibrates the halting threshold (docs/method.md section 7).
+"""Data sets by name, the held-out split, per-image augmentation and device-resident batches:
+docs/architecture.md's "Data" section; where each set is read from: data/README.md; the sets'
+facts (`DATASETS`): prepare.py. "test" is the set's own test split (digits: a fixed stratified
+20%, seed 0), "val" a seeded ``val_fraction`` of the training split (stratified for CIFAR-100:
+``_split_indices``), "train" the rest; "val" calibrates the halting threshold (docs/method.md 7).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from ..paths import data_root
+from ..paths import downloads_allowed
 from .prepare import (
     DATASETS,
     FIXED_ORDER_SEED,
@@ -35,7 +32,7 @@ from .prepare import (
     fixed_order,
     is_prepared,
     missing_data_error,
-    prepare,
+    prepare_at,
     prepared_dir,
     read_prepared,
 )
@@ -73,13 +70,9 @@ class ImageData:
 
 def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_fraction: float = 0.1,
                  split_seed: int = 0, download: bool = True, limit: int | None = None) -> ImageData:
-    """One split ("train", "val" or "test") of the data set `name` (a key of `DATASETS`).
-
-    ``root`` is the data root (then ``$FROST_DATA``, then ``<repo>/data``). The first use of a
-    set prepares it (``prepare.prepare``; ``download`` allows torchvision's download there).
-    ``limit`` keeps the first ``limit`` images of the split, after splitting. Raises
-    `DataError` when the data is missing (listing every place looked in) or unreadable.
-    """
+    """One split of the data set `name` (docs/architecture.md's "Data" section); ``root``: this, then
+    ``$FROST_DATA``, then ``<repo>/data``. Raises `DataError` when the data is missing (listing every
+    place looked in) or unreadable."""
     _check("name", name, name in DATASETS, "one of " + ", ".join(map(repr, DATASETS)))
     _check("split", split, split in SPLITS, "one of " + ", ".join(map(repr, SPLITS)))
     _check("val_fraction", val_fraction, _is_number(val_fraction, float) and 0.0 <= val_fraction < 1.0,
@@ -87,10 +80,11 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
     _check("limit", limit, limit is None or (_is_number(limit, int) and limit >= 1),
            "None or a positive integer")
     info = DATASETS[name]
-    # digits (bundled with scikit-learn) never reads the data root: the others have it checked first
-    base = data_root(root).resolve() if name == "digits" else checked_data_root(root)
+    # root and download switch resolved once, here; digits (in scikit-learn) never reads the root
+    base = None if name == "digits" else checked_data_root(root)
     if info.in_memory:
-        part = _load_part(name, str(base), "test" if split == "test" else "train", bool(download))
+        part = _load_part(name, str(base or ""), "test" if split == "test" else "train", bool(download),
+                          not downloads_allowed())
         y = part.y
     else:  # folder sets: the "test" split is the val/ folder
         if not _folder_complete(base / name):
@@ -328,12 +322,13 @@ def _check(param: str, value: Any, ok: bool, expected: str) -> None:
 # --- In-memory sets: prepared files, digits ---------------------------------------------------
 
 @functools.lru_cache(maxsize=16)
-def _load_part(name: str, root: str, part: str, download: bool) -> Part:
-    """The "train" or "test" part of an in-memory set as tensors (cached in-process)."""
+def _load_part(name: str, root: str, part: str, download: bool, offline: bool) -> Part:
+    """The "train" or "test" part of an in-memory set as tensors (cached in-process); ``root``
+    resolved, ``download`` and ``offline`` as ``prepare.prepare_at`` takes them."""
     if name == "digits":
         return _read_digits(part)
-    if not is_prepared(name, root):
-        prepare(name, root, download=download)  # once: later loads find the files
+    if not is_prepared(name, root):  # once: later loads find the files
+        prepare_at(name, Path(root), download=download, offline=offline)
     p = read_prepared(name, root, part)
     coarse = None if p.coarse_y is None else torch.from_numpy(p.coarse_y)
     source = f"{prepared_dir(name, root) / f'{part}.npz'} (prepared from {p.source})"

@@ -128,21 +128,21 @@ def fixed_order(n: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(FIXED_ORDER_SEED))
 
 
-def prepared_dir(name: str, root: str | Path | None = None) -> Path:
-    return data_root(root) / "prepared" / name
+def prepared_dir(name: str, root: str | Path) -> Path:
+    return Path(root) / "prepared" / name
 
 
 def checked_data_root(root: str | Path | None = None) -> Path:
     """The data root (``paths.data_root``), resolved, once ``paths.path_problem`` finds nothing wrong
     with it: a ``DataError`` naming it and the cause otherwise (a missing root passes: a download
-    makes it, and a missing set's error lists every place looked in)."""
+    makes it, and a missing set's error lists every place looked in). Entry points resolve it once."""
     given = data_root(root)
     check_readable(given, "the data root", "set FROST_DATA (or --root, root=) to a readable folder",
                    folder=True, must_exist=False, error=DataError)
     return given.resolve()
 
 
-def is_prepared(name: str, root: str | Path | None = None) -> bool:
+def is_prepared(name: str, root: str | Path) -> bool:
     """Are both prepared parts there? (Existence only: `read_prepared` checks the contents.)"""
     return all((prepared_dir(name, root) / f"{p}.npz").is_file() for p in PARTS)
 
@@ -151,17 +151,20 @@ def is_prepared(name: str, root: str | Path | None = None) -> bool:
 
 def prepare(name: str, root: str | Path | None = None, *, source: str | Path | None = None,
             download: bool = True, force: bool = False) -> Path:
-    """Convert `name`'s source into ``<root>/prepared/<name>/{train,test}.npz``; return the folder.
-
-    Nothing is done when both files are there, unless ``force``. ``source`` is a folder to
-    convert instead of the places searched (`_PLACES`). Raises `DataError` when no source is
-    found (listing every place looked in) or one is unreadable, and ``paths.OutputError`` when
-    the prepared folder cannot be written (a read-only data root is refused even for root).
-    """
+    """``<root>/prepared/<name>/`` made from `name`'s source, ``source`` or the first of `_PLACES`
+    (docs/architecture.md's "Data" section). Raises `DataError` when no source is found (listing
+    every place looked in) or one is unreadable, ``paths.OutputError`` when the prepared folder
+    cannot be written (a read-only data root is refused even for root)."""
     if name not in _PLACES:
         raise DataError(f"name={name!r} is not prepared: expected one of {', '.join(map(repr, _PLACES))} "
                         "(digits comes with scikit-learn, imagenet100 is read from its class folders).")
-    base = checked_data_root(root)
+    return prepare_at(name, checked_data_root(root), source=source, download=download,
+                      offline=not downloads_allowed(), force=force)
+
+
+def prepare_at(name: str, base: Path, *, download: bool, offline: bool, source: str | Path | None = None,
+               force: bool = False) -> Path:
+    """`prepare` into the resolved root ``base``; ``offline``: not ``paths.downloads_allowed()``."""
     if source is not None:
         check_readable(source, "the source folder", "pass a folder holding the set to --source (source=)",
                        folder=True, error=DataError)
@@ -173,7 +176,7 @@ def prepare(name: str, root: str | Path | None = None, *, source: str | Path | N
         note = (f"source={str(source)!r} holds no complete copy." if source is not None
                 else "download=False, so torchvision's download was not tried." if not download
                 else "Downloads are switched off (FROST_OFFLINE is set; make test sets it so that no test "
-                     "depends on a data set it did not make)." if not downloads_allowed() else None)
+                     "depends on a data set it did not make)." if offline else None)
         if note is not None:
             raise missing_data_error(name, looked, note)
         hit = _download(name, base, looked)
@@ -200,7 +203,7 @@ def prepare(name: str, root: str | Path | None = None, *, source: str | Path | N
     return dest
 
 
-def read_prepared(name: str, root: str | Path | None, part: str) -> Part:
+def read_prepared(name: str, root: str | Path, part: str) -> Part:
     """One prepared part, checked: shapes, dtypes, label ranges, the format version. The zip's
     CRC-32 turns a damaged file into a `DataError` that says how to prepare it again."""
     path = prepared_dir(name, root) / f"{part}.npz"
@@ -250,9 +253,9 @@ def find_source(name: str, root: Path, source: str | Path | None = None
                 ) -> tuple[tuple[str, Path] | None, list[str]]:
     """((kind, folder) of the first complete local copy, or None; the places looked in). Only
     checks that the files exist: reading them may still fail."""
-    looked = []
+    looked, system = [], system_data_dir()
     for kind, folder in _PLACES[name][0 if source is None else 1]:
-        place = (root if source is None else Path(source)) / folder.format(system=system_data_dir())
+        place = (root if source is None else Path(source)) / folder.format(system=system)
         files, what = _FILES[name, kind]
         if all(_file(place, f, kind) for f in files):
             return (kind, place), looked
@@ -427,11 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-download", action="store_true", help="never try torchvision's download")
     parser.add_argument("--force", action="store_true", help="prepare again even when prepared")
     args = parser.parse_args(argv)
+    try:
+        base, offline = checked_data_root(args.root), not downloads_allowed()  # once, for every set
+    except DataError as err:  # a bad root: no set can be prepared
+        print("\n".join(f"{name}: {err}" for name in args.names), file=sys.stderr)
+        return 1
     failed = False
     for name in args.names:
         try:
-            folder = prepare(name, args.root, source=args.source, download=not args.no_download,
-                             force=args.force)
+            folder = prepare_at(name, base, source=args.source, download=not args.no_download,
+                                offline=offline, force=args.force)
             print(f"{name}: prepared in {folder}")
         except (DataError, OSError) as err:  # OSError: paths.OutputError, an unwritable destination
             print(f"{name}: {err}", file=sys.stderr)

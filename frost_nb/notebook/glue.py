@@ -17,17 +17,13 @@ import torch
 from ..checkpoint import checkpoint_config, load_model
 from ..config import BACKBONES, MODELS, SEED_MAX, SIZES, make_config
 from ..data.datasets import DATASETS
+from ..inputs import ParameterError
 from ..models import create_model
 from ..paths import atomic_path, cache_dir, check_writable, outputs_dir, smoke_mode
 from ..repro import provenance as provenance
 from ..repro.grids import READINGS
 from ..runs import train_or_load
 from ..training import pick_device
-
-
-class ParameterError(ValueError):
-    """A notebook or command-line parameter is wrong; the message names it."""
-
 
 # Upper bounds of the count parameters: past them a value is a typo, not a setting (unchecked,
 # examples=-3 drew a 50,902 px wide figure in notebook 05)
@@ -136,7 +132,7 @@ def validate_params(**params: Any) -> dict[str, Any]:
     >>> validate_params(quantile=1.5)
     Traceback (most recent call last):
     ...
-    frost_nb.notebook.glue.ParameterError: parameter quantile=1.5 is invalid: expected a quantile in [0, 1]
+    frost_nb.inputs.ParameterError: parameter quantile=1.5 is invalid: expected a quantile in [0, 1]
     """
     for name, value in params.items():
         if name not in _RULES:
