@@ -308,6 +308,7 @@ def test_fixed_depth_curve_ends_at_full_depth_accuracy():
     assert c["accuracy"].tolist() == test.correct.double().mean(0).tolist()  # step t's accuracy
     assert c["val_accuracy"].tolist() == val.correct.double().mean(0).tolist()
     assert curve(test, "fixed depth")["accuracy"].tolist() == c["accuracy"].tolist()  # no val needed
+    assert curve(test, "fixed depth", thresholds=[2, 4])["accuracy"].tolist() == c["accuracy"].iloc[[1, 3]].tolist()
 
 
 # --- AUC, depth to reach, summary ------------------------------------------------------------

@@ -60,7 +60,7 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
     and on ``val`` (``rule_exits``: the first step whose condition holds, else T). Thresholds:
     the ``calibrator``'s tau_q at ``quantiles`` (FROST, in the order of q); else ``thresholds``;
     else ``count`` from the rule's signal on ``val`` (MSDNet protocol, docs/method.md section 10).
-    ``FIXED``: every sample stops at t = 1..T (``threshold`` holds t)."""
+    ``FIXED``: every sample stops at t (``threshold`` holds t; default 1..T)."""
     rule = FIXED_RULE if rule == FIXED else RULES[rule] if isinstance(rule, str) else rule
     passes = [p for p in (val, test) if p is not None]
     if not all(isinstance(p, FullDepthPass) for p in passes):
@@ -74,7 +74,7 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
         if not isinstance(calibrator, HaltingCalibrator):
             raise TypeError(f"calibrator must be a HaltingCalibrator, got {type(calibrator).__name__}")
         thresholds, qs = calibrator.thresholds(quantiles), [float(q) for q in quantiles]
-    elif rule is FIXED_RULE:
+    elif rule is FIXED_RULE and thresholds is None:
         thresholds = [float(t) for t in range(1, test.steps + 1)]
     elif thresholds is None:
         if val is None:
