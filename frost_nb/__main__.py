@@ -210,7 +210,7 @@ def cmd_evaluate(args) -> int:
 def cmd_sweep(args) -> int:
     from pathlib import Path
 
-    from .halting import sweep
+    from .analysis.curves import SWEEP_COLUMNS, curve
     from .inputs import check_split
     from .notebook.glue import validate_params
     from .paths import atomic_path, check_writable
@@ -223,7 +223,7 @@ def cmd_sweep(args) -> int:
     config, model, calibrator, dataset = _load(args)
     check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
     outputs = evaluate(model, dataset, batch_size=config.train.eval_batch_size)
-    table = sweep(outputs.scores, outputs.correct, calibrator, args.quantiles)
+    table = curve(outputs, calibrator=calibrator, quantiles=args.quantiles)[list(SWEEP_COLUMNS)]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.csv:
         with atomic_path(args.csv, "pass another --csv") as tmp:
@@ -239,7 +239,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_demo(args) -> int:
     """Train FROST on the embedded default, sweep the halting quantile, write outputs."""
-    from .halting import sweep
+    from .analysis.curves import SWEEP_COLUMNS, curve
     from .notebook.glue import save_figure, write_metrics
     from .notebook.plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
     from .paths import check_writable, outputs_dir
@@ -253,7 +253,7 @@ def cmd_demo(args) -> int:
                        folder=True)
     result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
     outputs = evaluate(result.model, load_split(config, "test"), batch_size=config.train.eval_batch_size)
-    table = sweep(outputs.scores, outputs.correct, result.calibrator, PAPER_QUANTILES)
+    table = curve(outputs, calibrator=result.calibrator, quantiles=PAPER_QUANTILES)[list(SWEEP_COLUMNS)]
     name = f"demo_{config.model.name}_{config.data.name}"
     figures = {"training": plot_training(result.history, f"{config.model.name} on {config.data.name}"),
                "alpha": plot_alpha(result.history), "halting_scores": plot_halting_scores(result.history),

@@ -3,8 +3,8 @@ tau_q and adaptive inference as ``docs/method.md`` sections 6-8 define them (eq.
 tau_q = sketch.get_quantile(q) for q < 1, tau_1 = +inf; eq. (exit): a sample exits at the
 first step t with p_t > tau_q, else at T).
 
-``adaptive_predict`` really skips the work of exited samples; ``sweep`` reads the same exits
-off cached full-depth outputs without calling the model (the two agree; see the tests).
+``adaptive_predict`` really skips the work of exited samples; ``analysis.curves.curve`` reads the
+same exits off cached full-depth outputs without calling the model (the two agree; see the tests).
 """
 
 from __future__ import annotations
@@ -655,58 +655,3 @@ def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None
             n += event.rows.numel()
             device = event.rows.device
     return exits.result(n, getattr(model.config, "num_classes", 0), device)
-
-
-def sweep(scores: Tensor, step_outputs: Tensor, calibrator: HaltingCalibrator,
-          quantiles: Sequence[float], *extra: Any, y: Tensor | None = None):
-    """Accuracy and depth at each quantile, read off cached full-depth outputs (no model call).
-
-    ``scores`` (N, T) halting probabilities in [0, 1]; ``step_outputs`` the bool correctness
-    (N, T) of each step's prediction, or the step logits (N, T, K) with the labels ``y`` (N,),
-    also accepted in the order ``sweep(scores, logits, y, calibrator, quantiles)``. Returns a
-    DataFrame: quantile, threshold, mean_depth, std_depth (population std), accuracy.
-    """
-    if not isinstance(calibrator, HaltingCalibrator):  # order (scores, logits, y, cal, qs)
-        if len(extra) != 1 or y is not None:
-            raise TypeError("call sweep(scores, step_outputs, calibrator, quantiles, y=None) or "
-                            "sweep(scores, step_logits, y, calibrator, quantiles)")
-        y, calibrator, quantiles = calibrator, quantiles, extra[0]
-    elif extra:
-        raise TypeError(f"sweep got {len(extra)} unexpected positional argument(s)")
-    if not isinstance(calibrator, HaltingCalibrator):
-        raise TypeError(f"calibrator must be a HaltingCalibrator, got {type(calibrator).__name__}")
-    import pandas as pd  # only the sweep needs it
-
-    scores = torch.as_tensor(scores).detach().float().cpu()
-    if scores.dim() != 2:
-        raise ValueError(f"scores must be (N, T) halting probabilities, got shape "
-                         f"{tuple(scores.shape)}")
-    check_scores(scores.numpy(), "sweep: the scores hold")
-    step_outputs = torch.as_tensor(step_outputs).detach().cpu()
-    if step_outputs.dtype == torch.bool:
-        correct = step_outputs  # (N, T)
-    else:
-        if y is None:
-            raise ValueError("sweep needs the labels y when given step logits (N, T, K)")
-        if step_outputs.dim() != 3:
-            raise ValueError(f"step logits must be (N, T, K), got shape "
-                             f"{tuple(step_outputs.shape)} (or give the bool correctness (N, T))")
-        y = torch.as_tensor(y).cpu()
-        if y.shape != step_outputs.shape[:1]:
-            raise ValueError(f"labels y {tuple(y.shape)} must be (N,) with N = "
-                             f"{step_outputs.shape[0]}, the samples of the step logits")
-        correct = step_outputs.argmax(dim=-1) == y[:, None]  # (N, T)
-    if correct.shape != scores.shape:
-        raise ValueError(f"scores {tuple(scores.shape)} and step outputs "
-                         f"{tuple(correct.shape)} disagree on (N, T)")
-    rows = []
-    for q in quantiles:
-        tau = calibrator.threshold(q)
-        depth = exit_steps(scores, tau)  # (N,)
-        hit = correct.gather(1, (depth - 1)[:, None]).squeeze(1)  # (N,)
-        d = depth.double()
-        rows.append({"quantile": float(q), "threshold": tau, "mean_depth": d.mean().item(),
-                     "std_depth": d.std(unbiased=False).item(),
-                     "accuracy": hit.double().mean().item()})
-    return pd.DataFrame(rows, columns=["quantile", "threshold", "mean_depth", "std_depth",
-                                       "accuracy"])

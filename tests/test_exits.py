@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from frost_nb.analysis.exits import ExitCache, summarise_sweeps, versus_fixed_depth
+from frost_nb.analysis.curves import FIXED, curve, summarise_sweeps, versus_fixed_depth
+from frost_nb.analysis.exits import ExitCache
 from frost_nb.config import make_config
 from frost_nb.halting import HaltingCalibrator, adaptive_predict
 from frost_nb.models import create_model
@@ -52,13 +53,22 @@ def test_exit_views_add_up(model_and_cache):
     assert cache.at(1.0).mean_depth == cache.steps and cache.at(1.0).std_depth == 0
 
 
+def _sweep(cache, quantiles):
+    return curve(cache.outputs, calibrator=cache.calibrator, quantiles=quantiles)
+
+
 def test_sweep_against_fixed_depth(model_and_cache):
     _, _, _, cache = model_and_cache
-    sweep = cache.sweep((0.25, 0.5, 1.0))
+    sweep = _sweep(cache, (0.25, 0.5, 1.0))
     assert list(sweep["quantile"]) == [0.25, 0.5, 1.0]
     assert sweep["accuracy"].iloc[-1] == pytest.approx(cache.outputs.accuracy)  # q = 1 is full depth
-    fixed = cache.fixed_depth()
-    assert list(fixed["depth"]) == list(range(1, cache.steps + 1))
+    for q, row in zip((0.25, 0.5, 1.0), sweep.itertuples()):  # the curve's rows are the cache's exits
+        e = cache.at(q)
+        assert (row.threshold, row.mean_depth, row.std_depth, row.accuracy) == (
+            e.threshold, e.mean_depth, e.std_depth, e.accuracy)
+    fixed = curve(cache.outputs, FIXED)
+    assert list(fixed["mean_depth"]) == list(range(1, cache.steps + 1)) and (fixed["std_depth"] == 0).all()
+    assert fixed["accuracy"].to_numpy() == pytest.approx(cache.outputs.accuracy_per_step())
     vs = versus_fixed_depth(sweep, fixed)
     assert vs["gain"].iloc[-1] == pytest.approx(0.0, abs=1e-6)  # at depth T both are the full-depth accuracy
     both = summarise_sweeps({"a": sweep, "b": sweep.assign(accuracy=sweep["accuracy"] + 0.1)})
@@ -71,7 +81,7 @@ def test_groups_side_by_side_are_their_runs_means(model_and_cache):
     the sweep, the fixed-depth curve and the rival give that run alone."""
     import pandas as pd
 
-    from frost_nb.analysis.exits import side_by_side
+    from frost_nb.analysis.curves import side_by_side
 
     _, _, _, cache = model_and_cache
     calibrator = HaltingCalibrator(200)
@@ -83,7 +93,8 @@ def test_groups_side_by_side_are_their_runs_means(model_and_cache):
                          quantiles=quantiles)
     assert list(zip(table["group"], table["quantile"])) == [(g, q) for g in "ab" for q in quantiles]
     assert table["runs"].tolist() == [2, 2, 2, 1, 1, 1]
-    one, two = (versus_fixed_depth(c.sweep(quantiles), c.fixed_depth(), rival, "confidence") for c in (cache, other))
+    one, two = (versus_fixed_depth(_sweep(c, quantiles), curve(c.outputs, FIXED), rival, "confidence")
+                for c in (cache, other))
     a = table[table["group"] == "a"]
     assert a["gain"].to_numpy() == pytest.approx((one["gain"] + two["gain"]).to_numpy() / 2)
     assert a["gain_over_confidence"].to_numpy() == pytest.approx(
@@ -97,10 +108,10 @@ def test_groups_side_by_side_are_their_runs_means(model_and_cache):
 def test_sweep_read_at_given_depths():
     import pandas as pd
 
-    from frost_nb.analysis.exits import at_depths
+    from frost_nb.analysis.curves import at_depths
 
     sweep = pd.DataFrame({"quantile": [0.5, 1.0], "mean_depth": [1.0, 4.0], "accuracy": [0.2, 0.8]})
-    fixed = pd.DataFrame({"depth": [1, 2, 3, 4], "accuracy": [0.1, 0.3, 0.5, 0.8]})
+    fixed = pd.DataFrame({"mean_depth": [1, 2, 3, 4], "accuracy": [0.1, 0.3, 0.5, 0.8]})
     got = at_depths(sweep, fixed, [2.0, 3.5])
     assert got["accuracy"].tolist() == pytest.approx([0.4, 0.7])  # along the sweep's curve
     assert got["fixed_depth_accuracy"].tolist() == pytest.approx([0.3, 0.65])  # between steps
@@ -108,14 +119,14 @@ def test_sweep_read_at_given_depths():
 
 
 def test_a_rival_rule_is_read_at_the_same_depths():
-    """Another rule's curve (a halting_rules curve table, its points in any order, one of them
+    """Another rule's curve (a curves.curve table, its points in any order, one of them
     not finite) read along its own points at the sweep's depths and at given depths."""
     import pandas as pd
 
-    from frost_nb.analysis.exits import at_depths
+    from frost_nb.analysis.curves import at_depths
 
     sweep = pd.DataFrame({"quantile": [0.5, 1.0], "mean_depth": [2.0, 4.0], "accuracy": [0.5, 0.8]})
-    fixed = pd.DataFrame({"depth": [1, 2, 3, 4], "accuracy": [0.1, 0.3, 0.5, 0.8]})
+    fixed = pd.DataFrame({"mean_depth": [1, 2, 3, 4], "accuracy": [0.1, 0.3, 0.5, 0.8]})
     rival = pd.DataFrame({"mean_depth": [4.0, 1.0, float("nan"), 3.0], "accuracy": [0.8, 0.2, 0.9, 0.6]})
     vs = versus_fixed_depth(sweep, fixed, rival, "confidence")
     assert vs["confidence_accuracy"].tolist() == pytest.approx([0.4, 0.8])
@@ -124,6 +135,8 @@ def test_a_rival_rule_is_read_at_the_same_depths():
     assert got["confidence_accuracy"].tolist() == pytest.approx([0.2, 0.7])
     assert got["confidence_kept"].tolist() == pytest.approx([0.25, 0.875])
     assert "confidence_accuracy" not in versus_fixed_depth(sweep, fixed)  # no rival, no column
+    with pytest.raises(ValueError, match="no finite"):
+        versus_fixed_depth(sweep, fixed, rival.assign(accuracy=float("nan")), "confidence")
 
 
 def test_a_quantile_outside_0_1_is_refused(model_and_cache):

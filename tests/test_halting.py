@@ -1,4 +1,5 @@
-"""Tests of frost_nb.halting: the KLL calibrator in rank, exits, compacted inference, sweep."""
+"""Tests of frost_nb.halting: the KLL calibrator in rank, exits, compacted inference, and the curve
+read off cached outputs (``analysis.curves.curve``) against it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import torch
 from datasketches import kll_floats_sketch
 from torch import nn
 
+from frost_nb.analysis.curves import SWEEP_COLUMNS, curve
 from frost_nb.halting import (
     AdaptiveResult,
     HaltingCalibrator,
@@ -22,8 +24,8 @@ from frost_nb.halting import (
     adaptive_predict,
     exit_steps,
     stream_predict,
-    sweep,
 )
+from frost_nb.training import FullDepthPass
 
 QS = np.linspace(0.01, 0.99, 50)
 
@@ -412,20 +414,25 @@ def test_cuda_inputs_and_adaptive_predict():
     assert torch.allclose(res.logits[same], at_exit[same], atol=1e-4)
     cal.update(scores)
     y = torch.zeros(500, dtype=torch.int64, device="cuda")
-    df = sweep(scores, out.logits, cal, [0.5, 1.0], y=y)
+    df = curve(_pass(out, scores, y), calibrator=cal, quantiles=[0.5, 1.0])
     assert df.mean_depth.iloc[1] == model.config.steps
 
 
-# --- sweep -------------------------------------------------------------------------------------
+# --- the curve read off cached outputs (analysis.curves.curve) -------------------------------------
 
-def test_sweep_agrees_with_adaptive_predict(standin):
+def _pass(out, scores, y):
+    """The full-depth pass (on the CPU) of the stand-in's outputs with labels ``y``."""
+    return FullDepthPass(scores.cpu(), out.halt_logits.cpu(), out.logits.cpu(), y.cpu())
+
+
+def test_frost_curve_agrees_with_adaptive_predict(standin):
     model, x, out, scores = standin
     y = torch.randint(0, 5, (len(x),), generator=torch.Generator().manual_seed(1))
     cal = HaltingCalibrator().update(scores)
     qs = [0.125, 0.25, 0.5, 0.75, 0.875, 1.0]
-    df = sweep(scores, out.logits, y, cal, qs)
-    assert list(df.columns) == ["quantile", "threshold", "mean_depth", "std_depth", "accuracy"]
-    assert df["quantile"].tolist() == qs
+    df = curve(_pass(out, scores, y), calibrator=cal, quantiles=qs)
+    assert df["quantile"].tolist() == qs and set(SWEEP_COLUMNS) <= set(df.columns)
+    assert df[["val_mean_depth", "val_accuracy"]].isna().all().all()  # no held-out pass given
     for row in df.itertuples():
         res = adaptive_predict(model, x, row.threshold)
         d = res.depth.double()
@@ -437,14 +444,10 @@ def test_sweep_agrees_with_adaptive_predict(standin):
     assert last.std_depth == 0.0
     assert math.isclose(last.accuracy, (out.logits[:, -1].argmax(1) == y).double().mean().item())
     assert df["mean_depth"].is_monotonic_increasing
-    # the bool form (N, T) gives the same table, without labels; y as a keyword too
-    correct = out.logits.argmax(-1) == y[:, None]
-    assert sweep(scores, correct, cal, qs).equals(df)
-    assert sweep(scores, out.logits, cal, qs, y=y).equals(df)
-    with pytest.raises(ValueError, match="labels"):
-        sweep(scores, out.logits, cal, qs)
-    with pytest.raises(TypeError):
-        sweep(scores, out.logits, y, cal)
+    with pytest.raises(TypeError, match="calibrator must be a HaltingCalibrator"):
+        curve(_pass(out, scores, y), calibrator=object(), quantiles=qs)
+    with pytest.raises(TypeError, match="full-depth passes"):
+        curve((scores, out.logits, y), calibrator=cal, quantiles=qs)  # tensors, not a pass
 
 
 # --- the real models, once frost_nb.models provides the step-wise API ---------------------------
@@ -672,7 +675,7 @@ def test_adaptive_predict_other_image_size_only_for_resnet_when_allowed(smoke_mo
         adaptive_predict(vit, big, 0.5, allow_other_size=True)  # was a broadcast error
 
 
-def test_sweep_refuses_bad_scores_and_mismatched_labels(standin):
+def test_curve_refuses_bad_scores_and_mismatched_labels(standin):
     _, _, out, scores = standin
     y = torch.randint(0, 5, (len(scores),), generator=torch.Generator().manual_seed(1))
     cal = HaltingCalibrator().update(scores)
@@ -680,16 +683,17 @@ def test_sweep_refuses_bad_scores_and_mismatched_labels(standin):
                       (1.5, "1 finite but outside")):
         broken = scores.clone()
         broken[7, 2] = bad  # a NaN score used to count as "never exits"
-        with pytest.raises(ValueError, match=f"sweep: the scores hold {kind}"):
-            sweep(broken, out.logits, y, cal, [0.5])
+        with pytest.raises(ValueError, match=f"curve: the scores hold {kind}"):
+            curve(_pass(out, broken, y), calibrator=cal, quantiles=[0.5])
     with pytest.raises(ValueError, match=r"halt_logits"):
-        sweep(torch.logit(scores), out.logits, y, cal, [0.5])  # logits instead of probabilities
-    with pytest.raises(ValueError, match=r"labels y \(1,\) must be \(N,\) with N = 300"):
-        sweep(scores, out.logits, y[:1], cal, [0.5])  # used to broadcast one label to all
-    with pytest.raises(ValueError, match=r"step logits must be \(N, T, K\)"):
-        sweep(scores, out.logits[:, :, 0], y, cal, [0.5])
-    with pytest.raises(ValueError, match=r"scores must be \(N, T\)"):
-        sweep(scores[:, 0], out.logits, y, cal, [0.5])
+        curve(_pass(out, torch.logit(scores), y), calibrator=cal, quantiles=[0.5])  # logits, not probabilities
+    shape = r"a full-depth pass holds scores and halt_logits \(N, T\), logits \(N, T, K\) and labels y \(N,\)"
+    with pytest.raises(ValueError, match=shape):
+        _pass(out, scores, y[:1])  # used to broadcast one label to all
+    with pytest.raises(ValueError, match=shape):
+        FullDepthPass(scores, out.halt_logits, out.logits[:, :, 0], y)  # step logits without K
+    with pytest.raises(ValueError, match=shape):
+        FullDepthPass(scores[:, 0], out.halt_logits, out.logits, y)
 
 
 # --- continuous batching: stream_predict against adaptive_predict (issue 33) -----------------------

@@ -3,6 +3,7 @@ threshold protocol, AUC and depth-to-reach, the collapse verdict, and a smoke ru
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -11,8 +12,8 @@ import pandas as pd
 import pytest
 import torch
 
+from frost_nb.analysis.curves import CURVE_COLUMNS, curve, model_curves, oracle_curve
 from frost_nb.analysis.halting_rules import (
-    CURVE_COLUMNS,
     FROST_QUANTILES,
     RULES,
     SIGNAL_RULES,
@@ -21,15 +22,10 @@ from frost_nb.analysis.halting_rules import (
     confidence_signal,
     curve_auc,
     depth_to_reach,
-    fixed_depth_curve,
-    frost_curve,
     kl_signal,
-    model_curves,
     oracle_accuracy_at,
-    oracle_curve,
     oracle_exits,
     ponder_signal,
-    rule_curve,
     rule_exits,
     second_order_signal,
     step_size_signal,
@@ -203,15 +199,38 @@ def test_ponder_cumulative_halting_probability():
 def test_frost_curve_uses_the_calibrators_thresholds():
     val, test = _traj(n=50, seed=1), _traj(n=60, seed=2)
     cal = HaltingCalibrator(200).update(torch.sigmoid(val.halt_logits))
-    curve = frost_curve(val, test, cal, "m", quantiles=(0.0, 0.5, 1.0))
-    assert list(curve.columns) == list(CURVE_COLUMNS)
-    assert set(curve["source"]) == {RULES["frost"].source}  # each curve names its rule's source
-    assert curve["threshold"].tolist() == [cal.threshold(0.0), cal.threshold(0.5), math.inf]
+    c = curve(test, val=val, calibrator=cal, quantiles=(0.0, 0.5, 1.0), model="m")
+    assert list(c.columns) == list(CURVE_COLUMNS)
+    assert set(c["source"]) == {RULES["frost"].source}  # each curve names its rule's source
+    assert c["quantile"].tolist() == [0.0, 0.5, 1.0]
+    assert c["threshold"].tolist() == [cal.threshold(0.0), cal.threshold(0.5), math.inf]
     depth = exit_steps(torch.sigmoid(test.halt_logits), cal.threshold(0.5))  # halting.exit_steps
-    assert curve["mean_depth"][1] == pytest.approx(depth.double().mean().item())
-    assert curve["mean_depth"][2] == T  # q = 1: full depth for everyone
-    full = frost_curve(val, test, cal)
+    assert c["mean_depth"][1] == pytest.approx(depth.double().mean().item())
+    assert c["std_depth"][1] == pytest.approx(depth.double().std(unbiased=False).item())
+    val_depth = exit_steps(torch.sigmoid(val.halt_logits), cal.threshold(0.5))
+    assert c["val_mean_depth"][1] == pytest.approx(val_depth.double().mean().item())
+    assert c["mean_depth"][2] == T and c["std_depth"][2] == 0  # q = 1: full depth for everyone
+    full = curve(test, val=val, calibrator=cal, quantiles=FROST_QUANTILES)
     assert len(full) == len(FROST_QUANTILES) and full["mean_depth"].is_monotonic_increasing
+    # another rule's curve has no quantile; without val, no val columns
+    assert curve(test, "confidence", val=val, count=5)["quantile"].isna().all()
+    assert curve(test, calibrator=cal, quantiles=(0.5,))[["val_mean_depth", "val_accuracy"]].isna().all().all()
+
+
+def test_curve_refuses_what_it_cannot_read():
+    val, test = _traj(n=10, seed=1), _traj(n=10, seed=2)
+    with pytest.raises(ValueError, match="thresholds from val"):
+        curve(test, "confidence")  # no val to take thresholds from, none given
+    with pytest.raises(TypeError, match="calibrator must be a HaltingCalibrator"):
+        curve(test, val=val, calibrator="0.5")
+    with pytest.raises(TypeError, match="full-depth passes"):
+        curve(test.scores, "fixed depth")
+    with pytest.raises(KeyError):
+        curve(test, "no such rule", val=val)
+    nan = dataclasses.replace(test, scores=test.scores.clone().fill_(math.nan))
+    with pytest.raises(ValueError, match="curve: the scores hold"):
+        curve(nan, val=val, calibrator=HaltingCalibrator(200).update(val.scores), quantiles=(0.5,))
+    assert len(curve(nan, "confidence", val=val, count=3))  # another rule does not read the scores
 
 
 # --- the oracle ------------------------------------------------------------------------------
@@ -222,8 +241,8 @@ def test_oracle_exits_at_the_earliest_correct_step():
     traj = _traj(logits=[[wrong, wrong, right, wrong], [right, wrong, wrong, wrong], [wrong] * 4], n=3, k=2)
     correct = traj.correct
     assert oracle_exits(correct).tolist() == [3, 1, T]
-    curve = oracle_curve(traj)
-    point = curve[np.isclose(curve["mean_depth"], (3 + 1 + T) / 3)]
+    bound = oracle_curve(traj)
+    point = bound[np.isclose(bound["mean_depth"], (3 + 1 + T) / 3)]
     assert point["accuracy"].tolist() == pytest.approx([2 / 3])  # never-correct counts wrong
     # the bound: sample 1 is right at depth 1 for free; sample 0 needs 2 more steps
     assert oracle_accuracy_at(correct, [1.0, 1.5, 5 / 3, 2.0, 4.0]).tolist() == \
@@ -259,17 +278,19 @@ def test_no_rule_beats_the_oracle():
 def test_thresholds_come_from_the_held_out_split_only():
     val = _traj(n=30, step_norms=torch.linspace(0.01, 0.3, 120).reshape(30, 4), seed=6)
     test = _traj(n=30, step_norms=torch.linspace(0.5, 2.0, 120).reshape(30, 4), seed=7)  # larger
-    curve = rule_curve("step size", val, test, "m", count=10)
+    c = curve(test, "step size", val=val, count=10, model="m")
     expected = candidate_thresholds(step_size_signal(val), 10)
-    assert curve["threshold"].to_numpy() == pytest.approx(expected)
+    assert c["threshold"].to_numpy() == pytest.approx(expected)
     assert expected[1] == pytest.approx(0.01) and expected[-2] == pytest.approx(0.3)  # val's range
     # test's own signal would give other thresholds; the curve does not move with test
     assert not np.allclose(candidate_thresholds(step_size_signal(test), 10)[1:-1], expected[1:-1])
-    other = rule_curve("step size", val, _traj(n=30, seed=8), "m", count=10)
-    assert other["threshold"].tolist() == curve["threshold"].tolist()
-    assert other["val_mean_depth"].tolist() == curve["val_mean_depth"].tolist()
+    other = curve(_traj(n=30, seed=8), "step size", val=val, count=10, model="m")
+    assert other["threshold"].tolist() == c["threshold"].tolist()
+    assert other["val_mean_depth"].tolist() == c["val_mean_depth"].tolist()
+    given = curve(test, "step size", val=val, thresholds=c["threshold"], model="m")  # the same thresholds, given
+    pd.testing.assert_frame_equal(given, c)
     # val's thresholds never fire on test's larger steps except the +inf extreme
-    assert (curve["mean_depth"].to_numpy()[:-1] == T).all() and curve["mean_depth"].iloc[-1] == 1
+    assert (c["mean_depth"].to_numpy()[:-1] == T).all() and c["mean_depth"].iloc[-1] == 1
 
 
 def test_candidate_thresholds_skip_undefined_values():
@@ -281,9 +302,13 @@ def test_candidate_thresholds_skip_undefined_values():
 
 def test_fixed_depth_curve_ends_at_full_depth_accuracy():
     val, test = _traj(n=20, seed=9), _traj(n=20, seed=10)
-    curve = fixed_depth_curve(val, test, "m")
-    assert curve["mean_depth"].tolist() == [1.0, 2.0, 3.0, 4.0]
-    assert curve["accuracy"].iloc[-1] == test.correct[:, -1].double().mean().item()
+    c = curve(test, "fixed depth", val=val, model="m")
+    assert c["mean_depth"].tolist() == c["threshold"].tolist() == c["val_mean_depth"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert (c["std_depth"] == 0).all() and c["quantile"].isna().all()
+    assert c["accuracy"].tolist() == test.correct.double().mean(0).tolist()  # step t's accuracy
+    assert c["val_accuracy"].tolist() == val.correct.double().mean(0).tolist()
+    assert curve(test, "fixed depth")["accuracy"].tolist() == c["accuracy"].tolist()  # no val needed
+    assert curve(test, "fixed depth", thresholds=[2, 4])["accuracy"].tolist() == c["accuracy"].iloc[[1, 3]].tolist()
 
 
 # --- AUC, depth to reach, summary ------------------------------------------------------------

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from frost_nb.notebook.plotting import plot_stream_throughput, plot_training
+from frost_nb.notebook.plotting import plot_depth_accuracy, plot_stream_throughput, plot_training
 
 
 def _history(logged_steps):
@@ -55,3 +55,15 @@ def test_stream_throughput_figure_draws_the_four_lines_of_each_panel():
     lines = {line.get_label(): line for line in plot_stream_throughput(pd.DataFrame(rows)).axes[0].lines}
     assert {"stream (refill at 1, embed 1 ahead)", "stream (refill at 16, embed 64 ahead)"} < set(lines)
     assert list(lines["stream (refill at 16, embed 64 ahead)"].get_ydata()) == [2080.0] * 3
+
+
+def test_depth_accuracy_figure_draws_the_curve_tables_it_is_given():
+    """Each run's FROST curve, its fixed-depth curve and its rival: the points of the
+    ``curves.curve`` tables (one table shape; the fixed depth's mean_depth is t)."""
+    sweep = pd.DataFrame({"quantile": [0.5, 1.0], "mean_depth": [2.0, 4.0], "accuracy": [0.5, 0.8]})
+    fixed = pd.DataFrame({"mean_depth": [1.0, 2.0, 3.0, 4.0], "accuracy": [0.1, 0.3, 0.5, 0.8]})
+    rival = pd.DataFrame({"mean_depth": [4.0, 1.0, 3.0], "accuracy": [0.8, 0.2, 0.6]})
+    ax = plot_depth_accuracy({"a": sweep}, {"a": fixed}, rivals={"a": rival}).axes[0]
+    (xs, ys), (xf, yf), (xr, yr) = ((line.get_xdata(), line.get_ydata()) for line in ax.lines)
+    assert list(xs) == [2.0, 4.0] and list(xf) == [1.0, 2.0, 3.0, 4.0] and list(yf) == [0.1, 0.3, 0.5, 0.8]
+    assert list(xr) == [1.0, 3.0, 4.0] and list(yr) == [0.2, 0.6, 0.8]  # in order of depth

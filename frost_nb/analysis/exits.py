@@ -9,22 +9,22 @@ them (``halting.exit_steps``): the first step with ``p_t > tau_q``, else T.
 >>> cache = ExitCache.from_model(model, calibrator, load_split(config, "test"))
 >>> e = cache.at(0.5)
 >>> e.accuracy, e.mean_depth, e.histogram()      # fraction, steps, samples per exit step
+
+The curve over many quantiles: ``curves.curve(cache.outputs, calibrator=cache.calibrator)``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
-from ..halting import PAPER_QUANTILES, HaltingCalibrator, exit_steps, sweep
+from ..halting import HaltingCalibrator, exit_steps
 from ..inputs import check_scores, check_split, number_in
 from ..training import FullDepthPass, evaluate
-from .halting_rules import sorted_points
 
 
 @dataclass(frozen=True)
@@ -126,11 +126,6 @@ class ExitCache:
                                   scores.gather(1, at_exit).squeeze(1).double() - tau, self.steps)
         return self._memo[q]
 
-    def sweep(self, quantiles=PAPER_QUANTILES):
-        """Table 2's quantile grid (``halting.sweep``): quantile, threshold, mean_depth,
-        std_depth, accuracy."""
-        return sweep(self.outputs.scores, self.outputs.correct, self.calibrator, quantiles)
-
     def quantile_for_depth(self, depth: float, *, rounds: int = 50) -> DepthBudget:
         """The quantile whose mean exit depth on this split is closest to ``depth`` (a compute
         budget in steps, in [1, T]): bisection on q, as the mean depth never falls when q rises
@@ -145,11 +140,6 @@ class ExitCache:
         best = min((low, high), key=lambda q: (abs(self.at(q).mean_depth - depth), q))
         exits = self.at(best)
         return DepthBudget(depth, best, exits.threshold, exits.mean_depth)
-
-    def fixed_depth(self):
-        """Accuracy when every sample stops at the same step t = 1..T (no halting rule)."""
-        acc = self.outputs.accuracy_per_step()
-        return pd.DataFrame({"depth": np.arange(1, len(acc) + 1), "accuracy": acc})
 
     def per_class(self, quantile: float, classes: list[str] | None = None):
         """Mean exit depth and accuracy of each true class at quantile q."""
@@ -171,80 +161,3 @@ def quantile_for_depth(model: torch.nn.Module, calibrator: HaltingCalibrator, va
     quantile to other data with ``calibrator.threshold(budget.quantile)`` (``adaptive_predict``)
     and report the depth reached there against ``budget.budget``."""
     return ExitCache.from_model(model, calibrator, val_data, batch_size=batch_size).quantile_for_depth(depth)
-
-
-def summarise_sweeps(tables: dict[Any, Any]):
-    """Mean and spread (std over runs) of several runs' sweeps, one row per quantile."""
-    stacked = pd.concat([t.assign(run=k) for k, t in tables.items()])
-    g = stacked.groupby("quantile")
-    return pd.DataFrame({"mean_depth": g["mean_depth"].mean(), "mean_depth_spread": g["mean_depth"].std(ddof=0),
-                         "accuracy": g["accuracy"].mean(), "accuracy_spread": g["accuracy"].std(ddof=0),
-                         "runs": g["run"].nunique()}).reset_index()
-
-
-def _add_rival(table, rival, rival_name: str) -> np.ndarray:
-    """A rival rule's curve (``halting_rules`` curve table) read at ``table``'s mean depths, as column
-    ``<rival_name>_accuracy``: its finite points in order of depth, joined by straight lines as
-    notebook 07's areas join them (points at one depth averaged); outside its range, its end points."""
-    x, y = sorted_points(rival)
-    if not x.size:
-        raise ValueError("the rival curve has no finite (mean_depth, accuracy) point to read")
-    at, index = np.unique(x, return_inverse=True)
-    mean = np.bincount(index, weights=y) / np.bincount(index)
-    table[f"{rival_name}_accuracy"] = accuracy = np.interp(table["mean_depth"], at, mean)
-    return accuracy
-
-
-def versus_fixed_depth(sweep_table, fixed_table, rival=None, rival_name: str = "rival"):
-    """Each sweep row beside the fixed-depth accuracy at the same mean depth (linear
-    interpolation between steps): ``gain`` > 0 where halting beats stopping everyone at once.
-    With ``rival`` (another rule's curve, e.g. the confidence rule's), also its accuracy at
-    that depth and the gain over it (columns ``<rival_name>_accuracy``, ``gain_over_<rival_name>``)."""
-    table = sweep_table[["quantile", "mean_depth", "accuracy"]].copy()
-    table["fixed_depth_accuracy"] = np.interp(table["mean_depth"], fixed_table["depth"], fixed_table["accuracy"])
-    table["gain"] = table["accuracy"] - table["fixed_depth_accuracy"]
-    if rival is not None:
-        table[f"gain_over_{rival_name}"] = table["accuracy"] - _add_rival(table, rival, rival_name)
-    return table
-
-
-def at_depths(sweep_table, fixed_table, depths, rival=None, rival_name: str = "rival"):
-    """The halting sweep and the fixed-depth curve read at given mean ``depths`` (linear
-    interpolation along the sweep's curve and between steps), each also as ``kept``: the share
-    of full-depth accuracy. For comparing with another table at matched depth rather than at
-    matched quantile (the paper's Table 2 reaches other depths at the same q). With ``rival``
-    (another rule's curve), its accuracy and share there too (``<rival_name>_accuracy``,
-    ``<rival_name>_kept``)."""
-    full = float(fixed_table["accuracy"].iloc[-1])
-    halting = np.interp(depths, sweep_table["mean_depth"], sweep_table["accuracy"])
-    fixed = np.interp(depths, fixed_table["depth"], fixed_table["accuracy"])
-    table = pd.DataFrame({"mean_depth": np.asarray(depths, dtype=float), "accuracy": halting,
-                          "fixed_depth_accuracy": fixed, "kept": halting / full, "fixed_kept": fixed / full})
-    if rival is not None:
-        table[f"{rival_name}_kept"] = _add_rival(table, rival, rival_name) / full
-    return table
-
-
-def side_by_side(groups: dict[str, dict[Any, ExitCache]], rivals: dict[str, dict[Any, Any]] | None = None,
-                 rival_name: str = "confidence", quantiles=PAPER_QUANTILES):
-    """Several groups of runs (e.g. the same seeds under two bundles of defaults: group -> run
-    label -> ``ExitCache`` of the test split) at Table 2's quantiles, one row per group and
-    quantile, means over the group's runs: ``mean_depth``; ``std_depth``, the per-sample spread
-    of the exit depth; ``accuracy``; ``kept``, the share of the run's full-depth accuracy;
-    ``gain`` over a fixed depth at the same mean depth; with ``rivals`` (group -> label -> a
-    ``halting_rules`` curve), ``gain_over_<rival_name>`` too; ``runs``, how many runs."""
-    parts = []
-    for group, caches in groups.items():
-        for label, cache in caches.items():
-            sweep_table, fixed = cache.sweep(quantiles), cache.fixed_depth()
-            rival = None if rivals is None else rivals[group][label]
-            table = versus_fixed_depth(sweep_table, fixed, rival, rival_name)
-            parts.append(table.assign(std_depth=sweep_table["std_depth"].to_numpy(),
-                                      kept=table["accuracy"] / float(fixed["accuracy"].iloc[-1]),
-                                      group=group, run=str(label)))
-    stacked = pd.concat(parts)
-    columns = ["mean_depth", "std_depth", "accuracy", "kept", "gain"] + (
-        [f"gain_over_{rival_name}"] if rivals is not None else [])
-    by = stacked.groupby(["group", "quantile"], sort=False)
-    return by[columns].mean().assign(runs=by["run"].nunique()).reset_index()
-

@@ -34,14 +34,14 @@ norm 0 has no relative step: 0 / 0 is NaN, x / 0 is +inf, and neither fires. Pon
 cumulative halting probability is 1 at t = T (the last step takes the remaining mass), which
 changes nothing: every sample stops at T anyway.
 
-The oracle (an upper bound, not a rule): ``oracle_exits``, ``oracle_accuracy_at``, ``oracle_curve``.
+The oracle (an upper bound, not a rule): ``oracle_exits``, ``oracle_accuracy_at`` (``curves.oracle_curve``).
 
 Threshold protocol (MSDNet): docs/method.md section 10. The extremes -inf and +inf join each rule's
 candidates: no exit before T, or exit at the first step where the signal is defined (the
 two-hit rule: the second such step).
 
-Curve tables (pandas, ``CURVE_COLUMNS``) have one row per threshold, its mean depth and accuracy
-on val and on test; ``curve_auc`` and ``depth_to_reach`` summarise them. No printing, no I/O.
+The curve tables are ``curves.curve``'s (``curves.CURVE_COLUMNS``); ``curve_auc``, ``depth_to_reach``
+and ``summary`` summarise them. No printing, no I/O.
 """
 
 from __future__ import annotations
@@ -56,13 +56,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..halting import HaltingCalibrator, exit_steps
+from ..halting import exit_steps
 from ..losses import halting_distribution
 from ..training import FullDepthPass
-from .trajectories import run_trajectories
 
-CURVE_COLUMNS = ("rule", "model", "threshold", "val_mean_depth", "val_accuracy", "mean_depth",
-                 "accuracy", "source")
 THRESHOLDS = 40  # candidate thresholds per rule: quantiles of its signal on the held-out split
 FROST_QUANTILES = tuple(i / 32 for i in range(33))  # 0, 1/32, ..., 1
 REACH_FRACTION = 0.99  # depth_at_99pct: the depth at which a curve reaches 99% of full depth
@@ -118,8 +115,9 @@ def ponder_signal(traj: FullDepthPass) -> Tensor:
 
 
 def frost_signal(traj: FullDepthPass) -> Tensor:
-    """FROST's halting score sigmoid(halt logit), (N, T) float32 as ``adaptive_predict`` has it."""
-    return torch.sigmoid(traj.halt_logits.float())
+    """FROST's halting score sigmoid(halt logit), (N, T) float32 as ``adaptive_predict`` has it:
+    the pass's own ``scores``, taken batch by batch."""
+    return traj.scores
 
 
 @dataclass(frozen=True)
@@ -278,12 +276,6 @@ def rule_exits(rule: Rule, signal: Tensor, threshold: float) -> Tensor:
 
 
 # ---------------------------------------------------------------- exits and accuracy
-def depth_and_accuracy(depth: Tensor, correct: Tensor) -> tuple[float, float]:
-    """Mean exit depth and the accuracy of the predictions made at the exit steps."""
-    hit = correct.gather(1, (depth - 1)[:, None])  # (N, 1)
-    return depth.double().mean().item(), hit.double().mean().item()
-
-
 def oracle_exits(correct: Tensor) -> Tensor:
     """Earliest step whose prediction is correct, else T (those samples count wrong): (N,)."""
     return exit_steps(correct.float(), 0.5)
@@ -305,7 +297,7 @@ def oracle_accuracy_at(correct: Tensor, depths: Sequence[float] | np.ndarray) ->
     return np.where(budget >= 0, k / n, np.nan)
 
 
-# ---------------------------------------------------------------- curves
+# ---------------------------------------------------------------- thresholds
 def candidate_thresholds(signal: Tensor, count: int = THRESHOLDS) -> np.ndarray:
     """``count`` quantiles (levels 0..1) of the finite values of ``signal``, and -inf, +inf."""
     values = signal.double().reshape(-1).numpy()
@@ -313,77 +305,6 @@ def candidate_thresholds(signal: Tensor, count: int = THRESHOLDS) -> np.ndarray:
     levels = np.linspace(0.0, 1.0, count) if count > 1 else np.array([0.5])
     qs = np.quantile(values, levels) if values.size else np.array([])
     return np.unique(np.concatenate([[-np.inf], qs, [np.inf]]))
-
-
-def _frame(rows: list[dict]):
-    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
-
-
-def threshold_curve(rule: Rule, val: FullDepthPass, test: FullDepthPass,
-                    thresholds: Sequence[float], model: str = ""):
-    """One row per threshold: the mean depth and accuracy it gives on val and on test."""
-    signals = rule.signal(val), rule.signal(test)
-    corrects = val.correct, test.correct
-    rows = []
-    for thr in thresholds:
-        (vd, va), (td, ta) = (depth_and_accuracy(rule_exits(rule, s, float(thr)), c)
-                              for s, c in zip(signals, corrects))
-        rows.append({"rule": rule.name, "model": model, "threshold": float(thr),
-                     "val_mean_depth": vd, "val_accuracy": va, "mean_depth": td, "accuracy": ta,
-                     "source": rule.source})
-    return _frame(rows)
-
-
-def rule_curve(rule: Rule | str, val: FullDepthPass, test: FullDepthPass, model: str = "",
-               count: int = THRESHOLDS):
-    """A rule's curve under the MSDNet protocol: thresholds from val's signal only, applied
-    unchanged to test (``candidate_thresholds``)."""
-    rule = RULES[rule] if isinstance(rule, str) else rule
-    return threshold_curve(rule, val, test, candidate_thresholds(rule.signal(val), count), model)
-
-
-def frost_curve(val: FullDepthPass, test: FullDepthPass, calibrator: HaltingCalibrator,
-                model: str = "", quantiles: Sequence[float] = FROST_QUANTILES):
-    """FROST's curve: the calibrator's tau_q (``halting.exit_steps``), rows in the order of q."""
-    return threshold_curve(RULES[FROST], val, test, calibrator.thresholds(quantiles), model)
-
-
-def fixed_depth_curve(val: FullDepthPass, test: FullDepthPass, model: str = ""):
-    """Every sample stops at the same step t = 1..T (``threshold`` holds t)."""
-    cv, ct = val.correct.double().mean(0), test.correct.double().mean(0)
-    return _frame([{"rule": FIXED, "model": model, "threshold": float(t + 1),
-                    "val_mean_depth": float(t + 1), "val_accuracy": cv[t].item(),
-                    "mean_depth": float(t + 1), "accuracy": ct[t].item(), "source": FIXED_RULE.source}
-                   for t in range(len(ct))])
-
-
-def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 4):
-    """The oracle's bound on test at mean depths 1, 1 + 1/per_step, ..., T, and the oracle's own
-    point (earliest correct step, else T). An upper bound, not a rule: no threshold, no val."""
-    correct = test.correct
-    steps = correct.shape[1]
-    depths = np.linspace(1.0, steps, per_step * (steps - 1) + 1)
-    point, _ = depth_and_accuracy(oracle_exits(correct), correct)  # on the bound's flat end
-    depths = np.append(depths, point)
-    acc = oracle_accuracy_at(correct, depths)
-    order = np.argsort(depths, kind="stable")
-    return _frame([{"rule": ORACLE, "model": model, "threshold": math.nan, "val_mean_depth": math.nan,
-                    "val_accuracy": math.nan, "mean_depth": float(depths[i]), "accuracy": float(acc[i]),
-                    "source": "an upper bound: the earliest correct step"} for i in order])
-
-
-def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
-                 calibrator: HaltingCalibrator | None = None, ponder: bool = False,
-                 count: int = THRESHOLDS):
-    """Every curve of one model: the signal rules, FROST's (given its ranking-trained calibrator),
-    PonderNet's (``ponder``: a model trained with PonderNet's loss), fixed depth and the oracle."""
-    parts = [rule_curve(name, val, test, model, count) for name in SIGNAL_RULES]
-    if ponder:
-        parts.append(rule_curve("ponder", val, test, model, count))
-    if calibrator is not None:
-        parts.append(frost_curve(val, test, calibrator, model))
-    parts += [fixed_depth_curve(val, test, model), oracle_curve(test, model)]
-    return pd.concat(parts, ignore_index=True)
 
 
 # ---------------------------------------------------------------- summaries
@@ -454,15 +375,3 @@ def collapsed(accuracy: float, reference_accuracy: float,
         reasons.append(f"{share:.1%} of the samples exit at step {int(counts.argmax()) + 1} "
                        f"at q = {COLLAPSE_QUANTILE}")
     return bool(reasons), reasons
-
-
-def run_rule_curves(result, model: str, count: int | None = None, test=None):
-    """Every halting rule's curve for one trained run (``halting_rules.model_curves``) from its
-    trajectories on the held-out and test splits (``test``: the test trajectories when the caller
-    has them already): FROST's rule with its calibrator when it was trained with the ranking
-    losses, PonderNet's when with PonderNet's loss."""
-    loss = result.config.loss
-    test = run_trajectories(result, "test") if test is None else test
-    return model_curves(run_trajectories(result, "val"), test, model,
-                        calibrator=result.calibrator if loss.ranking else None, ponder=loss.ponder,
-                        count=THRESHOLDS if count is None else count)

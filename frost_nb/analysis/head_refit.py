@@ -32,19 +32,8 @@ from ..config import LossConfig
 from ..halting import HaltingCalibrator
 from ..losses import ranking_losses, step_losses
 from ..training import FullDepthPass, evaluate, load_split
-from .halting_rules import (
-    FIXED,
-    FROST,
-    FROST_QUANTILES,
-    RULES,
-    THRESHOLDS,
-    confidence_signal,
-    fixed_depth_curve,
-    frost_curve,
-    oracle_curve,
-    rule_curve,
-    threshold_curve,
-)
+from .curves import curve, oracle_curve
+from .halting_rules import FIXED, FROST_QUANTILES, THRESHOLDS, confidence_signal
 
 GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
                                                 "per-step pairs, LayerNorm", "correctness (BCE)")
@@ -181,18 +170,18 @@ def calibrate(train_logits: Tensor, val_logits: Tensor, k: int = 200) -> Halting
 # ---------------------------------------------------------------- curves and the margins
 def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibrator,
                  refits: dict[str, tuple[Tensor, Tensor, HaltingCalibrator]], model: str = ""):
-    """Every curve of one backbone (``halting_rules.CURVE_COLUMNS``; ``rule`` names the head):
+    """Every curve of one backbone (``curves.CURVE_COLUMNS``; ``rule`` names the head):
     the trained head with its own calibrator, each refit ``name -> (val logits, test logits,
     calibrator)``, fixed depth, confidence (THRESHOLDS held-out quantiles) and the oracle."""
     def with_head(traj: FullDepthPass, z: Tensor) -> FullDepthPass:  # a refit's logits (N, T) and scores
         return dataclasses.replace(traj, halt_logits=z.float(), scores=torch.sigmoid(z.float()))
 
-    parts = [frost_curve(val, test, trained, model).assign(rule=TRAINED)]
-    for name, (zv, zt, cal) in refits.items():
-        parts.append(threshold_curve(RULES[FROST], with_head(val, zv), with_head(test, zt),
-                                     cal.thresholds(FROST_QUANTILES), model).assign(rule=name))
-    parts += [rule_curve(CONFIDENCE, val, test, model, THRESHOLDS), fixed_depth_curve(val, test, model),
-              oracle_curve(test, model)]
+    heads = {TRAINED: (val, test, trained), **{name: (with_head(val, zv), with_head(test, zt), cal)
+                                                 for name, (zv, zt, cal) in refits.items()}}
+    parts = [curve(t, val=v, calibrator=cal, quantiles=FROST_QUANTILES, model=model).assign(rule=name)
+             for name, (v, t, cal) in heads.items()]
+    parts += [curve(test, CONFIDENCE, val=val, count=THRESHOLDS, model=model),
+              curve(test, FIXED, val=val, model=model), oracle_curve(test, model)]
     return pd.concat(parts, ignore_index=True)
 
 

@@ -269,7 +269,7 @@ def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=Non
                         rivals: dict[str, Any] | None = None, rival_name: str = "confidence") -> plt.Figure:
     """Accuracy against mean depth: each run's halting sweep (solid), the fixed-depth curve
     of each run (all samples stopped at step t; dashed), each run's ``rivals`` curve if given
-    (another rule's ``halting_rules`` curve, e.g. the confidence rule's; dotted) and, if given,
+    (another rule's ``curves.curve`` table, e.g. the confidence rule's; dotted) and, if given,
     the paper's Table 2 (crosses; CIFAR-100)."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for i, (label, table) in enumerate(sweeps.items()):
@@ -277,7 +277,7 @@ def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=Non
         ax.plot(table["mean_depth"], table["accuracy"], "o-", ms=3, color=colour, label=f"{label}: halting")
         if label in fixed:
             f = fixed[label]
-            ax.plot(f["depth"], f["accuracy"], "--", lw=1, color=colour, label=f"{label}: fixed depth")
+            ax.plot(f["mean_depth"], f["accuracy"], "--", lw=1, color=colour, label=f"{label}: fixed depth")
         if rivals and label in rivals:
             ax.plot(*sorted_points(rivals[label]), ":", lw=1.2, color=colour, label=f"{label}: {rival_name}")
     if paper is not None:
@@ -329,7 +329,7 @@ FIXED_STYLE, ORACLE_STYLE = dict(ls="--", color="k", lw=1), dict(ls=":", color="
 
 
 def plot_rule_curves(curves, fixed, oracle, title: str = "") -> plt.Figure:
-    """Accuracy against mean depth of every halting rule (``halting_rules`` curve tables), one
+    """Accuracy against mean depth of every halting rule (``curves.curve`` tables), one
     panel per model: a line per rule, the fixed-depth curve (all samples stop at step t,
     dashed) and the oracle's bound (dotted). Colours follow the rule across panels."""
     colours = {rule: f"C{i}" for i, rule in enumerate(dict.fromkeys(curves["rule"]))}

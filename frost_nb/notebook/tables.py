@@ -6,13 +6,14 @@ from typing import Any
 
 import pandas as pd
 
+from ..analysis.curves import curve
 from ..analysis.fractal import (
     project,
     summarise_dimensions,
     trajectory_dimensions,
 )
 from ..analysis.trajectories import run_trajectories, scale_consistency_rows
-from ..halting import PAPER_QUANTILES, sweep
+from ..halting import PAPER_QUANTILES
 from ..paper import TABLE1, TABLE1_STEPS
 from ..repro.grids import family_of
 from ..runs import run_name
@@ -26,7 +27,7 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
     Per split: accuracy at full depth, at q = 0.125 and q = 0.5 (with the mean depth there)
     and the selection score (mean accuracy over Table 2's quantile grid); plus the final
     alpha and H and the last logged easy / hard halting scores and median threshold.
-    ``sweeps``, when given, receives each split's full sweep table (split -> DataFrame).
+    ``sweeps``, when given, receives each split's FROST curve (split -> ``curves.curve`` table).
     """
     cfg = result.config
     steps = result.history["steps"]
@@ -37,7 +38,7 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
                            "threshold_median": steps["threshold_median"][-1]}
     for split in splits:
         out = evaluate(result.model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size)
-        full = sweep(out.scores, out.correct, result.calibrator, PAPER_QUANTILES)
+        full = curve(out, calibrator=result.calibrator, quantiles=PAPER_QUANTILES)
         if sweeps is not None:
             sweeps[split] = full
         table = full.set_index("quantile")
@@ -56,7 +57,7 @@ ABLATION_COLUMNS = ["alpha", "hurst", "val_accuracy", "val_score", "test_accurac
 
 def summarise_runs(results: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """One ``run_summary`` row per run (label -> TrainResult; held-out and test numbers), indexed
-    by label, and each run's test sweep (label -> ``halting.sweep`` table)."""
+    by label, and each run's test FROST curve (label -> ``curves.curve`` table)."""
     rows, sweeps = [], {}
     for label, r in results.items():
         per_split: dict[str, Any] = {}

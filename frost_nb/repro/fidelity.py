@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.curves import run_rule_curves
 from ..analysis.exits import ExitCache
 from ..analysis.fractal import (
     BOX_OFFSETS,
@@ -25,13 +26,7 @@ from ..analysis.fractal import (
     straight_line,
     window_dimensions,
 )
-from ..analysis.halting_rules import (
-    COLLAPSE_QUANTILE,
-    FIXED,
-    collapsed,
-    run_rule_curves,
-    summary,
-)
+from ..analysis.halting_rules import COLLAPSE_QUANTILE, FIXED, collapsed, summary
 from ..analysis.head_refit import TRAIN_SAMPLES, RefitSettings, margins, refit_backbone
 from ..analysis.trajectories import (
     contraction_summary,
