@@ -21,7 +21,7 @@ from typing import Any
 from .config import SIZES, ConfigError
 from .halting import PAPER_QUANTILES
 from .paths import shown_path
-from .repro.grids import GRIDS, READINGS
+from .repro.grids import GRIDS, BUNDLES
 from .runs import find_run, run_name
 
 
@@ -124,7 +124,7 @@ def cmd_grid(args) -> int:
         raise ParameterError(f"--shard {args.shard!r} must look like INDEX/COUNT, e.g. 0/2") from None
     seeds = tuple(args.seeds)
     try:
-        runs = grid(args.name, args.size, args.dataset, seeds, reading=args.reading)
+        runs = grid(args.name, args.size, args.dataset, seeds, bundle=args.bundle)
         if args.labels:  # only these rows (family_of: the label without its seed tag)
             unknown = sorted(set(args.labels) - {family_of(label) for label in runs})
             if unknown:
@@ -367,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard", default="0/1", help="INDEX/COUNT: train every COUNT-th run from INDEX")
     p.add_argument("--labels", nargs="+", default=None,
                    help="only the rows with these labels, without the seed tag (e.g. vanilla recurrent)")
-    p.add_argument("--reading", default="adopted", choices=READINGS,
-                   help="the bundle of defaults of the grids that have one (grids.READING_GRIDS): "
+    p.add_argument("--bundle", default="adopted", choices=BUNDLES,
+                   help="the bundle of defaults of the grids that have one (grids.BUNDLE_GRIDS): "
                         "adopted (today's), per-step (most committed runs) or residual (the runs before both)")
     p.add_argument("--no-progress", action="store_true")
     for name, helptext in (("evaluate", "adaptive inference at one quantile"),

@@ -108,7 +108,7 @@ class _Validated:
 
 MODELS = ("vanilla", "recurrent", "basic_ssm", "frost")
 BACKBONES = ("resnet", "vit")
-LEAKY_UPDATES = ("leaky", "leaky_gated")  # the interpolating readings (docs/method.md section 5.4)
+LEAKY_UPDATES = ("leaky", "leaky_gated")  # the interpolating forms (docs/method.md section 5.4)
 UPDATES = ("canonical", "convex", "gated") + LEAKY_UPDATES
 ALPHA_PARAMS = ("softplus", "exp", "sigmoid")
 HURST_PARAMS = ("sigmoid", "free")  # learnable H = sigmoid(raw) in (0, 1), or H = raw (unbounded)
@@ -168,7 +168,7 @@ class ModelConfig(_Validated):
     bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
     # canonical | convex | gated (residual), leaky | leaky_gated (interpolating): docs/method.md
-    # sections 4, 5 and 13; leaky adopted (grids.ADOPTED_READING), gated the residual runs'
+    # sections 4, 5 and 13; leaky adopted (grids.ADOPTED_BUNDLE), gated the residual runs'
     update: str = "leaky"
     # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param), resolved on
     # construction, so a config never holds it (a residual form's config is what it was before)
@@ -183,7 +183,7 @@ class ModelConfig(_Validated):
     # inside the bracket instead of the plain A, B (docs/method.md section 5.4); H enters here
     scaled_inside: bool = False
     # halting head on LayerNorm(GAP(h_t)) (as the classifier head) instead of the raw GAP(h_t),
-    # whose norm grows with t under a residual update (docs/method.md section 6.1); adopted reading
+    # whose norm grows with t under a residual update (docs/method.md section 6.1); adopted bundle
     halt_norm: bool = True
 
     def validate(self) -> None:

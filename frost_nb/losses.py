@@ -1,26 +1,14 @@
-"""Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551): docs/method.md section 6.2, and
-PonderNet (Banino et al., 2021), a baseline halting loss that replaces the ranking losses: section 10.
+"""Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551) and of PonderNet (Banino et al.,
+2021), a baseline halting loss that replaces the ranking losses. Equations: docs/method.md
+sections 6.2 (task, eq. (rel), (abs), (total); the easy and hard sets over the whole N x T loss
+matrix, or within each step with ``loss.rank_pairs = "per_step"``) and 10 (PonderNet).
 
 Pure functions: no printing, no I/O, no state. ``l`` is the (N, T) matrix of CE(y_t[i], y[i]),
-detached and used only to rank; p = sigmoid(halt_logit).
-
-    L_task = CE(y_T, y)                                                   # final step only
-    L_rel  = mean_{e in S_easy, d in S_hard} max(0, margin - (p_e - p_d))  # eq. (rel)
-    L_abs  = BCE(p_S_easy, 1) + BCE(p_S_hard, 0)                           # eq. (abs)
-    L      = L_task + lambda_rel * L_rel + lambda_abs * L_abs              # eq. (total)
-    L      = sum_t p_t CE(y_t, y) + beta KL(p || p_G)                      # eq. (ponder)
-
-S_easy and S_hard are the lowest and highest floor(rank_frac * N * T) entries of l (at least
-1; ``loss.rank_pairs = "global"``). With "per_step" they are taken within each column of l and
-pairs never cross steps (the paper pairs p_i^t with p_j^t): L_rel is the mean over t of eq.
-(rel) on S_easy^t x S_hard^t, eq. (rel-t), and L_abs averages over all the per-step sets.
-
-Everything touching the halting score is computed from the logit in float32 (BCE with
-logits): the probability form is unstable and refused under bf16 autocast. Whether the ranking
-gradient reaches the backbone is the model's business (``model(x, detach_halt_input=...)``).
-PonderNet's loss is computed in log space (log lambda = logsigmoid(z)), so saturated logits
-give finite losses; its last step takes the remaining mass, so its own halting logit gets no
-gradient.
+detached and used only to rank; p = sigmoid(halt_logit). Everything touching the halting score
+is computed from the logit in float32 (BCE with logits): the probability form is unstable and
+refused under bf16 autocast. PonderNet's loss is computed in log space, so saturated logits give
+finite losses; its last step takes the remaining mass, so its own halting logit gets no gradient.
+Also the gradient conflict between the task and ranking losses (section 9.6).
 """
 
 from __future__ import annotations

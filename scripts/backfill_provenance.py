@@ -71,8 +71,8 @@ def check(file: str, record: dict, prov: dict, sweep_rows: list[dict] | None) ->
             if record.get(field) is not None and s[field] not in allowed and not (
                     field == "size" and (record.get("demo") or {}).get("key") == name):
                 problems.append(f"{name}: {field} {s[field]} not {record.get(field)}")
-        bundle = record.get("reading")
-        if bundle and s["label"] == "frost" and s["reading"] != bundle:
+        bundle = record.get("bundle")
+        if bundle and s["label"] == "frost" and s["bundle"] != bundle:
             problems.append(f"{name}: bundle {s['reading']} in a {bundle} file")
     for name in EXTRA.get(file, {}):
         if name not in prov["runs"]:

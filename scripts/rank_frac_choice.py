@@ -27,7 +27,7 @@ def main() -> None:
     print(table[columns].round(4).to_string())
     print(f"chosen: {chosen} (reference {reference}; the rule adopts another value only above +0.01)")
     write_metrics("04_rank_frac_global", {
-        "dataset": "fashion-mnist", "size": "demo", "reading": "adopted", "seed": 0,
+        "dataset": "fashion-mnist", "size": "demo", "bundle": "adopted", "seed": 0,
         "epochs": next(iter(runs.values())).train.epochs, "reference": reference, "chosen": chosen,
         "runs": {label: {"key": stored_name(cfg), "rank_frac": cfg.loss.rank_frac, **table.loc[label, columns].to_dict()}
                  for label, cfg in runs.items()}})

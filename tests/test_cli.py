@@ -120,7 +120,7 @@ def test_grid_and_demo_refuse_several_torchrun_processes(monkeypatch, capsys):
 
 
 def test_grid_trains_its_shard_into_the_cache(capsys):
-    args = ["grid", "update", "--size", "smoke", "--dataset", "digits", "--shard", "1/3", "--reading", "residual"]
+    args = ["grid", "update", "--size", "smoke", "--dataset", "digits", "--shard", "1/3", "--bundle", "residual"]
     assert main(args + ["--no-progress"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["run"] for r in rows] == ["convex"] and not rows[0]["from_cache"]

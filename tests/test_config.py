@@ -255,12 +255,12 @@ def test_each_option_value_is_a_run_of_its_own():
 
 
 def test_adopted_reading_is_the_default_and_a_missing_field_reads_its_default():
-    from frost_nb.repro.grids import ADOPTED_READING
+    from frost_nb.repro.grids import ADOPTED_BUNDLE
 
     for size, dataset in (("smoke", None), ("demo", "digits"), ("demo", "fashion-mnist"),
                           ("paper", "imagenet100")):
         d = make_config(size, dataset, "frost").to_dict()
-        for dotted, value in ADOPTED_READING.items():
+        for dotted, value in ADOPTED_BUNDLE.items():
             section, name = dotted.split(".")
             assert d[section][name] == value, (size, dotted)
     # a stored config that lacks a field (written before the field existed) reads its default:

@@ -85,7 +85,7 @@ def _train_on_each_rank(rank: int, port: int, folder) -> None:
 @pytest.fixture(scope="module")
 def two_rank_runs(tmp_path_factory):
     """What each of two ranks ended with: a whole run, an interrupted and resumed one, a baseline,
-    a PonderNet run, a run of the adopted reading."""
+    a PonderNet run, a run of the adopted bundle."""
     folder = tmp_path_factory.mktemp("ddp")
     mp.spawn(_train_on_each_rank, args=(_free_port(), folder), nprocs=WORLD)
     return {(name, rank): torch.load(folder / f"{name}_rank{rank}.pt", weights_only=False)

@@ -10,8 +10,8 @@ from frost_nb.repro.grids import (
     ABLATION_EPOCHS,
     GRIDS,
     HURST_VALUES,
-    READINGS,
-    RESIDUAL_READING,
+    BUNDLES,
+    RESIDUAL_BUNDLE,
     RESIDUAL_SELECTION,
     TUNING_VALUES,
     family_of,
@@ -34,27 +34,27 @@ def _diff(a, b):
     return out
 
 
-ABLATIONS = [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "readings", "loss_strength",
+ABLATIONS = [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "update_forms", "loss_strength",
                                          "vit", "rank_frac")]
-# what an arm of the adopted reading may change beyond one setting: H reaches the leaky bracket only
+# what an arm of the adopted bundle may change beyond one setting: H reaches the leaky bracket only
 # with A_alpha, B_alpha inside it; each update form keeps its own alpha map; (c)'s decisive strength
 # moves both loss weights
 TOGETHER = ({"model.scaled_inside", "model.hurst"}, {"model.scaled_inside", "model.learn_hurst"},
             {"model.update", "model.alpha_param"}, {"loss.lambda_rel", "loss.lambda_abs"})
 
 
-@pytest.mark.parametrize("reading", READINGS)
+@pytest.mark.parametrize("bundle", BUNDLES)
 @pytest.mark.parametrize("name", ABLATIONS)
-def test_every_ablation_arm_changes_one_setting(name, reading):
-    ref = reference(reading=reading)
+def test_every_ablation_arm_changes_one_setting(name, bundle):
+    ref = reference(bundle=bundle)
     assert ref.train.epochs == ABLATION_EPOCHS and ref.train.diagnostics_every > 0
-    runs = grid(name, reading=reading)
+    runs = grid(name, bundle=bundle)
     for label, cfg in runs.items():
         changed = _diff(ref, cfg)
         if name == "conflict" and label != "frost":
             assert changed == {"model.name"}, label  # with the ranking losses, as frost
             assert cfg.loss.ranking
-        elif reading != "residual" and len(changed) > 1:
+        elif bundle != "residual" and len(changed) > 1:
             assert changed in TOGETHER, (label, changed)
         else:
             assert len(changed) <= 1, (label, changed)
@@ -62,53 +62,53 @@ def test_every_ablation_arm_changes_one_setting(name, reading):
 
 
 def test_adopted_reading_ablations_run_under_todays_defaults():
-    """Under the adopted reading the reference is make_config's frost at the ablation budget; the
+    """Under the adopted bundle the reference is make_config's frost at the ablation budget; the
     H sweep has H inside the bracket; the loss ablation adds experiment (c)'s decisive arms; the
     update grid has every form; the "adopted" grid sets the residual reference beside it."""
-    from frost_nb.repro.grids import ADOPTED_TUNING_VALUES, DECISIVE_STRENGTH, READING_FORMS, reading_of
+    from frost_nb.repro.grids import ADOPTED_TUNING_VALUES, DECISIVE_STRENGTH, UPDATE_FORMS, bundle_of
 
-    ref = reference(reading="adopted")
-    assert reading_of(ref) == "adopted" and reading_of(reference()) == "residual"
+    ref = reference(bundle="adopted")
+    assert bundle_of(ref) == "adopted" and bundle_of(reference()) == "residual"
     assert ref == make_config("demo", "fashion-mnist", "frost").replace(**{
         "train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": ref.train.diagnostics_every})
-    hurst = grid("hurst", reading="adopted")
+    hurst = grid("hurst", bundle="adopted")
     assert all(c.model.scaled_inside for label, c in hurst.items() if label.startswith("H "))
     assert hurst["reference (plain A, B)"] == ref
-    loss = grid("loss", reading="adopted")
+    loss = grid("loss", bundle="adopted")
     assert (loss["rel 10 abs 3"].loss.lambda_rel, loss["rel 10 abs 3"].loss.lambda_abs) == DECISIVE_STRENGTH
     assert loss["abs 3 only"].loss.lambda_rel == 0 and loss["abs 3 only"].loss.lambda_abs == DECISIVE_STRENGTH[1]
-    assert list(grid("update", reading="adopted")) == list(READING_FORMS)
-    tuning = grid("tuning", reading="adopted")
+    assert list(grid("update", bundle="adopted")) == list(UPDATE_FORMS)
+    tuning = grid("tuning", bundle="adopted")
     assert len({repr(c.identity()) for c in tuning.values()}) == len(tuning) == 1 + 8
     assert all(v != ref.loss.rank_frac for v in ADOPTED_TUNING_VALUES["loss.rank_frac"])
-    adopted = grid("adopted", reading="adopted")
+    adopted = grid("adopted", bundle="adopted")
     assert adopted["reference (residual)"] == reference() and adopted["adopted reading"] == ref
 
 
 def test_adopted_grid_sets_notebook_04s_selection_against_the_pinned_reference():
-    runs = grid("adopted", reading="residual")
+    runs = grid("adopted", bundle="residual")
     assert runs["reference"].identity() == reference().identity()
-    # what 04's selection changed; the other settings of the residual reading stay in both arms
+    # what 04's selection changed; the other settings of the residual bundle stay in both arms
     assert _diff(reference(), runs["adopted defaults"]) == {"model.update", "loss.rank_frac"}
     default = make_config("demo", "fashion-mnist", "frost", **RESIDUAL_SELECTION)
-    for field in RESIDUAL_READING:
+    for field in RESIDUAL_BUNDLE:
         section, name = field.split(".")
         assert getattr(getattr(runs["adopted defaults"], section), name) == getattr(getattr(default, section), name)
 
 
 def test_grid_values_are_the_declared_ones():
-    hurst = grid("hurst", reading="residual")
+    hurst = grid("hurst", bundle="residual")
     assert sorted(c.model.hurst for c in hurst.values() if not c.model.learn_hurst) == sorted(HURST_VALUES)
     assert sum(c.model.learn_hurst for c in hurst.values()) == 1
-    tuning = grid("tuning", reading="residual")
+    tuning = grid("tuning", bundle="residual")
     assert len(tuning) == 1 + sum(len(v) for v in TUNING_VALUES.values())
-    loss = grid("loss", reading="residual")
+    loss = grid("loss", bundle="residual")
     assert loss["abs only"].loss.lambda_rel == 0 and loss["rel only"].loss.lambda_abs == 0
     assert not loss["neither"].loss.ranking
 
 
 def test_families_train_baselines_on_the_task_loss_only():
-    runs = grid("families", seeds=(0, 1), reading="residual")
+    runs = grid("families", seeds=(0, 1), bundle="residual")
     assert len(runs) == 10  # families x 2 seeds, the no-ranking control and adopted defaults once
     for once in ("frost (no ranking)", "frost (adopted defaults)"):
         assert f"{once} seed 0" in runs and f"{once} seed 1" not in runs
@@ -166,10 +166,10 @@ def test_run_summary_of_a_smoke_run():
 
 
 def test_ponder_grid_is_the_adopted_frost_with_pondernets_loss():
-    runs = grid("ponder", seeds=(0, 1), reading="residual")
+    runs = grid("ponder", seeds=(0, 1), bundle="residual")
     assert list(runs) == ["frost (ponder) seed 0", "frost (ponder) seed 1"]
     for seed in (0, 1):
-        frost = grid("families", seeds=(seed,), reading="residual")["frost (adopted defaults)"]  # its seed's run
+        frost = grid("families", seeds=(seed,), bundle="residual")["frost (adopted defaults)"]  # its seed's run
         ponder = runs[f"frost (ponder) seed {seed}"]
         assert _diff(frost, ponder) == {"loss.ranking", "loss.ponder"}  # same data, model, budget
         assert ponder.loss.ponder and not ponder.loss.ranking and ponder.model.update == "gated"
@@ -179,8 +179,8 @@ def test_ponder_grid_is_the_adopted_frost_with_pondernets_loss():
 
 def test_collapse_grid_pairs_each_ranking_run_with_its_families_reference():
     seeds = (0, 1, 2)
-    runs = grid("collapse", "demo", "digits", seeds=seeds, reading="residual")
-    families = grid("families", "demo", "digits", seeds=seeds, reading="residual")
+    runs = grid("collapse", "demo", "digits", seeds=seeds, bundle="residual")
+    families = grid("families", "demo", "digits", seeds=seeds, bundle="residual")
     assert len(runs) == 3 * 2 * len(seeds)
     for m in ("vanilla", "recurrent", "basic_ssm"):
         for seed in seeds:
@@ -195,7 +195,7 @@ def test_collapse_grid_pairs_each_ranking_run_with_its_families_reference():
 
 
 def test_collapse_row_of_a_smoke_run():
-    runs = grid("collapse", size="smoke", dataset=None, reading="residual")
+    runs = grid("collapse", size="smoke", dataset=None, bundle="residual")
     ranked = train_or_load(runs["recurrent (ranking)"], progress=False)
     reference = train_or_load(runs["recurrent"], progress=False)
     row = collapse_row(ranked, reference)
@@ -215,7 +215,7 @@ def test_notebook_stops_before_training_what_is_not_committed(monkeypatch):
 
     monkeypatch.delenv("FROST_SMOKE", raising=False)
     # not committed, but for H = 0.5, the residual reference (committed as the adopted grid's comparison)
-    hurst = grid("hurst", "demo", "fashion-mnist", reading="residual")
+    hurst = grid("hurst", "demo", "fashion-mnist", bundle="residual")
     runs = {**hurst, "again": hurst["H = 0.5"]}
     with pytest.raises(RunsNotTrained, match=r"5 of the 6 runs .* about 1\.0 h .*retrain = True"):
         require_trained(runs, retrain=False)
@@ -256,21 +256,21 @@ def test_committed_notebook_runs_are_all_committed(monkeypatch):
     # 02, 03, 04 and 07 read the per-step bundle at their committed parameters (reading = "per-step")
     # until the adopted bundle's runs are committed (issue 30); 01 and the demo read today's defaults
     step = "per-step"
-    digits = grid("families", "demo", "digits", reading=step)
+    digits = grid("families", "demo", "digits", bundle=step)
     needed = {"01": make_config("demo", "fashion-mnist", "frost"), "demo": make_config("demo", "digits", "frost"),
-              **{f"02: {k}": c for k, c in grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), reading=step).items()},
+              **{f"02: {k}": c for k, c in grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), bundle=step).items()},
               **{f"05: seed {s}": frost.replace(**{"train.seed": s}) for s in range(five["seeds"])},
               **vit,
               **{f"07: {k}": digits[k] for k in ("frost", "basic_ssm", "recurrent", "vanilla")},
-              **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits", reading=step).items()},
-              **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2), reading=step).items()},
+              **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits", bundle=step).items()},
+              **{f"07: {k}": c for k, c in grid("collapse", "demo", "digits", seeds=(0, 1, 2), bundle=step).items()},
               **{f"04 {g}: {k}": c for g in ("hurst", "loss", "tuning", "update", "conflict", "adopted")
-                 for k, c in grid(g, "demo", "fashion-mnist", reading=step).items()},
-              **{f"04 cifar100 loss: {k}": c for k, c in grid("loss", "demo", "cifar100", reading=step).items()}}
-    assert all(_committed_parameters(nb)["reading"] == step for nb in ("02", "03", "04", "07"))
-    for reading in ("per-step", "residual"):  # the residual runs stay committed: the verdict table's further rows
-        needed.update({f"02 {reading}: {k}": c for k, c in
-                       grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), reading=reading).items()})
+                 for k, c in grid(g, "demo", "fashion-mnist", bundle=step).items()},
+              **{f"04 cifar100 loss: {k}": c for k, c in grid("loss", "demo", "cifar100", bundle=step).items()}}
+    assert all(_committed_parameters(nb)["bundle"] == step for nb in ("02", "03", "04", "07"))
+    for bundle in ("per-step", "residual"):  # the residual runs stay committed: the verdict table's further rows
+        needed.update({f"02 {bundle}: {k}": c for k, c in
+                       grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), bundle=bundle).items()})
     monkeypatch.delenv("FROST_SMOKE", raising=False)  # make test sets it, and smoke runs are never stopped
     require_trained(needed, retrain=False)
 
@@ -278,28 +278,28 @@ def test_committed_notebook_runs_are_all_committed(monkeypatch):
 def test_readings_grid_and_its_measurements():
     """Experiment (b)'s grid: every update form x h_0 under the adopted halting settings; the row
     it measures on a trained run (frost_nb.repro.claims decides)."""
-    from frost_nb.repro.fidelity import reading_row
-    from frost_nb.repro.grids import ADOPTED_READING, READING_FORMS
+    from frost_nb.repro.fidelity import update_form_row
+    from frost_nb.repro.grids import ADOPTED_BUNDLE, UPDATE_FORMS
 
-    runs = grid("readings", "smoke", None)
-    assert len(runs) == 2 * len(READING_FORMS)
+    runs = grid("update_forms", "smoke", None)
+    assert len(runs) == 2 * len(UPDATE_FORMS)
     leaky, gated = runs["leaky, h0 = zeros"], runs["gated, h0 = embedding"]
     assert (leaky.model.update, leaky.model.alpha_param, leaky.model.init_state) == ("leaky", "sigmoid", "zeros")
     assert gated.model.alpha_param == "softplus"  # each form's own default map
     for cfg in (leaky, gated):
-        assert cfg.model.halt_norm == ADOPTED_READING["model.halt_norm"]
+        assert cfg.model.halt_norm == ADOPTED_BUNDLE["model.halt_norm"]
         assert cfg.loss.rank_pairs == "per_step" and cfg.halting.sketch_window == "run"
-    row = reading_row(train_or_load(leaky), jvp_samples=8)
+    row = update_form_row(train_or_load(leaky), jvp_samples=8)
     assert 0.0 < row["jvp_norm"] and 0.0 <= row["bound_holds"] <= 1.0
     assert len(row["accuracy per depth"]) == leaky.model.steps and row["accuracy"] == row["accuracy per depth"][-1]
     assert 0.0 < row["alpha start"] < 1.0 and row["alpha min"] <= row["alpha end"]
 
 
 def test_readings_grid_off_digits_is_the_two_form_check_at_the_ablation_budget():
-    from frost_nb.repro.grids import READING_CHECK_FORMS
+    from frost_nb.repro.grids import UPDATE_CHECK_FORMS
 
-    runs = grid("readings", "demo", "fashion-mnist")
-    assert sorted(runs) == sorted(f"{u}, h0 = embedding" for u in READING_CHECK_FORMS)
+    runs = grid("update_forms", "demo", "fashion-mnist")
+    assert sorted(runs) == sorted(f"{u}, h0 = embedding" for u in UPDATE_CHECK_FORMS)
     assert {c.train.epochs for c in runs.values()} == {ABLATION_EPOCHS}
     assert {c.data.name for c in runs.values()} == {"fashion-mnist"}
 
@@ -307,7 +307,7 @@ def test_readings_grid_off_digits_is_the_two_form_check_at_the_ablation_budget()
 def test_loss_strength_grid_arms_and_references():
     """Experiment (c): every family at each strength under the adopted halting settings with the
     gradient probe on, beside its task-only reference (the baselines' families runs themselves)."""
-    from frost_nb.repro.grids import LOSS_STRENGTHS, PER_STEP_READING, strength_label
+    from frost_nb.repro.grids import LOSS_STRENGTHS, PER_STEP_BUNDLE, strength_label
 
     runs = grid("loss_strength", "demo", "digits", seeds=(0, 1))
     families = grid("families", "demo", "digits", seeds=(0, 1))
@@ -325,8 +325,8 @@ def test_loss_strength_grid_arms_and_references():
                 assert arm.loss.ranking and (arm.loss.lambda_rel, arm.loss.lambda_abs) == (rel, abs_)
                 assert arm.train.diagnostics_every > 0 and arm.train.epochs == ref.train.epochs
                 # experiment (c) ran under the per-step bundle and keeps that identity
-                assert arm.model.halt_norm and arm.loss.rank_pairs == PER_STEP_READING["loss.rank_pairs"]
-                assert arm.halting.sketch_window == PER_STEP_READING["halting.sketch_window"]
+                assert arm.model.halt_norm and arm.loss.rank_pairs == PER_STEP_BUNDLE["loss.rank_pairs"]
+                assert arm.halting.sketch_window == PER_STEP_BUNDLE["halting.sketch_window"]
                 assert arm.model.name == m and arm.model.update == ref.model.update
     assert strength_label("frost", 0.0, 3.0) == "frost, abs 3 only"
     assert strength_label("vanilla", 10.0, 3.0) == "vanilla, rel 10 abs 3"
@@ -364,47 +364,47 @@ def test_loss_strength_figure_shows_every_family_and_the_collapse_counts():
 
 
 def test_families_under_the_adopted_reading_share_the_task_only_baselines():
-    from frost_nb.repro.grids import DECISIVE_STRENGTH, reading_of, strength_label
+    from frost_nb.repro.grids import DECISIVE_STRENGTH, bundle_of, strength_label
 
     adopted = grid("families", "demo", "fashion-mnist", seeds=(0, 1))
-    residual = grid("families", "demo", "fashion-mnist", seeds=(0, 1), reading="residual")
+    residual = grid("families", "demo", "fashion-mnist", seeds=(0, 1), bundle="residual")
     assert sorted(adopted) == sorted([f"{m} seed {s}" for m in ("vanilla", "recurrent", "basic_ssm", "frost")
                                       for s in (0, 1)] + ["frost (no ranking) seed 0"])
     for label, cfg in adopted.items():
         if cfg.model.name != "frost":
             assert cfg.identity() == residual[label].identity() and not cfg.loss.ranking  # the same runs
     assert adopted["frost seed 1"] == make_config("demo", "fashion-mnist", "frost", **{"train.seed": 1})
-    assert reading_of(adopted["frost seed 0"]) == "adopted"
+    assert bundle_of(adopted["frost seed 0"]) == "adopted"
     # without ranking the sets reach no weight: the per-step bundle's control serves both
-    per_step = grid("families", "demo", "fashion-mnist", seeds=(0, 1), reading="per-step")
+    per_step = grid("families", "demo", "fashion-mnist", seeds=(0, 1), bundle="per-step")
     assert adopted["frost (no ranking) seed 0"] == per_step["frost (no ranking) seed 0"]
-    assert reading_of(per_step["frost seed 0"]) == "per-step" == reading_of(adopted["frost (no ranking) seed 0"])
+    assert bundle_of(per_step["frost seed 0"]) == "per-step" == bundle_of(adopted["frost (no ranking) seed 0"])
     assert per_step["frost seed 0"].loss.rank_pairs == "per_step" and adopted["frost seed 0"].loss.rank_pairs == "global"
-    assert reading_of(residual["frost seed 0"]) == "residual" == reading_of(residual["frost (adopted defaults) seed 0"])
+    assert bundle_of(residual["frost seed 0"]) == "residual" == bundle_of(residual["frost (adopted defaults) seed 0"])
     assert family_of("frost seed 0") == "frost" and adopted["frost seed 0"].loss.ranking
     ponder = grid("ponder", "demo", "digits")["frost (ponder)"]
-    assert ponder == grid("ponder", "demo", "digits", reading="per-step")["frost (ponder)"]  # no sets reach it
-    per_step_frost = grid("families", "demo", "digits", reading="per-step")["frost"]
+    assert ponder == grid("ponder", "demo", "digits", bundle="per-step")["frost (ponder)"]  # no sets reach it
+    per_step_frost = grid("families", "demo", "digits", bundle="per-step")["frost"]
     assert _diff(per_step_frost, ponder) == {"loss.ranking", "loss.ponder"}
-    collapse = grid("collapse", "demo", "digits", seeds=(0,), reading="per-step")  # as experiment (c) ran
+    collapse = grid("collapse", "demo", "digits", seeds=(0,), bundle="per-step")  # as experiment (c) ran
     arm = collapse["recurrent (ranking)"]
     assert (arm.loss.lambda_rel, arm.loss.lambda_abs) == DECISIVE_STRENGTH
     strength = grid("loss_strength", "demo", "digits")
     assert arm.identity() == strength[strength_label("recurrent", *DECISIVE_STRENGTH)].identity()
-    with pytest.raises(ValueError, match="reading"):
-        grid("families", reading="canonical")
+    with pytest.raises(ValueError, match="bundle"):
+        grid("families", bundle="canonical")
 
 
 def test_task_only_baselines_are_the_same_under_any_halting_settings(tiny_config, tmp_path):
-    """Why the adopted reading reuses the baselines' runs: trained on the task loss alone, a
+    """Why the adopted bundle reuses the baselines' runs: trained on the task loss alone, a
     baseline's weights do not depend on the halting head's LayerNorm, pairs or sketch."""
-    from frost_nb.repro.grids import ADOPTED_READING
+    from frost_nb.repro.grids import ADOPTED_BUNDLE
     from frost_nb.training import train
 
     base = tiny_config.replace(**{"model.name": "recurrent", "loss.ranking": False, "train.epochs": 1})
     a = train(base.replace(**{k: v for k, v in RESIDUAL_SELECTION.items() if k != "model.update"}),
               checkpoint=tmp_path / "a.pt")
-    b = train(base.replace(**{k: v for k, v in ADOPTED_READING.items() if k not in ("model.update", "model.alpha_param")}),
+    b = train(base.replace(**{k: v for k, v in ADOPTED_BUNDLE.items() if k not in ("model.update", "model.alpha_param")}),
               checkpoint=tmp_path / "b.pt")
     assert a.config.model.halt_norm != b.config.model.halt_norm
     sa, sb = a.model.state_dict(), b.model.state_dict()

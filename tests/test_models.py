@@ -460,7 +460,7 @@ def test_bf16_autocast_and_channels_last(backbone):
     assert model.alpha_raw.grad is not None
 
 
-# --- the interpolating readings (docs/method.md section 5.4) ------------------------------------
+# --- the interpolating forms (docs/method.md section 5.4) ------------------------------------
 
 def _linear_branch(model, backbone, W):
     """Replace the shared branch A by the plain linear map h -> W h (per position or token)."""

@@ -111,7 +111,7 @@ def test_setup_validates_then_shrinks_to_a_smoke_run(monkeypatch):
     smoke size, digits, the size's own epochs and the notebook's caps (None capped too); a bad
     value stops it either way."""
     monkeypatch.delenv("FROST_SMOKE", raising=False)
-    given = dict(dataset="cifar100", size="demo", seeds=3, samples=None, reading="adopted")
+    given = dict(dataset="cifar100", size="demo", seeds=3, samples=None, bundle="adopted")
     assert vars(setup("03", **given)) == {"notebook": "03", "smoke": False, **given}
     assert setup("04", sections="alpha, loss").sections == ("alpha", "loss")
     monkeypatch.setenv("FROST_SMOKE", "1")
@@ -144,8 +144,8 @@ BAD = {
     "checkpoint": ["", "  ", 3, True],
     "seeds": [0, 11, -3, 2.0, True],
     "samples": [0, -5, 10.0],
-    "reading": ["canonical", None],
-    "compare_reading": ["canonical", "", 3],
+    "bundle": ["canonical", None],
+    "compare_bundle": ["canonical", "", 3],
     "examples": [-3, 0, 65, 8.0, None, True],
     "batch_size": [0, 257, "4", 4.0],
     "repeats": [0, 21, 1.5, -1],
@@ -159,8 +159,8 @@ GOOD = {
     "dataset": ["digits", "fashion-mnist"], "collapse_dataset": ["digits"], "model": ["vanilla", "frost"],
     "backbone": ["vit"], "size": ["smoke", "paper"], "epochs": [1, None], "seed": [0, SEED_MAX],
     "quantile": [0, 0.25, 1.0], "retrain": [True, False], "checkpoint": [None, "run.pt"],
-    "seeds": [1, 10], "samples": [1, None], "reading": ["adopted", "residual"],
-    "compare_reading": [None, "per-step", "adopted"],
+    "seeds": [1, 10], "samples": [1, None], "bundle": ["adopted", "residual"],
+    "compare_bundle": [None, "per-step", "adopted"],
     "examples": [1, 64], "batch_size": [1, 256], "repeats": [1, 20],
     "sections": ["loss", "alpha, loss", "alpha,hurst,loss,tuning,update,conflict,adopted"],
     "vit_checkpoint": [None, "vit.pt"],

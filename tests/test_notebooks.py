@@ -60,7 +60,7 @@ def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs)
     vit_file = save_checkpoint(tmp_path / "vit.pt", {"config": vit.to_dict(),
                                                       "model": create_model(vit.model).state_dict()})
     _run("05_halting.ipynb", tmp_path, monkeypatch, quantile=0.25, vit_checkpoint=str(vit_file),
-         compare_reading="per-step")
+         compare_bundle="per-step")
     out = isolated_outputs / "outputs"
     # smoke runs on digits: beside the committed CIFAR-100 outputs, with the data set and size in the name
     metrics = json.loads((out / "metrics" / "05_halting_digits_smoke.json").read_text())
@@ -79,20 +79,20 @@ def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs)
     assert all(0 < r["fraction"] <= 1 for r in vit["sweep"])
     # the same seeds under the per-step bundle beside these (adopted) runs, one row per bundle and q
     side = metrics["readings_side_by_side"]
-    assert metrics["compare_reading"] == "per-step" and {r["group"] for r in side} == {"adopted", "per-step"}
+    assert metrics["compare_bundle"] == "per-step" and {r["group"] for r in side} == {"adopted", "per-step"}
     assert all(r["runs"] == 2 for r in side) and {"std_depth", "kept", "gain", "gain_over_confidence"} <= set(side[0])
     assert [r for r in side if r["quantile"] == 1.0 and abs(r["kept"] - 1.0) > 1e-6] == []  # q = 1: full depth
     figures = {p.name for p in (out / "figures").iterdir()}
     assert {f"05_{f}_digits_smoke.png" for f in ("exit_histogram", "depth_per_class", "exit_examples", "depth_accuracy",
-                                            "vit_exit_histogram", "readings")} <= figures
+                                            "vit_exit_histogram", "update_forms")} <= figures
     with pytest.raises(papermill.PapermillExecutionError, match="compare_reading='adopted' is the model's own bundle"):
-        _run("05_halting.ipynb", tmp_path, monkeypatch, vit_checkpoint=None, compare_reading="adopted")
+        _run("05_halting.ipynb", tmp_path, monkeypatch, vit_checkpoint=None, compare_bundle="adopted")
 
 
 def test_ablation_notebook_runs_the_chosen_sections_only(tmp_path, monkeypatch, isolated_outputs):
     """04 with sections="alpha,loss" (how it runs on CIFAR-100): those sections' figures and
     metrics only, named with the data set when it is not the committed one."""
-    _run("04_alpha_H_ablation.ipynb", tmp_path, monkeypatch, sections="alpha,loss", reading="adopted")
+    _run("04_alpha_H_ablation.ipynb", tmp_path, monkeypatch, sections="alpha,loss", bundle="adopted")
     out = isolated_outputs / "outputs"
     metrics = json.loads((out / "metrics" / "04_alpha_H_ablation_digits_smoke_alpha-loss.json").read_text())
     assert metrics["sections"] == ["alpha", "loss"] and metrics["dataset"] == "digits"
@@ -212,7 +212,7 @@ def test_metrics_are_strict_json(isolated_outputs):
 def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     import numpy as np
 
-    _run("07_halting_baselines.ipynb", tmp_path, monkeypatch, reading="adopted")  # the default to come (issue 30)
+    _run("07_halting_baselines.ipynb", tmp_path, monkeypatch, bundle="adopted")  # the default to come (issue 30)
     out = isolated_outputs / "outputs"
     metrics = json.loads((out / "metrics" / "07_halting_baselines_smoke.json").read_text())
     assert {"curves", "summary", "collapse", "env"} <= set(metrics)

@@ -88,7 +88,7 @@ def test_readme_switches_to_cifar100_under_the_adopted_bundle(tmp_path):
 
     def adopted(d):
         for s in d["provenance"]["settings"].values():
-            s["reading"] = "adopted"
+            s["bundle"] = "adopted"
     _edit(folder, "05_halting_per-step.json", adopted)
     summary = {r["claim"]: r for r in V.summary_rows(V.verdict_rows(folder))}
     assert V._dataset_cell(summary[9]) == "CIFAR-100, adopted" and summary[9]["seeds"] == "3"
@@ -136,7 +136,7 @@ def test_every_metrics_file_names_its_runs():
         assert prov["commit"] and isinstance(prov["runs"], list), path.name
         assert set(prov["settings"]) == set(prov["runs"]), path.name
         for s in prov["settings"].values():
-            assert s["reading"] in ("adopted", "per-step", "residual"), path.name
+            assert s["bundle"] in ("adopted", "per-step", "residual"), path.name
     for csv in V.default_metrics_dir().glob("*.csv"):
         assert (csv.with_suffix(".provenance.json")).is_file(), csv.name
 
@@ -163,7 +163,7 @@ def test_write_metrics_records_provenance(tmp_path, monkeypatch):
     prov = json.loads(path.read_text())["provenance"]
     assert prov["runs"] == ["digits-demo-families/frost-seed0", "digits-demo-families/vanilla-seed0"]
     frost = prov["settings"]["digits-demo-families/frost-seed0"]
-    assert (frost["label"], frost["reading"], frost["update"], frost["seed"]) == ("frost", "per-step", "leaky", 0)
+    assert (frost["label"], frost["bundle"], frost["update"], frost["seed"]) == ("frost", "per-step", "leaky", 0)
     again = notebook.write_metrics("y", {"value": 2.0})  # the read log is taken once
     assert json.loads(again.read_text())["provenance"]["runs"] == []
     runs.record_read("digits-smoke-single/frost-resnet-seed0")  # read from a store since gone
@@ -202,10 +202,10 @@ def test_a_file_with_two_bundles_side_by_side_reads_its_own_bundles_seeds():
     """Notebook 05 with compare_reading names both bundles' runs of every seed: the sweep's other
     seeds are its own bundle's (05_halting_fashion-mnist.json: global beside per-step)."""
     d = json.loads((V.default_metrics_dir() / "05_halting_fashion-mnist.json").read_text())
-    assert d["compare_reading"] == "per-step" and d["reading"] == "adopted"
+    assert d["compare_bundle"] == "per-step" and d["bundle"] == "adopted"
     assert V.run_of(d, {"model": "frost", "seed": 1}) is None  # two runs end in /frost-seed1
-    for reading in ("adopted", "per-step"):
-        assert V.run_of(d, {"model": "frost", "seed": 1}, reading)["reading"] == reading
+    for bundle in ("adopted", "per-step"):
+        assert V.run_of(d, {"model": "frost", "seed": 1}, bundle)["bundle"] == bundle
     rows = [r for r in V.verdict_rows() if r["claim"] == 9 and r["notebook"] == V.SOURCES.get("05", "05")
             and r["dataset"] == "fashion-mnist" and r["bundle"] == "adopted"]
     assert [r["seeds"] for r in rows] == ["3"]

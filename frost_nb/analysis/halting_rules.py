@@ -1,46 +1,14 @@
-"""Halting rules of related work, applied to the same trained models (docs/method.md section 10; notebook 07).
+"""Halting rules of related work, applied to the same trained models (notebook 07).
 
-Every rule reads the per-step outputs of one full-depth pass (``training.FullDepthPass``, with
-its trajectory for the step sizes) and exits each sample at the first step t in 1..T whose
-condition holds (for a rule with ``hits`` = 2: holds at t and at t - 1), else at T (as FROST's
-eq. (exit) does). A signal that is undefined at a step is NaN there, and a NaN never satisfies
-a condition, so a rule cannot fire at such a step (nor count as a hit); +-inf
-likewise only fires where the comparison with the threshold holds (a relative step of +inf
-never is "< eps").
-
-    rule               signal s_t at step t (t = 1..T)                              exit when
-    step size          ||h_t - h_{t-1}|| / ||h_t||                                  s_t < eps
-    second-order step  ||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})|| / ||h_t||, t >= 2  s_t < eps
-    second-order step  ||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})||, t >= 2            s_{t-1} < eps and
-      (two-scale, as stated)                                                        s_t < eps
-    KL between steps   KL(softmax y_t || softmax y_{t-1}), t >= 2                   s_t < eps
-    confidence         max_k softmax(y_t)_k                                         s_t > threshold
-    ponder             1 - prod_{s<=t} (1 - lambda_s), lambda = sigmoid(halt logit)  s_t > threshold
-    frost              sigmoid(halt logit_t), threshold tau_q of the KLL calibrator  s_t > tau_q
-
-Sources (``Rule.source``): step size and KL, Geiping et al. 2025 (recurrent-depth LMs); the
-second-order steps, Pappone et al. 2025 (two-scale latent dynamics, arXiv 2509.23314), see (*);
-confidence, BranchyNet and MSDNet; ponder, PonderNet (Banino et al. 2021); frost, Yu and Hwang 2026.
-
-(*) "second-order step" is this project's normalised, first-hit variant of the Two-Scale rule:
-the acceleration divided by ||h_t|| (scale-free, like the step size) and an exit on the first
-hit. "second-order step (two-scale, as stated)" is the rule as that paper is described: the
-unnormalised ||Delta_t - Delta_{t-1}|| below eps at two consecutive steps (``Rule.hits`` = 2).
-Each ``Rule`` carries its ``source``; the curve tables have it in a column.
-
-h_0 exists, so the step size is defined from t = 1; the second-order steps and the KL need two
-steps and are NaN at t = 1 (so the two-hit rule exits at t = 3 at the earliest). A state of
-norm 0 has no relative step: 0 / 0 is NaN, x / 0 is +inf, and neither fires. PonderNet's
-cumulative halting probability is 1 at t = T (the last step takes the remaining mass), which
-changes nothing: every sample stops at T anyway.
-
-The oracle (an upper bound, not a rule): ``oracle_exits``, ``oracle_accuracy_at`` (``curves.oracle_curve``).
-
-Threshold protocol (MSDNet): docs/method.md section 10. The extremes -inf and +inf join each rule's
-candidates: no exit before T, or exit at the first step where the signal is defined (the
-two-hit rule: the second such step).
-
-The curve tables are ``curves.curve``'s (``curves.CURVE_COLUMNS``); ``curve_auc``, ``depth_to_reach``
+The rules, their signals, sources and threshold protocol: docs/method.md section 10 (the
+normalised first-hit "second-order step" is this project's variant; "two-scale, as stated" is
+the Two-Scale paper's rule, ``Rule.hits`` = 2). Every rule reads the per-step outputs of one
+full-depth pass (``training.FullDepthPass``) and exits each sample at the first step whose
+condition holds (with ``hits`` = 2: at t and t - 1), else at T. A signal undefined at a step is
+NaN there and never fires (nor counts as a hit): the second-order steps and the KL at t = 1, a
+relative step of a state of norm 0 (0 / 0; x / 0 is +inf, which is never "< eps"). The
+extremes -inf and +inf join each rule's candidate thresholds. The oracle is an upper bound, not
+a rule (``oracle_exits``). The curves are ``curves.curve``'s; ``curve_auc``, ``depth_to_reach``
 and ``summary`` summarise them. No printing, no I/O.
 """
 

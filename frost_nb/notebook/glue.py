@@ -21,7 +21,7 @@ from ..inputs import ParameterError
 from ..models import create_model
 from ..paths import atomic_path, cache_dir, check_writable, outputs_dir, smoke_mode
 from ..repro import provenance as provenance
-from ..repro.grids import READINGS
+from ..repro.grids import BUNDLES
 from ..runs import train_or_load
 from ..training import pick_device
 
@@ -73,9 +73,9 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "seeds": (int, lambda v: 1 <= v <= SEEDS_MAX, f"a number of seeds from 1 to {SEEDS_MAX}"),
     "samples": ((int, type(None)), lambda v: v is None or v >= 1,
                 "a positive number of test images, or None for the whole test split"),
-    "reading": (str, lambda v: v in READINGS, f"one of {READINGS} (docs/method.md section 5.5)"),
-    "compare_reading": ((str, type(None)), lambda v: v is None or v in READINGS,
-                        f"one of {READINGS} to set beside the model's own bundle, or None"),
+    "bundle": (str, lambda v: v in BUNDLES, f"one of {BUNDLES} (docs/method.md section 5.5)"),
+    "compare_bundle": ((str, type(None)), lambda v: v is None or v in BUNDLES,
+                        f"one of {BUNDLES} to set beside the model's own bundle, or None"),
     "sections": (str, lambda v: _sections_ok(v), f"a comma-separated subset of {ABLATION_SECTIONS}"),
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                        "the path of a ViT frost checkpoint file (.pt), or None"),
@@ -97,7 +97,7 @@ COMMITTED_DATASETS = {"04": "fashion-mnist", "05": "cifar100", "07": "digits"}
 COMMITTED_SIZE = "demo"
 
 
-def output_suffix(notebook: str, dataset: str | None = None, reading: str = "adopted",
+def output_suffix(notebook: str, dataset: str | None = None, bundle: str = "adopted",
                   size: str | None = None) -> str:
     """What a notebook appends to its figure and metrics names: ``_<dataset>`` when ``dataset``
     is not the one its committed outputs are on (COMMITTED_DATASETS), ``_<size>`` when ``size``
@@ -113,16 +113,16 @@ def output_suffix(notebook: str, dataset: str | None = None, reading: str = "ado
     ('_cifar', '_digits_smoke')
     """
     given = {"dataset": dataset, "size": size}
-    validate_params(reading=reading, **{k: v for k, v in given.items() if v is not None})
+    validate_params(bundle=bundle, **{k: v for k, v in given.items() if v is not None})
     other = dataset is not None and dataset != COMMITTED_DATASETS.get(notebook, dataset)
     return (f"_{dataset}" if other else "") + (f"_{size}" if size not in (None, COMMITTED_SIZE) else "") \
-        + ("" if reading == "adopted" else f"_{reading}")
+        + ("" if bundle == "adopted" else f"_{bundle}")
 
 
-def metrics_name(base: str, reading: str, dataset: str | None = None, size: str | None = None) -> str:
-    """The metrics file of notebook ``base`` (e.g. "05_halting") for ``reading``, ``dataset`` and
+def metrics_name(base: str, bundle: str, dataset: str | None = None, size: str | None = None) -> str:
+    """The metrics file of notebook ``base`` (e.g. "05_halting") for ``bundle``, ``dataset`` and
     ``size``: ``base`` plus ``output_suffix``."""
-    return base + output_suffix(base[:2], dataset, reading, size)
+    return base + output_suffix(base[:2], dataset, bundle, size)
 
 
 def validate_params(**params: Any) -> dict[str, Any]:

@@ -117,7 +117,7 @@ UPDATE_FORM_STEPS = (1, 3, 6, 9)  # the steps of Table 1 that experiment (b) rep
 JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iteration, 20 rounds)
 
 
-def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
+def update_form_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
     """What experiment (b) measures on one trained run (claims.EXPERIMENT_RULES["update_forms"]), on
     the test split: both contraction measures, Table 1's cosine at UPDATE_FORM_STEPS, accuracy per
     fixed depth, alpha over training and the areas of FROST's rule and of a fixed depth."""
@@ -143,14 +143,14 @@ def reading_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
 
 def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", seeds: tuple[int, ...] = (0, 1, 2),
                             rows: list[dict] | None = None, jvp_samples: int = 100) -> dict[str, Any]:
-    """Experiment (b) from trained runs only (``require_trained``): a ``reading_row`` per run of the
-    ``readings`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
+    """Experiment (b) from trained runs only (``require_trained``): a ``update_form_row`` per run of the
+    ``update_forms`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
     Table 1 cosine at t = 3 on the same seeds (task-only families runs); what ``write_metrics("15_update_forms", ...)`` records."""
-    runs = grid("readings", size, dataset, seeds)
+    runs = grid("update_forms", size, dataset, seeds)
     families = {s: grid("families", size, dataset, (s,))["basic_ssm"] for s in seeds}
     require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)
     if rows is None:
-        rows = [{"run": label, **reading_row(train_or_load(cfg, progress=False), jvp_samples=jvp_samples)}
+        rows = [{"run": label, **update_form_row(train_or_load(cfg, progress=False), jvp_samples=jvp_samples)}
                 for label, cfg in runs.items()]
     basic = [float(cosine_to_final(run_trajectories(train_or_load(cfg, progress=False), "test").pooled)
                    .mean(0)[3]) for cfg in families.values()]
@@ -169,7 +169,7 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
     first ``samples`` test images of each run of the residual families grid (inference only;
     ``require_trained``), and per protocol and seed whether frost lies above vanilla and basic_ssm:
     the metrics record (frost_nb.repro.claims decides)."""
-    runs = grid("families", size, dataset, seeds=seeds, reading="residual")
+    runs = grid("families", size, dataset, seeds=seeds, bundle="residual")
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)
     rows = []
@@ -204,7 +204,7 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
     ``seeds`` and "frost (adopted defaults)" at the first seed (stops with ``RunsNotTrained``
     unless each is committed or cached, or ``retrain``). Returns (metrics record, curves)."""
     settings = settings or RefitSettings()
-    families = grid("families", size, dataset, seeds=seeds, reading="residual")
+    families = grid("families", size, dataset, seeds=seeds, bundle="residual")
     tag = (lambda s: f" seed {s}") if len(seeds) > 1 else (lambda s: "")
     labels = [f"frost{tag(s)}" for s in seeds] + [f"frost (adopted defaults){tag(seeds[0])}"]
     runs = {label: families[label] for label in labels}

@@ -1,7 +1,7 @@
 """The runs behind the analysis notebooks: named grids of configs, fixed before measuring.
 
-Every grid is a table, ``label -> overrides of make_config`` (GRID_TABLES, one per reading
-for READING_GRIDS), which ``grid`` makes configs of; notebooks train or load each run from the
+Every grid is a table, ``label -> overrides of make_config`` (GRID_TABLES, one per bundle
+for BUNDLE_GRIDS), which ``grid`` makes configs of; notebooks train or load each run from the
 trained-model cache (``train_or_load``), and the command line fills the cache ahead of time,
 in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
 
@@ -9,11 +9,11 @@ in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
   per seed, at the size's default budget; ONCE labels (controls) at the first seed only.
 - notebook 04's ablations (``hurst``, ``loss``, ``update``, ``tuning``, ``conflict``,
   ``adopted``) share ``ABLATION_EPOCHS`` epochs with the gradient-conflict probe on; each arm
-  changes one thing from the reference run of its reading (docs/results.md, "The ablations of
+  changes one thing from the reference run of its bundle (docs/results.md, "The ablations of
   notebook 04").
 - notebook 07's ``ponder`` (PonderNet's loss in place of the ranking losses) and ``collapse``
   (the baselines trained with the ranking losses, each beside its task-only ``families`` run).
-- issue 15's fidelity experiments (claims.EXPERIMENT_RULES; docs/fidelity.md): ``readings`` (b) and
+- issue 15's fidelity experiments (claims.EXPERIMENT_RULES; docs/fidelity.md): ``update_forms`` (b) and
   ``loss_strength`` (c); ``vit`` (issue 17): the four families on the ViT backbone.
 
 The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
@@ -40,7 +40,7 @@ SMOKE_EPOCHS = 2  # every grid at smoke size: seconds per run, so a notebook's C
 HURST_VALUES = (0.1, 0.3, 0.5, 0.7, 0.9)
 TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
                  "loss.margin": (0.1, 0.4), "loss.rank_frac": (0.125, 0.5)}
-# under the adopted reading rank_frac's reference is 0.5, the most it can be: both moves go down
+# under the adopted bundle rank_frac's reference is 0.5, the most it can be: both moves go down
 ADOPTED_TUNING_VALUES = {**TUNING_VALUES, "loss.rank_frac": (0.125, 0.25)}
 ADOPT_MARGIN = 0.01
 # issue 30: rank_frac of the adopted (global) sets, fixed before the runs: Fashion-MNIST, ABLATION_EPOCHS,
@@ -52,42 +52,42 @@ FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
 ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
 # adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
-         "readings", "loss_strength", "vit", "rank_frac")
+         "update_forms", "loss_strength", "vit", "rank_frac")
 # the ViT family at a CPU-feasible budget (issue 17): the paper's 12 steps of its ViT-B/16 family, the
 # size's width (demo: 64-d tokens, patch 4 on CIFAR's 32 px: 8x8 tokens), VIT_EPOCHS epochs at demo size
 # (the size's own at paper size); frost first, then the baselines, trained when time allows:
 # python -m frost_nb grid vit --dataset cifar100 --shard i/n
 VIT_STEPS = 12
 VIT_EPOCHS = 10
-READING_FORMS = ("canonical", "convex", "gated", "leaky", "leaky_gated")  # experiment (b) on digits
-READING_CHECK_FORMS = ("leaky", "gated")  # experiment (b) on another data set: the adopted and one residual form
+UPDATE_FORMS = ("canonical", "convex", "gated", "leaky", "leaky_gated")  # experiment (b) on digits
+UPDATE_CHECK_FORMS = ("leaky", "gated")  # experiment (b) on another data set: the adopted and one residual form
 # experiment (c): (lambda_rel, lambda_abs) per arm; lambda_rel = 0 is L_abs alone
 LOSS_STRENGTHS = ((1.0, 0.1), (3.0, 1.0), (10.0, 3.0), (0.0, 1.0), (0.0, 3.0))
 STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all -> 7 probes per run
 # (lambda_rel, lambda_abs) at which experiment (c) found a baseline collapsing and frost not
-# (15_loss_strength.json: recurrent, 2 of 3 seeds): the collapse runs of the adopted reading
+# (15_loss_strength.json: recurrent, 2 of 3 seeds): the collapse runs of the adopted bundle
 DECISIVE_STRENGTH = (10.0, 3.0)
 # frost under today's defaults; the same with the ranking sets taken per step (most committed runs);
 # the runs made before both (docs/method.md section 5.5)
-READINGS = ("adopted", "per-step", "residual")
+BUNDLES = ("adopted", "per-step", "residual")
 # the grids whose runs depend on ``reading`` (the others are what they were fixed as)
-READING_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
+BUNDLE_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
 # a bundle's grid folder suffix: the per-step runs keep the names they were made with (when per-step
-# was the adopted reading), so a run of the adopted bundle never takes an older run's name
+# was the adopted bundle), so a run of the adopted bundle never takes an older run's name
 BUNDLE_SUFFIX = {"adopted": "-global", "per-step": "", "residual": "-residual"}
 
 # The reading of the paper's update and halting score this project adopts (docs/method.md section 5.5):
 # the ranking sets over the batch's whole N x T loss matrix, as the paper's sections 4.2, 4.3, 5.2 say
 ADOPTED_HALTING = {"model.halt_norm": True, "loss.rank_pairs": "global", "halting.sketch_window": "run",
                    "loss.rank_frac": 0.5}
-ADOPTED_READING = {"model.update": "leaky", "model.alpha_param": "sigmoid", **ADOPTED_HALTING}
-# The per-step bundle: the adopted reading with the sets taken within each step, the default until
+ADOPTED_BUNDLE = {"model.update": "leaky", "model.alpha_param": "sigmoid", **ADOPTED_HALTING}
+# The per-step bundle: the adopted bundle with the sets taken within each step, the default until
 # issue 30; every committed run made under it keeps that identity (docs/method.md section 5.5)
 PER_STEP_HALTING = {**ADOPTED_HALTING, "loss.rank_pairs": "per_step", "loss.rank_frac": 0.5}
-PER_STEP_READING = {**ADOPTED_READING, **PER_STEP_HALTING}
-# The residual reading: the defaults when the families and ablation grids were fixed and run; and
-# notebook 04's selection among them, the defaults until the adopted reading (the same section)
-RESIDUAL_READING = {"model.update": "canonical", "model.halt_norm": False, "loss.rank_pairs": "global",
+PER_STEP_BUNDLE = {**ADOPTED_BUNDLE, **PER_STEP_HALTING}
+# The residual bundle: the defaults when the families and ablation grids were fixed and run; and
+# notebook 04's selection among them, the defaults until the adopted bundle (the same section)
+RESIDUAL_BUNDLE = {"model.update": "canonical", "model.halt_norm": False, "loss.rank_pairs": "global",
                     "halting.sketch_window": "epoch", "loss.rank_frac": 0.25}
 RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
                       "halting.sketch_window": "epoch", "loss.rank_frac": 0.5}
@@ -96,14 +96,14 @@ RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.r
 # ran, and their verdicts live in frost_nb/repro/claims.py (EXPERIMENT_RULES); the drivers below record numbers.
 
 
-def reading_of(cfg: RunConfig) -> str:
-    """"adopted" when a run has every setting of ADOPTED_READING, "per-step" when it has every
-    setting of PER_STEP_READING, else "residual" (a run made under the defaults before both, or
-    another reading)."""
+def bundle_of(cfg: RunConfig) -> str:
+    """"adopted" when a run has every setting of ADOPTED_BUNDLE, "per-step" when it has every
+    setting of PER_STEP_BUNDLE, else "residual" (a run made under the defaults before both, or
+    another bundle)."""
     d = cfg.to_dict()
-    for reading, settings in (("adopted", ADOPTED_READING), ("per-step", PER_STEP_READING)):
+    for bundle, settings in (("adopted", ADOPTED_BUNDLE), ("per-step", PER_STEP_BUNDLE)):
         if all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in settings.items()):
-            return reading
+            return bundle
     return "residual"
 
 
@@ -119,15 +119,15 @@ def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
 # make_config(size, dataset, model.name, model.backbone) that makes the run (model.name "frost" and
 # the resnet backbone where a row names none). ``grid`` adds what depends on the call.
 ABLATION_BUDGET = {"train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": DIAGNOSTICS_EVERY}
-RESIDUAL_REF = {**RESIDUAL_READING, **ABLATION_BUDGET}  # the reference run the ablation arms change one thing of
-ADOPTED_REF = {**ADOPTED_READING, **ABLATION_BUDGET}
-PER_STEP_REF = {**PER_STEP_READING, **ABLATION_BUDGET}
+RESIDUAL_REF = {**RESIDUAL_BUNDLE, **ABLATION_BUDGET}  # the reference run the ablation arms change one thing of
+ADOPTED_REF = {**ADOPTED_BUNDLE, **ABLATION_BUDGET}
+PER_STEP_REF = {**PER_STEP_BUNDLE, **ABLATION_BUDGET}
 # a baseline's families run: the task loss alone, which no halting setting reaches (the halting
-# head's LayerNorm draws no random number), so both readings share it
-TASK_ONLY = {m: {"model.name": m, **RESIDUAL_READING} for m in FAMILIES[:3]}
+# head's LayerNorm draws no random number), so both bundles share it
+TASK_ONLY = {m: {"model.name": m, **RESIDUAL_BUNDLE} for m in FAMILIES[:3]}
 # frost with the ranking losses off: the sets then feed only a logged diagnostic, never the weights
 # (losses.total_loss), so the per-step bundle's run serves every bundle, as TASK_ONLY does
-NO_RANKING = {**PER_STEP_READING, "loss.ranking": False}
+NO_RANKING = {**PER_STEP_BUNDLE, "loss.ranking": False}
 # experiment (c)'s task-only references: the baselines' families runs, frost's without ranking
 STRENGTH_REFS = {**TASK_ONLY, "frost": NO_RANKING}
 
@@ -143,7 +143,7 @@ def _strength_arm(model: str, lambda_rel: float, lambda_abs: float,
 
 
 def _one_change(ref: dict[str, Any], tuning: dict[str, tuple]) -> dict[str, dict[str, dict[str, Any]]]:
-    """The ``loss``, ``tuning`` and ``conflict`` tables of one reading: each arm one change from ``ref``."""
+    """The ``loss``, ``tuning`` and ``conflict`` tables of one bundle: each arm one change from ``ref``."""
     return {
         "loss": {"both": ref, "abs only": {**ref, "loss.lambda_rel": 0.0},
                  "rel only": {**ref, "loss.lambda_abs": 0.0}, "neither": {**ref, "loss.ranking": False}},
@@ -153,13 +153,13 @@ def _one_change(ref: dict[str, Any], tuning: dict[str, tuple]) -> dict[str, dict
                      "frost": ref}}
 
 
-def _bundle_tables(reading: str, bundle: dict[str, Any], halting: dict[str, Any]) -> dict:
-    """The tables of READING_GRIDS under one interpolating bundle (adopted or per-step): frost under
-    ``bundle`` (its ablation reference with ABLATION_BUDGET), the baselines as TASK_ONLY."""
-    ref = {**bundle, **ABLATION_BUDGET}
+def _bundle_tables(bundle: str, defaults: dict[str, Any], halting: dict[str, Any]) -> dict:
+    """The tables of BUNDLE_GRIDS under one interpolating bundle (adopted or per-step): frost under
+    ``defaults`` (its ablation reference with ABLATION_BUDGET), the baselines as TASK_ONLY."""
+    ref = {**defaults, **ABLATION_BUDGET}
     arms = _one_change(ref, ADOPTED_TUNING_VALUES)
     tables = {
-        "families": {**TASK_ONLY, "frost": bundle, "frost (no ranking)": NO_RANKING},
+        "families": {**TASK_ONLY, "frost": defaults, "frost (no ranking)": NO_RANKING},
         # the leaky bracket holds the plain A and B, which H does not reach: the sweep moves A_alpha,
         # B_alpha into it (model.scaled_inside), the reference stays beside it
         "hurst": {
@@ -172,7 +172,7 @@ def _bundle_tables(reading: str, bundle: dict[str, Any], halting: dict[str, Any]
             "rel 10 abs 3": {**ref, "loss.lambda_rel": 10.0, "loss.lambda_abs": 3.0},
             "abs 3 only": {**ref, "loss.lambda_rel": 0.0, "loss.lambda_abs": 3.0}},
         # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
-        "update": {u: {**ref, "model.update": u, "model.alpha_param": "auto"} for u in READING_FORMS},
+        "update": {u: {**ref, "model.update": u, "model.alpha_param": "auto"} for u in UPDATE_FORMS},
         "tuning": arms["tuning"],
         # the reading against the residual reference
         "adopted": {"reference (residual)": RESIDUAL_REF, "adopted reading": ref},
@@ -183,17 +183,17 @@ def _bundle_tables(reading: str, bundle: dict[str, Any], halting: dict[str, Any]
             label: row for m in FAMILIES[:3] for label, row in (
                 (m, TASK_ONLY[m]), (f"{m} (ranking)", _strength_arm(m, *DECISIVE_STRENGTH, halting)))},
     }
-    return {(name, reading): table for name, table in tables.items()}
+    return {(name, bundle): table for name, table in tables.items()}
 
 
 RESIDUAL_ARMS = _one_change(RESIDUAL_REF, TUNING_VALUES)
 GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
-    **_bundle_tables("adopted", ADOPTED_READING, ADOPTED_HALTING),
-    **_bundle_tables("per-step", PER_STEP_READING, PER_STEP_HALTING),
+    **_bundle_tables("adopted", ADOPTED_BUNDLE, ADOPTED_HALTING),
+    **_bundle_tables("per-step", PER_STEP_BUNDLE, PER_STEP_HALTING),
     ("families", "residual"): {
         **TASK_ONLY,
-        "frost": RESIDUAL_READING,
-        "frost (no ranking)": {**RESIDUAL_READING, "loss.ranking": False},
+        "frost": RESIDUAL_BUNDLE,
+        "frost (no ranking)": {**RESIDUAL_BUNDLE, "loss.ranking": False},
         "frost (adopted defaults)": RESIDUAL_SELECTION},
     ("hurst", "residual"): {
         **{f"H = {h}": {**RESIDUAL_REF, "model.hurst": h} for h in HURST_VALUES},
@@ -221,18 +221,18 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
         label: row for m in FAMILIES for label, row in (
             (f"{m} (task only)", STRENGTH_REFS[m]),
             *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
-    # on digits (READINGS_CHECK elsewhere); alpha's map is each form's default
-    ("readings", None): {
+    # on digits (UPDATE_FORMS_CHECK elsewhere); alpha's map is each form's default
+    ("update_forms", None): {
         f"{u}, h0 = {init}": {**PER_STEP_HALTING, "model.update": u, "model.init_state": init}
-        for u in READING_FORMS for init in ("embedding", "zeros")},
+        for u in UPDATE_FORMS for init in ("embedding", "zeros")},
     ("vit", None): {
         # the defaults when the grid was fixed (the per-step bundle), spelled out
-        m: {"model.name": m, "model.backbone": "vit", "model.steps": VIT_STEPS, **PER_STEP_READING}
+        m: {"model.name": m, "model.backbone": "vit", "model.steps": VIT_STEPS, **PER_STEP_BUNDLE}
         for m in ("frost", *FAMILIES[:3])},
 }
-READINGS_CHECK = {
+UPDATE_FORMS_CHECK = {
     f"{u}, h0 = embedding": {**PER_STEP_HALTING, "model.update": u, "model.init_state": "embedding",
-                             "train.epochs": ABLATION_EPOCHS} for u in READING_CHECK_FORMS}
+                             "train.epochs": ABLATION_EPOCHS} for u in UPDATE_CHECK_FORMS}
 
 
 class Grid(dict):
@@ -260,19 +260,19 @@ def slug(text: str) -> str:
 
 
 def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
-         seeds: tuple[int, ...] = (0,), reading: str = "adopted") -> Grid:
-    """The runs of grid ``name`` (one of GRIDS): its table in GRID_TABLES (of ``reading``, one of
-    READINGS, for READING_GRIDS), one run per row and seed; labels carry the seed when there are
+         seeds: tuple[int, ...] = (0,), bundle: str = "adopted") -> Grid:
+    """The runs of grid ``name`` (one of GRIDS): its table in GRID_TABLES (of ``bundle``, one of
+    BUNDLES, for BUNDLE_GRIDS), one run per row and seed; labels carry the seed when there are
     several. What depends on the call: each run's ``train.seed``; ONCE labels at the first seed
-    only; off digits the ``readings`` grid is READINGS_CHECK; the ``vit`` grid trains VIT_EPOCHS
+    only; off digits the ``update_forms`` grid is UPDATE_FORMS_CHECK; the ``vit`` grid trains VIT_EPOCHS
     at demo size (the size's own epochs above it); the smoke size's budget (``_run``)."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}; known: {GRIDS}")
-    if reading not in READINGS:
-        raise ValueError(f"unknown reading {reading!r}; known: {READINGS}")
-    table = GRID_TABLES[name, reading if name in READING_GRIDS else None]
-    if name == "readings" and make_config(size, dataset).data.name != "digits":
-        table = READINGS_CHECK
+    if bundle not in BUNDLES:
+        raise ValueError(f"unknown bundle {bundle!r}; known: {BUNDLES}")
+    table = GRID_TABLES[name, bundle if name in BUNDLE_GRIDS else None]
+    if name == "update_forms" and make_config(size, dataset).data.name != "digits":
+        table = UPDATE_FORMS_CHECK
     budget = {"train.epochs": VIT_EPOCHS} if name == "vit" and size == "demo" else {}
     runs: dict[str, RunConfig] = {}
     for seed in seeds:
@@ -281,8 +281,8 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
             if label in ONCE and seed != seeds[0]:
                 continue  # the control runs once (its first seed): a reference, not a result
             runs[label + tag] = _run({**row, **budget}, size, dataset, seed)
-    # the runs' folder: <data set>-<size>-<grid><bundle suffix> (BUNDLE_SUFFIX) for READING_GRIDS
-    suffix = BUNDLE_SUFFIX[reading] if name in READING_GRIDS else ""
+    # the runs' folder: <data set>-<size>-<grid><bundle suffix> (BUNDLE_SUFFIX) for BUNDLE_GRIDS
+    suffix = BUNDLE_SUFFIX[bundle] if name in BUNDLE_GRIDS else ""
     return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{suffix}")
 
 
@@ -307,9 +307,9 @@ def adopted_label(scores: pd.Series, reference: str) -> str:
 
 
 def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0,
-              reading: str = "residual") -> RunConfig:
-    """The reference run every ablation arm of ``reading`` differs from in one setting."""
-    return _run({"residual": RESIDUAL_REF, "per-step": PER_STEP_REF, "adopted": ADOPTED_REF}[reading],
+              bundle: str = "residual") -> RunConfig:
+    """The reference run every ablation arm of ``bundle`` differs from in one setting."""
+    return _run({"residual": RESIDUAL_REF, "per-step": PER_STEP_REF, "adopted": ADOPTED_REF}[bundle],
                 size, dataset, seed)
 
 

@@ -5,11 +5,11 @@ Every metrics file carries, at its top level (a CSV in a sidecar ``<stem>.proven
     "provenance": {
         "commit": "27fde73-dirty",                     # git describe --always --dirty
         "runs": ["fashion-mnist-demo-families/frost-seed0", ...],   # <grid>/<label>, sorted
-        "settings": {"<run>": {"label": ..., "reading": ..., "model": ..., "update": ..., ...}}
+        "settings": {"<run>": {"label": ..., "bundle": ..., "model": ..., "update": ..., ...}}
     }
 
-``settings`` holds what tells the runs apart (``SETTINGS``; ``reading`` is the bundle of
-``grids.reading_of``). ``frost_nb.repro.verdicts`` reads a run's settings here and nowhere else.
+``settings`` holds what tells the runs apart (``SETTINGS``; ``bundle`` is the bundle of
+``grids.bundle_of``). ``frost_nb.repro.verdicts`` reads a run's settings here and nowhere else.
 The runs are those the metrics name (a ``key``, ``checkpoint`` or ``name`` field holding a run
 name or a run's ``model.pt``) and those ``runs.train_or_load`` handed out since the last write
 (``runs.take_read``).
@@ -63,10 +63,10 @@ def as_run_name(value: Any) -> str | None:
 def settings_of(cfg: RunConfig, label: str | None = None) -> dict[str, Any]:
     """The settings that tell ``cfg``'s run apart from the others, with its bundle and ``label``
     (the grid label the metrics give it, when known)."""
-    from .grids import reading_of
+    from .grids import bundle_of
 
     d = cfg.to_dict()
-    out = {"label": label, "reading": reading_of(cfg)}
+    out = {"label": label, "bundle": bundle_of(cfg)}
     for key in SETTINGS:
         section, _, field = key.partition(".")
         short = {"data.name": "dataset", "model.name": "model"}.get(key, field or section)

@@ -95,10 +95,10 @@ def labelled(d: dict, label: str, seed: int | None = None) -> list[tuple[str, di
             if s.get("label") == label and seed in (None, s["seed"])]
 
 
-def run_of(d: dict, row: dict, reading: str | None = None) -> dict | None:
+def run_of(d: dict, row: dict, bundle: str | None = None) -> dict | None:
     """The settings of the run behind one record of ``d``: by its ``key``, else by its label
     (``run`` or ``model``, without a seed tag) and ``seed`` among the provenance's runs; where
-    several match (a file that sets two bundles side by side), the one of bundle ``reading``."""
+    several match (a file that sets two bundles side by side), the one of bundle ``bundle``."""
     if "key" in row:
         return settings(d, row["key"])
     label = re.sub(r" seed \d+$", "", row.get("run") or row.get("model") or "")
@@ -106,8 +106,8 @@ def run_of(d: dict, row: dict, reading: str | None = None) -> dict | None:
     if not found:  # a run the file names without its label: by the name a grid gives it
         tail = f"/{slug(label)}-seed{row.get('seed', 0)}"
         found = [(k, s) for k, s in (d.get("provenance") or {}).get("settings", {}).items() if k.endswith(tail)]
-    if len(found) > 1 and reading is not None:
-        found = [(k, s) for k, s in found if s["reading"] == reading]
+    if len(found) > 1 and bundle is not None:
+        found = [(k, s) for k, s in found if s["bundle"] == bundle]
     return found[0][1] if len(found) == 1 else None
 
 
@@ -118,7 +118,7 @@ def slug(text: str) -> str:
 
 def bundle_of(d: dict) -> str:
     """The bundle of the FROST runs (with their ranking losses) a file names, the most common one."""
-    found = [s["reading"] for s in (d.get("provenance") or {}).get("settings", {}).values() if is_frost(s)]
+    found = [s["bundle"] for s in (d.get("provenance") or {}).get("settings", {}).values() if is_frost(s)]
     return max(sorted(set(found)), key=found.count) if found else NA
 
 
@@ -135,7 +135,7 @@ def form(s: dict | None) -> str:
 
 def own_form(s: dict) -> bool:
     """Whether ``s`` is its bundle's own frost (not a variant of it)."""
-    default = {"adopted": "leaky", "per-step": "leaky", "residual": "canonical"}.get(s["reading"])
+    default = {"adopted": "leaky", "per-step": "leaky", "residual": "canonical"}.get(s["bundle"])
     return s["update"] == default and s["init_state"] == "embedding" and not s.get("learn_hurst")
 
 
@@ -188,7 +188,7 @@ def table1_rows(m: Metrics) -> list[dict]:
             st = found[0][1]
             verdict = C.table1(frost, [basic[s] for s in seeds], control or None, [basic[s] for s in control_seeds])
             extra = f"; no ranking {_mean(control):.2f}" if control else ""
-            rows.append(row(1, st["reading"], form(st), d["dataset"], len(seeds), shown,
+            rows.append(row(1, st["bundle"], form(st), d["dataset"], len(seeds), shown,
                             f"{_mean(frost):.2f} vs {_mean(basic[s] for s in seeds):.2f}{extra}", verdict,
                             "02", primary=label == "frost"))
     for name in m.names("15_update_forms*"):
@@ -199,9 +199,9 @@ def table1_rows(m: Metrics) -> list[dict]:
             if st is None:
                 continue
             frost = [r["cos t=3"] for r in runs]
-            rows.append(row(1, st["reading"], form(st), d["dataset"], len(runs), shown,
+            rows.append(row(1, st["bundle"], form(st), d["dataset"], len(runs), shown,
                             f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic[:len(frost)]),
-                            "15", primary=own_form(st) and st["reading"] != "residual"))
+                            "15", primary=own_form(st) and st["bundle"] != "residual"))
     return rows
 
 
@@ -214,10 +214,10 @@ def contraction_rows(m: Metrics) -> list[dict]:
             if st is None:
                 continue
             jvp = [r["jvp_norm"] for r in runs]
-            rows.append(row(2, st["reading"], form(st), d["dataset"], len(runs), "norm < 1",
+            rows.append(row(2, st["bundle"], form(st), d["dataset"], len(runs), "norm < 1",
                             f"Jacobian {_mean(jvp):.2f}; step ratio {_mean(r['kappa'] for r in runs):.3f} "
                             "(descriptive)", C.contraction(jvp), "15",
-                            primary=own_form(st) and st["reading"] != "residual"))
+                            primary=own_form(st) and st["bundle"] != "residual"))
     return rows
 
 
@@ -238,7 +238,7 @@ def minkowski_rows(m: Metrics) -> list[dict]:
         seeds = sorted(s for (lab, s) in dims if lab == "frost" and all((b, s) in dims for b in BASELINES))
         frost = [dims[("frost", s)] for s in seeds]
         base = {b: [dims[(b, s)] for s in seeds] for b in BASELINES}
-        rows.append(row(3, st["reading"], form(st), d["dataset"], len(seeds), shown,
+        rows.append(row(3, st["bundle"], form(st), d["dataset"], len(seeds), shown,
                         f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
                         C.minkowski(frost, base), "03"))
     for d in m.files("15_minkowski_protocols"):
@@ -252,7 +252,7 @@ def minkowski_rows(m: Metrics) -> list[dict]:
         if st is None:
             continue
         held = sum(v == C.REPRODUCED for v in per.values())
-        rows.append(row(3, st["reading"], form(st), d["dataset"], len(d["seeds"]), shown,
+        rows.append(row(3, st["bundle"], form(st), d["dataset"], len(d["seeds"]), shown,
                         f"reproduced under {held} of {len(per)} protocols", C.minkowski_protocols(per), "15",
                         title="Minkowski dimension (8 protocols)", primary=False))
     return rows
@@ -271,7 +271,7 @@ def alpha_rows(m: Metrics) -> list[dict]:
             get = lambda k: [r[k] for r in rs]  # noqa: E731
             verdict = C.alpha(get("start"), get("min"), get("end"), get("max"),
                               get("min at (fraction of training)"), st["alpha_param"])
-            rows.append(row(4, st["reading"], form(st), d["dataset"], len(rs), "drops, recovers, < 1",
+            rows.append(row(4, st["bundle"], form(st), d["dataset"], len(rs), "drops, recovers, < 1",
                             f"{_mean(get('start')):.2f} -> {_mean(get('min')):.2f} -> {_mean(get('end')):.2f}",
                             verdict, _source(name)))
     return rows
@@ -292,7 +292,7 @@ def hurst_rows(m: Metrics) -> list[dict]:
         st = runs[0][1]
         verdict = C.hurst(fixed, [h for h, _ in learned], learned[0][1]["hurst_param"] if learned else None)
         top = max(fixed, key=lambda h: fixed[h][0])
-        rows.append(row(5, st["reading"], form(st), d["dataset"], 1, "alpha largest at small H; learned H > 1",
+        rows.append(row(5, st["bundle"], form(st), d["dataset"], 1, "alpha largest at small H; learned H > 1",
                         f"alpha largest at H = {top:g}" + (f"; learned H {learned[0][0]:.2f}" if learned else ""),
                         verdict, "04"))
     return rows
@@ -321,14 +321,14 @@ def loss_rows(m: Metrics) -> list[dict]:
         ours = f"gap {gap(rel):.2f} vs {gap(both):.2f}" if rel else "no L_rel run"
         if alone:
             ours += f"; L_abs alone {100 * alone['test_accuracy']:.2f}% vs {100 * both['test_accuracy']:.2f}%"
-        rows.append(row(6, st["reading"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours,
+        rows.append(row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours,
                         verdict, "04"))
         for lam, a in sorted(arms["abs"].items()):  # the other equal strengths, shown beside
             b = arms["both"].get(lam)
             if lam == DEFAULT_STRENGTH[1] or b is None:
                 continue
             v = C.loss_ablation([gap(b)], [b["test_accuracy"]], None, [gap(a)], [a["test_accuracy"]])
-            rows.append(row(6, st["reading"], form(st), d["dataset"], 1, "L_abs collapses",
+            rows.append(row(6, st["bundle"], form(st), d["dataset"], 1, "L_abs collapses",
                             f"L_abs alone {100 * a['test_accuracy']:.2f}% vs both (rel {b['lambda_rel']:g}) "
                             f"{100 * b['test_accuracy']:.2f}%", v, "04",
                             title=f"Loss ablation at lambda_abs = {lam:g}", primary=False))
@@ -344,7 +344,7 @@ def conflict_rows(m: Metrics) -> list[dict]:
             continue
         st = found[0][1]
         base = {k: [v] for k, v in summary.items() if k != "frost"}
-        rows.append(row(7, st["reading"], form(st), d["dataset"], 1, "> 0 vs < 0",
+        rows.append(row(7, st["bundle"], form(st), d["dataset"], 1, "> 0 vs < 0",
                         f"{summary['frost']:+.2f} vs {min(v[0] for v in base.values()):+.2f}.."
                         f"{max(v[0] for v in base.values()):+.2f}", C.gradient_conflict([summary["frost"]], base),
                         "04", primary=False))
@@ -356,7 +356,7 @@ def conflict_rows(m: Metrics) -> list[dict]:
                 continue
             st = run_of(d, frost_runs[0])
             base = {k: v for k, v in per.items() if k != "frost"}
-            rows.append(row(7, st["reading"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
+            rows.append(row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
                             f"{_mean(per['frost']):+.3f} vs {min(map(_mean, base.values())):+.3f}.."
                             f"{max(map(_mean, base.values())):+.3f}", C.gradient_conflict(per["frost"], base),
                             "15", title="" if strength == DEFAULT_STRENGTH else
@@ -407,9 +407,9 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
         seeds = sorted({r["seed"] for r in d["sweep"]})
         # the file's own key names its seed's run; the others by label and seed, of its bundle
         # (the file may set another bundle's runs beside them: notebook 05's compare_reading)
-        reading = d.get("reading")
+        bundle = d.get("bundle")
         sts = [run_of(d, {"key": d["key"]} if s == d.get("seed") and d.get("key") else {"model": "frost", "seed": s},
-                      reading) for s in seeds]
+                      bundle) for s in seeds]
         if not all(is_frost(s) for s in sts):
             continue
         yield "05", sts[0], d["dataset"], [[r for r in d["sweep"] if r["seed"] == s] for s in seeds], \
@@ -454,10 +454,10 @@ def table2_rows(m: Metrics) -> list[dict]:
                 at_depth[q].append(float(np.interp(C.PAPER_DEPTH[q] * depth[-1] / 16, depth, acc)) / acc[-1])
         n = len(sweeps)
         primary = own_form(st)
-        rows.append(row(9, st["reading"], form(st), dataset, n, shown,
+        rows.append(row(9, st["bundle"], form(st), dataset, n, shown,
                         " / ".join(f"{_mean(at_q[q]):.2f}" for q in C.KEPT_SHOWN), C.kept(at_q), source,
                         primary=primary))
-        rows.append(row(10, st["reading"], form(st), dataset, n, shown,
+        rows.append(row(10, st["bundle"], form(st), dataset, n, shown,
                         " / ".join(f"{_mean(at_depth[q]):.2f}" for q in C.KEPT_SHOWN), C.kept(at_depth), source,
                         primary=primary))
         pairs = [(s, f) for s, f in zip(sweeps, fixed) if f]
@@ -467,7 +467,7 @@ def table2_rows(m: Metrics) -> list[dict]:
                 steps = list(range(1, len(curve) + 1))
                 gain.append(_mean(r["accuracy"] - float(np.interp(r["mean_depth"], steps, curve))
                                   for r in s if r["quantile"] < 1.0))
-            rows.append(row(14, st["reading"], form(st), dataset, len(pairs), "no claim",
+            rows.append(row(14, st["bundle"], form(st), dataset, len(pairs), "no claim",
                             f"{100 * _mean(gain):+.1f} points", C.fixed_depth(gain), source, primary=primary))
     return rows
 
@@ -485,7 +485,7 @@ def vit_rows(m: Metrics) -> list[dict]:
             continue
         verdict = C.vit_depth([at["vit"]["mean_depth"]], vit["steps"], [at["vit"]["fraction"]],
                               [at["resnet"]["fraction"]])
-        rows.append(row(13, st["reading"], form(st), vit["dataset"], 1,
+        rows.append(row(13, st["bundle"], form(st), vit["dataset"], 1,
                         f"{theirs['mean_depth']} of {theirs['steps']}; {theirs['depth_fraction']:.2f} < "
                         f"{resnet['depth_fraction']:.2f}",
                         f"{at['vit']['mean_depth']:.2f} of {vit['steps']}; {at['vit']['fraction']:.2f} vs "
@@ -501,7 +501,7 @@ def table3_rows(m: Metrics) -> list[dict]:
     rows = []
     for d in m.files("06_complexity*"):
         demo = settings(d, (d.get("demo") or {}).get("key"))
-        bundle = demo["reading"] if demo else NA
+        bundle = demo["bundle"] if demo else NA
         for claim, column in ((11, "gflops / vanilla"), (12, "images_per_s / vanilla")):
             for backbone, rs in _by(d["ratios"], "backbone").items():
                 compared = [r for r in rs if r["model"] != "vanilla" and r.get(f"paper {column}") is not None]
@@ -537,7 +537,7 @@ def halting_rule_rows(m: Metrics) -> list[dict]:
             if not is_frost(st) or not others:
                 continue
             best_rule, best = max(others.items(), key=lambda kv: kv[1])
-            rows.append(row(15, st["reading"], form(st), d["dataset"], 1, "no claim",
+            rows.append(row(15, st["bundle"], form(st), d["dataset"], 1, "no claim",
                             f"{area[(model, 'frost')]:.3f} vs {best:.3f} ({best_rule})",
                             C.halting_rules([area[(model, "frost")]], [best]), "07", primary=own_form(st)))
     for d in m.files("15_head_refit"):
@@ -546,7 +546,7 @@ def halting_rule_rows(m: Metrics) -> list[dict]:
                             lambda ks: form(ks[1])).items():
             st = group[0][1]
             values = [margins[k] for k, _ in group if k in margins]
-            rows.append(row(15, st["reading"], form(st), d["dataset"], len(values), "no claim",
+            rows.append(row(15, st["bundle"], form(st), d["dataset"], len(values), "no claim",
                             f"best linear head {_mean(values):+.3f} area over fixed depth / confidence",
                             C.head_refit(values), "15", title="A learned head can beat fixed depth (refit)",
                             primary=False))
@@ -560,7 +560,7 @@ def benchmark_rows(m: Metrics) -> list[dict]:
         device = d.get("env", {}).get("device", "")
         if d.get("benchmark") == "adaptive_inference" and d.get("rows"):
             st = settings(d, next(iter((d.get("provenance") or {}).get("runs", [])), None))
-            at = (st["reading"] if st else NA, form(st), d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
+            at = (st["bundle"] if st else NA, form(st), d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
             # the stream (continuous batching, issue 33) at its defaults, refilled at once and the
             # next images embedded a slot batch ahead: its worst cell at 1 thread
             stream = [r for r in d["rows"] if r.get("mode") == "stream" and r.get("threads", 1) == 1
