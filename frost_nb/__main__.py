@@ -21,7 +21,7 @@ from typing import Any
 from .config import SIZES, ConfigError
 from .halting import PAPER_QUANTILES
 from .paths import shown_path
-from .repro.grids import GRIDS, BUNDLES
+from .repro.grids import BUNDLES, GRIDS
 from .runs import find_run, run_name
 
 

@@ -8,9 +8,9 @@ from frost_nb.notebook.tables import run_summary
 from frost_nb.repro.fidelity import collapse_row
 from frost_nb.repro.grids import (
     ABLATION_EPOCHS,
+    BUNDLES,
     GRIDS,
     HURST_VALUES,
-    BUNDLES,
     RESIDUAL_BUNDLE,
     RESIDUAL_SELECTION,
     TUNING_VALUES,
