@@ -199,7 +199,7 @@ def test_the_stream_benchmark_decides_claim_16_by_its_worst_default_cell(tmp_pat
 
 
 def test_a_file_with_two_bundles_side_by_side_reads_its_own_bundles_seeds():
-    """Notebook 05 with compare_reading names both bundles' runs of every seed: the sweep's other
+    """Notebook 05 with compare_bundle names both bundles' runs of every seed: the sweep's other
     seeds are its own bundle's (05_halting_fashion-mnist.json: global beside per-step)."""
     d = json.loads((V.default_metrics_dir() / "05_halting_fashion-mnist.json").read_text())
     assert d["compare_bundle"] == "per-step" and d["bundle"] == "adopted"

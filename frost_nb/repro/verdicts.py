@@ -406,7 +406,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
         d = m.json(name)
         seeds = sorted({r["seed"] for r in d["sweep"]})
         # the file's own key names its seed's run; the others by label and seed, of its bundle
-        # (the file may set another bundle's runs beside them: notebook 05's compare_reading)
+        # (the file may set another bundle's runs beside them: notebook 05's compare_bundle)
         bundle = d.get("bundle")
         sts = [run_of(d, {"key": d["key"]} if s == d.get("seed") and d.get("key") else {"model": "frost", "seed": s},
                       bundle) for s in seeds]
