@@ -84,7 +84,7 @@ def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs)
     assert [r for r in side if r["quantile"] == 1.0 and abs(r["kept"] - 1.0) > 1e-6] == []  # q = 1: full depth
     figures = {p.name for p in (out / "figures").iterdir()}
     assert {f"05_{f}_digits_smoke.png" for f in ("exit_histogram", "depth_per_class", "exit_examples", "depth_accuracy",
-                                            "vit_exit_histogram", "update_forms")} <= figures
+                                            "vit_exit_histogram", "readings")} <= figures
     with pytest.raises(papermill.PapermillExecutionError, match="compare_bundle='adopted' is the model's own bundle"):
         _run("05_halting.ipynb", tmp_path, monkeypatch, vit_checkpoint=None, compare_bundle="adopted")
 
