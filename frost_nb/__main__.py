@@ -13,23 +13,41 @@ or checks against, the README) the verdict table of the paper's claims.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
-from .config import SIZES, ConfigError
-from .halting import PAPER_QUANTILES
-from .paths import shown_path
-from .repro.grids import BUNDLES, GRIDS
-from .runs import find_run, run_name
+import torch
+
+# Modules that --help would load anyway are imported here. The analysis, notebook and verdict
+# modules load only in the commands that use them, and checkpoint and training functions are
+# looked up on their module when called (tests replace some of them).
+from . import checkpoint, training
+from .config import SIZES, ConfigError, make_config
+from .data.datasets import DataError, make_batches
+from .distributed import barrier, join_process_group, launched_world_size, leave_process_group
+from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
+from .inputs import ParameterError, check_split, number_in
+from .paths import (
+    OutputError,
+    atomic_path,
+    check_readable,
+    check_writable,
+    committed_runs_dir,
+    outputs_dir,
+    repo_root,
+    shown_path,
+)
+from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
+from .runs import discard_local, export_run, find_run, run_name, train_or_load
 
 
 def _config(args):
     """The config of a run command: size, data set, model, backbone, the --set overrides (JSON
     values when they parse, else strings), then --epochs, --seed and --root."""
-    from .config import make_config
-
     overrides = {}
     for pair in args.set:
         key, sep, value = pair.partition("=")
@@ -47,13 +65,11 @@ def _config(args):
 
 def _run_record(result) -> dict[str, Any]:
     """What a run is and what it reached: the same whether it was trained now or loaded."""
-    c = result.config
+    c, metrics = result.config, result.metrics
     return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
             "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed,
-            "name": run_name(result.checkpoint),
-            "params": result.model.num_parameters(),
-            "accuracy": result.metrics.get("test_accuracy"),
-            "train_seconds": result.metrics.get("train_seconds")}
+            "name": run_name(result.checkpoint), "params": result.model.num_parameters(),
+            "accuracy": metrics.get("test_accuracy"), "train_seconds": metrics.get("train_seconds")}
 
 
 def _summary(result) -> dict[str, Any]:
@@ -65,15 +81,12 @@ def _summary(result) -> dict[str, Any]:
 
 def _single_process_only(command: str) -> None:
     """Refuse torchrun's extra processes: each would train the same runs."""
-    from .distributed import launched_world_size
-    from .training import TrainingError
-
     world = launched_world_size()
     if world > 1:
-        raise TrainingError(f"'{command}' runs in a single process, but torchrun started {world}; "
-                            f"multi-process (DDP) training is what 'train' does: python -m "
-                            f"torch.distributed.run --nproc-per-node {world} -m frost_nb train ... "
-                            f"(or run '{command}' without torchrun)")
+        raise training.TrainingError(f"'{command}' runs in a single process, but torchrun started {world}; "
+                                     f"multi-process (DDP) training is what 'train' does: python -m "
+                                     f"torch.distributed.run --nproc-per-node {world} -m frost_nb train ... "
+                                     f"(or run '{command}' without torchrun)")
 
 
 def cmd_config(args) -> int:
@@ -86,16 +99,12 @@ def cmd_config(args) -> int:
 
 def cmd_train(args) -> int:
     """Train one run; under torchrun every process runs this, with DDP (rank 0 writes and prints)."""
-    from .distributed import barrier, join_process_group, leave_process_group
-    from .runs import discard_local, train_or_load
-    from .training import pick_device, train
-
     config = _config(args)
     progress = False if args.no_progress else None
-    setup, _ = join_process_group(pick_device(config.train.device))
+    setup, _ = join_process_group(training.pick_device(config.train.device))
     try:
         if args.checkpoint:
-            result = train(config, checkpoint=args.checkpoint, progress=progress)
+            result = training.train(config, checkpoint=args.checkpoint, progress=progress)
         else:
             if args.retrain and setup.is_distributed:
                 # train_or_load deletes the local run on --retrain: rank 0 does it first, so that
@@ -113,18 +122,13 @@ def cmd_train(args) -> int:
 
 def cmd_grid(args) -> int:
     """Train (or find in the cache) every run of a named grid, or one shard of it."""
-    from .inputs import ParameterError
-    from .repro.grids import Grid, family_of, grid, shard
-    from .runs import train_or_load
-
     _single_process_only("grid")
     try:
         index, count = (int(v) for v in args.shard.split("/"))
     except ValueError:
         raise ParameterError(f"--shard {args.shard!r} must look like INDEX/COUNT, e.g. 0/2") from None
-    seeds = tuple(args.seeds)
     try:
-        runs = grid(args.name, args.size, args.dataset, seeds, bundle=args.bundle)
+        runs = grid(args.name, args.size, args.dataset, tuple(args.seeds), bundle=args.bundle)
         if args.labels:  # only these rows (family_of: the label without its seed tag)
             unknown = sorted(set(args.labels) - {family_of(label) for label in runs})
             if unknown:
@@ -134,32 +138,23 @@ def cmd_grid(args) -> int:
         runs = shard(runs, index, count)
     except ValueError as err:
         raise ParameterError(str(err)) from None
+    progress = False if args.no_progress else None
     for label, config in runs.items():
-        progress = False if args.no_progress else None
         result = train_or_load(config, name=runs.run_name(label), progress=progress)
         print(json.dumps({"run": label, **_summary(result)}), flush=True)
     return 0
 
 
 def _load(args):
-    from .checkpoint import checkpoint_config, load_model
-    from .training import load_split, pick_device
-
-    config = checkpoint_config(args.checkpoint)
-    model, calibrator = load_model(args.checkpoint)
-    model.to(pick_device(config.train.device))  # the GPU when there is one
-    return config, model, calibrator, load_split(config, args.split, args.root)
+    config = checkpoint.checkpoint_config(args.checkpoint)
+    model, calibrator = checkpoint.load_model(args.checkpoint)
+    model.to(training.pick_device(config.train.device))  # the GPU when there is one
+    return config, model, calibrator, training.load_split(config, args.split, args.root)
 
 
 def cmd_evaluate(args) -> int:
-    import torch
-
     from .analysis.exits import quantile_for_depth
-    from .data.datasets import make_batches
-    from .halting import adaptive_predict, stream_predict
-    from .inputs import ParameterError, check_split, number_in
     from .notebook.glue import validate_params
-    from .training import load_split
 
     validate_params(quantile=args.quantile)
     config, model, calibrator, dataset = _load(args)
@@ -178,8 +173,8 @@ def cmd_evaluate(args) -> int:
     if args.budget_depth is not None:  # the quantile whose held-out mean depth meets the budget
         number_in("--budget-depth", args.budget_depth, 1, config.model.steps, error=ParameterError,
                   hint=f": a mean depth in steps, from 1 to this model's T = {config.model.steps}")
-        found = quantile_for_depth(model, calibrator, load_split(config, "val", args.root), args.budget_depth,
-                                   batch_size=config.train.eval_batch_size)
+        found = quantile_for_depth(model, calibrator, training.load_split(config, "val", args.root),
+                                   args.budget_depth, batch_size=config.train.eval_batch_size)
         args.quantile = found.quantile
         budget = {"budget_depth": found.budget, "val_mean_depth": found.mean_depth}
     tau = calibrator.threshold(args.quantile)
@@ -208,13 +203,9 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from pathlib import Path
-
     from .analysis.curves import SWEEP_COLUMNS, curve
-    from .inputs import check_split
     from .notebook.glue import validate_params
-    from .paths import atomic_path, check_writable
-    from .training import evaluate
+    from .repro import provenance
 
     for q in args.quantiles:
         validate_params(quantile=q)
@@ -222,16 +213,14 @@ def cmd_sweep(args) -> int:
         check_writable(args.csv, "CSV file", "pass another --csv")
     config, model, calibrator, dataset = _load(args)
     check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
-    outputs = evaluate(model, dataset, batch_size=config.train.eval_batch_size)
+    outputs = training.evaluate(model, dataset, batch_size=config.train.eval_batch_size)
     table = curve(outputs, calibrator=calibrator, quantiles=args.quantiles)[list(SWEEP_COLUMNS)]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.csv:
         with atomic_path(args.csv, "pass another --csv") as tmp:
             table.to_csv(tmp, index=False)
         # the sidecar <stem>.provenance.json: which run the CSV's numbers come from
-        from .repro import provenance as provenance
-        sidecar = Path(args.csv).with_suffix(".provenance.json")
-        with atomic_path(sidecar) as tmp:
+        with atomic_path(Path(args.csv).with_suffix(".provenance.json")) as tmp:
             tmp.write_text(json.dumps({"provenance": provenance.make({"checkpoint": str(args.checkpoint)})},
                                       indent=2) + "\n")
     return 0
@@ -242,9 +231,6 @@ def cmd_demo(args) -> int:
     from .analysis.curves import SWEEP_COLUMNS, curve
     from .notebook.glue import save_figure, write_metrics
     from .notebook.plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
-    from .paths import check_writable, outputs_dir
-    from .runs import train_or_load
-    from .training import evaluate, load_split
 
     _single_process_only("demo")
     config = _config(args)
@@ -252,7 +238,8 @@ def cmd_demo(args) -> int:
         check_writable(outputs_dir() / folder, f"{folder} folder", "set FROST_OUTPUTS to a writable folder",
                        folder=True)
     result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
-    outputs = evaluate(result.model, load_split(config, "test"), batch_size=config.train.eval_batch_size)
+    outputs = training.evaluate(result.model, training.load_split(config, "test"),
+                                batch_size=config.train.eval_batch_size)
     table = curve(outputs, calibrator=result.calibrator, quantiles=PAPER_QUANTILES)[list(SWEEP_COLUMNS)]
     name = f"demo_{config.model.name}_{config.data.name}"
     figures = {"training": plot_training(result.history, f"{config.model.name} on {config.data.name}"),
@@ -269,12 +256,8 @@ def cmd_demo(args) -> int:
 
 def cmd_export(args) -> int:
     """Export a finished local run folder, lean, into outputs/runs/ (or --to) and its index."""
-    from .checkpoint import CheckpointError
-    from .paths import check_readable, check_writable, committed_runs_dir
-    from .runs import export_run
-
     check_readable(args.run, "the run folder", "pass a finished run folder (<store>/<grid>/<label>/)",
-                   folder=True, error=CheckpointError)
+                   folder=True, error=checkpoint.CheckpointError)
     check_writable(args.to or committed_runs_dir(), "the runs folder", "pass another --to", folder=True)
     folder = export_run(args.run, args.to)
     index = folder.parent.parent / "index.csv"
@@ -285,11 +268,6 @@ def cmd_export(args) -> int:
 def cmd_verdicts(args) -> int:
     """The verdict tables of the paper's claims from the metrics files (frost_nb/repro/verdicts.py):
     the README's one row per claim, docs/results.md's every row."""
-    import difflib
-    from pathlib import Path
-
-    from .inputs import ParameterError
-    from .paths import atomic_path, check_readable, check_writable, repo_root
     from .repro.verdicts import MARKERS, TARGETS, current_block, replace_block, tables
 
     target = args.write if args.write is not None else args.check
@@ -409,17 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from .checkpoint import CheckpointError
-    from .data.datasets import DataError
-    from .inputs import ParameterError
-    from .paths import OutputError
-    from .training import TrainingError
-
     commands = {"demo": cmd_demo, "config": cmd_config, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep,
                 "export": cmd_export, "verdicts": cmd_verdicts}
     try:
         return commands[args.command](args)
-    except (ConfigError, DataError, ParameterError, CheckpointError, TrainingError, OutputError) as err:
+    except (ConfigError, DataError, ParameterError, checkpoint.CheckpointError, training.TrainingError,
+            OutputError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

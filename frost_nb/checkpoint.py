@@ -1,12 +1,9 @@
 """Checkpoints: the file format (docs/architecture.md, "Checkpoints"; the KLL sketch as bytes: a
 sketch cannot be pickled), atomic saves, loading, lean exports.
 
-Committed runs are *lean* exports (``lean_state``): enough to draw alpha over training (the
-paper's figure 1), but no optimiser, schedule or RNG state, so they load and evaluate but do not
-resume; about a quarter of a demo run's full checkpoint. A lean export is stored xz-compressed
-(``save_checkpoint(compress=True)``: lossless, about a fifth fewer bytes for float32 weights, which
-keeps the committed runs within the repository's budget, tests/test_repo_size.py);
-``load_checkpoint`` reads either form. Where runs live is ``runs.py``.
+Committed runs are *lean* exports (``lean_state``): enough to draw alpha over training (figure 1),
+no optimiser, schedule or RNG state (they load and evaluate, but do not resume), xz-compressed to
+keep the committed runs within the repository's budget (tests/test_repo_size.py).
 """
 
 from __future__ import annotations
@@ -28,44 +25,39 @@ from .models import create_model
 from .paths import OutputError, atomic_path, path_problem, repo_root
 
 FORMAT = 2  # bump when the layout of the checkpoint dict changes (2: the config stored whole, every field)
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, damaged, or not the one that was asked for."""
-
-
 XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of an xz stream: a compressed checkpoint
-
-
-def save_checkpoint(path: str | os.PathLike, state: dict[str, Any], *, compress: bool = False) -> Path:
-    """Write ``state`` to ``path`` atomically (temporary file, then rename); ``OutputError``
-    naming ``path`` when the system refuses the write. ``compress``: torch's bytes xz-compressed
-    (lossless; what lean exports use), which ``load_checkpoint`` recognises by ``XZ_MAGIC``."""
-    try:
-        # through a Python file, so that a failed write is the system's error (a full disk says so),
-        # not the "unexpected pos" of torch's own file writer; the bytes are the same
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            if compress:
-                buffer = io.BytesIO()
-                torch.save({"format": FORMAT, **state}, buffer)
-                f.write(lzma.compress(buffer.getvalue()))
-            else:
-                torch.save({"format": FORMAT, **state}, f)
-    except RuntimeError as err:  # torch's file writer reports a refused write so
-        raise OutputError(f"cannot write checkpoint {path} ({_torch_reason(err)}): choose a "
-                          "writable place") from err
-    return Path(path)
-
-
+LEAN_STEP_POINTS = 1000  # per-step history points kept in a lean export
+_RESUME_ONLY = ("optimizer", "scheduler", "rng")  # what only resuming needs
+LEAN_WEIGHTS = ("float32", "bfloat16")  # how a lean export may store the floating-point weights
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # sentences of torch's load errors that advise what we refuse on purpose (weights_only=False
 # runs the file's code) or what only a library author can do
 _ADVICE = ("weights_only", "safe_globals", "please", "documentation", "file an issue", "trusted source")
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, damaged, or not the one that was asked for."""
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict[str, Any], *, compress: bool = False) -> Path:
+    """Write ``state`` to ``path`` atomically; ``OutputError`` naming ``path`` when the system refuses
+    the write. ``compress``: torch's bytes xz-compressed (lean exports; ``XZ_MAGIC`` marks them)."""
+    try:
+        # through a Python file, so that a failed write is the system's error (a full disk says so),
+        # not the "unexpected pos" of torch's own file writer; the bytes are the same
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            buffer = io.BytesIO() if compress else f
+            torch.save({"format": FORMAT, **state}, buffer)
+            if compress:
+                f.write(lzma.compress(buffer.getvalue()))
+    except RuntimeError as err:  # torch's file writer reports a refused write so
+        raise OutputError(f"cannot write checkpoint {path} ({_torch_reason(err)}): choose a "
+                          "writable place") from err
+    return Path(path)
+
+
 def _torch_reason(err: BaseException) -> str:
-    """The first meaningful line of a torch error, without colour codes or advice to load the
-    file with ``weights_only=False``; else the exception's type."""
+    """The first meaningful line of a torch error, without colour codes or advice; else the error's type."""
     text = _ANSI.sub("", str(err))
     _, marker, detail = text.partition("WeightsUnpickler error:")  # what the unpickler refused
     for line in (detail if marker else text).splitlines():
@@ -76,21 +68,13 @@ def _torch_reason(err: BaseException) -> str:
     return type(err).__name__
 
 
-LEAN_STEP_POINTS = 1000  # per-step history points kept in a lean export
-_RESUME_ONLY = ("optimizer", "scheduler", "rng")  # what only resuming needs
-
-
-LEAN_WEIGHTS = ("float32", "bfloat16")  # how a lean export may store the floating-point weights
-
-
 def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any]:
     """A finished run's checkpoint dict without what only resuming needs, its per-step history
-    thinned to ``LEAN_STEP_POINTS`` evenly spaced steps (the first and the last kept, and the
-    steps where alpha and H reach their extremes, so the alpha tables read the same values).
+    thinned to ``LEAN_STEP_POINTS`` evenly spaced steps (the first, the last, and those where alpha
+    and H reach their extremes, so the alpha tables read the same values).
 
-    ``weights="bfloat16"`` stores the floating-point weights rounded to bf16 (half the bytes; a
-    `cifar`-size run's 1.48 M parameters take 3.0 MB instead of 5.9), marked ``weights`` in the
-    dict; ``load_model`` widens them back to float32. The stored metrics are then those of the
+    ``weights="bfloat16"`` stores the floating-point weights rounded to bf16 (half the bytes),
+    marked ``weights``; ``load_model`` widens them back. The stored metrics stay those of the
     float32 weights until the caller re-evaluates the rounded model (scripts/gpu.py does)."""
     if not state.get("complete"):
         raise CheckpointError("only a finished run can be exported lean (this one would need resuming)")
@@ -102,14 +86,12 @@ def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any
     if n > LEAN_STEP_POINTS and not state.get("lean"):  # a lean export is thinned once (idempotent)
         keep = {round(i * (n - 1) / (LEAN_STEP_POINTS - 1)) for i in range(LEAN_STEP_POINTS)}
         for key in ("alpha", "hurst"):  # their extremes are what the alpha tables report
-            series = [v for v in steps.get(key, ()) if v == v]  # NaN-free (hurst is NaN when fixed)
-            if series:
-                values = steps[key]
-                keep |= {values.index(min(series)), values.index(max(series))}
+            if series := [v for v in steps.get(key, ()) if v == v]:  # NaN-free (hurst is NaN when fixed)
+                keep |= {steps[key].index(min(series)), steps[key].index(max(series))}
         keep = sorted(keep)
         steps = {k: [v[i] for i in keep] for k, v in steps.items()}
-    # as tensors, losslessly (float32 where every value is a float32, which most logged values
-    # are: about half the bytes of pickled Python floats); load_checkpoint turns them back into lists
+    # as tensors, losslessly (float32 where every value is one: half the bytes of pickled floats);
+    # load_checkpoint turns them back into lists
     history["steps"] = {k: _as_tensor(v) for k, v in steps.items()}
     lean = {k: v for k, v in state.items() if k not in _RESUME_ONLY and k != "format"}
     if weights == "bfloat16":
@@ -120,13 +102,11 @@ def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any
 
 
 def _as_tensor(series: list) -> torch.Tensor | list:
-    """A numeric series as a tensor that gives back exactly its values (int64; float32 when
-    every value is one, else float64), else unchanged."""
+    """A numeric series as a tensor giving back exactly its values (int64, float32 or float64), else as is."""
     if not series or not all(type(v) in (int, float) for v in series):  # bools, None, lists: as they are
         return series
     try:
-        wide = torch.tensor(series, dtype=torch.float64) if any(isinstance(v, float) for v in series) \
-            else torch.tensor(series)
+        wide = torch.tensor(series, dtype=torch.float64 if float in map(type, series) else None)
     except (TypeError, ValueError, RuntimeError):
         return series
     narrow = wide.float().double()
@@ -136,9 +116,8 @@ def _as_tensor(series: list) -> torch.Tensor | list:
 
 
 def export_lean(source: str | os.PathLike, target: str | os.PathLike, weights: str = "float32") -> Path:
-    """Write the lean export of the finished checkpoint ``source`` (tensors on the CPU) to
-    ``target``, compressed (``runs.export_run`` exports a whole run folder: what gets committed);
-    ``weights`` as in ``lean_state``."""
+    """Write the lean export (``lean_state``) of the finished checkpoint ``source`` to ``target``,
+    compressed, tensors on the CPU (``runs.export_run`` exports a whole run folder)."""
     state = load_checkpoint(checkpoint_file(source), map_location="cpu")
     return save_checkpoint(target, lean_state(state, weights), compress=True)
 
@@ -147,18 +126,16 @@ def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = 
     """``torch.load(path, weights_only=True)`` of a checkpoint file, compressed (``XZ_MAGIC``) or
     not; torch's and lzma's errors pass through (``load_checkpoint`` names them)."""
     with open(path, "rb") as f:
-        compressed = f.read(len(XZ_MAGIC)) == XZ_MAGIC
-        if compressed:
-            f.seek(0)
-            data = io.BytesIO(lzma.decompress(f.read()))
+        head = f.read(len(XZ_MAGIC))
+        data = io.BytesIO(lzma.decompress(head + f.read())) if head == XZ_MAGIC else path
     # weights_only: a checkpoint is data (tensors, numbers, strings, bytes), never code
-    return torch.load(data if compressed else path, map_location=map_location, weights_only=True)
+    return torch.load(data, map_location=map_location, weights_only=True)
 
 
 def checkpoint_file(path: str | os.PathLike) -> Path:
     """``path``, a run folder meaning its ``model.pt``; a relative path missing from the working
     directory is looked up in the repository (a notebook in ``notebooks/`` names ``outputs/...``)."""
-    path = Path(path).expanduser()  # os.path's tests: False, never an error, where a folder may not be entered
+    path = Path(path).expanduser()  # os.path's tests: False, never an error, behind a folder not to enter
     if not path.is_absolute() and not os.path.lexists(path) and os.path.lexists(repo_root() / path):
         path = repo_root() / path
     if os.path.isdir(path) and os.path.isfile(path / "model.pt"):

@@ -24,8 +24,7 @@ def _fail(param: str, value: Any, expected: str, error: type[Exception] = Config
     raise error(f"{param}={value!r} is invalid: expected {expected}.")
 
 
-# Checks shared by every validation (config fields here; other code passes its own error type).
-# Each names the parameter and the bounds, and returns the value.
+# Checks shared by every validation (other code passes its own error type); each returns the value.
 
 def check_finite(param: str, value: float, *, hint: str = "", error: type[Exception] = ConfigError) -> float:
     """``value`` is a finite number (not NaN, not infinite)."""
@@ -60,10 +59,7 @@ def check_non_negative_int(param: str, value: int, *, what: str = "an integer", 
 SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes no more
 LOSS_WEIGHT_MAX = 1e3  # loss weights and margins: larger ones swamp the task loss (a typo, not a setting)
 LR_MAX = 10.0
-
-
-# the resolved annotation of each field of a dataclass, once per class (``from __future__ import
-# annotations`` leaves them as strings)
+# each field's resolved annotation, once per class (``from __future__ import annotations``: strings)
 _field_types = functools.cache(typing.get_type_hints)
 
 
@@ -91,19 +87,12 @@ class _Validated:
                 _fail(f"{self._section}.{f.name}", value, f"a value of type {f.type}")
         self.validate()
         for f in dataclasses.fields(self):  # after validate(): its messages name the bounds
-            value = getattr(self, f.name)
-            if isinstance(value, float):
+            if isinstance(value := getattr(self, f.name), float):
                 check_finite(f"{self._section}.{f.name}", value)
-
-    def validate(self) -> None:  # overridden
-        pass
 
     def _check(self, name: str, ok: bool, expected: str) -> None:
         if not ok:
             _fail(f"{self._section}.{name}", getattr(self, name), expected)
-
-    def _check_seed(self, name: str) -> None:
-        check_non_negative_int(f"{self._section}.{name}", getattr(self, name), what="a seed", high=SEED_MAX)
 
 
 MODELS = ("vanilla", "recurrent", "basic_ssm", "frost")
@@ -116,6 +105,8 @@ SIZES = ("smoke", "demo", "paper", "cifar")
 RANK_PAIRS = ("global", "per_step")
 SKETCH_WINDOWS = ("epoch", "run")
 CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
+# Fields that say where and how fast a run happens, not what it learns: left out of identity().
+WHERE_FIELDS = ("data.root", "data.download", "train.device", "train.num_workers", "train.eval_batch_size")
 
 
 def default_alpha_param(update: str) -> str:
@@ -140,7 +131,7 @@ class DataConfig(_Validated):
 
         self._check("name", self.name in DATASETS, f"one of {sorted(DATASETS)}")
         self._check("val_fraction", 0.0 <= self.val_fraction < 1.0, "a fraction in [0, 1)")
-        self._check_seed("split_seed")
+        check_non_negative_int("data.split_seed", self.split_seed, what="a seed", high=SEED_MAX)
         self._check("limit", self.limit is None or self.limit > 0, "None or a positive count")
 
 
@@ -167,24 +158,16 @@ class ModelConfig(_Validated):
     bcd_kernel: int = 1  # kernel size of the B, C, D convolutions (resnet); vit uses linear maps
     bcd_hidden: int = 0  # 0: one linear map each; >0: a two-layer map with this hidden width
     init_state: str = "embedding"  # h_0 = e ("embedding") or zeros ("zeros"); the paper is silent
-    # canonical | convex | gated (residual), leaky | leaky_gated (interpolating): docs/method.md
-    # sections 4, 5 and 13; leaky adopted (grids.ADOPTED_BUNDLE), gated the residual runs'
-    update: str = "leaky"
-    # softplus | exp | sigmoid, or "auto": the form's default (default_alpha_param), resolved on
-    # construction, so a config never holds it (a residual form's config is what it was before)
-    alpha_param: str = "auto"
+    update: str = "leaky"  # UPDATES: docs/method.md sections 4, 5, 13 (leaky: grids.ADOPTED_BUNDLE)
+    alpha_param: str = "auto"  # ALPHA_PARAMS, or "auto": default_alpha_param, resolved on construction
     alpha_init: float = 0.5  # initial value of alpha (the raw parameter is its inverse)
     hurst: float = 0.5  # H, fixed by default
     learn_hurst: bool = False
-    # learnable H as sigmoid(raw), in (0, 1), or "free": H = raw, which can leave (0, 1) (tests
-    # the paper's "a learnable H diverges"); only with learn_hurst
+    # learn_hurst only: H = sigmoid(raw) in (0, 1), or "free": H = raw ("a learnable H diverges")
     hurst_param: str = "sigmoid"
-    # leaky forms only: the scaled operators A_a(h) = alpha^(1-H) A(alpha^H h), B_a = alpha B
-    # inside the bracket instead of the plain A, B (docs/method.md section 5.4); H enters here
+    # leaky forms only: A_a(h) = alpha^(1-H) A(alpha^H h), B_a = alpha B in the bracket (section 5.4)
     scaled_inside: bool = False
-    # halting head on LayerNorm(GAP(h_t)) (as the classifier head) instead of the raw GAP(h_t),
-    # whose norm grows with t under a residual update (docs/method.md section 6.1); adopted bundle
-    halt_norm: bool = True
+    halt_norm: bool = True  # halting head on LayerNorm(GAP(h_t)), not the raw GAP (section 6.1)
 
     def validate(self) -> None:
         self._check("name", self.name in MODELS, f"one of {MODELS}")
@@ -211,9 +194,8 @@ class ModelConfig(_Validated):
         if self.learn_hurst and self.hurst_param == "sigmoid":  # sigmoid(raw) cannot start at 0 or 1
             self._check("hurst", 0.0 < self.hurst < 1.0, "a value in (0, 1) when model.learn_hurst")
         leaky = self.update in LEAKY_UPDATES
-        self._check("scaled_inside", leaky or not self.scaled_inside,
-                    f"False unless model.update is one of {LEAKY_UPDATES} (the other forms fix "
-                    "their operators)")
+        self._check("scaled_inside", leaky or not self.scaled_inside, f"False unless model.update is one "
+                    f"of {LEAKY_UPDATES} (the other forms fix their operators)")
         # with the plain A and B in the bracket H enters nowhere: a learnable H would get no gradient
         self._check("learn_hurst", not (self.learn_hurst and leaky and not self.scaled_inside),
                     f"False with model.update in {LEAKY_UPDATES} unless model.scaled_inside=True "
@@ -252,19 +234,14 @@ def replace_model(cfg: ModelConfig, **fields: Any) -> ModelConfig:
 class LossConfig(_Validated):
     _section = "loss"
     ranking: bool = True  # False: task loss only (the paper's baselines)
-    # fraction of the N x T loss matrix in the easy set and in the hard set (0.5: every entry in
-    # one of the two); issue 30 chooses it for the global sets (grids.RANK_FRAC_VALUES)
-    rank_frac: float = 0.5
-    # "global" (adopted): sets over all N x T entries; "per_step": within each step (docs/method.md 13)
-    rank_pairs: str = "global"
+    rank_frac: float = 0.5  # of the N x T losses in each of the easy and hard sets (grids.RANK_FRAC_VALUES)
+    rank_pairs: str = "global"  # sets over all N x T entries, or "per_step": within each (method.md 13)
     margin: float = 0.2
     lambda_rel: float = 1.0
     lambda_abs: float = 0.1
-    # does the halting loss's gradient (ranking or ponder) reach the backbone? (paper: ambiguous)
-    rank_grad_to_backbone: bool = True
+    rank_grad_to_backbone: bool = True  # does the halting loss's gradient reach the backbone? (ambiguous)
     label_smoothing: float = 0.0
-    # PonderNet (Banino et al., 2021) in place of the ranking losses: docs/method.md sections 10, 13
-    ponder: bool = False
+    ponder: bool = False  # PonderNet (Banino et al., 2021) in place of the ranking losses (section 10)
     ponder_prior: float = 0.125
     ponder_beta: float = 0.01
 
@@ -275,9 +252,8 @@ class LossConfig(_Validated):
         for name in ("lambda_rel", "lambda_abs", "ponder_beta"):
             check_range(f"loss.{name}", getattr(self, name), 0.0, LOSS_WEIGHT_MAX, what="a loss weight")
         self._check("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "a value in [0, 1)")
-        self._check("ponder", not (self.ponder and self.ranking),
-                    "False while loss.ranking is on (PonderNet's loss replaces the ranking losses: "
-                    "set loss.ranking=False with it)")
+        self._check("ponder", not (self.ponder and self.ranking), "False while loss.ranking is on "
+                    "(PonderNet's loss replaces the ranking losses: set loss.ranking=False with it)")
         self._check("ponder_prior", 0.0 < self.ponder_prior < 1.0, "a halting probability in (0, 1)")
 
     @property
@@ -291,14 +267,12 @@ class HaltingConfig(_Validated):
     _section = "halting"
     sketch_k: int = 200  # KLL size (rank error about 1.3% at 200)
     calibrate_on: str = "last_epoch+val"  # which halting scores feed the sketch (docs/method.md section 7)
-    # "epoch": a fresh sketch every epoch; "run": one sketch over every epoch's sources (the adopted
-    # reading, docs/method.md 5.5 and 7); resuming keeps it (the checkpoint stores it)
+    # "epoch": a fresh sketch every epoch; "run": one over every epoch's sources (docs/method.md 5.5, 7)
     sketch_window: str = "run"
 
     def validate(self) -> None:
         self._check("sketch_k", 8 <= self.sketch_k <= 65535, "a KLL size in [8, 65535]")
-        self._check("calibrate_on", self.calibrate_on in CALIBRATION_SOURCES,
-                    f"one of {CALIBRATION_SOURCES}")
+        self._check("calibrate_on", self.calibrate_on in CALIBRATION_SOURCES, f"one of {CALIBRATION_SOURCES}")
         self._check("sketch_window", self.sketch_window in SKETCH_WINDOWS, f"one of {SKETCH_WINDOWS}")
 
 
@@ -319,9 +293,8 @@ class TrainConfig(_Validated):
     amp: str = "auto"  # auto (bf16 on CUDA) | bf16 | off
     channels_last: str = "auto"  # auto (on CUDA for resnet) | on | off
     num_workers: int = 0  # DataLoader workers for folder data sets (ImageNet-100)
-    # every this many optimiser steps, record the cosine between the task and ranking
-    # gradients (losses.gradient_conflict; 3 extra passes on that batch); 0: never.
-    # A measurement only: it does not change the trained weights.
+    # every this many optimiser steps, record the cosine between the task and ranking gradients
+    # (losses.gradient_conflict; extra passes, the trained weights unchanged); 0: never
     diagnostics_every: int = 0
 
     def validate(self) -> None:
@@ -334,16 +307,12 @@ class TrainConfig(_Validated):
         self._check("momentum", 0 <= self.momentum < 1, "a momentum in [0, 1)")
         self._check("warmup_epochs", 0 <= self.warmup_epochs <= self.epochs, "between 0 and train.epochs")
         self._check("grad_clip", self.grad_clip >= 0, "0 (off) or a positive norm")
-        self._check_seed("seed")
+        check_non_negative_int("train.seed", self.seed, what="a seed", high=SEED_MAX)
         self._check("device", self.device in ("auto", "cpu", "cuda", "mps"), "auto, cpu, cuda or mps")
         self._check("amp", self.amp in ("auto", "bf16", "off"), "auto, bf16 or off")
         self._check("channels_last", self.channels_last in ("auto", "on", "off"), "auto, on or off")
         self._check("num_workers", self.num_workers >= 0, "a non-negative count")
         self._check("diagnostics_every", self.diagnostics_every >= 0, "0 (off) or a step count")
-
-
-# Fields that say where and how fast a run happens, not what it learns: left out of identity().
-WHERE_FIELDS = ("data.root", "data.download", "train.device", "train.num_workers", "train.eval_batch_size")
 
 
 # A field added later must default to the behaviour from before it: a stored config that lacks it
@@ -367,8 +336,7 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     def flat(self) -> dict[str, Any]:
-        """Every setting as ``section.field -> value`` ("size" first), the resolved config that
-        notebook 01 and ``python -m frost_nb config`` show."""
+        """Every setting as ``section.field -> value`` ("size" first), as ``frost_nb config`` shows it."""
         d = self.to_dict()
         return {"size": d.pop("size"), **{f"{section}.{name}": value for section, fields in d.items()
                                           for name, value in fields.items()}}
@@ -376,15 +344,13 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: dict) -> RunConfig:
         sections = {k: v for k, v in _field_types(cls).items() if k != "size"}  # name -> dataclass
-        unknown = set(d) - set(sections) - {"size"}
-        if unknown:
+        if unknown := set(d) - set(sections) - {"size"}:
             raise ConfigError(f"unknown config sections {sorted(unknown)}; expected {sorted(sections)}")
         kwargs: dict[str, Any] = {"size": d.get("size", RunConfig.size)}
         for name, klass in sections.items():
             values = d.get(name, {})  # a field it lacks (stored before the field existed) reads its default
             names = {f.name for f in dataclasses.fields(klass)}
-            bad = set(values) - names
-            if bad:
+            if bad := set(values) - names:
                 raise ConfigError(f"unknown {name} parameters {sorted(bad)}; known: {sorted(names)}")
             kwargs[name] = klass(**values)
         return cls(**kwargs)
@@ -393,8 +359,7 @@ class RunConfig:
         """Everything that changes the trained model: the config without WHERE_FIELDS. Two configs
         with the same identity are the same run (``runs.find_run``)."""
         d = self.to_dict()
-        for dotted in WHERE_FIELDS:
-            section, _, name = dotted.partition(".")
+        for section, _, name in (dotted.partition(".") for dotted in WHERE_FIELDS):
             d[section].pop(name)
         return d
 
@@ -403,24 +368,23 @@ class RunConfig:
         d = self.to_dict()
         for dotted, value in overrides.items():
             section, _, name = dotted.partition(".")
-            if not name:
-                if section != "size":
-                    raise ConfigError(f"override {dotted!r} must look like 'section.field'")
+            if not name and section == "size":
                 d["size"] = value
-                continue
-            if section not in d or not isinstance(d[section], dict):
+            elif not name:
+                raise ConfigError(f"override {dotted!r} must look like 'section.field'")
+            elif not isinstance(d.get(section), dict):
                 raise ConfigError(f"override {dotted!r}: unknown section {section!r}")
-            if name not in d[section]:
+            elif name not in d[section]:
                 raise ConfigError(f"override {dotted!r}: unknown parameter; known: {sorted(d[section])}")
-            d[section][name] = value
+            else:
+                d[section][name] = value
         if "model.alpha_param" not in overrides:
             d["model"]["alpha_param"] = _follow_update(self.model, d["model"]["update"])
         return RunConfig.from_dict(d)
 
 
 def config_difference(a: RunConfig, b: RunConfig, most: int = 3) -> str:
-    """The first ``most`` settings where the identities of ``a`` and ``b`` differ, as
-    ``section.field a -> b``, for error messages."""
+    """The first ``most`` settings whose values differ in the identities of ``a`` and ``b``, as text."""
     fa, fb = ({k: v for k, v in c.flat().items() if k not in WHERE_FIELDS} for c in (a, b))
     return ", ".join([f"{k} {fa[k]!r} -> {fb[k]!r}" for k in fa if fa[k] != fb[k]][:most]) or "none"
 
@@ -438,9 +402,8 @@ PRESETS: dict[tuple[str, str, str], Preset] = {
     ("smoke", "*", "any"): Preset(steps=4, width=16, bottleneck=8, stem_stride=1, norm_groups=4, patch_size=2,
         heads=2, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=10, batch_size=64,
         optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0, num_workers=0),
-    # demo: a CPU, minutes; the defaults of the dataclasses are its digits row (about a minute).
-    # No augmentation on the CPU data sets: these small models underfit in such short runs
-    # (docs/results.md, "Training without augmentation").
+    # demo: a CPU, minutes; the dataclasses' defaults are its digits row. No augmentation on the CPU
+    # data sets: small models underfit in such short runs (docs/results.md, "Training without ...")
     ("demo", "digits", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=1, norm_groups=8,
         patch_size=2, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=30,
         batch_size=64, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
@@ -476,9 +439,8 @@ PRESETS: dict[tuple[str, str, str], Preset] = {
         patch_size=16, heads=12, mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=2816, augment=True, epochs=100,
         batch_size=256, optimizer="adamw", lr=1e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=5.0,
         num_workers=8),
-    # cifar: the paper's ResNet-50-family branch at CIFAR's resolution, for a GPU: B, C, D as at
-    # paper size, a 16x16 state (stem stride 2 on 32 px), crops and flips, bf16 and channels-last
-    # on CUDA (train.amp, train.channels_last "auto"); SGD as for CIFAR ResNets
+    # cifar: the paper's ResNet-50-family branch and B, C, D at CIFAR's resolution (16x16 states) for a
+    # GPU: crops and flips, bf16 and channels-last on CUDA ("auto"); SGD as for CIFAR ResNets
     ("cifar", "*", "any"): Preset(steps=16, width=256, bottleneck=64, stem_stride=2, norm_groups=32,
         patch_size=2, heads=8, mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=896, augment=True, epochs=60,
         batch_size=256, optimizer="sgd", lr=0.1, weight_decay=5e-4, momentum=0.9, warmup_epochs=2.0,

@@ -1,8 +1,6 @@
-"""Multi-process training with torch's DistributedDataParallel (DDP), started by torchrun, which
-describes the job in environment variables (WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR,
-MASTER_PORT); docs/architecture.md, "Multi-process training". The ranks' halting sketches are
-pooled by ``HaltingCalibrator.merge_across_ranks``. Without torchrun every function here is a
-no-op: rank 0 of 1.
+"""Multi-process training with torch's DistributedDataParallel (DDP), started by torchrun
+(docs/architecture.md, "Multi-process training"). Without torchrun every function here is a no-op:
+rank 0 of 1.
 """
 
 from __future__ import annotations
@@ -19,6 +17,8 @@ import torch.distributed as dist
 
 from .config import ConfigError
 from .models import ModelOutput
+
+LEAVE_TIMEOUT = datetime.timedelta(seconds=60)  # how long leave_process_group waits for the other ranks
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,8 @@ def in_process_group() -> bool:
 
 
 def join_process_group(device: torch.device) -> tuple[DistributedSetup, torch.device]:
-    """This process's place in the job, and the device it trains on: under torchrun the first
-    call joins the group (NCCL on CUDA, gloo on the CPU; one the caller initialised is used as
-    it is) and a CUDA process takes the GPU of its LOCAL_RANK. Calling it again is harmless."""
+    """This process's place in the job, and its device: under torchrun the first call joins the group
+    (NCCL on CUDA, gloo on the CPU) and a CUDA process takes the GPU of its LOCAL_RANK; idempotent."""
     if not dist.is_available() or (not dist.is_initialized() and launched_world_size() <= 1):
         return DistributedSetup(), device
     if not dist.is_initialized():
@@ -80,9 +79,6 @@ def leave_process_group() -> None:
         dist.destroy_process_group()
 
 
-LEAVE_TIMEOUT = datetime.timedelta(seconds=60)
-
-
 def barrier() -> None:
     """Wait until every rank gets here (nothing to wait for in a single process)."""
     if in_process_group():
@@ -90,8 +86,7 @@ def barrier() -> None:
 
 
 def sum_over_ranks(values: Sequence[torch.Tensor | float], device: torch.device) -> list[float]:
-    """The sum over all ranks of each of a few numbers, in one all-reduce (in a single
-    process, the numbers themselves). One host sync either way."""
+    """The sum over all ranks of each of a few numbers, in one all-reduce and one host sync."""
     # float32: MPS has no float64; the numbers are per-batch losses and counts
     stacked = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=device).reshape(())
                            for v in values])  # (len(values),)
@@ -113,13 +108,11 @@ def _let_ddp_see_model_outputs() -> None:
 
 def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
     """``(parallel_model, its_batches, setup)``: in a multi-process job (joined here if need be),
-    DDP's wrapper around ``model`` and this rank's share of every batch (``ShardedBatches``);
-    otherwise ``model`` and ``batches`` themselves. Only the training forward goes through the
-    wrapper; everything else uses ``model`` (its ``.module``), so checkpoints do not change.
-    ``find_unused_parameters``: some parameters get no gradient (their ``.grad`` stays None, as
-    in one process). DDP's warning that it "did not find any unused parameters" is a false
-    positive (it searches from every output, not the loss); turning the flag off fails.
-    """
+    DDP's wrapper around ``model`` (for the training forward only: checkpoints do not change) and
+    this rank's share of every batch; otherwise ``model`` and ``batches`` themselves.
+    ``find_unused_parameters``: some parameters get no gradient. DDP's warning that it "did not find
+    any unused parameters" is a false positive (it searches from every output, not the loss): turning
+    the flag off fails."""
     device = next(model.parameters()).device
     setup, rank_device = join_process_group(device)
     if not setup.is_distributed:
@@ -140,8 +133,7 @@ def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
 
 class ShardedBatches:
     """This rank's share of every batch: every rank draws the same ``batches`` (same generator
-    state) and rank r keeps the r-th of ``world_size`` contiguous slices. Each rank still builds
-    the whole batch (for folder sets it decodes every image on every rank)."""
+    state) and rank r keeps the r-th of ``world_size`` contiguous slices."""
 
     def __init__(self, batches, setup: DistributedSetup) -> None:
         self.batches, self.setup = batches, setup

@@ -34,13 +34,8 @@ class HaltingCalibrator:
     >>> cal.threshold(1.0)                  # full depth for everyone
     inf
 
-    Not deterministic (docs/method.md section 7): the KLL sketch compacts with coin flips that
-    cannot be seeded, so two runs fed the same scores, or a run resumed from a checkpoint (the
-    restored sketch is exact, later scores get new flips), end with thresholds that differ by
-    at most about twice ``rank_error`` (about 1.3% of the scores at k = 200) in rank.
-
-    A KLL sketch cannot be pickled: checkpoints store ``to_bytes()`` (``from_bytes`` restores
-    it), and pickling this wrapper goes through those bytes.
+    Not deterministic (unseeded coin flips: runs differ by up to about twice ``rank_error`` in
+    rank; docs/method.md section 7). Pickled through ``to_bytes()``, as checkpoints store it.
     """
 
     def __init__(self, k: int = 200) -> None:
@@ -79,13 +74,9 @@ class HaltingCalibrator:
         return out
 
     def merge_across_ranks(self, shared: HaltingCalibrator | None = None) -> HaltingCalibrator:
-        """Pool the sketches of all processes of a DDP job: afterwards every rank holds the
-        same sketch, with each rank's scores counted once (``n`` is the sum over ranks).
-        ``shared``: a sketch every rank holds alike (of the same scores), folded in once.
-
-        A collective: every rank must call it. Rank 0 merges and sends the result to all, as
-        KLL merging flips unseeded coins. Without a process group it merges ``shared`` only.
-        """
+        """Pool the sketches of a DDP job's ranks (each rank's scores once, and ``shared`` once) into
+        every rank: a collective, rank 0 merging (KLL merging flips unseeded coins) and sending the
+        result to all. Without a process group it merges ``shared`` only."""
         if shared is not None and (not in_process_group() or torch.distributed.get_rank() == 0):
             self.merge(shared)
         if not in_process_group():
@@ -158,9 +149,8 @@ class HaltingCalibrator:
         self._sketch = kll_floats_sketch.deserialize(state["sketch"])
 
     def __repr__(self) -> str:
-        if self.is_empty:
-            return f"HaltingCalibrator(k={self.k}, n=0)"
-        return f"HaltingCalibrator(k={self.k}, n={self.n}, median={self.median:.4g})"
+        median = "" if self.is_empty else f", median={self.median:.4g}"
+        return f"HaltingCalibrator(k={self.k}, n={self.n}{median})"
 
 
 def _checked_tau(tau: Any) -> float:
@@ -170,8 +160,7 @@ def _checked_tau(tau: Any) -> float:
 
 
 def exit_steps(scores: Tensor, tau: float) -> Tensor:
-    """Exit depth in 1..T of each sample: first t with p_t > tau, else T. (N, T) -> (N,) int64.
-
+    """Exit depth in 1..T of each sample: first t with p_t > tau, else T. (N, T) -> (N,) int64;
     tau: any real number but NaN (+inf: full depth for everyone, as ``threshold(1.0)``)."""
     tau = _checked_tau(tau)
     scores = torch.as_tensor(scores)
@@ -192,10 +181,9 @@ class AdaptiveResult(NamedTuple):
     halt_scores: Tensor | None  # (N,) float32 p at the exit step (return_scores=True), else None
 
 
-def _per_sample_fields(obj: Any, n: int) -> dict[str, Tensor | None] | None:
-    """The fields of a dataclass instance when every one is None or a tensor of ``n`` rows
-    (a bundle of per-sample tensors such as the models' StepContext), else None."""
-    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+def _per_sample_fields(obj: Any, n: int | None) -> dict[str, Tensor | None] | None:
+    """The fields of a dataclass when each is None or a tensor of ``n`` rows (as StepContext's), else None."""
+    if n is None or not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         return None
     fields = {}
     for f in dataclasses.fields(obj):
@@ -207,37 +195,46 @@ def _per_sample_fields(obj: Any, n: int) -> dict[str, Tensor | None] | None:
     return fields
 
 
-def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
-    """The rows ``idx`` of a state or context of ``n`` samples: tensors, dataclasses of
-    per-sample tensors, objects with ``select``, tuples. Rows are taken with ``index_select``
-    (on the CPU several times faster than ``v[idx]``: compaction runs at nearly every step)."""
-    if obj is None:
+def _rowwise(op: Any, objs: tuple, ns: tuple, other: Any) -> Any:
+    """``op`` on the tensors of ``objs``, states or contexts alike of ``ns`` rows each: tensors,
+    dataclasses of per-sample tensors, tuples and lists (None stays None). Anything else:
+    ``other(*objs)``, or a TypeError with ``other`` (a message) naming the type."""
+    a = objs[0]
+    if all(o is None for o in objs):
         return None
-    if isinstance(obj, Tensor):
-        return obj.index_select(0, idx)
-    fields = _per_sample_fields(obj, n) if n is not None else None
-    if fields is not None:
-        return type(obj)(**{k: _select(v, idx) for k, v in fields.items()})
-    if hasattr(obj, "select") and callable(obj.select):
-        return obj.select(idx)
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_select(o, idx, n) for o in obj)
-    raise TypeError(f"do not know how to take a subset of the batch from {type(obj).__name__}")
+    if isinstance(a, Tensor):
+        return op(*objs)
+    alike = all(type(o) is type(a) for o in objs)
+    fields = [_per_sample_fields(o, n) for o, n in zip(objs, ns)]
+    if alike and all(f is not None for f in fields):
+        return type(a)(**{k: _rowwise(op, tuple(f[k] for f in fields), ns, other) for k in fields[0]})
+    if alike and isinstance(a, (tuple, list)):
+        return type(a)(_rowwise(op, parts, ns, other) for parts in zip(*objs))
+    if isinstance(other, str):
+        raise TypeError(other.format(type(a).__name__))
+    return other(*objs)
+
+
+def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
+    """The rows ``idx`` of a state or context of ``n`` samples (``_rowwise``, else ``obj.select``), by
+    ``index_select``: on the CPU several times faster than ``v[idx]``, and compaction is frequent."""
+
+    def other(o: Any) -> Any:
+        if callable(getattr(o, "select", None)):
+            return o.select(idx)
+        raise TypeError(f"do not know how to take a subset of the batch from {type(o).__name__}")
+
+    return _rowwise(lambda v: v.index_select(0, idx), (obj,), (n,), other)
 
 
 def _span(obj: Any, lo: int, hi: int, n: int) -> Any:
-    """Rows ``lo`` to ``hi`` of a state or context of ``n`` samples, as views where it can
-    (tensors, dataclasses of per-sample tensors, tuples), else ``_select``'s copy."""
-    if obj is None:
-        return None
-    if isinstance(obj, Tensor):
-        return obj[lo:hi]
-    fields = _per_sample_fields(obj, n)
-    if fields is not None:
-        return type(obj)(**{k: _span(v, lo, hi, n) for k, v in fields.items()})
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_span(o, lo, hi, n) for o in obj)
-    return _select(obj, torch.arange(lo, hi), n)
+    """Rows ``lo`` to ``hi`` of a state or context of ``n`` samples: views where it can, else a copy."""
+    return _rowwise(lambda v: v[lo:hi], (obj,), (n,), lambda o: _select(o, torch.arange(lo, hi), n))
+
+
+def _like(v: Tensor, u: Tensor, rows: int) -> Tensor:
+    """``v`` (``rows`` rows) expanded to ``u``'s trailing shape: a rule's placeholder memory (KL's zeros)."""
+    return v if v.shape[1:] == u.shape[1:] else v.expand(rows, *u.shape[1:])
 
 
 def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
@@ -253,8 +250,7 @@ def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
 
 
 def _halting(tau: Any, rule: Any, caller: str) -> Any:
-    """What the loops test exits with: FROST's threshold tau (a float, NaN refused) or an
-    ``OnlineRule`` (anything with ``start`` and ``fires``), checked once."""
+    """What exits are tested with: FROST's tau (a float, NaN refused) or an ``OnlineRule``, checked once."""
     if rule is not None and tau is not None:
         raise TypeError(f"{caller}: give either tau (FROST's threshold) or rule "
                         "(a halting_rules.OnlineRule), not both")
@@ -280,8 +276,7 @@ def _exit_test(halting: Any, t: Tensor | int, h: Any, logits: Tensor, halt_logit
 
 
 class _Exits:
-    """The outputs of the samples that have exited, kept by input row until the end (when the
-    number of samples may only then be known) and put in input order once."""
+    """The exited samples' outputs, kept by input row and put in input order once, at the end."""
 
     def __init__(self, return_scores: bool) -> None:
         self.return_scores = return_scores
@@ -293,7 +288,7 @@ class _Exits:
             depth = torch.full(rows.shape, depth, dtype=torch.int64, device=rows.device)
         self.parts.append((rows, logits, depth, p if self.return_scores else None))
 
-    def result(self, n: int, num_classes: int, device: Any) -> AdaptiveResult:
+    def result(self, num_classes: int, device: Any) -> AdaptiveResult:
         if not self.parts:  # nothing ran: an empty input
             return AdaptiveResult(torch.empty((0, num_classes), device=device),
                                   torch.empty(0, dtype=torch.int64, device=device),
@@ -313,24 +308,13 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
                      return_scores: bool = False, allow_other_size: bool = False,
                      compact_below: float = 1.0, rule: Any = None) -> AdaptiveResult:
     """Run the model step by step, dropping each sample from the batch once it exits
-    (docs/method.md section 8). Runs without gradient and leaves the model's mode alone: call
-    ``model.eval()`` first.
+    (docs/method.md section 8), without gradient in the model's mode (call ``model.eval()``).
 
-    Uses the model's step-wise API (``embed``, optional ``context``, ``init_state``, ``step``,
-    ``readout``, ``config.steps``). ``x`` is checked once (``inputs.check_images``): float
-    images normalised as in training, of the config's shape (``allow_other_size``: the ResNet
-    family at another image size). ``tau`` may be any real number but NaN (+inf: full depth).
-
-    Cost beyond the model's own steps: one host sync per step (the exit count) and a row copy
-    of the state and context at each step where some sample exits. ``compact_below`` in [0, 1]:
-    compact only once the samples still running are at most this share of the rows carried
-    (1: at every exit; 0: never); exits do not depend on it (docs/scaling.md measures it).
-
-    ``rule`` (a ``halting_rules.OnlineRule``, instead of ``tau``) exits by another halting rule
-    (docs/method.md section 10); its per-row memory is compacted with the rows.
-
-    A batch ends with its late steps on the few samples still running; ``stream_predict`` keeps
-    the batch full instead (weight-tied families only).
+    ``x`` is checked once (``inputs.check_images``; ``allow_other_size``: the ResNet family at
+    another image size). ``tau``: any real number but NaN (+inf: full depth); or ``rule``, a
+    ``halting_rules.OnlineRule`` (section 10), its per-row memory compacted with the rows.
+    ``compact_below`` in [0, 1]: compact only once the running samples are at most this share of
+    the rows carried (1: at every exit; 0: never); exits do not depend on it (docs/scaling.md).
     """
     steps = int(model.config.steps)
     halting = _halting(tau, rule, "adaptive_predict")
@@ -355,12 +339,11 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
             if live is not None:
                 done &= live  # a sample that exited already never writes again
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step: compaction needs it
-            n_exit = exit_pos.numel()
-            if n_exit == 0:
+            if exit_pos.numel() == 0:
                 continue
             exits.add(idx.index_select(0, exit_pos), logits.index_select(0, exit_pos), t + 1,
                       p.index_select(0, exit_pos))
-            n_live -= n_exit
+            n_live -= exit_pos.numel()
             if n_live == 0:
                 break
             live = ~done if live is None else live & ~done
@@ -368,41 +351,20 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
             if n_live <= compact_below * n_carried:  # drop the exited rows now
                 keep = live.nonzero().squeeze(1)  # (n_live,) ascending
                 idx, live = idx.index_select(0, keep), None
-                h, ctx = _select(h, keep, n_carried), _select(ctx, keep, n_carried)
-                memory = _select(memory, keep, n_carried)
-    return exits.result(n, getattr(model.config, "num_classes", 0), x.device)
+                h, ctx, memory = (_select(v, keep, n_carried) for v in (h, ctx, memory))
+    return exits.result(getattr(model.config, "num_classes", 0), x.device)
 
 
 # --- continuous batching ------------------------------------------------------------------------
 
+_STREAM_FIX = ("make the context a dataclass of per-sample tensors (as the models' StepContext) or a "
+               "tensor, or use adaptive_predict")
+
+
 def _join(a: Any, b: Any, na: int, nb: int) -> Any:
-    """The rows of ``a`` (na samples) followed by those of ``b`` (nb): tensors, dataclasses of
-    per-sample tensors (the models' StepContext), tuples. A tensor of ``b`` whose trailing
-    shape broadcasts to ``a``'s (a rule's placeholder memory before step 1, e.g. the KL rule's
-    (n, 1) zeros) is expanded to it."""
-    if a is None and b is None:
-        return None
-    if isinstance(a, Tensor):
-        if b.shape[1:] != a.shape[1:]:
-            b = b.expand(nb, *a.shape[1:])
-        return torch.cat([a, b])
-    fa, fb = _per_sample_fields(a, na), _per_sample_fields(b, nb)
-    if fa is not None and fb is not None and type(a) is type(b):
-        return type(a)(**{k: _join(fa[k], fb[k], na, nb) for k in fa})
-    if isinstance(a, (tuple, list)) and type(a) is type(b):
-        return type(a)(_join(u, v, na, nb) for u, v in zip(a, b))
-    raise TypeError(f"stream_predict cannot join the rows of two {type(a).__name__} contexts: make "
-                    f"the context a dataclass of per-sample tensors (as the models' StepContext) "
-                    f"or a tensor, or use adaptive_predict")
-
-
-def _refuse_a_step_that_reads_t(model: torch.nn.Module) -> None:
-    """Rows at different depths share one step call: only a weight-tied step allows that."""
-    config = getattr(model, "config", None)
-    if getattr(config, "name", None) == "vanilla" or not getattr(model, "weight_tied", True):
-        raise ValueError("stream_predict needs a weight-tied step (recurrent, basic_ssm, frost): "
-                         f"{getattr(config, 'name', type(model).__name__)}'s step depends on t, so "
-                         "rows at different depths cannot share a step call; use adaptive_predict")
+    """The rows of ``a`` (na samples) followed by those of ``b`` (nb), as ``_rowwise`` and ``_like``."""
+    return _rowwise(lambda u, v: torch.cat([u, _like(v, u, nb)]), (a, b), (na, nb),
+                    "stream_predict cannot join the rows of two {} contexts: " + _STREAM_FIX)
 
 
 class StreamEvent(NamedTuple):
@@ -417,22 +379,27 @@ class StreamEvent(NamedTuple):
 
 
 class _Feed:
-    """The stream's images, handed out a few at a time across its batches; each batch is checked
-    (``inputs.check_images``, the error naming the batch) when it is first reached, so before any
-    of its images is stepped."""
+    """The stream's images, embedded (``prologue``) ``ahead`` at a time before their admission, so
+    admitting a few rows is a row copy, not a stem call at the small-batch price (docs/scaling.md).
+    Each batch is checked (``inputs.check_images``, naming the batch) when it is first reached."""
 
-    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool) -> None:
-        self.model, self.allow_other_size = model, allow_other_size
-        self.batches = iter([images] if isinstance(images, (Tensor, np.ndarray)) else images)
-        self.pending: Tensor | None = None  # the rest of the batch being admitted
-        self.count = 0  # batches taken so far
+    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int) -> None:
+        self.model, self.allow_other_size, self.ahead = model, allow_other_size, ahead
+        self.batches = enumerate([images] if isinstance(images, (Tensor, np.ndarray)) else images)
+        self.rest: Tensor | None = None  # the rest of the batch being taken
         self.shape: tuple[int, ...] | None = None  # (C, H, W) of the first batch
         self.offset = 0  # input position of the next image
-        self.more = True
+        self.unread = True  # the stream may hold more images
+        self.buffer: tuple[Tensor, Any, Any] | None = None  # embedded: input positions, h_0, context
+        self.at = self.n = 0  # the next buffered row; the rows buffered
+        self.pending: tuple[Tensor, Tensor] | None = None  # taken by fetch, not yet embedded
+
+    @property
+    def more(self) -> bool:
+        return self.at < self.n or self.unread
 
     def _next_batch(self) -> Tensor | None:
-        for x in self.batches:
-            i, self.count = self.count, self.count + 1
+        for i, x in self.batches:
             x = check_images(self.model, x, allow_other_size=self.allow_other_size,
                              name=f"batch {i} of the stream")
             if self.shape is None:
@@ -443,127 +410,81 @@ class _Feed:
                                  f"images of one shape")
             if x.shape[0]:
                 return x
-        self.more = False
+        self.unread = False
         return None
 
-    def take(self, k: int) -> tuple[Tensor, Tensor] | None:
-        """Up to ``k`` images (a, C, H, W) and their input positions (a,), None once none is left."""
-        parts, a = [], 0
-        while a < k and self.more:
-            if self.pending is None or self.pending.shape[0] == 0:
-                self.pending = self._next_batch()
-                if self.pending is None:
+    def fetch(self, k: int) -> Tensor | None:
+        """Take the next images from the stream when fewer than ``k`` are buffered (``ahead`` of
+        them, or ``k`` if more); their input positions, before they are embedded (``embed``)."""
+        if self.n - self.at >= k or not self.unread:
+            return None
+        want, parts, a = max(self.ahead, k) - (self.n - self.at), [], 0
+        while a < want and self.unread:
+            if self.rest is None or self.rest.shape[0] == 0:
+                self.rest = self._next_batch()
+                if self.rest is None:
                     break
-            part, self.pending = self.pending[:k - a], self.pending[k - a:]  # views
+            part, self.rest = self.rest[:want - a], self.rest[want - a:]  # views
             parts.append(part)
             a += part.shape[0]
         if not parts:
             return None
         x = parts[0] if len(parts) == 1 else torch.cat(parts)  # (a, C, H, W)
-        rows = torch.arange(self.offset, self.offset + a, device=x.device)
+        self.pending = x, torch.arange(self.offset, self.offset + a, device=x.device)
         self.offset += a
-        return x, rows
-
-
-class _Embedded:
-    """The stream's next images already embedded (stem, context and h_0: ``prologue``), taken
-    from ``feed`` ``ahead`` at a time, so admitting a few rows is a row copy, not a stem call on
-    a few rows at the small-batch price (docs/scaling.md, "Continuous batching"). ``ahead = 1``
-    embeds exactly the rows admitted."""
-
-    def __init__(self, model: torch.nn.Module, feed: _Feed, ahead: int) -> None:
-        self.model, self.feed, self.ahead = model, feed, ahead
-        self.rows = self.h0 = self.ctx0 = None  # the buffer: input positions, h_0, context
-        self.at = self.n = 0  # the next buffered row; the rows buffered
-        self.pending: tuple[Tensor, Tensor] | None = None  # taken by fetch, not yet embedded
-
-    @property
-    def more(self) -> bool:
-        return self.at < self.n or self.feed.more
-
-    def fetch(self, k: int) -> Tensor | None:
-        """Take the next images from the feed when fewer than ``k`` are buffered (``ahead`` of
-        them, or ``k`` if more); their input positions, before they are embedded (``embed``)."""
-        if self.n - self.at >= k or not self.feed.more:
-            return None
-        self.pending = self.feed.take(max(self.ahead, k) - (self.n - self.at))
-        return None if self.pending is None else self.pending[1]
+        return self.pending[1]
 
     def embed(self) -> None:
         """Embed what ``fetch`` took, after the rows still buffered."""
         x, rows = self.pending
         self.pending = None
-        h0, ctx0 = prologue(self.model, x)
+        new = (rows, *prologue(self.model, x))
         left = self.n - self.at
-        if left == 0:
-            self.rows, self.h0, self.ctx0 = rows, h0, ctx0
-        else:  # the rows still buffered, then the new ones
-            self.rows = torch.cat([self.rows[self.at:], rows])
-            self.h0 = _join(_span(self.h0, self.at, self.n, self.n), h0, left, rows.numel())
-            self.ctx0 = _join(_span(self.ctx0, self.at, self.n, self.n), ctx0, left, rows.numel())
-        self.at, self.n = 0, left + rows.numel()
+        if left:  # the rows still buffered, then the new ones
+            new = _join(_span(self.buffer, self.at, self.n, self.n), new, left, rows.numel())
+        self.buffer, self.at, self.n = new, 0, left + rows.numel()
 
     def take(self, k: int) -> tuple[Tensor, Any, Any] | None:
         """Up to ``k`` buffered rows: (input positions, h_0, context); None if none is buffered."""
         a = min(k, self.n - self.at)
         if a == 0:
             return None
-        lo, hi = self.at, self.at + a
-        self.at = hi  # views: the buffer is never written in place, only replaced by embed
-        return self.rows[lo:hi], _span(self.h0, lo, hi, self.n), _span(self.ctx0, lo, hi, self.n)
+        self.at += a  # views: the buffer is never written in place, only replaced by embed
+        return _span(self.buffer, self.at - a, self.at, self.n)
 
 
 def _put(obj: Any, pos: Tensor, new: Any, n: int) -> Any:
-    """Write the rows of ``new`` into the rows ``pos`` of ``obj`` (``n`` rows), in place: tensors,
-    dataclasses of per-sample tensors, tuples (as ``_join``, a broadcastable placeholder is
-    expanded). Returns ``obj``."""
-    if obj is None:
-        return None
-    if isinstance(obj, Tensor):
-        if new.shape[1:] != obj.shape[1:]:
-            new = new.expand(new.shape[0], *obj.shape[1:])
-        return obj.index_copy_(0, pos, new.to(obj.dtype))
-    fields, new_fields = _per_sample_fields(obj, n), _per_sample_fields(new, pos.numel())
-    if fields is not None and new_fields is not None and type(obj) is type(new):
-        for k, v in fields.items():
-            _put(v, pos, new_fields[k], n)
-        return obj
-    if isinstance(obj, (tuple, list)) and type(obj) is type(new):
-        for u, v in zip(obj, new):
-            _put(u, pos, v, n)
-        return obj
-    raise TypeError(f"stream_predict cannot write rows into a {type(obj).__name__} context: make the "
-                    f"context a dataclass of per-sample tensors (as the models' StepContext) or a "
-                    f"tensor, or use adaptive_predict")
+    """Write the rows of ``new`` into the rows ``pos`` of ``obj`` (``n`` rows), in place; returns ``obj``."""
+    if obj is not None:
+        _rowwise(lambda u, v: u.index_copy_(0, pos, _like(v, u, v.shape[0]).to(u.dtype)), (obj, new),
+                 (n, pos.numel()), "stream_predict cannot write rows into a {} context: " + _STREAM_FIX)
+    return obj
 
 
 def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
                  rule: Any = None, refill_at: int = 1, embed_batch: int | None = None,
                  allow_other_size: bool = False) -> Iterator[StreamEvent]:
-    """Continuous batching, step by step (``stream_predict`` collects it): keep up to ``slots``
-    samples running; once at least ``refill_at`` slots are free (or none runs), admit the next
-    images into them, then step every running sample together, whatever its depth: a weight-tied
-    ``step`` does not depend on t. The next images are embedded (stem, context and h_0)
-    ``embed_batch`` at a time (default ``slots``) ahead of their admission, so an admission is a
-    row copy; ``embed_batch = 1`` embeds exactly the rows admitted. Yields an "admit" event when
-    images are taken from the stream, before their stem runs, and an "exit" event after each step
-    where samples exit.
-
-    New images take the rows of the samples that just exited, written in place (a copy of the
-    new rows only); rows left free are dropped (a row copy of the rest, as ``adaptive_predict``
-    compacts) and appended to later. Exits are ``adaptive_predict``'s (eq. (exit), or ``rule``,
-    with a step index per row); each sample is stepped as in a batch of its own, so its logits
-    match within float noise (docs/method.md section 8)."""
+    """Continuous batching, step by step (docs/method.md section 8; ``stream_predict`` collects it):
+    up to ``slots`` samples stepped together whatever their depth; once ``refill_at`` slots are
+    free (or none runs), the next images, embedded ``embed_batch`` (default ``slots``) at a time
+    ahead, take the freed rows in place, and rows left free are dropped (a row copy). Yields an
+    "admit" event when images are taken from the stream, before their stem runs, and an "exit"
+    event after each step where samples exit."""
     halting = _halting(tau, rule, "stream_predict")
     slots = number_in("slots", slots, 1, 2**31, integer=True, hint=": the number of samples stepped together")
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
                           hint=f": admit new images once this many of the {slots} slots are free")
     embed_batch = slots if embed_batch is None else number_in(
-        "embed_batch", embed_batch, 1, 2**31, integer=True, hint=": the images embedded together ahead of admission")
-    _refuse_a_step_that_reads_t(model)
+        "embed_batch", embed_batch, 1, 2**31, integer=True,
+        hint=": the images embedded together ahead of admission")
+    config = getattr(model, "config", None)  # rows at different depths share a step: weight-tied only
+    if getattr(config, "name", None) == "vanilla" or not getattr(model, "weight_tied", True):
+        raise ValueError("stream_predict needs a weight-tied step (recurrent, basic_ssm, frost): "
+                         f"{getattr(config, 'name', type(model).__name__)}'s step depends on t, so "
+                         "rows at different depths cannot share a step call; use adaptive_predict")
     steps = int(model.config.steps)
-    feed = _Embedded(model, _Feed(model, images, allow_other_size), embed_batch)
-    h = ctx = memory = idx = t = None  # the running rows: state, context, rule memory, input row, depth
+    feed = _Feed(model, images, allow_other_size, embed_batch)
+    idx = h = ctx = memory = t = None  # the running rows: input row, state, context, rule memory, depth
     n_live = 0
 
     def admit(k: int):  # up to k new samples: (input rows, h_0, context, rule memory, depth 0)
@@ -584,14 +505,12 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
             if feed.more and free > 0 and (free >= refill_at or n_live == 0):  # append to the free slots
                 new = yield from admit(free)
                 if new is not None:
-                    rows, h0, ctx0, mem0, t0 = new
-                    a = rows.numel()
+                    a = new[0].numel()
                     if n_live == 0:  # idx is written in place later: not the event's rows
-                        h, ctx, memory, idx, t = h0, ctx0, mem0, rows.clone(), t0
+                        idx, h, ctx, memory, t = new[0].clone(), *new[1:]
                     else:
-                        h, ctx = _join(h, h0, n_live, a), _join(ctx, ctx0, n_live, a)
-                        memory = _join(memory, mem0, n_live, a)
-                        idx, t = torch.cat([idx, rows]), torch.cat([t, t0])
+                        running = (idx, h, ctx, memory, t)
+                        idx, h, ctx, memory, t = (_join(u, v, n_live, a) for u, v in zip(running, new))
                     n_live += a
             if n_live == 0:
                 return
@@ -603,8 +522,7 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
             m = exit_pos.numel()
             if m == 0:
                 continue
-            pick = lambda v: v.index_select(0, exit_pos)
-            yield StreamEvent("exit", pick(idx), pick(logits), pick(t), pick(p))
+            yield StreamEvent("exit", *(v.index_select(0, exit_pos) for v in (idx, logits, t, p)))
             free = slots - n_live + m
             refill = feed.more and (free >= refill_at or n_live == m)
             new = (yield from admit(free)) if refill else None  # first into the rows just freed, in place
@@ -617,41 +535,31 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
                 for state, fresh in zip((idx, h, ctx, memory, t), new):
                     _put(state, pos, part(fresh, 0, k), n_live)
                 if a > m:  # more slots were free than rows just freed: the rest is appended
-                    rest = [part(v, m, a) for v in new]
-                    idx, t = torch.cat([idx, rest[0]]), torch.cat([t, rest[4]])
-                    h, ctx = _join(h, rest[1], n_live, a - m), _join(ctx, rest[2], n_live, a - m)
-                    memory = _join(memory, rest[3], n_live, a - m)
+                    running, rest = (idx, h, ctx, memory, t), (part(v, m, a) for v in new)
+                    idx, h, ctx, memory, t = (_join(u, v, n_live, a - m) for u, v in zip(running, rest))
                     n_live += a - m
                 if a >= m:
                     continue  # every freed row taken again: no row copy of the running ones
                 done.index_fill_(0, pos, False)
             keep = (~done).nonzero().squeeze(1)  # (n_live - m + a,) ascending
-            h, ctx, memory = (_select(v, keep, n_live) for v in (h, ctx, memory))
-            idx, t = idx.index_select(0, keep), t.index_select(0, keep)
+            idx, h, ctx, memory, t = (_select(v, keep, n_live) for v in (idx, h, ctx, memory, t))
             n_live = keep.numel()
 
 
 def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
                    rule: Any = None, return_scores: bool = False, refill_at: int = 1,
                    embed_batch: int | None = None, allow_other_size: bool = False) -> AdaptiveResult:
-    """``adaptive_predict`` with continuous batching (docs/method.md section 8): ``slots`` samples
-    run together, and the slots that exited samples free are refilled with new images
-    (``refill_at``: once that many are free), so no batch ends with late steps on a few rows;
-    the next images are embedded ``embed_batch`` at a time (default ``slots``) ahead of admission.
-
-    ``images``: a tensor (N, C, H, W) or an iterable of such batches (any sizes, one image
-    shape), each checked as it is admitted (``inputs.check_images``; the error names the batch).
-    Returns an ``AdaptiveResult`` in input order (empty for an empty stream). ``tau`` or ``rule``
-    as in ``adaptive_predict``. Weight-tied families only (recurrent, basic_ssm, frost): vanilla's
-    step depends on t (use ``adaptive_predict``). Runs without gradient; call ``model.eval()``."""
+    """``adaptive_predict`` with continuous batching (``stream_steps``; docs/method.md section 8):
+    the slots that exits free are refilled, so no batch ends with late steps on a few rows.
+    ``images``: a tensor (N, C, H, W) or an iterable of such batches (any sizes, one image shape),
+    each checked as it is admitted. Returns an ``AdaptiveResult`` in input order. ``tau`` or
+    ``rule`` as in ``adaptive_predict``; weight-tied families only. Call ``model.eval()``."""
     exits = _Exits(return_scores)
     device = next(model.parameters(), torch.empty(0)).device
-    n = 0
     for event in stream_steps(model, images, tau, slots=slots, rule=rule, refill_at=refill_at,
                               embed_batch=embed_batch, allow_other_size=allow_other_size):
         if event.kind == "exit":
             exits.add(event.rows, event.logits, event.depth, event.halt_scores)
         else:
-            n += event.rows.numel()
             device = event.rows.device
-    return exits.result(n, getattr(model.config, "num_classes", 0), device)
+    return exits.result(getattr(model.config, "num_classes", 0), device)

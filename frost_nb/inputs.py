@@ -1,11 +1,8 @@
 """Checks of what a user hands to the public entry points: raw numbers, images, data splits.
 
-The entry points that run a model over a user's images call ``check_images`` or ``check_split``
-once; the model's ``forward``, called at every step, does not (the finiteness check is a pass
-over the batch and a host sync). Integer images are refused, not converted: a ``ModelConfig``
-does not name its data set, so the normalisation would be a guess. The number validators apply
-the config's own checks (``config.check_finite``, ``check_range``): one set of bounds and
-messages for config fields and raw arguments, raising ``error`` for a wrong type or value.
+Entry points call ``check_images`` or ``check_split`` once, the model's ``forward`` never (the check
+is a pass over the batch and a host sync). Integer images are refused, not converted: a ModelConfig
+does not name its data set. The number validators apply the config's own checks and messages.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ class ParameterError(ValueError):
     """A notebook or command-line parameter is wrong; the message names it."""
 
 
-def _as_real(name: str, value: Any, expected: str, hint: str,
-             error: type[Exception]) -> numbers.Real:
+def _as_real(name: str, value: Any, expected: str, hint: str, error: type[Exception]) -> numbers.Real:
     """``value`` as a Python or numpy scalar when it is a real number (a one-element tensor or
     array counts; bool does not: True is an int to Python, never a number of ours), else ``error``."""
     scalar = value
@@ -61,8 +57,7 @@ def number_in(name: str, value: Any, low: float, high: float, *, integer: bool =
 
 
 def check_scores(values: np.ndarray, where: str) -> None:
-    """Halting scores are probabilities: every value finite and in [0, 1], else ValueError.
-    ``where`` starts the message (e.g. "sweep: the scores hold")."""
+    """Halting scores are probabilities: all finite, in [0, 1], else ValueError (``where`` starts it)."""
     bad = ~((values >= 0.0) & (values <= 1.0))  # NaN fails both comparisons
     if not bad.any():
         return
@@ -77,8 +72,7 @@ def check_scores(values: np.ndarray, where: str) -> None:
 def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_other_size: bool,
                        error: type[Exception]) -> None:
     """(N, C, H, W) against the config's in_channels, image_size and backbone (those it has)."""
-    channels = getattr(config, "in_channels", None)
-    size = getattr(config, "image_size", None)
+    channels, size = getattr(config, "in_channels", None), getattr(config, "image_size", None)
     if channels is None and size is None:
         return  # not an image model (a stand-in with the step-wise API): nothing to compare
     if len(shape) == 3:  # one image (C, H, W), or a batch of one-channel images (N, H, W)
@@ -94,8 +88,7 @@ def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_oth
                     f"{channels}: images must be (N, C, H, W) with C={channels}")
     if size is None or shape[2:] == (size, size):
         return
-    backbone = getattr(config, "backbone", None)
-    if backbone == "vit":
+    if getattr(config, "backbone", None) == "vit":
         raise error(f"{what} has images of {shape[2]}x{shape[3]}, the ViT model takes "
                     f"{size}x{size}: its position embedding has one entry per patch of a "
                     f"{size}x{size} image; resize the images")
@@ -107,10 +100,9 @@ def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_oth
 
 def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = False,
                  name: str = "x") -> Tensor:
-    """``x`` as the model's input: a float tensor of the weights' dtype, every pixel finite,
-    shaped (N, C, H, W) as the model's config says (other sizes only for the ResNet backbone with
-    ``allow_other_size``). A numpy array goes to the weights' device; a tensor stays where it is.
-    Integer images raise TypeError; wrong shapes and NaN or infinite pixels ValueError."""
+    """``x`` as the model's input: a float tensor of the weights' dtype, every pixel finite, shaped
+    (N, C, H, W) as the model's config says (other sizes only for resnet with ``allow_other_size``);
+    a numpy array goes to the weights' device. TypeError for integer images, else ValueError."""
     weights = next(model.parameters(), None)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biuf":
@@ -122,17 +114,14 @@ def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = Fal
     if not x.is_floating_point():
         if x.dtype in (torch.bool, torch.complex64, torch.complex128):
             raise TypeError(f"{name} has dtype {x.dtype}: expected float images")
-        raise TypeError(
-            f"{name} has dtype {x.dtype} (raw pixels?): the model takes float images normalised "
-            f"as in training, x.float().div(255).sub(mean).div(std) with the data set's "
-            f"per-channel mean and std, (1, C, 1, 1) tensors from frost_nb.data.prepare.DATASETS[name]"
-            f".mean and .std (uint8 pixels in 0..255)")
-    _check_image_shape(getattr(model, "config", None), tuple(x.shape), name, allow_other_size,
-                       ValueError)
+        raise TypeError(f"{name} has dtype {x.dtype} (raw pixels?): the model takes float images normalised "
+                        f"as in training, x.float().div(255).sub(mean).div(std) with the data set's "
+                        f"per-channel mean and std, (1, C, 1, 1) tensors from "
+                        "frost_nb.data.prepare.DATASETS[name].mean and .std (uint8 pixels in 0..255)")
+    _check_image_shape(getattr(model, "config", None), tuple(x.shape), name, allow_other_size, ValueError)
     if weights is not None and weights.is_floating_point() and x.dtype != weights.dtype:
         x = x.to(weights.dtype)  # e.g. float64 numpy images for float32 weights
-    bad = int((~torch.isfinite(x)).sum())  # the one pass and host sync of the check
-    if bad:
+    if bad := int((~torch.isfinite(x)).sum()):  # the one pass and host sync of the check
         raise ValueError(f"{name} has {bad} NaN or infinite pixel value(s) out of {x.numel()}: "
                          f"the model would return NaN logits for those images")
     return x
@@ -140,8 +129,7 @@ def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = Fal
 
 def check_split(model: torch.nn.Module, dataset: Any, *, allow_other_size: bool = False) -> None:
     """An ImageData split fits ``model``: uint8 images (N, C, H, W) of the model's channels and
-    size (folder sets: the size their transforms give). Raises ``DataError`` (a ValueError),
-    which the command line reports as an error."""
+    size (folder sets: the size their transforms give); else ``DataError`` (a ValueError)."""
     if not isinstance(dataset, ImageData):
         raise TypeError(f"dataset must be an ImageData split (frost_nb.data.datasets.load_dataset or "
                         f"training.load_split), got {type(dataset).__name__}; for a tensor of "

@@ -1,14 +1,10 @@
 """Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551) and of PonderNet (Banino et al.,
-2021), a baseline halting loss that replaces the ranking losses. Equations: docs/method.md
-sections 6.2 (task, eq. (rel), (abs), (total); the easy and hard sets over the whole N x T loss
-matrix, or within each step with ``loss.rank_pairs = "per_step"``) and 10 (PonderNet).
+2021), the baseline halting loss that replaces the ranking losses: docs/method.md sections 6.2
+(eq. (task), (rel), (abs), (total)) and 10 (eq. (ponder)); the gradient conflict of section 9.6.
 
-Pure functions: no printing, no I/O, no state. ``l`` is the (N, T) matrix of CE(y_t[i], y[i]),
-detached and used only to rank; p = sigmoid(halt_logit). Everything touching the halting score
-is computed from the logit in float32 (BCE with logits): the probability form is unstable and
-refused under bf16 autocast. PonderNet's loss is computed in log space, so saturated logits give
-finite losses; its last step takes the remaining mass, so its own halting logit gets no gradient.
-Also the gradient conflict between the task and ranking losses (section 9.6).
+Pure functions: no printing, no I/O, no state. Everything touching the halting score is computed
+from the logit in float32 (BCE with logits: the probability form is unstable and refused under
+bf16 autocast); PonderNet's loss in log space, so saturated logits give finite losses.
 """
 
 from __future__ import annotations
@@ -70,18 +66,12 @@ def set_size(numel: int, rank_frac: float) -> int:
 
 def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
                    margin: float = 0.2, pairs: str = "global") -> RankingLosses:
-    """L_rel and L_abs over the easy and hard sets of the (detached) loss matrix.
+    """L_rel and L_abs of the halting logits (N, T) over the easy and hard sets of ``losses`` (N, T,
+    ``step_losses``: only ranked, never differentiated), ranked all together ("global") or each step
+    on its own ("per_step"). The sort is stable: ties go to the lower flat (row-major) index.
 
-    ``halt_logits`` (N, T) are the halting logits ``w . GAP(h_t) + b``; ``losses`` (N, T)
-    the per-step task losses (``step_losses``), used only to rank and never differentiated.
-    ``pairs``: "global" ranks all N*T entries together, "per_step" each step's N entries on
-    their own (then every step weighs the same). Ranking is ascending with a stable sort, so
-    ties go to the lower flat index (row-major: sample, then step), or within a step to the
-    lower sample index, and the sets are deterministic.
-
-    The pairwise hinge is averaged over the full E x D (x T) matrix; at N = 256, T = 16 and
-    rank_frac = 0.25 (global) or 0.5 (per step) that is 1M float32 = 4 MiB (plus as much for
-    autograd), so it is materialised rather than chunked.
+    The hinge is averaged over the full E x D (x T) matrix: at N = 256, T = 16 about 4 MiB (plus as
+    much for autograd), so it is materialised rather than chunked.
     """
     if halt_logits.shape != losses.shape or halt_logits.dim() != 2:
         raise ValueError(f"halt_logits and losses must both be (N, T); got "
@@ -165,29 +155,21 @@ def ponder_loss(logits: Tensor, halt_logits: Tensor, y: Tensor, prior: float = 0
 
 def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
                cfg: LossConfig) -> tuple[Tensor, dict[str, Tensor]]:
-    """L = L_task + lambda_rel L_rel + lambda_abs L_abs (cfg.ranking), PonderNet's loss
-    (cfg.ponder), else L_task.
-
-    Returns ``(loss, parts)``; ``parts`` always has the keys loss, task, rel, abs, easy_score,
-    hard_score as detached scalar tensors (no GPU sync here: call ``float()`` when logging).
-    With ``cfg.ranking`` off the ranking terms are still reported (computed without
-    gradient, a diagnostic of the halting head) but not added; they are NaN when
-    ``halt_logits`` is None. ``task`` is always the final step's cross-entropy.
-    """
+    """L = L_task + lambda_rel L_rel + lambda_abs L_abs (cfg.ranking), PonderNet's loss (cfg.ponder),
+    else L_task. Returns ``(loss, parts)``: detached scalars loss, task (the final step's CE), rel, abs,
+    easy_score, hard_score (no GPU sync here); the ranking terms are reported without ``cfg.ranking``
+    too (without gradient, a diagnostic of the halting head), NaN when ``halt_logits`` is None."""
     task = task_loss(logits, y, cfg.label_smoothing)
     nan = torch.full((), float("nan"), device=task.device)
     if halt_logits is None:
-        if cfg.ranking or cfg.ponder:
+        if cfg.halting_trained:
             raise ValueError("a halting loss (loss.ranking or loss.ponder) is on but no "
                              "halt_logits were given")
         rank = RankingLosses(nan, nan, None, None, nan, nan)  # type: ignore[arg-type]
-    elif cfg.ranking:
-        rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin,
-                              cfg.rank_pairs)
     else:
-        with torch.no_grad():
-            rank = ranking_losses(halt_logits.detach(), step_losses(logits, y), cfg.rank_frac,
-                                  cfg.margin, cfg.rank_pairs)
+        with torch.set_grad_enabled(cfg.ranking and torch.is_grad_enabled()):
+            rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin,
+                                  cfg.rank_pairs)
     if cfg.ranking:
         loss = task + cfg.lambda_rel * rank.rel + cfg.lambda_abs * rank.abs  # eq. (total)
     elif cfg.ponder:
@@ -202,12 +184,10 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
 
 def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig,
                       per_step: bool = False) -> dict:
-    """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs (docs/method.md
-    section 9.6; C and D, which only the classifier reads, drop out by themselves), the ranking loss
-    as training with ``loss`` would compute it, also for a model trained without it. Returns cosine,
-    both gradient norms and the number of parameters; with ``per_step`` also ``step_cosines`` (t =
-    1..T, step t's ranking loss with its sets and pairs within that step; T more backward passes).
-    """
+    """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs as training
+    with ``loss`` computes them, over the parameters both reach (docs/method.md section 9.6): cosine,
+    both norms and the parameter count; with ``per_step`` also ``step_cosines``, t = 1..T (step t's
+    ranking loss with its sets within that step; T more backward passes)."""
     was_training = model.training
     model.train()
     out = model(x, detach_halt_input=not loss.rank_grad_to_backbone)
@@ -218,9 +198,7 @@ def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossCo
         rank = ranking_losses(halt, lm, loss.rank_frac, loss.margin, pairs)
         return loss.lambda_rel * rank.rel + loss.lambda_abs * rank.abs
 
-    named = [(n, p) for n, p in model.named_parameters()
-             if p.requires_grad and not n.startswith(HEAD_PARAMS)]
-    params = [p for _, p in named]
+    params = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith(HEAD_PARAMS)]
     g_task = torch.autograd.grad(task, params, retain_graph=True, allow_unused=True)
     g_rank = torch.autograd.grad(weighted(out.halt_logits, losses, loss.rank_pairs), params,
                                  retain_graph=per_step, allow_unused=True)
@@ -236,14 +214,12 @@ def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossCo
                 **({"step_cosines": [nan] * steps} if per_step else {})}
 
     def flat(grads) -> Tensor:  # the shared parameters' gradient; zeros where a step's loss does not reach
-        return torch.cat([(grads[i] if grads[i] is not None else torch.zeros_like(params[i])).flatten().float()
+        return torch.cat([(torch.zeros_like(params[i]) if grads[i] is None else grads[i]).flatten().float()
                           for i in shared])
 
     ga, gb = flat(g_task), flat(g_rank)
-    cos = torch.nn.functional.cosine_similarity(ga, gb, dim=0)
-    out_d = {"cosine": cos.item(), "task_norm": ga.norm().item(), "rank_norm": gb.norm().item(),
-             "params": ga.numel()}
+    out_d = {"cosine": F.cosine_similarity(ga, gb, dim=0).item(), "task_norm": ga.norm().item(),
+             "rank_norm": gb.norm().item(), "params": ga.numel()}
     if per_step:
-        out_d["step_cosines"] = [torch.nn.functional.cosine_similarity(ga, flat(g), dim=0).item()
-                                 for g in g_steps]
+        out_d["step_cosines"] = [F.cosine_similarity(ga, flat(g), dim=0).item() for g in g_steps]
     return out_d

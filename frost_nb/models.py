@@ -46,12 +46,9 @@ class Step:
 
 @dataclass
 class StepContext:
-    """What the step-wise API needs from the stem, computed once per forward: B(e) like e and
-    GAP(D(e)) (N, D) for basic_ssm and frost, and e, (N, C, H, W) or (N, L, D).
-
-    Only ``init_state`` reads e, so e is an init-only argument, not a field: adaptive inference,
-    which compacts the batch at nearly every step, copies B(e) and GAP(D(e)) only (``select``).
-    """
+    """What the steps need from the stem, once per forward: e, (N, C, H, W) or (N, L, D), and for
+    basic_ssm and frost B(e) like e and GAP(D(e)) (N, D). e is init-only (only ``init_state`` reads
+    it): adaptive inference, which compacts the batch at nearly every step, copies the others only."""
 
     e: InitVar[Tensor | None] = None
     be: Tensor | None = None
@@ -79,9 +76,8 @@ class StepContext:
 # --- building blocks --------------------------------------------------------------------------
 
 def resnet_stem(cfg: ModelConfig) -> nn.Sequential:
-    """Image to a (N, width, H/s, W/s) map, s = stem_stride: for s in {1, 2, 3} one 3x3
-    convolution of stride s (small images), for s a multiple of 4 the ResNet stem (7x7
-    convolution of stride s/2, then 3x3 max-pool of stride 2: 224 px -> 56x56 at s = 4)."""
+    """Image to a (N, width, H/s, W/s) map, s = stem_stride: one 3x3 convolution of stride s for
+    s <= 3, else the ResNet stem (7x7 convolution of stride s/2, 3x3 max-pool of stride 2)."""
     c, w, s = cfg.in_channels, cfg.width, cfg.stem_stride
     kernel, stride, pad = (3, s, 1) if s <= 3 else (7, s // 2, 3)  # ModelConfig: s in 1, 2, 3 or 4k
     pool = [] if s <= 3 else [ChannelsLastMaxPool2d(3, stride=2, padding=1)]
@@ -90,9 +86,8 @@ def resnet_stem(cfg: ModelConfig) -> nn.Sequential:
 
 
 class ChannelsLastMaxPool2d(nn.MaxPool2d):
-    """nn.MaxPool2d that pools an NCHW input in channels-last layout and returns NCHW: the same
-    maxima and gradients, but on the CPU the channels-last kernel is much faster (the
-    Fashion-MNIST demo's pooling: 7-13 ms in NCHW on one thread, 2-3 ms with both copies)."""
+    """nn.MaxPool2d run in channels-last layout on an NCHW input, returning NCHW: the same maxima and
+    gradients, but on the CPU much faster (Fashion-MNIST demo: 7-13 ms in NCHW, 2-3 ms so)."""
 
     def forward(self, z: Tensor) -> Tensor:
         if z.dim() != 4 or z.is_contiguous(memory_format=torch.channels_last):
@@ -151,8 +146,7 @@ class Attention(nn.Module):
 
 
 class EncoderBranch(nn.Module):
-    """ViT encoder *branch* A(h) = a + MLP(LN2(h + a)), a = Attn(LN1(h)): h + A(h) is one
-    pre-norm encoder block."""
+    """ViT encoder *branch* A(h) = a + MLP(LN2(h + a)), a = Attn(LN1(h)): h + A(h) is a pre-norm block."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -169,19 +163,11 @@ class EncoderBranch(nn.Module):
 
 
 def state_map(cfg: ModelConfig) -> nn.Module:
-    """B, C or D: width -> width, linear (bcd_hidden = 0) or two layers with a nonlinearity.
-
-    ResNet: convolutions of kernel bcd_kernel (both layers), padding k//2, ReLU between.
-    ViT: token-wise Linear layers, GELU between.
-    """
-    w, h = cfg.width, cfg.bcd_hidden
-    if cfg.backbone == "vit":
-        lin = nn.Linear
-        act: nn.Module = nn.GELU()
-    else:
-        k = cfg.bcd_kernel
-        lin = lambda i, o: nn.Conv2d(i, o, k, padding=k // 2)
-        act = nn.ReLU(inplace=True)
+    """B, C or D: width -> width, linear (bcd_hidden = 0) or two layers: convolutions of kernel
+    bcd_kernel with ReLU between (resnet), token-wise Linear layers with GELU between (vit)."""
+    w, h, k, vit = cfg.width, cfg.bcd_hidden, cfg.bcd_kernel, cfg.backbone == "vit"
+    lin = nn.Linear if vit else lambda i, o: nn.Conv2d(i, o, k, padding=k // 2)
+    act = nn.GELU() if vit else nn.ReLU(inplace=True)
     return lin(w, w) if h == 0 else nn.Sequential(lin(w, h), act, lin(h, w))
 
 
@@ -237,8 +223,7 @@ class FrostNet(nn.Module):
             else:
                 self.register_buffer("hurst_value", torch.tensor(float(cfg.hurst)))
             if cfg.update in ("gated", "leaky_gated"):  # per-channel, per-position gate from h_t
-                w = cfg.width
-                self.gate = nn.Linear(w, w) if vit else nn.Conv2d(w, w, 1)
+                self.gate = nn.Linear(cfg.width, cfg.width) if vit else nn.Conv2d(cfg.width, cfg.width, 1)
         # h_{t+1} from (self, h_t, A, B(e)), chosen once: basic_ssm's, or frost's update form
         self._update = _UPDATES[cfg.update] if cfg.name == "frost" else FrostNet._basic_ssm
         self._term = FrostNet._scaled_term if cfg.scaled_inside else FrostNet._plain_term  # leaky's bracket
@@ -253,13 +238,11 @@ class FrostNet(nn.Module):
     # --- scalars of the FROST update --------------------------------------------------------
 
     def alpha(self) -> Tensor | None:
-        """alpha > 0 (0-dim tensor, differentiable) for frost, None for the other families and
-        for leaky_gated with the plain operators (no alpha there)."""
+        """alpha > 0 (0-dim tensor) for frost; None elsewhere and for leaky_gated with plain A, B."""
         return self._to_alpha(self.alpha_raw) if self.has_alpha else None
 
     def hurst(self) -> Tensor | None:
-        """H (0-dim tensor) for frost: a fixed buffer, or when learn_hurst sigmoid(raw) in (0, 1)
-        (hurst_param "sigmoid") or raw itself, unbounded ("free")."""
+        """H (0-dim tensor) for frost: a fixed buffer, or learned (sigmoid(raw), or raw when "free")."""
         cfg = self.config
         if cfg.name != "frost":
             return None
@@ -343,9 +326,7 @@ class FrostNet(nn.Module):
                 detach_halt_input: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """(class logits (N, K), halt logit (N,), GAP(h) (N, D)) of the state h."""
         pooled = gap(h)  # (N, D)
-        r = pooled
-        if self.has_bcd:
-            r = self._gap_of(self.C, h) + self._ctx(ctx).d_pooled  # GAP(C(h_t) + D(e))
+        r = self._gap_of(self.C, h) + self._ctx(ctx).d_pooled if self.has_bcd else pooled  # GAP(C(h) + D(e))
         logits = self.head(self.head_norm(r))  # (N, K)
         z = pooled.detach() if detach_halt_input else pooled  # (N, D)
         if self.config.halt_norm:
@@ -360,8 +341,7 @@ class FrostNet(nn.Module):
 
     def trajectory(self, x: Tensor, detach_halt_input: bool = False) -> Iterator[Step]:
         """The full-depth pass, one step at a time: h_0 (t = 0, no readout), then h_1 .. h_T each
-        with its readout; nothing is kept here. The one loop of every full-depth pass, except
-        ``halting.adaptive_predict`` (drops exited samples) and ``analysis.jacobian_norms``."""
+        with its readout; the loop of every full-depth pass but adaptive_predict's and jacobian_norms'."""
         h, ctx = self.prologue(x)
         yield Step(0, h)
         for t in range(self.config.steps):
@@ -399,8 +379,7 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
     if isinstance(cfg_or_name, RunConfig):
         cfg_or_name = cfg_or_name.model
     known = {f.name for f in dataclasses.fields(ModelConfig)}
-    bad = set(fields) - known
-    if bad:
+    if bad := set(fields) - known:
         raise ConfigError(f"unknown model parameters {sorted(bad)}; known: {sorted(known)}")
     if isinstance(cfg_or_name, ModelConfig):
         cfg = replace_model(cfg_or_name, **fields) if fields else cfg_or_name
@@ -413,6 +392,4 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
 
 
 _UPDATES = {name: getattr(FrostNet, f"_{name}") for name in UPDATES}  # chosen once per model
-
-
 HEAD_PARAMS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads

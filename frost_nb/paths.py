@@ -1,16 +1,12 @@
 """Folders of the project, resolved from the package location (never the working directory).
 
-Environment variables move them (each function below names its own); ``FROST_OFFLINE=1``
-refuses every download (``make test`` sets it: docs/testing.md). Smoke runs (``FROST_SMOKE=1``)
-write to a temporary folder unless ``FROST_OUTPUTS`` is set, so tests and CI never overwrite the
-committed demo-size outputs.
+Environment variables move them (each function names its own); ``FROST_OFFLINE=1`` refuses every
+download; smoke runs (``FROST_SMOKE=1``) write to a temporary folder unless ``FROST_OUTPUTS`` is set,
+never over the committed outputs.
 
-Every path read or written goes through one diagnosis, ``path_problem``: no permission on the
-path or on a folder above it, a missing folder, a file where a folder should be (or the
-reverse), a dangling symbolic link. ``check_writable`` and ``check_readable`` raise it as one
-line naming the path, the cause and the fix, before the work; ``atomic_path`` says it when a
-write fails anyway (a full disk), leaving the previous file whole. Nothing here raises the
-system's ``PermissionError`` while it builds a message (issue 35).
+Every path read or written goes through one diagnosis, ``path_problem``, which ``check_writable``
+and ``check_readable`` raise before the work as one line naming the path, the cause and the fix,
+and ``atomic_path`` when a write fails anyway. Nothing here raises ``PermissionError`` (issue 35).
 """
 
 from __future__ import annotations
@@ -31,11 +27,8 @@ def shown_path(path: str | os.PathLike | None) -> str | None:
     """``path`` relative to the repository when inside it (metrics stay machine-independent)."""
     if path is None:
         return None
-    path = Path(path).resolve()
-    try:
-        return str(path.relative_to(repo_root().resolve()))
-    except ValueError:
-        return str(path)
+    path, root = Path(path).resolve(), repo_root().resolve()
+    return str(path.relative_to(root) if path.is_relative_to(root) else path)
 
 
 def _env_true(name: str) -> bool:
@@ -54,8 +47,7 @@ def data_root(root: str | os.PathLike | None = None) -> Path:
 
 
 def system_data_dir() -> Path:
-    """Where Debian's data set packages install (``dataset-fashion-mnist``): ``$FROST_SYSTEM_DATA``,
-    else ``/usr/share/datasets``."""
+    """Where Debian's data set packages install: ``$FROST_SYSTEM_DATA``, else ``/usr/share/datasets``."""
     return Path(os.environ.get("FROST_SYSTEM_DATA") or "/usr/share/datasets").expanduser()
 
 
@@ -77,18 +69,14 @@ def _reason(err: OSError) -> str:  # the system's words, without the path (the m
     return err.strerror or str(err) or type(err).__name__
 
 
-def _lstat(path: Path) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except OSError:  # missing, or behind a folder that may not be entered
-        return None
-
-
 def nearest_existing(path: Path) -> Path:
-    """``path`` if it exists, else its nearest ancestor that does. Never raises: a path behind a
-    folder that may not be entered counts as missing."""
-    while _lstat(path) is None and path != path.parent:
-        path = path.parent
+    """``path`` or its nearest existing ancestor; never raises (behind a closed folder counts as missing)."""
+    while path != path.parent:
+        try:
+            os.lstat(path)
+            return path
+        except OSError:
+            path = path.parent
     return path
 
 
@@ -108,13 +96,9 @@ def _unwritable(folder: Path) -> str | None:
 
 def path_problem(path: str | os.PathLike, *, folder: bool = False, write: bool = True,
                  must_exist: bool = False) -> str | None:
-    """Why ``path`` cannot serve, in words that name the place at fault, or None when it can.
-
-    ``path`` is a file (with ``folder``: a folder) to write (``write``: a missing one, and its
-    missing folders, can be made) or to read (``must_exist``: it must be there already). Each
-    folder on the way is looked at from the top: one that may not be entered, a file in the way,
-    a symbolic link to nothing, a missing one (when ``must_exist``). Makes nothing; never raises.
-    """
+    """Why ``path``, a file (with ``folder``: a folder) to write (``write``: missing ones can be made)
+    or to read (``must_exist``), cannot serve, in words naming the place at fault, or None when it
+    can. Each folder on the way is looked at from the top. Makes nothing; never raises."""
     path = Path(os.path.abspath(Path(path).expanduser()))
     chain = [*reversed(path.parents), path]
     for parent, place in zip(chain, chain[1:]):
@@ -142,17 +126,14 @@ def path_problem(path: str | os.PathLike, *, folder: bool = False, write: bool =
             return f"{place} is a file, not a folder"
         if last and not folder and stat.S_ISDIR(st.st_mode):
             return f"{place} is a folder, not a file"
-    if not write or must_exist:  # read: the real user's permissions (os.access)
-        if not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
-            return f"no permission to read {'the folder ' if folder else ''}{path}"
-    if write:
-        return _unwritable(path if folder else path.parent)
-    return None
+    # read: the real user's permissions (os.access)
+    if (not write or must_exist) and not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
+        return f"no permission to read {'the folder ' if folder else ''}{path}"
+    return _unwritable(path if folder else path.parent) if write else None
 
 
 def _why(folder: Path, err: OSError) -> str:
-    """Why ``folder`` could not be made or written into: a full disk, the path's problem, else the
-    system's words."""
+    """Why ``folder`` could not be made or written into: a full disk, its path's problem, or the system's."""
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return _reason(err)
     return path_problem(folder, folder=True) or _reason(err)
@@ -212,9 +193,8 @@ def committed_runs_dir() -> Path:
 
 @contextmanager
 def atomic_path(path: str | os.PathLike, fix: str = "choose a writable place"):
-    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename. A
-    failed write (a full disk) leaves ``path`` as it was and no temporary file behind; a refused
-    one raises ``OutputError`` naming ``path`` (not the temporary file), the cause and ``fix``."""
+    """Yield a temporary path beside ``path``, which replaces ``path`` in one rename on success; a
+    failed write leaves ``path`` as it was, no temporary file, and an ``OutputError`` naming ``path``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:

@@ -24,9 +24,11 @@ from .config import ConfigError, RunConfig, config_difference
 from .paths import atomic_path, cache_dir, check_writable, committed_runs_dir
 from .training import TrainResult, train
 
+log = logging.getLogger("frost_nb")
 CONFIG_FILE, MODEL_FILE, METRICS_FILE = "config.json", "model.pt", "metrics.json"
 INDEX_COLUMNS = ("run", "dataset", "model", "backbone", "update", "seed", "epochs", "test_accuracy",
                  "minutes", "hardware")
+_READ: dict[str, None] = {}  # run names handed out since the last take_read (what a metrics file read)
 
 
 @dataclass(frozen=True)
@@ -73,19 +75,16 @@ def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str] | N
         config = RunConfig.from_dict(json.loads(Path(path).read_text()))
         return config, identity_key(config)
     except (ConfigError, TypeError, ValueError, OSError) as err:
-        logging.getLogger("frost_nb").warning("skipping run %s: unreadable config (%s)",
-                                              Path(path).parent, err)
+        log.warning("skipping run %s: unreadable config (%s)", Path(path).parent, err)
         return None
 
 
 def stored_runs(root: Path) -> list[StoredRun]:
     """Every run folder under ``root`` (``<root>/<grid>/<label>/config.json``), by name; a
     config this code cannot read is skipped with a warning naming the file."""
-    runs = []
-    for path in sorted(root.glob(f"*/*/{CONFIG_FILE}")):
-        if (read := _read_config(*file_stamp(path))) is not None:
-            runs.append(StoredRun(path.parent.relative_to(root).as_posix(), path.parent, *read))
-    return runs
+    return [StoredRun(path.parent.relative_to(root).as_posix(), path.parent, *read)
+            for path in sorted(root.glob(f"*/*/{CONFIG_FILE}"))
+            if (read := _read_config(*file_stamp(path))) is not None]
 
 
 def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
@@ -159,7 +158,7 @@ def _set_aside(checkpoint: Path, err: Exception) -> None:
         os.replace(checkpoint, aside)
     except FileNotFoundError:  # under torchrun another rank moved it first
         return
-    logging.getLogger("frost_nb").warning("%s; moved it to %s and training again", err, aside)
+    log.warning("%s; moved it to %s and training again", err, aside)
 
 
 def discard_local(config: RunConfig) -> None:
@@ -169,9 +168,6 @@ def discard_local(config: RunConfig) -> None:
     if run is not None and _is_local(run):
         (run.folder / METRICS_FILE).unlink(missing_ok=True)
         run.checkpoint.unlink(missing_ok=True)
-
-
-_READ: dict[str, None] = {}  # run names handed out since the last take_read (what a metrics file read)
 
 
 def record_read(name: str | None) -> None:
@@ -190,8 +186,8 @@ def take_read() -> list[str]:
 def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool | None = None,
                   retrain: bool = False) -> TrainResult:
     """A trained model (``TrainResult``) for ``config``: from the store when it was trained before,
-    else trained now into the local store as ``name`` (``<grid>/<label>``; default
-    ``default_name``), with a checkpoint every epoch, so an interrupted run resumes."""
+    else trained now into the local store as ``name`` (``<grid>/<label>``; default ``default_name``),
+    with a checkpoint every epoch, so an interrupted run resumes."""
     if name is not None:
         check_name(name)  # before any work
     while (found := None if retrain else find_run(config)) is not None:
@@ -234,12 +230,9 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
 
 
 def run_name(checkpoint: str | os.PathLike | None) -> str | None:
-    """The name (``<grid>/<label>``) of the run whose ``model.pt`` is ``checkpoint``; None for a
-    checkpoint outside a run folder."""
-    if checkpoint is None:
-        return None
-    path = Path(checkpoint).absolute()
-    if path.name != MODEL_FILE or not (path.parent / CONFIG_FILE).is_file():
+    """The name (``<grid>/<label>``) of the run whose ``model.pt`` is ``checkpoint``, else None."""
+    path = None if checkpoint is None else Path(checkpoint).absolute()
+    if path is None or path.name != MODEL_FILE or not (path.parent / CONFIG_FILE).is_file():
         return None
     return f"{path.parent.parent.name}/{path.parent.name}"
 
@@ -248,8 +241,7 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
     """Copy the finished local run folder ``source``, lean, into ``target_root/<same name>`` (default
     ``outputs/runs/``, what gets committed), regenerate the index there; return the new folder."""
     source = Path(source).resolve()
-    missing = [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]
-    if missing:
+    if missing := [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]:
         raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "
                               "(<store>/<grid>/<label>/ with config.json, model.pt and metrics.json)")
     root = Path(target_root) if target_root is not None else committed_runs_dir()
@@ -278,8 +270,7 @@ def write_index(root: str | os.PathLike | None = None) -> Path:
         try:
             m = json.loads((run.folder / METRICS_FILE).read_text()) if run.finished else {}
         except (OSError, ValueError) as err:
-            logging.getLogger("frost_nb").warning("index: %s has an unreadable %s (%s)", run.name,
-                                                  METRICS_FILE, err)
+            log.warning("index: %s has an unreadable %s (%s)", run.name, METRICS_FILE, err)
             m = {}
         c = run.config
         accuracy = m.get("test_accuracy")

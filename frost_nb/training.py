@@ -1,13 +1,11 @@
 """The training loop: final-step task loss plus the ranking halting losses (docs/method.md section 6),
-or PonderNet's loss in their place (``loss.ponder``, docs/method.md section 10). The API and its
-reporting: docs/architecture.md, "Training" and "Multi-process training" (under torchrun the
-history logs the whole batch's loss and accuracy, the ranks' mean of the loss parts, and rank 0's
-median threshold and gradient diagnostics).
+or PonderNet's loss (``loss.ponder``, section 10); API and reporting: docs/architecture.md,
+"Training" and "Multi-process training".
 
 No framework: a plain loop over device-resident batches; a checkpoint every epoch (atomic, checked
-before any work, saved to the temporary folder when the system refuses the write, so a finished
-run is never lost); a NaN guard that stops before the last good checkpoint is touched; per
-optimiser step, the data of the paper's figures 1 (alpha) and 2 (halting scores, median threshold).
+before any work, rescued to the temporary folder when the write is refused); a NaN guard that stops
+before the last good checkpoint is touched; per optimiser step, the data of the paper's figures 1
+(alpha) and 2 (halting scores, median threshold).
 """
 
 from __future__ import annotations
@@ -43,6 +41,8 @@ LOGGED_PARTS = ("task", "rel", "abs", "easy_score", "hard_score")  # of the loss
 # train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
 DIAGNOSTICS = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
 NAN = float("nan")
+_DEVICES = {"cuda": (lambda: torch.cuda.is_available(), "no CUDA device is visible"),
+            "mps": (lambda: torch.backends.mps.is_available(), "MPS is not available")}
 
 
 class TrainingError(RuntimeError):
@@ -55,10 +55,6 @@ def load_split(config: RunConfig, split: str, root: str | os.PathLike | None = N
     d = config.data
     return load_dataset(d.name, split, root=root or d.root, val_fraction=d.val_fraction,
                         split_seed=d.split_seed, download=d.download, limit=d.limit)
-
-
-_DEVICES = {"cuda": (lambda: torch.cuda.is_available(), "no CUDA device is visible"),
-            "mps": (lambda: torch.backends.mps.is_available(), "MPS is not available")}
 
 
 def pick_device(preference: str = "auto") -> torch.device:
@@ -93,12 +89,9 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
 
 def make_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
     """No weight decay on norms, biases and the FROST scalars (alpha, H): decay would bias them."""
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim <= 1 else decay).append(p)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0)
     return torch.optim.AdamW(groups, lr=cfg.lr)
@@ -127,8 +120,7 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, los
 def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512, amp: bool = False,
              num_workers: int = 0, trajectories: bool = False,
              max_samples: int | None = None) -> FullDepthPass:
-    """``training.full_depth_pass`` of ``model`` over an ImageData split (no augmentation), where
-    the model's weights are, under bf16 autocast with ``amp``."""
+    """``full_depth_pass`` over an ImageData split on the model's device (bf16 autocast with ``amp``)."""
     batches = make_batches(dataset, batch_size, shuffle=False, augment=False,
                            device=next(model.parameters()).device, num_workers=num_workers)
     return full_depth_pass(model, batches, trajectories=trajectories, amp=amp, max_samples=max_samples)
@@ -155,8 +147,7 @@ def _new_history() -> dict[str, Any]:
 
 class Trainer:
     """Trains ``model`` (on its device) on ``batches``, the global batches of one epoch with their
-    own ``generator`` (saved, so a resumed run keeps its data order); docs/architecture.md,
-    "Training". ``val_set`` (held-out accuracy and scores) and ``test_set`` may be None."""
+    own ``generator`` (saved for resuming); ``val_set`` and ``test_set`` may be None."""
 
     def __init__(self, config: RunConfig, model: torch.nn.Module, batches, *, val_set=None,
                  test_set=None, checkpoint: str | os.PathLike | None = None,
@@ -178,8 +169,7 @@ class Trainer:
         self.channels_last = cfg.model.backbone == "resnet" and (
             cfg.train.channels_last == "on" or (cfg.train.channels_last == "auto" and on_cuda))
         self.model = model.to(memory_format=torch.channels_last) if self.channels_last else model
-        # Under torchrun, DDP's wrapper and this rank's share of the batches (distributed.parallel).
-        # Without a halting loss the halting head gets no gradient.
+        # under torchrun DDP's wrapper and this rank's share; without a halting loss its head gets no gradient
         self.parallel_model, self.batches, self.setup = parallel(
             self.model, batches, find_unused_parameters=not cfg.loss.halting_trained)
         if self.checkpoint is not None and self.setup.is_main:  # before any work
@@ -224,9 +214,8 @@ class Trainer:
                 out, loss, parts = forward_loss(self.parallel_model, x, y, cfg, amp=self.amp,
                                                 channels_last=self.channels_last)
                 scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
-                # Sums over the ranks' shares of the batch, in one all-reduce: the history logs the
-                # whole batch, and the guards below stop every rank at once (a rank stopping alone
-                # would leave the others waiting in backward).
+                # sums over the ranks' shares in one all-reduce: the history logs the whole batch, and the
+                # guards stop every rank at once (one stopping alone would leave the others in backward)
                 loss_sum, batch_correct, batch_seen, bad_scores, *part_sums = sum_over_ranks(
                     [loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
                      (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS)], self.device)
@@ -257,9 +246,8 @@ class Trainer:
             bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
             if bad:  # never calibrate on or checkpoint broken weights, whatever the loss said
                 self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
-            # The epoch's calibrator (halting.calibrate_on, halting.sketch_window): the ranks'
-            # training scores, each rank's once, and the scores every rank holds alike (the
-            # run's sketch so far, restored on resume; the held-out pass), counted once.
+            # the epoch's calibrator: each rank's training scores, and once the scores every rank holds
+            # alike (the run's sketch so far, restored on resume; the held-out pass)
             shared = HaltingCalibrator(sketch_k)
             if cfg.halting.sketch_window == "run":
                 shared.merge(self.calibrator)
@@ -278,9 +266,8 @@ class Trainer:
                 history["epochs"][key].append(v)
             if self.checkpoint is not None and self.epoch < cfg.train.epochs:
                 self._save(complete=False)
-            line = (f"epoch {self.epoch}/{cfg.train.epochs}: train loss {loss_total / seen:.4f}, "
-                    f"train acc {correct / seen:.4f}, val acc {val_acc:.4f}, "
-                    f"{self.train_seconds:.0f} s so far")
+            line = (f"epoch {self.epoch}/{cfg.train.epochs}: train loss {loss_total / seen:.4f}, train acc "
+                    f"{correct / seen:.4f}, val acc {val_acc:.4f}, {self.train_seconds:.0f} s so far")
             if show:
                 bar.write(line)
             elif main:
@@ -310,9 +297,8 @@ class Trainer:
     def _stop(self, what: str) -> None:
         kept = (f"The last good checkpoint ({self.checkpoint}) is intact." if self.checkpoint is not None
                 and self.checkpoint.is_file() else "No checkpoint of this run was written before it.")
-        raise TrainingError(
-            f"{what}; training stopped. {kept} "
-            f"Lower train.lr (now {self.config.train.lr}) or set train.grad_clip, then train again.")
+        raise TrainingError(f"{what}; training stopped. {kept} Lower train.lr (now {self.config.train.lr}) "
+                            "or set train.grad_clip, then train again.")
 
     def _resume(self) -> bool:
         """Continue the run in ``checkpoint``, if there is one (every state ``_save`` stores)."""
@@ -369,20 +355,18 @@ def _save_or_rescue(path: Path, state: dict, complete: bool, epoch: int) -> None
     temporary folder instead and stop, saying where: a finished run is never lost."""
     try:
         save_checkpoint(path, state)
-        return
-    except OutputError as err:
-        refused = err
-    what = "finished run" if complete else f"run after epoch {epoch}"
-    try:
-        fd, rescue = tempfile.mkstemp(prefix=f"frost_nb_{path.stem}_", suffix=".pt")
-        os.close(fd)
-        save_checkpoint(rescue, state)
-    except OSError as err:
-        raise TrainingError(f"{refused}; the {what} could not be saved in the temporary "
-                            f"folder either ({err}): it is lost") from refused
-    use = "to load it without training again" if complete else "and run the same command to resume"
-    raise TrainingError(f"{refused}. The {what} is saved in {rescue} instead: move it to "
-                        f"{path} {use}") from refused
+    except OutputError as refused:
+        what = "finished run" if complete else f"run after epoch {epoch}"
+        try:
+            fd, rescue = tempfile.mkstemp(prefix=f"frost_nb_{path.stem}_", suffix=".pt")
+            os.close(fd)
+            save_checkpoint(rescue, state)
+        except OSError as err:
+            raise TrainingError(f"{refused}; the {what} could not be saved in the temporary "
+                                f"folder either ({err}): it is lost") from refused
+        use = "to load it without training again" if complete else "and run the same command to resume"
+        raise TrainingError(f"{refused}. The {what} is saved in {rescue} instead: move it to "
+                            f"{path} {use}") from refused
 
 
 def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,

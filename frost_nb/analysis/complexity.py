@@ -1,13 +1,7 @@
-"""Compute cost of FROST inference (Yu and Hwang, ICML 2026, arXiv 2601.19551), in FLOPs.
-
-The cost model C(d) = C_fixed + d * C_step and the ideal speed-up S_ideal of adaptive
-inference are docs/method.md section 8 (C_fixed: ``prologue``; C_step: one step and its readout).
-
-FLOPs are those of ``torch.utils.flop_counter.FlopCounterMode``: 2 per multiply-add of
-convolutions, linear maps and matrix products (attention included). Normalisations,
-activations and element-wise updates are not counted; they are a small share of the work
-but are memory-bound, so a wall-clock speed-up can fall short of ``S_ideal`` for that
-reason alone.
+"""Compute cost of FROST inference (Yu and Hwang, ICML 2026, arXiv 2601.19551), in FLOPs and time:
+the cost model C(d) = C_fixed + d * C_step and S_ideal of docs/method.md section 8. FLOPs are
+``FlopCounterMode``'s (2 per multiply-add of convolutions, linear maps and matrix products); the
+memory-bound work it leaves out can keep a wall-clock speed-up below ``S_ideal``.
 """
 
 from __future__ import annotations
@@ -72,15 +66,13 @@ def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
                          f"{d.min().item():g}..{d.max().item():g}")
     if fixed < 0 or per_step <= 0:
         raise ValueError(f"costs must be fixed >= 0 and per_step > 0, got {fixed}, {per_step}")
-    full = fixed + int(steps) * per_step
-    return float(full / (fixed + d.mean().item() * per_step))
+    return float((fixed + int(steps) * per_step) / (fixed + d.mean().item() * per_step))
 
 
 def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, batch_size: int = 8,
                       repeats: int = 3, warmup: int = 1) -> tuple[float, float]:
-    """Measured wall time per image (fixed part, one step), the affine model of the FLOPs: on
-    random input (batch_size, *input_shape), ``prologue`` alone and a full-depth pass, medians of
-    ``repeats`` rounds after ``warmup`` untimed ones; the step is the difference over T."""
+    """Measured wall time per image (fixed part, one step) on random input: medians of ``repeats``
+    timed rounds of ``prologue`` and of a full-depth pass, the step their difference over T."""
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"batch_size={batch_size} and repeats={repeats} must be >= 1, warmup={warmup} >= 0")
     device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
@@ -116,9 +108,8 @@ def images_per_second(fixed_s: float, step_s: float, depth: float) -> float:
 
 
 def relative_to_vanilla(table):
-    """A complexity table (pandas; columns backbone, model and gflops and/or images_per_s) with
-    ``<column> / vanilla`` for each of those two it has: each row over its backbone's vanilla
-    row (the first one, at full depth)."""
+    """A complexity table with ``<column> / vanilla`` for gflops and images_per_s where it has them:
+    each row over its backbone's first vanilla row (at full depth)."""
     base = table[table["model"] == "vanilla"].groupby("backbone").first()
     return table.assign(**{f"{c} / vanilla": table[c] / table["backbone"].map(base[c])
                            for c in ("gflops", "images_per_s") if c in table.columns})
@@ -180,14 +171,10 @@ def rule_settings(val, rules: Sequence[str], *, calibrator=None, count: int = 6)
 
 def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequence[tuple[str, float]], *,
                     batch_size: int = 256, rounds: int = 5, stream: bool = True) -> pd.DataFrame:
-    """Accuracy against measured throughput for every (rule, threshold) of ``settings`` (notebook
-    07), so each rule's own signal work is in the time: ``stream_predict(model, x,
-    rule=OnlineRule(rule, threshold), slots=batch_size)`` (continuous batching; ``stream=False``
-    or vanilla, whose step depends on t: ``adaptive_predict`` over ``x`` in batches of
-    ``batch_size``). The rounds interleave the settings (round r times every setting before round
-    r + 1), so slow spells of a shared machine spread over all of them. One row per setting,
-    images/s the median over ``rounds`` (with min and max), ``mode`` "stream" or "batch"; in the
-    model's mode (call ``model.eval()`` first)."""
+    """Accuracy against images/s (median over ``rounds``, with min and max) for every (rule,
+    threshold) of ``settings`` (notebook 07), the rule's signal work in the time: ``stream_predict``
+    with ``slots=batch_size`` (``stream=False``, or vanilla: ``adaptive_predict`` in batches).
+    Rounds interleave the settings, so slow spells of a shared machine spread over all of them."""
     if rounds < 1 or batch_size < 1:
         raise ValueError(f"rounds and batch_size must be positive, got {rounds} and {batch_size}")
     stream = stream and getattr(model.config, "name", None) != "vanilla"
@@ -226,9 +213,8 @@ def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequ
 
 def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,
                           batch_size: int = 256, threads: int = 1) -> pd.DataFrame:
-    """Accuracy against measured throughput (``complexity.rule_throughput``, on the CPU with
-    ``threads`` threads, the first ``samples`` test images) of every halting rule that applies to one
-    trained run (as ``run_rule_curves``), thresholds from the held-out split (notebook 07)."""
+    """``rule_throughput`` (CPU, ``threads`` threads, the first ``samples`` test images) of every rule
+    that applies to one trained run (as ``run_rule_curves``), thresholds from the held-out split."""
     cfg = result.config
     rules = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.ranking + ["ponder"] * cfg.loss.ponder
     model = result.model.eval()

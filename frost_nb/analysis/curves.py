@@ -1,8 +1,6 @@
 """Accuracy against mean depth, read off cached full-depth passes (no model call): ``curve``, the
-one computation, and ``CURVE_COLUMNS``, the one table shape, for FROST's quantiles (Table 2's
-sweep), a fixed depth and any halting rule of ``halting_rules`` (docs/method.md sections 8 and 10);
-the tables built from it (``model_curves``, ``oracle_curve``) and the readings of several curves
-at matched depth (``read_at``, ``versus_fixed_depth``, ``at_depths``, ``side_by_side``). No I/O.
+one computation and table shape (``CURVE_COLUMNS``) for FROST's quantiles, a fixed depth and any
+rule of ``halting_rules`` (docs/method.md sections 8 and 10), and readings at matched depth.
 """
 
 from __future__ import annotations
@@ -95,13 +93,11 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
 
 
 def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 4):
-    """The oracle's bound on test at mean depths 1, 1 + 1/per_step, ..., T, and the oracle's own
-    point (earliest correct step, else T). An upper bound, not a rule: no threshold, no val."""
+    """The oracle's upper bound on test at mean depths 1, 1 + 1/per_step, ..., T, and its own point."""
     correct = test.correct
     steps = correct.shape[1]
-    depths = np.linspace(1.0, steps, per_step * (steps - 1) + 1)
     point = _read(oracle_exits(correct), correct)[0]  # on the bound's flat end
-    depths = np.append(depths, point)
+    depths = np.append(np.linspace(1.0, steps, per_step * (steps - 1) + 1), point)
     acc = oracle_accuracy_at(correct, depths)
     order = np.argsort(depths, kind="stable")
     return _frame([{"rule": ORACLE, "model": model, "quantile": math.nan, "threshold": math.nan,
@@ -124,9 +120,8 @@ def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
 
 
 def run_rule_curves(result, model: str, count: int | None = None, test=None):
-    """``model_curves`` of one trained run from its trajectories on the held-out and test splits
-    (``test``: the test trajectories when the caller has them already): FROST's rule when it was
-    trained with the ranking losses, PonderNet's when with PonderNet's loss."""
+    """``model_curves`` of one trained run (``test``: its test trajectories, if at hand), with FROST's
+    rule when it was trained with the ranking losses, PonderNet's when with PonderNet's loss."""
     loss = result.config.loss
     test = run_trajectories(result, "test") if test is None else test
     return model_curves(run_trajectories(result, "val"), test, model,

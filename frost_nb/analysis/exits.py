@@ -1,16 +1,12 @@
 """Where each sample exits at a quantile, read off one cached full-depth pass (notebook 05).
 
-``ExitCache`` keeps what one full-depth pass over a split gives (per-sample, per-step halting
-scores and correctness, the labels) together with the model's KLL calibrator. After that,
-``at(q)`` is arithmetic on those tensors: the widgets of notebook 05 never run the model
-again when a slider moves. Exits follow eq. (exit) exactly as ``adaptive_predict`` takes
-them (``halting.exit_steps``): the first step with ``p_t > tau_q``, else T.
+``ExitCache`` keeps one full-depth pass over a split with the model's KLL calibrator; ``at(q)``
+is then arithmetic on its tensors (notebook 05's widgets never run the model again). Exits
+follow eq. (exit) as ``adaptive_predict`` takes them (``halting.exit_steps``).
 
 >>> cache = ExitCache.from_model(model, calibrator, load_split(config, "test"))
 >>> e = cache.at(0.5)
 >>> e.accuracy, e.mean_depth, e.histogram()      # fraction, steps, samples per exit step
-
-The curve over many quantiles: ``curves.curve(cache.outputs, calibrator=cache.calibrator)``.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ from ..training import FullDepthPass, evaluate
 
 @dataclass(frozen=True)
 class Exits:
-    """Per-sample exits at one quantile: depth (N,) in 1..T, and whether the prediction
-    made at that step is correct (N,)."""
+    """Per-sample exits at one quantile: depth (N,) in 1..T, and whether its prediction is correct."""
 
     quantile: float
     threshold: float
@@ -56,8 +51,7 @@ class Exits:
         return torch.bincount(self.depth - 1, minlength=self.steps).numpy()
 
     def order(self) -> Tensor:
-        """Sample indices from the earliest exit to the latest; at equal depth the one whose
-        score cleared the threshold by more comes first."""
+        """Sample indices, earliest exit first; at equal depth, the larger margin over tau first."""
         key = self.depth.double() * 4.0 - self.margin.clamp(-1.0, 1.0).double()  # depth dominates
         return torch.argsort(key, stable=True)
 
@@ -68,8 +62,7 @@ class Exits:
 
 @dataclass(frozen=True)
 class DepthBudget:
-    """A mean-depth budget and the quantile that meets it on the split it was found on
-    (``ExitCache.quantile_for_depth``): ``mean_depth`` is the depth reached there."""
+    """A mean-depth budget, the quantile meeting it on the split it was found on, the depth reached."""
 
     budget: float
     quantile: float
@@ -79,11 +72,7 @@ class DepthBudget:
 
 @dataclass
 class ExitCache:
-    """One full-depth pass over a split (``training.FullDepthPass``: ``training.evaluate``, or a
-    pass the analyses recorded, read again) with the model's calibrator.
-
-    Checked on construction: scores finite and in [0, 1] (their shapes: by the pass itself).
-    """
+    """One full-depth pass over a split (``training.FullDepthPass``, scores checked) and a calibrator."""
 
     outputs: FullDepthPass
     calibrator: HaltingCalibrator
@@ -100,9 +89,8 @@ class ExitCache:
     def from_model(cls, model: torch.nn.Module, calibrator: HaltingCalibrator, dataset, *,
                    batch_size: int = 512, label: str = "",
                    allow_other_size: bool = False) -> ExitCache:
-        """Run ``model`` once over ``dataset`` (an ImageData split) at full depth, after checking
-        that its images fit the model (``inputs.check_split``; ``allow_other_size``: the ResNet
-        family at another image size)."""
+        """Run ``model`` once over ``dataset`` (an ImageData split) at full depth, its images checked
+        first (``inputs.check_split``; ``allow_other_size``: the ResNet family at another size)."""
         check_split(model, dataset, allow_other_size=allow_other_size)
         return cls(evaluate(model, dataset, batch_size=batch_size), calibrator, label)
 
@@ -156,8 +144,7 @@ class ExitCache:
 
 def quantile_for_depth(model: torch.nn.Module, calibrator: HaltingCalibrator, val_data, depth: float, *,
                        batch_size: int = 512) -> DepthBudget:
-    """The halting quantile for a compute budget: one full-depth pass over the held-out split
-    ``val_data`` (an ImageData split), then ``ExitCache.quantile_for_depth``. Apply the
-    quantile to other data with ``calibrator.threshold(budget.quantile)`` (``adaptive_predict``)
+    """The halting quantile for a compute budget: ``ExitCache.quantile_for_depth`` on one full-depth
+    pass over the held-out split ``val_data``. Apply it with ``calibrator.threshold(budget.quantile)``
     and report the depth reached there against ``budget.budget``."""
     return ExitCache.from_model(model, calibrator, val_data, batch_size=batch_size).quantile_for_depth(depth)

@@ -1,21 +1,10 @@
 """Fractal dimension of point sets and of latent trajectories (docs/method.md section 9.2).
 
-The estimators (box counting over BOX_OFFSETS shifted grids; Grassberger-Procaccia with a
-KD-tree, CORRELATION_POINTS paired with the whole set), their automatic fitting ranges
-(``stable_range``) and their validation on the sets of known dimension below are
-docs/fidelity.md section 1; the constants below carry its numbers. What it leaves out:
-
-- Normalisation: the set is translated to the origin and divided by its largest side, so it
-  fits the unit cube with its shape kept (the dimension is invariant to this).
-- Given sides (radii), the fit is the least-squares slope over exactly those: a fixed protocol
-  window. Not given: the candidates AUTO_BOX_SCALES (AUTO_CORRELATION_SCALES) down to the
-  points' resolution (MIN_POINTS_PER_BOX points per occupied box; MIN_NEIGHBOURS neighbours per
-  point on average), then their ``stable_range``; with radii, an empty count is floored at one pair.
-- Trajectories (``trajectory_dimensions``, docs/method.md section 9.2): the 8192 points resampled
-  along each polyline's arc length keep the spacing below half the smallest box for curves up
-  to 16 times longer than their extent; a sample with no extent gets NaN.
-- Protocols (``minkowski_protocols``, PROTOCOLS: polyline or cloud, 2 or 3 components, a coarse
-  or fine window): experiment 3(d), docs/fidelity.md section 2.
+Box counting over BOX_OFFSETS shifted grids and Grassberger-Procaccia (a KD-tree pairs
+CORRELATION_POINTS with the whole set), on sets normalised to the unit cube: a least-squares
+slope over given sides (radii), else over the ``stable_range`` of candidates down to the points'
+resolution. Estimators and their validation on sets of known dimension (``tests/test_fractal.py``):
+docs/fidelity.md section 1, whose numbers the constants carry; PROTOCOLS: its section 2.
 """
 
 from __future__ import annotations
@@ -66,17 +55,11 @@ def filled_square(n: int = 400000, seed: int = 0) -> np.ndarray:
 
 
 KOCH_MOTIF = (0.0, 1 / 3, 0.5 + 1j * np.sqrt(3) / 6, 2 / 3, 1.0)  # 4 segments of 1/3
-QUADRATIC_KOCH_2 = (0.0, 0.25, 0.25 + 0.25j, 0.5 + 0.25j, 0.5, 0.5 - 0.25j, 0.75 - 0.25j, 0.75,
-                    1.0)  # 8 segments of 1/4 (the Minkowski sausage)
 
 
 def motif_curve(motif, level: int) -> np.ndarray:
-    """Vertices of the curve that replaces every segment by ``motif`` ``level`` times.
-
-    ``motif``: complex points from 0 to 1 (the generator polyline); each segment a -> b of the
-    current polyline becomes a + (b - a) * motif. With m segments of equal length r and no
-    overlap in the limit, the curve has dimension log m / log(1/r).
-    """
+    """Vertices of the curve that replaces every segment a -> b by a + (b - a) * ``motif`` (complex
+    points from 0 to 1), ``level`` times: m segments of length r, no overlap: log m / log(1/r)."""
     m = np.asarray(motif, dtype=np.complex128)
     if m.ndim != 1 or len(m) < 2 or m[0] != 0 or m[-1] != 1:
         raise ValueError("motif must be complex points running from 0 to 1")
@@ -90,98 +73,6 @@ def motif_curve(motif, level: int) -> np.ndarray:
 def koch_curve(level: int = 7) -> np.ndarray:
     """Vertices of the Koch curve polyline after ``level`` refinements (dimension log4/log3)."""
     return motif_curve(KOCH_MOTIF, level)  # (4^level + 1, 2)
-
-
-def cesaro_koch_motif(ratio: float) -> tuple[complex, ...]:
-    """The Koch motif with 4 segments of length ``ratio`` in (1/4, 1/2): its peak rises until
-    the middle segments are as long as the outer ones (dimension log 4 / log(1/ratio))."""
-    if not 0.25 < ratio < 0.5:
-        raise ValueError(f"ratio must be in (1/4, 1/2), got {ratio}")
-    return (0.0, ratio, 0.5 + 1j * np.sqrt(ratio ** 2 - (0.5 - ratio) ** 2), 1 - ratio, 1.0)
-
-
-def similarity(ratio: float, shift) -> tuple[np.ndarray, np.ndarray]:
-    """The map x -> ratio * x + shift as (matrix (d, d), shift (d,))."""
-    b = np.asarray(shift, dtype=np.float64)
-    return ratio * np.eye(len(b)), b
-
-
-def ifs_points(maps, resolution: float) -> np.ndarray:
-    """Points of the attractor of the similarity maps ``maps`` (each (A, b): x -> A x + b),
-    one per piece of a cover by pieces of diameter ratio below ``resolution``.
-
-    Every word is refined until the product of its ratios falls below ``resolution`` (a Moran
-    cover, not a fixed level), and the word's map is applied to the fixed point of the first
-    map, a point of the attractor. With unequal ratios this spreads the points evenly over the
-    set (each piece weighs about ratio^D), so the correlation dimension of the points is the
-    set's dimension; a fixed level would weigh the pieces 1/m^level instead.
-    """
-    a = np.stack([np.asarray(m[0], dtype=np.float64) for m in maps])  # (m, d, d)
-    b = np.stack([np.asarray(m[1], dtype=np.float64) for m in maps])  # (m, d)
-    d = b.shape[1]
-    ratios = np.abs(np.linalg.det(a)) ** (1 / d)  # (m,) similarity ratios
-    if not (0 < resolution < 1) or not np.all((ratios > 0) & (ratios < 1)):
-        raise ValueError("need contracting maps (ratios in (0, 1)) and a resolution in (0, 1)")
-    base = np.linalg.solve(np.eye(d) - a[0], b[0])  # fixed point of the first map
-    wa, wb, wr = np.eye(d)[None], np.zeros((1, d)), np.ones(1)  # words: x -> wa x + wb, ratio wr
-    out = []
-    while len(wr):
-        small = wr < resolution
-        out.append(wa[small] @ base + wb[small])
-        wa, wb, wr = wa[~small], wb[~small], wr[~small]
-        # word o map_i: x -> wa (a_i x + b_i) + wb
-        wb = (np.einsum("wij,mj->wmi", wa, b) + wb[:, None]).reshape(-1, d)
-        wa = np.einsum("wij,mjk->wmik", wa, a).reshape(-1, d, d)
-        wr = (wr[:, None] * ratios[None]).reshape(-1)
-    return np.concatenate(out)  # (about resolution^-D, d)
-
-
-def cantor_set(ratio: float = 1 / 3, resolution: float = 1e-4) -> np.ndarray:
-    """The Cantor set of two pieces of ``ratio`` at the ends of [0, 1], on the x-axis of the
-    plane (dimension log 2 / log(1/ratio): 0.631 at 1/3, 0.5 at 1/4)."""
-    return ifs_points([similarity(ratio, (0.0, 0.0)), similarity(ratio, (1 - ratio, 0.0))], resolution)
-
-
-def two_ratio_cantor(resolution: float = 1e-4) -> np.ndarray:
-    """Pieces of ratio 1/2 and 1/4 at the ends of [0, 1] (dimension log2 of the golden ratio,
-    0.694: 2^-s + 4^-s = 1)."""
-    return ifs_points([similarity(0.5, (0.0, 0.0)), similarity(0.25, (0.75, 0.0))], resolution)
-
-
-def cantor_dust(ratio: float = 1 / 3, dim: int = 2, resolution: float = 2e-3) -> np.ndarray:
-    """The product Cantor dust: 2^dim pieces of ``ratio`` at the corners of the unit cube
-    (dimension dim log 2 / log(1/ratio): 1.262 at 1/3 in 2-D, 1 at 1/4 in 2-D, 1.5 at 1/4 in 3-D)."""
-    corners = np.stack(np.meshgrid(*[[0.0, 1 - ratio]] * dim, indexing="ij"), -1).reshape(-1, dim)
-    return ifs_points([similarity(ratio, c) for c in corners], resolution)
-
-
-def vicsek_fractal(resolution: float = 2e-3) -> np.ndarray:
-    """Vicsek's box fractal: the four corner ninths and the centre one (log 5 / log 3 = 1.465)."""
-    shifts = [(0, 0), (2 / 3, 0), (0, 2 / 3), (2 / 3, 2 / 3), (1 / 3, 1 / 3)]
-    return ifs_points([similarity(1 / 3, s) for s in shifts], resolution)
-
-
-def sierpinski_carpet(resolution: float = 3e-3) -> np.ndarray:
-    """The Sierpinski carpet: the unit square less its middle ninth (log 8 / log 3 = 1.893)."""
-    shifts = [(i / 3, j / 3) for i in range(3) for j in range(3) if (i, j) != (1, 1)]
-    return ifs_points([similarity(1 / 3, s) for s in shifts], resolution)
-
-
-def sierpinski_pentagon(resolution: float = 2e-3) -> np.ndarray:
-    """Five pieces of ratio (3 - sqrt 5) / 2 at the corners of a regular pentagon, touching
-    (dimension log 5 / log((3 + sqrt 5) / 2) = 1.672)."""
-    r = (3 - np.sqrt(5)) / 2
-    angles = np.pi / 2 + 2 * np.pi * np.arange(5) / 5
-    corners = np.stack([np.cos(angles), np.sin(angles)], 1)  # (5, 2)
-    return ifs_points([similarity(r, (1 - r) * c) for c in corners], resolution)
-
-
-def hexaflake(resolution: float = 2e-3) -> np.ndarray:
-    """Vicsek's hexagonal snowflake: six pieces of ratio 1/3 at the corners of a regular hexagon
-    and one at its centre (log 7 / log 3 = 1.771)."""
-    angles = np.pi * np.arange(6) / 3
-    shifts = [(2 / 3 * np.cos(a), 2 / 3 * np.sin(a)) for a in angles] + [(0.0, 0.0)]
-    return ifs_points([similarity(1 / 3, s) for s in shifts], resolution)
 
 
 def sierpinski_points(n: int = 20000, seed: int = 0) -> np.ndarray:
@@ -302,9 +193,8 @@ def _occupied(cols: list[np.ndarray], shift: np.ndarray, size: int) -> int:
 
 def box_counts(points, scales, offsets: int = BOX_OFFSETS, seed: int = 0,
                max_count: float = np.inf) -> np.ndarray:
-    """Mean number of occupied boxes of each side in ``scales`` over ``offsets`` grids, each
-    shifted by a seeded uniform random fraction of a box along every axis (normalised set);
-    stops after the first side whose count exceeds ``max_count`` (that side left out)."""
+    """Mean occupied boxes of each side in ``scales`` over ``offsets`` grids shifted by a seeded random
+    fraction of a box per axis (normalised set); stops at the first count above ``max_count``."""
     p = normalise(points)
     scales = _check_scales(scales, "scales")
     if offsets < 1:
@@ -322,8 +212,7 @@ def box_counts(points, scales, offsets: int = BOX_OFFSETS, seed: int = 0,
 
 
 def box_counting_dimension(points, scales=None, offsets: int = BOX_OFFSETS, seed: int = 0) -> DimensionFit:
-    """Minkowski (box-counting) dimension over the sides ``scales`` (None: automatic; module
-    docstring), counts averaged over ``offsets`` shifted grids."""
+    """Minkowski (box-counting) dimension over the sides ``scales`` (None: automatic), ``offsets`` grids."""
     p = normalise(points)
     if scales is None:  # coarse to fine, down to the points' resolution
         counts = box_counts(p, AUTO_BOX_SCALES, offsets, seed, max_count=len(p) / MIN_POINTS_PER_BOX)
@@ -354,8 +243,7 @@ def correlation_integral(points, radii, max_points: int = CORRELATION_POINTS, se
 
 def correlation_dimension(points, radii=None, max_points: int = CORRELATION_POINTS,
                           seed: int = 0) -> DimensionFit:
-    """Grassberger-Procaccia correlation dimension over the pair distances ``radii`` (None:
-    automatic; module docstring)."""
+    """Grassberger-Procaccia correlation dimension over the pair distances ``radii`` (None: automatic)."""
     p = normalise(points)
     if radii is None:
         cand = np.asarray(AUTO_CORRELATION_SCALES)
@@ -366,7 +254,7 @@ def correlation_dimension(points, radii=None, max_points: int = CORRELATION_POIN
         radii, frac = tuple(cand[keep]), frac[keep]
     else:
         radii = _check_scales(radii, "radii")
-        q = min(len(p), max_points)
+        q = min(len(p), max_points)  # an empty count is floored at one pair
         frac = np.maximum(correlation_integral(p, radii, max_points, seed), 1 / (q * (len(p) - 1.0)))
     slope, intercept, r2 = _fit(radii, frac)
     return DimensionFit(slope, tuple(float(r) for r in radii), tuple(float(c) for c in frac), intercept, r2)
@@ -404,9 +292,10 @@ def _has_extent(points: np.ndarray) -> bool:
 
 def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
                           projection=None, dims: int = 2, scales=None) -> np.ndarray:
-    """Per-sample dimension (N,) of the polylines through h_0 .. h_T (module docstring), over
-    the fixed window ``scales`` (default BOX_SCALES, or CORRELATION_SCALES for ``method``
-    "correlation"), on ``dims`` principal components (or ``projection``)."""
+    """Per-sample dimension (N,) of the polylines through h_0 .. h_T on ``dims`` principal components
+    (or ``projection``), over the fixed window ``scales`` (default BOX_SCALES, or CORRELATION_SCALES
+    for "correlation"); ``n_points`` along each keep the spacing below half the smallest box for
+    curves up to 16 times longer than their extent."""
     if method not in ("box", "correlation"):
         raise ValueError(f"method must be 'box' or 'correlation', got {method!r}")
     planar = project(states, projection, dims)  # (N, T+1, k)
@@ -468,15 +357,11 @@ def protocol_order(dimensions: dict[str, dict[int, float]], above: str = "frost"
                    below: tuple[str, ...] = ("vanilla", "basic_ssm")) -> dict[str, bool | None]:
     """For one protocol: ``dimensions`` family -> seed -> dimension. Per seed, whether
     ``above`` has a higher dimension than every family in ``below`` (None where one is missing)."""
-    seeds = sorted(dimensions.get(above, {}))
     out: dict[str, bool | None] = {}
-    for seed in seeds:
-        values = [dimensions.get(f, {}).get(seed) for f in below]
-        top = dimensions[above][seed]
-        if top is None or any(v is None for v in values) or not np.isfinite([top, *values]).all():
-            out[str(seed)] = None
-        else:
-            out[str(seed)] = bool(all(top > v for v in values))
+    for seed in sorted(dimensions.get(above, {})):
+        top, *values = [dimensions[above][seed], *(dimensions.get(f, {}).get(seed) for f in below)]
+        known = top is not None and all(v is not None for v in values) and np.isfinite([top, *values]).all()
+        out[str(seed)] = bool(all(top > v for v in values)) if known else None
     return out
 
 

@@ -1,15 +1,7 @@
-"""Halting rules of related work, applied to the same trained models (notebook 07).
-
-The rules, their signals, sources and threshold protocol: docs/method.md section 10 (the
-normalised first-hit "second-order step" is this project's variant; "two-scale, as stated" is
-the Two-Scale paper's rule, ``Rule.hits`` = 2). Every rule reads the per-step outputs of one
-full-depth pass (``training.FullDepthPass``) and exits each sample at the first step whose
-condition holds (with ``hits`` = 2: at t and t - 1), else at T. A signal undefined at a step is
-NaN there and never fires (nor counts as a hit): the second-order steps and the KL at t = 1, a
-relative step of a state of norm 0 (0 / 0; x / 0 is +inf, which is never "< eps"). The
-extremes -inf and +inf join each rule's candidate thresholds. The oracle is an upper bound, not
-a rule (``oracle_exits``). The curves are ``curves.curve``'s; ``curve_auc``, ``depth_to_reach``
-and ``summary`` summarise them. No printing, no I/O.
+"""Halting rules of related work, applied to the same trained models (docs/method.md section 10,
+notebook 07), offline on a ``training.FullDepthPass`` or online (``OnlineRule``). A signal
+undefined at a step is NaN there and never fires (nor counts as a hit): the second-order steps
+and the KL at t = 1, a relative step of a state of norm 0 (0 / 0; x / 0 is +inf, never "< eps").
 """
 
 from __future__ import annotations
@@ -77,14 +69,12 @@ def confidence_signal(traj: FullDepthPass) -> Tensor:
 
 
 def ponder_signal(traj: FullDepthPass) -> Tensor:
-    """PonderNet's cumulative halting probability, (N, T) float64: the cumulative sum of
-    ``losses.halting_distribution``, 1 at t = T."""
+    """PonderNet's cumulative halting probability (of ``losses.halting_distribution``), (N, T) float64."""
     return halting_distribution(traj.halt_logits).double().cumsum(1)
 
 
 def frost_signal(traj: FullDepthPass) -> Tensor:
-    """FROST's halting score sigmoid(halt logit), (N, T) float32 as ``adaptive_predict`` has it:
-    the pass's own ``scores``, taken batch by batch."""
+    """FROST's score sigmoid(halt logit), (N, T) float32: the pass's own, as ``adaptive_predict``'s."""
     return traj.scores
 
 
@@ -116,20 +106,12 @@ def _norms(v: Tensor) -> Tensor:
     return v.reshape(v.shape[0], -1).norm(dim=1)  # (n,) over the whole state, as full_depth_pass
 
 
-def _step_rows(t: Tensor | int, h: Tensor) -> Tensor:
-    """The step index of every row, (n,) int64: ``t`` as given per row, or one int for all."""
-    if isinstance(t, Tensor) and t.dim() == 1:
-        return t
-    return torch.full((h.shape[0],), int(t), dtype=torch.int64, device=h.device)
-
-
 class OnlineRule:
-    """A rule of ``RULES`` as ``halting.adaptive_predict(rule=...)`` and ``halting.stream_predict``
-    apply it while they run (docs/method.md section 10): the signal of step t on the rows still
-    running, from h_t, the readout's logits and halting logit and a per-row memory (``ONLINE``);
-    exits against ``threshold`` as ``rule_exits`` does (NaN never fires). Each row has its own
-    step index t (rows at different depths share a step in ``stream_predict``); a rule with
-    ``hits`` > 1 also keeps each row's count of consecutive hits in its memory."""
+    """A rule of ``RULES`` applied while ``halting.adaptive_predict(rule=...)`` or ``stream_predict``
+    runs (docs/method.md section 10): step t's signal on the rows still running, from h_t, the
+    readout and a per-row memory (``ONLINE``), against ``threshold`` as in ``rule_exits`` (NaN
+    never fires). Each row has its own step index t; with ``hits`` > 1 the memory also counts
+    each row's consecutive hits."""
 
     def __init__(self, rule: Rule | str, threshold: float):
         name = rule if isinstance(rule, str) else rule.name
@@ -153,7 +135,8 @@ class OnlineRule:
     def fires(self, t: Tensor | int, h: Tensor, logits: Tensor, halt_logit: Tensor, memory: tuple):
         """``(exits, memory)`` at step ``t`` in 1..T, (n,) int64 per row (or one int for every row):
         (n,) bool, and the memory for each row's next step."""
-        t = _step_rows(t, h)
+        if not (isinstance(t, Tensor) and t.dim() == 1):  # one int for every row
+            t = torch.full((h.shape[0],), int(t), dtype=torch.int64, device=h.device)
         inner, run = (memory, None) if self.rule.hits == 1 else memory
         signal, inner = ONLINE[self.rule.name][1](t, h, logits, halt_logit, inner)
         hit = signal > self.threshold if self.rule.exits_when == "above" else signal < self.threshold
@@ -167,23 +150,12 @@ def _nan(n: Tensor) -> Tensor:
     return torch.full((n.shape[0],), math.nan, dtype=torch.float64, device=n.device)
 
 
-def _online_step_size(t, h, logits, halt, memory):
-    (h_prev,) = memory
-    return _relative(_norms(h - h_prev), _norms(h)), (h,)
-
-
-def _online_second_order(t, h, logits, halt, memory):
+def _online_second_order(t, h, logits, halt, memory, normalised: bool = True):
     h_prev, d_prev = memory
     d = h - h_prev
-    signal = torch.where(t == 1, _nan(h), _relative(_norms(d - d_prev), _norms(h)))  # NaN at t = 1
-    return signal, (h, d)
-
-
-def _online_two_scale(t, h, logits, halt, memory):
-    h_prev, d_prev = memory
-    d = h - h_prev
-    signal = torch.where(t == 1, _nan(h), _norms(d - d_prev).double())  # unnormalised; NaN at t = 1
-    return signal, (h, d)
+    change = _norms(d - d_prev)
+    signal = _relative(change, _norms(h)) if normalised else change.double()  # two-scale: unnormalised
+    return torch.where(t == 1, _nan(h), signal), (h, d)  # NaN at t = 1
 
 
 def _online_kl(t, h, logits, halt, memory):
@@ -212,9 +184,10 @@ FIXED_RULE = Rule(FIXED, _step_index, "above", source="every sample stops at the
 # t (n,) int64 is each row's step index in 1..T; every memory tensor has one row per row of h
 ONLINE = {
     FIXED: (lambda h0: (), lambda t, h, lg, z, m: (t.double(), m)),
-    "step size": (lambda h0: (h0,), _online_step_size),
+    "step size": (lambda h0: (h0,), lambda t, h, lg, z, m: (_relative(_norms(h - m[0]), _norms(h)), (h,))),
     "second-order step": (lambda h0: (h0, torch.zeros_like(h0)), _online_second_order),
-    TWO_SCALE: (lambda h0: (h0, torch.zeros_like(h0)), _online_two_scale),
+    TWO_SCALE: (lambda h0: (h0, torch.zeros_like(h0)),
+                lambda t, h, lg, z, m: _online_second_order(t, h, lg, z, m, normalised=False)),
     "KL between steps": (lambda h0: (torch.zeros(h0.shape[0], 1, dtype=torch.float64, device=h0.device),),
                          _online_kl),
     "confidence": (lambda h0: (), lambda t, h, lg, z, m: (F.softmax(lg.double(), dim=-1).amax(-1), m)),
@@ -233,8 +206,7 @@ def consecutive(condition: Tensor, hits: int) -> Tensor:
 
 
 def rule_exits(rule: Rule, signal: Tensor, threshold: float) -> Tensor:
-    """Exit depth in 1..T of each sample, (N,) int64: the first t whose condition holds (at
-    ``rule.hits`` consecutive steps ending at t), else T."""
+    """Exit depth (N,) int64: the first t whose condition held at ``rule.hits`` steps ending at t, else T."""
     if rule.hits > 1:
         hit = signal > threshold if rule.exits_when == "above" else signal < threshold  # NaN: False
         return exit_steps(consecutive(hit, rule.hits).to(torch.float32), 0.5)
@@ -250,12 +222,9 @@ def oracle_exits(correct: Tensor) -> Tensor:
 
 
 def oracle_accuracy_at(correct: Tensor, depths: Sequence[float] | np.ndarray) -> np.ndarray:
-    """The most accuracy any exit assignment of mean depth <= B can reach, for each B in depths.
-
-    A sample whose earliest correct step is e costs e - 1 steps beyond step 1; the bound takes
-    the cheapest first until the budget N (B - 1) is spent (every other sample stops at step 1,
-    wrong unless e = 1). Any rule with mean depth B is right on at most that many samples.
-    """
+    """The most accuracy any exit assignment of mean depth <= B can reach, for each B in depths:
+    a sample whose earliest correct step is e costs e - 1 steps beyond step 1, and the cheapest
+    are taken first until the budget N (B - 1) is spent (every other sample stops at step 1)."""
     n, _ = correct.shape
     solvable = correct.any(1)
     extra = np.sort((oracle_exits(correct)[solvable] - 1).numpy())  # (M,) cost of each
@@ -287,9 +256,8 @@ def sorted_points(curve) -> tuple[np.ndarray, np.ndarray]:
 
 
 def curve_auc(curve, steps: int) -> float:
-    """Mean accuracy over mean depths 1..T: the area under accuracy against depth, the curve
-    sorted by depth and extended flat to both ends (its lowest-depth accuracy down to depth 1,
-    its highest-depth accuracy up to T), divided by T - 1. A flat curve gives its accuracy."""
+    """Mean accuracy over mean depths 1..T: the area under the curve sorted by depth and extended flat
+    to depths 1 and T, divided by T - 1 (a flat curve gives its accuracy)."""
     if steps < 2:
         raise ValueError(f"steps={steps}: the depth range 1..T needs T >= 2")
     x, y = sorted_points(curve)
@@ -301,9 +269,8 @@ def curve_auc(curve, steps: int) -> float:
 
 
 def depth_to_reach(curve, target: float) -> float:
-    """The smallest mean depth at which the curve, linearly interpolated between its points
-    (sorted by depth), reaches ``target`` accuracy; NaN when it never does. No extension: a
-    curve whose shallowest point already reaches it answers that point's depth."""
+    """The smallest mean depth at which the curve, linear between its points sorted by depth, reaches
+    ``target`` accuracy (NaN if never; its shallowest point's depth if that reaches it already)."""
     x, y = sorted_points(curve)
     for i in range(len(x)):
         if y[i] >= target:
@@ -314,9 +281,8 @@ def depth_to_reach(curve, target: float) -> float:
 
 
 def summary(curves, steps: int):
-    """One row per (rule, model): ``auc`` (``curve_auc``) and ``depth_at_99pct``, the depth at
-    which the curve reaches 99% of that model's full-depth accuracy (the fixed-depth curve at
-    t = T, test split)."""
+    """One row per (rule, model): ``auc`` (``curve_auc``) and ``depth_at_99pct``, the depth reaching
+    99% of that model's full-depth accuracy (its fixed-depth curve at t = T)."""
     full = curves[(curves["rule"] == FIXED) & (curves["mean_depth"] == steps)]
     full = dict(zip(full["model"], full["accuracy"]))
     rows = [{"rule": rule, "model": model, "auc": curve_auc(curve, steps),

@@ -1,19 +1,13 @@
-"""Refit the halting head of a frozen backbone (issue 15, experiment 3(a); docs/method.md sections 6, 7, 10).
-
-Is FROST's halting score weak because of how it is trained (docs/method.md section 6.2: ranking pairs
-over the whole N x T loss matrix, on the raw GAP(h_t), whose norm grows with t), or because
-the backbone's early steps are weak (only the last step is supervised)? Only a linear halting
-head ``z_t = w . GAP(h_t) + b`` is refitted on the frozen backbone's pooled states, four ways
-(``HEADS``; the setting and results: docs/fidelity.md section 3):
+"""Refit the halting head of a frozen backbone (issue 15, experiment 3(a); docs/fidelity.md section 3):
+is FROST's score weak by its training (docs/method.md section 6.2) or by the backbone's early
+steps? A linear head ``z_t = w . GAP(h_t) + b`` is refitted on the frozen pooled states (``HEADS``):
 
     global pairs               lambda_rel L_rel + lambda_abs L_abs over the N x T matrix   eq. (rel), (abs)
     per-step pairs             the same on each step's N entries, averaged over t          eq. (rel), (abs)
     per-step pairs, LayerNorm  per-step pairs on LayerNorm(GAP(h_t))
     correctness (BCE)          BCE(z_t, [argmax y_t == y]): the best a linear head can do
 
-The reading rule was fixed before any run (``claims.EXPERIMENT_RULES["head_refit"]``; the verdict
-is ``claims.head_refit`` over ``margins``). Pure functions over tensors, and one driver
-(``run_head_refit``) that loads the committed checkpoints and runs the backbones.
+The verdict is ``claims.head_refit`` over ``margins`` (a rule fixed before any run).
 """
 
 from __future__ import annotations
@@ -45,9 +39,8 @@ TRAIN_SAMPLES = 10000  # training images whose pooled states the heads are refit
 
 @dataclass(frozen=True)
 class RefitSettings:
-    """How a head is refitted: AdamW over shuffled batches of the training subsample, cosine
-    decay of the learning rate to 0 over all steps. ``batch_size`` is the N of the ranking
-    losses' N x T matrix (the trainer's batch at demo size)."""
+    """How a head is refitted: AdamW over shuffled batches, the learning rate decayed to 0 (cosine);
+    ``batch_size`` is the N of the ranking losses' N x T matrix (the trainer's batch at demo size)."""
 
     epochs: int = 300  # each objective within 1% of a 600-epoch fit (Fashion-MNIST, frost seed 0)
     batch_size: int = 128
@@ -108,8 +101,7 @@ def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
         head = make_head(train.pooled.shape[2], norm=kind == PER_STEP_NORM)
     losses, correct = step_losses(train.logits, train.y), train.correct  # (N, T) each
     n = len(train.y)
-    per_epoch = max(1, math.ceil(n / settings.batch_size))
-    total = settings.epochs * per_epoch
+    total = settings.epochs * max(1, math.ceil(n / settings.batch_size))  # steps of the cosine decay
     opt = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     cosine = lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / total)))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, cosine)
@@ -162,17 +154,15 @@ def scores_of(head: nn.Module, features: StepFeatures) -> Tensor:
 
 
 def calibrate(train_logits: Tensor, val_logits: Tensor, k: int = 200) -> HaltingCalibrator:
-    """A KLL sketch of the scores sigmoid(z) on the training subsample and the held-out split
-    (``halting.calibrate_on`` "last_epoch+val", the trainer's default)."""
+    """A KLL sketch of sigmoid(z) on the training subsample and the held-out split (as the trainer)."""
     return HaltingCalibrator(k).update(torch.sigmoid(train_logits)).update(torch.sigmoid(val_logits))
 
 
 # ---------------------------------------------------------------- curves and the margins
 def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibrator,
                  refits: dict[str, tuple[Tensor, Tensor, HaltingCalibrator]], model: str = ""):
-    """Every curve of one backbone (``curves.CURVE_COLUMNS``; ``rule`` names the head):
-    the trained head with its own calibrator, each refit ``name -> (val logits, test logits,
-    calibrator)``, fixed depth, confidence (THRESHOLDS held-out quantiles) and the oracle."""
+    """Every curve of one backbone (``rule`` names the head): the trained head, each refit ``name ->
+    (val logits, test logits, calibrator)``, fixed depth, confidence and the oracle."""
     def with_head(traj: FullDepthPass, z: Tensor) -> FullDepthPass:  # a refit's logits (N, T) and scores
         return dataclasses.replace(traj, halt_logits=z.float(), scores=torch.sigmoid(z.float()))
 
@@ -186,10 +176,9 @@ def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibr
 
 
 def margins(table) -> dict:
-    """What the reading rule of claims.EXPERIMENT_RULES["head_refit"] reads, from a ``summary``
-    table (rule, model, auc, depth_at_99pct) over the backbones: per backbone, the per-step
-    LayerNorm head's gain over the global-pairs refit, and the correctness head's margin over the
-    better of fixed depth and confidence (numbers only; claims.head_refit decides)."""
+    """What claims.EXPERIMENT_RULES["head_refit"] reads from a ``summary`` table over the backbones:
+    per backbone, the per-step LayerNorm head's gain over the global-pairs refit and the correctness
+    head's margin over the better of fixed depth and confidence (``claims.head_refit`` decides)."""
     auc = table.pivot(index="model", columns="rule", values="auc")
     gain = auc[PER_STEP_NORM] - auc[GLOBAL]  # per backbone
     margin = auc[CORRECTNESS] - np.maximum(auc[FIXED], auc[CONFIDENCE])
@@ -225,15 +214,13 @@ def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
     traj = {k: evaluate(result.model, ds, batch_size=cfg.train.eval_batch_size, trajectories=True)
             for k, ds in splits.items()}
     feats = {k: StepFeatures.of(v) for k, v in traj.items()}
-    refits, heads = {}, {}
+    refits, heads, objective = {}, {}, {}
     correct = feats["test"].correct
     scores = {TRAINED: traj["test"].halt_logits.float(), CONFIDENCE: confidence_signal(traj["test"]).float()}
-    objective = {}
     for kind in HEADS:
-        head = refit_head(kind, feats["train"], cfg.loss, settings)
+        heads[kind] = head = refit_head(kind, feats["train"], cfg.loss, settings)
         z = {k: scores_of(head, f) for k, f in feats.items()}
         refits[kind] = (z["val"], z["test"], calibrate(z["train"], z["val"], cfg.halting.sketch_k))
-        heads[kind] = head
         scores[kind] = z["test"]
         objective[kind] = train_objective(kind, head, feats["train"], cfg.loss, settings.batch_size)
     diagnostics = [{"model": label, "score": name, "within_step_auc": within_step_auc(z, correct),

@@ -1,15 +1,8 @@
-"""Measurements behind the paper's geometric claims (FROST, Yu and Hwang, ICML 2026).
-
-docs/method.md section 9. Pure functions over tensors (no printing, no I/O); ``full_depth_pass``
-is the one pass over the data that runs a model (``training.evaluate`` over a split), and
-everything else works on its result, a ``FullDepthPass``.
-
-- Scale consistency (Table 1, section 9.1), contraction fitted from the step sizes (section 9.3)
-  and gradient conflict (appendix D, section 9.6; per step: Definition D.1's conflict "at
-  iteration t", the task gradient against the gradient of step t's ranking loss alone).
-- Contraction from the Jacobian: sigma_t = ||d h_{t+1} / d h_t||_2 (spectral norm) of each
-  sample at its own state, by power iteration with Jacobian-vector products. Appendix B's
-  argument needs sigma_t <= kappa < 1; the step sizes are only a proxy for it.
+"""Measurements behind the paper's geometric claims (FROST, Yu and Hwang, ICML 2026), docs/method.md
+section 9: scale consistency (Table 1, section 9.1), contraction fitted from the step sizes
+(section 9.3) and from the Jacobian, sigma_t = ||d h_{t+1} / d h_t||_2 of each sample at its own
+state (appendix B's argument needs sigma_t <= kappa < 1; the step sizes are only a proxy for it).
+Pure functions over a ``FullDepthPass`` (``training.evaluate``, the one pass that runs a model).
 """
 
 from __future__ import annotations
@@ -84,8 +77,7 @@ def contraction_bound(step_norms: Tensor, dist_to_final: Tensor, kappa: Tensor) 
 
 
 def contraction_summary(traj: FullDepthPass) -> dict:
-    """kappa (median and quartiles over samples), the share of samples with kappa < 1, and
-    the share of samples for which the error bound holds at every step."""
+    """kappa's quartiles over samples, and the shares of samples with kappa < 1 and with the bound."""
     kappa = fit_contraction(traj.step_norms)
     holds = contraction_bound(traj.step_norms, traj.dist_to_final, kappa)
     q = torch.quantile(kappa.double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
@@ -96,16 +88,11 @@ def contraction_summary(traj: FullDepthPass) -> dict:
 
 def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters: int = 20,
                        generator: torch.Generator | None = None) -> Tensor:
-    """(N,) spectral norm of d h_{t+1} / d h_t for each sample, at the states ``h`` (N, *state).
-
-    Power iteration on J^T J: v <- J^T J v / ||J^T J v||, then sigma = ||J v||, with J v from
-    ``torch.func.jvp`` and J^T u from ``torch.func.vjp`` (its linearisation is built once). The
-    step maps every sample on its own (GroupNorm, LayerNorm and attention work per sample), so
-    the batch's Jacobian is block-diagonal and one batched iteration, normalised per sample,
-    runs every sample's iteration at once. The estimate is a lower bound that rises towards
-    sigma_max; its error shrinks like (sigma_2 / sigma_max)^(2 iters). Attention runs on
-    PyTorch's math kernel here: the fused CPU kernel has no forward mode.
-    """
+    """(N,) spectral norm of d h_{t+1} / d h_t for each sample, at the states ``h`` (N, *state):
+    power iteration on J^T J, batched (the step maps every sample on its own, so the Jacobian is
+    block-diagonal) and normalised per sample. A lower bound rising towards sigma_max, error like
+    (sigma_2 / sigma_max)^(2 iters). Attention runs on the math kernel: the fused CPU kernel has
+    no forward mode."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     if iters < 1:
@@ -130,8 +117,7 @@ def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters:
 
 def jacobian_norms(model: torch.nn.Module, batches, *, iters: int = 20,
                    max_samples: int | None = None, seed: int = 0) -> Tensor:
-    """(N, T) sigma_{i,t} = ||d h_{t+1} / d h_t||_2 of sample i at step t = 0..T-1, along the
-    model's own full-depth trajectory (``step_jacobian_norm`` at every step), on the CPU."""
+    """(N, T) sigma_{i,t} = ||d h_{t+1} / d h_t||_2, t = 0..T-1, along the model's own trajectory (CPU)."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     rows = []
@@ -150,10 +136,9 @@ def jacobian_norms(model: torch.nn.Module, batches, *, iters: int = 20,
 
 
 def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
-    """Contraction read off the Jacobian norms (N, T), over steps t >= first_step (0-based):
-    the median and quartiles of sigma over samples and steps, the share of entries below 1, the
-    share of samples below 1 at every step (appendix B's condition), and kappa_jvp, the median
-    over samples of each sample's largest sigma (the rate appendix B's bound would use)."""
+    """Contraction read off the Jacobian norms (N, T) at steps t >= first_step (0-based): quartiles
+    of sigma, the share of entries and of samples (appendix B's condition) below 1, and kappa_jvp,
+    the median over samples of each one's largest sigma (the rate appendix B's bound would use)."""
     if norms.dim() != 2 or not 0 <= first_step < norms.shape[1]:
         raise ValueError(f"norms must be (N, T) and first_step in 0..T-1, got {tuple(norms.shape)}, "
                          f"{first_step}")
@@ -171,7 +156,6 @@ def run_trajectories(result, split: str = "test", max_samples: int | None = None
 
 
 def model_trajectories(model, cfg: RunConfig, split: str = "test", max_samples: int | None = None):
-    """The full-depth pass with its trajectory (``training.evaluate``) of ``model`` (trained under
-    ``cfg``) over one split of its data set."""
+    """The full-depth pass with trajectory (``training.evaluate``) of ``model`` over a split of ``cfg``'s."""
     return evaluate(model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size, trajectories=True,
                     max_samples=max_samples)

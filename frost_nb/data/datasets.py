@@ -97,13 +97,10 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
         idx = torch.arange(len(y)) if info.in_memory else fixed_order(len(y))
     else:
         labels = y if info.stratified_val else torch.zeros_like(y)  # one class: a plain seeded split
-        train_idx, val_idx = _split_indices(labels, val_fraction, split_seed)
-        idx = train_idx if split == "train" else val_idx
-    if limit is not None:
-        idx = idx[:limit]
+        idx = _split_indices(labels, val_fraction, split_seed)[split == "val"]  # (train, val)
+    idx = idx[:limit]  # limit None: all of them
     if not info.in_memory:
-        folder = copy.copy(scanned)  # shallow: shares the file list, own transform
-        _set_transform(folder, _folder_transform(info, train=split == "train"))
+        folder = _with_transform(scanned, info, train=split == "train")
         return ImageData(x=None, y=y[idx], info=info, classes=list(scanned.classes), name=name, split=split,
                          source=path, folder=Subset(folder, idx.tolist()))
     # advanced indexing copies, so callers may modify x in place without touching the cache
@@ -199,15 +196,13 @@ class Batches(_Passes):
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return self.iterate(self._draw_seed())
 
-    def iterate(self, epoch_seed: int | None,
-                start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def iterate(self, epoch_seed: int | None, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One pass with a given seed, from batch `start` (to resume an interrupted pass)."""
         n, dev = self.x.shape[0], self.device
         g = torch.Generator().manual_seed(epoch_seed if epoch_seed is not None else 0)
         # Random numbers are drawn on the CPU for the whole pass: the same seed gives the
         # same batches on every device, and a resumed pass skips batches without drawing.
-        order = torch.randperm(n, generator=g) if self.shuffle else torch.arange(n)  # (N,)
-        order = order.to(dev)
+        order = (torch.randperm(n, generator=g) if self.shuffle else torch.arange(n)).to(dev)  # (N,)
         if self.augmentation:
             span = 2 * self.pad + 1
             # (N,) crop offsets into the padded images, and mirror flags
@@ -255,8 +250,7 @@ class FolderBatches(_Passes):
 
     def __init__(self, ds: ImageData, batch_size: int, **kwargs: Any) -> None:
         super().__init__(ds, batch_size, **kwargs)
-        base = copy.copy(ds.folder.dataset)  # shallow: shares the scanned file list
-        _set_transform(base, _folder_transform(ds.info, train=self.augment))
+        base = _with_transform(ds.folder.dataset, ds.info, train=self.augment)
         self.dataset = _SeededImages(Subset(base, ds.folder.indices), seeded=self.augment)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -374,22 +368,19 @@ def _scan_image_folder(path: str, name: str) -> Any:
                         f"class holding the images; to get it: {DATASETS[name].how_to_get}.") from err
 
 
-def _folder_transform(info: DatasetInfo, train: bool) -> Any:
-    """The ImageNet recipe: RandomResizedCrop + flip for training, Resize + CenterCrop else."""
+def _with_transform(scanned: Any, info: DatasetInfo, train: bool) -> Any:
+    """A shallow copy of a scanned ImageFolder (sharing its file list) with the ImageNet recipe:
+    RandomResizedCrop + flip for training, Resize + CenterCrop else."""
+    from torchvision.datasets.vision import StandardTransform
     from torchvision.transforms import v2
 
     size = info.image_size
     if train:
         geometry = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()]
-    else:
-        # the standard resize-to-256, centre-crop-224 evaluation (scaled for other sizes)
+    else:  # the standard resize-to-256, centre-crop-224 evaluation (scaled for other sizes)
         geometry = [v2.Resize(round(size * 256 / 224), antialias=True), v2.CenterCrop(size)]
-    return v2.Compose([*geometry, v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
-                       v2.Normalize(list(info.mean), list(info.std))])
-
-
-def _set_transform(folder: Any, transform: Any) -> None:
-    from torchvision.datasets.vision import StandardTransform
-
-    folder.transform = transform  # what DatasetFolder.__getitem__ applies
-    folder.transforms = StandardTransform(transform, None)  # kept consistent for repr
+    folder = copy.copy(scanned)
+    folder.transform = v2.Compose([*geometry, v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                                   v2.Normalize(list(info.mean), list(info.std))])  # DatasetFolder applies it
+    folder.transforms = StandardTransform(folder.transform, None)  # kept consistent for repr
+    return folder

@@ -1,10 +1,8 @@
 """The data sets' facts, and each set prepared once: whichever source exists, in one format.
 
-``prepare(name)`` converts the first source found (`_PLACES`, in the order tried; data/README.md
-tabulates them) into ``<root>/prepared/<name>/{train,test}.npz``, the format of docs/architecture.md's
-"Data" section (version `FORMAT`), as nanoGPT's ``data/*/prepare.py`` and airbench's ``CifarLoader``
-do. Images keep the order the loader has always used (the packed copies' fixed shuffle included),
-so splits and committed results do not move.
+``prepare(name)`` converts the first source found (`_PLACES`; data/README.md tabulates them) into
+``<root>/prepared/<name>/{train,test}.npz`` (docs/architecture.md's "Data" section, version `FORMAT`),
+as nanoGPT's ``data/*/prepare.py`` does. Images keep the loader's order, so splits do not move.
 """
 
 from __future__ import annotations
@@ -133,9 +131,8 @@ def prepared_dir(name: str, root: str | Path) -> Path:
 
 
 def checked_data_root(root: str | Path | None = None) -> Path:
-    """The data root (``paths.data_root``), resolved, once ``paths.path_problem`` finds nothing wrong
-    with it: a ``DataError`` naming it and the cause otherwise (a missing root passes: a download
-    makes it, and a missing set's error lists every place looked in). Entry points resolve it once."""
+    """The data root (``paths.data_root``), resolved, or a ``DataError`` naming it and the cause (a
+    missing root passes: a download makes it). Entry points resolve it once."""
     given = data_root(root)
     check_readable(given, "the data root", "set FROST_DATA (or --root, root=) to a readable folder",
                    folder=True, must_exist=False, error=DataError)
@@ -230,15 +227,13 @@ def read_prepared(name: str, root: str | Path, part: str) -> Part:
 
 def _labels_fit(y: np.ndarray, k: int, coarse: np.ndarray | None = None, k_coarse: int = 0) -> bool:
     """y (N,) in 0..k-1; coarse None, or (N,) in 0..k_coarse-1."""
-    def fit(v: np.ndarray, k: int) -> bool:
-        return v.ndim == 1 and (len(v) == 0 or 0 <= v.min() <= v.max() < k)
+    fit = lambda v, k: v.ndim == 1 and (len(v) == 0 or 0 <= v.min() <= v.max() < k)
     return fit(y, k) and (coarse is None or (coarse.shape == y.shape and fit(coarse, k_coarse)))
 
 
 @contextlib.contextmanager
 def _reading(name: str, path: Path, fix: str):
-    """A file that cannot be read (cut off, damaged, not of its format) as a `DataError` naming it
-    and the fix."""
+    """A file that cannot be read (cut off, damaged, not of its format) as a `DataError` naming it."""
     try:
         yield
     except (OSError, EOFError, ValueError, KeyError, zlib.error, zipfile.BadZipFile, pickle.UnpicklingError,

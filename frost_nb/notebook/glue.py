@@ -42,12 +42,6 @@ def _sections_ok(value: str) -> bool:
     return all(p in ABLATION_SECTIONS for p in parts) and len(set(parts)) == len(parts)
 
 
-def sections_of(value: str) -> tuple[str, ...]:
-    """Notebook 04's ``sections`` parameter ("alpha,loss") as a tuple, checked."""
-    validate_params(sections=value)
-    return tuple(p.strip() for p in value.split(","))
-
-
 def sections_suffix(sections: tuple[str, ...]) -> str:
     """What notebook 04 appends to its metrics name when it runs only some sections
     (``_alpha-loss``): a partial file never replaces a whole one."""
@@ -102,8 +96,7 @@ def output_suffix(notebook: str, dataset: str | None = None, bundle: str = "adop
     """What a notebook appends to its figure and metrics names: ``_<dataset>`` when ``dataset``
     is not the one its committed outputs are on (COMMITTED_DATASETS), ``_<size>`` when ``size``
     is not COMMITTED_SIZE (None: the committed one, either), then ``_<bundle>`` for a bundle of
-    defaults other than the adopted one (``_per-step``, ``_residual``: kept beside it as the
-    verdict table's further rows).
+    defaults other than the adopted one (the verdict table's further rows).
 
     >>> output_suffix("05", "cifar100"), output_suffix("05", "fashion-mnist", "residual")
     ('', '_fashion-mnist_residual')
@@ -165,7 +158,7 @@ def setup(notebook: str, **params: Any) -> SimpleNamespace:
     """
     validate_params(**params)
     if "sections" in params:  # notebook 04: "alpha,loss" -> ("alpha", "loss")
-        params["sections"] = sections_of(params["sections"])
+        params["sections"] = tuple(p.strip() for p in params["sections"].split(","))
     if smoke_mode():
         params.update({k: v for k, v in SMOKE_VALUES.items() if k in params})
         params.update({k: cap if params[k] is None else min(params[k], cap)
@@ -183,11 +176,8 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
     is given, else ``default`` (a RunConfig; None: FROST at the size's defaults on ``dataset``)
     from the stored runs (``train_or_load``). A checkpoint that is not FROST with a trained halting
     head (on ``backbone``, when given) is a ``ParameterError`` naming the parameter ``param``.
-
-    Smoke mode (``FROST_SMOKE=1``) never opens a data set other than digits: it checks the given
-    checkpoint (it exists, is readable, holds what is asked for), then studies ``default``
-    instead (a smoke config), or the smoke FROST on digits (a committed notebook names the demo
-    run's checkpoint, whose data set CI does not have)."""
+    Smoke mode checks the checkpoint, then studies ``default`` or the smoke FROST on digits
+    instead (CI has no other data set)."""
     if checkpoint is not None:
         config = checkpoint_config(checkpoint)  # a missing or damaged file is an error, smoke or not
         model, loss = config.model, config.loss
@@ -207,11 +197,9 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
                 f"parameter {param}={checkpoint!r} holds frost on the {model.backbone!r} backbone {held}, "
                 f"not {backbone!r}. Pass a {backbone} frost checkpoint "
                 f"(frost_nb.repro.grids.grid('{backbone}')), or {param}=None")
-        if smoke_mode():
-            print(f"smoke mode: {checkpoint} is not used; a smoke FROST on digits stands in for it")
-        else:
-            model, calibrator = load_model(checkpoint)
-            return config, model, calibrator
+        if not smoke_mode():
+            return (config, *load_model(checkpoint))
+        print(f"smoke mode: {checkpoint} is not used; a smoke FROST on digits stands in for it")
     config = default if default is not None else make_config(size, None if smoke_mode() else dataset, "frost")
     result = train_or_load(config)
     return config, result.model, result.calibrator
@@ -246,14 +234,11 @@ def _finite_or_null(value: Any) -> Any:
 def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None,
                   runs: Iterable[str] | dict[str, str | None] = ()) -> Path:
     """Write ``outputs/metrics/<name>.json`` atomically, with the environment under ``env`` and
-    the runs it was computed from under ``provenance`` (``frost_nb.repro.provenance.make``: the runs
+    the runs it was computed from under ``provenance`` (``repro.provenance.make``: the runs
     ``metrics`` names, ``runs``, and those ``train_or_load`` handed out since the last write).
-
     Strict JSON: a non-finite number (the threshold +inf of q = 1, a NaN) is written as null.
-    A file that already holds the same results is left as it is, environment included: the
-    record names the run that first produced them, and loading a committed run again (``make
-    demo`` on a fresh clone, a re-executed notebook) leaves the working tree clean.
-    """
+    A file that already holds the same results is left as it is, environment included, so that
+    loading a committed run again (a re-executed notebook) leaves the working tree clean."""
     record = _finite_or_null({**metrics, "provenance": provenance.make(metrics, runs), "env": environment(device)})
     path = outputs_dir() / "metrics" / f"{name}.json"
     if path.is_file():
@@ -317,10 +302,8 @@ def save_figure(fig, name: str) -> Path:
 
 
 def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2):
-    """A forward pass of every model family and backbone on random input: shapes and sizes.
-
-    Returns a pandas table (one row per model) for notebook 00.
-    """
+    """A forward pass of every model family and backbone on random input: shapes and sizes, as a
+    pandas table (one row per model) for notebook 00."""
     rows = []
     for backbone in BACKBONES:
         for name in MODELS:
@@ -345,9 +328,8 @@ def strip_execution_metadata(path) -> bool:
     nb = json.loads(path.read_text())
     changed = nb.get("metadata", {}).pop("papermill", None) is not None
     for cell in nb["cells"]:
-        meta = cell.get("metadata", {})
         for key in ("execution", "papermill"):
-            changed |= meta.pop(key, None) is not None
+            changed |= cell.get("metadata", {}).pop(key, None) is not None
     if changed:
         _atomic_write(path, (json.dumps(nb, indent=1, ensure_ascii=False) + "\n").encode())
     return changed

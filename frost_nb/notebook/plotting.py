@@ -22,9 +22,14 @@ def _smooth(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndar
     return x[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid")
 
 
-def _finish(fig: plt.Figure, ax, fontsize: int | None = 7) -> plt.Figure:
-    """A legend (small by default) and a tight layout: the common last lines of a one-axes figure."""
-    ax.legend(fontsize=fontsize)
+def _finish(fig: plt.Figure, ax=None, title: str | None = None, fontsize: int | None = 7,
+            **legend: Any) -> plt.Figure:
+    """The common last lines of a figure: a legend on ``ax`` (small by default), a suptitle, a tight
+    layout."""
+    if ax is not None:
+        ax.legend(fontsize=fontsize, **legend)
+    if title is not None:
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 
@@ -44,10 +49,7 @@ def plot_training(history: dict[str, Any], title: str = "") -> plt.Figure:
     ax2.plot(np.asarray(epochs["epoch"]) * per_epoch, epochs["val_accuracy"], "o-",
              label="held-out split (full depth)")
     ax2.set(xlabel="optimiser step", ylabel="accuracy", ylim=(0, 1))
-    ax2.legend()
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax2, title, fontsize=None)
 
 
 def plot_alpha(history: dict[str, Any], title: str = "") -> plt.Figure:
@@ -83,10 +85,7 @@ def plot_halting_panels(histories: dict[str, dict[str, Any]], title: str = "") -
     fig, axes = plt.subplots(1, n, figsize=(3.3 * n, 3.2), sharey=True, squeeze=False)
     for ax, (label, history) in zip(axes[0], histories.items()):
         _halting_scores_on(ax, history, label)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(title or "halting scores over training")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, axes[0][0], title or "halting scores over training")
 
 
 def plot_series(histories: dict[str, dict[str, Any]], key: str, section: str = "steps",
@@ -116,11 +115,9 @@ def plot_sweeps(tables: dict[str, Any], title: str = "") -> plt.Figure:
 def plot_accuracy_per_step(accuracy: Sequence[float], title: str = "") -> plt.Figure:
     """Accuracy of the readout at every step t (all samples stopped at t)."""
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    t = np.arange(1, len(accuracy) + 1)
-    ax.plot(t, accuracy, "o-")
+    ax.plot(np.arange(1, len(accuracy) + 1), accuracy, "o-")
     ax.set(xlabel="step t", ylabel="test accuracy", ylim=(0, 1), title=title or "fixed-depth accuracy")
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
 
 
 def plot_sweep(table, title: str = "") -> plt.Figure:
@@ -130,8 +127,7 @@ def plot_sweep(table, title: str = "") -> plt.Figure:
     for q, d, a in zip(table["quantile"], table["mean_depth"], table["accuracy"]):
         ax.annotate(f"q={q:g}", (d, a), textcoords="offset points", xytext=(4, -10), fontsize=7)
     ax.set(xlabel="mean depth (steps)", ylabel="test accuracy", title=title or "halting sweep")
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
 
 
 def plot_scale_consistency(table, paper_rows: Sequence[dict] = (), title: str = "") -> plt.Figure:
@@ -151,21 +147,17 @@ def plot_scale_consistency(table, paper_rows: Sequence[dict] = (), title: str = 
                 color=colors.get(model, "k"), label=f"paper: {model}")
     ax.set(xlabel="step t", ylabel="cos(GAP(h_t), GAP(h_T))", ylim=(-0.1, 1.05),
            title=title or "scale consistency (Table 1)")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, ncol=2)
 
 
 def plot_similarity_matrices(matrices: dict[str, Any], title: str = "") -> plt.Figure:
     """One heatmap per model of the mean cosine between the pooled states of every two steps."""
-    n = len(matrices)
-    fig, axes = plt.subplots(1, n, figsize=(3.1 * n, 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(matrices), figsize=(3.1 * len(matrices), 3.2), squeeze=False)
     for ax, (label, m) in zip(axes[0], matrices.items()):
         m = np.asarray(m)
         im = ax.imshow(m, vmin=-1, vmax=1, cmap="RdBu_r", origin="upper")
-        ax.set(title=label, xlabel="step t", ylabel="step s")
         ticks = np.arange(0, m.shape[0], max(1, m.shape[0] // 4))
-        ax.set(xticks=ticks, yticks=ticks)
+        ax.set(title=label, xlabel="step t", ylabel="step s", xticks=ticks, yticks=ticks)
     fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean cosine")
     fig.suptitle(title or "step-by-step similarity of the pooled states (h_0 .. h_T)")
     return fig
@@ -204,17 +196,13 @@ def plot_dimension_fits(fits: dict[str, Any], title: str = "") -> plt.Figure:
 def plot_planar_trajectories(planar: dict[str, Any], per_model: int = 8, title: str = "") -> plt.Figure:
     """The first ``per_model`` projected trajectories (N, T+1, 2) of each model, one panel each;
     a dot marks h_0."""
-    n = len(planar)
-    fig, axes = plt.subplots(1, n, figsize=(3.1 * n, 3.1), squeeze=False)
+    fig, axes = plt.subplots(1, len(planar), figsize=(3.1 * len(planar), 3.1), squeeze=False)
     for ax, (label, xy) in zip(axes[0], planar.items()):
-        xy = np.asarray(xy)[:per_model]
-        for path in xy:
+        for path in np.asarray(xy)[:per_model]:
             line, = ax.plot(path[:, 0], path[:, 1], "-", lw=0.9, marker=".", ms=2)
             ax.plot(path[0, 0], path[0, 1], "o", ms=4, color=line.get_color())
         ax.set(title=label, xticks=[], yticks=[])
-    fig.suptitle(title or "pooled-state trajectories on the top-2 principal components")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, title=title or "pooled-state trajectories on the top-2 principal components")
 
 
 def plot_exit_histogram(histogram: Sequence[int], title: str = "") -> plt.Figure:
@@ -223,8 +211,7 @@ def plot_exit_histogram(histogram: Sequence[int], title: str = "") -> plt.Figure
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.bar(np.arange(1, len(counts) + 1), counts, width=0.8)
     ax.set(xlabel="exit step", ylabel="samples", title=title or "exit steps", xlim=(0.3, len(counts) + 0.7))
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
 
 
 def plot_depth_per_class(table, steps: int, title: str = "") -> plt.Figure:
@@ -239,8 +226,7 @@ def plot_depth_per_class(table, steps: int, title: str = "") -> plt.Figure:
     acc.set(ylabel="accuracy", ylim=(0, 1.02))
     bars, dots = ax.get_legend_handles_labels(), acc.get_legend_handles_labels()
     ax.legend(bars[0] + dots[0], bars[1] + dots[1], loc="lower left", fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
 
 
 def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], title: str = "") -> plt.Figure:
@@ -261,8 +247,7 @@ def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], t
         axes[row][0].text(-0.15, 0.5, name, transform=axes[row][0].transAxes, rotation=90,
                           va="center", ha="right", fontsize=8)
     fig.suptitle(title or "earliest and latest exits", fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _finish(fig)
 
 
 def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=None, title: str = "",
@@ -300,9 +285,7 @@ def plot_complexity_ratios(table, title: str = "") -> plt.Figure:
         ax.set(ylabel=col, title=col)
         ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=6)
         ax.legend(fontsize=7)
-    fig.suptitle(title or "cost relative to vanilla (same backbone)")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, title=title or "cost relative to vanilla (same backbone)")
 
 
 def _model_panels(models, lines, height: float, title: str) -> plt.Figure:
@@ -361,10 +344,7 @@ def plot_rule_throughput(table, title: str = "") -> plt.Figure:
     ax1.set(xlabel=f"images / s (batch {batch}, {threads} thread{'s' * (threads > 1)})",
             ylabel="test accuracy")
     ax2.set(xlabel="mean depth (steps)")
-    ax1.legend(fontsize=7)
-    fig.suptitle(title or "halting rules: accuracy against measured throughput")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax1, title or "halting rules: accuracy against measured throughput")
 
 
 def plot_collapse(table, title: str = "") -> plt.Figure:
@@ -386,9 +366,7 @@ def plot_collapse(table, title: str = "") -> plt.Figure:
     for ax in (ax1, ax2):
         ax.set_xticks(range(len(families)), families)
         ax.legend(fontsize=7)
-    fig.suptitle(title or "the ranking losses on the non-fractal families")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, title=title or "the ranking losses on the non-fractal families")
 
 
 def plot_head_refit(curves, title: str = "") -> plt.Figure:
@@ -441,17 +419,13 @@ def plot_loss_strength(runs: list[dict], title: str = "") -> plt.Figure:
     ax.set(title="seeds collapsed", xticks=range(len(names)), yticks=range(len(families)))
     ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
     ax.set_yticklabels(families, fontsize=8)
-    fig.suptitle(title or "halting-loss strength: per-step gradient conflict and collapse")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, title=title or "halting-loss strength: per-step gradient conflict and collapse")
 
 
 def plot_stream_throughput(table, title: str = "") -> plt.Figure:
     """Images/s against the halting quantile q (``benchmarks/adaptive_inference.py --stream`` rows):
-    full depth, batch-at-a-time (``adaptive_predict``, mode eager, compact_below 1), the stream
-    (``stream_predict``, a line per refill_at and embed_batch) and the ideal (full depth's rate times the FLOP
-    speed-up, the benchmark's ``ideal_images_per_s``); one panel per batch size B (the stream's
-    slots) and thread count."""
+    full depth, batch-at-a-time (mode eager, compact_below 1), the stream (a line per refill_at and
+    embed_batch) and the ideal (``ideal_images_per_s``); one panel per batch size B and thread count."""
     batch = table[(table["mode"] == "eager") & (table["compact_below"] == 1.0)]
     stream = table[table["mode"] == "stream"]
     panels = sorted(set(zip(stream["threads"], stream["batch_size"])))
@@ -470,7 +444,4 @@ def plot_stream_throughput(table, title: str = "") -> plt.Figure:
         ax.plot(ideal["quantile"], ideal["ideal_images_per_s"], ":", color="grey", lw=1.2, label="ideal (FLOPs)")
         ax.set(title=f"B = {b}, {threads} thread{'s' * (threads > 1)}", xlabel="halting quantile q")
     axes[0][0].set(ylabel="images / s")
-    axes[0][-1].legend(fontsize=7)
-    fig.suptitle(title or "adaptive inference: throughput against q")
-    fig.tight_layout()
-    return fig
+    return _finish(fig, axes[0][-1], title or "adaptive inference: throughput against q")

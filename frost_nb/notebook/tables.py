@@ -7,11 +7,7 @@ from typing import Any
 import pandas as pd
 
 from ..analysis.curves import curve
-from ..analysis.fractal import (
-    project,
-    summarise_dimensions,
-    trajectory_dimensions,
-)
+from ..analysis.fractal import project, summarise_dimensions, trajectory_dimensions
 from ..analysis.trajectories import run_trajectories, scale_consistency_rows
 from ..halting import PAPER_QUANTILES
 from ..paper import TABLE1, TABLE1_STEPS
@@ -32,8 +28,7 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
     cfg = result.config
     steps = result.history["steps"]
     row: dict[str, Any] = {"key": run_name(result.checkpoint), "epochs": cfg.train.epochs,
-                           "seed": cfg.train.seed,
-                           "alpha": steps["alpha"][-1], "hurst": steps["hurst"][-1],
+                           "seed": cfg.train.seed, "alpha": steps["alpha"][-1], "hurst": steps["hurst"][-1],
                            "easy_score": steps["easy_score"][-1], "hard_score": steps["hard_score"][-1],
                            "threshold_median": steps["threshold_median"][-1]}
     for split in splits:
@@ -139,8 +134,7 @@ def scale_consistency_table(results: dict[str, Any], trajectories: dict[str, Any
 def beside_paper_table1(table, steps=None):
     """Ours (mean over seeds of the per-run mean, with the seeds' spread and the mean
     within-run std) next to the paper's Table 1, one row per model and step."""
-    steps = TABLE1_STEPS if steps is None else steps
-    g = table[table["step"].isin(steps)].groupby(["model", "step"])
+    g = table[table["step"].isin(TABLE1_STEPS if steps is None else steps)].groupby(["model", "step"])
     ours = pd.DataFrame({"mean": g["mean"].mean(), "spread over seeds": g["mean"].std(ddof=0),
                          "std over samples": g["std"].mean(), "seeds": g["seed"].nunique()})
     paper = {(m, s): cell for m, cells in TABLE1.items() for s, cell in zip(TABLE1_STEPS, cells)}

@@ -3,16 +3,12 @@
 ``HaltingExplorer``: a model selector and a quantile slider over ``ExitCache`` objects computed
 once (moving a slider never runs a model), with the summary line, a histogram of exit steps, the
 exit depth per class and the test images that exit earliest and latest. Given held-out caches
-(``budgets``), a second slider asks for a mean depth and sets the quantile that meets it there
-(``ExitCache.quantile_for_depth``). Headless runs keep no widget state: ``show_static``, or the
-static figures of ``frost_nb.notebook.plotting``.
+(``budgets``), a second slider asks for a mean depth and sets the quantile that meets it there.
+Headless runs keep no widget state: ``show_static``, or the figures of ``plotting``.
 
 The figures go to ``Image`` widgets as PNG bytes, not through ``Output`` widgets and
 ``display(fig)``: in JupyterLab a kernel started with ``MPLBACKEND=Agg`` (as ``make test`` sets
 it) showed ``<Figure size ...>`` text in place of all three views (``tests/test_browser.py``).
-
->>> explorer = HaltingExplorer({"seed 0": cache}, images=test.x, classes=test.classes)
->>> explorer.slider.value = 0.25; explorer.current.accuracy
 """
 
 from __future__ import annotations
@@ -131,9 +127,8 @@ class HaltingExplorer:
         if self.images is not None:
             order = e.order()
             names = [self.classes[int(c)] if self.classes else str(int(c)) for c in self.cache.y]
-            fig = plot_exit_examples(self.images, order[:self.examples], order.flip(0)[:self.examples],
-                                     e.depth, names)
-            self._show(self.gallery, fig)
+            self._show(self.gallery, plot_exit_examples(self.images, order[:self.examples],
+                                                        order.flip(0)[:self.examples], e.depth, names))
         if self.budgets:
             self.budget_note.value = (f"held-out mean depth at this q: {self._held_out_depth():.2f} of {e.steps} "
                                       f"(the mean-depth slider is met there; the views are the test split)")
@@ -148,8 +143,7 @@ class HaltingExplorer:
         print(f"{self.selector.value}: {describe(self.current)}")
         if self.budgets:
             print(f"held-out mean depth at this q: {self._held_out_depth():.2f}")
-        views = (self.histogram, self.per_class) + ((self.gallery,) if self.images is not None else ())
-        for view in views:
+        for view in (self.histogram, self.per_class) + ((self.gallery,) if self.images is not None else ()):
             display(Image(data=view.value, format="png"))
 
     def _ipython_display_(self) -> None:

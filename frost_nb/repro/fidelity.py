@@ -1,5 +1,5 @@
-"""The drivers of the fidelity experiments (docs/fidelity.md; claims.EXPERIMENT_RULES): each reads trained runs
-only and returns the metrics record its notebook or script writes."""
+"""The drivers of the fidelity experiments (docs/fidelity.md; claims.EXPERIMENT_RULES): each reads
+trained runs only and returns the metrics record its notebook or script writes."""
 
 from __future__ import annotations
 
@@ -10,39 +10,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis import fractal, trajectories
 from ..analysis.curves import run_rule_curves
 from ..analysis.exits import ExitCache
-from ..analysis.fractal import (
-    BOX_OFFSETS,
-    PROTOCOL_SCALES,
-    PROTOCOLS,
-    WINDOWS,
-    box_counts,
-    koch_curve,
-    minkowski_protocols,
-    protocol_name,
-    protocol_order,
-    resample_polyline,
-    straight_line,
-    window_dimensions,
-)
 from ..analysis.halting_rules import COLLAPSE_QUANTILE, FIXED, collapsed, summary
 from ..analysis.head_refit import TRAIN_SAMPLES, RefitSettings, margins, refit_backbone
-from ..analysis.trajectories import (
-    contraction_summary,
-    cosine_to_final,
-    jacobian_norms,
-    jacobian_summary,
-    run_trajectories,
-)
 from ..data.datasets import make_batches
 from ..losses import gradient_conflict
 from ..runs import run_name, train_or_load
 from ..training import evaluate, load_split
 from .grids import LOSS_STRENGTHS, family_of, grid, load_runs, require_trained
-
-GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
-                                                "per-step pairs, LayerNorm", "correctness (BCE)")
 
 
 def collapse_row(result, reference) -> dict[str, Any]:
@@ -56,9 +33,8 @@ def collapse_row(result, reference) -> dict[str, Any]:
     reference_accuracy = evaluate(reference.model, test, batch_size=cfg.train.eval_batch_size).accuracy
     histogram = cache.at(COLLAPSE_QUANTILE).histogram()
     flag, reasons = collapsed(cache.outputs.accuracy, reference_accuracy, histogram)
-    device = next(result.model.parameters()).device
     x, y = next(iter(make_batches(load_split(cfg, "val"), cfg.train.batch_size, shuffle=False,
-                                  augment=False, device=device)))
+                                  augment=False, device=next(result.model.parameters()).device)))
     cosine = {k: gradient_conflict(r.model, x, y, cfg.loss)["cosine"]
               for k, r in (("run", result), ("reference", reference))}
     return {"model": cfg.model.name, "seed": cfg.train.seed, "collapsed": flag,
@@ -92,28 +68,23 @@ def strength_row(result, reference) -> dict[str, Any]:
 
 
 def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
-                             seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None) -> dict[str, Any]:
+                             seeds: tuple[int, ...] = (0, 1, 2),
+                             rows: list[dict] | None = None) -> dict[str, Any]:
     """Experiment (c) from trained runs only (``require_trained``): a ``strength_row`` per run of
-    the ``loss_strength`` grid with the ranking losses, against its family's task-only run; what ``write_metrics("15_loss_strength", ...)`` records."""
-    runs = grid("loss_strength", size, dataset, seeds)
-    require_trained(runs, retrain=False)
+    the ``loss_strength`` grid with the ranking losses, against its family's task-only run; what
+    ``write_metrics("15_loss_strength", ...)`` records."""
+    require_trained(grid("loss_strength", size, dataset, seeds), retrain=False)
     if rows is None:
-        rows = []
-        for seed in seeds:
-            arms = grid("loss_strength", size, dataset, (seed,))
-            for label, cfg in arms.items():
-                if cfg.loss.ranking:
-                    reference = arms[f"{cfg.model.name} (task only)"]
-                    rows.append({"run": label, **strength_row(train_or_load(cfg, progress=False),
-                                                              train_or_load(reference, progress=False))})
-    return {"dataset": dataset, "size": size, "seeds": list(seeds), "strengths": [list(s) for s in LOSS_STRENGTHS],
-            "runs": rows}
+        arms = {seed: grid("loss_strength", size, dataset, (seed,)) for seed in seeds}
+        load = lambda cfg: train_or_load(cfg, progress=False)
+        rows = [{"run": label, **strength_row(load(cfg), load(arms[seed][f"{cfg.model.name} (task only)"]))}
+                for seed in seeds for label, cfg in arms[seed].items() if cfg.loss.ranking]
+    return {"dataset": dataset, "size": size, "seeds": list(seeds),
+            "strengths": [list(s) for s in LOSS_STRENGTHS], "runs": rows}
 
 
 # ------------------------------------------------------------------ experiment (b): update forms
 UPDATE_FORM_STEPS = (1, 3, 6, 9)  # the steps of Table 1 that experiment (b) reports
-
-
 JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iteration, 20 rounds)
 
 
@@ -122,43 +93,45 @@ def update_form_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]
     the test split: both contraction measures, Table 1's cosine at UPDATE_FORM_STEPS, accuracy per
     fixed depth, alpha over training and the areas of FROST's rule and of a fixed depth."""
     cfg = result.config
-    traj = run_trajectories(result, "test")
-    cosine = cosine_to_final(traj.pooled).mean(0)  # (T+1,) over samples
+    traj = trajectories.run_trajectories(result, "test")
+    cosine = trajectories.cosine_to_final(traj.pooled).mean(0)  # (T+1,) over samples
     per_step = (traj.logits.argmax(-1) == traj.y[:, None]).float().mean(0)  # (T,)
     batches = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False,
                            augment=False, device="cpu")
-    jvp = jacobian_summary(jacobian_norms(result.model.cpu(), batches, max_samples=jvp_samples),
-                           first_step=min(7, cfg.model.steps - 1))
+    norms = trajectories.jacobian_norms(result.model.cpu(), batches, max_samples=jvp_samples)
+    jvp = trajectories.jacobian_summary(norms, first_step=min(7, cfg.model.steps - 1))
     areas = summary(run_rule_curves(result, "m", test=traj), cfg.model.steps).set_index("rule")["auc"]
-    alpha = [a for a in result.history["steps"].get("alpha", []) if a == a]  # NaN: no alpha
+    alpha = [a for a in result.history["steps"].get("alpha", []) if a == a] or [math.nan]  # NaN: no alpha
     return {"update": cfg.model.update, "init_state": cfg.model.init_state, "seed": cfg.train.seed,
-            "epochs": cfg.train.epochs, "key": run_name(result.checkpoint), **contraction_summary(traj),
-            **jvp,
+            "epochs": cfg.train.epochs, "key": run_name(result.checkpoint),
+            **trajectories.contraction_summary(traj), **jvp,
             **{f"cos t={t}": float(cosine[t]) for t in UPDATE_FORM_STEPS if t <= cfg.model.steps},
             "accuracy per depth": [float(a) for a in per_step], "accuracy": float(per_step[-1]),
-            "alpha start": alpha[0] if alpha else math.nan, "alpha min": min(alpha) if alpha else math.nan,
-            "alpha end": alpha[-1] if alpha else math.nan,
-            "area frost": float(areas.get("frost", math.nan)), "area fixed": float(areas.get(FIXED, math.nan))}
+            "alpha start": alpha[0], "alpha min": min(alpha), "alpha end": alpha[-1],
+            "area frost": float(areas.get("frost", math.nan)),
+            "area fixed": float(areas.get(FIXED, math.nan))}
 
 
-def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", seeds: tuple[int, ...] = (0, 1, 2),
-                            rows: list[dict] | None = None, jvp_samples: int = 100) -> dict[str, Any]:
-    """Experiment (b) from trained runs only (``require_trained``): a ``update_form_row`` per run of the
-    ``update_forms`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
-    Table 1 cosine at t = 3 on the same seeds (task-only families runs); what ``write_metrics("15_update_forms", ...)`` records."""
+def update_forms_experiment(size: str = "demo", dataset: str | None = "digits",
+                            seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None,
+                            jvp_samples: int = 100) -> dict[str, Any]:
+    """Experiment (b) from trained runs only (``require_trained``): a ``update_form_row`` per run of
+    the ``update_forms`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
+    Table 1 cosine at t = 3 on the same seeds (task-only families runs); what
+    ``write_metrics("15_update_forms", ...)`` records."""
     runs = grid("update_forms", size, dataset, seeds)
     families = {s: grid("families", size, dataset, (s,))["basic_ssm"] for s in seeds}
     require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)
     if rows is None:
         rows = [{"run": label, **update_form_row(train_or_load(cfg, progress=False), jvp_samples=jvp_samples)}
                 for label, cfg in runs.items()]
-    basic = [float(cosine_to_final(run_trajectories(train_or_load(cfg, progress=False), "test").pooled)
-                   .mean(0)[3]) for cfg in families.values()]
+    basic = [float(trajectories.cosine_to_final(trajectories.run_trajectories(
+        train_or_load(cfg, progress=False), "test").pooled).mean(0)[3]) for cfg in families.values()]
     epochs = sorted({r["epochs"] for r in rows if "epochs" in r})
     label = dataset if dataset == "digits" else f"{dataset} ({', '.join(map(str, epochs))} epochs, seeds " \
         f"{', '.join(map(str, seeds))})"
-    return {"dataset": dataset, "label": label, "size": size, "seeds": list(seeds), "jvp_samples": jvp_samples,
-            "basic_ssm cos t=3": basic, "runs": rows}
+    return {"dataset": dataset, "label": label, "size": size, "seeds": list(seeds),
+            "jvp_samples": jvp_samples, "basic_ssm cos t=3": basic, "runs": rows}
 
 
 # ------------------------------------------------------------------ experiment 3(d): Minkowski protocols
@@ -174,26 +147,26 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
     results = load_runs(runs, progress=False)
     rows = []
     for label, result in results.items():
-        states = run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
-        for name, r in minkowski_protocols(states).items():
+        states = trajectories.run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
+        for name, r in fractal.minkowski_protocols(states).items():
             rows.append({"run": label, "model": family_of(label), "seed": result.config.train.seed,
                          "key": run_name(result.checkpoint), "protocol": name, **r})
-    tables: dict[str, dict[str, dict[int, float]]] = {protocol_name(*p): {} for p in PROTOCOLS}
+    protocols = {fractal.protocol_name(*p): p for p in fractal.PROTOCOLS}
+    tables: dict[str, dict[str, dict[int, float]]] = {name: {} for name in protocols}
     for r in rows:  # protocol -> family -> seed -> dimension
         tables[r["protocol"]].setdefault(r["model"], {})[r["seed"]] = r["dimension"]
-    orders = {name: protocol_order(table) for name, table in tables.items()}
-    first = next(iter(results.values())).config
-    scales = np.asarray(PROTOCOL_SCALES)
-    reference = {}  # sets of known dimension as 8192-point polylines, under each window
-    for name, (vertices, truth) in {"straight line": (straight_line(2), 1.0),
-                                    "Koch curve": (koch_curve(7), np.log(4) / np.log(3))}.items():
-        counts = box_counts(resample_polyline(vertices, 8192), scales)
-        reference[name] = {"known": float(truth), **window_dimensions(counts)}
-    return {"dataset": first.data.name, "size": size, "seeds": list(seeds), "samples": samples,
-            "reference": reference,
-            "protocols": {protocol_name(*p): {"point_set": p[0], "dims": p[1], "window": p[2],
-                                              "box_scales": list(WINDOWS[p[2]])} for p in PROTOCOLS},
-            "box_offsets": BOX_OFFSETS, "polyline_points": 8192,
+    orders = {name: fractal.protocol_order(table) for name, table in tables.items()}
+    scales, reference = np.asarray(fractal.PROTOCOL_SCALES), {}
+    # sets of known dimension as 8192-point polylines, under each window
+    for name, (vertices, truth) in {"straight line": (fractal.straight_line(2), 1.0),
+                                    "Koch curve": (fractal.koch_curve(7), np.log(4) / np.log(3))}.items():
+        counts = fractal.box_counts(fractal.resample_polyline(vertices, 8192), scales)
+        reference[name] = {"known": float(truth), **fractal.window_dimensions(counts)}
+    return {"dataset": next(iter(results.values())).config.data.name, "size": size, "seeds": list(seeds),
+            "samples": samples, "reference": reference,
+            "protocols": {name: {"point_set": p[0], "dims": p[1], "window": p[2],
+                                 "box_scales": list(fractal.WINDOWS[p[2]])} for name, p in protocols.items()},
+            "box_offsets": fractal.BOX_OFFSETS, "polyline_points": 8192,
             "runs": rows, "frost_above_vanilla_and_basic_ssm": orders}
 
 
@@ -220,7 +193,7 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
     first = next(iter(runs.values()))
     steps = first.model.steps
     table = summary(curves, steps)
-    record = {
+    return {
         "dataset": first.data.name, "size": size, "seeds": list(seeds), "steps": steps,
         "train_samples": train_samples, "refit": dataclasses.asdict(settings),
         "backbones": {label: {"key": run_name(results[label].checkpoint), "update": cfg.model.update,
@@ -232,5 +205,4 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
         "summary": table.to_dict(orient="records"), "diagnostics": diagnostics,
         "curves": curves[["rule", "model", "threshold", "mean_depth", "accuracy"]].round(6)
         .to_dict("records"),
-        **margins(table)}
-    return record, curves
+        **margins(table)}, curves

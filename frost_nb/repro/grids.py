@@ -1,20 +1,14 @@
 """The runs behind the analysis notebooks: named grids of configs, fixed before measuring.
 
-Every grid is a table, ``label -> overrides of make_config`` (GRID_TABLES, one per bundle
-for BUNDLE_GRIDS), which ``grid`` makes configs of; notebooks train or load each run from the
-trained-model cache (``train_or_load``), and the command line fills the cache ahead of time,
-in parallel shards (``python -m frost_nb grid hurst --shard 0/2``).
-
-- ``families`` (notebooks 02 and 03; the paper's Table 1 setting): the four families, one run
-  per seed, at the size's default budget; ONCE labels (controls) at the first seed only.
-- notebook 04's ablations (``hurst``, ``loss``, ``update``, ``tuning``, ``conflict``,
-  ``adopted``) share ``ABLATION_EPOCHS`` epochs with the gradient-conflict probe on; each arm
-  changes one thing from the reference run of its bundle (docs/results.md, "The ablations of
-  notebook 04").
-- notebook 07's ``ponder`` (PonderNet's loss in place of the ranking losses) and ``collapse``
-  (the baselines trained with the ranking losses, each beside its task-only ``families`` run).
-- issue 15's fidelity experiments (claims.EXPERIMENT_RULES; docs/fidelity.md): ``update_forms`` (b) and
-  ``loss_strength`` (c); ``vit`` (issue 17): the four families on the ViT backbone.
+Every grid is a table ``label -> overrides of make_config`` (GRID_TABLES, one per bundle for
+BUNDLE_GRIDS) that ``grid`` makes configs of; notebooks train or load each run from the
+trained-model cache (``load_runs``), and the command line fills the cache ahead of time, in
+parallel shards (``python -m frost_nb grid hurst --shard 0/2``). The grids: ``families``
+(notebooks 02 and 03; the paper's Table 1 setting; ONCE labels at the first seed only); notebook
+04's ablations (``hurst``, ``loss``, ``update``, ``tuning``, ``conflict``, ``adopted``: each arm
+one change from its bundle's reference run, docs/results.md "The ablations of notebook 04");
+notebook 07's ``ponder`` and ``collapse``; issue 15's ``update_forms`` (b) and ``loss_strength``
+(c) (claims.EXPERIMENT_RULES; docs/fidelity.md); ``vit`` (issue 17); ``rank_frac`` (issue 30).
 
 The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
 the mean held-out accuracy over the quantile grid of Table 2 (each run's own calibrator),
@@ -34,7 +28,7 @@ from ..paths import smoke_mode
 from ..runs import cached_checkpoint, identity_key, train_or_load
 
 ABLATION_EPOCHS = 5
-DIAGNOSTICS_EVERY = 50  # optimiser steps between gradient-conflict probes (421 steps per epoch on Fashion-MNIST)
+DIAGNOSTICS_EVERY = 50  # optimiser steps between gradient-conflict probes (421 per epoch on Fashion-MNIST)
 SMOKE_DIAGNOSTICS_EVERY = 5
 SMOKE_EPOCHS = 2  # every grid at smoke size: seconds per run, so a notebook's CI run stays short
 HURST_VALUES = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -43,9 +37,8 @@ TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
 # under the adopted bundle rank_frac's reference is 0.5, the most it can be: both moves go down
 ADOPTED_TUNING_VALUES = {**TUNING_VALUES, "loss.rank_frac": (0.125, 0.25)}
 ADOPT_MARGIN = 0.01
-# issue 30: rank_frac of the adopted (global) sets, fixed before the runs: Fashion-MNIST, ABLATION_EPOCHS,
-# seed 0; the value with the best held-out score wins, and replaces the reference RANK_FRAC_REFERENCE
-# (the per-step bundle's value) only if it beats it by more than ADOPT_MARGIN
+# issue 30, fixed before the runs (Fashion-MNIST, ABLATION_EPOCHS, seed 0): the best held-out value
+# replaces RANK_FRAC_REFERENCE (the per-step bundle's) only if it beats it by more than ADOPT_MARGIN
 RANK_FRAC_VALUES = (0.125, 0.25, 0.5)
 RANK_FRAC_REFERENCE = 0.5
 FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
@@ -53,23 +46,19 @@ ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a 
 # adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
          "update_forms", "loss_strength", "vit", "rank_frac")
-# the ViT family at a CPU-feasible budget (issue 17): the paper's 12 steps of its ViT-B/16 family, the
-# size's width (demo: 64-d tokens, patch 4 on CIFAR's 32 px: 8x8 tokens), VIT_EPOCHS epochs at demo size
-# (the size's own at paper size); frost first, then the baselines, trained when time allows:
-# python -m frost_nb grid vit --dataset cifar100 --shard i/n
+# the ViT family at a CPU-feasible budget (issue 17): the paper's 12 steps of its ViT-B/16 family at
+# the size's width, VIT_EPOCHS epochs at demo size (the size's own at paper size)
 VIT_STEPS = 12
 VIT_EPOCHS = 10
 UPDATE_FORMS = ("canonical", "convex", "gated", "leaky", "leaky_gated")  # experiment (b) on digits
-UPDATE_CHECK_FORMS = ("leaky", "gated")  # experiment (b) on another data set: the adopted and one residual form
+UPDATE_CHECK_FORMS = ("leaky", "gated")  # experiment (b) elsewhere: the adopted and one residual form
 # experiment (c): (lambda_rel, lambda_abs) per arm; lambda_rel = 0 is L_abs alone
 LOSS_STRENGTHS = ((1.0, 0.1), (3.0, 1.0), (10.0, 3.0), (0.0, 1.0), (0.0, 3.0))
 STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all -> 7 probes per run
 # (lambda_rel, lambda_abs) at which experiment (c) found a baseline collapsing and frost not
 # (15_loss_strength.json: recurrent, 2 of 3 seeds): the collapse runs of the adopted bundle
 DECISIVE_STRENGTH = (10.0, 3.0)
-# frost under today's defaults; the same with the ranking sets taken per step (most committed runs);
-# the runs made before both (docs/method.md section 5.5)
-BUNDLES = ("adopted", "per-step", "residual")
+BUNDLES = ("adopted", "per-step", "residual")  # each below (docs/method.md section 5.5)
 # the grids whose runs depend on ``reading`` (the others are what they were fixed as)
 BUNDLE_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
 # a bundle's grid folder suffix: the per-step runs keep the names they were made with (when per-step
@@ -92,9 +81,6 @@ RESIDUAL_BUNDLE = {"model.update": "canonical", "model.halt_norm": False, "loss.
 RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
                       "halting.sketch_window": "epoch", "loss.rank_frac": 0.5}
 
-# The experiments that decide the fidelity verdicts (issue 15): their rules, fixed before any of them
-# ran, and their verdicts live in frost_nb/repro/claims.py (EXPERIMENT_RULES); the drivers below record numbers.
-
 
 def bundle_of(cfg: RunConfig) -> str:
     """"adopted" when a run has every setting of ADOPTED_BUNDLE, "per-step" when it has every
@@ -109,17 +95,15 @@ def bundle_of(cfg: RunConfig) -> str:
 
 def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
     """The ``loss_strength`` label of one arm, e.g. "frost, rel 3 abs 1" or "vanilla, abs 3 only"."""
-    if lambda_rel == 0:
-        return f"{family}, abs {lambda_abs:g} only"
-    return f"{family}, rel {lambda_rel:g} abs {lambda_abs:g}"
+    strength = f"abs {lambda_abs:g} only" if lambda_rel == 0 else f"rel {lambda_rel:g} abs {lambda_abs:g}"
+    return f"{family}, {strength}"
 
 
 # ------------------------------------------------------------------ the grids, as tables
-# Each grid is a table per reading: label -> every override of
-# make_config(size, dataset, model.name, model.backbone) that makes the run (model.name "frost" and
-# the resnet backbone where a row names none). ``grid`` adds what depends on the call.
+# label -> every override of make_config(size, dataset, model.name, model.backbone) that makes the run
+# (frost on the resnet backbone where a row names none); ``grid`` adds what depends on the call
 ABLATION_BUDGET = {"train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": DIAGNOSTICS_EVERY}
-RESIDUAL_REF = {**RESIDUAL_BUNDLE, **ABLATION_BUDGET}  # the reference run the ablation arms change one thing of
+RESIDUAL_REF = {**RESIDUAL_BUNDLE, **ABLATION_BUDGET}  # the run each ablation arm changes one thing of
 ADOPTED_REF = {**ADOPTED_BUNDLE, **ABLATION_BUDGET}
 PER_STEP_REF = {**PER_STEP_BUNDLE, **ABLATION_BUDGET}
 # a baseline's families run: the task loss alone, which no halting setting reaches (the halting
@@ -128,8 +112,6 @@ TASK_ONLY = {m: {"model.name": m, **RESIDUAL_BUNDLE} for m in FAMILIES[:3]}
 # frost with the ranking losses off: the sets then feed only a logged diagnostic, never the weights
 # (losses.total_loss), so the per-step bundle's run serves every bundle, as TASK_ONLY does
 NO_RANKING = {**PER_STEP_BUNDLE, "loss.ranking": False}
-# experiment (c)'s task-only references: the baselines' families runs, frost's without ranking
-STRENGTH_REFS = {**TASK_ONLY, "frost": NO_RANKING}
 
 
 def _strength_arm(model: str, lambda_rel: float, lambda_abs: float,
@@ -190,22 +172,18 @@ RESIDUAL_ARMS = _one_change(RESIDUAL_REF, TUNING_VALUES)
 GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
     **_bundle_tables("adopted", ADOPTED_BUNDLE, ADOPTED_HALTING),
     **_bundle_tables("per-step", PER_STEP_BUNDLE, PER_STEP_HALTING),
-    ("families", "residual"): {
-        **TASK_ONLY,
-        "frost": RESIDUAL_BUNDLE,
-        "frost (no ranking)": {**RESIDUAL_BUNDLE, "loss.ranking": False},
-        "frost (adopted defaults)": RESIDUAL_SELECTION},
+    ("families", "residual"): {**TASK_ONLY, "frost": RESIDUAL_BUNDLE,
+                               "frost (no ranking)": {**RESIDUAL_BUNDLE, "loss.ranking": False},
+                               "frost (adopted defaults)": RESIDUAL_SELECTION},
     ("hurst", "residual"): {
         **{f"H = {h}": {**RESIDUAL_REF, "model.hurst": h} for h in HURST_VALUES},
         "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
     ("loss", "residual"): RESIDUAL_ARMS["loss"],
-    ("update", "residual"): {
-        u: {**RESIDUAL_REF, "model.update": u} for u in ("canonical", "convex", "gated")},
+    ("update", "residual"): {u: {**RESIDUAL_REF, "model.update": u} for u in UPDATE_FORMS[:3]},
     ("tuning", "residual"): RESIDUAL_ARMS["tuning"],
     # the selected defaults together, against the reference they beat
-    ("adopted", "residual"): {
-        "reference": RESIDUAL_REF,
-        "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
+    ("adopted", "residual"): {"reference": RESIDUAL_REF,
+                              "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
     ("conflict", "residual"): RESIDUAL_ARMS["conflict"],
     # "frost (adopted defaults)" of the residual families
     ("ponder", "residual"): {
@@ -217,9 +195,10 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
     # issue 30: the set size of the adopted (global) sets, chosen on the held-out split by the
     # tuning rule (RANK_FRAC_VALUES, fixed before the runs), each value spelled out
     ("rank_frac", None): {f"rank_frac = {v}": {**ADOPTED_REF, "loss.rank_frac": v} for v in RANK_FRAC_VALUES},
+    # experiment (c); its task-only references are the baselines' families runs, frost's without ranking
     ("loss_strength", None): {
         label: row for m in FAMILIES for label, row in (
-            (f"{m} (task only)", STRENGTH_REFS[m]),
+            (f"{m} (task only)", TASK_ONLY.get(m, NO_RANKING)),
             *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
     # on digits (UPDATE_FORMS_CHECK elsewhere); alpha's map is each form's default
     ("update_forms", None): {
@@ -274,13 +253,10 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
     if name == "update_forms" and make_config(size, dataset).data.name != "digits":
         table = UPDATE_FORMS_CHECK
     budget = {"train.epochs": VIT_EPOCHS} if name == "vit" and size == "demo" else {}
-    runs: dict[str, RunConfig] = {}
-    for seed in seeds:
-        tag = f" seed {seed}" if len(seeds) > 1 else ""
-        for label, row in table.items():
-            if label in ONCE and seed != seeds[0]:
-                continue  # the control runs once (its first seed): a reference, not a result
-            runs[label + tag] = _run({**row, **budget}, size, dataset, seed)
+    tag = (lambda seed: f" seed {seed}") if len(seeds) > 1 else (lambda seed: "")
+    # a ONCE label runs at the first seed only: a reference, not a result
+    runs = {label + tag(seed): _run({**row, **budget}, size, dataset, seed) for seed in seeds
+            for label, row in table.items() if label not in ONCE or seed == seeds[0]}
     # the runs' folder: <data set>-<size>-<grid><bundle suffix> (BUNDLE_SUFFIX) for BUNDLE_GRIDS
     suffix = BUNDLE_SUFFIX[bundle] if name in BUNDLE_GRIDS else ""
     return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{suffix}")

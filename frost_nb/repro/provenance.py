@@ -24,20 +24,22 @@ from typing import Any, Iterable
 
 from ..config import RunConfig
 from ..paths import cache_dir, committed_runs_dir, repo_root
+from ..runs import take_read as _take_read
+from .grids import bundle_of, family_of
 
 # the fields that tell the committed runs apart (section.field of RunConfig), besides the bundle
 SETTINGS = ("data.name", "size", "model.name", "model.backbone", "model.update", "model.init_state",
-            "model.alpha_param", "model.learn_hurst", "model.hurst_param", "model.hurst", "model.scaled_inside",
-            "model.steps", "loss.ranking", "loss.lambda_rel", "loss.lambda_abs", "loss.rank_pairs",
-            "loss.rank_frac", "train.epochs", "train.seed")
+            "model.alpha_param", "model.learn_hurst", "model.hurst_param", "model.hurst",
+            "model.scaled_inside", "model.steps", "loss.ranking", "loss.lambda_rel", "loss.lambda_abs",
+            "loss.rank_pairs", "loss.rank_frac", "train.epochs", "train.seed")
 RUN_FIELDS = ("key", "checkpoint", "name", "run")  # fields of a metrics record that may name a run
 
 
 def commit() -> str:
     """``git describe --always --dirty`` of the repository ("unknown" outside git)."""
     try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo_root(), capture_output=True,
-                              text=True, timeout=10).stdout.strip() or "unknown"
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo_root(),
+                              capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
@@ -63,8 +65,6 @@ def as_run_name(value: Any) -> str | None:
 def settings_of(cfg: RunConfig, label: str | None = None) -> dict[str, Any]:
     """The settings that tell ``cfg``'s run apart from the others, with its bundle and ``label``
     (the grid label the metrics give it, when known)."""
-    from .grids import bundle_of
-
     d = cfg.to_dict()
     out = {"label": label, "bundle": bundle_of(cfg)}
     for key in SETTINGS:
@@ -84,24 +84,18 @@ def config_of(name: str) -> RunConfig:
 def named_runs(record: Any, label: str | None = None) -> dict[str, str | None]:
     """run name -> label of every run ``record`` names (walking dicts and lists); the label is
     the ``run`` or ``model`` field beside the name, without its seed tag."""
-    import re
-
     found: dict[str, str | None] = {}
     if isinstance(record, dict):
         here = record.get("run") if isinstance(record.get("run"), str) else record.get("model")
-        here = re.sub(r" seed \d+$", "", here) if isinstance(here, str) and as_run_name(here) is None else None
+        here = family_of(here) if isinstance(here, str) and as_run_name(here) is None else None
         for key, value in record.items():
-            if key in RUN_FIELDS and (name := as_run_name(value)) is not None:
-                found.setdefault(name, here)
-            elif isinstance(value, (dict, list)):
-                for name, lab in named_runs(value).items():
-                    found.setdefault(name, lab)
-            elif key not in RUN_FIELDS and (name := as_run_name(value)) is not None:
-                found.setdefault(name, re.sub(r" seed \d+$", "", key))  # {"label": "<run>"} maps
+            if isinstance(value, (dict, list)):
+                found |= {name: lab for name, lab in named_runs(value).items() if name not in found}
+            elif (name := as_run_name(value)) is not None:  # beside its label, or a {"label": "<run>"} map
+                found.setdefault(name, here if key in RUN_FIELDS else family_of(key))
     elif isinstance(record, list):
         for item in record:
-            for name, lab in named_runs(item).items():
-                found.setdefault(name, lab)
+            found |= {name: lab for name, lab in named_runs(item).items() if name not in found}
     return found
 
 
@@ -109,12 +103,10 @@ def make(record: dict[str, Any], runs: Iterable[str] | dict[str, str | None] = (
          take_read: bool = True) -> dict[str, Any]:
     """The provenance of ``record``: the runs it names, ``runs`` (names, or name -> label) and, with
     ``take_read``, those handed out since the last call (then forgotten)."""
-    from ..runs import take_read as taken
-
     found = named_runs(record)
     extra = runs if isinstance(runs, dict) else dict.fromkeys(runs)
     # a run read from a store no longer in reach (FROST_CACHE changed since) is not this record's
-    read = [n for n in (taken() if take_read else []) if run_folder(n) is not None]
+    read = [n for n in (_take_read() if take_read else []) if run_folder(n) is not None]
     for name, label in {**dict.fromkeys(read), **extra}.items():
         if found.get(name) is None:
             found[name] = label

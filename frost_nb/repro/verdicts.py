@@ -26,7 +26,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,8 @@ from .. import paper
 from ..config import LossConfig
 from ..paths import repo_root
 from ..repro import claims as C
+from .grids import family_of, slug
+from .provenance import run_folder
 
 COLUMNS = ("claim", "title", "bundle", "form", "dataset", "seeds", "paper", "ours", "verdict", "notebook")
 SUMMARY_HEADER = ("claim", "data set", "seeds", "paper", "ours", "verdict", "notebook")
@@ -84,15 +86,19 @@ class Metrics:
         return (d for d in map(self.json, self.names(pattern)) if isinstance(d, dict))
 
 
+def _runs(d: dict) -> dict[str, dict]:
+    """run name -> settings of every run the provenance of file ``d`` names."""
+    return (d.get("provenance") or {}).get("settings", {})
+
+
 def settings(d: dict, key: str | None) -> dict | None:
     """The provenance settings of run ``key`` in file ``d``; None when it names no such run."""
-    return (d.get("provenance") or {}).get("settings", {}).get(key) if key else None
+    return _runs(d).get(key) if key else None
 
 
 def labelled(d: dict, label: str, seed: int | None = None) -> list[tuple[str, dict]]:
     """The runs of ``d`` its provenance labels ``label`` (and ``seed``), as (name, settings)."""
-    return [(k, s) for k, s in (d.get("provenance") or {}).get("settings", {}).items()
-            if s.get("label") == label and seed in (None, s["seed"])]
+    return [(k, s) for k, s in _runs(d).items() if s.get("label") == label and seed in (None, s["seed"])]
 
 
 def run_of(d: dict, row: dict, bundle: str | None = None) -> dict | None:
@@ -101,24 +107,19 @@ def run_of(d: dict, row: dict, bundle: str | None = None) -> dict | None:
     several match (a file that sets two bundles side by side), the one of bundle ``bundle``."""
     if "key" in row:
         return settings(d, row["key"])
-    label = re.sub(r" seed \d+$", "", row.get("run") or row.get("model") or "")
+    label = family_of(row.get("run") or row.get("model") or "")
     found = labelled(d, label, row.get("seed"))
     if not found:  # a run the file names without its label: by the name a grid gives it
         tail = f"/{slug(label)}-seed{row.get('seed', 0)}"
-        found = [(k, s) for k, s in (d.get("provenance") or {}).get("settings", {}).items() if k.endswith(tail)]
+        found = [(k, s) for k, s in _runs(d).items() if k.endswith(tail)]
     if len(found) > 1 and bundle is not None:
         found = [(k, s) for k, s in found if s["bundle"] == bundle]
     return found[0][1] if len(found) == 1 else None
 
 
-def slug(text: str) -> str:
-    """A grid label as its run folder names it (grids.slug)."""
-    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
-
-
 def bundle_of(d: dict) -> str:
     """The bundle of the FROST runs (with their ranking losses) a file names, the most common one."""
-    found = [s["bundle"] for s in (d.get("provenance") or {}).get("settings", {}).values() if is_frost(s)]
+    found = [s["bundle"] for s in _runs(d).values() if is_frost(s)]
     return max(sorted(set(found)), key=found.count) if found else NA
 
 
@@ -139,15 +140,11 @@ def own_form(s: dict) -> bool:
     return s["update"] == default and s["init_state"] == "embedding" and not s.get("learn_hurst")
 
 
-def _seeds(n: int | None) -> str:
-    return NA if n is None else str(n)
-
-
 def row(claim: int, bundle: str, form_: str, dataset: str, seeds: int | None, paper_: str, ours: str,
         verdict: str, notebook: str, title: str = "", primary: bool = True) -> dict[str, Any]:
     return {"claim": claim, "title": title or C.CLAIM[claim].title, "bundle": bundle, "form": form_,
-            "dataset": dataset, "seeds": _seeds(seeds), "paper": paper_, "ours": ours, "verdict": verdict,
-            "notebook": SOURCES.get(notebook, notebook), "primary": primary}
+            "dataset": dataset, "seeds": NA if seeds is None else str(seeds), "paper": paper_, "ours": ours,
+            "verdict": verdict, "notebook": SOURCES.get(notebook, notebook), "primary": primary}
 
 
 def _mean(values) -> float:
@@ -167,12 +164,20 @@ def _source(name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
+# Each claim's rows, as generators (a file a claim cannot read drops all of that claim's rows)
+
+def _forms(d: dict) -> Iterator[tuple[list[dict], dict, bool]]:
+    """A 15_update_forms file's runs per update form, with their settings and whether they count
+    as primary (the bundle's own form, interpolating bundles only)."""
+    for runs in _by(d["runs"], lambda r: (r["update"], r["init_state"])).values():
+        if (st := run_of(d, runs[0])) is not None:
+            yield runs, st, own_form(st) and st["bundle"] != "residual"
+
+
 # 1. Table 1 (02: the families; 15_update_forms: every form)
-def table1_rows(m: Metrics) -> list[dict]:
-    p = paper.TABLE1["frost"][paper.TABLE1_STEPS.index(C.TABLE1_STEP)][0], \
-        paper.TABLE1["basic_ssm"][paper.TABLE1_STEPS.index(C.TABLE1_STEP)][0]
-    shown = f"{p[0]:.2f} vs {p[1]:.2f}"
-    rows = []
+def table1_rows(m: Metrics) -> Iterator[dict]:
+    step = paper.TABLE1_STEPS.index(C.TABLE1_STEP)
+    shown = f"{paper.TABLE1['frost'][step][0]:.2f} vs {paper.TABLE1['basic_ssm'][step][0]:.2f}"
     for d in m.files("02_scale_consistency*"):
         at = {(r["model"], r["seed"]): r["mean"] for r in d["table1"] if r["step"] == C.TABLE1_STEP}
         runs = {(r["model"], r["seed"]): run_of(d, r) for r in d["runs"]}
@@ -181,53 +186,42 @@ def table1_rows(m: Metrics) -> list[dict]:
         control_seeds = [s for (lab, s) in at if lab == "frost (no ranking)"]
         for label in sorted({lab for lab, _ in at}):
             found = [(s, runs.get((label, s))) for (lab, s) in at if lab == label]
-            if not found or not all(is_frost(st) for _, st in found):
+            if not all(is_frost(st) for _, st in found):
                 continue
             seeds = [s for s, _ in found if s in basic]
             frost = [at[(label, s)] for s in seeds]
             st = found[0][1]
             verdict = C.table1(frost, [basic[s] for s in seeds], control or None, [basic[s] for s in control_seeds])
             extra = f"; no ranking {_mean(control):.2f}" if control else ""
-            rows.append(row(1, st["bundle"], form(st), d["dataset"], len(seeds), shown,
-                            f"{_mean(frost):.2f} vs {_mean(basic[s] for s in seeds):.2f}{extra}", verdict,
-                            "02", primary=label == "frost"))
+            yield row(1, st["bundle"], form(st), d["dataset"], len(seeds), shown,
+                      f"{_mean(frost):.2f} vs {_mean(basic[s] for s in seeds):.2f}{extra}", verdict, "02",
+                      primary=label == "frost")
     for name in m.names("15_update_forms*"):
         d = m.json(name)
         basic = d["basic_ssm cos t=3"]
-        for _, runs in _by(d["runs"], lambda r: (r["update"], r["init_state"])).items():
-            st = run_of(d, runs[0])
-            if st is None:
-                continue
+        for runs, st, primary in _forms(d):
             frost = [r["cos t=3"] for r in runs]
-            rows.append(row(1, st["bundle"], form(st), d["dataset"], len(runs), shown,
-                            f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic[:len(frost)]),
-                            "15", primary=own_form(st) and st["bundle"] != "residual"))
-    return rows
+            yield row(1, st["bundle"], form(st), d["dataset"], len(runs), shown,
+                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic[:len(frost)]), "15",
+                      primary=primary)
 
 
 # 2. Appendix B (15_update_forms: the Jacobian norm decides; the step ratio kappa is shown)
-def contraction_rows(m: Metrics) -> list[dict]:
-    rows = []
+def contraction_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("15_update_forms*"):
-        for _, runs in _by(d["runs"], lambda r: (r["update"], r["init_state"])).items():
-            st = run_of(d, runs[0])
-            if st is None:
-                continue
+        for runs, st, primary in _forms(d):
             jvp = [r["jvp_norm"] for r in runs]
-            rows.append(row(2, st["bundle"], form(st), d["dataset"], len(runs), "norm < 1",
-                            f"Jacobian {_mean(jvp):.2f}; step ratio {_mean(r['kappa'] for r in runs):.3f} "
-                            "(descriptive)", C.contraction(jvp), "15",
-                            primary=own_form(st) and st["bundle"] != "residual"))
-    return rows
+            yield row(2, st["bundle"], form(st), d["dataset"], len(runs), "norm < 1",
+                      f"Jacobian {_mean(jvp):.2f}; step ratio {_mean(r['kappa'] for r in runs):.3f} "
+                      "(descriptive)", C.contraction(jvp), "15", primary=primary)
 
 
 # 3. Minkowski dimension (03: one protocol; 15_minkowski_protocols: eight)
 BASELINES = ("vanilla", "basic_ssm")
 
 
-def minkowski_rows(m: Metrics) -> list[dict]:
+def minkowski_rows(m: Metrics) -> Iterator[dict]:
     shown = f"higher; baselines ~ {paper.KOCH_DIMENSION:.2f}"
-    rows = []
     for d in m.files("03_minkowski*"):
         if any(abs(v["error"]) > C.DIMENSION_MARGIN for v in d.get("validation", [])):
             continue  # an estimator off on a set of known dimension decides nothing
@@ -238,9 +232,9 @@ def minkowski_rows(m: Metrics) -> list[dict]:
         seeds = sorted(s for (lab, s) in dims if lab == "frost" and all((b, s) in dims for b in BASELINES))
         frost = [dims[("frost", s)] for s in seeds]
         base = {b: [dims[(b, s)] for s in seeds] for b in BASELINES}
-        rows.append(row(3, st["bundle"], form(st), d["dataset"], len(seeds), shown,
-                        f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
-                        C.minkowski(frost, base), "03"))
+        yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), shown,
+                  f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
+                  C.minkowski(frost, base), "03")
     for d in m.files("15_minkowski_protocols"):
         per = {}
         for protocol, rs in _by(d["runs"], "protocol").items():
@@ -252,34 +246,31 @@ def minkowski_rows(m: Metrics) -> list[dict]:
         if st is None:
             continue
         held = sum(v == C.REPRODUCED for v in per.values())
-        rows.append(row(3, st["bundle"], form(st), d["dataset"], len(d["seeds"]), shown,
-                        f"reproduced under {held} of {len(per)} protocols", C.minkowski_protocols(per), "15",
-                        title="Minkowski dimension (8 protocols)", primary=False))
-    return rows
+        yield row(3, st["bundle"], form(st), d["dataset"], len(d["seeds"]), shown,
+                  f"reproduced under {held} of {len(per)} protocols", C.minkowski_protocols(per), "15",
+                  title="Minkowski dimension (8 protocols)", primary=False)
 
 
 # 4. Figure 1: alpha
-def alpha_rows(m: Metrics) -> list[dict]:
-    rows = []
+ALPHA_FIELDS = ("start", "min", "end", "max", "min at (fraction of training)")  # claims.alpha's, in order
+
+
+def alpha_rows(m: Metrics) -> Iterator[dict]:
     for name in m.names("*"):
         d = m.json(name)
         if not isinstance(d, dict) or not isinstance(d.get("alpha_trajectory"), dict):
             continue
         runs = [(r, run_of(d, r)) for r in d["alpha_trajectory"]["summary"]]
-        for _, group in _by([(r, s) for r, s in runs if is_frost(s)], lambda rs: form(rs[1])).items():
-            rs, st = [r for r, _ in group], group[0][1]
-            get = lambda k: [r[k] for r in rs]  # noqa: E731
-            verdict = C.alpha(get("start"), get("min"), get("end"), get("max"),
-                              get("min at (fraction of training)"), st["alpha_param"])
-            rows.append(row(4, st["bundle"], form(st), d["dataset"], len(rs), "drops, recovers, < 1",
-                            f"{_mean(get('start')):.2f} -> {_mean(get('min')):.2f} -> {_mean(get('end')):.2f}",
-                            verdict, _source(name)))
-    return rows
+        for group in _by([(r, s) for r, s in runs if is_frost(s)], lambda rs: form(rs[1])).values():
+            st = group[0][1]
+            v = {k: [r[k] for r, _ in group] for k in ALPHA_FIELDS}
+            yield row(4, st["bundle"], form(st), d["dataset"], len(group), "drops, recovers, < 1",
+                      f"{_mean(v['start']):.2f} -> {_mean(v['min']):.2f} -> {_mean(v['end']):.2f}",
+                      C.alpha(*v.values(), st["alpha_param"]), _source(name))
 
 
 # 5, 6, 7. notebook 04's ablations
-def hurst_rows(m: Metrics) -> list[dict]:
-    rows = []
+def hurst_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("04_alpha_H_ablation*"):
         runs = [(r, run_of(d, r)) for r in d.get("hurst_sweep", [])]
         # H reaches the leaky bracket only with the scaled operators inside (the reference beside)
@@ -292,27 +283,25 @@ def hurst_rows(m: Metrics) -> list[dict]:
         st = runs[0][1]
         verdict = C.hurst(fixed, [h for h, _ in learned], learned[0][1]["hurst_param"] if learned else None)
         top = max(fixed, key=lambda h: fixed[h][0])
-        rows.append(row(5, st["bundle"], form(st), d["dataset"], 1, "alpha largest at small H; learned H > 1",
-                        f"alpha largest at H = {top:g}" + (f"; learned H {learned[0][0]:.2f}" if learned else ""),
-                        verdict, "04"))
-    return rows
+        yield row(5, st["bundle"], form(st), d["dataset"], 1, "alpha largest at small H; learned H > 1",
+                  f"alpha largest at H = {top:g}" + (f"; learned H {learned[0][0]:.2f}" if learned else ""),
+                  verdict, "04")
 
 
-def loss_rows(m: Metrics) -> list[dict]:
-    rows = []
+def loss_rows(m: Metrics) -> Iterator[dict]:
+    gap = lambda r: r["easy_score"] - r["hard_score"]
     for d in m.files("04_alpha_H_ablation*"):
         arms: dict[str, dict[float, dict]] = {"both": {}, "rel": {}, "abs": {}}
         st = None
         for r in d.get("loss_ablation", []):
             s = run_of(d, r)
-            if s is None or s["model"] != "frost" or not s["ranking"]:
+            if not is_frost(s):
                 continue
             arm = "both" if s["lambda_rel"] and s["lambda_abs"] else "rel" if s["lambda_rel"] else "abs"
             arms[arm][s["lambda_abs"]] = {**r, "lambda_rel": s["lambda_rel"]}
             st = s if arm == "both" and (s["lambda_rel"], s["lambda_abs"]) == DEFAULT_STRENGTH else st
         if st is None:
             continue
-        gap = lambda r: r["easy_score"] - r["hard_score"]  # noqa: E731
         both = arms["both"][DEFAULT_STRENGTH[1]]
         rel = arms["rel"].get(0.0)
         alone = arms["abs"].get(DEFAULT_STRENGTH[1])  # L_abs alone at both losses' lambda_abs
@@ -321,22 +310,20 @@ def loss_rows(m: Metrics) -> list[dict]:
         ours = f"gap {gap(rel):.2f} vs {gap(both):.2f}" if rel else "no L_rel run"
         if alone:
             ours += f"; L_abs alone {100 * alone['test_accuracy']:.2f}% vs {100 * both['test_accuracy']:.2f}%"
-        rows.append(row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours,
-                        verdict, "04"))
+        yield row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours, verdict,
+                  "04")
         for lam, a in sorted(arms["abs"].items()):  # the other equal strengths, shown beside
             b = arms["both"].get(lam)
             if lam == DEFAULT_STRENGTH[1] or b is None:
                 continue
-            v = C.loss_ablation([gap(b)], [b["test_accuracy"]], None, [gap(a)], [a["test_accuracy"]])
-            rows.append(row(6, st["bundle"], form(st), d["dataset"], 1, "L_abs collapses",
-                            f"L_abs alone {100 * a['test_accuracy']:.2f}% vs both (rel {b['lambda_rel']:g}) "
-                            f"{100 * b['test_accuracy']:.2f}%", v, "04",
-                            title=f"Loss ablation at lambda_abs = {lam:g}", primary=False))
-    return rows
+            yield row(6, st["bundle"], form(st), d["dataset"], 1, "L_abs collapses",
+                      f"L_abs alone {100 * a['test_accuracy']:.2f}% vs both (rel {b['lambda_rel']:g}) "
+                      f"{100 * b['test_accuracy']:.2f}%",
+                      C.loss_ablation([gap(b)], [b["test_accuracy"]], None, [gap(a)], [a["test_accuracy"]]),
+                      "04", title=f"Loss ablation at lambda_abs = {lam:g}", primary=False)
 
 
-def conflict_rows(m: Metrics) -> list[dict]:
-    rows = []
+def conflict_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("04_alpha_H_ablation*"):
         summary = {r["model"]: r["mean cosine"] for r in d.get("gradient_conflict", {}).get("summary", [])}
         found = labelled(d, "both") or labelled(d, "frost")
@@ -344,58 +331,56 @@ def conflict_rows(m: Metrics) -> list[dict]:
             continue
         st = found[0][1]
         base = {k: [v] for k, v in summary.items() if k != "frost"}
-        rows.append(row(7, st["bundle"], form(st), d["dataset"], 1, "> 0 vs < 0",
-                        f"{summary['frost']:+.2f} vs {min(v[0] for v in base.values()):+.2f}.."
-                        f"{max(v[0] for v in base.values()):+.2f}", C.gradient_conflict([summary["frost"]], base),
-                        "04", primary=False))
+        yield row(7, st["bundle"], form(st), d["dataset"], 1, "> 0 vs < 0",
+                  f"{summary['frost']:+.2f} vs {min(v[0] for v in base.values()):+.2f}.."
+                  f"{max(v[0] for v in base.values()):+.2f}", C.gradient_conflict([summary["frost"]], base),
+                  "04", primary=False)
     for d in m.files("15_loss_strength"):
         for strength, rs in _by(d["runs"], lambda r: (r["lambda_rel"], r["lambda_abs"])).items():
             per = {k: [r["step_cosine"] for r in sorted(v, key=lambda r: r["seed"])] for k, v in _by(rs, "model").items()}
-            frost_runs = [r for r in rs if r["model"] == "frost"]
             if "frost" not in per or len(per) < 2 or strength[0] == 0:
                 continue
-            st = run_of(d, frost_runs[0])
+            st = run_of(d, next(r for r in rs if r["model"] == "frost"))
             base = {k: v for k, v in per.items() if k != "frost"}
-            rows.append(row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
-                            f"{_mean(per['frost']):+.3f} vs {min(map(_mean, base.values())):+.3f}.."
-                            f"{max(map(_mean, base.values())):+.3f}", C.gradient_conflict(per["frost"], base),
-                            "15", title="" if strength == DEFAULT_STRENGTH else
-                            f"Gradient conflict (rel {strength[0]:g}, abs {strength[1]:g})"))
-    return rows
+            yield row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
+                      f"{_mean(per['frost']):+.3f} vs {min(map(_mean, base.values())):+.3f}.."
+                      f"{max(map(_mean, base.values())):+.3f}", C.gradient_conflict(per["frost"], base),
+                      "15", title="" if strength == DEFAULT_STRENGTH else
+                      f"Gradient conflict (rel {strength[0]:g}, abs {strength[1]:g})")
 
 
 # 8. Collapse of the baselines
-def collapse_rows(m: Metrics) -> list[dict]:
-    rows = []
-
-    def add(d, runs, key_of, notebook):
-        for strength, rs in _by(runs, lambda r: key_of(r)).items():
-            if strength is None:
-                continue
-            scores = {k: [C.collapse_score(r["accuracy"], r["reference_accuracy"], r["one_step_share"]) for r in v]
-                      for k, v in _by(rs, "model").items()}
-            n = min(len(v) for v in scores.values())
-            fell = sum(s > 0 for v in scores.values() for s in v)
-            rows.append(row(8, bundle_of(d), NA, d.get("collapse_dataset", d["dataset"]), n,
-                            "all collapse", f"{fell} of {sum(map(len, scores.values()))} runs collapse at rel "
-                            f"{strength[0]:g}, abs {strength[1]:g}",
-                            C.collapse(scores), notebook,
-                            title="" if strength == DEFAULT_STRENGTH else
-                            f"Collapse of the baselines (rel {strength[0]:g}, abs {strength[1]:g})", primary=True))
-
-    for d in m.files("07_halting_baselines*"):
-        if not d.get("collapse"):
+def _collapse(d: dict, runs: list[dict], strength_of: Callable[[dict, dict], tuple | None],
+              notebook: str) -> Iterator[dict]:
+    """Claim 8's rows of file ``d``: one per strength of the ranking losses (``strength_of(d, run)``,
+    None for a run the provenance does not name)."""
+    for strength, rs in _by(runs, lambda r: strength_of(d, r)).items():
+        if strength is None:
             continue
-        keys = d.get("keys", {})
+        scores = {k: [C.collapse_score(r["accuracy"], r["reference_accuracy"], r["one_step_share"])
+                      for r in v] for k, v in _by(rs, "model").items()}
+        fell = sum(s > 0 for v in scores.values() for s in v)
+        yield row(8, bundle_of(d), NA, d.get("collapse_dataset", d["dataset"]),
+                  min(len(v) for v in scores.values()), "all collapse",
+                  f"{fell} of {sum(map(len, scores.values()))} runs collapse at rel {strength[0]:g}, "
+                  f"abs {strength[1]:g}", C.collapse(scores), notebook,
+                  title="" if strength == DEFAULT_STRENGTH else
+                  f"Collapse of the baselines (rel {strength[0]:g}, abs {strength[1]:g})")
 
-        def strength(r, d=d, keys=keys):
-            s = settings(d, keys.get(f"{r['model']} (ranking) seed {r['seed']}"))
-            return None if s is None else (s["lambda_rel"], s["lambda_abs"])
-        add(d, d["collapse"], strength, "07")
+
+def _ranked_strength(d: dict, r: dict) -> tuple | None:
+    """(lambda_rel, lambda_abs) of notebook 07's ranking run behind collapse record ``r``."""
+    s = settings(d, d.get("keys", {}).get(f"{r['model']} (ranking) seed {r['seed']}"))
+    return None if s is None else (s["lambda_rel"], s["lambda_abs"])
+
+
+def collapse_rows(m: Metrics) -> Iterator[dict]:
+    for d in m.files("07_halting_baselines*"):
+        if d.get("collapse"):
+            yield from _collapse(d, d["collapse"], _ranked_strength, "07")
     for d in m.files("15_loss_strength"):
         runs = [r for r in d["runs"] if r["model"] != "frost" and settings(d, r["key"]) is not None]
-        add(d, runs, lambda r: (r["lambda_rel"], r["lambda_abs"]), "15")
-    return rows
+        yield from _collapse(d, runs, lambda _, r: (r["lambda_rel"], r["lambda_abs"]), "15")
 
 
 # 9, 10, 14. Table 2: the halting sweeps, per seed
@@ -434,48 +419,34 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
 
 def _run_curve(name: str) -> list[float] | None:
     """A committed run's test accuracy at each fixed depth (its metrics.json)."""
-    from .provenance import run_folder
-
     folder = run_folder(name)
     path = folder / "metrics.json" if folder else None
     return json.loads(path.read_text()).get("test_accuracy_per_step") if path and path.is_file() else None
 
 
-def table2_rows(m: Metrics) -> list[dict]:
-    rows = []
+def table2_rows(m: Metrics) -> Iterator[dict]:
     shown = " / ".join(f"{C.PAPER_KEPT[q]:.2f}" for q in C.KEPT_SHOWN)
     for source, st, dataset, sweeps, fixed in _sweeps(m):
         at_q = {q: [next(r["accuracy"] for r in s if r["quantile"] == q) / next(
             r["accuracy"] for r in s if r["quantile"] == 1.0) for s in sweeps] for q in C.KEPT_SHOWN}
-        at_depth = {q: [] for q in C.KEPT_SHOWN}
-        for s in sweeps:
-            depth, acc = np.array(sorted((r["mean_depth"], r["accuracy"]) for r in s)).T
-            for q in C.KEPT_SHOWN:
-                at_depth[q].append(float(np.interp(C.PAPER_DEPTH[q] * depth[-1] / 16, depth, acc)) / acc[-1])
-        n = len(sweeps)
-        primary = own_form(st)
-        rows.append(row(9, st["bundle"], form(st), dataset, n, shown,
-                        " / ".join(f"{_mean(at_q[q]):.2f}" for q in C.KEPT_SHOWN), C.kept(at_q), source,
-                        primary=primary))
-        rows.append(row(10, st["bundle"], form(st), dataset, n, shown,
-                        " / ".join(f"{_mean(at_depth[q]):.2f}" for q in C.KEPT_SHOWN), C.kept(at_depth), source,
-                        primary=primary))
-        pairs = [(s, f) for s, f in zip(sweeps, fixed) if f]
-        if pairs:
-            gain = []
-            for s, curve in pairs:
-                steps = list(range(1, len(curve) + 1))
-                gain.append(_mean(r["accuracy"] - float(np.interp(r["mean_depth"], steps, curve))
-                                  for r in s if r["quantile"] < 1.0))
-            rows.append(row(14, st["bundle"], form(st), dataset, len(pairs), "no claim",
-                            f"{100 * _mean(gain):+.1f} points", C.fixed_depth(gain), source, primary=primary))
-    return rows
+        curves = [np.array(sorted((r["mean_depth"], r["accuracy"]) for r in s)).T for s in sweeps]
+        at_depth = {q: [float(np.interp(C.PAPER_DEPTH[q] * depth[-1] / 16, depth, acc)) / acc[-1]
+                        for depth, acc in curves] for q in C.KEPT_SHOWN}
+        at = (st["bundle"], form(st), dataset, len(sweeps), shown)
+        for claim, kept in ((9, at_q), (10, at_depth)):
+            yield row(claim, *at, " / ".join(f"{_mean(kept[q]):.2f}" for q in C.KEPT_SHOWN), C.kept(kept),
+                      source, primary=own_form(st))
+        # per seed with a fixed-depth curve (accuracy at depth 1..T): the mean gain over q < 1
+        gain = [_mean(r["accuracy"] - float(np.interp(r["mean_depth"], list(range(1, len(f) + 1)), f))
+                      for r in s if r["quantile"] < 1.0) for s, f in zip(sweeps, fixed) if f]
+        if gain:
+            yield row(14, st["bundle"], form(st), dataset, len(gain), "no claim",
+                      f"{100 * _mean(gain):+.1f} points", C.fixed_depth(gain), source, primary=own_form(st))
 
 
 # 13. Table 3's ViT exit depth (05)
-def vit_rows(m: Metrics) -> list[dict]:
+def vit_rows(m: Metrics) -> Iterator[dict]:
     theirs, resnet = paper.table3_frost_depth("vit"), paper.table3_frost_depth("resnet")
-    rows = []
     for d in m.files("05_halting*"):
         vit = d.get("vit")
         if not vit or vit["dataset"] != d["dataset"] or not is_frost(st := settings(d, vit.get("key"))):
@@ -485,20 +456,18 @@ def vit_rows(m: Metrics) -> list[dict]:
             continue
         verdict = C.vit_depth([at["vit"]["mean_depth"]], vit["steps"], [at["vit"]["fraction"]],
                               [at["resnet"]["fraction"]])
-        rows.append(row(13, st["bundle"], form(st), vit["dataset"], 1,
-                        f"{theirs['mean_depth']} of {theirs['steps']}; {theirs['depth_fraction']:.2f} < "
-                        f"{resnet['depth_fraction']:.2f}",
-                        f"{at['vit']['mean_depth']:.2f} of {vit['steps']}; {at['vit']['fraction']:.2f} vs "
-                        f"{at['resnet']['fraction']:.2f}", verdict, "05"))
-    return rows
+        yield row(13, st["bundle"], form(st), vit["dataset"], 1,
+                  f"{theirs['mean_depth']} of {theirs['steps']}; {theirs['depth_fraction']:.2f} < "
+                  f"{resnet['depth_fraction']:.2f}",
+                  f"{at['vit']['mean_depth']:.2f} of {vit['steps']}; {at['vit']['fraction']:.2f} vs "
+                  f"{at['resnet']['fraction']:.2f}", verdict, "05")
 
 
 # 11, 12. Table 3 (06: shapes at the paper's settings; benchmarks: throughput per regime)
 BACKBONE_NAMES = {"resnet": "ResNet", "vit": "ViT"}
 
 
-def table3_rows(m: Metrics) -> list[dict]:
-    rows = []
+def table3_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("06_complexity*"):
         demo = settings(d, (d.get("demo") or {}).get("key"))
         bundle = demo["bundle"] if demo else NA
@@ -510,25 +479,23 @@ def table3_rows(m: Metrics) -> list[dict]:
                     continue
                 errors = [r[column] / r[f"paper {column}"] - 1 for r in compared]
                 label = BACKBONE_NAMES[backbone]
-                rows.append(row(claim, bundle, form(demo), "imagenet100", None,
-                                f"{label} {shown[0][f'paper {column}']:.2f}", f"{label} {shown[0][column]:.2f}",
-                                C.ratio(errors), "06", title="" if backbone == "resnet" else
-                                f"{C.CLAIM[claim].title} ({label}, frost / vanilla)"))
+                yield row(claim, bundle, form(demo), "imagenet100", None,
+                          f"{label} {shown[0][f'paper {column}']:.2f}", f"{label} {shown[0][column]:.2f}",
+                          C.ratio(errors), "06", title="" if backbone == "resnet" else
+                          f"{C.CLAIM[claim].title} ({label}, frost / vanilla)")
     for d in m.files("bench_table3_regime*"):
         device = d.get("env", {}).get("device", "")
         for backbone, rs in _by(d["ratios"], "backbone").items():
             for batch, part in sorted(_by(rs, "batch_size").items()):
                 frost = next(r for r in part if r["model"] == "frost")
-                rows.append(row(12, NA, NA, "imagenet100", None, f"{frost['paper']:.2f}", f"{frost['ours']:.2f}",
-                                C.ratio([r["relative_error"] for r in part]), "bench",
-                                title=f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device}, batch {batch})",
-                                primary=False))
-    return rows
+                yield row(12, NA, NA, "imagenet100", None, f"{frost['paper']:.2f}", f"{frost['ours']:.2f}",
+                          C.ratio([r["relative_error"] for r in part]), "bench",
+                          title=f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device}, batch {batch})",
+                          primary=False)
 
 
 # 15. FROST's score against other halting rules (07) and refitted heads (15_head_refit)
-def halting_rule_rows(m: Metrics) -> list[dict]:
-    rows = []
+def halting_rule_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("07_halting_baselines*"):
         area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
         for model in sorted({mod for mod, rule in area if rule == "frost"}):
@@ -537,25 +504,23 @@ def halting_rule_rows(m: Metrics) -> list[dict]:
             if not is_frost(st) or not others:
                 continue
             best_rule, best = max(others.items(), key=lambda kv: kv[1])
-            rows.append(row(15, st["bundle"], form(st), d["dataset"], 1, "no claim",
-                            f"{area[(model, 'frost')]:.3f} vs {best:.3f} ({best_rule})",
-                            C.halting_rules([area[(model, "frost")]], [best]), "07", primary=own_form(st)))
+            yield row(15, st["bundle"], form(st), d["dataset"], 1, "no claim",
+                      f"{area[(model, 'frost')]:.3f} vs {best:.3f} ({best_rule})",
+                      C.halting_rules([area[(model, "frost")]], [best]), "07", primary=own_form(st))
     for d in m.files("15_head_refit"):
         margins = d.get("margin_per_backbone", {})
-        for _, group in _by([(k, settings(d, b["key"])) for k, b in d["backbones"].items()],
-                            lambda ks: form(ks[1])).items():
+        for group in _by([(k, settings(d, b["key"])) for k, b in d["backbones"].items()],
+                         lambda ks: form(ks[1])).values():
             st = group[0][1]
             values = [margins[k] for k, _ in group if k in margins]
-            rows.append(row(15, st["bundle"], form(st), d["dataset"], len(values), "no claim",
-                            f"best linear head {_mean(values):+.3f} area over fixed depth / confidence",
-                            C.head_refit(values), "15", title="A learned head can beat fixed depth (refit)",
-                            primary=False))
-    return rows
+            yield row(15, st["bundle"], form(st), d["dataset"], len(values), "no claim",
+                      f"best linear head {_mean(values):+.3f} area over fixed depth / confidence",
+                      C.head_refit(values), "15", title="A learned head can beat fixed depth (refit)",
+                      primary=False)
 
 
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
-def benchmark_rows(m: Metrics) -> list[dict]:
-    rows = []
+def benchmark_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("bench_*"):
         device = d.get("env", {}).get("device", "")
         if d.get("benchmark") == "adaptive_inference" and d.get("rows"):
@@ -567,24 +532,23 @@ def benchmark_rows(m: Metrics) -> list[dict]:
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
-                rows.append(row(16, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
-                                f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
-                                C.speed(w["ratio"]), "bench"))
+                yield row(16, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
+                          f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
+                          C.speed(w["ratio"]), "bench")
             batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
             largest = max(r["batch_size"] for r in batch)
             worst = min(r["ratio"] for r in batch if r["batch_size"] == largest)
-            rows.append(row(16, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
-                            C.speed(worst), "bench", primary=not stream))
+            yield row(16, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
+                      C.speed(worst), "bench", primary=not stream)
         if d.get("benchmark") == "train_throughput":
             for r in d.get("rows", []):
                 if r.get("model") == "frost" and r.get("kll_share") is not None:
-                    rows.append(row(17, NA, r.get("update", NA), r.get("dataset", ""), None, f"< {C.KLL_CHEAP}",
-                                    f"{r['kll_share']:.2%} ({r.get('size', '')}, {device})",
-                                    C.kll_overhead(r["kll_share"]), "bench"))
-    return rows
+                    yield row(17, NA, r.get("update", NA), r.get("dataset", ""), None, f"< {C.KLL_CHEAP}",
+                              f"{r['kll_share']:.2%} ({r.get('size', '')}, {device})",
+                              C.kll_overhead(r["kll_share"]), "bench")
 
 
-CLAIM_ROWS: tuple[Callable[[Metrics], list[dict]], ...] = (
+CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
     table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows,
     collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, benchmark_rows)
 
@@ -607,26 +571,25 @@ def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str,
     rows = []
     for find in CLAIM_ROWS:
         try:
-            rows += find(m)
-        except (AttributeError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, StopIteration) as err:
+            rows += list(find(m))  # all of a claim's rows, or none
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError,
+                RuntimeError) as err:
+            # a StopIteration (a record without the row looked for) leaves a generator as a RuntimeError
+            if isinstance(err, RuntimeError) and not isinstance(err := err.__cause__, StopIteration):
+                raise
             warnings.warn(f"verdicts: {find.__name__} cannot read the metrics in {m.folder} "
                           f"({type(err).__name__}: {err}); its rows are left out", stacklevel=2)
-    seen, unique = set(), []
+    unique: dict[tuple, dict] = {}
     for r in sorted(rows, key=lambda r: (r["claim"], _rank(r))):  # two files holding the same runs: once
-        if (shown := tuple(v for k, v in r.items() if k != "notebook")) not in seen:
-            seen.add(shown)
-            unique.append(r)
-    return unique
+        unique.setdefault(tuple(v for k, v in r.items() if k != "notebook"), r)
+    return list(unique.values())
 
 
 def summary_rows(rows: list[dict]) -> list[dict]:
     """One row per claim of ``claims.CLAIMS``: its decisive evidence, or "no committed run"."""
-    out = []
-    for c in C.CLAIMS:
-        mine = [r for r in rows if r["claim"] == c.number]
-        out.append(min(mine, key=_rank) if mine else
-                   row(c.number, NA, NA, "", None, "", "no committed run", f"{C.NOT_TESTABLE}: no metrics", "-"))
-    return out
+    return [min(mine, key=_rank) if (mine := [r for r in rows if r["claim"] == c.number]) else
+            row(c.number, NA, NA, "", None, "", "no committed run", f"{C.NOT_TESTABLE}: no metrics", "-")
+            for c in C.CLAIMS]
 
 
 def _dataset_cell(r: dict) -> str:
@@ -647,24 +610,25 @@ def _notebook_names(number: str) -> list[str]:
     return sorted(p.name for p in (repo_root() / "notebooks").glob(f"{number}_*.ipynb"))
 
 
+def _markdown(header: tuple[str, ...], lines: Iterable[tuple]) -> str:
+    """A markdown table of ``lines`` under ``header``, a cell's ``|`` escaped."""
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |" for cells in lines]
+    return "\n".join(out)
+
+
 def markdown_summary(rows: list[dict]) -> str:
     """The README's table: one row per claim."""
-    lines = ["| " + " | ".join(SUMMARY_HEADER) + " |", "|" + "---|" * len(SUMMARY_HEADER)]
-    for r in summary_rows(rows):
-        cells = (f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r), r["seeds"], r["paper"], r["ours"],
-                 r["verdict"], _notebook_cell(r))
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines)
+    return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r),
+                                       r["seeds"], r["paper"], r["ours"], r["verdict"], _notebook_cell(r))
+                                      for r in summary_rows(rows)))
 
 
 def markdown_table(rows: list[dict]) -> str:
     """docs/results.md's table: every row."""
-    lines = ["| " + " | ".join(FULL_HEADER) + " |", "|" + "---|" * len(FULL_HEADER)]
-    for r in rows:
-        cells = (r["claim"], r["title"], r["bundle"], r["form"], DATASET_NAMES.get(r["dataset"], r["dataset"]),
-                 r["seeds"], r["paper"], r["ours"], r["verdict"], r["notebook"])
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
-    return "\n".join(lines)
+    return _markdown(FULL_HEADER, ((r["claim"], r["title"], r["bundle"], r["form"],
+                                    DATASET_NAMES.get(r["dataset"], r["dataset"]), r["seeds"], r["paper"],
+                                    r["ours"], r["verdict"], r["notebook"]) for r in rows))
 
 
 def verdict_table(notebook: str | None = None, metrics_dir: str | os.PathLike | None = None):
