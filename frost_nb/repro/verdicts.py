@@ -57,6 +57,14 @@ SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06
 DEFAULT_STRENGTH = (LossConfig().lambda_rel, LossConfig().lambda_abs)
 
 
+def _first(rows: Iterator) -> Any:
+    """The first of ``rows``; IndexError when there is none (a StopIteration would leave the claim
+    generators as a RuntimeError)."""
+    for row in rows:
+        return row
+    raise IndexError("a record lacks the row looked for")
+
+
 def default_metrics_dir() -> Path:
     """The committed metrics: always the repository's, also in smoke mode."""
     return repo_root() / "outputs" / "metrics"
@@ -340,7 +348,7 @@ def conflict_rows(m: Metrics) -> Iterator[dict]:
             per = {k: [r["step_cosine"] for r in sorted(v, key=lambda r: r["seed"])] for k, v in _by(rs, "model").items()}
             if "frost" not in per or len(per) < 2 or strength[0] == 0:
                 continue
-            st = run_of(d, next(r for r in rs if r["model"] == "frost"))
+            st = run_of(d, _first(r for r in rs if r["model"] == "frost"))
             base = {k: v for k, v in per.items() if k != "frost"}
             yield row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
                       f"{_mean(per['frost']):+.3f} vs {min(map(_mean, base.values())):+.3f}.."
@@ -427,7 +435,7 @@ def _run_curve(name: str) -> list[float] | None:
 def table2_rows(m: Metrics) -> Iterator[dict]:
     shown = " / ".join(f"{C.PAPER_KEPT[q]:.2f}" for q in C.KEPT_SHOWN)
     for source, st, dataset, sweeps, fixed in _sweeps(m):
-        at_q = {q: [next(r["accuracy"] for r in s if r["quantile"] == q) / next(
+        at_q = {q: [_first(r["accuracy"] for r in s if r["quantile"] == q) / _first(
             r["accuracy"] for r in s if r["quantile"] == 1.0) for s in sweeps] for q in C.KEPT_SHOWN}
         curves = [np.array(sorted((r["mean_depth"], r["accuracy"]) for r in s)).T for s in sweeps]
         at_depth = {q: [float(np.interp(C.PAPER_DEPTH[q] * depth[-1] / 16, depth, acc)) / acc[-1]
@@ -487,7 +495,7 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
         device = d.get("env", {}).get("device", "")
         for backbone, rs in _by(d["ratios"], "backbone").items():
             for batch, part in sorted(_by(rs, "batch_size").items()):
-                frost = next(r for r in part if r["model"] == "frost")
+                frost = _first(r for r in part if r["model"] == "frost")
                 yield row(12, NA, NA, "imagenet100", None, f"{frost['paper']:.2f}", f"{frost['ours']:.2f}",
                           C.ratio([r["relative_error"] for r in part]), "bench",
                           title=f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device}, batch {batch})",
@@ -572,11 +580,7 @@ def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str,
     for find in CLAIM_ROWS:
         try:
             rows += list(find(m))  # all of a claim's rows, or none
-        except (AttributeError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError,
-                RuntimeError) as err:
-            # a StopIteration (a record without the row looked for) leaves a generator as a RuntimeError
-            if isinstance(err, RuntimeError) and not isinstance(err := err.__cause__, StopIteration):
-                raise
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as err:
             warnings.warn(f"verdicts: {find.__name__} cannot read the metrics in {m.folder} "
                           f"({type(err).__name__}: {err}); its rows are left out", stacklevel=2)
     unique: dict[tuple, dict] = {}
