@@ -212,7 +212,7 @@ def test_metrics_are_strict_json(isolated_outputs):
 def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     import numpy as np
 
-    _run("07_halting_baselines.ipynb", tmp_path, monkeypatch, bundle="adopted")  # the default to come (issue 30)
+    _run("07_halting_baselines.ipynb", tmp_path, monkeypatch, bundle="adopted")  # the committed default
     out = isolated_outputs / "outputs"
     metrics = json.loads((out / "metrics" / "07_halting_baselines_smoke.json").read_text())
     assert {"curves", "summary", "collapse", "env"} <= set(metrics)
