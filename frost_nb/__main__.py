@@ -24,23 +24,14 @@ import torch
 
 # Modules that --help would load anyway are imported here. The analysis, notebook and verdict
 # modules load only in the commands that use them, and checkpoint and training functions are
-# looked up on their module when called (tests replace some of them).
-from . import checkpoint, training
+# looked up on their module when called (tests replace some of them), as are paths' folders.
+from . import checkpoint, paths, training
 from .config import SIZES, ConfigError, make_config
 from .data.datasets import DataError, make_batches
 from .distributed import barrier, join_process_group, launched_world_size, leave_process_group
 from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
 from .inputs import ParameterError, check_split, number_in
-from .paths import (
-    OutputError,
-    atomic_path,
-    check_readable,
-    check_writable,
-    committed_runs_dir,
-    outputs_dir,
-    repo_root,
-    shown_path,
-)
+from .paths import OutputError, atomic_path, check_readable, check_writable, repo_root, shown_path
 from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
 from .runs import discard_local, export_run, find_run, run_name, train_or_load
 
@@ -63,26 +54,22 @@ def _config(args):
     return make_config(args.size, args.dataset, args.model, args.backbone, **overrides)
 
 
-def _run_record(result) -> dict[str, Any]:
-    """What a run is and what it reached: the same whether it was trained now or loaded."""
+def _summary(result, where: bool = True) -> dict[str, Any]:
+    """What a run is and what it reached, the same whether it was trained now or loaded; ``where`` adds
+    where the model came from this time (printed only: metrics files must not change because a run was
+    loaded rather than trained)."""
     c, metrics = result.config, result.metrics
     return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
             "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed,
             "name": run_name(result.checkpoint), "params": result.model.num_parameters(),
-            "accuracy": metrics.get("test_accuracy"), "train_seconds": metrics.get("train_seconds")}
-
-
-def _summary(result) -> dict[str, Any]:
-    """``_run_record`` plus where the model came from this time (printed, never in metrics files,
-    which must not change because a run was loaded rather than trained)."""
-    return {**_run_record(result), "checkpoint": shown_path(result.checkpoint),
-            "from_cache": result.from_cache}
+            "accuracy": metrics.get("test_accuracy"), "train_seconds": metrics.get("train_seconds"),
+            **({"checkpoint": shown_path(result.checkpoint), "from_cache": result.from_cache}
+               if where else {})}
 
 
 def _single_process_only(command: str) -> None:
     """Refuse torchrun's extra processes: each would train the same runs."""
-    world = launched_world_size()
-    if world > 1:
+    if (world := launched_world_size()) > 1:
         raise training.TrainingError(f"'{command}' runs in a single process, but torchrun started {world}; "
                                      f"multi-process (DDP) training is what 'train' does: python -m "
                                      f"torch.distributed.run --nproc-per-node {world} -m frost_nb train ... "
@@ -103,16 +90,14 @@ def cmd_train(args) -> int:
     progress = False if args.no_progress else None
     setup, _ = join_process_group(training.pick_device(config.train.device))
     try:
-        if args.checkpoint:
-            result = training.train(config, checkpoint=args.checkpoint, progress=progress)
-        else:
-            if args.retrain and setup.is_distributed:
-                # train_or_load deletes the local run on --retrain: rank 0 does it first, so that
-                # the ranks do not race to delete the same files
-                if setup.is_main:
-                    discard_local(config)
-                barrier()
-            result = train_or_load(config, name=args.name, progress=progress, retrain=args.retrain)
+        if args.retrain and setup.is_distributed and not args.checkpoint:
+            # train_or_load deletes the local run on --retrain: rank 0 does it first, so that
+            # the ranks do not race to delete the same files
+            if setup.is_main:
+                discard_local(config)
+            barrier()
+        result = (training.train(config, checkpoint=args.checkpoint, progress=progress) if args.checkpoint
+                  else train_or_load(config, name=args.name, progress=progress, retrain=args.retrain))
     finally:
         leave_process_group()
     if setup.is_main:
@@ -130,8 +115,7 @@ def cmd_grid(args) -> int:
     try:
         runs = grid(args.name, args.size, args.dataset, tuple(args.seeds), bundle=args.bundle)
         if args.labels:  # only these rows (family_of: the label without its seed tag)
-            unknown = sorted(set(args.labels) - {family_of(label) for label in runs})
-            if unknown:
+            if unknown := sorted(set(args.labels) - {family_of(label) for label in runs}):
                 raise ValueError(f"--labels {unknown} not in grid {args.name!r}; its labels: "
                                  f"{sorted({family_of(label) for label in runs})}")
             runs = Grid({k: v for k, v in runs.items() if family_of(k) in args.labels}, runs.folder)
@@ -189,12 +173,11 @@ def cmd_evaluate(args) -> int:
                 yield x
 
         res = stream_predict(model, images(), tau, slots=slots, refill_at=args.refill_at)
-        correct, depths = (res.logits.argmax(-1) == torch.cat(labels)).cpu(), res.depth.cpu()
+        parts = [(res, torch.cat(labels))]  # one result for the whole split
     else:
         parts = [(adaptive_predict(model, x, tau), y) for x, y in batches]
-        correct = torch.cat([(res.logits.argmax(-1) == y).cpu() for res, y in parts])
-        depths = torch.cat([res.depth.cpu() for res, _ in parts])
-    correct, depths = correct.float(), depths.float()
+    correct = torch.cat([(res.logits.argmax(-1) == y).cpu() for res, y in parts]).float()
+    depths = torch.cat([res.depth.cpu() for res, _ in parts]).float()
     print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **budget, "quantile": args.quantile,
                       "threshold": tau, **stream, "accuracy": correct.mean().item(),
                       "mean_depth": depths.mean().item(), "std_depth": depths.std().item(),
@@ -235,8 +218,8 @@ def cmd_demo(args) -> int:
     _single_process_only("demo")
     config = _config(args)
     for folder in ("figures", "metrics"):  # before training: the demo ends by writing there
-        check_writable(outputs_dir() / folder, f"{folder} folder", "set FROST_OUTPUTS to a writable folder",
-                       folder=True)
+        check_writable(paths.outputs_dir() / folder, f"{folder} folder",
+                       "set FROST_OUTPUTS to a writable folder", folder=True)
     result = train_or_load(config, progress=False if args.no_progress else None, retrain=args.retrain)
     outputs = training.evaluate(result.model, training.load_split(config, "test"),
                                 batch_size=config.train.eval_batch_size)
@@ -245,12 +228,12 @@ def cmd_demo(args) -> int:
     figures = {"training": plot_training(result.history, f"{config.model.name} on {config.data.name}"),
                "alpha": plot_alpha(result.history), "halting_scores": plot_halting_scores(result.history),
                "sweep": plot_sweep(table, f"halting sweep, {config.data.name} test split")}
-    paths = [shown_path(save_figure(fig, f"{name}_{kind}")) for kind, fig in figures.items()]
-    metrics = {**_run_record(result), "accuracy_per_step": result.metrics.get("test_accuracy_per_step"),
-               "sweep": table.to_dict(orient="records")}
-    path = write_metrics(name, metrics)
+    saved = [shown_path(save_figure(fig, f"{name}_{kind}")) for kind, fig in figures.items()]
+    path = write_metrics(name, {**_summary(result, where=False),
+                                "accuracy_per_step": result.metrics.get("test_accuracy_per_step"),
+                                "sweep": table.to_dict(orient="records")})
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    print(json.dumps({**_summary(result), "metrics": shown_path(path), "figures": paths}, indent=2))
+    print(json.dumps({**_summary(result), "metrics": shown_path(path), "figures": saved}, indent=2))
     return 0
 
 
@@ -258,7 +241,7 @@ def cmd_export(args) -> int:
     """Export a finished local run folder, lean, into outputs/runs/ (or --to) and its index."""
     check_readable(args.run, "the run folder", "pass a finished run folder (<store>/<grid>/<label>/)",
                    folder=True, error=checkpoint.CheckpointError)
-    check_writable(args.to or committed_runs_dir(), "the runs folder", "pass another --to", folder=True)
+    check_writable(args.to or paths.committed_runs_dir(), "the runs folder", "pass another --to", folder=True)
     folder = export_run(args.run, args.to)
     index = folder.parent.parent / "index.csv"
     print(json.dumps({"exported": shown_path(folder), "index": shown_path(index)}))
@@ -270,8 +253,7 @@ def cmd_verdicts(args) -> int:
     the README's one row per claim, docs/results.md's every row."""
     from .repro.verdicts import MARKERS, TARGETS, current_block, replace_block, tables
 
-    target = args.write if args.write is not None else args.check
-    option = "--write" if args.write is not None else "--check"
+    option, target = ("--write", args.write) if args.write is not None else ("--check", args.check)
     files = [] if target is None else [target] if target else [str(repo_root() / name) for name in TARGETS]
     for file in files:  # before the metrics are read
         fix = f"pass {option} an existing file with a verdicts block (README.md, docs/results.md)"
@@ -282,14 +264,12 @@ def cmd_verdicts(args) -> int:
         check_readable(args.metrics_dir, "the metrics folder", "pass --metrics-dir an existing folder",
                        folder=True, error=ParameterError)
     made = tables(args.metrics_dir)
-    if target is None:
+    if target is None:  # no file to write or check
         print(made["summary"])
-        return 0
     stale = 0
     for file in files:
         text = Path(file).read_text()
-        kinds = [k for k in MARKERS if current_block(text, k) is not None]
-        if not kinds:
+        if not (kinds := [k for k in MARKERS if current_block(text, k) is not None]):
             raise ParameterError(f"{file} has no verdicts block ({', '.join(s for s, _ in MARKERS.values())})")
         if args.write is not None:
             for kind in kinds:
@@ -298,8 +278,8 @@ def cmd_verdicts(args) -> int:
                 tmp.write_text(text)
             continue
         for kind in kinds:
-            if current_block(text, kind) != made[kind]:
-                diff = difflib.unified_diff(current_block(text, kind).splitlines(), made[kind].splitlines(),
+            if (old := current_block(text, kind)) != made[kind]:
+                diff = difflib.unified_diff(old.splitlines(), made[kind].splitlines(),
                                             f"{file} ({kind} verdicts block)", "generated from the metrics",
                                             lineterm="")
                 print("\n".join(diff), file=sys.stderr)
@@ -387,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    commands = {"demo": cmd_demo, "config": cmd_config, "train": cmd_train, "grid": cmd_grid, "evaluate": cmd_evaluate, "sweep": cmd_sweep,
-                "export": cmd_export, "verdicts": cmd_verdicts}
+    commands = {"demo": cmd_demo, "config": cmd_config, "train": cmd_train, "grid": cmd_grid,
+                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "export": cmd_export, "verdicts": cmd_verdicts}
     try:
         return commands[args.command](args)
     except (ConfigError, DataError, ParameterError, checkpoint.CheckpointError, training.TrainingError,

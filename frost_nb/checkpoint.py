@@ -1,9 +1,6 @@
-"""Checkpoints: the file format (docs/architecture.md, "Checkpoints"; the KLL sketch as bytes: a
-sketch cannot be pickled), atomic saves, loading, lean exports.
-
-Committed runs are *lean* exports (``lean_state``): enough to draw alpha over training (figure 1),
-no optimiser, schedule or RNG state (they load and evaluate, but do not resume), xz-compressed to
-keep the committed runs within the repository's budget (tests/test_repo_size.py).
+"""Checkpoints: the file format, atomic saves, loading, and the lean exports that ``outputs/runs/``
+commits (no optimiser, schedule or RNG state: they load and evaluate, but do not resume), all as
+docs/architecture.md, "Checkpoints" describes; the KLL sketch is stored as bytes (it cannot be pickled).
 """
 
 from __future__ import annotations
@@ -88,8 +85,7 @@ def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any
         for key in ("alpha", "hurst"):  # their extremes are what the alpha tables report
             if series := [v for v in steps.get(key, ()) if v == v]:  # NaN-free (hurst is NaN when fixed)
                 keep |= {steps[key].index(min(series)), steps[key].index(max(series))}
-        keep = sorted(keep)
-        steps = {k: [v[i] for i in keep] for k, v in steps.items()}
+        steps = {k: [v[i] for i in sorted(keep)] for k, v in steps.items()}
     # as tensors, losslessly (float32 where every value is one: half the bytes of pickled floats);
     # load_checkpoint turns them back into lists
     history["steps"] = {k: _as_tensor(v) for k, v in steps.items()}
@@ -122,25 +118,13 @@ def export_lean(source: str | os.PathLike, target: str | os.PathLike, weights: s
     return save_checkpoint(target, lean_state(state, weights), compress=True)
 
 
-def read_torch_file(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> Any:
-    """``torch.load(path, weights_only=True)`` of a checkpoint file, compressed (``XZ_MAGIC``) or
-    not; torch's and lzma's errors pass through (``load_checkpoint`` names them)."""
-    with open(path, "rb") as f:
-        head = f.read(len(XZ_MAGIC))
-        data = io.BytesIO(lzma.decompress(head + f.read())) if head == XZ_MAGIC else path
-    # weights_only: a checkpoint is data (tensors, numbers, strings, bytes), never code
-    return torch.load(data, map_location=map_location, weights_only=True)
-
-
 def checkpoint_file(path: str | os.PathLike) -> Path:
     """``path``, a run folder meaning its ``model.pt``; a relative path missing from the working
     directory is looked up in the repository (a notebook in ``notebooks/`` names ``outputs/...``)."""
     path = Path(path).expanduser()  # os.path's tests: False, never an error, behind a folder not to enter
     if not path.is_absolute() and not os.path.lexists(path) and os.path.lexists(repo_root() / path):
         path = repo_root() / path
-    if os.path.isdir(path) and os.path.isfile(path / "model.pt"):
-        return path / "model.pt"
-    return path
+    return path / "model.pt" if os.path.isdir(path) and os.path.isfile(path / "model.pt") else path
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -153,7 +137,11 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         raise CheckpointError(f"cannot read checkpoint {path}: {problem}; train a model first "
                               "(python -m frost_nb train ...) or pass the path of an existing .pt file")
     try:
-        state = read_torch_file(path, map_location)
+        with open(path, "rb") as f:  # compressed (XZ_MAGIC) or torch's own bytes
+            head = f.read(len(XZ_MAGIC))
+            data = io.BytesIO(lzma.decompress(head + f.read())) if head == XZ_MAGIC else path
+        # weights_only: a checkpoint is data (tensors, numbers, strings, bytes), never code
+        state = torch.load(data, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError,
             lzma.LZMAError) as err:
         raise CheckpointError(f"checkpoint {path} is damaged or not a frost_nb checkpoint "

@@ -202,24 +202,17 @@ class ModelConfig(_Validated):
                     "(H enters only through the scaled operators)")
         self._check("stem_stride", self.stem_stride <= 3 or self.stem_stride % 4 == 0,
                     "1, 2, 3 or a multiple of 4")
-        if self.backbone == "resnet":
-            self._check("width", self.width % self.norm_groups == 0, "a multiple of model.norm_groups")
-            self._check("bottleneck", self.bottleneck % self.norm_groups == 0,
-                        "a multiple of model.norm_groups")
-            self._check("image_size", self.image_size % self.stem_stride == 0,
-                        "a multiple of model.stem_stride")
-        else:
-            self._check("width", self.width % self.heads == 0, "a multiple of model.heads")
-            self._check("image_size", self.image_size % self.patch_size == 0,
-                        "a multiple of model.patch_size")
+        multiples = ((("width", "norm_groups"), ("bottleneck", "norm_groups"), ("image_size", "stem_stride"))
+                     if self.backbone == "resnet" else (("width", "heads"), ("image_size", "patch_size")))
+        for name, of in multiples:
+            self._check(name, getattr(self, name) % getattr(self, of) == 0, f"a multiple of model.{of}")
 
 
 def _follow_update(old: ModelConfig, update: str) -> str:
     """alpha_param for ``old`` with its form changed to ``update``: an alpha map that was the old
     form's default (not chosen) becomes the new form's ("auto"); a chosen one stays."""
-    if update != old.update and old.alpha_param == default_alpha_param(old.update):
-        return "auto"
-    return old.alpha_param
+    follows = update != old.update and old.alpha_param == default_alpha_param(old.update)
+    return "auto" if follows else old.alpha_param
 
 
 def replace_model(cfg: ModelConfig, **fields: Any) -> ModelConfig:
@@ -487,6 +480,4 @@ def make_config(size: str = "demo", dataset: str | None = None, model: str = "fr
         values.update({"model.stem_stride": 1, "model.patch_size": 2})  # 8x8 states on 8 px images
     if model != "frost":
         values["loss.ranking"] = False  # baselines: task loss only (docs/method.md section 6)
-    values.update(overrides)
-    values["size"] = size
-    return RunConfig().replace(**values)
+    return RunConfig().replace(**{**values, **overrides, "size": size})

@@ -107,12 +107,10 @@ def _let_ddp_see_model_outputs() -> None:
 
 
 def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
-    """``(parallel_model, its_batches, setup)``: in a multi-process job (joined here if need be),
-    DDP's wrapper around ``model`` (for the training forward only: checkpoints do not change) and
-    this rank's share of every batch; otherwise ``model`` and ``batches`` themselves.
-    ``find_unused_parameters``: some parameters get no gradient. DDP's warning that it "did not find
-    any unused parameters" is a false positive (it searches from every output, not the loss): turning
-    the flag off fails."""
+    """``(parallel_model, its_batches, setup)`` (docs/architecture.md, "Multi-process training"); the
+    wrapper is for the training forward only: checkpoints do not change. ``find_unused_parameters``:
+    some parameters get no gradient. DDP's warning that it "did not find any unused parameters" is a
+    false positive (it searches from every output, not the loss): turning the flag off fails."""
     device = next(model.parameters()).device
     setup, rank_device = join_process_group(device)
     if not setup.is_distributed:

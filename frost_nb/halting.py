@@ -1,7 +1,5 @@
-"""Halting of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551): the score, the KLL threshold
-tau_q and adaptive inference as ``docs/method.md`` sections 6-8 define them (eq. (tau):
-tau_q = sketch.get_quantile(q) for q < 1, tau_1 = +inf; eq. (exit): a sample exits at the
-first step t with p_t > tau_q, else at T).
+"""Halting of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551): the score, the KLL threshold tau_q
+(eq. (tau)) and adaptive inference (eq. (exit)) as ``docs/method.md`` sections 6-8 define them.
 
 ``adaptive_predict`` really skips the work of exited samples; ``analysis.curves.curve`` reads the
 same exits off cached full-depth outputs without calling the model (the two agree; see the tests).
@@ -26,17 +24,10 @@ PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid
 
 
 class HaltingCalibrator:
-    """KLL quantile sketch of halting scores, and the thresholds read from it.
-
-    >>> cal = HaltingCalibrator(k=200)
-    >>> cal.update(torch.rand(64, 16))      # all steps, all samples; flattened
-    >>> tau = cal.threshold(0.5)            # exit when p_t > tau
-    >>> cal.threshold(1.0)                  # full depth for everyone
-    inf
-
-    Not deterministic (unseeded coin flips: runs differ by up to about twice ``rank_error`` in
-    rank; docs/method.md section 7). Pickled through ``to_bytes()``, as checkpoints store it.
-    """
+    """KLL quantile sketch of halting scores, and the thresholds read from it (its API:
+    docs/architecture.md, "Halting"). Not deterministic (unseeded coin flips: runs differ by up to
+    about twice ``rank_error`` in rank; docs/method.md section 7). Pickled through ``to_bytes()``,
+    as checkpoints store it."""
 
     def __init__(self, k: int = 200) -> None:
         k = number_in("sketch size k", k, 8, 65535, integer=True, hint=" (default 200)")
@@ -128,10 +119,6 @@ class HaltingCalibrator:
     def thresholds(self, qs: Sequence[float]) -> list[float]:
         return [self.threshold(q) for q in qs]
 
-    @property
-    def median(self) -> float:
-        return self.threshold(0.5)
-
     # --- serialisation -----------------------------------------------------------------
     def to_bytes(self) -> bytes:
         return bytes(self._sketch.serialize())
@@ -142,14 +129,11 @@ class HaltingCalibrator:
         obj._sketch = kll_floats_sketch.deserialize(bytes(blob))  # keeps k
         return obj
 
-    def __getstate__(self) -> dict:
-        return {"sketch": self.to_bytes()}
-
-    def __setstate__(self, state: dict) -> None:
-        self._sketch = kll_floats_sketch.deserialize(state["sketch"])
+    def __reduce__(self) -> tuple:  # a KLL sketch cannot be pickled: its bytes are
+        return type(self).from_bytes, (self.to_bytes(),)
 
     def __repr__(self) -> str:
-        median = "" if self.is_empty else f", median={self.median:.4g}"
+        median = "" if self.is_empty else f", median={self.threshold(0.5):.4g}"
         return f"HaltingCalibrator(k={self.k}, n={self.n}{median})"
 
 
@@ -168,11 +152,9 @@ def exit_steps(scores: Tensor, tau: float) -> Tensor:
         raise ValueError(f"scores must be (N, T), got shape {tuple(scores.shape)}")
     if scores.is_floating_point() and scores.element_size() < 4:
         scores = scores.float()  # compare in float32: bf16 > tau would round tau to bf16
-    n, t = scores.shape
     exceed = scores > tau  # (N, T) bool, eq. (exit)
     first = exceed.to(torch.uint8).argmax(dim=1)  # (N,) index of the first True (0 if none)
-    full = torch.full((n,), t, dtype=torch.int64, device=scores.device)
-    return torch.where(exceed.any(dim=1), first.to(torch.int64) + 1, full)
+    return torch.where(exceed.any(dim=1), first.to(torch.int64) + 1, scores.shape[1])  # T if none
 
 
 class AdaptiveResult(NamedTuple):
@@ -290,9 +272,8 @@ class _Exits:
 
     def result(self, num_classes: int, device: Any) -> AdaptiveResult:
         if not self.parts:  # nothing ran: an empty input
-            return AdaptiveResult(torch.empty((0, num_classes), device=device),
-                                  torch.empty(0, dtype=torch.int64, device=device),
-                                  torch.empty(0, device=device) if self.return_scores else None)
+            self.add(torch.empty(0, dtype=torch.int64, device=device),
+                     torch.empty((0, num_classes), device=device), 0, torch.empty(0, device=device))
         rows, logits, depth, p = zip(*self.parts)
         rows = torch.cat(rows)  # (n,) every input row once
 
@@ -314,8 +295,7 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
     another image size). ``tau``: any real number but NaN (+inf: full depth); or ``rule``, a
     ``halting_rules.OnlineRule`` (section 10), its per-row memory compacted with the rows.
     ``compact_below`` in [0, 1]: compact only once the running samples are at most this share of
-    the rows carried (1: at every exit; 0: never); exits do not depend on it (docs/scaling.md).
-    """
+    the rows carried (1: at every exit; 0: never); exits do not depend on it (docs/scaling.md)."""
     steps = int(model.config.steps)
     halting = _halting(tau, rule, "adaptive_predict")
     compact_below = number_in("compact_below", compact_below, 0.0, 1.0)
@@ -326,23 +306,20 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
         h, ctx = prologue(model, x)  # h_0 and the per-sample step inputs
         memory = None if isinstance(halting, float) else halting.start(h)  # the rule's per-row memory
         idx = torch.arange(n, device=x.device)  # original row of each carried sample
-        live = None  # (n_carried,) bool: still running; None: every carried row is
-        n_live = n
+        live, n_live = None, n  # live: (n_carried,) bool, still running; None: every carried row is
         for t in range(steps if n else 0):
             h, logits, halt_logit, p = _step_readout(model, h, ctx, t)  # h_{t+1}, (n_carried, K), ...
-            if t == steps - 1:  # at T every sample still running stops
-                pos = None if live is None else live.nonzero().squeeze(1)
-                pick = (lambda v: v) if pos is None else (lambda v: v.index_select(0, pos))
-                exits.add(pick(idx), pick(logits), steps, pick(p))
-                break
-            done, memory = _exit_test(halting, t + 1, h, logits, halt_logit, p, memory)
+            if t < steps - 1:
+                done, memory = _exit_test(halting, t + 1, h, logits, halt_logit, p, memory)
+            else:  # at T every sample still running stops
+                done = torch.ones_like(p, dtype=torch.bool)
             if live is not None:
                 done &= live  # a sample that exited already never writes again
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step: compaction needs it
             if exit_pos.numel() == 0:
                 continue
-            exits.add(idx.index_select(0, exit_pos), logits.index_select(0, exit_pos), t + 1,
-                      p.index_select(0, exit_pos))
+            pick = lambda v: v.index_select(0, exit_pos)
+            exits.add(pick(idx), pick(logits), t + 1, pick(p))
             n_live -= exit_pos.numel()
             if n_live == 0:
                 break
@@ -484,8 +461,6 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
                          "rows at different depths cannot share a step call; use adaptive_predict")
     steps = int(model.config.steps)
     feed = _Feed(model, images, allow_other_size, embed_batch)
-    idx = h = ctx = memory = t = None  # the running rows: input row, state, context, rule memory, depth
-    n_live = 0
 
     def admit(k: int):  # up to k new samples: (input rows, h_0, context, rule memory, depth 0)
         entering = feed.fetch(k)
@@ -500,20 +475,13 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
         return rows, h0, ctx0, mem0, torch.zeros(rows.numel(), dtype=torch.int64, device=rows.device)
 
     with torch.no_grad():
+        new = yield from admit(slots)  # the first images fill the slots; later ones only freed slots
+        if new is None:
+            return
+        # the running rows' input row (a copy: written in place later), state, context, rule memory, depth
+        idx, h, ctx, memory, t = new[0].clone(), *new[1:]
+        n_live = idx.numel()
         while True:
-            free = slots - n_live
-            if feed.more and free > 0 and (free >= refill_at or n_live == 0):  # append to the free slots
-                new = yield from admit(free)
-                if new is not None:
-                    a = new[0].numel()
-                    if n_live == 0:  # idx is written in place later: not the event's rows
-                        idx, h, ctx, memory, t = new[0].clone(), *new[1:]
-                    else:
-                        running = (idx, h, ctx, memory, t)
-                        idx, h, ctx, memory, t = (_join(u, v, n_live, a) for u, v in zip(running, new))
-                    n_live += a
-            if n_live == 0:
-                return
             h, logits, halt_logit, p = _step_readout(model, h, ctx, 0)  # weight-tied: any t is step t
             t = t + 1  # (n_live,) each row's depth now
             done, memory = _exit_test(halting, t, h, logits, halt_logit, p, memory)
@@ -544,6 +512,8 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
             keep = (~done).nonzero().squeeze(1)  # (n_live - m + a,) ascending
             idx, h, ctx, memory, t = (_select(v, keep, n_live) for v in (idx, h, ctx, memory, t))
             n_live = keep.numel()
+            if n_live == 0:  # the stream is spent: a refill takes every freed slot it can
+                return
 
 
 def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,

@@ -28,9 +28,8 @@ class ParameterError(ValueError):
 def _as_real(name: str, value: Any, expected: str, hint: str, error: type[Exception]) -> numbers.Real:
     """``value`` as a Python or numpy scalar when it is a real number (a one-element tensor or
     array counts; bool does not: True is an int to Python, never a number of ours), else ``error``."""
-    scalar = value
-    if isinstance(value, (Tensor, np.ndarray)) and math.prod(value.shape) == 1:
-        scalar = value.item()  # a 0-dim or one-element tensor or array
+    one = isinstance(value, (Tensor, np.ndarray)) and math.prod(value.shape) == 1  # 0-dim, or one element
+    scalar = value.item() if one else value
     if isinstance(scalar, (bool, np.bool_)) or not isinstance(scalar, numbers.Real):
         raise error(f"{name}={value!r} must be {expected}{hint}")
     return scalar
@@ -89,9 +88,8 @@ def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_oth
     if size is None or shape[2:] == (size, size):
         return
     if getattr(config, "backbone", None) == "vit":
-        raise error(f"{what} has images of {shape[2]}x{shape[3]}, the ViT model takes "
-                    f"{size}x{size}: its position embedding has one entry per patch of a "
-                    f"{size}x{size} image; resize the images")
+        raise error(f"{what} has images of {shape[2]}x{shape[3]}, the ViT model takes {size}x{size}: its "
+                    f"position embedding has one entry per patch of a {size}x{size} image; resize the images")
     if not allow_other_size:
         raise error(f"{what} has images of {shape[2]}x{shape[3]}, the model was built for "
                     f"{size}x{size}: resize them, or pass allow_other_size=True to run the fully "

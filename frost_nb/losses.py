@@ -71,8 +71,7 @@ def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
     on its own ("per_step"). The sort is stable: ties go to the lower flat (row-major) index.
 
     The hinge is averaged over the full E x D (x T) matrix: at N = 256, T = 16 about 4 MiB (plus as
-    much for autograd), so it is materialised rather than chunked.
-    """
+    much for autograd), so it is materialised rather than chunked."""
     if halt_logits.shape != losses.shape or halt_logits.dim() != 2:
         raise ValueError(f"halt_logits and losses must both be (N, T); got "
                          f"{tuple(halt_logits.shape)} and {tuple(losses.shape)}")
@@ -94,9 +93,8 @@ def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
     abs_ = (F.binary_cross_entropy_with_logits(z_easy, torch.ones_like(z_easy))  # eq. (abs)
             + F.binary_cross_entropy_with_logits(z_hard, torch.zeros_like(z_hard)))
 
-    easy_mask = torch.zeros_like(loss_cols, dtype=torch.bool).scatter_(0, easy_idx, True)
-    hard_mask = torch.zeros_like(loss_cols, dtype=torch.bool).scatter_(0, hard_idx, True)
-    return RankingLosses(rel, abs_, easy_mask.view_as(losses), hard_mask.view_as(losses),
+    mask = lambda i: torch.zeros_like(loss_cols, dtype=torch.bool).scatter_(0, i, True).view_as(losses)
+    return RankingLosses(rel, abs_, mask(easy_idx), mask(hard_idx),  # masks (N, T)
                          p_easy.detach().mean(), p_hard.detach().mean())
 
 
@@ -139,8 +137,7 @@ def ponder_loss(logits: Tensor, halt_logits: Tensor, y: Tensor, prior: float = 0
     """PonderNet's loss: the halting-weighted per-step cross-entropy plus beta KL(p || p_G).
 
     ``logits`` (N, T, K) and ``halt_logits`` (N, T) both receive gradient (unlike the ranking
-    losses, whose loss matrix is detached); ``prior`` is lambda_p. Float32 under autocast.
-    """
+    losses, whose loss matrix is detached); ``prior`` is lambda_p. Float32 under autocast."""
     ce = _per_step_ce(logits, y, label_smoothing)  # (N, T)
     n, t = ce.shape
     if halt_logits.shape != (n, t):
@@ -177,9 +174,8 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
                            cfg.label_smoothing).loss  # eq. (ponder)
     else:
         loss = task
-    parts = {"loss": loss.detach(), "task": task.detach(), "rel": rank.rel.detach(),
-             "abs": rank.abs.detach(), "easy_score": rank.easy_score, "hard_score": rank.hard_score}
-    return loss, parts
+    return loss, {"loss": loss.detach(), "task": task.detach(), "rel": rank.rel.detach(),
+                  "abs": rank.abs.detach(), "easy_score": rank.easy_score, "hard_score": rank.hard_score}
 
 
 def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig,

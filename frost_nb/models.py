@@ -158,8 +158,7 @@ class EncoderBranch(nn.Module):
 
     def forward(self, h: Tensor) -> Tensor:
         a = self.attn(self.ln1(h))  # (N, L, D)
-        m = self.mlp(self.ln2(h + a))  # (N, L, D)
-        return a + m
+        return a + self.mlp(self.ln2(h + a))  # (N, L, D)
 
 
 def state_map(cfg: ModelConfig) -> nn.Module:
@@ -260,16 +259,12 @@ class FrostNet(nn.Module):
         return self.stem(x)
 
     def _gap_of(self, m: nn.Module, z: Tensor) -> Tensor:
-        """GAP(m(z)) for C or D: (N, D)."""
-        if self.pool_first:  # GAP(W z + b) = W GAP(z) + b
-            return F.linear(gap(z), m.weight.flatten(1), m.bias)
-        return gap(m(z))
+        """GAP(m(z)) for C or D: (N, D); with ``pool_first`` as W GAP(z) + b, which is GAP(W z + b)."""
+        return F.linear(gap(z), m.weight.flatten(1), m.bias) if self.pool_first else gap(m(z))
 
     def context(self, e: Tensor) -> StepContext:
-        """e with the t-independent terms B(e) and GAP(D(e)), computed once."""
-        if not self.has_bcd:
-            return StepContext(e)
-        return StepContext(e, self.B(e), self._gap_of(self.D, e))  # B(e) like e; GAP(D(e)) (N, D)
+        """e with the t-independent terms B(e), like e, and GAP(D(e)), (N, D), computed once."""
+        return StepContext(e, self.B(e), self._gap_of(self.D, e)) if self.has_bcd else StepContext(e)
 
     def _ctx(self, ctx: StepContext | Tensor) -> StepContext:
         return ctx if isinstance(ctx, StepContext) else self.context(ctx)
@@ -285,9 +280,7 @@ class FrostNet(nn.Module):
     def step(self, h: Tensor, ctx: StepContext | Tensor, t: int) -> Tensor:
         """h_{t+1} from h_t, t = 0..T-1. ``ctx`` from context(e); a bare e works (B(e) recomputed)."""
         A = self.branches[t if self.config.name == "vanilla" else 0]
-        if not self.has_bcd:  # vanilla, recurrent
-            return h + A(h)
-        return self._update(self, h, A, self._ctx(ctx).be)
+        return self._update(self, h, A, self._ctx(ctx).be) if self.has_bcd else h + A(h)
 
     # --- the update forms, h_{t+1} from (h_t, A, B(e)) (docs/method.md section 5). Each builds its
     # graph in the order of the former single ``step`` (the same gradients, bit for bit)
@@ -331,8 +324,7 @@ class FrostNet(nn.Module):
         z = pooled.detach() if detach_halt_input else pooled  # (N, D)
         if self.config.halt_norm:
             z = self.halt_head_norm(z)  # LayerNorm(GAP(h_t)): blind to the scale of h_t
-        halt = self.halt_head(z).squeeze(-1)  # (N,)
-        return logits, halt, pooled
+        return logits, self.halt_head(z).squeeze(-1), pooled  # halt logit (N,)
 
     def prologue(self, x: Tensor) -> tuple[Tensor, StepContext]:
         """(h_0, ctx): the stem, its t-independent terms and the initial state, once per pass."""
@@ -359,12 +351,8 @@ class FrostNet(nn.Module):
                 logits.append(s.logits)
                 halts.append(s.halt_logit)
                 pooled.append(s.pooled)
-        return ModelOutput(
-            logits=torch.stack(logits, 1),  # (N, T, K)
-            halt_logits=torch.stack(halts, 1),  # (N, T)
-            pooled=torch.stack(pooled, 1),  # (N, T, D)
-            states=torch.stack(states, 1) if return_states else None,  # (N, T+1, *state)
-        )
+        return ModelOutput(torch.stack(logits, 1), torch.stack(halts, 1),  # (N, T, K), (N, T)
+                           torch.stack(pooled, 1), torch.stack(states, 1) if return_states else None)
 
 
 def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone: str | None = None,

@@ -122,10 +122,8 @@ def path_problem(path: str | os.PathLike, *, folder: bool = False, write: bool =
                 return f"no permission to follow the symbolic link {place} (to {os.readlink(place)})"
             except OSError as err:  # a loop of links
                 return f"{place} is a symbolic link that cannot be followed ({_reason(err)})"
-        if (folder or not last) and not stat.S_ISDIR(st.st_mode):
-            return f"{place} is a file, not a folder"
-        if last and not folder and stat.S_ISDIR(st.st_mode):
-            return f"{place} is a folder, not a file"
+        if (is_dir := stat.S_ISDIR(st.st_mode)) != (folder or not last):
+            return f"{place} is a {'folder, not a file' if is_dir else 'file, not a folder'}"
     # read: the real user's permissions (os.access)
     if (not write or must_exist) and not os.access(path, os.R_OK | (os.X_OK if folder else 0)):
         return f"no permission to read {'the folder ' if folder else ''}{path}"

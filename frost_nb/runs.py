@@ -91,11 +91,8 @@ def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
     """The stored run of ``config``: the local store first (a run trained here wins), then the
     committed runs (what a fresh clone has); only finished ones unless ``finished=False``."""
     want = identity_key(config)
-    for root in (cache_dir(), committed_runs_dir()):
-        for run in stored_runs(root):
-            if run.identity == want and (run.finished or not finished):
-                return run
-    return None
+    return next((run for root in (cache_dir(), committed_runs_dir()) for run in stored_runs(root)
+                 if run.identity == want and (run.finished or not finished)), None)
 
 
 def stored_name(config: RunConfig) -> str | None:
@@ -195,9 +192,8 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
             model, calibrator = load_model(found.checkpoint, expect=config)
             state = load_checkpoint(found.checkpoint)
             record_read(found.name)
-            return TrainResult(model=model, calibrator=calibrator, history=state["history"],
-                               metrics=state.get("metrics", {}), config=config,
-                               checkpoint=found.checkpoint, from_cache=True)
+            return TrainResult(model, calibrator, state["history"], state.get("metrics", {}), config,
+                               found.checkpoint, from_cache=True)
         except CheckpointError as err:
             if not _is_local(found):
                 raise CheckpointError(f"{err}: the committed run {found.name} is damaged; restore it "
@@ -272,8 +268,7 @@ def write_index(root: str | os.PathLike | None = None) -> Path:
         except (OSError, ValueError) as err:
             log.warning("index: %s has an unreadable %s (%s)", run.name, METRICS_FILE, err)
             m = {}
-        c = run.config
-        accuracy = m.get("test_accuracy")
+        c, accuracy = run.config, m.get("test_accuracy")
         rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
                      "backbone": c.model.backbone, "update": c.model.update, "seed": c.train.seed,
                      "epochs": c.train.epochs,

@@ -196,7 +196,7 @@ class Trainer:
         show = show_progress(self.progress) and main  # rank 0 alone shows progress and logs
         bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch,
                    desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
-                   disable=not show, leave=True) if self.epoch < last else None
+                   disable=not show or self.epoch >= last, leave=True)
         every, sketch_k, world = cfg.train.diagnostics_every, cfg.halting.sketch_k, self.setup.world_size
         while self.epoch < last:
             start = time.perf_counter()
@@ -220,12 +220,11 @@ class Trainer:
                     [loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
                      (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS)], self.device)
                 batch_loss = loss_sum / batch_seen
+                at = f"at epoch {self.epoch + 1}, step {self.step + 1}"
                 if not math.isfinite(batch_loss):
-                    self._stop(f"the loss became {batch_loss} at epoch {self.epoch + 1}, "
-                               f"step {self.step + 1} (parts: {parts})")
+                    self._stop(f"the loss became {batch_loss} {at} (parts: {parts})")
                 if bad_scores:
-                    self._stop(f"the halting scores became non-finite at epoch {self.epoch + 1}, "
-                               f"step {self.step + 1}")
+                    self._stop(f"the halting scores became non-finite {at}")
                 optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
                 self.scheduler.step()
                 self.step += 1
@@ -272,8 +271,7 @@ class Trainer:
                 bar.write(line)
             elif main:
                 log.info(line)
-        if bar is not None:
-            bar.close()
+        bar.close()
 
         metrics = {}
         if self.epoch >= cfg.train.epochs:
@@ -314,9 +312,8 @@ class Trainer:
             raise CheckpointError(f"checkpoint {self.checkpoint} is a lean export (weights, calibrator, "
                                   "config and metrics, no optimiser state): it can be loaded and evaluated, "
                                   "not resumed; train into another path to continue")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        for part in ("model", "optimizer", "scheduler"):
+            getattr(self, part).load_state_dict(state[part])
         torch.set_rng_state(state["rng"]["torch"].cpu())
         self.generator.set_state(state["rng"]["data"].cpu())
         if state["calibrator"]:
@@ -499,13 +496,12 @@ def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = Fal
             continue
         hs = torch.stack(states, 1)  # (B, T+1, *state)
         diffs = hs[:, 1:] - hs[:, :-1]  # (B, T, *state)
-        b, t1 = hs.shape[:2]
+        norms = lambda v: v.flatten(2).norm(dim=2).cpu()  # (B, n, *state) -> (B, n)
         parts["pooled"].append(torch.stack([gap(s) for s in states], 1).cpu())  # (B, T+1, D)
-        parts["step_norms"].append(diffs.reshape(b, t1 - 1, -1).norm(dim=2).cpu())
-        parts["state_norms"].append(hs.reshape(b, t1, -1).norm(dim=2).cpu())
-        parts["dist_to_final"].append((hs - hs[:, -1:]).reshape(b, t1, -1).norm(dim=2).cpu())
-        parts["second_diff_norms"].append(
-            (diffs[:, 1:] - diffs[:, :-1]).reshape(b, t1 - 2, -1).norm(dim=2).cpu())
+        parts["step_norms"].append(norms(diffs))
+        parts["state_norms"].append(norms(hs))
+        parts["dist_to_final"].append(norms(hs - hs[:, -1:]))
+        parts["second_diff_norms"].append(norms(diffs[:, 1:] - diffs[:, :-1]))
     if not parts:
         raise ValueError("full_depth_pass got no batches (an empty split?)")
     return FullDepthPass(**{k: torch.cat(v) for k, v in parts.items()})

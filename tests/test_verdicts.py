@@ -115,8 +115,9 @@ def test_cli_check_and_write(tmp_path, capsys):
 
 
 def test_replace_block_keeps_the_rest():
-    text = f"intro\n{V.START}\nold\n{V.END}\nrest\n"
-    assert V.replace_block(text, "| a |") == f"intro\n{V.START}\n| a |\n{V.END}\nrest\n"
+    start, end = V.MARKERS["summary"]
+    text = f"intro\n{start}\nold\n{end}\nrest\n"
+    assert V.replace_block(text, "| a |") == f"intro\n{start}\n| a |\n{end}\nrest\n"
     with pytest.raises(ValueError):
         V.replace_block("no markers", "| a |")
 

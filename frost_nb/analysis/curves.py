@@ -40,10 +40,6 @@ CURVE_COLUMNS = ("rule", "model", "quantile", "threshold", "val_mean_depth", "va
 SWEEP_COLUMNS = ("quantile", "threshold", "mean_depth", "std_depth", "accuracy")  # what sweep files hold
 
 
-def _frame(rows: list[dict]):
-    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
-
-
 def _read(depth: torch.Tensor, correct: torch.Tensor) -> tuple[float, float, float]:
     """Mean and (population) std of the exit depths, and the accuracy at the exit steps."""
     d = depth.double()
@@ -89,7 +85,7 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
         rows.append({"rule": rule.name, "model": model, "quantile": q, "threshold": float(thr),
                      "val_mean_depth": vd, "val_accuracy": va, "mean_depth": td, "std_depth": ts,
                      "accuracy": ta, "source": rule.source})
-    return _frame(rows)
+    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
 def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 4):
@@ -100,10 +96,11 @@ def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 4):
     depths = np.append(np.linspace(1.0, steps, per_step * (steps - 1) + 1), point)
     acc = oracle_accuracy_at(correct, depths)
     order = np.argsort(depths, kind="stable")
-    return _frame([{"rule": ORACLE, "model": model, "quantile": math.nan, "threshold": math.nan,
-                    "val_mean_depth": math.nan, "val_accuracy": math.nan, "mean_depth": float(depths[i]),
-                    "std_depth": math.nan, "accuracy": float(acc[i]),
-                    "source": "an upper bound: the earliest correct step"} for i in order])
+    rows = [{"rule": ORACLE, "model": model, "quantile": math.nan, "threshold": math.nan,
+             "val_mean_depth": math.nan, "val_accuracy": math.nan, "mean_depth": float(depths[i]),
+             "std_depth": math.nan, "accuracy": float(acc[i]),
+             "source": "an upper bound: the earliest correct step"} for i in order]
+    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
 def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
@@ -142,8 +139,7 @@ def read_at(table, depths) -> np.ndarray:
 
 def summarise_sweeps(tables: dict[Any, Any]):
     """Mean and spread (std over runs) of several runs' FROST curves, one row per quantile."""
-    stacked = pd.concat([t.assign(run=k) for k, t in tables.items()])
-    g = stacked.groupby("quantile")
+    g = pd.concat([t.assign(run=k) for k, t in tables.items()]).groupby("quantile")
     return pd.DataFrame({"mean_depth": g["mean_depth"].mean(), "mean_depth_spread": g["mean_depth"].std(ddof=0),
                          "accuracy": g["accuracy"].mean(), "accuracy_spread": g["accuracy"].std(ddof=0),
                          "runs": g["run"].nunique()}).reset_index()
@@ -192,8 +188,7 @@ def side_by_side(groups: dict[str, dict[Any, Any]], rivals: dict[str, dict[Any, 
             parts.append(table.assign(std_depth=sweep["std_depth"].to_numpy(),
                                       kept=table["accuracy"] / float(fixed["accuracy"].iloc[-1]),
                                       group=group, run=str(label)))
-    stacked = pd.concat(parts)
     columns = ["mean_depth", "std_depth", "accuracy", "kept", "gain"] + (
         [f"gain_over_{rival_name}"] if rivals is not None else [])
-    by = stacked.groupby(["group", "quantile"], sort=False)
+    by = pd.concat(parts).groupby(["group", "quantile"], sort=False)
     return by[columns].mean().assign(runs=by["run"].nunique()).reset_index()

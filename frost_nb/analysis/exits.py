@@ -81,8 +81,7 @@ class ExitCache:
 
     def __post_init__(self) -> None:
         if not isinstance(self.calibrator, HaltingCalibrator):
-            raise TypeError(f"calibrator must be a HaltingCalibrator, got "
-                            f"{type(self.calibrator).__name__}")
+            raise TypeError(f"calibrator must be a HaltingCalibrator, got {type(self.calibrator).__name__}")
         check_scores(self.outputs.scores.detach().float().cpu().numpy(), "ExitCache: outputs.scores hold")
 
     @classmethod

@@ -1,10 +1,8 @@
-"""Fractal dimension of point sets and of latent trajectories (docs/method.md section 9.2).
-
-Box counting over BOX_OFFSETS shifted grids and Grassberger-Procaccia (a KD-tree pairs
-CORRELATION_POINTS with the whole set), on sets normalised to the unit cube: a least-squares
-slope over given sides (radii), else over the ``stable_range`` of candidates down to the points'
-resolution. Estimators and their validation on sets of known dimension (``tests/test_fractal.py``):
-docs/fidelity.md section 1, whose numbers the constants carry; PROTOCOLS: its section 2.
+"""Fractal dimension of point sets and of latent trajectories (docs/method.md section 9.2): box counting
+over shifted grids and Grassberger-Procaccia on sets normalised to the unit cube, a least-squares slope over
+given sides (radii) or over the ``stable_range`` of candidates. The estimators, their validation on sets of
+known dimension (``tests/test_fractal.py``) and the numbers the constants carry: docs/fidelity.md section 1;
+PROTOCOLS: its section 2.
 """
 
 from __future__ import annotations
@@ -139,10 +137,9 @@ def _check_scales(scales, name: str) -> tuple[float, ...]:
 
 def stable_range(x, y, width: float = FIT_WIDTH, tolerance: float = FIT_TOLERANCE,
                  min_span: float = FIT_MIN_SPAN) -> np.ndarray:
-    """Mask of the points of the longest range of x (octaves, log2 of the scale, any order) over
-    which the slope of y is stable (docs/fidelity.md section 1). The range covers the widths of its
-    local slopes; ties: the finest scales. None stable: every point (a lacunar set's log-log curve
-    wobbles everywhere, and is best fitted over its longest range)."""
+    """Mask of the points of the longest range of x (octaves, log2 of the scale, any order) over which
+    the slope of y is stable, covering the widths of its local slopes (docs/fidelity.md section 1; ties:
+    the finest scales). None stable: every point (a lacunar set's log-log curve wobbles everywhere)."""
     order = np.argsort(x, kind="stable")
     x, y = np.asarray(x, dtype=np.float64)[order], np.asarray(y, dtype=np.float64)[order]
     if len(x) < 3 or x[-1] - x[0] < min_span - 1e-9:
@@ -154,7 +151,6 @@ def stable_range(x, y, width: float = FIT_WIDTH, tolerance: float = FIT_TOLERANC
     inside = (lo >= x[0] - 1e-9) & (hi <= x[-1] + 1e-9)
     slopes = np.where(inside, (np.interp(hi, x, y) - np.interp(lo, x, y)) / width, np.nan)
     valid = np.flatnonzero(np.isfinite(slopes))  # consecutive: the interior of x
-    keep = np.ones(len(x), dtype=bool)
     best = None
     for ia, a in enumerate(valid):
         lo = hi = slopes[a]
@@ -165,12 +161,11 @@ def stable_range(x, y, width: float = FIT_WIDTH, tolerance: float = FIT_TOLERANC
             span = x[b] - x[a] + width
             if span >= min_span - 1e-9 and (best is None or (span, x[b]) > best[0]):
                 best = ((span, x[b]), a, b)
-    if best is not None:
-        _, a, b = best
-        keep = (x >= x[a] - width / 2 - 1e-9) & (x <= x[b] + width / 2 + 1e-9)
-    mask = np.empty(len(x), dtype=bool)
-    mask[order] = keep
-    return mask
+    if best is None:
+        return np.ones(len(x), dtype=bool)
+    _, a, b = best
+    keep = (x >= x[a] - width / 2 - 1e-9) & (x <= x[b] + width / 2 + 1e-9)
+    return keep[np.argsort(order)]  # in the caller's order of x
 
 
 def _occupied(cols: list[np.ndarray], shift: np.ndarray, size: int) -> int:
@@ -223,8 +218,7 @@ def box_counting_dimension(points, scales=None, offsets: int = BOX_OFFSETS, seed
         scales = _check_scales(scales, "scales")
         counts = box_counts(p, scales, offsets, seed)
     slope, intercept, r2 = _fit(1 / np.asarray(scales), counts)  # log N against log(1/eps)
-    return DimensionFit(slope, tuple(float(e) for e in scales), tuple(float(c) for c in counts),
-                        intercept, r2)
+    return DimensionFit(slope, tuple(map(float, scales)), tuple(map(float, counts)), intercept, r2)
 
 
 def correlation_integral(points, radii, max_points: int = CORRELATION_POINTS, seed: int = 0) -> np.ndarray:
@@ -317,11 +311,8 @@ def protocol_name(point_set: str, dims: int, window: str) -> str:
 def window_dimensions(counts) -> dict[str, float]:
     """Box counts over PROTOCOL_SCALES -> the least-squares dimension over each of WINDOWS."""
     scales, counts = np.asarray(PROTOCOL_SCALES), np.asarray(counts, dtype=np.float64)
-    out = {}
-    for window, sides in WINDOWS.items():
-        m = np.isin(scales, np.asarray(sides))
-        out[window] = _fit(1 / scales[m], counts[m])[0]
-    return out
+    masks = {window: np.isin(scales, np.asarray(sides)) for window, sides in WINDOWS.items()}
+    return {window: _fit(1 / scales[m], counts[m])[0] for window, m in masks.items()}
 
 
 def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS,
@@ -343,12 +334,10 @@ def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS
                     per_sample[w][i] = v
         cloud = window_dimensions(box_counts(planar.reshape(-1, dims), scales, offsets, seed))
         for point_set, window in ((p, w) for p, d, w in PROTOCOLS if d == dims):
-            row = {"point_set": point_set, "dims": dims, "window": window}
+            row = {"point_set": point_set, "dims": dims, "window": window, "dimension": cloud[window]}
             if point_set == "polyline":
                 summary = summarise_dimensions(per_sample[window])
                 row.update(dimension=summary["mean"], per_sample=summary)
-            else:
-                row["dimension"] = cloud[window]
             out[protocol_name(point_set, dims, window)] = row
     return out
 

@@ -107,11 +107,10 @@ def _norms(v: Tensor) -> Tensor:
 
 
 class OnlineRule:
-    """A rule of ``RULES`` applied while ``halting.adaptive_predict(rule=...)`` or ``stream_predict``
-    runs (docs/method.md section 10): step t's signal on the rows still running, from h_t, the
-    readout and a per-row memory (``ONLINE``), against ``threshold`` as in ``rule_exits`` (NaN
-    never fires). Each row has its own step index t; with ``hits`` > 1 the memory also counts
-    each row's consecutive hits."""
+    """A rule of ``RULES`` applied while ``halting.adaptive_predict(rule=...)`` or ``stream_predict`` runs
+    (docs/method.md section 10): step t's signal on the rows still running, from h_t, the readout and a
+    per-row memory (``ONLINE``), against ``threshold`` as in ``rule_exits`` (NaN never fires). Each row
+    has its own step index t; with ``hits`` > 1 the memory also counts each row's consecutive hits."""
 
     def __init__(self, rule: Rule | str, threshold: float):
         name = rule if isinstance(rule, str) else rule.name
@@ -161,8 +160,7 @@ def _online_second_order(t, h, logits, halt, memory, normalised: bool = True):
 def _online_kl(t, h, logits, halt, memory):
     logp = F.log_softmax(logits.double(), dim=-1)  # (n, K)
     (prev,) = memory  # (n, K), or the (n, 1) zeros of start: no y_0, NaN at t = 1 anyway
-    signal = torch.where(t == 1, _nan(logits), (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0))
-    return signal, (logp,)
+    return torch.where(t == 1, _nan(logits), (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)), (logp,)
 
 
 def _online_ponder(t, h, logits, halt, memory):
@@ -226,8 +224,7 @@ def oracle_accuracy_at(correct: Tensor, depths: Sequence[float] | np.ndarray) ->
     a sample whose earliest correct step is e costs e - 1 steps beyond step 1, and the cheapest
     are taken first until the budget N (B - 1) is spent (every other sample stops at step 1)."""
     n, _ = correct.shape
-    solvable = correct.any(1)
-    extra = np.sort((oracle_exits(correct)[solvable] - 1).numpy())  # (M,) cost of each
+    extra = np.sort((oracle_exits(correct)[correct.any(1)] - 1).numpy())  # (M,) cost of each solvable one
     spent = np.concatenate([[0], np.cumsum(extra)])  # cost of the k cheapest, k = 0..M
     budget = n * (np.asarray(depths, dtype=float) - 1.0) + 1e-6  # slack for mean-of-ints rounding
     k = np.searchsorted(spent, budget, side="right") - 1
@@ -247,12 +244,10 @@ def candidate_thresholds(signal: Tensor, count: int = THRESHOLDS) -> np.ndarray:
 # ---------------------------------------------------------------- summaries
 def sorted_points(curve) -> tuple[np.ndarray, np.ndarray]:
     """(depth, accuracy) of the finite rows, sorted by depth then accuracy."""
-    x = np.asarray(curve["mean_depth"], dtype=float)
-    y = np.asarray(curve["accuracy"], dtype=float)
+    x, y = (np.asarray(curve[c], dtype=float) for c in ("mean_depth", "accuracy"))
     keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
-    order = np.lexsort((y, x))
-    return x[order], y[order]
+    order = np.lexsort((y[keep], x[keep]))
+    return x[keep][order], y[keep][order]
 
 
 def curve_auc(curve, steps: int) -> float:
@@ -272,12 +267,11 @@ def depth_to_reach(curve, target: float) -> float:
     """The smallest mean depth at which the curve, linear between its points sorted by depth, reaches
     ``target`` accuracy (NaN if never; its shallowest point's depth if that reaches it already)."""
     x, y = sorted_points(curve)
-    for i in range(len(x)):
-        if y[i] >= target:
-            if i == 0:
-                return float(x[0])
-            return float(x[i - 1] + (target - y[i - 1]) / (y[i] - y[i - 1]) * (x[i] - x[i - 1]))
-    return math.nan
+    reached = np.flatnonzero(y >= target)
+    if not reached.size:
+        return math.nan
+    i = reached[0]
+    return float(x[0] if i == 0 else x[i - 1] + (target - y[i - 1]) / (y[i] - y[i - 1]) * (x[i] - x[i - 1]))
 
 
 def summary(curves, steps: int):

@@ -1,12 +1,8 @@
 """Refit the halting head of a frozen backbone (issue 15, experiment 3(a); docs/fidelity.md section 3):
 is FROST's score weak by its training (docs/method.md section 6.2) or by the backbone's early
-steps? A linear head ``z_t = w . GAP(h_t) + b`` is refitted on the frozen pooled states (``HEADS``):
-
-    global pairs               lambda_rel L_rel + lambda_abs L_abs over the N x T matrix   eq. (rel), (abs)
-    per-step pairs             the same on each step's N entries, averaged over t          eq. (rel), (abs)
-    per-step pairs, LayerNorm  per-step pairs on LayerNorm(GAP(h_t))
-    correctness (BCE)          BCE(z_t, [argmax y_t == y]): the best a linear head can do
-
+steps? A linear head ``z_t = w . GAP(h_t) + b`` is refitted on the frozen pooled states four ways
+(``HEADS``, their objectives tabulated in that section: the ranking losses of eq. (rel), (abs) over the
+N x T matrix or within each step, or BCE on "this step is correct", the best a linear head can do).
 The verdict is ``claims.head_refit`` over ``margins`` (a rule fixed before any run).
 """
 
@@ -69,8 +65,7 @@ class StepFeatures:
 # ---------------------------------------------------------------- heads and losses
 def make_head(width: int, norm: bool) -> nn.Module:
     """A fresh linear halting head ``Linear(width, 1)``, after a ``LayerNorm(width)`` if ``norm``."""
-    linear = nn.Linear(width, 1)
-    return nn.Sequential(nn.LayerNorm(width), linear) if norm else linear
+    return nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 1)) if norm else nn.Linear(width, 1)
 
 
 def head_logits(head: nn.Module, pooled: Tensor) -> Tensor:
@@ -147,12 +142,6 @@ def within_step_auc(scores: Tensor, correct: Tensor) -> float:
     return float(np.mean(aucs)) if aucs else math.nan
 
 
-@torch.no_grad()
-def scores_of(head: nn.Module, features: StepFeatures) -> Tensor:
-    """(N, T) halting logits of ``head`` on ``features``."""
-    return head_logits(head, features.pooled).float()
-
-
 def calibrate(train_logits: Tensor, val_logits: Tensor, k: int = 200) -> HaltingCalibrator:
     """A KLL sketch of sigmoid(z) on the training subsample and the held-out split (as the trainer)."""
     return HaltingCalibrator(k).update(torch.sigmoid(train_logits)).update(torch.sigmoid(val_logits))
@@ -182,9 +171,8 @@ def margins(table) -> dict:
     auc = table.pivot(index="model", columns="rule", values="auc")
     gain = auc[PER_STEP_NORM] - auc[GLOBAL]  # per backbone
     margin = auc[CORRECTNESS] - np.maximum(auc[FIXED], auc[CONFIDENCE])
-    design, early = float(gain.mean()), float(margin.mean())
-    return {"mean_gain_per_step_layernorm_over_global": design,
-            "mean_margin_correctness_over_best_of_fixed_and_confidence": early,
+    return {"mean_gain_per_step_layernorm_over_global": float(gain.mean()),
+            "mean_margin_correctness_over_best_of_fixed_and_confidence": float(margin.mean()),
             "gain_per_backbone": {k: float(v) for k, v in gain.items()},
             "margin_per_backbone": {k: float(v) for k, v in margin.items()}}
 
@@ -203,10 +191,9 @@ def subsample(dataset, count: int, seed: int = 0):
 
 def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
                    settings: RefitSettings | None = None):
-    """All four refits of one trained run (on a seeded subsample of its training split): (curves,
-    {head: head module}, diagnostics). The diagnostics, per score (the trained head, each refit,
-    the confidence): test ``within_step_auc``, the AUC over all N x T test entries, and for the
-    refits the final training objective."""
+    """All four refits of one trained run (on a seeded subsample of its training split): (curves, {head:
+    head module}, diagnostics). The diagnostics, per score (the trained head, each refit, the confidence):
+    test ``within_step_auc``, the AUC over all N x T test entries, and for the refits the final objective."""
     settings = settings or RefitSettings()
     cfg = result.config
     splits = {"train": subsample(load_split(cfg, "train"), train_samples, cfg.data.split_seed),
@@ -219,7 +206,8 @@ def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
     scores = {TRAINED: traj["test"].halt_logits.float(), CONFIDENCE: confidence_signal(traj["test"]).float()}
     for kind in HEADS:
         heads[kind] = head = refit_head(kind, feats["train"], cfg.loss, settings)
-        z = {k: scores_of(head, f) for k, f in feats.items()}
+        with torch.no_grad():  # (N, T) halting logits of the refitted head on each split
+            z = {k: head_logits(head, f.pooled).float() for k, f in feats.items()}
         refits[kind] = (z["val"], z["test"], calibrate(z["train"], z["val"], cfg.halting.sketch_k))
         scores[kind] = z["test"]
         objective[kind] = train_objective(kind, head, feats["train"], cfg.loss, settings.batch_size)

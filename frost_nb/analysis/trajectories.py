@@ -29,14 +29,11 @@ def scale_consistency_rows(pooled: Tensor, steps=None) -> list[dict]:
     cos(GAP(h_t), GAP(h_T)). Population std (ddof 0), as a spread over the test set."""
     cos = cosine_to_final(pooled)  # (N, T+1)
     last = cos.shape[1] - 1
-    steps = range(1, last + 1) if steps is None else steps
-    rows = []
-    for t in steps:
-        if not 0 <= t <= last:
-            raise ValueError(f"step {t} outside 0..{last}")
-        c = cos[:, t]
-        rows.append({"step": int(t), "mean": c.mean().item(), "std": c.std(unbiased=False).item()})
-    return rows
+    steps = range(1, last + 1) if steps is None else list(steps)
+    if bad := [t for t in steps if not 0 <= t <= last]:
+        raise ValueError(f"step {bad[0]} outside 0..{last}")
+    return [{"step": int(t), "mean": cos[:, t].mean().item(), "std": cos[:, t].std(unbiased=False).item()}
+            for t in steps]
 
 
 def similarity_matrix(pooled: Tensor) -> Tensor:
@@ -59,8 +56,7 @@ def fit_contraction(step_norms: Tensor, eps: float = 1e-12) -> Tensor:
     logs = step_norms.double().clamp_min(eps).log()  # (N, T)
     t = torch.arange(logs.shape[1], dtype=torch.float64)
     tc = t - t.mean()
-    slope = ((logs - logs.mean(1, keepdim=True)) * tc).sum(1) / (tc * tc).sum()  # (N,)
-    return slope.exp().float()
+    return (((logs - logs.mean(1, keepdim=True)) * tc).sum(1) / (tc * tc).sum()).exp().float()  # (N,)
 
 
 def contraction_bound(step_norms: Tensor, dist_to_final: Tensor, kappa: Tensor) -> Tensor:
@@ -72,8 +68,7 @@ def contraction_bound(step_norms: Tensor, dist_to_final: Tensor, kappa: Tensor) 
     k = kappa.double()[:, None]  # (N, 1)
     steps = torch.arange(t, dtype=torch.float64)[None]  # (1, T)
     bound = k.pow(steps) / (1 - k) * step_norms[:, :1].double()  # (N, T)
-    holds = dist_to_final[:, :t].double() <= bound * (1 + 1e-6)  # relative slack for rounding
-    return holds & (k < 1)
+    return (dist_to_final[:, :t].double() <= bound * (1 + 1e-6)) & (k < 1)  # relative slack for rounding
 
 
 def contraction_summary(traj: FullDepthPass) -> dict:

@@ -140,10 +140,9 @@ def clear_cache() -> None:
 def make_batches(ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool,
                  device: str | torch.device, generator: torch.Generator | None = None,
                  drop_last: bool = False, num_workers: int = 0) -> Batches | FolderBatches:
-    """Batches ``(x, y)`` of `ds` on `device` (docs/architecture.md's "Data" section). All randomness
-    (order, augmentation) comes from `generator` (a CPU ``torch.Generator``; None: torch's global
-    one), one draw per pass: the same generator state gives the same pass. ``num_workers``: folder
-    sets only (a DataLoader)."""
+    """Batches ``(x, y)`` of `ds` on `device` (docs/architecture.md's "Data" section). All randomness (order,
+    augmentation) comes from `generator` (a CPU ``torch.Generator``; None: torch's global one), one draw
+    per pass: the same generator state gives the same pass. ``num_workers``: folder sets (a DataLoader)."""
     _check("batch_size", batch_size, _is_number(batch_size, int) and batch_size >= 1, "a positive integer")
     return (Batches if ds.x is not None else FolderBatches)(
         ds, batch_size, shuffle=shuffle, augment=augment, device=device, generator=generator,
@@ -176,11 +175,10 @@ class _Passes:
 class Batches(_Passes):
     """Device-resident batches of an in-memory set (the cifar10-airbench recipe).
 
-    The whole split is moved to the device once; a pass gathers batches with a permutation,
-    so there is no per-image Python work. Each pass draws one ``epoch_seed`` from the
-    generator and derives everything else from it, so the generator advances by the same
-    amount however many batches are consumed, and ``iterate(epoch_seed, start)`` resumes a
-    pass exactly at batch ``start``.
+    The whole split is moved to the device once; a pass gathers batches with a permutation, so there
+    is no per-image Python work. Each pass draws one ``epoch_seed`` from the generator and derives
+    everything else from it, so the generator advances by the same amount however many batches are
+    consumed, and ``iterate(epoch_seed, start)`` resumes a pass exactly at batch ``start``.
     """
 
     def __init__(self, ds: ImageData, batch_size: int, **kwargs: Any) -> None:
@@ -204,10 +202,8 @@ class Batches(_Passes):
         # same batches on every device, and a resumed pass skips batches without drawing.
         order = (torch.randperm(n, generator=g) if self.shuffle else torch.arange(n)).to(dev)  # (N,)
         if self.augmentation:
-            span = 2 * self.pad + 1
-            # (N,) crop offsets into the padded images, and mirror flags
-            dy = torch.randint(0, span, (n,), generator=g).to(dev)
-            dx = torch.randint(0, span, (n,), generator=g).to(dev)
+            # (N,) crop offsets into the padded images (rows, then columns), and mirror flags
+            dy, dx = (torch.randint(0, 2 * self.pad + 1, (n,), generator=g).to(dev) for _ in range(2))
             flip = (torch.rand(n, generator=g) < 0.5).to(dev)  # drawn for "shift" too (unused there)
         for b in range(start, len(self)):
             sl = slice(b * self.batch_size, min((b + 1) * self.batch_size, n))
@@ -293,13 +289,9 @@ def _split_indices(y: torch.Tensor, val_fraction: float, seed: int) -> tuple[tor
     """
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))  # (n,)
     labels = y[perm]
-    rank = torch.zeros(len(y), dtype=torch.int64)  # rank of each permuted image within its class
-    quota = torch.zeros(len(y), dtype=torch.int64)
-    for c, count in zip(*torch.unique(labels, return_counts=True)):
-        members = labels == c
-        rank[members] = torch.arange(int(count))
-        quota[members] = int(round(val_fraction * int(count)))
-    is_val = rank < quota
+    is_val = torch.zeros(len(y), dtype=torch.bool)
+    for c, count in zip(*torch.unique(labels, return_counts=True)):  # rank within the class < its quota
+        is_val[labels == c] = torch.arange(int(count)) < int(round(val_fraction * int(count)))
     return perm[~is_val], perm[is_val]
 
 
@@ -339,13 +331,11 @@ def _read_digits(part: str) -> Part:
     # Fixed stratified test split: per class, a seeded round(20%) of its images. Own torch
     # code (not sklearn's train_test_split) so it cannot change with the sklearn version.
     g = torch.Generator().manual_seed(FIXED_ORDER_SEED)
-    test = []
+    is_test = torch.zeros(len(y), dtype=torch.bool)
     for c in range(10):
         members = torch.nonzero(y == c).flatten()
         k = int(round(DIGITS_TEST_FRACTION * len(members)))
-        test.append(members[torch.randperm(len(members), generator=g)[:k]])
-    is_test = torch.zeros(len(y), dtype=torch.bool)
-    is_test[torch.cat(test)] = True
+        is_test[members[torch.randperm(len(members), generator=g)[:k]]] = True
     keep = is_test if part == "test" else ~is_test
     return Part(torch.from_numpy(x)[keep], y[keep], tuple(str(c) for c in range(10)), DIGITS_SOURCE)
 

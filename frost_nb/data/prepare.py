@@ -260,10 +260,8 @@ def find_source(name: str, root: Path, source: str | Path | None = None
 
 def _file(folder: Path, name: str, kind: str) -> Path | None:
     """``folder/name``, for IDX files ``name.gz`` first; None when not there."""
-    for path in ([folder / f"{name}.gz"] if kind == "idx" else []) + [folder / name]:
-        if path.is_file():
-            return path
-    return None
+    candidates = ([folder / f"{name}.gz"] if kind == "idx" else []) + [folder / name]
+    return next((path for path in candidates if path.is_file()), None)
 
 
 def missing_data_error(name: str, looked: list[str], note: str) -> DataError:

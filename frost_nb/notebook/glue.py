@@ -84,9 +84,8 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
 }
 
 
-# The data set each notebook's committed outputs are on, all at COMMITTED_SIZE. A run on another
-# data set or size writes its figures and metrics beside them, named <name>_<dataset>_<size>,
-# instead of replacing them.
+# The data set each notebook's committed outputs are on, all at COMMITTED_SIZE. A run on another data set
+# or size writes its figures and metrics beside them, named <name>_<dataset>_<size>, not over them.
 COMMITTED_DATASETS = {"04": "fashion-mnist", "05": "cifar100", "07": "digits"}
 COMMITTED_SIZE = "demo"
 
@@ -172,12 +171,11 @@ def setup(notebook: str, **params: Any) -> SimpleNamespace:
 
 def trained_frost(checkpoint: str | None, size: str, dataset: str | None, default=None, *,
                   backbone: str | None = None, param: str = "checkpoint"):
-    """``(config, model, calibrator)`` of the model a notebook studies: the checkpoint when one
-    is given, else ``default`` (a RunConfig; None: FROST at the size's defaults on ``dataset``)
-    from the stored runs (``train_or_load``). A checkpoint that is not FROST with a trained halting
-    head (on ``backbone``, when given) is a ``ParameterError`` naming the parameter ``param``.
-    Smoke mode checks the checkpoint, then studies ``default`` or the smoke FROST on digits
-    instead (CI has no other data set)."""
+    """``(config, model, calibrator)`` of the model a notebook studies: the checkpoint when one is given,
+    else ``default`` (a RunConfig; None: FROST at the size's defaults on ``dataset``) from the stored runs
+    (``train_or_load``). A checkpoint that is not FROST with a trained halting head (on ``backbone``, when
+    given) is a ``ParameterError`` naming the parameter ``param``. Smoke mode checks the checkpoint, then
+    studies ``default`` or the smoke FROST on digits instead (CI has no other data set)."""
     if checkpoint is not None:
         config = checkpoint_config(checkpoint)  # a missing or damaged file is an error, smoke or not
         model, loss = config.model, config.loss

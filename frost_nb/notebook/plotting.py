@@ -24,8 +24,7 @@ def _smooth(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndar
 
 def _finish(fig: plt.Figure, ax=None, title: str | None = None, fontsize: int | None = 7,
             **legend: Any) -> plt.Figure:
-    """The common last lines of a figure: a legend on ``ax`` (small by default), a suptitle, a tight
-    layout."""
+    """Common last lines of a figure: a legend on ``ax`` (small by default), a suptitle, a tight layout."""
     if ax is not None:
         ax.legend(fontsize=fontsize, **legend)
     if title is not None:
@@ -252,10 +251,9 @@ def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], t
 
 def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=None, title: str = "",
                         rivals: dict[str, Any] | None = None, rival_name: str = "confidence") -> plt.Figure:
-    """Accuracy against mean depth: each run's halting sweep (solid), the fixed-depth curve
-    of each run (all samples stopped at step t; dashed), each run's ``rivals`` curve if given
-    (another rule's ``curves.curve`` table, e.g. the confidence rule's; dotted) and, if given,
-    the paper's Table 2 (crosses; CIFAR-100)."""
+    """Accuracy against mean depth: each run's halting sweep (solid), the fixed-depth curve of each run
+    (all samples stopped at step t; dashed), each run's ``rivals`` curve if given (another rule's
+    ``curves.curve`` table, e.g. the confidence rule's; dotted) and the paper's Table 2 if given (crosses)."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for i, (label, table) in enumerate(sweeps.items()):
         colour = f"C{i}"
@@ -351,8 +349,7 @@ def plot_collapse(table, title: str = "") -> plt.Figure:
     """Per family and seed: full-depth accuracy with the ranking losses against the task-only
     reference (a red cross marks a collapsed run), and the gradient-conflict cosine of both."""
     families = list(dict.fromkeys(table["model"]))
-    x = {m: i for i, m in enumerate(families)}
-    pos = np.array([x[m] for m in table["model"]], dtype=float)
+    pos = np.array([families.index(m) for m in table["model"]], dtype=float)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     ax1.plot(pos - 0.1, table["reference_accuracy"], "o", color="C0", label="task loss only")
     ok = ~np.asarray(table["collapsed"], dtype=bool)

@@ -25,12 +25,10 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
     alpha and H and the last logged easy / hard halting scores and median threshold.
     ``sweeps``, when given, receives each split's FROST curve (split -> ``curves.curve`` table).
     """
-    cfg = result.config
-    steps = result.history["steps"]
+    cfg, steps = result.config, result.history["steps"]
     row: dict[str, Any] = {"key": run_name(result.checkpoint), "epochs": cfg.train.epochs,
-                           "seed": cfg.train.seed, "alpha": steps["alpha"][-1], "hurst": steps["hurst"][-1],
-                           "easy_score": steps["easy_score"][-1], "hard_score": steps["hard_score"][-1],
-                           "threshold_median": steps["threshold_median"][-1]}
+                           "seed": cfg.train.seed}  # and the last logged value of each series:
+    row |= {k: steps[k][-1] for k in ("alpha", "hurst", "easy_score", "hard_score", "threshold_median")}
     for split in splits:
         out = evaluate(result.model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size)
         full = curve(out, calibrator=result.calibrator, quantiles=PAPER_QUANTILES)
@@ -81,10 +79,9 @@ def alpha_series(results: dict[str, Any], every: int = 25) -> list[dict[str, Any
 
 
 def conflict_summary(results: dict[str, Any]) -> pd.DataFrame:
-    """The gradient-conflict probes of each run (``train.diagnostics_every``): mean cosine between
-    the task and ranking gradients over training, in its first and second half, the share of
-    negative probes, the per-step cosine of Definition D.1 (NaN where the run did not log it), and
-    the run's test accuracy."""
+    """The gradient-conflict probes of each run (``train.diagnostics_every``): mean cosine between the
+    task and ranking gradients over training, in its first and second half, the share of negative
+    probes, the per-step cosine of Definition D.1 (NaN where the run did not log it), test accuracy."""
     rows = []
     for label, r in results.items():
         d = pd.DataFrame(r.history["diagnostics"])

@@ -47,9 +47,9 @@ class HaltingExplorer:
         self.classes = list(classes) if classes is not None else None
         first = next(iter(caches.values()))
         first.at(quantile)  # a bad quantile fails here, with the calibrator's message
-        self.slider = W.FloatSlider(value=quantile, min=0.0, max=1.0, step=step, description="quantile q",
-                                    readout_format=".3f", continuous_update=False,
-                                    layout=W.Layout(width="420px"))
+        slider = lambda **kw: W.FloatSlider(continuous_update=False, layout=W.Layout(width="420px"), **kw)
+        self.slider = slider(value=quantile, min=0.0, max=1.0, step=step, description="quantile q",
+                             readout_format=".3f")
         self.selector = W.Dropdown(options=list(caches), value=next(iter(caches)), description="model")
         self.stats = W.HTML()
         # each figure a PNG in an Image widget: shown the same under every matplotlib backend
@@ -58,14 +58,12 @@ class HaltingExplorer:
         self.slider.observe(self._on_change, names="value")
         self.selector.observe(self._on_change, names="value")
         # the compute-budget knob: a mean depth in steps, met on the held-out split
-        self.budget = W.FloatSlider(value=self._held_out_depth(), min=1.0, max=float(first.steps), step=0.25,
-                                    description="mean depth", readout_format=".2f", continuous_update=False,
-                                    layout=W.Layout(width="420px"))
+        self.budget = slider(value=self._held_out_depth(), min=1.0, max=float(first.steps), step=0.25,
+                             description="mean depth", readout_format=".2f")
         self.budget_note = W.HTML()
         self.budget.observe(self._on_budget, names="value")
         views = [W.HBox([self.histogram, self.per_class], layout=W.Layout(flex_flow="row wrap"))]
-        if images is not None:
-            views.append(self.gallery)
+        views += [self.gallery] * (images is not None)
         controls = [self.selector, self.slider] + ([self.budget] if self.budgets else [])
         notes = [self.budget_note] if self.budgets else []
         self.widget = W.VBox([W.HBox(controls, layout=W.Layout(flex_flow="row wrap")), self.stats, *notes, *views])

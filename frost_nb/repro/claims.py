@@ -64,9 +64,7 @@ def decide(values: Iterable[float], margin: float = 0.0) -> str:
     if len(v) < MIN_SEEDS:
         return suggested(len(v), d > 0)
     se = float(v.std(ddof=1)) / math.sqrt(len(v))
-    if abs(d) <= SE_FACTOR * se:
-        return INCONCLUSIVE
-    return REPRODUCED if d > 0 else NOT
+    return INCONCLUSIVE if abs(d) <= SE_FACTOR * se else REPRODUCED if d > 0 else NOT
 
 
 def untestable(why: str) -> str:
@@ -117,8 +115,7 @@ def table1(frost: Sequence[float], basic_ssm: Sequence[float],
     verdict = decide(by_seed(frost, basic_ssm), TABLE1_MARGIN)
     if control and (verdict == REPRODUCED or verdict.startswith("suggested")):
         basic = control_basic if control_basic is not None else basic_ssm[:len(control)]
-        gap = float(np.mean(by_seed(control, basic)))
-        if gap <= TABLE1_MARGIN:
+        if float(np.mean(by_seed(control, basic))) <= TABLE1_MARGIN:  # the control's gap
             return PARTLY if verdict == REPRODUCED else verdict + ", the ranking losses carry it"
     return verdict
 
@@ -142,8 +139,7 @@ DIMENSION_MARGIN = 0.05  # the estimators' validated error on sets of known dime
 def minkowski(frost: Sequence[float], baselines: dict[str, Sequence[float]]) -> str:
     """Per seed, frost's box dimension minus the highest of the baselines' (vanilla,
     basic_ssm), against DIMENSION_MARGIN ("significantly higher")."""
-    top = [max(vals) for vals in zip(*baselines.values())]
-    return decide(by_seed(frost, top), DIMENSION_MARGIN)
+    return decide(by_seed(frost, [max(vals) for vals in zip(*baselines.values())]), DIMENSION_MARGIN)
 
 
 def minkowski_protocols(per_protocol: dict[str, str]) -> str:
@@ -164,10 +160,9 @@ ALPHA_RECOVERY_BY = 0.5
 
 def alpha(start: Sequence[float], low: Sequence[float], end: Sequence[float], high: Sequence[float],
           low_at: Sequence[float], alpha_param: str, schedule_to_zero: bool = True) -> str:
-    """Three parts, per seed: (a) start - min above ALPHA_FALL; (b) end - min above
-    ALPHA_RECOVERY of the fall, testable only when every minimum comes before ALPHA_RECOVERY_BY of
-    training under a schedule that decays to zero; (c) max below 1, testable only when alpha's map
-    can exceed 1 (not "sigmoid")."""
+    """Three parts, per seed: (a) start - min above ALPHA_FALL; (b) end - min above ALPHA_RECOVERY of the
+    fall, testable only when every minimum comes before ALPHA_RECOVERY_BY of training under a schedule that
+    decays to zero; (c) max below 1, testable only when alpha's map can exceed 1 (not "sigmoid")."""
     fall = decide(by_seed(start, low), ALPHA_FALL)
     if schedule_to_zero and max(low_at) > ALPHA_RECOVERY_BY:
         recovery = untestable(f"alpha's minimum at {max(low_at):.0%} of training, under a learning rate "
@@ -185,10 +180,9 @@ HURST_ALPHA_MARGIN = 0.01  # alpha at the smallest H above every other H's by th
 
 def hurst(alpha_by_h: dict[float, Sequence[float]], learned_h: Sequence[float] | None,
           hurst_param: str | None) -> str:
-    """Two parts: (a) per seed, the final alpha at the smallest fixed H minus the largest at any
-    other H, against HURST_ALPHA_MARGIN ("small H drives alpha up"); (b) per seed, the learned H
-    minus 1, against 0 ("runs away above 1"), testable only with ``hurst_param="free"`` (a sigmoid
-    H cannot leave (0, 1))."""
+    """Two parts: (a) per seed, the final alpha at the smallest fixed H minus the largest at any other H,
+    against HURST_ALPHA_MARGIN ("small H drives alpha up"); (b) per seed, the learned H minus 1, against 0
+    ("runs away above 1"), testable only with ``hurst_param="free"`` (a sigmoid H cannot leave (0, 1))."""
     hs = sorted(alpha_by_h)
     others = [max(vals) for vals in zip(*(alpha_by_h[h] for h in hs[1:]))]
     small = decide(by_seed(alpha_by_h[hs[0]], others), HURST_ALPHA_MARGIN)

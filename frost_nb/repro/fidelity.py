@@ -35,13 +35,11 @@ def collapse_row(result, reference) -> dict[str, Any]:
     flag, reasons = collapsed(cache.outputs.accuracy, reference_accuracy, histogram)
     x, y = next(iter(make_batches(load_split(cfg, "val"), cfg.train.batch_size, shuffle=False,
                                   augment=False, device=next(result.model.parameters()).device)))
-    cosine = {k: gradient_conflict(r.model, x, y, cfg.loss)["cosine"]
-              for k, r in (("run", result), ("reference", reference))}
-    return {"model": cfg.model.name, "seed": cfg.train.seed, "collapsed": flag,
-            "reasons": "; ".join(reasons), "accuracy": cache.outputs.accuracy,
-            "reference_accuracy": reference_accuracy,
+    cosine = [gradient_conflict(r.model, x, y, cfg.loss)["cosine"] for r in (result, reference)]
+    return {"model": cfg.model.name, "seed": cfg.train.seed, "collapsed": flag, "reasons": "; ".join(reasons),
+            "accuracy": cache.outputs.accuracy, "reference_accuracy": reference_accuracy,
             "one_step_share": float(histogram.max() / histogram.sum()),
-            "gradient_cosine": cosine["run"], "reference_gradient_cosine": cosine["reference"]}
+            "gradient_cosine": cosine[0], "reference_gradient_cosine": cosine[1]}
 
 
 def strength_row(result, reference) -> dict[str, Any]:
@@ -60,11 +58,10 @@ def strength_row(result, reference) -> dict[str, Any]:
                          "experiment (c) needs train.diagnostics_every > 0 (its grid sets it)")
     per_step = np.asarray([d["step_grad_cosine"][i] for i in late], dtype=float)  # (probes, T)
     ratio = [d["rank_grad_norm"][i] / d["task_grad_norm"][i] for i in late]
-    row.update({"probes": len(late), "probe_cosine": float(np.nanmean([d["grad_cosine"][i] for i in late])),
-                "step_cosine": float(np.nanmean(per_step)),
-                "step_cosine_profile": [float(c) for c in np.nanmean(per_step, axis=0)],
-                "rank_task_ratio": float(np.mean(ratio))})
-    return row
+    return row | {"probes": len(late), "probe_cosine": float(np.nanmean([d["grad_cosine"][i] for i in late])),
+                  "step_cosine": float(np.nanmean(per_step)),
+                  "step_cosine_profile": [float(c) for c in np.nanmean(per_step, axis=0)],
+                  "rank_task_ratio": float(np.mean(ratio))}
 
 
 def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
@@ -191,10 +188,9 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
         diagnostics += diag
     curves = pd.concat(curves, ignore_index=True)
     first = next(iter(runs.values()))
-    steps = first.model.steps
-    table = summary(curves, steps)
+    table = summary(curves, first.model.steps)
     return {
-        "dataset": first.data.name, "size": size, "seeds": list(seeds), "steps": steps,
+        "dataset": first.data.name, "size": size, "seeds": list(seeds), "steps": first.model.steps,
         "train_samples": train_samples, "refit": dataclasses.asdict(settings),
         "backbones": {label: {"key": run_name(results[label].checkpoint), "update": cfg.model.update,
                               "seed": cfg.train.seed, "epochs": cfg.train.epochs,

@@ -83,14 +83,11 @@ RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.r
 
 
 def bundle_of(cfg: RunConfig) -> str:
-    """"adopted" when a run has every setting of ADOPTED_BUNDLE, "per-step" when it has every
-    setting of PER_STEP_BUNDLE, else "residual" (a run made under the defaults before both, or
-    another bundle)."""
+    """"adopted" when a run has every setting of ADOPTED_BUNDLE, "per-step" when it has every setting
+    of PER_STEP_BUNDLE, else "residual" (a run made under the defaults before both, or another bundle)."""
     d = cfg.to_dict()
-    for bundle, settings in (("adopted", ADOPTED_BUNDLE), ("per-step", PER_STEP_BUNDLE)):
-        if all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in settings.items()):
-            return bundle
-    return "residual"
+    held = lambda settings: all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in settings.items())
+    return "adopted" if held(ADOPTED_BUNDLE) else "per-step" if held(PER_STEP_BUNDLE) else "residual"
 
 
 def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
@@ -116,9 +113,8 @@ NO_RANKING = {**PER_STEP_BUNDLE, "loss.ranking": False}
 
 def _strength_arm(model: str, lambda_rel: float, lambda_abs: float,
                   halting: dict[str, Any] = PER_STEP_HALTING) -> dict[str, Any]:
-    """Experiment (c)'s arm of ``model``: the ranking losses at one strength under ``halting``
-    (the per-step bundle's, as the experiment ran), the gradient probe on; a baseline keeps its
-    families run's update."""
+    """Experiment (c)'s arm of ``model``: the ranking losses at one strength under ``halting`` (the per-step
+    bundle's, as the experiment ran), the gradient probe on; a baseline keeps its families run's update."""
     return {"model.name": model, "model.update": "leaky" if model == "frost" else "canonical",
             **halting, "loss.ranking": True, "loss.rank_frac": 0.5, "loss.lambda_rel": lambda_rel,
             "loss.lambda_abs": lambda_abs, "train.diagnostics_every": STRENGTH_DIAGNOSTICS_EVERY}

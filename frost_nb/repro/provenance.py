@@ -8,11 +8,10 @@ Every metrics file carries, at its top level (a CSV in a sidecar ``<stem>.proven
         "settings": {"<run>": {"label": ..., "bundle": ..., "model": ..., "update": ..., ...}}
     }
 
-``settings`` holds what tells the runs apart (``SETTINGS``; ``bundle`` is the bundle of
-``grids.bundle_of``). ``frost_nb.repro.verdicts`` reads a run's settings here and nowhere else.
-The runs are those the metrics name (a ``key``, ``checkpoint`` or ``name`` field holding a run
-name or a run's ``model.pt``) and those ``runs.train_or_load`` handed out since the last write
-(``runs.take_read``).
+``settings`` holds what tells the runs apart (``SETTINGS``; ``bundle`` is the bundle of ``grids.bundle_of``).
+``frost_nb.repro.verdicts`` reads a run's settings here and nowhere else. The runs are those the metrics name
+(a ``key``, ``checkpoint`` or ``name`` field holding a run name or a run's ``model.pt``) and those
+``runs.train_or_load`` handed out since the last write (``runs.take_read``).
 """
 
 from __future__ import annotations
@@ -65,18 +64,13 @@ def as_run_name(value: Any) -> str | None:
 def settings_of(cfg: RunConfig, label: str | None = None) -> dict[str, Any]:
     """The settings that tell ``cfg``'s run apart from the others, with its bundle and ``label``
     (the grid label the metrics give it, when known)."""
-    d = cfg.to_dict()
-    out = {"label": label, "bundle": bundle_of(cfg)}
-    for key in SETTINGS:
-        section, _, field = key.partition(".")
-        short = {"data.name": "dataset", "model.name": "model"}.get(key, field or section)
-        out[short] = d[section][field] if field else d[section]
-    return out
+    flat, short = cfg.flat(), {"data.name": "dataset", "model.name": "model", "size": "size"}
+    return {"label": label, "bundle": bundle_of(cfg),
+            **{short.get(key, key.partition(".")[2]): flat[key] for key in SETTINGS}}
 
 
 def config_of(name: str) -> RunConfig:
-    folder = run_folder(name)
-    if folder is None:
+    if (folder := run_folder(name)) is None:
         raise FileNotFoundError(f"no stored run {name!r} in {committed_runs_dir()} or {cache_dir()}")
     return RunConfig.from_dict(json.loads((folder / "config.json").read_text()))
 

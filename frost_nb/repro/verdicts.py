@@ -3,19 +3,14 @@
 ``frost_nb.repro.claims`` holds every rule; this module finds the numbers each rule needs in
 ``outputs/metrics/`` and renders two tables from the same rows:
 
-- the README's, one row per claim of ``claims.CLAIMS`` (15), each the decisive evidence: CIFAR-100
-  under the adopted bundle where such runs exist, else the best data set and bundle committed,
-  named (``summary_rows``);
+- the README's, one row per claim of ``claims.CLAIMS`` (15), its decisive evidence (``summary_rows``;
+  ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named);
 - docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``).
 
-A metrics file's runs and their settings (bundle, update form, seed, ...) come from its
-``provenance`` (``frost_nb.repro.provenance``) and nowhere else; numbers whose run the provenance does
-not name are left out. A missing file drops its rows, one a claim cannot read drops that claim's
-rows with a warning.
-
-    python -m frost_nb verdicts                # the README's table
-    python -m frost_nb verdicts --write        # refresh README.md and docs/results.md
-    python -m frost_nb verdicts --check        # exit 1 when either is stale
+A metrics file's runs and their settings (bundle, update form, seed, ...) come from its ``provenance``
+(``frost_nb.repro.provenance``) and nowhere else; numbers whose run it does not name are left out. A
+missing file drops its rows; one a claim cannot read drops that claim's rows with a warning. The command
+line: ``python -m frost_nb verdicts [--write | --check]`` (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -44,7 +39,6 @@ FULL_HEADER = ("#", "claim", "bundle", "form", "data set", "seeds", "paper", "ou
 NA = "n/a"
 MARKERS = {"summary": ("<!-- verdicts:start -->", "<!-- verdicts:end -->"),
            "full": ("<!-- verdicts-full:start -->", "<!-- verdicts-full:end -->")}
-START, END = MARKERS["summary"]
 DATASET_NAMES = {"cifar100": "CIFAR-100", "imagenet100": "ImageNet-100", "fashion-mnist": "Fashion-MNIST",
                  "cifar10": "CIFAR-10", "digits": "digits"}
 # the evidence a README row shows: CIFAR-100 under the adopted bundle first, then by data set
@@ -190,8 +184,7 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
         at = {(r["model"], r["seed"]): r["mean"] for r in d["table1"] if r["step"] == C.TABLE1_STEP}
         runs = {(r["model"], r["seed"]): run_of(d, r) for r in d["runs"]}
         basic = {s: v for (lab, s), v in at.items() if lab == "basic_ssm"}
-        control = [v for (lab, s), v in at.items() if lab == "frost (no ranking)"]
-        control_seeds = [s for (lab, s) in at if lab == "frost (no ranking)"]
+        control = {s: v for (lab, s), v in at.items() if lab == "frost (no ranking)"}
         for label in sorted({lab for lab, _ in at}):
             found = [(s, runs.get((label, s))) for (lab, s) in at if lab == label]
             if not all(is_frost(st) for _, st in found):
@@ -199,8 +192,9 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
             seeds = [s for s, _ in found if s in basic]
             frost = [at[(label, s)] for s in seeds]
             st = found[0][1]
-            verdict = C.table1(frost, [basic[s] for s in seeds], control or None, [basic[s] for s in control_seeds])
-            extra = f"; no ranking {_mean(control):.2f}" if control else ""
+            verdict = C.table1(frost, [basic[s] for s in seeds], list(control.values()) or None,
+                               [basic[s] for s in control])
+            extra = f"; no ranking {_mean(control.values()):.2f}" if control else ""
             yield row(1, st["bundle"], form(st), d["dataset"], len(seeds), shown,
                       f"{_mean(frost):.2f} vs {_mean(basic[s] for s in seeds):.2f}{extra}", verdict, "02",
                       primary=label == "frost")
@@ -234,8 +228,7 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
         if any(abs(v["error"]) > C.DIMENSION_MARGIN for v in d.get("validation", [])):
             continue  # an estimator off on a set of known dimension decides nothing
         dims = {(r["model"], r["seed"]): r["box mean"] for r in d["runs"]}
-        st = run_of(d, {"model": "frost", "seed": 0})
-        if not is_frost(st):
+        if not is_frost(st := run_of(d, {"model": "frost", "seed": 0})):
             continue
         seeds = sorted(s for (lab, s) in dims if lab == "frost" and all((b, s) in dims for b in BASELINES))
         frost = [dims[("frost", s)] for s in seeds]
@@ -250,8 +243,7 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
             seeds = sorted(s for (lab, s) in dims if lab == "frost")
             per[protocol] = C.minkowski([dims[("frost", s)] for s in seeds],
                                         {b: [dims[(b, s)] for s in seeds] for b in BASELINES})
-        st = next((run_of(d, r) for r in d["runs"] if r["model"] == "frost"), None)
-        if st is None:
+        if (st := next((run_of(d, r) for r in d["runs"] if r["model"] == "frost"), None)) is None:
             continue
         held = sum(v == C.REPRODUCED for v in per.values())
         yield row(3, st["bundle"], form(st), d["dataset"], len(d["seeds"]), shown,
@@ -302,16 +294,14 @@ def loss_rows(m: Metrics) -> Iterator[dict]:
         arms: dict[str, dict[float, dict]] = {"both": {}, "rel": {}, "abs": {}}
         st = None
         for r in d.get("loss_ablation", []):
-            s = run_of(d, r)
-            if not is_frost(s):
+            if not is_frost(s := run_of(d, r)):
                 continue
             arm = "both" if s["lambda_rel"] and s["lambda_abs"] else "rel" if s["lambda_rel"] else "abs"
             arms[arm][s["lambda_abs"]] = {**r, "lambda_rel": s["lambda_rel"]}
             st = s if arm == "both" and (s["lambda_rel"], s["lambda_abs"]) == DEFAULT_STRENGTH else st
         if st is None:
             continue
-        both = arms["both"][DEFAULT_STRENGTH[1]]
-        rel = arms["rel"].get(0.0)
+        both, rel = arms["both"][DEFAULT_STRENGTH[1]], arms["rel"].get(0.0)
         alone = arms["abs"].get(DEFAULT_STRENGTH[1])  # L_abs alone at both losses' lambda_abs
         verdict = C.loss_ablation([gap(both)], [both["test_accuracy"]], [gap(rel)] if rel else None,
                                   [gap(alone)] if alone else None, [alone["test_accuracy"]] if alone else None)
@@ -358,11 +348,12 @@ def conflict_rows(m: Metrics) -> Iterator[dict]:
 
 
 # 8. Collapse of the baselines
-def _collapse(d: dict, runs: list[dict], strength_of: Callable[[dict, dict], tuple | None],
+def _collapse(d: dict, runs: list[dict], run_of_: Callable[[dict, dict], dict | None],
               notebook: str) -> Iterator[dict]:
-    """Claim 8's rows of file ``d``: one per strength of the ranking losses (``strength_of(d, run)``,
-    None for a run the provenance does not name)."""
-    for strength, rs in _by(runs, lambda r: strength_of(d, r)).items():
+    """Claim 8's rows of file ``d``, one per (lambda_rel, lambda_abs) of ``run_of_(d, record)``: the
+    run's settings, or the record itself (None: a run the provenance does not name)."""
+    strength_of = lambda r: None if (s := run_of_(d, r)) is None else (s["lambda_rel"], s["lambda_abs"])
+    for strength, rs in _by(runs, strength_of).items():
         if strength is None:
             continue
         scores = {k: [C.collapse_score(r["accuracy"], r["reference_accuracy"], r["one_step_share"])
@@ -376,19 +367,14 @@ def _collapse(d: dict, runs: list[dict], strength_of: Callable[[dict, dict], tup
                   f"Collapse of the baselines (rel {strength[0]:g}, abs {strength[1]:g})")
 
 
-def _ranked_strength(d: dict, r: dict) -> tuple | None:
-    """(lambda_rel, lambda_abs) of notebook 07's ranking run behind collapse record ``r``."""
-    s = settings(d, d.get("keys", {}).get(f"{r['model']} (ranking) seed {r['seed']}"))
-    return None if s is None else (s["lambda_rel"], s["lambda_abs"])
-
-
 def collapse_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("07_halting_baselines*"):
-        if d.get("collapse"):
-            yield from _collapse(d, d["collapse"], _ranked_strength, "07")
+        if d.get("collapse"):  # each record's ranking run, as notebook 07 names it
+            yield from _collapse(d, d["collapse"], lambda d, r: settings(d, d.get("keys", {}).get(
+                f"{r['model']} (ranking) seed {r['seed']}")), "07")
     for d in m.files("15_loss_strength"):
         runs = [r for r in d["runs"] if r["model"] != "frost" and settings(d, r["key"]) is not None]
-        yield from _collapse(d, runs, lambda _, r: (r["lambda_rel"], r["lambda_abs"]), "15")
+        yield from _collapse(d, runs, lambda _, r: r, "15")  # each record holds its strength
 
 
 # 9, 10, 14. Table 2: the halting sweeps, per seed
@@ -400,9 +386,8 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
         seeds = sorted({r["seed"] for r in d["sweep"]})
         # the file's own key names its seed's run; the others by label and seed, of its bundle
         # (the file may set another bundle's runs beside them: notebook 05's compare_bundle)
-        bundle = d.get("bundle")
-        sts = [run_of(d, {"key": d["key"]} if s == d.get("seed") and d.get("key") else {"model": "frost", "seed": s},
-                      bundle) for s in seeds]
+        sts = [run_of(d, {"key": d["key"]}) if s == d.get("seed") and d.get("key") else
+               run_of(d, {"model": "frost", "seed": s}, d.get("bundle")) for s in seeds]
         if not all(is_frost(s) for s in sts):
             continue
         yield "05", sts[0], d["dataset"], [[r for r in d["sweep"] if r["seed"] == s] for s in seeds], \
@@ -414,8 +399,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
             continue
         yield _source(name), st, d["dataset"], [d["sweep"]], [d.get("accuracy_per_step") or _run_curve(runs[0])]
     for path in sorted(m.folder.glob("sweep_*.csv")):
-        side = path.with_suffix(".provenance.json")
-        if not side.is_file():
+        if not (side := path.with_suffix(".provenance.json")).is_file():
             continue  # a CSV without its provenance names no run
         prov = json.loads(side.read_text())["provenance"]
         if len(prov["runs"]) != 1 or not is_frost(st := prov["settings"][prov["runs"][0]]):
@@ -455,6 +439,8 @@ def table2_rows(m: Metrics) -> Iterator[dict]:
 # 13. Table 3's ViT exit depth (05)
 def vit_rows(m: Metrics) -> Iterator[dict]:
     theirs, resnet = paper.table3_frost_depth("vit"), paper.table3_frost_depth("resnet")
+    shown = (f"{theirs['mean_depth']} of {theirs['steps']}; {theirs['depth_fraction']:.2f} < "
+             f"{resnet['depth_fraction']:.2f}")
     for d in m.files("05_halting*"):
         vit = d.get("vit")
         if not vit or vit["dataset"] != d["dataset"] or not is_frost(st := settings(d, vit.get("key"))):
@@ -462,13 +448,10 @@ def vit_rows(m: Metrics) -> Iterator[dict]:
         at = {r["backbone"]: r for r in vit["sweep"] if r["quantile"] == C.VIT_QUANTILE}
         if not {"resnet", "vit"} <= set(at):
             continue
-        verdict = C.vit_depth([at["vit"]["mean_depth"]], vit["steps"], [at["vit"]["fraction"]],
-                              [at["resnet"]["fraction"]])
-        yield row(13, st["bundle"], form(st), vit["dataset"], 1,
-                  f"{theirs['mean_depth']} of {theirs['steps']}; {theirs['depth_fraction']:.2f} < "
-                  f"{resnet['depth_fraction']:.2f}",
-                  f"{at['vit']['mean_depth']:.2f} of {vit['steps']}; {at['vit']['fraction']:.2f} vs "
-                  f"{at['resnet']['fraction']:.2f}", verdict, "05")
+        v, r = at["vit"], at["resnet"]
+        yield row(13, st["bundle"], form(st), vit["dataset"], 1, shown,
+                  f"{v['mean_depth']:.2f} of {vit['steps']}; {v['fraction']:.2f} vs {r['fraction']:.2f}",
+                  C.vit_depth([v["mean_depth"]], vit["steps"], [v["fraction"]], [r["fraction"]]), "05")
 
 
 # 11, 12. Table 3 (06: shapes at the paper's settings; benchmarks: throughput per regime)
@@ -482,8 +465,7 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
         for claim, column in ((11, "gflops / vanilla"), (12, "images_per_s / vanilla")):
             for backbone, rs in _by(d["ratios"], "backbone").items():
                 compared = [r for r in rs if r["model"] != "vanilla" and r.get(f"paper {column}") is not None]
-                shown = [r for r in compared if r["model"] == "frost"]
-                if not shown:
+                if not (shown := [r for r in compared if r["model"] == "frost"]):
                     continue
                 errors = [r[column] / r[f"paper {column}"] - 1 for r in compared]
                 label = BACKBONE_NAMES[backbone]
@@ -565,11 +547,11 @@ CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
 # The tables
 
 def _rank(r: dict) -> tuple:
-    data = r["dataset"]
+    data, seeds = r["dataset"], r["seeds"]
+    place = lambda ranks, x: ranks.index(x) if x in ranks else len(ranks)  # unranked last
     return (not (data == "cifar100" and r["bundle"] == "adopted"), r["title"] != C.CLAIM[r["claim"]].title,
-            not r["seeds"].isdigit() or int(r["seeds"]) < C.MIN_SEEDS, DATASET_RANK.index(data) if data in DATASET_RANK else len(DATASET_RANK),
-            BUNDLE_RANK.index(r["bundle"]) if r["bundle"] in BUNDLE_RANK else len(BUNDLE_RANK),
-            not r["primary"], -int(r["seeds"]) if r["seeds"].isdigit() else 0)
+            not seeds.isdigit() or int(seeds) < C.MIN_SEEDS, place(DATASET_RANK, data),
+            place(BUNDLE_RANK, r["bundle"]), not r["primary"], -int(seeds) if seeds.isdigit() else 0)
 
 
 def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
