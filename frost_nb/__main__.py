@@ -133,16 +133,17 @@ def _load(args):
     config = checkpoint.checkpoint_config(args.checkpoint)
     model, calibrator = checkpoint.load_model(args.checkpoint)
     model.to(training.pick_device(config.train.device))  # the GPU when there is one
-    return config, model, calibrator, training.load_split(config, args.split, args.root)
+    dataset = training.load_split(config, args.split, args.root)
+    check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
+    return config, model, calibrator, dataset
 
 
 def cmd_evaluate(args) -> int:
-    from .analysis.exits import quantile_for_depth
+    from .analysis.exits import ExitCache
     from .notebook.glue import validate_params
 
     validate_params(quantile=args.quantile)
     config, model, calibrator, dataset = _load(args)
-    check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
     stream = {}
     if args.stream:  # continuous batching: weight-tied families only
         slots = config.train.eval_batch_size if args.slots is None else args.slots
@@ -157,8 +158,9 @@ def cmd_evaluate(args) -> int:
     if args.budget_depth is not None:  # the quantile whose held-out mean depth meets the budget
         number_in("--budget-depth", args.budget_depth, 1, config.model.steps, error=ParameterError,
                   hint=f": a mean depth in steps, from 1 to this model's T = {config.model.steps}")
-        found = quantile_for_depth(model, calibrator, training.load_split(config, "val", args.root),
-                                   args.budget_depth, batch_size=config.train.eval_batch_size)
+        held_out = ExitCache.from_model(model, calibrator, training.load_split(config, "val", args.root),
+                                        batch_size=config.train.eval_batch_size)
+        found = held_out.quantile_for_depth(args.budget_depth)
         args.quantile = found.quantile
         budget = {"budget_depth": found.budget, "val_mean_depth": found.mean_depth}
     tau = calibrator.threshold(args.quantile)
@@ -195,7 +197,6 @@ def cmd_sweep(args) -> int:
     if args.csv:
         check_writable(args.csv, "CSV file", "pass another --csv")
     config, model, calibrator, dataset = _load(args)
-    check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
     outputs = training.evaluate(model, dataset, batch_size=config.train.eval_batch_size)
     table = curve(outputs, calibrator=calibrator, quantiles=args.quantiles)[list(SWEEP_COLUMNS)]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))

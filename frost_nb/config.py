@@ -382,62 +382,49 @@ def config_difference(a: RunConfig, b: RunConfig, most: int = 3) -> str:
     return ", ".join([f"{k} {fa[k]!r} -> {fb[k]!r}" for k in fa if fa[k] != fb[k]][:most]) or "none"
 
 
-# The presets: one row per (size, data set, backbone), every preset field spelled out, nothing
-# inherited from another row. "*" is any other data set of the size, "any" either backbone. The
-# data set's facts (channels, image size, classes) come from frost_nb.data.prepare.DATASETS.
+# The presets: one row per (size, data set, backbone), written as the changes to one of two full
+# rows (_DEMO, _PAPER). "*" is any other data set of the size, "any" either backbone. The data set's
+# facts (channels, image size, classes) come from frost_nb.data.prepare.DATASETS.
 PRESET_FIELDS = ("model.steps", "model.width", "model.bottleneck", "model.stem_stride", "model.norm_groups",
                  "model.patch_size", "model.heads", "model.mlp_ratio", "model.bcd_kernel", "model.bcd_hidden",
                  "data.augment", "train.epochs", "train.batch_size", "train.optimizer", "train.lr",
                  "train.weight_decay", "train.momentum", "train.warmup_epochs", "train.num_workers")
 Preset = collections.namedtuple("Preset", [f.split(".")[1] for f in PRESET_FIELDS])  # a row, its fields named
+# demo: a CPU, minutes; the dataclasses' defaults are its digits row, which the other demo rows
+# change only where written. No augmentation on the CPU data sets: small models underfit in such
+# short runs (docs/results.md, "Training without ...")
+_DEMO = Preset(steps=16, width=64, bottleneck=16, stem_stride=1, norm_groups=8, patch_size=2, heads=4,
+               mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=30, batch_size=64,
+               optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0, num_workers=0)
+# paper, ResNet-50 family: 16 bottleneck branches at 56x56; B, C, D 256 -> 896 -> 256 (+1.38M over
+# recurrent, as Table 3; docs/parameters.md shows why no setting also fits its FLOPs); the other
+# paper and cifar rows change it only where written
+_PAPER = Preset(steps=16, width=256, bottleneck=64, stem_stride=4, norm_groups=32, patch_size=16, heads=12,
+                mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=896, augment=True, epochs=100, batch_size=256,
+                optimizer="sgd", lr=0.1, weight_decay=5e-4, momentum=0.9, warmup_epochs=5.0, num_workers=8)
 PRESETS: dict[tuple[str, str, str], Preset] = {
     # smoke: CI, seconds. AdamW: on digits, 15 epochs reach about 0.9 test accuracy, SGD (lr 0.05) 0.7
-    ("smoke", "*", "any"): Preset(steps=4, width=16, bottleneck=8, stem_stride=1, norm_groups=4, patch_size=2,
-        heads=2, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=10, batch_size=64,
-        optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0, num_workers=0),
-    # demo: a CPU, minutes; the dataclasses' defaults are its digits row. No augmentation on the CPU
-    # data sets: small models underfit in such short runs (docs/results.md, "Training without ...")
-    ("demo", "digits", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=1, norm_groups=8,
-        patch_size=2, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=30,
-        batch_size=64, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
-        num_workers=0),
+    ("smoke", "*", "any"): _DEMO._replace(steps=4, width=16, bottleneck=8, norm_groups=4, heads=2, epochs=10),
+    ("demo", "digits", "any"): _DEMO,
     # 28 px -> 7x7 states (ResNet stem); about 15 min on the 2-core CPU
-    ("demo", "fashion-mnist", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=4, norm_groups=8,
-        patch_size=4, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=False, epochs=15,
-        batch_size=128, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
-        num_workers=0),
+    ("demo", "fashion-mnist", "any"): _DEMO._replace(stem_stride=4, patch_size=4, augment=False, epochs=15,
+                                                     batch_size=128),
     # 16x16 states; about an hour
-    ("demo", "cifar10", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=2, norm_groups=8,
-        patch_size=4, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=False, epochs=18,
-        batch_size=128, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
-        num_workers=0),
+    ("demo", "cifar10", "any"): _DEMO._replace(stem_stride=2, patch_size=4, augment=False, epochs=18,
+                                               batch_size=128),
     # CIFAR-10's model with 100 classes: about 45 minutes alone on the 2-core CPU
     # (benchmarks/train_throughput.py --size demo --dataset cifar100: 423 images/s, 2 threads)
-    ("demo", "cifar100", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=2, norm_groups=8,
-        patch_size=4, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=False, epochs=20,
-        batch_size=128, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
-        num_workers=0),
-    ("demo", "*", "any"): Preset(steps=16, width=64, bottleneck=16, stem_stride=4, norm_groups=8,
-        patch_size=4, heads=4, mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=10,
-        batch_size=128, optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0,
-        num_workers=0),
-    # paper, ResNet-50 family: 16 bottleneck branches at 56x56; B, C, D 256 -> 896 -> 256 (+1.38M
-    # over recurrent, as Table 3; docs/parameters.md shows why no setting also fits its FLOPs)
-    ("paper", "*", "resnet"): Preset(steps=16, width=256, bottleneck=64, stem_stride=4, norm_groups=32,
-        patch_size=16, heads=12, mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=896, augment=True, epochs=100,
-        batch_size=256, optimizer="sgd", lr=0.1, weight_decay=5e-4, momentum=0.9, warmup_epochs=5.0,
-        num_workers=8),
+    ("demo", "cifar100", "any"): _DEMO._replace(stem_stride=2, patch_size=4, augment=False, epochs=20,
+                                                batch_size=128),
+    ("demo", "*", "any"): _DEMO._replace(stem_stride=4, patch_size=4, epochs=10, batch_size=128),
+    ("paper", "*", "resnet"): _PAPER,
     # paper, ViT-B/16 family: 12 steps, 768-d tokens; B, C, D 768 -> 2816 -> 768 (+12.99M; Table 3: 12.98M)
-    ("paper", "*", "vit"): Preset(steps=12, width=768, bottleneck=64, stem_stride=4, norm_groups=32,
-        patch_size=16, heads=12, mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=2816, augment=True, epochs=100,
-        batch_size=256, optimizer="adamw", lr=1e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=5.0,
-        num_workers=8),
+    ("paper", "*", "vit"): _PAPER._replace(steps=12, width=768, bcd_hidden=2816, optimizer="adamw", lr=1e-3,
+                                           weight_decay=0.05),
     # cifar: the paper's ResNet-50-family branch and B, C, D at CIFAR's resolution (16x16 states) for a
     # GPU: crops and flips, bf16 and channels-last on CUDA ("auto"); SGD as for CIFAR ResNets
-    ("cifar", "*", "any"): Preset(steps=16, width=256, bottleneck=64, stem_stride=2, norm_groups=32,
-        patch_size=2, heads=8, mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=896, augment=True, epochs=60,
-        batch_size=256, optimizer="sgd", lr=0.1, weight_decay=5e-4, momentum=0.9, warmup_epochs=2.0,
-        num_workers=0),
+    ("cifar", "*", "any"): _PAPER._replace(stem_stride=2, patch_size=2, heads=8, epochs=60, warmup_epochs=2.0,
+                                           num_workers=0),
 }
 DEFAULT_DATASETS = {"smoke": "digits", "demo": "fashion-mnist", "paper": "imagenet100", "cifar": "cifar100"}
 

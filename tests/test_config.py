@@ -331,8 +331,8 @@ def test_the_defaults_are_the_demo_on_digits():
 
 
 def test_every_preset_row_is_complete_and_builds():
-    """One row per (size, data set, backbone), every preset field spelled out (no row inherits
-    from another); each builds a valid config on a data set of its own."""
+    """One row per (size, data set, backbone), every preset field set (no lookup falls through
+    to another row); each builds a valid config on a data set of its own."""
     from frost_nb.config import PRESET_FIELDS, PRESETS, preset
     from frost_nb.data.datasets import DATASETS
 

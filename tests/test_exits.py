@@ -250,7 +250,6 @@ def test_budget_depth_is_met_on_the_split_it_was_found_on():
     digits demo frost (one pass, bisection on q), is met there within 0.5 steps. On the test split
     the same quantiles overshoot by up to 1.25 steps (digits' held-out split is 144 images; issue
     20 asks for 0.5 there, not met yet), so only the direction is checked: deeper budgets, deeper exits."""
-    from frost_nb.analysis.exits import quantile_for_depth
     from frost_nb.checkpoint import load_model
     from frost_nb.config import make_config
     from frost_nb.runs import cached_checkpoint
@@ -266,7 +265,6 @@ def test_budget_depth_is_met_on_the_split_it_was_found_on():
         assert abs(f.mean_depth - budget) <= 0.5 and f.threshold == calibrator.threshold(f.quantile), (budget, f)
     reached = [test.at(f.quantile).mean_depth for f in found]
     assert reached == sorted(reached) and reached[0] < reached[-1]
-    assert quantile_for_depth(model, calibrator, load_split(config, "val"), 6.0) == val.quantile_for_depth(6.0)
     for bad in (0.5, steps + 1, float("nan"), "6"):
         with pytest.raises(ValueError, match=r"^depth=.* (is outside|is not a number|must be).* 16.*: a mean depth"):
             val.quantile_for_depth(bad)

@@ -77,6 +77,9 @@ def test_halting_notebook_at_a_quantile(tmp_path, monkeypatch, isolated_outputs)
     assert (vit["steps"], vit["dataset"]) == (12, "digits")
     assert {(r["backbone"], r["quantile"]) for r in vit["sweep"]} >= {("resnet", 0.5), ("vit", 0.5)}
     assert all(0 < r["fraction"] <= 1 for r in vit["sweep"])
+    # the ResNet beside it is of the ViT's bundle (the vit grid's: per-step), not the adopted one above
+    runs = metrics["provenance"]["settings"]
+    assert runs[vit["key"]]["bundle"] == runs[vit["resnet_key"]]["bundle"] == "per-step" != metrics["bundle"]
     # the same seeds under the per-step bundle beside these (adopted) runs, one row per bundle and q
     side = metrics["readings_side_by_side"]
     assert metrics["compare_bundle"] == "per-step" and {r["group"] for r in side} == {"adopted", "per-step"}

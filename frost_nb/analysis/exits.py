@@ -140,10 +140,3 @@ class ExitCache:
             table["class"] = [classes[int(c)] for c in table["class"]]
         return table
 
-
-def quantile_for_depth(model: torch.nn.Module, calibrator: HaltingCalibrator, val_data, depth: float, *,
-                       batch_size: int = 512) -> DepthBudget:
-    """The halting quantile for a compute budget: ``ExitCache.quantile_for_depth`` on one full-depth
-    pass over the held-out split ``val_data``. Apply it with ``calibrator.threshold(budget.quantile)``
-    and report the depth reached there against ``budget.budget``."""
-    return ExitCache.from_model(model, calibrator, val_data, batch_size=batch_size).quantile_for_depth(depth)
