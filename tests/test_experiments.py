@@ -247,8 +247,9 @@ def test_committed_notebook_runs_are_all_committed(monkeypatch):
 
     five = _committed_parameters("05")
     frost = checkpoint_config(five["checkpoint"])
-    # 05's checkpoint: the CIFAR-100 frost of the per-step bundle (the global one is training, issue 30)
-    assert frost == make_config("demo", "cifar100", "frost", **{"loss.rank_pairs": "per_step"})
+    # 05's checkpoint: the CIFAR-100 frost of today's defaults (global sets), the per-step runs of the
+    # same seeds beside it (compare_bundle, issue 30)
+    assert frost == make_config("demo", "cifar100", "frost") and five["compare_bundle"] == "per-step"
     vit = {}
     if five["vit_checkpoint"] is not None:  # the ViT section, once its run is committed
         vit = {"05: vit": checkpoint_config(five["vit_checkpoint"])}
@@ -260,6 +261,8 @@ def test_committed_notebook_runs_are_all_committed(monkeypatch):
     needed = {"01": make_config("demo", "fashion-mnist", "frost"), "demo": make_config("demo", "digits", "frost"),
               **{f"02: {k}": c for k, c in grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), bundle=step).items()},
               **{f"05: seed {s}": frost.replace(**{"train.seed": s}) for s in range(five["seeds"])},
+              **{f"05 per-step: seed {s}": grid("families", "demo", "cifar100", (s,), bundle=step)["frost"]
+                 for s in range(five["seeds"])},
               **vit,
               **{f"07: {k}": digits[k] for k in ("frost", "basic_ssm", "recurrent", "vanilla")},
               **{f"07: {k}": c for k, c in grid("ponder", "demo", "digits", bundle=adopted).items()},
