@@ -234,8 +234,13 @@ def reference(lab):
 
 
 def _stats(page) -> tuple[str, float, str]:
-    """The explorer's summary line: (model label, quantile, the text after the label)."""
-    text = page.locator(".frost-explorer .frost-stats").inner_text().strip()
+    """The explorer's summary line: (model label, quantile, the text after the label).
+
+    Read as text content, not rendered text: JupyterLab 4.6 skips the rendering of cells out of
+    view (windowing mode ``contentVisibility``), whose ``innerText`` is then empty."""
+    stats = page.locator(".frost-explorer .frost-stats")
+    stats.scroll_into_view_if_needed()  # where a person looks
+    text = " ".join(stats.text_content().split())
     m = re.fullmatch(r"(.+?): (q = ([0-9.]+) · .*)", text)
     assert m, f"unexpected explorer summary {text!r}"
     return m.group(1), float(m.group(3)), m.group(2)
@@ -294,7 +299,7 @@ def test_moving_the_quantile_slider_updates_the_numbers(lab, reference):
     _wait_for_stats(page, r": q = 0\.375 ")
     label1, q1, shown1 = _stats(page)
     assert (label1, q0, q1) == (label, 0.5, 0.375)
-    assert page.locator(".frost-explorer .frost-quantile .widget-readout").inner_text().strip() == "0.375"
+    assert page.locator(".frost-explorer .frost-quantile .widget-readout").text_content().strip() == "0.375"
     expected = reference.caches[label].at(q1)
     assert shown1 == describe(expected) != shown0
     assert f"accuracy {100 * expected.accuracy:.2f}%" in shown1
