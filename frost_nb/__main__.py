@@ -33,7 +33,7 @@ from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
 from .inputs import ParameterError, check_split, number_in
 from .paths import OutputError, atomic_path, check_readable, check_writable, repo_root, shown_path
 from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
-from .runs import discard_local, export_run, find_run, run_name, train_or_load
+from .runs import discard_local, export_run, run_name, stored_name, train_or_load
 
 
 def _config(args):
@@ -48,9 +48,8 @@ def _config(args):
             overrides[key.strip()] = json.loads(value.strip())
         except json.JSONDecodeError:
             overrides[key.strip()] = value.strip()
-    for key, value in (("train.epochs", args.epochs), ("train.seed", args.seed), ("data.root", args.root)):
-        if value is not None:
-            overrides[key] = value
+    given = {"train.epochs": args.epochs, "train.seed": args.seed, "data.root": args.root}
+    overrides |= {key: value for key, value in given.items() if value is not None}
     return make_config(args.size, args.dataset, args.model, args.backbone, **overrides)
 
 
@@ -79,8 +78,7 @@ def _single_process_only(command: str) -> None:
 def cmd_config(args) -> int:
     """Print the resolved config of a run and the name of its stored run (null when none), as JSON."""
     config = _config(args)
-    stored = find_run(config)
-    print(json.dumps({"run": stored.name if stored else None, **config.flat()}, indent=2))
+    print(json.dumps({"run": stored_name(config), **config.flat()}, indent=2))
     return 0
 
 

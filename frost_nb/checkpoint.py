@@ -189,9 +189,8 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
     except RuntimeError as err:
         raise CheckpointError(f"checkpoint {path}: its weights do not fit its own config ({err})") from err
     model.to(device).eval()
-    calibrator = HaltingCalibrator.from_bytes(state["calibrator"]) if state.get("calibrator") \
-        else HaltingCalibrator(config.halting.sketch_k)
-    return model, calibrator
+    return model, (HaltingCalibrator.from_bytes(state["calibrator"]) if state.get("calibrator")
+                   else HaltingCalibrator(config.halting.sketch_k))
 
 
 def checkpoint_config(path: str | os.PathLike) -> RunConfig:

@@ -167,14 +167,10 @@ def _per_sample_fields(obj: Any, n: int | None) -> dict[str, Tensor | None] | No
     """The fields of a dataclass when each is None or a tensor of ``n`` rows (as StepContext's), else None."""
     if n is None or not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         return None
-    fields = {}
-    for f in dataclasses.fields(obj):
-        v = getattr(obj, f.name)
-        if not f.init or not (v is None or (isinstance(v, Tensor) and v.dim() > 0
-                                            and v.shape[0] == n)):
-            return None  # a shared or non-tensor field: leave the subset to obj.select
-        fields[f.name] = v
-    return fields
+    fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    per_sample = lambda v: v is None or (isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == n)
+    # a shared or non-tensor field: None, which leaves the subset to obj.select
+    return fields if all(f.init and per_sample(fields[f.name]) for f in dataclasses.fields(obj)) else None
 
 
 def _rowwise(op: Any, objs: tuple, ns: tuple, other: Any) -> Any:
@@ -497,13 +493,11 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
             if new is not None:
                 a = new[0].numel()
                 k = min(a, m)
-                span = lambda lo, hi: torch.arange(lo, hi, device=exit_pos.device)
-                part = lambda v, lo, hi: v if (lo, hi) == (0, a) else _select(v, span(lo, hi), a)
                 pos = exit_pos[:k]
                 for state, fresh in zip((idx, h, ctx, memory, t), new):
-                    _put(state, pos, part(fresh, 0, k), n_live)
+                    _put(state, pos, _span(fresh, 0, k, a), n_live)
                 if a > m:  # more slots were free than rows just freed: the rest is appended
-                    running, rest = (idx, h, ctx, memory, t), (part(v, m, a) for v in new)
+                    running, rest = (idx, h, ctx, memory, t), (_span(v, m, a, a) for v in new)
                     idx, h, ctx, memory, t = (_join(u, v, n_live, a - m) for u, v in zip(running, rest))
                     n_live += a - m
                 if a >= m:
@@ -525,11 +519,9 @@ def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None
     each checked as it is admitted. Returns an ``AdaptiveResult`` in input order. ``tau`` or
     ``rule`` as in ``adaptive_predict``; weight-tied families only. Call ``model.eval()``."""
     exits = _Exits(return_scores)
-    device = next(model.parameters(), torch.empty(0)).device
+    device = next(model.parameters(), torch.empty(0)).device  # read only for an empty stream
     for event in stream_steps(model, images, tau, slots=slots, rule=rule, refill_at=refill_at,
                               embed_batch=embed_batch, allow_other_size=allow_other_size):
         if event.kind == "exit":
             exits.add(event.rows, event.logits, event.depth, event.halt_scores)
-        else:
-            device = event.rows.device
     return exits.result(getattr(model.config, "num_classes", 0), device)

@@ -134,8 +134,7 @@ def check_split(model: torch.nn.Module, dataset: Any, *, allow_other_size: bool 
                         f"images use halting.adaptive_predict or training.full_depth_pass")
     what = f"the {dataset.name} {dataset.split} split"
     if dataset.x is None:  # folder set: its transforms give info.image_size
-        info = dataset.info
-        shape = (len(dataset), info.channels, info.image_size, info.image_size)
+        shape = (len(dataset), dataset.info.channels, dataset.info.image_size, dataset.info.image_size)
     else:
         if dataset.x.dtype != torch.uint8:
             raise DataError(f"{what} holds {dataset.x.dtype} images; ImageData keeps uint8 pixels "

@@ -205,9 +205,8 @@ def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossCo
     model.train(was_training)
     shared = [i for i, (a, b) in enumerate(zip(g_task, g_rank)) if a is not None and b is not None]
     if not shared:
-        nan = float("nan")
-        return {"cosine": nan, "task_norm": nan, "rank_norm": nan, "params": 0,
-                **({"step_cosines": [nan] * steps} if per_step else {})}
+        return {"cosine": math.nan, "task_norm": math.nan, "rank_norm": math.nan, "params": 0,
+                **({"step_cosines": [math.nan] * steps} if per_step else {})}
 
     def flat(grads) -> Tensor:  # the shared parameters' gradient; zeros where a step's loss does not reach
         return torch.cat([(torch.zeros_like(params[i]) if grads[i] is None else grads[i]).flatten().float()

@@ -202,10 +202,9 @@ def atomic_path(path: str | os.PathLike, fix: str = "choose a writable place"):
     except OutputError:
         raise
     except OSError as err:
-        why = _why(path.parent, err)
         if err.errno in (errno.ENOSPC, errno.EDQUOT):
             fix = f"free some space on its disk, or {fix}"
-        raise OutputError(f"cannot write {path} ({why}): {fix}") from err
+        raise OutputError(f"cannot write {path} ({_why(path.parent, err)}): {fix}") from err
     finally:
         if os.path.lexists(tmp):  # only when the write or the rename failed
             tmp.unlink()

@@ -250,12 +250,10 @@ class Trainer:
             shared = HaltingCalibrator(sketch_k)
             if cfg.halting.sketch_window == "run":
                 shared.merge(self.calibrator)
-            val_acc = NAN
-            if self.val_set is not None:  # the whole split, on every rank
-                val = self._outputs(self.val_set)
-                val_acc = val.accuracy
-                if "val" in cfg.halting.calibrate_on:
-                    shared.update(val.scores)
+            val = None if self.val_set is None else self._outputs(self.val_set)  # the whole split, every rank
+            if val is not None and "val" in cfg.halting.calibrate_on:
+                shared.update(val.scores)
+            val_acc = NAN if val is None else val.accuracy
             own = sketch if "last_epoch" in cfg.halting.calibrate_on else HaltingCalibrator(sketch_k)
             self.calibrator = own.merge_across_ranks(shared)  # the same on every rank
             self.train_seconds += time.perf_counter() - start
@@ -488,20 +486,18 @@ def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = Fal
                     logits.append(s.logits.float())
                     halts.append(s.halt_logit.float())
         halt = torch.stack(halts, 1)  # (B, T)
-        parts["scores"].append(torch.sigmoid(halt).cpu())
-        parts["halt_logits"].append(halt.cpu())
-        parts["logits"].append(torch.stack(logits, 1).cpu())  # (B, T, K)
-        parts["y"].append(y.cpu())
-        if not trajectories:
-            continue
-        hs = torch.stack(states, 1)  # (B, T+1, *state)
-        diffs = hs[:, 1:] - hs[:, :-1]  # (B, T, *state)
-        norms = lambda v: v.flatten(2).norm(dim=2).cpu()  # (B, n, *state) -> (B, n)
-        parts["pooled"].append(torch.stack([gap(s) for s in states], 1).cpu())  # (B, T+1, D)
-        parts["step_norms"].append(norms(diffs))
-        parts["state_norms"].append(norms(hs))
-        parts["dist_to_final"].append(norms(hs - hs[:, -1:]))
-        parts["second_diff_norms"].append(norms(diffs[:, 1:] - diffs[:, :-1]))
+        batch = {"scores": torch.sigmoid(halt), "halt_logits": halt, "y": y,
+                 "logits": torch.stack(logits, 1)}  # (B, T, K)
+        if trajectories:
+            hs = torch.stack(states, 1)  # (B, T+1, *state)
+            diffs = hs[:, 1:] - hs[:, :-1]  # (B, T, *state)
+            norms = lambda v: v.flatten(2).norm(dim=2)  # (B, n, *state) -> (B, n)
+            batch |= {"pooled": torch.stack([gap(s) for s in states], 1),  # (B, T+1, D)
+                      "step_norms": norms(diffs), "state_norms": norms(hs),
+                      "dist_to_final": norms(hs - hs[:, -1:]),
+                      "second_diff_norms": norms(diffs[:, 1:] - diffs[:, :-1])}
+        for key, value in batch.items():
+            parts[key].append(value.cpu())
     if not parts:
         raise ValueError("full_depth_pass got no batches (an empty split?)")
     return FullDepthPass(**{k: torch.cat(v) for k, v in parts.items()})

@@ -185,8 +185,7 @@ def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequ
     for rule in rules:  # one untimed pass: first-call costs stay out of the medians
         predict(rule, x[:batch_size])
     seconds = np.zeros((rounds, len(rules)))
-    depth: list[Tensor] = []
-    correct: list[Tensor] = []
+    first: list[tuple[Tensor, Tensor]] = []  # each setting's exit depths and correct predictions, round 0
     for r in range(rounds):
         for i, rule in enumerate(rules):
             start = time.perf_counter()
@@ -195,15 +194,14 @@ def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequ
                 torch.cuda.synchronize()
             seconds[r, i] = time.perf_counter() - start
             if r == 0:
-                depth.append(exits)
-                correct.append(logits.argmax(-1) == y)
+                first.append((exits, logits.argmax(-1) == y))
     rate = len(x) / seconds  # (rounds, settings) images/s
     return pd.DataFrame([{
-        "rule": rule.rule.name, "threshold": rule.threshold, "mean_depth": float(depth[i].float().mean()),
-        "accuracy": float(correct[i].float().mean()), "images_per_s": float(np.median(rate[:, i])),
+        "rule": rule.rule.name, "threshold": rule.threshold, "mean_depth": float(depth.float().mean()),
+        "accuracy": float(correct.float().mean()), "images_per_s": float(np.median(rate[:, i])),
         "images_per_s_min": float(rate[:, i].min()), "images_per_s_max": float(rate[:, i].max()),
         "batch_size": batch_size, "threads": torch.get_num_threads(), "mode": "stream" if stream else "batch"}
-        for i, rule in enumerate(rules)])
+        for i, (rule, (depth, correct)) in enumerate(zip(rules, first))])
 
 
 def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,

@@ -321,11 +321,10 @@ def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS
     (module docstring): the counts over PROTOCOL_SCALES are computed once per point set and
     number of components, then fitted over each window. Returns protocol name -> {"point_set",
     "dims", "window", "dimension"} plus, for polylines, "per_sample" (``summarise_dimensions``)."""
-    s = np.asarray(states, dtype=np.float64)
     scales = np.asarray(PROTOCOL_SCALES)
     out: dict[str, dict] = {}
     for dims in sorted({d for _, d, _ in PROTOCOLS}):
-        planar = project(s, dims=dims)  # (N, T+1, dims)
+        planar = project(states, dims=dims)  # (N, T+1, dims)
         per_sample = {w: np.full(len(planar), np.nan) for w in WINDOWS}
         for i, poly in enumerate(planar):
             if _has_extent(poly):

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from ..config import LossConfig
 from ..halting import HaltingCalibrator
 from ..losses import ranking_losses, step_losses
-from ..training import FullDepthPass, evaluate, load_split
+from ..training import FullDepthPass, evaluate, load_split, optimizer_step
 from .curves import curve, oracle_curve
 from .halting_rules import FIXED, FROST_QUANTILES, THRESHOLDS, confidence_signal
 
@@ -109,9 +109,7 @@ def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
             if len(idx) < 2:
                 continue  # a ranking needs an easy and a hard entry
             loss = head_loss(kind, head_logits(head, train.pooled[idx]), losses[idx], correct[idx], cfg)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            optimizer_step(head, opt, loss)
             sched.step()
     head.eval()
     return head

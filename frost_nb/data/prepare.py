@@ -92,12 +92,10 @@ FIXED_ORDER_SEED = 0  # seed of every order that must not depend on split_seed
 _PLACES = {
     "fashion-mnist": ([("idx", "fashion-mnist"), ("idx", "fashion-mnist/raw"), ("idx", "FashionMNIST/raw"),
                        ("idx", "{system}/fashion-mnist")], [("idx", "."), ("idx", "raw")]),
-    "cifar10": ([("packed", "cifar10"), ("pickles", "cifar10/cifar-10-batches-py"),
-                 ("pickles", "cifar-10-batches-py")],
-                [("packed", "."), ("pickles", "."), ("pickles", "cifar-10-batches-py")]),
-    "cifar100": ([("packed", "cifar100"), ("pickles", "cifar100/cifar-100-python"),
-                  ("pickles", "cifar-100-python")],
-                 [("packed", "."), ("pickles", "."), ("pickles", "cifar-100-python")]),
+    # either CIFAR set: its packed files, then torchvision's release folder (in the set's folder, or not)
+    **{name: ([("packed", name), ("pickles", f"{name}/{release}"), ("pickles", release)],
+              [("packed", "."), ("pickles", "."), ("pickles", release)])
+       for name, release in (("cifar10", "cifar-10-batches-py"), ("cifar100", "cifar-100-python"))},
 }
 _IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",  # train part: images, labels
         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")  # test part

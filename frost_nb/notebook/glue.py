@@ -52,8 +52,8 @@ def sections_suffix(sections: tuple[str, ...]) -> str:
 # on a value of the right type; a notebook's parameters cell annotates each parameter with one of
 # these types (tests/test_notebook_params.py holds the two together).
 _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
-    "dataset": (str, lambda v: v in DATASETS, "one of the data sets {choices}"),
-    "collapse_dataset": (str, lambda v: v in DATASETS, "one of the data sets {choices}"),
+    "dataset": (str, lambda v: v in DATASETS, f"one of the data sets {tuple(DATASETS)}"),
+    "collapse_dataset": (str, lambda v: v in DATASETS, f"one of the data sets {tuple(DATASETS)}"),
     "model": (str, lambda v: v in MODELS, f"one of {MODELS}"),
     "backbone": (str, lambda v: v in BACKBONES, f"one of {BACKBONES}"),
     "size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
@@ -77,7 +77,7 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
                    f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
     "repeats": (int, lambda v: 1 <= v <= REPEATS_MAX, f"a number of timed rounds from 1 to {REPEATS_MAX}"),
-    "throughput_dataset": (str, lambda v: v in DATASETS, "one of the data sets {choices}"),
+    "throughput_dataset": (str, lambda v: v in DATASETS, f"one of the data sets {tuple(DATASETS)}"),
     "throughput_samples": (int, lambda v: v >= 1, "a positive number of test images"),
     "throughput_repeats": (int, lambda v: 1 <= v <= REPEATS_MAX,
                            f"a number of timed rounds from 1 to {REPEATS_MAX}"),
@@ -130,13 +130,11 @@ def validate_params(**params: Any) -> dict[str, Any]:
         if name not in _RULES:
             raise ParameterError(f"unknown parameter {name!r}; known: {sorted(_RULES)}")
         kind, ok, expected = _RULES[name]
-        expected = expected.format(choices=tuple(DATASETS))
         # True is an int to Python, never an epoch count to us
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-            raise ParameterError(f"parameter {name}={value!r} is invalid: expected {expected}, "
-                                 f"not a {type(value).__name__}")
-        if not ok(value):
-            raise ParameterError(f"parameter {name}={value!r} is invalid: expected {expected}")
+        wrong_type = not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
+        if wrong_type or not ok(value):  # the check runs only on a value of the right type
+            raise ParameterError(f"parameter {name}={value!r} is invalid: expected {expected}"
+                                 + (f", not a {type(value).__name__}" if wrong_type else ""))
     return params
 
 
@@ -252,8 +250,7 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None,
                                                  for k, v in d.items() if k != "env"}, default=float))
         if isinstance(old, dict) and _close(strip(old), strip(record)):
             return path
-    blob = json.dumps(record, indent=2, sort_keys=False, default=float, allow_nan=False).encode()
-    return _atomic_write(path, blob)
+    return _atomic_write(path, json.dumps(record, indent=2, default=float, allow_nan=False).encode())
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -308,9 +305,8 @@ def forward_check(size: str = "demo", dataset: str | None = None, batch: int = 2
             cfg = make_config(size, dataset, name, backbone).model
             torch.manual_seed(0)
             model = create_model(cfg).eval()
-            x = torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size)
             with torch.no_grad():
-                out = model(x)
+                out = model(torch.randn(batch, cfg.in_channels, cfg.image_size, cfg.image_size))
             alpha = model.alpha()
             rows.append({"backbone": backbone, "model": name, "steps": cfg.steps,
                          "params": model.num_parameters(),

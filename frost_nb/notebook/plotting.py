@@ -232,7 +232,7 @@ def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], t
     """Two rows of test images: those that exit earliest and those that exit latest, each
     titled with its class and exit step. ``images`` (N, C, H, W): uint8, or floats in [0, 1]."""
     n = max(len(earliest), len(latest))
-    fig, axes = plt.subplots(2, n, figsize=(1.3 * n, 3.2), squeeze=False)
+    fig, axes = plt.subplots(2, n, figsize=(1.3 * n, 3.8), squeeze=False)  # room for two lines of titles
     for row, (name, picks) in enumerate((("earliest", earliest), ("latest", latest))):
         for col, ax in enumerate(axes[row]):
             ax.axis("off")

@@ -16,11 +16,10 @@ from ..runs import run_name
 from ..training import evaluate, load_split
 
 
-def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
-                sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_summary(result, sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the ablation tables show about one trained run (a ``TrainResult``).
 
-    Per split: accuracy at full depth, at q = 0.125 and q = 0.5 (with the mean depth there)
+    Per split (val, test): accuracy at full depth, at q = 0.125 and q = 0.5 (with the mean depth there)
     and the selection score (mean accuracy over Table 2's quantile grid); plus the final
     alpha and H and the last logged easy / hard halting scores and median threshold.
     ``sweeps``, when given, receives each split's FROST curve (split -> ``curves.curve`` table).
@@ -29,7 +28,7 @@ def run_summary(result, splits: tuple[str, ...] = ("val", "test"),
     row: dict[str, Any] = {"key": run_name(result.checkpoint), "epochs": cfg.train.epochs,
                            "seed": cfg.train.seed}  # and the last logged value of each series:
     row |= {k: steps[k][-1] for k in ("alpha", "hurst", "easy_score", "hard_score", "threshold_median")}
-    for split in splits:
+    for split in ("val", "test"):
         out = evaluate(result.model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size)
         full = curve(out, calibrator=result.calibrator, quantiles=PAPER_QUANTILES)
         if sweeps is not None:

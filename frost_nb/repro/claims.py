@@ -208,11 +208,9 @@ def loss_ablation(both_gap: Sequence[float], both_accuracy: Sequence[float], rel
     (b) per seed, how far L_abs alone passes the collapse line (the larger of the accuracy drop
     beyond COLLAPSE_ACCURACY and the gap below COLLAPSE_GAP of both's), against 0."""
     narrow = decide(by_seed(both_gap, rel_gap), RANK_NARROW) if rel_gap else untestable("no L_rel-only run")
-    if abs_gap:
-        collapse = decide([max(ba - aa - COLLAPSE_ACCURACY, COLLAPSE_GAP * bg - ag)
-                           for ba, aa, bg, ag in zip(both_accuracy, abs_accuracy, both_gap, abs_gap)])
-    else:
-        collapse = untestable("no L_abs-only run at the strength of both losses")
+    collapse = (decide([max(ba - aa - COLLAPSE_ACCURACY, COLLAPSE_GAP * bg - ag)
+                        for ba, aa, bg, ag in zip(both_accuracy, abs_accuracy, both_gap, abs_gap)])
+                if abs_gap else untestable("no L_abs-only run at the strength of both losses"))
     return combine([narrow, collapse])
 
 

@@ -52,8 +52,7 @@ def strength_row(result, reference) -> dict[str, Any]:
            "key": run_name(result.checkpoint), **collapse_row(result, reference)}
     d = result.history["diagnostics"]
     last = result.history["steps"]["step"][-1]
-    late = [i for i, s in enumerate(d["step"]) if s >= last / 2]
-    if not late or not d.get("step_grad_cosine"):
+    if not (late := [i for i, s in enumerate(d["step"]) if s >= last / 2]) or not d.get("step_grad_cosine"):
         raise ValueError(f"run {run_name(result.checkpoint)} has no gradient probes in its second half; "
                          "experiment (c) needs train.diagnostics_every > 0 (its grid sets it)")
     per_step = np.asarray([d["step_grad_cosine"][i] for i in late], dtype=float)  # (probes, T)
@@ -175,9 +174,8 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
     unless each is committed or cached, or ``retrain``). Returns (metrics record, curves)."""
     settings = settings or RefitSettings()
     families = grid("families", size, dataset, seeds=seeds, bundle="residual")
-    tag = (lambda s: f" seed {s}") if len(seeds) > 1 else (lambda s: "")
-    labels = [f"frost{tag(s)}" for s in seeds] + [f"frost (adopted defaults){tag(seeds[0])}"]
-    runs = {label: families[label] for label in labels}
+    runs = {label: cfg for family in ("frost", "frost (adopted defaults)")
+            for label, cfg in families.items() if family_of(label) == family}
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)
     curves, diagnostics = [], []

@@ -78,8 +78,7 @@ PER_STEP_BUNDLE = {**ADOPTED_BUNDLE, **PER_STEP_HALTING}
 # notebook 04's selection among them, the defaults until the adopted bundle (the same section)
 RESIDUAL_BUNDLE = {"model.update": "canonical", "model.halt_norm": False, "loss.rank_pairs": "global",
                     "halting.sketch_window": "epoch", "loss.rank_frac": 0.25}
-RESIDUAL_SELECTION = {"model.update": "gated", "model.halt_norm": False, "loss.rank_pairs": "global",
-                      "halting.sketch_window": "epoch", "loss.rank_frac": 0.5}
+RESIDUAL_SELECTION = {**RESIDUAL_BUNDLE, "model.update": "gated", "loss.rank_frac": 0.5}
 
 
 def bundle_of(cfg: RunConfig) -> str:
@@ -164,23 +163,20 @@ def _bundle_tables(bundle: str, defaults: dict[str, Any], halting: dict[str, Any
     return {(name, bundle): table for name, table in tables.items()}
 
 
-RESIDUAL_ARMS = _one_change(RESIDUAL_REF, TUNING_VALUES)
 GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
     **_bundle_tables("adopted", ADOPTED_BUNDLE, ADOPTED_HALTING),
     **_bundle_tables("per-step", PER_STEP_BUNDLE, PER_STEP_HALTING),
+    **{(name, "residual"): table for name, table in _one_change(RESIDUAL_REF, TUNING_VALUES).items()},
     ("families", "residual"): {**TASK_ONLY, "frost": RESIDUAL_BUNDLE,
                                "frost (no ranking)": {**RESIDUAL_BUNDLE, "loss.ranking": False},
                                "frost (adopted defaults)": RESIDUAL_SELECTION},
     ("hurst", "residual"): {
         **{f"H = {h}": {**RESIDUAL_REF, "model.hurst": h} for h in HURST_VALUES},
         "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
-    ("loss", "residual"): RESIDUAL_ARMS["loss"],
     ("update", "residual"): {u: {**RESIDUAL_REF, "model.update": u} for u in UPDATE_FORMS[:3]},
-    ("tuning", "residual"): RESIDUAL_ARMS["tuning"],
     # the selected defaults together, against the reference they beat
     ("adopted", "residual"): {"reference": RESIDUAL_REF,
                               "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
-    ("conflict", "residual"): RESIDUAL_ARMS["conflict"],
     # "frost (adopted defaults)" of the residual families
     ("ponder", "residual"): {
         "frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
@@ -311,8 +307,7 @@ def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
     unique: dict[str, tuple[str, RunConfig]] = {}
     for label, cfg in runs.items():  # one entry per run: grids share their reference run
         unique.setdefault(identity_key(cfg), (label, cfg))
-    missing = {label: cfg for label, cfg in unique.values() if cached_checkpoint(cfg) is None}
-    if not missing:
+    if not (missing := {label: cfg for label, cfg in unique.values() if cached_checkpoint(cfg) is None}):
         return
     seconds = sum(cfg.train.epochs * CPU_EPOCH_SECONDS.get(cfg.data.name, 240.0) for cfg in missing.values())
     shown = ", ".join(list(missing)[:4]) + (", ..." if len(missing) > 4 else "")

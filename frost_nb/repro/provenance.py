@@ -45,10 +45,8 @@ def commit() -> str:
 
 def run_folder(name: str) -> Path | None:
     """The folder of the stored run ``name`` (committed first, then the local store); None if none."""
-    for root in (committed_runs_dir(), cache_dir()):
-        if (root / name / "config.json").is_file():
-            return root / name
-    return None
+    return next((root / name for root in (committed_runs_dir(), cache_dir())
+                 if (root / name / "config.json").is_file()), None)
 
 
 def as_run_name(value: Any) -> str | None:
@@ -101,9 +99,7 @@ def make(record: dict[str, Any], runs: Iterable[str] | dict[str, str | None] = (
     extra = runs if isinstance(runs, dict) else dict.fromkeys(runs)
     # a run read from a store no longer in reach (FROST_CACHE changed since) is not this record's
     read = [n for n in (_take_read() if take_read else []) if run_folder(n) is not None]
-    for name, label in {**dict.fromkeys(read), **extra}.items():
-        if found.get(name) is None:
-            found[name] = label
+    found |= {n: label for n, label in {**dict.fromkeys(read), **extra}.items() if found.get(n) is None}
     names = sorted(found)
     return {"commit": commit(), "runs": names,
             "settings": {n: settings_of(config_of(n), found[n]) for n in names}}

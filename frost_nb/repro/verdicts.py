@@ -110,19 +110,12 @@ def run_of(d: dict, row: dict, bundle: str | None = None) -> dict | None:
     if "key" in row:
         return settings(d, row["key"])
     label = family_of(row.get("run") or row.get("model") or "")
-    found = labelled(d, label, row.get("seed"))
-    if not found:  # a run the file names without its label: by the name a grid gives it
+    if not (found := labelled(d, label, row.get("seed"))):  # unlabelled run: by the name a grid gives it
         tail = f"/{slug(label)}-seed{row.get('seed', 0)}"
         found = [(k, s) for k, s in _runs(d).items() if k.endswith(tail)]
     if len(found) > 1 and bundle is not None:
         found = [(k, s) for k, s in found if s["bundle"] == bundle]
     return found[0][1] if len(found) == 1 else None
-
-
-def bundle_of(d: dict) -> str:
-    """The bundle of the FROST runs (with their ranking losses) a file names, the most common one."""
-    found = [s["bundle"] for s in _runs(d).values() if is_frost(s)]
-    return max(sorted(set(found)), key=found.count) if found else NA
 
 
 def is_frost(s: dict | None) -> bool:
@@ -359,7 +352,9 @@ def _collapse(d: dict, runs: list[dict], run_of_: Callable[[dict, dict], dict | 
         scores = {k: [C.collapse_score(r["accuracy"], r["reference_accuracy"], r["one_step_share"])
                       for r in v] for k, v in _by(rs, "model").items()}
         fell = sum(s > 0 for v in scores.values() for s in v)
-        yield row(8, bundle_of(d), NA, d.get("collapse_dataset", d["dataset"]),
+        bundles = [s["bundle"] for s in _runs(d).values() if is_frost(s)]  # of the file's FROST runs
+        bundle = max(sorted(set(bundles)), key=bundles.count) if bundles else NA  # the most common one
+        yield row(8, bundle, NA, d.get("collapse_dataset", d["dataset"]),
                   min(len(v) for v in scores.values()), "all collapse",
                   f"{fell} of {sum(map(len, scores.values()))} runs collapse at rel {strength[0]:g}, "
                   f"abs {strength[1]:g}", C.collapse(scores), notebook,
@@ -404,8 +399,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
         prov = json.loads(side.read_text())["provenance"]
         if len(prov["runs"]) != 1 or not is_frost(st := prov["settings"][prov["runs"][0]]):
             continue
-        with open(path) as f:
-            sweep = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        sweep = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(path.read_text().splitlines())]
         yield "sweep", st, st["dataset"], [sweep], [_run_curve(prov["runs"][0])]
 
 
@@ -461,7 +455,6 @@ BACKBONE_NAMES = {"resnet": "ResNet", "vit": "ViT"}
 def table3_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("06_complexity*"):
         demo = settings(d, (d.get("demo") or {}).get("key"))
-        bundle = demo["bundle"] if demo else NA
         for claim, column in ((11, "gflops / vanilla"), (12, "images_per_s / vanilla")):
             for backbone, rs in _by(d["ratios"], "backbone").items():
                 compared = [r for r in rs if r["model"] != "vanilla" and r.get(f"paper {column}") is not None]
@@ -469,7 +462,7 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
                     continue
                 errors = [r[column] / r[f"paper {column}"] - 1 for r in compared]
                 label = BACKBONE_NAMES[backbone]
-                yield row(claim, bundle, form(demo), "imagenet100", None,
+                yield row(claim, demo["bundle"] if demo else NA, form(demo), "imagenet100", None,
                           f"{label} {shown[0][f'paper {column}']:.2f}", f"{label} {shown[0][column]:.2f}",
                           C.ratio(errors), "06", title="" if backbone == "resnet" else
                           f"{C.CLAIM[claim].title} ({label}, frost / vanilla)")
