@@ -131,7 +131,9 @@ def _load(args):
     config = checkpoint.checkpoint_config(args.checkpoint)
     model, calibrator = checkpoint.load_model(args.checkpoint)
     model.to(training.pick_device(config.train.device))  # the GPU when there is one
-    return config, model, calibrator, training.load_split(config, args.split, args.root)
+    dataset = training.load_split(config, args.split, args.root)
+    check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
+    return config, model, calibrator, dataset
 
 
 def cmd_evaluate(args) -> int:
@@ -140,7 +142,6 @@ def cmd_evaluate(args) -> int:
 
     validate_params(quantile=args.quantile)
     config, model, calibrator, dataset = _load(args)
-    check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
     stream = {}
     if args.stream:  # continuous batching: weight-tied families only
         slots = config.train.eval_batch_size if args.slots is None else args.slots
@@ -194,7 +195,6 @@ def cmd_sweep(args) -> int:
     if args.csv:
         check_writable(args.csv, "CSV file", "pass another --csv")
     config, model, calibrator, dataset = _load(args)
-    check_split(model, dataset)  # a DataError (reported) rather than a shape error mid-run
     outputs = training.evaluate(model, dataset, batch_size=config.train.eval_batch_size)
     table = curve(outputs, calibrator=calibrator, quantiles=args.quantiles)[list(SWEEP_COLUMNS)]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))

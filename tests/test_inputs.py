@@ -96,7 +96,10 @@ def test_cli_reports_a_split_that_does_not_fit_the_model(smoke, monkeypatch, cap
     config, model = smoke
     calibrator = HaltingCalibrator().update(torch.rand(100))
     split = _split(torch.zeros(5, 3, 8, 8, dtype=torch.uint8))
-    monkeypatch.setattr(cli, "_load", lambda args: (config, model, calibrator, split))
+    # the checkpoint and the split as the command's own loading reads them (its check included)
+    monkeypatch.setattr(cli.checkpoint, "checkpoint_config", lambda path: config)
+    monkeypatch.setattr(cli.checkpoint, "load_model", lambda path: (model, calibrator))
+    monkeypatch.setattr(cli.training, "load_split", lambda config, name, root=None: split)
     assert main([command[0], "--checkpoint", "unused.pt", *command[1:]]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: the digits test split has 3 channel(s)") and "takes 1" in err
