@@ -86,7 +86,8 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
 
 # The data set each notebook's committed outputs are on, all at COMMITTED_SIZE. A run on another data set
 # or size writes its figures and metrics beside them, named <name>_<dataset>_<size>, not over them.
-COMMITTED_DATASETS = {"04": "fashion-mnist", "05": "cifar100", "07": "digits"}
+COMMITTED_DATASETS = {"02": "fashion-mnist", "03": "fashion-mnist", "04": "fashion-mnist", "05": "cifar100",
+                      "07": "digits"}
 COMMITTED_SIZE = "demo"
 
 
