@@ -266,6 +266,10 @@ def test_output_names_of_another_data_set_size_reading_or_sections():
     assert metrics_name("05_halting", "adopted", "cifar100", "cifar") == "05_halting_cifar"
     assert metrics_name("07_halting_baselines", "adopted", "fashion-mnist") == "07_halting_baselines_fashion-mnist"
     assert metrics_name("02_scale_consistency", "residual") == "02_scale_consistency_residual"
+    # 02 and 03 on another data set (CIFAR-100, issue 31) write beside the committed Fashion-MNIST files
+    assert metrics_name("02_scale_consistency", "adopted", "cifar100") == "02_scale_consistency_cifar100"
+    assert metrics_name("03_minkowski", "per-step", "fashion-mnist", "demo") == "03_minkowski_per-step"
+    assert output_suffix("02", "cifar100", "per-step", "demo") == "_cifar100_per-step"
     assert output_suffix("04", "digits", "adopted", "smoke") == "_digits_smoke"
     assert sections_suffix(ABLATION_SECTIONS) == "" and sections_suffix(("alpha", "loss")) == "_alpha-loss"
     with pytest.raises(ParameterError, match="size"):
