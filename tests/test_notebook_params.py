@@ -254,6 +254,10 @@ def test_committed_data_set_of_each_notebook_is_its_committed_runs():
         assert dataset == COMMITTED_DATASETS[number], path.name
         assert output_suffix(number, dataset) == ""
         assert output_suffix(number, "digits" if dataset != "digits" else "cifar100") != ""
+    # notebook 07's collapse section: its own committed data set, its parameter collapse_dataset
+    collapse = _defaults(next(p for p in NOTEBOOKS if p.name.startswith("07")))["collapse_dataset"]
+    assert collapse == COMMITTED_DATASETS["07 collapse"]
+    assert output_suffix("07 collapse", collapse) == "" and output_suffix("07 collapse", "cifar10") == "_cifar10"
 
 
 def test_output_names_of_another_data_set_size_reading_or_sections():
