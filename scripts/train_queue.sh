@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Long CPU trainings in the background, resumable across sessions (issue 31's CIFAR-100 grids).
+#
+#   scripts/train_queue.sh JOBS LOGDIR NAME
+#
+# JOBS: one `python -m frost_nb` call a line (e.g. "grid families --dataset cifar100 --bundle per-step
+# --labels basic_ssm --seeds 1"); blank lines and lines starting with # are skipped. Each worker
+# (NAME: A, B, ...) claims the next line no worker has claimed yet (mkdir LOGDIR/claim.N, atomic),
+# runs it to the end, and takes the next; start one worker per core, each at one thread:
+#
+#   export FROST_CACHE=/root/frost_cache OMP_NUM_THREADS=1
+#   for w in A B; do setsid nohup scripts/train_queue.sh jobs.txt /root/frost_logs $w \
+#       >> /root/frost_logs/$w.log 2>&1 < /dev/null & done
+#
+# Every run saves a full checkpoint after each epoch in $FROST_CACHE/<grid>/<label>/model.pt and
+# resumes from it, and a finished run is loaded, not retrained: after a restart remove LOGDIR's
+# claim.* folders and start the workers again. To keep edits of the working tree from reaching a
+# running job, run the workers from a frozen checkout (git worktree add --detach ../train HEAD;
+# cd there, PYTHONPATH=. and FROST_DATA=<the data root>). A session that may lose its machine keeps
+# the states of unfinished runs in outputs/partial/ (its README).
+set -u
+jobs=$1 logdir=$2 name=$3
+py=${PY:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}
+mkdir -p "$logdir"
+n=0
+while IFS= read -r job || [ -n "$job" ]; do
+  n=$((n + 1))
+  case "$job" in ""|\#*) continue ;; esac
+  mkdir "$logdir/claim.$n" 2>/dev/null || continue
+  echo "$(date -u +%FT%TZ) worker $name starts job $n: $job"
+  # shellcheck disable=SC2086  # a job line is the call's words
+  "$py" -m frost_nb $job --no-progress
+  echo "$(date -u +%FT%TZ) worker $name ends job $n (exit $?)"
+done < "$jobs"
