@@ -217,7 +217,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
 
     _run("07_halting_baselines.ipynb", tmp_path, monkeypatch, bundle="adopted")  # the committed default
     out = isolated_outputs / "outputs"
-    metrics = json.loads((out / "metrics" / "07_halting_baselines_smoke.json").read_text())
+    metrics = json.loads((out / "metrics" / "07_halting_baselines_digits_smoke.json").read_text())
     assert {"curves", "summary", "collapse", "env"} <= set(metrics)
     assert (metrics["size"], metrics["dataset"], metrics["collapse_dataset"]) == ("smoke", "digits", "digits")
     steps = metrics["steps"]
@@ -269,7 +269,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     assert {r["rule"] for r in throughput["rows"]} == signal_rules | {"frost", "fixed depth"}
     assert all(r["images_per_s"] > 0 and 1 <= r["mean_depth"] <= steps for r in throughput["rows"])
     figures = {p.name for p in (out / "figures").iterdir()}
-    assert {"07_rule_curves_smoke.png", "07_collapse_smoke.png", "07_rule_throughput_smoke.png"} <= figures
+    assert {"07_rule_curves_digits_smoke.png", "07_collapse_smoke.png", "07_rule_throughput_digits_smoke.png"} <= figures
 
 
 def test_metrics_file_kept_when_results_are_the_same(isolated_outputs):
