@@ -3,10 +3,10 @@
 #
 #   scripts/train_queue.sh JOBS LOGDIR NAME
 #
-# JOBS: one `python -m frost_nb` call a line (e.g. "grid families --dataset cifar100 --bundle per-step
-# --labels basic_ssm --seeds 1"); blank lines and lines starting with # are skipped. Each worker
-# (NAME: A, B, ...) claims the next line no worker has claimed yet (mkdir LOGDIR/claim.N, atomic),
-# runs it to the end, and takes the next; start one worker per core, each at one thread:
+# JOBS: one `python -m frost_nb` call a line, quoted as in a shell (e.g. "grid collapse --dataset
+# cifar100 --seeds 0 --labels 'recurrent (ranking)'"); blank lines and lines starting with # are
+# skipped. Each worker (NAME: A, B, ...) claims the next line no worker has claimed yet (mkdir
+# LOGDIR/claim.N, atomic), runs it to the end, and takes the next; one worker per core, one thread each:
 #
 #   export FROST_CACHE=/root/frost_cache OMP_NUM_THREADS=1
 #   for w in A B; do setsid nohup scripts/train_queue.sh jobs.txt /root/frost_logs $w \
@@ -28,7 +28,7 @@ while IFS= read -r job || [ -n "$job" ]; do
   case "$job" in ""|\#*) continue ;; esac
   mkdir "$logdir/claim.$n" 2>/dev/null || continue
   echo "$(date -u +%FT%TZ) worker $name starts job $n: $job"
-  # shellcheck disable=SC2086  # a job line is the call's words
-  "$py" -m frost_nb $job --no-progress
+  eval "set -- $job"  # the line's words, shell quoting kept: --labels "recurrent (ranking)"
+  "$py" -m frost_nb "$@" --no-progress
   echo "$(date -u +%FT%TZ) worker $name ends job $n (exit $?)"
 done < "$jobs"
