@@ -37,10 +37,10 @@ EXTRA: dict[str, dict[str, str]] = {
     "01_training.json": {"fashion-mnist-demo-families/frost-seed0": "frost"},
     "01_training_pre_reading.json": {
         "fashion-mnist-demo-families-residual/frost-adopted-defaults-seed0": "frost (adopted defaults)"},
-    "03_minkowski_per-step.json": families_keys("02_scale_consistency_per-step.json"),
-    "03_minkowski_residual.json": families_keys("02_scale_consistency_residual.json"),
+    "03_minkowski_fashion-mnist_per-step.json": families_keys("02_scale_consistency_fashion-mnist_per-step.json"),
+    "03_minkowski_fashion-mnist_residual.json": families_keys("02_scale_consistency_fashion-mnist_residual.json"),
     "04_alpha_H_ablation_residual.json": {k: v for k, v in families_keys(
-        "02_scale_consistency_residual.json").items() if v == "frost"},
+        "02_scale_consistency_fashion-mnist_residual.json").items() if v == "frost"},
     # the gradient-conflict section names its runs by family: the conflict grid of the per-step
     # bundle (frost: the ablation reference, the loss grid's "both")
     "04_alpha_H_ablation_per-step.json": {

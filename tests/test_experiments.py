@@ -259,9 +259,12 @@ def test_committed_notebook_runs_are_all_committed(monkeypatch):
     step, adopted = "per-step", "adopted"
     digits = grid("families", "demo", "digits", bundle=adopted)
     cifar100 = grid("families", "demo", "cifar100", bundle=adopted)
-    assert _committed_parameters("07")["dataset"] == "cifar100"
+    assert all(_committed_parameters(nb)["dataset"] == "cifar100" for nb in ("02", "03", "07"))
     needed = {"01": make_config("demo", "fashion-mnist", "frost"), "demo": make_config("demo", "digits", "frost"),
-              **{f"02: {k}": c for k, c in grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), bundle=adopted).items()},
+              # 02 and 03 on CIFAR-100 (issue 31): the four families and the no-ranking control, 3 seeds each
+              **{f"02: {k}": c for k, c in grid("families", "demo", "cifar100", seeds=(0, 1, 2), bundle=adopted).items()},
+              **{f"02 fashion-mnist: {k}": c for k, c in
+                 grid("families", "demo", "fashion-mnist", seeds=(0, 1, 2), bundle=adopted).items()},
               **{f"05: seed {s}": frost.replace(**{"train.seed": s}) for s in range(five["seeds"])},
               **{f"05 per-step: seed {s}": grid("families", "demo", "cifar100", (s,), bundle=step)["frost"]
                  for s in range(five["seeds"])},

@@ -144,6 +144,7 @@ BAD = {
     "checkpoint": ["", "  ", 3, True],
     "seeds": [0, 11, -3, 2.0, True],
     "samples": [0, -5, 10.0],
+    "jvp_samples": [0, 10_001, None, 8.0, True],
     "bundle": ["canonical", None],
     "compare_bundle": ["canonical", "", 3],
     "examples": [-3, 0, 65, 8.0, None, True],
@@ -159,7 +160,7 @@ GOOD = {
     "dataset": ["digits", "fashion-mnist"], "collapse_dataset": ["digits"], "model": ["vanilla", "frost"],
     "backbone": ["vit"], "size": ["smoke", "paper"], "epochs": [1, None], "seed": [0, SEED_MAX],
     "quantile": [0, 0.25, 1.0], "retrain": [True, False], "checkpoint": [None, "run.pt"],
-    "seeds": [1, 10], "samples": [1, None], "bundle": ["adopted", "residual"],
+    "seeds": [1, 10], "samples": [1, None], "jvp_samples": [1, 10_000], "bundle": ["adopted", "residual"],
     "compare_bundle": [None, "per-step", "adopted"],
     "examples": [1, 64], "batch_size": [1, 256], "repeats": [1, 20],
     "sections": ["loss", "alpha, loss", "alpha,hurst,loss,tuning,update,conflict,adopted"],
@@ -269,11 +270,14 @@ def test_output_names_of_another_data_set_size_reading_or_sections():
     assert metrics_name("05_halting", "residual", "fashion-mnist") == "05_halting_fashion-mnist_residual"
     assert metrics_name("05_halting", "adopted", "cifar100", "cifar") == "05_halting_cifar"
     assert metrics_name("07_halting_baselines", "adopted", "fashion-mnist") == "07_halting_baselines_fashion-mnist"
+    # 02 and 03 are committed on CIFAR-100 (issue 31); their Fashion-MNIST files stay beside, renamed
     assert metrics_name("02_scale_consistency", "residual") == "02_scale_consistency_residual"
-    # 02 and 03 on another data set (CIFAR-100, issue 31) write beside the committed Fashion-MNIST files
-    assert metrics_name("02_scale_consistency", "adopted", "cifar100") == "02_scale_consistency_cifar100"
-    assert metrics_name("03_minkowski", "per-step", "fashion-mnist", "demo") == "03_minkowski_per-step"
-    assert output_suffix("02", "cifar100", "per-step", "demo") == "_cifar100_per-step"
+    assert metrics_name("02_scale_consistency", "adopted", "cifar100") == "02_scale_consistency"
+    assert metrics_name("02_scale_consistency", "residual", "fashion-mnist") == \
+        "02_scale_consistency_fashion-mnist_residual"
+    assert metrics_name("03_minkowski", "per-step", "fashion-mnist", "demo") == "03_minkowski_fashion-mnist_per-step"
+    assert output_suffix("02", "cifar100", "per-step", "demo") == "_per-step"
+    assert output_suffix("03", "fashion-mnist") == "_fashion-mnist"
     assert output_suffix("04", "digits", "adopted", "smoke") == "_digits_smoke"
     assert sections_suffix(ABLATION_SECTIONS) == "" and sections_suffix(("alpha", "loss")) == "_alpha-loss"
     with pytest.raises(ParameterError, match="size"):

@@ -148,9 +148,9 @@ def test_nothing_matches_runs_by_accuracy():
 
 
 def test_numbers_without_provenance_decide_nothing(tmp_path):
-    folder = _copy(tmp_path, "02_scale_consistency_per-step.json")
+    folder = _copy(tmp_path, "02_scale_consistency_fashion-mnist_per-step.json")
     assert [r for r in V.verdict_rows(folder) if r["claim"] == 1]
-    _edit(folder, "02_scale_consistency_per-step.json", lambda d: d.pop("provenance"))
+    _edit(folder, "02_scale_consistency_fashion-mnist_per-step.json", lambda d: d.pop("provenance"))
     assert not [r for r in V.verdict_rows(folder) if r["claim"] == 1]
 
 
@@ -277,6 +277,44 @@ def test_contraction_is_decided_by_the_jacobian_not_the_step_ratio():
     for r in V.verdict_rows():
         if r["claim"] == 2 and r["form"] == "leaky" and r["dataset"] == "digits":
             assert "step ratio 0.8" in r["ours"] and r["verdict"] == N  # kappa 0.81, Jacobian 2.36
+
+
+def test_contraction_reads_notebook_02s_jacobian_of_frost_with_its_ranking_losses(tmp_path):
+    """Notebook 02 (issue 31) measures the step Jacobian of every family: claim 2 reads only FROST
+    trained with its ranking losses, over its seeds; a file without the measure adds no row."""
+    name = "02_scale_consistency_fashion-mnist.json"
+    folder = _copy(tmp_path, name)
+    from_02 = lambda: [r for r in V.verdict_rows(folder) if r["claim"] == 2 and r["notebook"] == "02"]
+    _edit(folder, name, lambda d: d.pop("jacobian", None))
+    assert from_02() == []
+
+    def measured(d):
+        norms = {("frost", 0): 0.80, ("frost", 1): 0.82, ("frost", 2): 0.78, ("basic_ssm", 0): 5.0,
+                 ("frost (no ranking)", 0): 5.0}
+        d["jacobian"] = [{"model": m, "seed": s, "jvp_norm": v} for (m, s), v in norms.items()]
+    _edit(folder, name, measured)
+    (row,) = from_02()
+    assert row["seeds"] == "3" and row["verdict"] == R and row["ours"].startswith("Jacobian 0.80; step ratio")
+    assert row["dataset"] == "fashion-mnist" and row["bundle"] == "adopted"
+
+
+def test_minkowski_protocols_read_from_notebook_03(tmp_path):
+    """Notebook 03 measures every protocol of experiment (d) on its own runs (issue 31): one more
+    claim-3 row from "03", decided per protocol as experiment (d)'s file is."""
+    name = "03_minkowski_fashion-mnist.json"
+    folder = _copy(tmp_path, name)
+    protocol_rows = lambda: [r for r in V.verdict_rows(folder)
+                             if r["claim"] == 3 and r["title"] == "Minkowski dimension (8 protocols)"]
+    assert protocol_rows() == []  # the committed Fashion-MNIST file predates the measure
+
+    def measured(d):  # frost clearly higher under protocol "a" only, on every seed
+        d["protocol_runs"] = [{"model": r["model"], "seed": r["seed"], "protocol": p,
+                               "dimension": (1.5 if p == "a" else 0.9) if r["model"] == "frost" else 1.0}
+                              for r in d["runs"] for p in ("a", "b")]
+    _edit(folder, name, measured)
+    (row,) = protocol_rows()
+    assert row["notebook"] == "03" and row["seeds"] == "3" and not row["primary"]
+    assert row["ours"] == "reproduced under 1 of 2 protocols" and row["verdict"] == C.PROTOCOL_DEPENDENT
 
 
 def test_table1_needs_its_margin_and_the_no_ranking_control():

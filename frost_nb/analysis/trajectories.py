@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..config import RunConfig
+from ..data.datasets import make_batches
 from ..training import FullDepthPass, evaluate, first_batches, load_split
 
 
@@ -143,6 +144,20 @@ def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
             "jvp_below_one": (s < 1).double().mean().item(),
             "jvp_contracting": (s < 1).all(1).double().mean().item(),
             "kappa_jvp": s.max(1).values.median().item()}
+
+
+JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iteration, 20 rounds)
+LATE_STEP = 7  # 0-based: contraction is judged on the late steps 8..T (claims.contraction)
+
+
+def run_jacobian_summary(result, max_samples: int = JVP_SAMPLES) -> dict:
+    """``jacobian_summary`` of a trained run over the late steps (LATE_STEP on), on the first
+    ``max_samples`` test images, on the CPU (the forward-mode passes run there)."""
+    cfg = result.config
+    batches = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False,
+                           augment=False, device="cpu")
+    norms = jacobian_norms(result.model.cpu(), batches, max_samples=max_samples)
+    return jacobian_summary(norms, first_step=min(LATE_STEP, cfg.model.steps - 1))
 
 
 def run_trajectories(result, split: str = "test", max_samples: int | None = None):

@@ -31,6 +31,7 @@ SEEDS_MAX = 10  # seeds per model family: each one trains every family again
 EXAMPLES_MAX = 64  # images per row of 05's earliest / latest exits
 BATCH_SIZE_MAX = 256  # images per timed batch in 06 (the paper's training batch)
 REPEATS_MAX = 20  # timed rounds in 06 (medians: a few suffice)
+JVP_SAMPLES_MAX = 10_000  # images per run whose step Jacobians 02 estimates (a CIFAR test split)
 
 
 # notebook 04's sections, each reading its own grid of runs ("alpha": the frost runs of 02)
@@ -67,6 +68,8 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "seeds": (int, lambda v: 1 <= v <= SEEDS_MAX, f"a number of seeds from 1 to {SEEDS_MAX}"),
     "samples": ((int, type(None)), lambda v: v is None or v >= 1,
                 "a positive number of test images, or None for the whole test split"),
+    "jvp_samples": (int, lambda v: 1 <= v <= JVP_SAMPLES_MAX,
+                    f"a number of test images from 1 to {JVP_SAMPLES_MAX} (each costs a power iteration per step)"),
     "bundle": (str, lambda v: v in BUNDLES, f"one of {BUNDLES} (docs/method.md section 5.5)"),
     "compare_bundle": ((str, type(None)), lambda v: v is None or v in BUNDLES,
                         f"one of {BUNDLES} to set beside the model's own bundle, or None"),
@@ -88,7 +91,7 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
 # or size writes its figures and metrics beside them, named <name>_<dataset>_<size>, not over them.
 # Notebook 07's collapse section has its own ("07 collapse", its parameter collapse_dataset): its
 # 18 runs stay on digits when the rules move to another data set.
-COMMITTED_DATASETS = {"02": "fashion-mnist", "03": "fashion-mnist", "04": "fashion-mnist", "05": "cifar100",
+COMMITTED_DATASETS = {"02": "cifar100", "03": "cifar100", "04": "fashion-mnist", "05": "cifar100",
                       "07": "cifar100", "07 collapse": "digits"}
 COMMITTED_SIZE = "demo"
 
@@ -146,7 +149,7 @@ def validate_params(**params: Any) -> dict[str, Any]:
 SMOKE_VALUES = {"size": "smoke", "dataset": "digits", "collapse_dataset": "digits",
                 "throughput_dataset": "digits", "epochs": None}  # epochs: the smoke size's own
 # ... and the counts it caps, per notebook (None, "all of them", is capped too)
-SMOKE_CAPS = {"02": {"seeds": 1}, "03": {"seeds": 1, "samples": 40}, "04": {"seeds": 1},
+SMOKE_CAPS = {"02": {"seeds": 1, "jvp_samples": 8}, "03": {"seeds": 1, "samples": 40}, "04": {"seeds": 1},
               "05": {"seeds": 2}, "07": {"seeds": 2, "throughput_samples": 64, "throughput_repeats": 1}}
 
 

@@ -81,10 +81,9 @@ def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
 
 # ------------------------------------------------------------------ experiment (b): update forms
 UPDATE_FORM_STEPS = (1, 3, 6, 9)  # the steps of Table 1 that experiment (b) reports
-JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iteration, 20 rounds)
 
 
-def update_form_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]:
+def update_form_row(result, *, jvp_samples: int = trajectories.JVP_SAMPLES) -> dict[str, Any]:
     """What experiment (b) measures on one trained run (claims.EXPERIMENT_RULES["update_forms"]), on
     the test split: both contraction measures, Table 1's cosine at UPDATE_FORM_STEPS, accuracy per
     fixed depth, alpha over training and the areas of FROST's rule and of a fixed depth."""
@@ -92,10 +91,7 @@ def update_form_row(result, *, jvp_samples: int = JVP_SAMPLES) -> dict[str, Any]
     traj = trajectories.run_trajectories(result, "test")
     cosine = trajectories.cosine_to_final(traj.pooled).mean(0)  # (T+1,) over samples
     per_step = (traj.logits.argmax(-1) == traj.y[:, None]).float().mean(0)  # (T,)
-    batches = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False,
-                           augment=False, device="cpu")
-    norms = trajectories.jacobian_norms(result.model.cpu(), batches, max_samples=jvp_samples)
-    jvp = trajectories.jacobian_summary(norms, first_step=min(7, cfg.model.steps - 1))
+    jvp = trajectories.run_jacobian_summary(result, jvp_samples)
     areas = summary(run_rule_curves(result, "m", test=traj), cfg.model.steps).set_index("rule")["auc"]
     alpha = [a for a in result.history["steps"].get("alpha", []) if a == a] or [math.nan]  # NaN: no alpha
     return {"update": cfg.model.update, "init_state": cfg.model.init_state, "seed": cfg.train.seed,
@@ -131,22 +127,22 @@ def update_forms_experiment(size: str = "demo", dataset: str | None = "digits",
 
 
 # ------------------------------------------------------------------ experiment 3(d): Minkowski protocols
-def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
-                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
-                            retrain: bool = False) -> dict:
-    """Experiment 3(d) of issue 15 (docs/fidelity.md section 2): every protocol's dimension on the
-    first ``samples`` test images of each run of the residual families grid (inference only;
-    ``require_trained``), and per protocol and seed whether frost lies above vanilla and basic_ssm:
-    the metrics record (frost_nb.repro.claims decides)."""
-    runs = grid("families", size, dataset, seeds=seeds, bundle="residual")
-    require_trained(runs, retrain)
-    results = load_runs(runs, progress=False)
+def minkowski_protocol_rows(results: dict[str, Any], samples: int | None) -> list[dict]:
+    """Every protocol's dimension (``fractal.minkowski_protocols``) on the trajectories of the first
+    ``samples`` test images of each loaded run (label -> result): one row per run and protocol."""
     rows = []
     for label, result in results.items():
         states = trajectories.run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
         for name, r in fractal.minkowski_protocols(states).items():
             rows.append({"run": label, "model": family_of(label), "seed": result.config.train.seed,
                          "key": run_name(result.checkpoint), "protocol": name, **r})
+    return rows
+
+
+def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
+    """What experiment 3(d) records beside its ``rows`` (``minkowski_protocol_rows``): the
+    protocols, the sets of known dimension measured under each window, and per protocol and seed
+    whether frost lies above vanilla and basic_ssm (frost_nb.repro.claims decides)."""
     protocols = {fractal.protocol_name(*p): p for p in fractal.PROTOCOLS}
     tables: dict[str, dict[str, dict[int, float]]] = {name: {} for name in protocols}
     for r in rows:  # protocol -> family -> seed -> dimension
@@ -158,12 +154,29 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
                                     "Koch curve": (fractal.koch_curve(7), np.log(4) / np.log(3))}.items():
         counts = fractal.box_counts(fractal.resample_polyline(vertices, 8192), scales)
         reference[name] = {"known": float(truth), **fractal.window_dimensions(counts)}
-    return {"dataset": next(iter(results.values())).config.data.name, "size": size, "seeds": list(seeds),
-            "samples": samples, "reference": reference,
+    return {"reference": reference,
             "protocols": {name: {"point_set": p[0], "dims": p[1], "window": p[2],
                                  "box_scales": list(fractal.WINDOWS[p[2]])} for name, p in protocols.items()},
             "box_offsets": fractal.BOX_OFFSETS, "polyline_points": 8192,
-            "runs": rows, "frost_above_vanilla_and_basic_ssm": orders}
+            "frost_above_vanilla_and_basic_ssm": orders}
+
+
+def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
+                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
+                            retrain: bool = False) -> dict:
+    """Experiment 3(d) of issue 15 (docs/fidelity.md section 2): every protocol's dimension on the
+    first ``samples`` test images of each run of the residual families grid (inference only;
+    ``require_trained``), and per protocol and seed whether frost lies above vanilla and basic_ssm:
+    the metrics record (frost_nb.repro.claims decides). Notebook 03 measures the same on its own runs."""
+    runs = grid("families", size, dataset, seeds=seeds, bundle="residual")
+    require_trained(runs, retrain)
+    results = load_runs(runs, progress=False)
+    rows = minkowski_protocol_rows(results, samples)
+    summary = minkowski_protocol_summary(rows)
+    return {"dataset": next(iter(results.values())).config.data.name, "size": size, "seeds": list(seeds),
+            "samples": samples, "reference": summary["reference"], "protocols": summary["protocols"],
+            "box_offsets": summary["box_offsets"], "polyline_points": summary["polyline_points"],
+            "runs": rows, "frost_above_vanilla_and_basic_ssm": summary["frost_above_vanilla_and_basic_ssm"]}
 
 
 def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",

@@ -201,8 +201,20 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
                       primary=primary)
 
 
-# 2. Appendix B (15_update_forms: the Jacobian norm decides; the step ratio kappa is shown)
+# 2. Appendix B (02: FROST among the families; 15_update_forms: every form; the Jacobian norm
+# decides, the step ratio kappa is shown)
 def contraction_rows(m: Metrics) -> Iterator[dict]:
+    for d in m.files("02_scale_consistency*"):
+        runs = {(r["model"], r["seed"]): run_of(d, r) for r in d["runs"]}
+        kappa = {(r["model"], r["seed"]): r["kappa"] for r in d["kappa"]}
+        frost = [r for r in d.get("jacobian", []) if is_frost(runs.get((r["model"], r["seed"])))]
+        if frost:
+            st = runs[(frost[0]["model"], frost[0]["seed"])]
+            jvp = [r["jvp_norm"] for r in frost]
+            yield row(2, st["bundle"], form(st), d["dataset"], len(frost), "norm < 1",
+                      f"Jacobian {_mean(jvp):.2f}; step ratio "
+                      f"{_mean(kappa[(r['model'], r['seed'])] for r in frost):.3f} (descriptive)",
+                      C.contraction(jvp), "02")
     for d in m.files("15_update_forms*"):
         for runs, st, primary in _forms(d):
             jvp = [r["jvp_norm"] for r in runs]
@@ -213,10 +225,10 @@ def contraction_rows(m: Metrics) -> Iterator[dict]:
 
 # 3. Minkowski dimension (03: one protocol; 15_minkowski_protocols: eight)
 BASELINES = ("vanilla", "basic_ssm")
+MINKOWSKI_PAPER = f"higher; baselines ~ {paper.KOCH_DIMENSION:.2f}"
 
 
 def minkowski_rows(m: Metrics) -> Iterator[dict]:
-    shown = f"higher; baselines ~ {paper.KOCH_DIMENSION:.2f}"
     for d in m.files("03_minkowski*"):
         if any(abs(v["error"]) > C.DIMENSION_MARGIN for v in d.get("validation", [])):
             continue  # an estimator off on a set of known dimension decides nothing
@@ -226,22 +238,30 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
         seeds = sorted(s for (lab, s) in dims if lab == "frost" and all((b, s) in dims for b in BASELINES))
         frost = [dims[("frost", s)] for s in seeds]
         base = {b: [dims[(b, s)] for s in seeds] for b in BASELINES}
-        yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), shown,
+        yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), MINKOWSKI_PAPER,
                   f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
                   C.minkowski(frost, base), "03")
+        if d.get("protocol_runs"):  # notebook 03 measures experiment (d)'s protocols too (issue 31)
+            yield from _protocol_rows(d, d["protocol_runs"], "03")
     for d in m.files("15_minkowski_protocols"):
-        per = {}
-        for protocol, rs in _by(d["runs"], "protocol").items():
-            dims = {(r["model"], r["seed"]): r["dimension"] for r in rs}
-            seeds = sorted(s for (lab, s) in dims if lab == "frost")
-            per[protocol] = C.minkowski([dims[("frost", s)] for s in seeds],
-                                        {b: [dims[(b, s)] for s in seeds] for b in BASELINES})
-        if (st := next((run_of(d, r) for r in d["runs"] if r["model"] == "frost"), None)) is None:
-            continue
-        held = sum(v == C.REPRODUCED for v in per.values())
-        yield row(3, st["bundle"], form(st), d["dataset"], len(d["seeds"]), shown,
-                  f"reproduced under {held} of {len(per)} protocols", C.minkowski_protocols(per), "15",
-                  title="Minkowski dimension (8 protocols)", primary=False)
+        yield from _protocol_rows(d, d["runs"], "15")
+
+
+def _protocol_rows(d: dict, runs: list[dict], source: str) -> Iterator[dict]:
+    """Experiment (d)'s row: per protocol, claims.minkowski over the seeds; then how many held."""
+    per = {}
+    for protocol, rs in _by(runs, "protocol").items():
+        dims = {(r["model"], r["seed"]): r["dimension"] for r in rs}
+        seeds = sorted(s for (lab, s) in dims if lab == "frost")
+        per[protocol] = C.minkowski([dims[("frost", s)] for s in seeds],
+                                    {b: [dims[(b, s)] for s in seeds] for b in BASELINES})
+    if (st := next((run_of(d, r) for r in runs if r["model"] == "frost"), None)) is None:
+        return
+    seeds = {r["seed"] for r in runs if r["model"] == "frost"}
+    held = sum(v == C.REPRODUCED for v in per.values())
+    yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), MINKOWSKI_PAPER,
+              f"reproduced under {held} of {len(per)} protocols", C.minkowski_protocols(per), source,
+              title="Minkowski dimension (8 protocols)", primary=False)
 
 
 # 4. Figure 1: alpha
