@@ -80,13 +80,14 @@ def alpha_series(results: dict[str, Any], every: int = 25) -> list[dict[str, Any
 def conflict_summary(results: dict[str, Any]) -> pd.DataFrame:
     """The gradient-conflict probes of each run (``train.diagnostics_every``): mean cosine between the
     task and ranking gradients over training, in its first and second half, the share of negative
-    probes, the per-step cosine of Definition D.1 (NaN where the run did not log it), test accuracy."""
+    probes, the per-step cosine of Definition D.1 (NaN where the run did not log it), test accuracy;
+    ``key``, the stored run (its provenance label is the model beside it)."""
     rows = []
     for label, r in results.items():
         d = pd.DataFrame(r.history["diagnostics"])
         half, per_step = d["step"] >= d["step"].max() / 2, d.get("step_grad_cosine")
         logged = per_step is not None and per_step.map(len).all()
-        rows.append({"model": label, "mean cosine": d["grad_cosine"].mean(),
+        rows.append({"model": label, "key": run_name(r.checkpoint), "mean cosine": d["grad_cosine"].mean(),
                      "first half": d.loc[~half, "grad_cosine"].mean(),
                      "second half": d.loc[half, "grad_cosine"].mean(),
                      "share negative": (d["grad_cosine"] < 0).mean(),
