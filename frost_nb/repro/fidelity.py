@@ -172,11 +172,8 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)
     rows = minkowski_protocol_rows(results, samples)
-    summary = minkowski_protocol_summary(rows)
     return {"dataset": next(iter(results.values())).config.data.name, "size": size, "seeds": list(seeds),
-            "samples": samples, "reference": summary["reference"], "protocols": summary["protocols"],
-            "box_offsets": summary["box_offsets"], "polyline_points": summary["polyline_points"],
-            "runs": rows, "frost_above_vanilla_and_basic_ssm": summary["frost_above_vanilla_and_basic_ssm"]}
+            "samples": samples, **minkowski_protocol_summary(rows), "runs": rows}
 
 
 def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
