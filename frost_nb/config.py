@@ -104,6 +104,11 @@ HURST_PARAMS = ("sigmoid", "free")  # learnable H = sigmoid(raw) in (0, 1), or H
 SIZES = ("smoke", "demo", "paper", "cifar")
 RANK_PAIRS = ("global", "per_step")
 SKETCH_WINDOWS = ("epoch", "run")
+# what a directly trained halting head predicts (docs/method.md section 11, the variant beyond the
+# paper): "none" (FROST's ranking losses or PonderNet's train it, or nothing does), or a per-step
+# binary target read off the detached readouts: the step's prediction is correct ("correct"), equals
+# the final step's ("settled"), or stopping there loses nothing a later step would gain ("safe")
+HALT_TARGETS = ("none", "correct", "settled", "safe")
 CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
 # Fields that say where and how fast a run happens, not what it learns: left out of identity().
 WHERE_FIELDS = ("data.root", "data.download", "train.device", "train.num_workers", "train.eval_batch_size")
@@ -237,6 +242,11 @@ class LossConfig(_Validated):
     ponder: bool = False  # PonderNet (Banino et al., 2021) in place of the ranking losses (section 10)
     ponder_prior: float = 0.125
     ponder_beta: float = 0.01
+    # beyond the paper (docs/method.md section 11); the defaults are FROST's own recipe
+    deep_supervision: float = 0.0  # weight of the mean over steps of the per-step task loss (0: final only)
+    distill: float = 0.0  # weight of KL(stopgrad softmax(y_T) || softmax(y_t)), mean over t < T
+    halt_target: str = "none"  # HALT_TARGETS: a BCE target for the halting head instead of ranking
+    lambda_halt: float = 1.0  # weight of that BCE
 
     def validate(self) -> None:
         self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
@@ -248,11 +258,23 @@ class LossConfig(_Validated):
         self._check("ponder", not (self.ponder and self.ranking), "False while loss.ranking is on "
                     "(PonderNet's loss replaces the ranking losses: set loss.ranking=False with it)")
         self._check("ponder_prior", 0.0 < self.ponder_prior < 1.0, "a halting probability in (0, 1)")
+        for name in ("deep_supervision", "distill", "lambda_halt"):
+            check_range(f"loss.{name}", getattr(self, name), 0.0, LOSS_WEIGHT_MAX, what="a loss weight")
+        self._check("halt_target", self.halt_target in HALT_TARGETS, f"one of {HALT_TARGETS}")
+        self._check("halt_target", self.halt_target == "none" or not (self.ranking or self.ponder),
+                    "'none' while loss.ranking or loss.ponder is on (a target trains the head in their "
+                    "place: set loss.ranking=False with it)")
 
     @property
     def halting_trained(self) -> bool:
-        """Whether a loss trains the halting head (the ranking losses or PonderNet's)."""
-        return self.ranking or self.ponder
+        """Whether a loss trains the halting head (the ranking losses, PonderNet's, or a halt_target)."""
+        return self.ranking or self.ponder or self.halt_target != "none"
+
+    @property
+    def score_halting(self) -> bool:
+        """Whether the halting score is trained to be thresholded at a KLL quantile (FROST's rule):
+        by the ranking losses or by a direct target (``halt_target``), not by PonderNet's loss."""
+        return self.ranking or self.halt_target != "none"
 
 
 @dataclass(frozen=True)  # validated once, on construction: nothing changes it after

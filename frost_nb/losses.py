@@ -150,6 +150,37 @@ def ponder_loss(logits: Tensor, halt_logits: Tensor, y: Tensor, prior: float = 0
     return PonderLosses(weighted + beta * kl, weighted, kl, p)
 
 
+# --- beyond the paper: deep supervision, self-distillation, a directly trained halting head ---------
+
+def halt_targets(logits: Tensor, y: Tensor, target: str) -> Tensor:
+    """The halting head's per-step binary target (N, T) float32, read off the detached readouts
+    (docs/method.md section 11, eq. (target)): "correct", c_t = [argmax y_t = y]; "settled", [argmax
+    y_t = argmax y_T]; "safe", c_t or no step s >= t is correct (stopping at t loses nothing)."""
+    _check_logits(logits, y)
+    with torch.no_grad():
+        preds = logits.detach().argmax(-1)  # (N, T)
+        if target == "settled":
+            return (preds == preds[:, -1:]).float()
+        correct = preds == y[:, None]  # (N, T)
+        if target == "correct":
+            return correct.float()
+        if target == "safe":
+            later = correct.flip(1).cummax(1).values.flip(1)  # (N, T): some step s >= t is correct
+            return (correct | ~later).float()
+    raise ValueError(f"target={target!r} must be 'correct', 'settled' or 'safe'")
+
+
+def distill_loss(logits: Tensor) -> Tensor:
+    """Mean over samples and steps t < T of KL(softmax(y_T) || softmax(y_t)), y_T detached: each
+    readout is pulled towards the last (eq. (distill)); float32 under autocast."""
+    if logits.dim() != 3 or logits.shape[1] < 2:
+        raise ValueError(f"logits must be (N, T, K) with T >= 2, got shape {tuple(logits.shape)}")
+    logp = F.log_softmax(logits.float(), dim=-1)  # (N, T, K)
+    target = logp[:, -1:].detach()  # (N, 1, K)
+    kl = (target.exp() * (target - logp[:, :-1])).sum(-1)  # (N, T-1)
+    return kl.mean()
+
+
 def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
                cfg: LossConfig) -> tuple[Tensor, dict[str, Tensor]]:
     """L = L_task + lambda_rel L_rel + lambda_abs L_abs (cfg.ranking), PonderNet's loss (cfg.ponder),
@@ -160,7 +191,7 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
     nan = torch.full((), float("nan"), device=task.device)
     if halt_logits is None:
         if cfg.halting_trained:
-            raise ValueError("a halting loss (loss.ranking or loss.ponder) is on but no "
+            raise ValueError("a halting loss (loss.ranking, loss.ponder or loss.halt_target) is on but no "
                              "halt_logits were given")
         rank = RankingLosses(nan, nan, None, None, nan, nan)  # type: ignore[arg-type]
     else:
@@ -174,6 +205,14 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
                            cfg.label_smoothing).loss  # eq. (ponder)
     else:
         loss = task
+    # beyond the paper (eq. (variant)); each term is off at its default, FROST's recipe
+    if cfg.deep_supervision > 0:
+        loss = loss + cfg.deep_supervision * _per_step_ce(logits, y, cfg.label_smoothing).mean()
+    if cfg.distill > 0:
+        loss = loss + cfg.distill * distill_loss(logits)
+    if cfg.halt_target != "none":
+        target = halt_targets(logits, y, cfg.halt_target)  # (N, T), no gradient
+        loss = loss + cfg.lambda_halt * F.binary_cross_entropy_with_logits(halt_logits.float(), target)
     return loss, {"loss": loss.detach(), "task": task.detach(), "rel": rank.rel.detach(),
                   "abs": rank.abs.detach(), "easy_score": rank.easy_score, "hard_score": rank.hard_score}
 

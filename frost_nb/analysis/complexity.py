@@ -209,7 +209,7 @@ def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5
     """``rule_throughput`` (CPU, ``threads`` threads, the first ``samples`` test images) of every rule
     that applies to one trained run (as ``run_rule_curves``), thresholds from the held-out split."""
     cfg = result.config
-    rules = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.ranking + ["ponder"] * cfg.loss.ponder
+    rules = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.score_halting + ["ponder"] * cfg.loss.ponder
     model = result.model.eval()
     val = run_trajectories(result, "val")
     settings = rule_settings(val, rules, calibrator=result.calibrator, count=count)

@@ -118,11 +118,12 @@ def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
 
 def run_rule_curves(result, model: str, count: int | None = None, test=None):
     """``model_curves`` of one trained run (``test``: its test trajectories, if at hand), with FROST's
-    rule when it was trained with the ranking losses, PonderNet's when with PonderNet's loss."""
+    rule when its score was trained to be thresholded (the ranking losses or a ``loss.halt_target``),
+    PonderNet's when with PonderNet's loss."""
     loss = result.config.loss
     test = run_trajectories(result, "test") if test is None else test
     return model_curves(run_trajectories(result, "val"), test, model,
-                        calibrator=result.calibrator if loss.ranking else None, ponder=loss.ponder,
+                        calibrator=result.calibrator if loss.score_halting else None, ponder=loss.ponder,
                         count=THRESHOLDS if count is None else count)
 
 
