@@ -97,10 +97,10 @@ from frost_nb.training import load_split
 
 # frost, seed 0, of Fashion-MNIST (the default) and CIFAR-100: the first committed of the adopted
 # bundle's run (global ranking sets, issue 30) and the per-step bundle's, until the former lands
-DEFAULT_RUNS = {"fashion-mnist": ("fashion-mnist-demo-families-global/frost-seed0",
-                                  "fashion-mnist-demo-families/frost-seed0"),
-                "cifar100": ("cifar100-demo-families-global/frost-seed0",
-                             "cifar100-demo-families/frost-seed0")}
+DEFAULT_RUNS = {"fashion-mnist": ("fashion-mnist-demo-families/frost-seed0",
+                                  "fashion-mnist-demo-families-per-step/frost-seed0"),
+                "cifar100": ("cifar100-demo-families/frost-seed0",
+                             "cifar100-demo-families-per-step/frost-seed0")}
 
 
 def default_run(dataset: str) -> str:

@@ -34,7 +34,7 @@ def families_keys(name: str) -> dict[str, str]:
 
 
 EXTRA: dict[str, dict[str, str]] = {
-    "01_training.json": {"fashion-mnist-demo-families/frost-seed0": "frost"},
+    "01_training.json": {"fashion-mnist-demo-families-per-step/frost-seed0": "frost"},
     "01_training_pre_reading.json": {
         "fashion-mnist-demo-families-residual/frost-adopted-defaults-seed0": "frost (adopted defaults)"},
     "03_minkowski_fashion-mnist_per-step.json": families_keys("02_scale_consistency_fashion-mnist_per-step.json"),
@@ -44,8 +44,8 @@ EXTRA: dict[str, dict[str, str]] = {
     # the gradient-conflict section names its runs by family: the conflict grid of the per-step
     # bundle (frost: the ablation reference, the loss grid's "both")
     "04_alpha_H_ablation_per-step.json": {
-        "fashion-mnist-demo-conflict/vanilla-seed0": "vanilla", "fashion-mnist-demo-conflict/recurrent-seed0":
-        "recurrent", "fashion-mnist-demo-conflict/basic-ssm-seed0": "basic_ssm"},
+        "fashion-mnist-demo-conflict-per-step/vanilla-seed0": "vanilla", "fashion-mnist-demo-conflict-per-step/recurrent-seed0":
+        "recurrent", "fashion-mnist-demo-conflict-per-step/basic-ssm-seed0": "basic_ssm"},
     # notebook 05 names the run of seed 0; its sweep and fixed-depth curves cover seeds 0-2
     **{f"05_halting{tag}.json": {f"{grid}/frost-seed{s}": "frost" for s in (1, 2)} for tag, grid in (
         ("_per-step", "cifar100-demo-families"), ("_fashion-mnist_per-step", "fashion-mnist-demo-families"),

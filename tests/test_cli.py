@@ -94,10 +94,10 @@ def test_config_prints_the_resolved_config_and_its_stored_run(capsys):
     expected = make_config("demo", "cifar100", **{"train.seed": 2, "train.lr": 0.01})
     assert shown == {"run": None, **expected.flat()}  # no run of this config is stored
     assert main(["config", "--dataset", "digits"]) == 0  # the committed digits frost, seed 0
-    assert json.loads(capsys.readouterr().out)["run"] == "digits-demo-families-global/frost-seed0"
+    assert json.loads(capsys.readouterr().out)["run"] == "digits-demo-families/frost-seed0"
     # the committed CIFAR-100 frost of the per-step bundle: found by its settings, not its name
     assert main(["config", "--dataset", "cifar100", "--set", "loss.rank_pairs=per_step"]) == 0
-    assert json.loads(capsys.readouterr().out)["run"] == "cifar100-demo-families/frost-seed0"
+    assert json.loads(capsys.readouterr().out)["run"] == "cifar100-demo-families-per-step/frost-seed0"
     assert shown["model.stem_stride"] == 2 and shown["train.epochs"] == 20  # CIFAR-100's demo preset
     assert len(shown) == 1 + 1 + sum(len(v) for k, v in expected.to_dict().items() if k != "size")
     assert main(["config", "--set", "model.depth=3"]) == 2  # an unknown field: named, as for train

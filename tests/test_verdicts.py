@@ -82,7 +82,7 @@ def test_rows_are_complete_and_name_their_bundle(committed_rows):
 def test_readme_switches_to_cifar100_under_the_adopted_bundle(tmp_path):
     """Constructed: 05's CIFAR-100 sweep relabelled as a run of the adopted bundle; the README's
     Table 2 rows then show it, ahead of the 3-seed per-step Fashion-MNIST evidence."""
-    folder = _copy(tmp_path, "05_halting_per-step.json", "05_halting_fashion-mnist_per-step.json")
+    folder = _copy(tmp_path, "05_halting_per-step.json")
     summary = {r["claim"]: r for r in V.summary_rows(V.verdict_rows(folder))}
     assert V._dataset_cell(summary[9]) == "CIFAR-100, per-step"
 
@@ -148,9 +148,9 @@ def test_nothing_matches_runs_by_accuracy():
 
 
 def test_numbers_without_provenance_decide_nothing(tmp_path):
-    folder = _copy(tmp_path, "02_scale_consistency_fashion-mnist_per-step.json")
+    folder = _copy(tmp_path, "02_scale_consistency_fashion-mnist.json")
     assert [r for r in V.verdict_rows(folder) if r["claim"] == 1]
-    _edit(folder, "02_scale_consistency_fashion-mnist_per-step.json", lambda d: d.pop("provenance"))
+    _edit(folder, "02_scale_consistency_fashion-mnist.json", lambda d: d.pop("provenance"))
     assert not [r for r in V.verdict_rows(folder) if r["claim"] == 1]
 
 
@@ -160,10 +160,10 @@ def test_write_metrics_records_provenance(tmp_path, monkeypatch):
 
     monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
     runs.record_read("digits-demo-families/vanilla-seed0")
-    path = notebook.write_metrics("x", {"key": "digits-demo-families/frost-seed0", "model": "frost", "value": 1.0})
+    path = notebook.write_metrics("x", {"key": "cifar100-demo-families-per-step/frost-seed0", "model": "frost", "value": 1.0})
     prov = json.loads(path.read_text())["provenance"]
-    assert prov["runs"] == ["digits-demo-families/frost-seed0", "digits-demo-families/vanilla-seed0"]
-    frost = prov["settings"]["digits-demo-families/frost-seed0"]
+    assert prov["runs"] == ["cifar100-demo-families-per-step/frost-seed0", "digits-demo-families/vanilla-seed0"]
+    frost = prov["settings"]["cifar100-demo-families-per-step/frost-seed0"]
     assert (frost["label"], frost["bundle"], frost["update"], frost["seed"]) == ("frost", "per-step", "leaky", 0)
     again = notebook.write_metrics("y", {"value": 2.0})  # the read log is taken once
     assert json.loads(again.read_text())["provenance"]["runs"] == []

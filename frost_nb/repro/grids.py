@@ -61,9 +61,9 @@ DECISIVE_STRENGTH = (10.0, 3.0)
 BUNDLES = ("adopted", "per-step", "residual")  # each below (docs/method.md section 5.5)
 # the grids whose runs depend on ``reading`` (the others are what they were fixed as)
 BUNDLE_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
-# a bundle's grid folder suffix: the per-step runs keep the names they were made with (when per-step
-# was the adopted bundle), so a run of the adopted bundle never takes an older run's name
-BUNDLE_SUFFIX = {"adopted": "-global", "per-step": "", "residual": "-residual"}
+# a bundle's grid folder suffix: the default (adopted) bundle's runs, FROST and the baselines it shares
+# with the others, in one grid per data set without a suffix; the older bundles' runs beside them
+BUNDLE_SUFFIX = {"adopted": "", "per-step": "-per-step", "residual": "-residual"}
 
 # The reading of the paper's update and halting score this project adopts (docs/method.md section 5.5):
 # the ranking sets over the batch's whole N x T loss matrix, as the paper's sections 4.2, 4.3, 5.2 say
