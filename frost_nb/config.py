@@ -104,7 +104,7 @@ HURST_PARAMS = ("sigmoid", "free")  # learnable H = sigmoid(raw) in (0, 1), or H
 SIZES = ("smoke", "demo", "paper", "cifar")
 RANK_PAIRS = ("global", "per_step")
 SKETCH_WINDOWS = ("epoch", "run")
-# what a directly trained halting head predicts (docs/method.md section 11, the variant beyond the
+# what a directly trained halting head predicts (docs/method.md section 14, the variant beyond the
 # paper): "none" (FROST's ranking losses or PonderNet's train it, or nothing does), or a per-step
 # binary target read off the detached readouts: the step's prediction is correct ("correct"), equals
 # the final step's ("settled"), or stopping there loses nothing a later step would gain ("safe")
@@ -242,7 +242,7 @@ class LossConfig(_Validated):
     ponder: bool = False  # PonderNet (Banino et al., 2021) in place of the ranking losses (section 10)
     ponder_prior: float = 0.125
     ponder_beta: float = 0.01
-    # beyond the paper (docs/method.md section 11); the defaults are FROST's own recipe
+    # beyond the paper (docs/method.md section 14); the defaults are FROST's own recipe
     deep_supervision: float = 0.0  # weight of the mean over steps of the per-step task loss (0: final only)
     distill: float = 0.0  # weight of KL(stopgrad softmax(y_T) || softmax(y_t)), mean over t < T
     halt_target: str = "none"  # HALT_TARGETS: a BCE target for the halting head instead of ranking

@@ -154,7 +154,7 @@ def ponder_loss(logits: Tensor, halt_logits: Tensor, y: Tensor, prior: float = 0
 
 def halt_targets(logits: Tensor, y: Tensor, target: str) -> Tensor:
     """The halting head's per-step binary target (N, T) float32, read off the detached readouts
-    (docs/method.md section 11, eq. (target)): "correct", c_t = [argmax y_t = y]; "settled", [argmax
+    (docs/method.md section 14, eq. (target)): "correct", c_t = [argmax y_t = y]; "settled", [argmax
     y_t = argmax y_T]; "safe", c_t or no step s >= t is correct (stopping at t loses nothing)."""
     _check_logits(logits, y)
     with torch.no_grad():

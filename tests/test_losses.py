@@ -363,3 +363,64 @@ def test_ponder_under_bf16_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = ponder_loss(logits.bfloat16(), halt.bfloat16(), y)
     assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+
+
+# --- beyond the paper: deep supervision, self-distillation, a directly trained halting head --------
+
+def _readouts(preds: list[list[int]], k: int = 3) -> torch.Tensor:
+    """(N, T, K) logits whose argmax at each step is ``preds[i][t]``."""
+    p = torch.tensor(preds)
+    return torch.nn.functional.one_hot(p, k).float() * 5.0
+
+
+def test_halt_targets_known_answers():
+    from frost_nb.losses import halt_targets
+
+    y = torch.tensor([0, 1, 2])
+    logits = _readouts([[1, 0, 0, 1],   # right at steps 2-3, wrong at the end
+                        [0, 0, 2, 2],   # never right
+                        [2, 1, 2, 2]])  # right at 1, 3, 4
+    assert halt_targets(logits, y, "correct").tolist() == [[0, 1, 1, 0], [0, 0, 0, 0], [1, 0, 1, 1]]
+    assert halt_targets(logits, y, "settled").tolist() == [[1, 0, 0, 1], [0, 0, 1, 1], [1, 0, 1, 1]]
+    # safe: right now, or no later step is right (stopping loses nothing)
+    assert halt_targets(logits, y, "safe").tolist() == [[0, 1, 1, 1], [1, 1, 1, 1], [1, 0, 1, 1]]
+    with pytest.raises(ValueError, match="target"):
+        halt_targets(logits, y, "none")
+
+
+def test_distill_loss_is_zero_when_every_readout_is_the_last_and_pulls_towards_it():
+    from frost_nb.losses import distill_loss
+
+    same = torch.randn(4, 1, 5).expand(4, 6, 5).clone()
+    assert distill_loss(same).item() == pytest.approx(0.0, abs=1e-6)
+    logits = torch.randn(4, 6, 5, requires_grad=True)
+    distill_loss(logits).backward()
+    assert logits.grad[:, -1].abs().max().item() == 0.0  # the last readout is the detached target
+    assert logits.grad[:, :-1].abs().sum().item() > 0
+
+
+def test_variant_terms_are_off_by_default_and_add_up_when_on():
+    from frost_nb.config import make_config
+    from frost_nb.losses import _per_step_ce, distill_loss, halt_targets, total_loss
+
+    torch.manual_seed(0)
+    logits, halt, y = torch.randn(8, 4, 5), torch.randn(8, 4), torch.randint(0, 5, (8,))
+    base = make_config("smoke", **{"loss.ranking": False}).loss
+    plain, _ = total_loss(logits, halt, y, base)
+    assert plain.item() == pytest.approx(F.cross_entropy(logits[:, -1], y).item())
+    on = make_config("smoke", **{"loss.ranking": False, "loss.deep_supervision": 0.5, "loss.distill": 2.0,
+                                 "loss.halt_target": "safe", "loss.lambda_halt": 3.0}).loss
+    full, _ = total_loss(logits, halt, y, on)
+    expected = (plain + 0.5 * _per_step_ce(logits, y).mean() + 2.0 * distill_loss(logits)
+                + 3.0 * F.binary_cross_entropy_with_logits(halt, halt_targets(logits, y, "safe")))
+    assert full.item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_a_halt_target_replaces_the_ranking_losses():
+    from frost_nb.config import ConfigError, make_config
+
+    with pytest.raises(ConfigError, match=r"loss\.halt_target.*loss\.ranking=False"):
+        make_config("smoke", **{"loss.halt_target": "correct"})
+    cfg = make_config("smoke", **{"loss.ranking": False, "loss.halt_target": "correct"}).loss
+    assert cfg.halting_trained and cfg.score_halting
+    assert not make_config("smoke", **{"loss.ranking": False, "loss.ponder": True}).loss.score_halting
