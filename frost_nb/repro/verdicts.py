@@ -139,7 +139,7 @@ def row(claim: int, bundle: str, form_: str, dataset: str, seeds: int | None, pa
         verdict: str, notebook: str, title: str = "", primary: bool = True) -> dict[str, Any]:
     return {"claim": claim, "title": title or C.CLAIM[claim].title, "bundle": bundle, "form": form_,
             "dataset": dataset, "seeds": NA if seeds is None else str(seeds), "paper": paper_, "ours": ours,
-            "verdict": verdict, "notebook": SOURCES.get(notebook, notebook), "primary": primary}
+            "verdict": str(verdict), "notebook": SOURCES.get(notebook, notebook), "primary": primary}
 
 
 def _mean(values) -> float:
@@ -170,6 +170,9 @@ def _forms(d: dict) -> Iterator[tuple[list[dict], dict, bool]]:
 
 
 # 1. Table 1 (02: the families; 15_update_forms: every form)
+TABLE1_UPDATE = "Table 1 gap without the ranking losses (ours)"  # claims.table1_update's row
+
+
 def table1_rows(m: Metrics) -> Iterator[dict]:
     step = paper.TABLE1_STEPS.index(C.TABLE1_STEP)
     shown = f"{paper.TABLE1['frost'][step][0]:.2f} vs {paper.TABLE1['basic_ssm'][step][0]:.2f}"
@@ -185,12 +188,15 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
             seeds = [s for s, _ in found if s in basic]
             frost = [at[(label, s)] for s in seeds]
             st = found[0][1]
-            verdict = C.table1(frost, [basic[s] for s in seeds], list(control.values()) or None,
-                               [basic[s] for s in control])
-            extra = f"; no ranking {_mean(control.values()):.2f}" if control else ""
             yield row(1, st["bundle"], form(st), d["dataset"], len(seeds), shown,
-                      f"{_mean(frost):.2f} vs {_mean(basic[s] for s in seeds):.2f}{extra}", verdict, "02",
-                      primary=label == "frost")
+                      f"{_mean(frost):.2f} vs {_mean(basic[s] for s in seeds):.2f}",
+                      C.table1(frost, [basic[s] for s in seeds]), "02", primary=label == "frost")
+            if label == "frost" and (paired := [s for s in control if s in basic]):  # ours, beside
+                yield row(1, st["bundle"], form(st), d["dataset"], len(paired), "no claim",
+                          f"no ranking {_mean(control[s] for s in paired):.2f} vs "
+                          f"{_mean(basic[s] for s in paired):.2f}",
+                          C.table1_update([control[s] for s in paired], [basic[s] for s in paired]), "02",
+                          title=TABLE1_UPDATE, primary=False)
     for name in m.names("15_update_forms*"):
         d = m.json(name)
         basic = d["basic_ssm cos t=3"]
@@ -201,8 +207,17 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
                       primary=primary)
 
 
-# 2. Appendix B (02: FROST among the families; 15_update_forms: every form; the Jacobian norm
-# decides, the step ratio kappa is shown)
+# 2. Appendix B (02: FROST among the families; 15_update_forms: every form). The growth rate of
+# the late steps' Jacobian product decides (a record's "product_norm", the median over samples of
+# ||d h_T / d h_t0||_2, over "product_steps" steps); the one-step norm and the step ratio are shown
+def _contraction_cells(rs: list[dict], kappa: list[float]) -> tuple[str, list[float] | None]:
+    rates = [C.product_rate(r["product_norm"], r["product_steps"]) for r in rs if "product_norm" in r]
+    shown = f"{rs[0]['product_steps']}-step product rate {_mean(rates):.3f}" if len(rates) == len(rs) \
+        else "k-step product not measured"
+    return (f"{shown}; one-step norm {_mean(r['jvp_norm'] for r in rs):.2f}; step ratio {_mean(kappa):.3f}",
+            rates if len(rates) == len(rs) else None)
+
+
 def contraction_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("02_scale_consistency*"):
         runs = {(r["model"], r["seed"]): run_of(d, r) for r in d["runs"]}
@@ -210,17 +225,14 @@ def contraction_rows(m: Metrics) -> Iterator[dict]:
         frost = [r for r in d.get("jacobian", []) if is_frost(runs.get((r["model"], r["seed"])))]
         if frost:
             st = runs[(frost[0]["model"], frost[0]["seed"])]
-            jvp = [r["jvp_norm"] for r in frost]
-            yield row(2, st["bundle"], form(st), d["dataset"], len(frost), "norm < 1",
-                      f"Jacobian {_mean(jvp):.2f}; step ratio "
-                      f"{_mean(kappa[(r['model'], r['seed'])] for r in frost):.3f} (descriptive)",
-                      C.contraction(jvp), "02")
+            ours, rates = _contraction_cells(frost, [kappa[(r["model"], r["seed"])] for r in frost])
+            yield row(2, st["bundle"], form(st), d["dataset"], len(frost), "kappa < 1", ours,
+                      C.contraction(rates), "02")
     for d in m.files("15_update_forms*"):
         for runs, st, primary in _forms(d):
-            jvp = [r["jvp_norm"] for r in runs]
-            yield row(2, st["bundle"], form(st), d["dataset"], len(runs), "norm < 1",
-                      f"Jacobian {_mean(jvp):.2f}; step ratio {_mean(r['kappa'] for r in runs):.3f} "
-                      "(descriptive)", C.contraction(jvp), "15", primary=primary)
+            ours, rates = _contraction_cells(runs, [r["kappa"] for r in runs])
+            yield row(2, st["bundle"], form(st), d["dataset"], len(runs), "kappa < 1", ours,
+                      C.contraction(rates), "15", primary=primary)
 
 
 # 3. Minkowski dimension (03: one protocol; 15_minkowski_protocols: eight)
@@ -354,8 +366,9 @@ def conflict_rows(m: Metrics) -> Iterator[dict]:
             st = run_of(d, _first(r for r in rs if r["model"] == "frost"))
             base = {k: v for k, v in per.items() if k != "frost"}
             yield row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
-                      f"{_mean(per['frost']):+.3f} vs {min(map(_mean, base.values())):+.3f}.."
-                      f"{max(map(_mean, base.values())):+.3f}", C.gradient_conflict(per["frost"], base),
+                      f"frost {_mean(per['frost']):+.3f}; "
+                      + ", ".join(f"{k} {_mean(v):+.3f}" for k, v in base.items()),
+                      C.gradient_conflict(per["frost"], base),
                       "15", title="" if strength == DEFAULT_STRENGTH else
                       f"Gradient conflict (rel {strength[0]:g}, abs {strength[1]:g})")
 
@@ -371,13 +384,13 @@ def _collapse(d: dict, runs: list[dict], run_of_: Callable[[dict, dict], dict | 
             continue
         scores = {k: [C.collapse_score(r["accuracy"], r["reference_accuracy"], r["one_step_share"])
                       for r in v] for k, v in _by(rs, "model").items()}
-        fell = sum(s > 0 for v in scores.values() for s in v)
+        fell = ", ".join(f"{k} {sum(s > 0 for s in v)}/{len(v)}" for k, v in scores.items())
         bundles = [s["bundle"] for s in _runs(d).values() if is_frost(s)]  # of the file's FROST runs
         bundle = max(sorted(set(bundles)), key=bundles.count) if bundles else NA  # the most common one
         yield row(8, bundle, NA, d.get("collapse_dataset", d["dataset"]),
                   min(len(v) for v in scores.values()), "all collapse",
-                  f"{fell} of {sum(map(len, scores.values()))} runs collapse at rel {strength[0]:g}, "
-                  f"abs {strength[1]:g}", C.collapse(scores), notebook,
+                  f"seeds collapsed at rel {strength[0]:g}, abs {strength[1]:g}: {fell}", C.collapse(scores),
+                  notebook,
                   title="" if strength == DEFAULT_STRENGTH else
                   f"Collapse of the baselines (rel {strength[0]:g}, abs {strength[1]:g})")
 
@@ -475,26 +488,35 @@ BACKBONE_NAMES = {"resnet": "ResNet", "vit": "ViT"}
 def table3_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("06_complexity*"):
         demo = settings(d, (d.get("demo") or {}).get("key"))
+        device = d.get("env", {}).get("device", "")
         for claim, column in ((11, "gflops / vanilla"), (12, "images_per_s / vanilla")):
             for backbone, rs in _by(d["ratios"], "backbone").items():
                 compared = [r for r in rs if r["model"] != "vanilla" and r.get(f"paper {column}") is not None]
-                if not (shown := [r for r in compared if r["model"] == "frost"]):
+                if not any(r["model"] == "frost" for r in compared):
                     continue
                 errors = [r[column] / r[f"paper {column}"] - 1 for r in compared]
                 label = BACKBONE_NAMES[backbone]
+                # frost and the family furthest from the paper's ratio (the one that decides)
+                off = {r["model"]: abs(e) for r, e in zip(compared, errors)}
+                shown = [r for r in compared if r["model"] == "frost"][:1] + \
+                    [max((r for r in compared if r["model"] != "frost"), key=lambda r: off[r["model"]])]
+                cells = [", ".join(f"{r['model']} {r[key]:.2f}" for r in shown) for key in (f"paper {column}", column)]
+                tail = f" ({device.upper()}, random weights)" if claim == 12 else ""
                 yield row(claim, demo["bundle"] if demo else NA, form(demo), "imagenet100", None,
-                          f"{label} {shown[0][f'paper {column}']:.2f}", f"{label} {shown[0][column]:.2f}",
-                          C.ratio(errors), "06", title="" if backbone == "resnet" else
-                          f"{C.CLAIM[claim].title} ({label}, frost / vanilla)")
+                          f"{label} {cells[0]}", f"{label} {cells[1]}{tail}",
+                          C.ratio(errors) if claim == 11 else C.throughput(errors, device), "06",
+                          title="" if backbone == "resnet" else f"{C.CLAIM[claim].title} ({label}, frost / vanilla)")
     for d in m.files("bench_table3_regime*"):
         device = d.get("env", {}).get("device", "")
         for backbone, rs in _by(d["ratios"], "backbone").items():
             for batch, part in sorted(_by(rs, "batch_size").items()):
                 frost = _first(r for r in part if r["model"] == "frost")
-                yield row(12, NA, NA, "imagenet100", None, f"{frost['paper']:.2f}", f"{frost['ours']:.2f}",
-                          C.ratio([r["relative_error"] for r in part]), "bench",
-                          title=f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device}, batch {batch})",
-                          primary=False)
+                gpu = backbone == "resnet" and device.startswith("cuda")  # a GPU's ResNet rows decide claim 12
+                yield row(12, NA, NA, "imagenet100", None, f"{frost['paper']:.2f}",
+                          f"{frost['ours']:.2f} ({device}, batch {batch})",
+                          C.throughput([r["relative_error"] for r in part], device), "bench",
+                          title="" if gpu else
+                          f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device}, batch {batch})", primary=gpu)
 
 
 # 15. FROST's score against other halting rules (07) and refitted heads (15_head_refit)
@@ -563,7 +585,8 @@ def _rank(r: dict) -> tuple:
     data, seeds = r["dataset"], r["seeds"]
     place = lambda ranks, x: ranks.index(x) if x in ranks else len(ranks)  # unranked last
     return (not (data == "cifar100" and r["bundle"] == "adopted"), r["title"] != C.CLAIM[r["claim"]].title,
-            not seeds.isdigit() or int(seeds) < C.MIN_SEEDS, place(DATASET_RANK, data),
+            r["verdict"].startswith(C.NOT_TESTABLE), not seeds.isdigit() or int(seeds) < C.MIN_SEEDS,
+            place(DATASET_RANK, data),
             place(BUNDLE_RANK, r["bundle"]), not r["primary"], -int(seeds) if seeds.isdigit() else 0)
 
 

@@ -1,0 +1,190 @@
+"""The rules of frost_nb.repro.claims: the seed rule (a 95% t interval), verdicts carrying their
+seeds as data, and every claim's rule decided right on both sides of its margin (a flip test:
+one case where the claim holds, one where it does not)."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from frost_nb import paper
+from frost_nb.repro import claims as C
+
+R, N, P, I = C.REPRODUCED, C.NOT, C.PARTLY, C.INCONCLUSIVE
+UP, DOWN = [0.10, 0.11, 0.12], [-0.10, -0.11, -0.12]
+
+
+# ---------------------------------------------------------------------------------------- the seed rule
+def test_the_interval_is_students_t_at_95_percent():
+    values = [0.042, 0.089, 0.097]  # claim 1's per-seed gaps on CIFAR-100
+    mean, half = C.interval(values)
+    assert mean == pytest.approx(0.076, abs=5e-4)
+    assert half == pytest.approx(4.3027 * np.std(values, ddof=1) / math.sqrt(3), rel=1e-4)  # t(0.975, 2)
+    low, high = stats.t.interval(0.95, 2, loc=np.mean(values), scale=stats.sem(values))
+    assert (mean - half, mean + half) == pytest.approx((low, high))
+    with pytest.raises(ValueError, match="two values"):
+        C.interval([0.1])
+
+
+def test_decide_needs_three_seeds_and_the_whole_interval_past_the_margin():
+    assert C.decide([0.3]) == "suggested (1 seed)" and C.decide([-0.3, -0.1]) == "not suggested (2 seeds)"
+    assert C.decide(UP) == R and C.decide(DOWN) == N
+    assert C.decide([0.10, -0.05, 0.02]) == I
+    assert C.decide(UP, 0.2) == N and C.decide(UP, 0.05) == R
+    # two standard errors (an 82% interval at 3 seeds) would call this reproduced; the t interval does not
+    gaps = [0.042, 0.089, 0.097]
+    se = np.std(gaps, ddof=1) / math.sqrt(3)
+    assert np.mean(gaps) - 0.05 > 0 and np.mean(gaps) - 0.05 < 4.30 * se
+    assert C.decide(gaps, 0.05) == I and C.decide(gaps) == R
+    assert C.decide([]) == f"{C.NOT_TESTABLE}: no runs" and C.decide([float("nan")] * 3).status == C.NOT_TESTABLE
+
+
+def test_verdicts_carry_their_seeds_as_data():
+    v = C.decide([0.3, 0.2])
+    assert (v.status, v.seeds, v.reasons) == (C.SUGGESTED, 2, ())
+    why = C.untestable("no such run")
+    both = C.combine([C.decide(UP), C.decide([0.2]), why])
+    assert both == f"suggested (1 seed); {C.NOT_TESTABLE}: no such run"
+    assert (both.status, both.seeds, both.reasons) == (C.SUGGESTED, 1, ("no such run",))
+    # a verdict whose reason mentions seeds is not parsed back: its count comes from the data
+    odd = C.untestable("the 2 seeds (of 5) were lost")
+    assert C.combine([C.decide([0.1] * 4), odd]).seeds == 4
+    assert C.combine([C.combine([C.decide(UP), C.decide(DOWN)]), C.decide(UP)]) == P
+    assert C.combine([why]).status == C.NOT_TESTABLE and C.combine([why]) == f"{C.NOT_TESTABLE}: no such run"
+
+
+def test_combine_is_a_conjunction_of_parts():
+    assert C.combine([C.decide(UP), C.decide(UP)]) == R
+    assert C.combine([C.decide(UP), C.decide(DOWN)]) == P
+    assert C.combine([C.decide(DOWN), C.decide([0.10, -0.05, 0.02])]) == N  # a part fails, none holds
+    assert C.combine([C.decide(UP), C.decide([0.10, -0.05, 0.02])]) == I
+    assert C.combine([C.decide(UP), C.decide([-0.3])]) == "not suggested (1 seed)"
+
+
+# ---------------------------------------------------------------------------------------- one flip test per rule
+def test_claim_1_frost_against_basic_ssm_alone():
+    basic = [0.80, 0.79, 0.81]
+    assert C.table1([0.842, 0.879, 0.907], basic) == R  # CIFAR-100's gaps (0.042 / 0.089 / 0.097)
+    assert C.table1([0.75, 0.76, 0.74], basic) == N
+    assert C.table1([0.93], [0.81]) == "suggested (1 seed)"  # one seed only suggests
+    assert C.TABLE1_MARGIN == 0  # the paper states none
+
+
+def test_claim_1s_update_question_is_its_own_part():
+    assert C.table1_update([0.45], [0.80]) == "not suggested (1 seed)"
+    assert C.table1_update([0.85, 0.86, 0.84], [0.80, 0.79, 0.81]) == R
+    assert C.table1_update([0.45, 0.5, 0.4], [0.80, 0.79, 0.81]) == N
+
+
+def test_claim_2_reads_the_growth_rate_of_jacobian_products():
+    assert C.product_rate(0.5 ** 8, 8) == pytest.approx(0.5)
+    assert C.contraction([0.80, 0.82, 0.78]) == R
+    assert C.contraction([1.05, 1.06, 1.04]) == N  # above 1, beyond the interval
+    assert C.contraction([0.9, 1.1, 1.0]) == I
+    v = C.contraction(None)
+    assert v.status == C.NOT_TESTABLE and "not measured" in v
+    with pytest.raises(ValueError):
+        C.product_rate(1.0, 0)
+
+
+def test_claim_3_minkowski_and_its_protocols():
+    base = {"vanilla": [1.1, 1.1, 1.12], "basic_ssm": [1.0, 1.05, 1.02]}
+    assert C.minkowski([1.3, 1.31, 1.29], base) == R and C.minkowski([1.0, 1.01, 1.0], base) == N
+    assert C.minkowski_protocols({"a": R, "b": R}) == R
+    assert C.minkowski_protocols({"a": R, "b": N}) == C.PROTOCOL_DEPENDENT
+
+
+def test_claim_4_alpha():
+    start, low, end, high = [0.5] * 3, [0.40, 0.41, 0.39], [0.45, 0.46, 0.44], [0.52, 0.5, 0.51]
+    assert C.alpha(start, low, end, high, [0.3, 0.35, 0.4], "softplus") == R
+    flat = [0.49] * 3  # no fall, no recovery, above 1: every part fails
+    assert C.alpha(start, flat, flat, [1.2, 1.3, 1.1], [0.3, 0.35, 0.4], "softplus") == N
+    assert C.alpha(start, low, end, [1.2, 1.21, 1.22], [0.3, 0.35, 0.4], "softplus") == P
+    v = C.alpha(start, low, end, high, [0.7, 0.8, 0.9], "sigmoid")
+    assert "decaying to 0" in v and "by construction" in v
+
+
+def test_claim_5_hurst():
+    alphas = {0.1: [0.7, 0.71, 0.72], 0.5: [0.5, 0.5, 0.51], 0.9: [0.4, 0.41, 0.4]}
+    assert C.hurst(alphas, [1.5, 1.6, 1.4], "free") == R
+    assert C.hurst({0.1: [0.4, 0.41, 0.4], 0.5: [0.6, 0.6, 0.61]}, [0.6, 0.7, 0.5], "free") == N
+    assert C.NOT_TESTABLE in C.hurst(alphas, [0.99, 0.98, 0.97], "sigmoid")
+
+
+def test_claim_6_loss_ablation():
+    both, acc = [0.7, 0.7, 0.7], [0.87, 0.87, 0.87]
+    assert C.loss_ablation(both, acc, [0.5, 0.5, 0.5], [0.7, 0.7, 0.7], [0.80, 0.81, 0.79]) == R
+    assert C.loss_ablation(both, acc, [0.8, 0.81, 0.8], [0.7, 0.7, 0.7], [0.9, 0.91, 0.9]) == N
+    assert C.loss_ablation(both, acc, [0.5, 0.5, 0.5], [0.2, 0.2, 0.2], [0.88, 0.88, 0.88]) == R  # scores saturate
+
+
+def test_claim_7_gradient_conflict_has_two_parts():
+    assert C.gradient_conflict(UP, {"vanilla": DOWN, "basic_ssm": DOWN}) == R
+    assert C.gradient_conflict(UP, {"vanilla": DOWN, "recurrent": UP}) == P  # one baseline agrees
+    assert C.gradient_conflict(DOWN, {"vanilla": UP}) == N
+    # digits at the defaults: frost positive on 3 of 3 seeds, recurrent too
+    frost, base = [0.078, 0.167, 0.053], {"vanilla": [-0.086, -0.037, -0.033], "recurrent": [0.068, 0.153, 0.127],
+                                          "basic_ssm": [-0.016, 0.113, -0.125]}
+    assert C.decide(frost) == I and C.gradient_conflict(frost, base) == N
+
+
+def test_claim_8_every_baseline_collapses_on_most_seeds():
+    fell, kept = [0.3, 0.35, -0.1], [-0.45, -0.44, -0.46]
+    assert C.collapse({"vanilla": fell, "recurrent": fell, "basic_ssm": fell}) == R
+    assert C.collapse({"vanilla": kept, "recurrent": kept, "basic_ssm": kept}) == N
+    assert C.collapse({"vanilla": kept, "recurrent": fell, "basic_ssm": kept}) == P
+    once = [0.3, -0.2, -0.1]  # 1 of 3 seeds: not "frequent"
+    assert C.collapse({"vanilla": once, "recurrent": once}) == N
+    assert C.collapse({"vanilla": [0.3]}) == "suggested (1 seed)"
+    assert C.collapse_score(0.2, 1.0, 0.3) > 0 and C.collapse_score(0.9, 1.0, 0.96) > 0
+    assert C.collapse_score(0.9, 1.0, 0.5) < 0
+
+
+def test_claims_9_and_10_accuracy_kept():
+    ok = {q: [C.PAPER_KEPT[q] + d for d in (0.01, 0.0, -0.01)] for q in C.KEPT_SHOWN}
+    low = {q: [C.PAPER_KEPT[q] - d for d in (0.2, 0.21, 0.19)] for q in C.KEPT_SHOWN}
+    assert C.kept(ok) == R and C.kept(low) == N
+
+
+def test_claim_11_ratios_and_claim_12_needs_a_gpu():
+    assert C.ratio([0.1, -0.15]) == R and C.ratio([0.3]) == P and C.ratio([0.6]) == N
+    assert C.ratio([-0.14, -0.24]) == P  # frost's 4.00 against 4.67, basic_ssm's 7.53 against 9.89
+    assert C.throughput([0.05], "cuda") == R and C.throughput([0.6], "cuda:0") == N
+    cpu = C.throughput([0.05], "cpu")
+    assert cpu.status == C.NOT_TESTABLE and f"{C.GPU_TABLE}.json" in cpu
+
+
+def test_claim_13_vit_depth():
+    assert C.vit_depth([4.5, 4.6, 4.4], 12, [0.37, 0.38, 0.36], [0.5, 0.5, 0.5]) == R
+    assert C.vit_depth([9.0, 9.1, 8.9], 12, [0.75, 0.76, 0.74], [0.5, 0.5, 0.5]) == N
+
+
+def test_our_claims_14_15_and_the_benchmarks():
+    assert C.fixed_depth([0.01, 0.012, 0.011]) == R and C.fixed_depth([0.0, 0.001, -0.001]) == N
+    assert C.halting_rules([0.82, 0.83, 0.82], [0.80, 0.80, 0.80]) == R
+    assert C.halting_rules([0.70, 0.71, 0.70], [0.80, 0.80, 0.80]) == N
+    assert C.head_refit([0.03, 0.04, 0.035]) == R and C.head_refit([-0.03, -0.04, -0.035]) == N
+    assert C.speed(0.95) == R and C.speed(0.8) == P and C.speed(0.5) == N
+    assert C.kll_overhead(0.001) == R and C.kll_overhead(0.02) == P and C.kll_overhead(0.2) == N
+
+
+def test_every_claim_states_its_wording_and_test():
+    assert [c.number for c in C.CLAIMS] == list(range(1, 16))
+    assert all(c.title and c.wording and c.test for c in C.CLAIMS)
+    assert "frequent collapse" in C.CLAIM[8].wording
+    assert f"{paper.TABLE1['frost'][1][0]}" in C.CLAIM[1].wording
+
+
+def test_margins_are_the_papers_zero_or_named_as_ours():
+    """Every margin constant is 0, or the source line that sets it says "ours" (with its reason)."""
+    import inspect
+
+    lines = inspect.getsource(C).splitlines()
+    margins = ("TABLE1_MARGIN", "CONTRACTION_MARGIN", "DIMENSION_MARGIN", "ALPHA_FALL", "ALPHA_RECOVERY",
+               "HURST_ALPHA_MARGIN", "RANK_NARROW", "COLLAPSE_GAP", "COLLAPSE_ACCURACY", "CONFLICT_MARGIN",
+               "COLLAPSE_FREQUENT", "KEPT_CLOSE", "RATIO_CLOSE", "VIT_DEPTH_CLOSE", "VIT_EARLIER", "FIXED_GAIN",
+               "AREA_TIE", "HEAD_MARGIN", "SPEED_CLOSE", "KLL_CHEAP")
+    for name in margins:
+        line = next(x for x in lines if x.startswith(f"{name} =") or x.startswith(f"{name}, "))
+        assert getattr(C, name) == 0 or "# ours" in line, line
