@@ -111,7 +111,8 @@ SKETCH_WINDOWS = ("epoch", "run")
 HALT_TARGETS = ("none", "correct", "settled", "safe")
 CALIBRATION_SOURCES = ("last_epoch", "val", "last_epoch+val")
 # Fields that say where and how fast a run happens, not what it learns: left out of identity().
-WHERE_FIELDS = ("data.root", "data.download", "train.device", "train.num_workers", "train.eval_batch_size")
+WHERE_FIELDS = ("data.root", "data.download", "train.device", "train.num_workers", "train.eval_batch_size",
+                "train.compile")
 
 
 def default_alpha_param(update: str) -> str:
@@ -306,7 +307,8 @@ class TrainConfig(_Validated):
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | mps
     amp: str = "auto"  # auto (bf16 on CUDA) | bf16 | off
-    channels_last: str = "auto"  # auto (on CUDA for resnet) | on | off
+    channels_last: str = "auto"  # auto (off: no GPU measured a gain yet) | on | off
+    compile: str = "auto"  # torch.compile of the training step: auto (on CUDA, one process) | on | off
     num_workers: int = 0  # DataLoader workers for folder data sets (ImageNet-100)
     # every this many optimiser steps, record the cosine between the task and ranking gradients
     # (losses.gradient_conflict; extra passes, the trained weights unchanged); 0: never
@@ -326,6 +328,7 @@ class TrainConfig(_Validated):
         self._check("device", self.device in ("auto", "cpu", "cuda", "mps"), "auto, cpu, cuda or mps")
         self._check("amp", self.amp in ("auto", "bf16", "off"), "auto, bf16 or off")
         self._check("channels_last", self.channels_last in ("auto", "on", "off"), "auto, on or off")
+        self._check("compile", self.compile in ("auto", "on", "off"), "auto, on or off")
         self._check("num_workers", self.num_workers >= 0, "a non-negative count")
         self._check("diagnostics_every", self.diagnostics_every >= 0, "0 (off) or a step count")
 

@@ -85,14 +85,21 @@ def barrier() -> None:
         dist.barrier()
 
 
+def summed_over_ranks(values: torch.Tensor) -> torch.Tensor:
+    """``values`` summed over all ranks, elementwise, on their device: one all-reduce and no host
+    sync (the tensor itself without a process group)."""
+    if in_process_group():
+        values = values.clone()  # the caller's tensor stays this rank's
+        dist.all_reduce(values)  # SUM
+    return values
+
+
 def sum_over_ranks(values: Sequence[torch.Tensor | float], device: torch.device) -> list[float]:
     """The sum over all ranks of each of a few numbers, in one all-reduce and one host sync."""
     # float32: MPS has no float64; the numbers are per-batch losses and counts
     stacked = torch.stack([torch.as_tensor(v, dtype=torch.float32, device=device).reshape(())
                            for v in values])  # (len(values),)
-    if in_process_group():
-        dist.all_reduce(stacked)  # SUM
-    return stacked.tolist()
+    return summed_over_ranks(stacked).tolist()
 
 
 @functools.cache

@@ -5,7 +5,9 @@ or PonderNet's loss (``loss.ponder``, section 10); API and reporting: docs/archi
 No framework: a plain loop over device-resident batches; a checkpoint every epoch (atomic, checked
 before any work, rescued to the temporary folder when the write is refused); a NaN guard that stops
 before the last good checkpoint is touched; per optimiser step, the data of the paper's figures 1
-(alpha) and 2 (halting scores, median threshold).
+(alpha) and 2 (halting scores, median threshold). Inside an epoch nothing waits for the device: each
+step's numbers and halting scores stay there and are read once, at the epoch's end (the training
+forward pass is compiled with torch.compile on CUDA).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from torch import Tensor
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, stored_config
 from .config import ConfigError, RunConfig, config_difference
 from .data.datasets import load_dataset, make_batches
-from .distributed import join_process_group, parallel, sum_over_ranks
+from .distributed import join_process_group, parallel, sum_over_ranks, summed_over_ranks
 from .halting import HaltingCalibrator
 from .losses import gradient_conflict, total_loss
 from .models import create_model, gap
@@ -38,6 +40,8 @@ from .paths import OutputError, check_writable
 log = logging.getLogger("frost_nb")
 
 LOGGED_PARTS = ("task", "rel", "abs", "easy_score", "hard_score")  # of the loss, per step
+# what train_forward sums of each step's batch (summed over the ranks too; the parts then averaged)
+STEP_SUMS = ("loss", "correct", "seen", "bad_scores", *LOGGED_PARTS)
 # train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
 DIAGNOSTICS = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
 NAN = float("nan")
@@ -97,6 +101,25 @@ def make_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=cfg.lr)
 
 
+def use_amp(cfg: RunConfig, device: torch.device) -> bool:
+    """bf16 autocast: ``train.amp`` "bf16", or "auto" on CUDA."""
+    return cfg.train.amp == "bf16" or (cfg.train.amp == "auto" and device.type == "cuda")
+
+
+def use_channels_last(cfg: RunConfig, device: torch.device) -> bool:
+    """channels_last layout for a ResNet: only with ``train.channels_last`` "on". "auto" leaves it
+    off: beside GroupNorm eager torch converts the layout at every norm, and no GPU measurement has
+    shown a gain yet (benchmarks/train_throughput.py measures it side by side)."""
+    return cfg.model.backbone == "resnet" and cfg.train.channels_last == "on"
+
+
+def use_compile(cfg: RunConfig, device: torch.device, world_size: int = 1) -> bool:
+    """torch.compile of the training forward pass: ``train.compile`` "on", or "auto" on CUDA in a
+    single process (compiled DDP with unused parameters is untested here: "on" forces it)."""
+    return cfg.train.compile == "on" or (cfg.train.compile == "auto" and device.type == "cuda"
+                                         and world_size == 1)
+
+
 def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: RunConfig, *,
                  amp: bool, channels_last: bool):
     """One training forward pass: the model's outputs, the total loss and its parts."""
@@ -106,6 +129,32 @@ def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: 
         out = model(x, detach_halt_input=not cfg.loss.rank_grad_to_backbone)
         loss, parts = total_loss(out.logits, out.halt_logits, y, cfg.loss)
     return out, loss, parts
+
+
+def train_forward(model: torch.nn.Module, x: Tensor, y: Tensor, cfg: RunConfig, *, amp: bool,
+                  channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """The training forward pass as the trainer runs (and compiles) it: the loss, the halting scores
+    (B, T) and the batch's STEP_SUMS (float32 (len(STEP_SUMS),)), all left on the device."""
+    out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last)
+    scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
+    sums = (loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
+            (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS))
+    # float32: MPS has no float64; the sums of one batch (and the counts) fit it exactly enough
+    return loss, scores, torch.stack([torch.as_tensor(v, dtype=torch.float32, device=x.device).reshape(())
+                                      for v in sums])
+
+
+def running_medians(sketch: HaltingCalibrator, step_scores: list[Tensor]) -> list[float]:
+    """Feed ``sketch`` the halting scores of an epoch's steps in order, and return its median after
+    each step (figure 2's ``threshold_median``): one copy to the host for the whole epoch."""
+    sizes = [s.numel() for s in step_scores]
+    flat = torch.cat([s.reshape(-1) for s in step_scores]).cpu().numpy() if step_scores else []
+    medians, start = [], 0
+    for size in sizes:
+        sketch.update(flat[start:start + size])
+        medians.append(sketch.threshold(0.5))
+        start += size
+    return medians
 
 
 def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
@@ -164,14 +213,16 @@ class Trainer:
             raise TrainingError("halting.calibrate_on='val' needs a held-out split: set "
                                 "data.val_fraction > 0 (or pass val_set)")
         self.device = next(model.parameters()).device
-        on_cuda = self.device.type == "cuda"
-        self.amp = cfg.train.amp == "bf16" or (cfg.train.amp == "auto" and on_cuda)
-        self.channels_last = cfg.model.backbone == "resnet" and (
-            cfg.train.channels_last == "on" or (cfg.train.channels_last == "auto" and on_cuda))
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed shapes: cuDNN picks its fastest kernels once
+        self.amp, self.channels_last = use_amp(cfg, self.device), use_channels_last(cfg, self.device)
         self.model = model.to(memory_format=torch.channels_last) if self.channels_last else model
         # under torchrun DDP's wrapper and this rank's share; without a halting loss its head gets no gradient
         self.parallel_model, self.batches, self.setup = parallel(
             self.model, batches, find_unused_parameters=not cfg.loss.halting_trained)
+        self.compiled = use_compile(cfg, self.device, self.setup.world_size)
+        # compiled once per process and shape (the first epoch pays for it), shared by every Trainer
+        self.forward = torch.compile(train_forward) if self.compiled else train_forward
         if self.checkpoint is not None and self.setup.is_main:  # before any work
             check_writable(self.checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
         self.optimizer = make_optimizer(self.model, cfg.train)
@@ -183,92 +234,63 @@ class Trainer:
         self.calibrator = HaltingCalibrator(cfg.halting.sketch_k)
         self.history = _new_history()
         self.epoch, self.step, self.train_seconds = 0, 0, 0.0  # epochs and optimiser steps completed
+        self.resumed = False  # fit reads the checkpoint once, on its first call
+        self.epoch_seconds = 0.0  # wall time of the latest epoch (evaluation and checkpoint included)
 
-    def fit(self, until_epoch: int | None = None) -> TrainResult:
-        """Train to ``train.epochs`` (or stop after ``until_epoch``, as an interruption would)."""
+    def fit(self, until_epoch: int | None = None, deadline: float | None = None) -> TrainResult:
+        """Train to ``train.epochs``, or stop after ``until_epoch`` (as an interruption would), or
+        before ``deadline`` (a ``time.monotonic()`` value): no epoch starts when the latest one
+        would not end by then (the first starts unless the deadline has passed). A checkpoint is
+        resumed on the first call only: later calls go on from this Trainer's own state. The
+        result's ``metrics`` stay empty until the run is complete (``self.epoch`` says how far)."""
         from tqdm.auto import tqdm
 
         cfg, main = self.config, self.setup.is_main
-        if self._resume() and main:  # every rank reads the same checkpoint
-            log.info("resumed %s after epoch %d of %d", self.checkpoint, self.epoch, cfg.train.epochs)
-        model, history = self.model, self.history
+        if not self.resumed:
+            self.resumed = True
+            if self._resume() and main:  # every rank reads the same checkpoint
+                log.info("resumed %s after epoch %d of %d", self.checkpoint, self.epoch, cfg.train.epochs)
+        model = self.model
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
         show = show_progress(self.progress) and main  # rank 0 alone shows progress and logs
         bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch,
                    desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
                    disable=not show or self.epoch >= last, leave=True)
-        every, sketch_k, world = cfg.train.diagnostics_every, cfg.halting.sketch_k, self.setup.world_size
         while self.epoch < last:
-            start = time.perf_counter()
-            model.train()
-            sketch = HaltingCalibrator(sketch_k)  # this epoch's training scores (this rank's)
-            loss_total, correct, seen = 0.0, 0, 0
-            for x, y in self.batches:
-                if every and self.step % every == 0:  # gradient conflict at the weights before the step
-                    xc = x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
-                    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
-                        g = gradient_conflict(model, xc, y, cfg.loss, per_step=True)
-                    for key, v in zip(DIAGNOSTICS, (self.step, g["cosine"], g["task_norm"],
-                                                    g["rank_norm"], g["step_cosines"])):
-                        history["diagnostics"][key].append(v)
-                out, loss, parts = forward_loss(self.parallel_model, x, y, cfg, amp=self.amp,
-                                                channels_last=self.channels_last)
-                scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
-                # sums over the ranks' shares in one all-reduce: the history logs the whole batch, and the
-                # guards stop every rank at once (one stopping alone would leave the others in backward)
-                loss_sum, batch_correct, batch_seen, bad_scores, *part_sums = sum_over_ranks(
-                    [loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
-                     (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS)], self.device)
-                batch_loss = loss_sum / batch_seen
-                at = f"at epoch {self.epoch + 1}, step {self.step + 1}"
-                if not math.isfinite(batch_loss):
-                    self._stop(f"the loss became {batch_loss} {at} (parts: {parts})")
-                if bad_scores:
-                    self._stop(f"the halting scores became non-finite {at}")
-                optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
-                self.scheduler.step()
-                self.step += 1
-                sketch.update(scores)
-                loss_total, correct, seen = loss_total + loss_sum, correct + batch_correct, seen + batch_seen
-                parts = {k: v / world for k, v in zip(LOGGED_PARTS, part_sums)}  # mean over the ranks
-                alpha, hurst = model.alpha(), model.hurst()
-                row = {"step": self.step, "epoch": self.epoch, "lr": self.scheduler.get_last_lr()[0],
-                       "loss": batch_loss, **parts, "accuracy": batch_correct / batch_seen,
-                       "alpha": alpha.item() if alpha is not None else NAN,
-                       "hurst": hurst.item() if hurst is not None else NAN,
-                       "threshold_median": sketch.threshold(0.5)}  # rank 0's: figure 2
-                for key, v in row.items():
-                    history["steps"][key].append(int(v) if key in ("step", "epoch") else float(v))
-                bar.update(1)
-                bar.set_postfix(loss=f"{batch_loss:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
-
-            bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
-            if bad:  # never calibrate on or checkpoint broken weights, whatever the loss said
-                self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
+            if deadline is not None and time.monotonic() + self.epoch_seconds > deadline:
+                if main:
+                    log.info("stopped after epoch %d of %d: another epoch (%.0f s) would end after the "
+                             "deadline", self.epoch, cfg.train.epochs, self.epoch_seconds)
+                break
+            started, start = time.monotonic(), time.perf_counter()
+            loss_total, correct, seen, sketch = self._train_epoch(bar)
             # the epoch's calibrator: each rank's training scores, and once the scores every rank holds
             # alike (the run's sketch so far, restored on resume; the held-out pass)
-            shared = HaltingCalibrator(sketch_k)
+            shared = HaltingCalibrator(cfg.halting.sketch_k)
             if cfg.halting.sketch_window == "run":
                 shared.merge(self.calibrator)
             val = None if self.val_set is None else self._outputs(self.val_set)  # the whole split, every rank
             if val is not None and "val" in cfg.halting.calibrate_on:
                 shared.update(val.scores)
             val_acc = NAN if val is None else val.accuracy
-            own = sketch if "last_epoch" in cfg.halting.calibrate_on else HaltingCalibrator(sketch_k)
-            self.calibrator = own.merge_across_ranks(shared)  # the same on every rank
+            if "last_epoch" not in cfg.halting.calibrate_on:
+                sketch = HaltingCalibrator(cfg.halting.sketch_k)
+            self.calibrator = sketch.merge_across_ranks(shared)  # the same on every rank
             self.train_seconds += time.perf_counter() - start
             self.epoch += 1
             for key, v in zip(_new_history()["epochs"], (self.epoch, loss_total / seen, correct / seen,
                                                          val_acc, self.train_seconds)):
-                history["epochs"][key].append(v)
+                self.history["epochs"][key].append(v)
             if self.checkpoint is not None and self.epoch < cfg.train.epochs:
                 self._save(complete=False)
             line = (f"epoch {self.epoch}/{cfg.train.epochs}: train loss {loss_total / seen:.4f}, train acc "
                     f"{correct / seen:.4f}, val acc {val_acc:.4f}, {self.train_seconds:.0f} s so far")
+            bar.set_postfix(loss=f"{loss_total / seen:.3f}", acc=f"{correct / seen:.3f}", refresh=False)
             if show:
                 bar.write(line)
             elif main:
                 log.info(line)
+            self.epoch_seconds = time.monotonic() - started
         bar.close()
 
         metrics = {}
@@ -284,7 +306,75 @@ class Trainer:
                 log.info("test accuracy at full depth %.4f after %d epochs, %.0f s of training",
                          test.accuracy, self.epoch, self.train_seconds)
         model.eval()
-        return TrainResult(model, self.calibrator, history, metrics, cfg, self.checkpoint)
+        return TrainResult(model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
+
+    def _train_epoch(self, bar) -> tuple[float, float, float, HaltingCalibrator]:
+        """One epoch of optimiser steps. Nothing in the loop waits for the device (unless
+        ``train.diagnostics_every`` asks for gradient probes): each step's sums, alpha and H and
+        halting scores are kept there, and read once at the end, where the guards run and the
+        history gets its rows. Returns the epoch's loss sum, correct and seen counts (all ranks)
+        and its calibrator (this rank's training scores)."""
+        cfg, model, history = self.config, self.model, self.history
+        every = cfg.train.diagnostics_every
+        model.train()
+        sums, scalars, scores, lrs = [], [], [], []  # per step: device tensors, and the host's lr
+        for x, y in self.batches:
+            if every and self.step % every == 0:  # gradient conflict at the weights before the step
+                xc = x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+                with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
+                    g = gradient_conflict(model, xc, y, cfg.loss, per_step=True)
+                for key, v in zip(DIAGNOSTICS, (self.step, g["cosine"], g["task_norm"],
+                                                g["rank_norm"], g["step_cosines"])):
+                    history["diagnostics"][key].append(v)
+            loss, step_scores, step_sums = self.forward(self.parallel_model, x, y, cfg, amp=self.amp,
+                                                        channels_last=self.channels_last)
+            optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
+            self.scheduler.step()
+            self.step += 1
+            sums.append(step_sums)
+            scalars.append(self._alpha_hurst())  # after the step, as the figure plots them
+            scores.append(step_scores)
+            lrs.append(self.scheduler.get_last_lr()[0])
+            bar.update(1)
+
+        # the epoch's one read of the device: every rank's sums in one all-reduce, so that the guards
+        # stop every rank at once (a rank stopping alone would leave the others waiting)
+        first_step = self.step - len(sums)
+        table = torch.cat([summed_over_ranks(torch.stack(sums)), torch.stack(scalars)], 1).tolist()
+        for i, (loss_sum, correct, seen, bad_scores, *part_sums, _, _) in enumerate(table):
+            at = f"at epoch {self.epoch + 1}, step {first_step + i + 1}"
+            if not math.isfinite(loss_sum / seen):
+                parts = {k: v / self.setup.world_size for k, v in zip(LOGGED_PARTS, part_sums)}
+                self._stop(f"the loss became {loss_sum / seen} {at} (parts: {parts})")
+            if bad_scores:
+                self._stop(f"the halting scores became non-finite {at}")
+        params = [(n, p) for n, p in model.named_parameters()]
+        finite = torch.stack([torch.isfinite(p).all() for _, p in params]).tolist() if params else []
+        if bad := [n for (n, _), ok in zip(params, finite) if not ok]:
+            # never calibrate on or checkpoint broken weights, whatever the loss said
+            self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
+
+        sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores (this rank's)
+        medians = running_medians(sketch, scores)  # rank 0's: figure 2
+        loss_total, correct_total, seen_total = 0.0, 0.0, 0.0
+        for i, (row, lr, median) in enumerate(zip(table, lrs, medians)):
+            loss_sum, correct, seen, _, *part_sums, alpha, hurst = row
+            loss_total, correct_total = loss_total + loss_sum, correct_total + correct
+            seen_total += seen
+            parts = {k: v / self.setup.world_size for k, v in zip(LOGGED_PARTS, part_sums)}  # mean over ranks
+            values = {"step": first_step + i + 1, "epoch": self.epoch, "lr": lr, "loss": loss_sum / seen,
+                      **parts, "accuracy": correct / seen, "alpha": alpha, "hurst": hurst,
+                      "threshold_median": median}
+            for key, v in values.items():
+                history["steps"][key].append(int(v) if key in ("step", "epoch") else float(v))
+        return loss_total, correct_total, seen_total, sketch
+
+    @torch.no_grad()
+    def _alpha_hurst(self) -> Tensor:
+        """(2,) alpha and H of the model as they are now, NaN where it has none; on the device."""
+        nan = torch.full((), NAN, device=self.device)
+        return torch.stack([nan if v is None else v.detach().float().reshape(())
+                            for v in (self.model.alpha(), self.model.hurst())])
 
     def _outputs(self, dataset) -> FullDepthPass:
         return evaluate(self.model, dataset, batch_size=self.config.train.eval_batch_size,
