@@ -253,7 +253,7 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
         yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), MINKOWSKI_PAPER,
                   f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
                   C.minkowski(frost, base), "03")
-        if d.get("protocol_runs"):  # notebook 03 measures experiment (d)'s protocols too (issue 31)
+        if d.get("protocol_runs"):  # notebook 03 measures experiment (d)'s protocols too
             yield from _protocol_rows(d, d["protocol_runs"], "03")
     for d in m.files("15_minkowski_protocols"):
         yield from _protocol_rows(d, d["runs"], "15")
@@ -551,7 +551,7 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
         if d.get("benchmark") == "adaptive_inference" and d.get("rows"):
             st = settings(d, next(iter((d.get("provenance") or {}).get("runs", [])), None))
             at = (st["bundle"] if st else NA, form(st), d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
-            # the stream (continuous batching, issue 33) at its defaults, refilled at once and the
+            # the stream (continuous batching) at its defaults, refilled at once and the
             # next images embedded a slot batch ahead: its worst cell at 1 thread
             stream = [r for r in d["rows"] if r.get("mode") == "stream" and r.get("threads", 1) == 1
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
