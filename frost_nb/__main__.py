@@ -8,6 +8,11 @@ digits, no download), run the halting quantile sweep and write figures and metri
 continuous batching); ``sweep`` evaluates a
 checkpoint over the quantile grid of the paper's Table 2; ``verdicts`` prints (or writes into,
 or checks against, the README) the verdict table of the paper's claims.
+
+A damaged input (a metrics file, a run's config or weights, the runs' index, a prepared data file) stops
+every command with one line naming the file, what is wrong and how to restore it, and exit status 2,
+before anything is written; ``--skip-damaged`` (demo, config, train, grid, verdicts) leaves such a file
+out instead and says so.
 """
 
 from __future__ import annotations
@@ -31,9 +36,10 @@ from .data.datasets import DataError, make_batches
 from .distributed import barrier, join_process_group, launched_world_size, leave_process_group
 from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
 from .inputs import ParameterError, check_split, number_in
-from .paths import OutputError, atomic_path, check_readable, check_writable, repo_root, shown_path
+from .paths import (DamagedInput, OutputError, atomic_path, check_readable, check_writable, repo_root,
+                    shown_path)
 from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
-from .runs import discard_local, export_run, run_name, stored_name, train_or_load
+from .runs import discard_local, export_run, run_name, skip_damaged, skip_or_raise, stored_name, train_or_load
 
 
 def _config(args):
@@ -199,12 +205,13 @@ def cmd_sweep(args) -> int:
     table = curve(outputs, calibrator=calibrator, quantiles=args.quantiles)[list(SWEEP_COLUMNS)]
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
     if args.csv:
+        # the sidecar <stem>.provenance.json: which run the CSV's numbers come from; made first (it
+        # reads the run's config), so that a damaged input leaves both files as they were
+        record = {"provenance": provenance.make({"checkpoint": str(args.checkpoint)})}
         with atomic_path(args.csv, "pass another --csv") as tmp:
             table.to_csv(tmp, index=False)
-        # the sidecar <stem>.provenance.json: which run the CSV's numbers come from
         with atomic_path(Path(args.csv).with_suffix(".provenance.json")) as tmp:
-            tmp.write_text(json.dumps({"provenance": provenance.make({"checkpoint": str(args.checkpoint)})},
-                                      indent=2) + "\n")
+            tmp.write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
 
@@ -249,8 +256,11 @@ def cmd_export(args) -> int:
 
 def cmd_verdicts(args) -> int:
     """The verdict tables of the paper's claims from the metrics files (frost_nb/repro/verdicts.py):
-    the README's one row per claim, docs/results.md's every row."""
-    from .repro.verdicts import MARKERS, TARGETS, current_block, replace_block, tables
+    the README's one row per claim, docs/results.md's every row; without a FILE, --write and --check
+    cover the committed runs' index (outputs/runs/index.csv) too. Everything is read before the
+    first write: a damaged input leaves every file as it was."""
+    from .repro.verdicts import MARKERS, TARGETS, Metrics, current_block, replace_block, tables
+    from .runs import index_text, read_index
 
     option, target = ("--write", args.write) if args.write is not None else ("--check", args.check)
     files = [] if target is None else [target] if target else [str(repo_root() / name) for name in TARGETS]
@@ -262,29 +272,43 @@ def cmd_verdicts(args) -> int:
     if args.metrics_dir is not None:
         check_readable(args.metrics_dir, "the metrics folder", "pass --metrics-dir an existing folder",
                        folder=True, error=ParameterError)
-    made = tables(args.metrics_dir)
+    made = tables(Metrics(args.metrics_dir))
     if target is None:  # no file to write or check
         print(made["summary"])
-    stale = 0
-    for file in files:
-        text = Path(file).read_text()
-        if not (kinds := [k for k in MARKERS if current_block(text, k) is not None]):
+    texts = {file: Path(file).read_text() for file in files}
+    for file, text in texts.items():
+        if not any(current_block(text, k) is not None for k in MARKERS):
             raise ParameterError(f"{file} has no verdicts block ({', '.join(s for s, _ in MARKERS.values())})")
-        if args.write is not None:
-            for kind in kinds:
+    index, new_index = paths.committed_runs_dir() / "index.csv", None
+    if target == "":  # no FILE: the runs' index too, read whole before any write
+        try:
+            if args.check is not None:
+                read_index(index.parent)
+            new_index = index_text(index.parent)
+        except DamagedInput as err:
+            skip_or_raise(err)  # --skip-damaged: the index is neither checked nor written
+    if args.write is not None:
+        for file, text in texts.items():
+            for kind in (k for k in MARKERS if current_block(text, k) is not None):
                 text = replace_block(text, made[kind], kind)
             with atomic_path(file, f"pass {option} a writable file") as tmp:  # an interrupted write keeps the file
                 tmp.write_text(text)
-            continue
-        for kind in kinds:
-            if (old := current_block(text, kind)) != made[kind]:
-                diff = difflib.unified_diff(old.splitlines(), made[kind].splitlines(),
-                                            f"{file} ({kind} verdicts block)", "generated from the metrics",
-                                            lineterm="")
-                print("\n".join(diff), file=sys.stderr)
-                print(f"{file}: the verdict table is stale; refresh it with python -m frost_nb verdicts --write",
-                      file=sys.stderr)
-                stale = 1
+        if new_index is not None:
+            with atomic_path(index) as tmp:
+                tmp.write_text(new_index)
+        return 0
+    stale = 0
+    pairs = [(f"{file} ({kind} verdicts block)", current_block(text, kind), made[kind], "verdict table")
+             for file, text in texts.items() for kind in MARKERS if current_block(text, kind) is not None]
+    if new_index is not None:
+        pairs.append((str(index), index.read_text(), new_index, "runs' index"))
+    for name, old, new, what in pairs:
+        if old != new:
+            diff = difflib.unified_diff(old.splitlines(), new.splitlines(), name, "generated", lineterm="")
+            print("\n".join(diff), file=sys.stderr)
+            print(f"{name}: the {what} is stale; refresh it with python -m frost_nb verdicts --write",
+                  file=sys.stderr)
+            stale = 1
     return stale
 
 
@@ -306,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
                        help="any config field, e.g. --set train.lr=0.1 (repeatable)")
         p.add_argument("--retrain", action="store_true", help="train again, ignoring stored runs")
         p.add_argument("--no-progress", action="store_true")
+        skip_option(p)
+
+    def skip_option(p):
+        p.add_argument("--skip-damaged", action="store_true",
+                       help="leave a damaged stored run or metrics file out (and say so) instead of "
+                            "stopping; a committed run left out may be trained again")
 
     run_options(sub.add_parser("demo", help="the main job: FROST on digits + halting sweep"),
                 dataset="digits")
@@ -328,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the bundle of defaults of the grids that have one (grids.BUNDLE_GRIDS): "
                         "adopted (today's), per-step (most committed runs) or residual (the runs before both)")
     p.add_argument("--no-progress", action="store_true")
+    skip_option(p)
     for name, helptext in (("evaluate", "adaptive inference at one quantile"),
                            ("sweep", "halting quantile sweep")):
         p = sub.add_parser(name, help=helptext)
@@ -359,21 +390,29 @@ def main(argv: list[str] | None = None) -> int:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--write", metavar="FILE", nargs="?", const="",
                        help="replace the tables between the verdicts markers of FILE (default: README.md "
-                            "and docs/results.md)")
+                            "and docs/results.md, and outputs/runs/index.csv from the runs)")
     group.add_argument("--check", metavar="FILE", nargs="?", const="",
-                       help="exit 1 when FILE's tables (default: README.md's and docs/results.md's) differ "
-                            "from the generated ones")
+                       help="exit 1 when FILE's tables (default: README.md's and docs/results.md's, and "
+                            "outputs/runs/index.csv) differ from the generated ones")
+    skip_option(p)
     args = parser.parse_args(argv)
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     commands = {"demo": cmd_demo, "config": cmd_config, "train": cmd_train, "grid": cmd_grid,
                 "evaluate": cmd_evaluate, "sweep": cmd_sweep, "export": cmd_export, "verdicts": cmd_verdicts}
     try:
-        return commands[args.command](args)
+        with skip_damaged(getattr(args, "skip_damaged", False)) as skipped:
+            status = commands[args.command](args)
     except (ConfigError, DataError, ParameterError, checkpoint.CheckpointError, training.TrainingError,
-            OutputError) as err:
+            OutputError, DamagedInput) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for line in skipped:
+        print(f"left out (--skip-damaged): {line}", file=sys.stderr)
+    if skipped:
+        print(f"--skip-damaged: {len(skipped)} damaged input(s) left out of what this command printed or "
+              "wrote", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import torch
 from .config import ConfigError, ModelConfig, RunConfig
 from .halting import HaltingCalibrator
 from .models import create_model
-from .paths import OutputError, atomic_path, path_problem, repo_root
+from .paths import OutputError, atomic_path, path_problem, repo_root, restore_hint
 
 FORMAT = 2  # bump when the layout of the checkpoint dict changes (2: the config stored whole, every field)
 XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of an xz stream: a compressed checkpoint
@@ -145,8 +145,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError,
             lzma.LZMAError) as err:
         raise CheckpointError(f"checkpoint {path} is damaged or not a frost_nb checkpoint "
-                              f"({type(err).__name__}: {_torch_reason(err)}); delete it and train "
-                              "again") from err
+                              f"({type(err).__name__}: {_torch_reason(err)}); {_damage_fix(path)}") from err
     if not isinstance(state, dict) or "config" not in state or "model" not in state:
         raise CheckpointError(f"checkpoint {path} is not a frost_nb checkpoint (no config or weights)")
     if state.get("format") != FORMAT:
@@ -157,6 +156,12 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         state["history"] = {**state["history"], "steps": {
             k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in steps.items()}}
     return state
+
+
+def _damage_fix(path: Path) -> str:
+    """How to replace a damaged checkpoint: git's copy of a committed one, else a new training."""
+    hint = restore_hint(path)
+    return hint if "git checkout" in hint else "delete it and train again"
 
 
 def stored_config(path: str | os.PathLike, state: dict[str, Any]) -> RunConfig:

@@ -61,6 +61,31 @@ class OutputError(OSError):
     the fix. An ``OSError``, so code that handles failed writes keeps handling it."""
 
 
+class DamagedInput(Exception):
+    """A file that a result or a verdict is read from cannot be read (cut off, not of its format,
+    lacking what its reader needs); the message names the file, what is wrong and how to restore
+    it (``restore_hint``). Not an ``OSError`` or ``ValueError``: no handler of those may take it
+    for a missing or empty input and carry on without it."""
+
+
+def restore_hint(path: str | os.PathLike, regenerate: str | None = None) -> str:
+    """How to get a good ``path`` back: ``git checkout -- FILE`` when git tracks it (FILE relative
+    to the repository), else, or besides, ``regenerate`` (the command that writes it again)."""
+    import subprocess
+
+    path, root = Path(os.path.abspath(path)), repo_root()
+    tracked = False
+    if path.is_relative_to(root):
+        try:  # any file tracked at or under path (a run folder counts)
+            tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "--", str(path)], cwd=root,
+                                     capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            tracked = False
+    ways = ([f"git checkout -- {path.relative_to(root).as_posix()}"] if tracked else []) + \
+        ([regenerate] if regenerate else [])
+    return "restore it: " + " or ".join(ways) if ways else "replace it with a good copy"
+
+
 def _reason(err: OSError) -> str:  # the system's words, without the path (the message names it)
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return "the disk is full"

@@ -5,30 +5,35 @@ notebooks, the command line and the grids get a trained model. Above ``checkpoin
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import logging
 import os
 import platform
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Iterator
 
 import pandas as pd
 import torch
 import torch.distributed as dist
 
-from .checkpoint import CheckpointError, export_lean, load_checkpoint, load_model
+from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model, save_checkpoint
 from .config import ConfigError, RunConfig, config_difference
-from .paths import atomic_path, cache_dir, check_writable, committed_runs_dir
+from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, restore_hint,
+                    shown_path)
 from .training import TrainResult, train
 
 log = logging.getLogger("frost_nb")
 CONFIG_FILE, MODEL_FILE, METRICS_FILE = "config.json", "model.pt", "metrics.json"
 INDEX_COLUMNS = ("run", "dataset", "model", "backbone", "update", "seed", "epochs", "test_accuracy",
                  "minutes", "hardware")
+INDEX_FIX = "python -m frost_nb verdicts --write (it writes the index again from the runs)"
 _READ: dict[str, None] = {}  # run names handed out since the last take_read (what a metrics file read)
+_SKIPPING: list[dict[str, None] | None] = []  # skip_damaged's stack: what each open one skipped (None: none)
 
 
 @dataclass(frozen=True)
@@ -67,32 +72,106 @@ def file_stamp(path: Path) -> tuple[str, tuple[int, int]]:
     return str(path), (st.st_mtime_ns, st.st_size)
 
 
+@contextmanager
+def skip_damaged(skip: bool = True) -> Iterator[dict[str, None]]:
+    """Within it (``skip``), a reader that meets a damaged file (``skip_or_raise``) leaves the file
+    out instead of stopping: the ``--skip-damaged`` of the command line. Yields what was left out,
+    one line each, filled as the readers go, for the caller to say so. ``skip=False`` makes every
+    reader stop again inside an outer one (what is published is never read with a file left out)."""
+    skipped: dict[str, None] = {}
+    _SKIPPING.append(skipped if skip else None)
+    try:
+        yield skipped
+    finally:
+        _SKIPPING.pop()
+
+
+def skip_or_raise(err: DamagedInput) -> None:
+    """Raise ``err``, a damaged input; inside ``skip_damaged()`` note it (once) and return instead."""
+    if not _SKIPPING or _SKIPPING[-1] is None:
+        raise err
+    _SKIPPING[-1][str(err)] = None
+
+
+def one_line(err: BaseException) -> str:
+    """``err`` as ``Type: message`` on one line (a damaged-input message quotes it)."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+def _run_fix(folder: Path) -> str:
+    """How to restore a damaged file of the run folder ``folder`` (``restore_hint``'s regenerate)."""
+    if folder.parent.parent.resolve() == cache_dir().resolve():
+        return f"delete the local run {shown_path(folder)} (it trains again on its next use)"
+    return "train the run again and export it (python -m frost_nb export RUN_FOLDER)"
+
+
+def damaged_run_file(path: Path, problem: str) -> DamagedInput:
+    """The ``DamagedInput`` of ``path``, a file of a run folder (or the folder itself)."""
+    folder = path.parent if path.name in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) else path
+    return DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, _run_fix(folder))}")
+
+
 @functools.lru_cache(maxsize=4096)
-def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str] | None:
+def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str]:
     """The config in ``path`` and its identity, read again when ``stamp`` (``file_stamp``) changes;
-    None, with a warning naming the file, when this code cannot read it."""
+    ``DamagedInput`` naming the file when this code cannot read it (never cached)."""
     try:
         config = RunConfig.from_dict(json.loads(Path(path).read_text()))
-        return config, identity_key(config)
-    except (ConfigError, TypeError, ValueError, OSError) as err:
-        log.warning("skipping run %s: unreadable config (%s)", Path(path).parent, err)
-        return None
+    except (ConfigError, AttributeError, TypeError, ValueError, OSError) as err:
+        raise damaged_run_file(Path(path), f"unreadable run config ({one_line(err)})") from err
+    return config, identity_key(config)
+
+
+def read_config(path: str | os.PathLike) -> RunConfig:
+    """The run config in the file ``path`` (a run's ``config.json``); ``DamagedInput`` naming it
+    when it cannot be read."""
+    return _read_config(*file_stamp(Path(path)))[0]
+
+
+def read_metrics(folder: str | os.PathLike) -> dict[str, Any]:
+    """The ``metrics.json`` of the run folder ``folder``, a dict; ``DamagedInput`` naming the file
+    when it is missing or cannot be read."""
+    path = Path(folder) / METRICS_FILE
+    try:
+        metrics = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise damaged_run_file(path, f"unreadable run metrics ({one_line(err)})") from err
+    if not isinstance(metrics, dict):
+        raise damaged_run_file(path, f"run metrics that are a {type(metrics).__name__}, not a JSON object")
+    return metrics
 
 
 def stored_runs(root: Path) -> list[StoredRun]:
     """Every run folder under ``root`` (``<root>/<grid>/<label>/config.json``), by name; a
-    config this code cannot read is skipped with a warning naming the file."""
-    return [StoredRun(path.parent.relative_to(root).as_posix(), path.parent, *read)
-            for path in sorted(root.glob(f"*/*/{CONFIG_FILE}"))
-            if (read := _read_config(*file_stamp(path))) is not None]
+    config this code cannot read is a ``DamagedInput`` naming the file (inside ``skip_damaged()``:
+    the run is left out, and said so)."""
+    found = []  # sorted by name as a string (Path order differs between Python versions)
+    for path in sorted(root.glob(f"*/*/{CONFIG_FILE}"), key=lambda p: p.relative_to(root).as_posix()):
+        try:
+            found.append(StoredRun(path.parent.relative_to(root).as_posix(), path.parent,
+                                   *_read_config(*file_stamp(path))))
+        except DamagedInput as err:
+            skip_or_raise(err)
+    return found
 
 
 def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
     """The stored run of ``config``: the local store first (a run trained here wins), then the
-    committed runs (what a fresh clone has); only finished ones unless ``finished=False``."""
+    committed runs (what a fresh clone has); only finished ones unless ``finished=False``. A
+    committed run of ``config`` that lacks its weights or metrics is a ``DamagedInput``: it is
+    never trained again in its place unless the caller skips damaged inputs."""
     want = identity_key(config)
-    return next((run for root in (cache_dir(), committed_runs_dir()) for run in stored_runs(root)
-                 if run.identity == want and (run.finished or not finished)), None)
+    for root in (cache_dir(), committed_runs_dir()):
+        for run in stored_runs(root):
+            if run.identity != want:
+                continue
+            if run.finished or not finished:
+                return run
+            if not _is_local(run):
+                missing = [f for f in (MODEL_FILE, METRICS_FILE) if not (run.folder / f).is_file()]
+                skip_or_raise(damaged_run_file(run.folder / missing[0], f"the committed run {run.name} "
+                                               f"lacks its {' and '.join(missing)}"))
+    return None
 
 
 def stored_name(config: RunConfig) -> str | None:
@@ -122,9 +201,14 @@ def check_name(name: str) -> str:
 
 def _taken(name: str, config: RunConfig) -> bool:
     """Whether a stored run of another config holds ``name``, here or among the committed runs."""
-    paths = (root / name / CONFIG_FILE for root in (cache_dir(), committed_runs_dir()))
-    return any(path.is_file() and ((read := _read_config(*file_stamp(path))) is None
-                                   or read[1] != identity_key(config)) for path in paths)
+    for path in (root / name / CONFIG_FILE for root in (cache_dir(), committed_runs_dir())):
+        try:
+            if path.is_file() and _read_config(*file_stamp(path))[1] != identity_key(config):
+                return True
+        except DamagedInput as err:
+            skip_or_raise(err)  # skipped: the name stays taken
+            return True
+    return False
 
 
 def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
@@ -196,8 +280,8 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
                                found.checkpoint, from_cache=True)
         except CheckpointError as err:
             if not _is_local(found):
-                raise CheckpointError(f"{err}: the committed run {found.name} is damaged; restore it "
-                                      f"(git checkout -- {found.folder}) or train it with retrain") from err
+                raise CheckpointError(f"{err} (the committed run {found.name}; retrain=True, --retrain, "
+                                      "trains it again in the local store instead)") from err
             _set_aside(found.checkpoint, err)  # then the next stored run, else training
             (found.folder / METRICS_FILE).unlink(missing_ok=True)
     if (root := cache_dir()).resolve() == committed_runs_dir().resolve():
@@ -235,21 +319,26 @@ def run_name(checkpoint: str | os.PathLike | None) -> str | None:
 
 def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None = None) -> Path:
     """Copy the finished local run folder ``source``, lean, into ``target_root/<same name>`` (default
-    ``outputs/runs/``, what gets committed), regenerate the index there; return the new folder."""
+    ``outputs/runs/``, what gets committed), regenerate the index there; return the new folder.
+    Every file it reads (the run's three, the runs already there) is read before the first write:
+    a damaged one stops it with the target untouched."""
     source = Path(source).resolve()
     if missing := [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]:
         raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "
                               "(<store>/<grid>/<label>/ with config.json, model.pt and metrics.json)")
     root = Path(target_root) if target_root is not None else committed_runs_dir()
     folder = root / source.parent.name / source.name
+    ours = read_config(source / CONFIG_FILE)
+    read_metrics(source)
+    lean = lean_state(load_checkpoint(source / MODEL_FILE, map_location="cpu"))
     if (folder / CONFIG_FILE).is_file():
-        theirs = RunConfig.from_dict(json.loads((folder / CONFIG_FILE).read_text()))
-        ours = RunConfig.from_dict(json.loads((source / CONFIG_FILE).read_text()))
+        theirs = read_config(folder / CONFIG_FILE)
         if identity_key(theirs) != identity_key(ours):
             raise CheckpointError(f"{folder} holds another run ({config_difference(theirs, ours)}): "
                                   "train this one under another name (--name GRID/LABEL) to export it")
+    index_rows(root, but=f"{source.parent.name}/{source.name}")  # the index's other runs, before any write
     (folder / METRICS_FILE).unlink(missing_ok=True)  # until the export is whole it reads as unfinished
-    export_lean(source / MODEL_FILE, folder / MODEL_FILE)
+    save_checkpoint(folder / MODEL_FILE, lean, compress=True)
     for name in (CONFIG_FILE, METRICS_FILE):  # metrics.json last: it marks the run finished
         with atomic_path(folder / name) as tmp:
             shutil.copyfile(source / name, tmp)
@@ -257,25 +346,73 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
     return folder
 
 
-def write_index(root: str | os.PathLike | None = None) -> Path:
-    """``index.csv`` of the runs under ``root`` (default ``outputs/runs/``): one row per run
-    (INDEX_COLUMNS; minutes of training, test accuracy at full depth), sorted by name."""
+def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None) -> list[dict[str, Any]]:
+    """The rows of ``root``'s index (INDEX_COLUMNS; default root ``outputs/runs/``), the run ``but``
+    left out; every run read whole: a damaged or unfinished one is a ``DamagedInput``, never a row
+    with gaps (and never left out, even inside ``skip_damaged()``)."""
     root = Path(root) if root is not None else committed_runs_dir()
     rows = []
-    for run in stored_runs(root):
-        try:
-            m = json.loads((run.folder / METRICS_FILE).read_text()) if run.finished else {}
-        except (OSError, ValueError) as err:
-            log.warning("index: %s has an unreadable %s (%s)", run.name, METRICS_FILE, err)
-            m = {}
-        c, accuracy = run.config, m.get("test_accuracy")
-        rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
-                     "backbone": c.model.backbone, "update": c.model.update, "seed": c.train.seed,
-                     "epochs": c.train.epochs,
-                     "test_accuracy": None if accuracy is None else round(accuracy, 4),
-                     "minutes": round(m["train_seconds"] / 60, 1) if "train_seconds" in m else None,
-                     "hardware": m.get("hardware", m.get("device"))})
+    with skip_damaged(False):
+        for run in stored_runs(root):
+            if run.name == but:
+                continue
+            if not run.checkpoint.is_file():
+                raise damaged_run_file(run.checkpoint, f"run {run.name} lacks its {MODEL_FILE}")
+            m, c = read_metrics(run.folder), run.config
+            accuracy = m.get("test_accuracy")
+            rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
+                         "backbone": c.model.backbone, "update": c.model.update, "seed": c.train.seed,
+                         "epochs": c.train.epochs,
+                         "test_accuracy": None if accuracy is None else round(accuracy, 4),
+                         "minutes": round(m["train_seconds"] / 60, 1) if "train_seconds" in m else None,
+                         "hardware": m.get("hardware", m.get("device"))})
+    return rows
+
+
+def index_text(root: str | os.PathLike | None = None) -> str:
+    """``index.csv`` of the runs under ``root`` as text: a row per run (``index_rows``), sorted by name."""
+    return pd.DataFrame(index_rows(root), columns=list(INDEX_COLUMNS)).to_csv(index=False)
+
+
+def write_index(root: str | os.PathLike | None = None) -> Path:
+    """``index.csv`` of the runs under ``root`` (default ``outputs/runs/``): one row per run
+    (INDEX_COLUMNS; minutes of training, test accuracy at full depth), sorted by name. Every run is
+    read before the file is replaced: a damaged one leaves it as it was (``index_rows``)."""
+    root = Path(root) if root is not None else committed_runs_dir()
+    text = index_text(root)
+    with atomic_path(root / "index.csv") as tmp:
+        tmp.write_text(text)
+    return root / "index.csv"
+
+
+def read_index(root: str | os.PathLike | None = None) -> pd.DataFrame:
+    """``root``'s ``index.csv`` (default ``outputs/runs/``), checked against its runs: the header
+    INDEX_COLUMNS, every row whole, one row per run folder and no other. A file that fails is a
+    ``DamagedInput`` naming it, what is wrong and how to restore it. Its values may still be stale:
+    ``index_text(root)`` is what they should read."""
+    root = Path(root) if root is not None else committed_runs_dir()
     path = root / "index.csv"
-    with atomic_path(path) as tmp:
-        pd.DataFrame(rows, columns=list(INDEX_COLUMNS)).to_csv(tmp, index=False)
-    return path
+
+    def damaged(problem: str) -> DamagedInput:
+        return DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, INDEX_FIX)}")
+
+    try:
+        lines = list(csv.reader(path.read_text().splitlines(), strict=True))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise damaged(f"unreadable run index ({one_line(err)})") from err
+    if not lines or tuple(lines[0]) != INDEX_COLUMNS:
+        raise damaged(f"its header is not {','.join(INDEX_COLUMNS)}")
+    if short := [i + 1 for i, line in enumerate(lines) if len(line) != len(INDEX_COLUMNS)]:
+        raise damaged(f"line {short[0]} has not the {len(INDEX_COLUMNS)} fields of a row (cut off or edited)")
+    listed = [line[0] for line in lines[1:]]
+    with skip_damaged(False):
+        held = [run.name for run in stored_runs(root)]
+    if listed != held:
+        gone, new = sorted(set(held) - set(listed)), sorted(set(listed) - set(held))
+        what = "; ".join(filter(None, (gone and f"{len(gone)} of its runs missing, e.g. {gone[0]}",
+                                       new and f"{len(new)} runs that do not exist, e.g. {new[0]}")))
+        raise damaged(f"its rows are not the run folders beside it ({what or 'out of order'})")
+    try:
+        return pd.read_csv(path)
+    except (ValueError, pd.errors.ParserError) as err:
+        raise damaged(f"unreadable run index ({one_line(err)})") from err

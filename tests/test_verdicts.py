@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from frost_nb.__main__ import main
-from frost_nb.paths import repo_root
+from frost_nb.paths import DamagedInput, repo_root
 from frost_nb.repro import claims as C
 from frost_nb.repro import verdicts as V
 
@@ -126,8 +126,8 @@ def test_missing_and_unreadable_files(tmp_path):
     assert V.verdict_rows(tmp_path / "no such folder") == []
     folder = _copy(tmp_path, "06_complexity.json")
     _edit(folder, "06_complexity.json", lambda d: d.pop("ratios"))
-    with pytest.warns(UserWarning, match="table3"):
-        assert V.verdict_rows(folder) == []
+    with pytest.raises(DamagedInput, match="06_complexity.json: table3_rows cannot read it"):
+        V.verdict_rows(folder)  # never a table without that claim's rows (tests/test_damaged_inputs.py)
 
 
 # ---------------------------------------------------------------------------------------- provenance

@@ -4,7 +4,7 @@ Every metrics file carries, at its top level (a CSV in a sidecar ``<stem>.proven
 
     "provenance": {
         "commit": "27fde73-dirty",                     # git describe --always --dirty
-        "runs": ["fashion-mnist-demo-families/frost-seed0", ...],   # <grid>/<label>, sorted
+        "runs": ["fashion-mnist-demo-families-per-step/frost-seed0", ...],   # <grid>/<label>, sorted
         "settings": {"<run>": {"label": ..., "bundle": ..., "model": ..., "update": ..., ...}}
     }
 
@@ -16,13 +16,13 @@ Every metrics file carries, at its top level (a CSV in a sidecar ``<stem>.proven
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..config import RunConfig
 from ..paths import cache_dir, committed_runs_dir, repo_root
+from ..runs import read_config
 from ..runs import take_read as _take_read
 from .grids import bundle_of, family_of
 
@@ -68,9 +68,11 @@ def settings_of(cfg: RunConfig, label: str | None = None) -> dict[str, Any]:
 
 
 def config_of(name: str) -> RunConfig:
+    """The config of the stored run ``name``; a damaged one is a ``DamagedInput`` naming its file
+    (a metrics file is never written with a run's settings missing)."""
     if (folder := run_folder(name)) is None:
         raise FileNotFoundError(f"no stored run {name!r} in {committed_runs_dir()} or {cache_dir()}")
-    return RunConfig.from_dict(json.loads((folder / "config.json").read_text()))
+    return read_config(folder / "config.json")
 
 
 def named_runs(record: Any, label: str | None = None) -> dict[str, str | None]:

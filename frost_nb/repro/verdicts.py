@@ -9,8 +9,10 @@
 
 A metrics file's runs and their settings (bundle, update form, seed, ...) come from its ``provenance``
 (``frost_nb.repro.provenance``) and nowhere else; numbers whose run it does not name are left out. A
-missing file drops its rows; one a claim cannot read drops that claim's rows with a warning. The command
-line: ``python -m frost_nb verdicts [--write | --check]`` (docs/testing.md).
+missing file drops its rows; a damaged one (cut off, not JSON, lacking what a claim reads) is a
+``DamagedInput`` naming it and how to restore it, never a table without its rows (inside
+``runs.skip_damaged()``, ``--skip-damaged``, that claim's rows are left out and the command says so). The
+command line: ``python -m frost_nb verdicts [--write | --check]`` (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import csv
 import json
 import os
 import re
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -28,9 +29,10 @@ import pandas as pd
 
 from .. import paper
 from ..config import LossConfig
-from ..paths import repo_root
+from ..paths import DamagedInput, repo_root, restore_hint, shown_path
 from ..repro import claims as C
 from .grids import family_of, slug
+from ..runs import one_line, read_metrics, skip_or_raise
 from .provenance import run_folder
 
 COLUMNS = ("claim", "title", "bundle", "form", "dataset", "seeds", "paper", "ours", "verdict", "notebook")
@@ -68,21 +70,47 @@ def default_metrics_dir() -> Path:
 # Reading the files
 
 class Metrics:
-    """The metrics files of one folder, read on demand; a missing file reads as ``None``."""
+    """The metrics files of one folder, read on demand; a missing file reads as ``None``, a damaged
+    one is a ``DamagedInput`` naming it (inside ``runs.skip_damaged()``: ``None``, and noted there)."""
 
     def __init__(self, folder: str | os.PathLike | None = None):
         self.folder = Path(folder) if folder is not None else default_metrics_dir()
         self._json: dict[str, Any] = {}
+        self.current: Path | None = None  # the file read last: the one a claim that fails was reading
+
+    def damaged(self, path: Path, problem: str) -> DamagedInput:
+        return DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, _writer(path.name))}")
+
+    def _read(self, path: Path, parse: Callable[[str], Any]) -> Any:
+        self.current = path
+        try:
+            return parse(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError, csv.Error) as err:
+            skip_or_raise(self.damaged(path, f"unreadable ({one_line(err)})"))
+            return None
 
     def json(self, name: str) -> dict[str, Any] | None:
+        path = self.folder / f"{name}.json"
+        self.current = path
         if name not in self._json:
-            path = self.folder / f"{name}.json"
-            self._json[name] = json.loads(path.read_text()) if path.is_file() else None
+            self._json[name] = self._read(path, json.loads) if path.is_file() else None
+            if self._json[name] is not None and not isinstance(self._json[name], dict):
+                self._json[name] = skip_or_raise(self.damaged(path, "not a JSON object"))
         return self._json[name]
 
+    def csv(self, path: Path) -> list[dict[str, str]] | None:
+        """The rows of the CSV file ``path`` (a sweep), by header, each whole."""
+        rows = self._read(path, lambda text: list(csv.DictReader(text.splitlines())))
+        if rows is not None and any(None in r or None in r.values() for r in rows):
+            return skip_or_raise(self.damaged(path, "a row with other fields than its header (cut off?)"))
+        return rows
+
     def names(self, pattern: str) -> list[str]:
-        """Stems of the metrics JSON files matching ``pattern`` (no sidecars), sorted."""
-        return sorted(p.stem for p in self.folder.glob(f"{pattern}.json") if not p.stem.endswith(".provenance"))
+        """Stems of the metrics JSON files matching ``pattern`` (no sidecars), sorted; each is read
+        here, so a damaged one stops the tables before any row (or, skipped, is not named)."""
+        stems = sorted(p.stem for p in self.folder.glob(f"{pattern}.json")
+                       if not p.stem.endswith(".provenance"))
+        return [stem for stem in stems if self.json(stem) is not None]
 
     def files(self, pattern: str) -> Iterator[dict]:
         return (d for d in map(self.json, self.names(pattern)) if isinstance(d, dict))
@@ -156,6 +184,15 @@ def _by(rows, key) -> dict[Any, list]:
 
 def _source(name: str) -> str:
     return SOURCES.get(name[:2] if name[:2].isdigit() else name.split("_")[0], name)
+
+
+def _writer(name: str) -> str:
+    """What writes the metrics file ``name`` again: its notebook, or the command of ``SOURCES``."""
+    source = _source(name)
+    if source.isdigit():
+        return f"run notebooks/{next(iter(_notebook_names(source)), source)} again"
+    return {"sweep CLI": "python -m frost_nb sweep --csv FILE", "bench": "run its benchmark in benchmarks/",
+            "docs/fidelity.md": "run its experiment again (docs/fidelity.md)"}.get(source, f"run {source} again")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -429,18 +466,24 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
     for path in sorted(m.folder.glob("sweep_*.csv")):
         if not (side := path.with_suffix(".provenance.json")).is_file():
             continue  # a CSV without its provenance names no run
-        prov = json.loads(side.read_text())["provenance"]
+        if (record := m.json(side.stem)) is None or (rows := m.csv(path)) is None:
+            continue  # damaged, and skipped (runs.skip_damaged)
+        prov = record["provenance"]
         if len(prov["runs"]) != 1 or not is_frost(st := prov["settings"][prov["runs"][0]]):
             continue
-        sweep = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(path.read_text().splitlines())]
+        sweep = [{k: float(v) for k, v in r.items()} for r in rows]
         yield "sweep", st, st["dataset"], [sweep], [_run_curve(prov["runs"][0])]
 
 
 def _run_curve(name: str) -> list[float] | None:
     """A committed run's test accuracy at each fixed depth (its metrics.json)."""
     folder = run_folder(name)
-    path = folder / "metrics.json" if folder else None
-    return json.loads(path.read_text()).get("test_accuracy_per_step") if path and path.is_file() else None
+    if folder is None or not (folder / "metrics.json").is_file():
+        return None
+    try:
+        return read_metrics(folder).get("test_accuracy_per_step")
+    except DamagedInput as err:
+        return skip_or_raise(err)
 
 
 def table2_rows(m: Metrics) -> Iterator[dict]:
@@ -593,14 +636,14 @@ def _rank(r: dict) -> tuple:
 def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """Every row from the metrics in ``metrics_dir`` (default: the committed ones), by claim, the
     decisive evidence first within each claim (``_rank``)."""
-    m = Metrics(metrics_dir)
+    m = metrics_dir if isinstance(metrics_dir, Metrics) else Metrics(metrics_dir)
     rows = []
     for find in CLAIM_ROWS:
         try:
             rows += list(find(m))  # all of a claim's rows, or none
         except (AttributeError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as err:
-            warnings.warn(f"verdicts: {find.__name__} cannot read the metrics in {m.folder} "
-                          f"({type(err).__name__}: {err}); its rows are left out", stacklevel=2)
+            skip_or_raise(m.damaged(m.current or m.folder, f"{find.__name__} cannot read it "
+                                    f"({one_line(err)}): a damaged file, or a rule reading a field it lacks"))
     unique: dict[tuple, dict] = {}
     for r in sorted(rows, key=lambda r: (r["claim"], _rank(r))):  # two files holding the same runs: once
         unique.setdefault(tuple(v for k, v in r.items() if k != "notebook"), r)
