@@ -450,3 +450,20 @@ def test_adopted_label_takes_another_setting_only_above_the_margin():
     assert adopted_label(above, ref) == "rank_frac = 0.25"
     assert adopted_label(below, ref) == ref
     assert adopted_label(pd.Series({ref: 0.9, "rank_frac = 0.25": 0.8}), ref) == ref
+
+
+def test_variant_grid_differs_from_frost_only_in_its_losses():
+    """The variant beyond the paper is FROST's default run with the ranking losses replaced by its own
+    terms (docs/method.md section 14): every other setting, the data and the epochs are the same, and
+    FROST beside it is the families grid's run (not trained again)."""
+    from frost_nb.repro.grids import VARIANT_LABEL
+
+    runs = grid("variant", "demo", "cifar100", seeds=(0, 1))
+    assert list(runs) == ["frost seed 0", f"{VARIANT_LABEL} seed 0", "frost seed 1", f"{VARIANT_LABEL} seed 1"]
+    frost, variant = runs["frost seed 0"], runs[f"{VARIANT_LABEL} seed 0"]
+    assert frost.identity() == grid("families", "demo", "cifar100")["frost"].identity()
+    differ = {k for k, v in variant.flat().items() if frost.flat()[k] != v}
+    assert differ <= {"loss.ranking", "loss.rank_grad_to_backbone", "loss.deep_supervision", "loss.distill",
+                      "loss.halt_target"} and "loss.halt_target" in differ
+    assert variant.loss.score_halting and not variant.loss.ranking
+    assert runs.run_name(f"{VARIANT_LABEL} seed 0").startswith("cifar100-demo-variant/frost-")

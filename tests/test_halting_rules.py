@@ -461,3 +461,33 @@ def test_rule_throughput_reports_each_setting_with_its_spread():
     assert (table["images_per_s"] <= table["images_per_s_max"]).all()
     fixed = table[table["rule"] == FIXED]
     assert list(fixed["mean_depth"]) == [1.0, 4.0, 6.0]  # linspace(1, 6, 3) rounded: 1, 4, 6
+
+
+def test_halting_gains_known_answers():
+    """Two steps, four samples: a score that stops the two samples right at step 1 there and runs
+    the rest to step 2 beats a fixed depth at its mean depth by a quarter."""
+    import pandas as pd
+
+    from frost_nb.analysis.curves import curve, halting_gains, oracle_curve
+    from frost_nb.analysis.halting_rules import FIXED
+    from frost_nb.halting import HaltingCalibrator
+    from frost_nb.training import FullDepthPass
+
+    y = torch.tensor([0, 0, 0, 0])
+    # readouts: samples 0 and 1 right at both steps, samples 2 and 3 right only at step 2
+    logits = torch.tensor([[[5.0, 0], [5, 0]], [[5, 0], [5, 0]], [[0, 5], [5, 0]], [[0, 5], [5, 0]]])
+    scores = torch.tensor([[0.6, 0.2], [0.6, 0.2], [0.1, 0.7], [0.1, 0.7]])  # high where stopping is safe
+    p = FullDepthPass(scores, torch.logit(scores), logits, y)
+    calibrator = HaltingCalibrator(200).update(scores)
+    curves = pd.concat([curve(p, calibrator=calibrator, quantiles=(0.375,), model="m"),
+                        curve(p, FIXED, model="m"), oracle_curve(p, "m")], ignore_index=True)
+    g = halting_gains(curves, 2, quantiles=(0.375,)).iloc[0]
+    # q = 0.375: tau = 0.2 (the third of eight scores), so samples 0-1 stop at 1, 2-3 at 2: depth 1.5, all
+    # right; a fixed depth at 1.5 reads halfway between 0.5 (t = 1) and 1.0 (t = 2)
+    assert calibrator.threshold(0.375) == pytest.approx(0.2)
+    assert g["gap_q0.375"] == pytest.approx(1.0 - 0.75)
+    assert g["full_depth"] == 1.0 and g["fixed_auc"] == pytest.approx(0.75)
+    # the oracle: 0.5 at depth 1, 1.0 from depth 1.5 on; the rule's one point extends flat to both ends
+    # (curve_auc), so its area passes the oracle's and the share closed exceeds 1
+    assert g["oracle_auc"] == pytest.approx(0.875) and g["auc"] == pytest.approx(1.0)
+    assert g["closed"] == pytest.approx((1.0 - 0.75) / (0.875 - 0.75)) and g["worst_gap"] == g["gap_q0.375"]

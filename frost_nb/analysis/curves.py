@@ -193,3 +193,29 @@ def side_by_side(groups: dict[str, dict[Any, Any]], rivals: dict[str, dict[Any, 
         [f"gain_over_{rival_name}"] if rivals is not None else [])
     by = pd.concat(parts).groupby(["group", "quantile"], sort=False)
     return by[columns].mean().assign(runs=by["run"].nunique()).reset_index()
+
+
+def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTILES[:-1]):
+    """One row per model of ``curves`` (``model_curves`` tables): the area under FROST's rule (its
+    score at the calibrated quantiles), a fixed depth's and the oracle's (``curve_auc``); ``closed``,
+    the share of the fixed-depth-to-oracle gap in area that the rule closes; ``full_depth``, the
+    accuracy at t = T; and ``gap_q<q>``, the rule's accuracy at quantile q minus a fixed depth's at
+    the same mean depth (``versus_fixed_depth``), for each of ``quantiles`` (Table 2's, but q = 1,
+    where both are full depth); ``worst_gap``, the least of them."""
+    from .halting_rules import curve_auc
+
+    rows = []
+    for model, part in curves.groupby("model", sort=False):
+        rule, fixed, oracle = (part[part["rule"] == name] for name in (FROST, FIXED, ORACLE))
+        if rule.empty:
+            continue
+        area = {name: curve_auc(c, steps) for name, c in (("rule", rule), ("fixed", fixed), ("oracle", oracle))}
+        at_q = rule[np.isin(rule["quantile"].to_numpy(), np.asarray(quantiles, dtype=float))]
+        gaps = versus_fixed_depth(at_q, fixed).set_index("quantile")["gain"]
+        full = fixed.loc[fixed["mean_depth"] == steps, "accuracy"]
+        rows.append({"model": model, "auc": area["rule"], "fixed_auc": area["fixed"], "oracle_auc": area["oracle"],
+                     "closed": (area["rule"] - area["fixed"]) / (area["oracle"] - area["fixed"]),
+                     "full_depth": float(full.iloc[0]) if len(full) else math.nan,
+                     **{f"gap_q{q:g}": float(gaps.get(q, math.nan)) for q in quantiles},
+                     "worst_gap": float(gaps.min()) if len(gaps) else math.nan})
+    return pd.DataFrame(rows)

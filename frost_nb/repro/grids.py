@@ -45,7 +45,7 @@ FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
 ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
 # adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
-         "update_forms", "loss_strength", "vit", "rank_frac")
+         "update_forms", "loss_strength", "vit", "rank_frac", "variant")
 # the ViT family at a CPU-feasible budget (issue 17): the paper's 12 steps of its ViT-B/16 family at
 # the size's width, VIT_EPOCHS epochs at demo size (the size's own at paper size)
 VIT_STEPS = 12
@@ -201,6 +201,16 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
         m: {"model.name": m, "model.backbone": "vit", "model.steps": VIT_STEPS, **PER_STEP_BUNDLE}
         for m in ("frost", *FAMILIES[:3])},
 }
+# Beyond the paper (docs/method.md section 14; notebook 08): FROST's architecture under the default bundle,
+# its ranking losses replaced by the variant's terms, chosen by the pilot (docs/results.md) before its
+# 3-seed runs; the grid sets it beside FROST's own run of the same seed (the families grid's, not retrained)
+VARIANT_PILOT_ARMS = {
+    "deep supervision, correct": {"loss.deep_supervision": 1.0, "loss.halt_target": "correct"},
+    "distillation, settled": {"loss.distill": 1.0, "loss.halt_target": "settled"}}
+VARIANT_LABEL = "frost (deep supervision, correct)"
+VARIANT = {**ADOPTED_BUNDLE, "loss.ranking": False, "loss.rank_grad_to_backbone": False,
+           **VARIANT_PILOT_ARMS["deep supervision, correct"]}
+GRID_TABLES[("variant", None)] = {"frost": ADOPTED_BUNDLE, VARIANT_LABEL: VARIANT}
 UPDATE_FORMS_CHECK = {
     f"{u}, h0 = embedding": {**PER_STEP_HALTING, "model.update": u, "model.init_state": "embedding",
                              "train.epochs": ABLATION_EPOCHS} for u in UPDATE_CHECK_FORMS}
