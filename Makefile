@@ -3,7 +3,9 @@
 #               embedded digits set (a load: its run is committed) and run the halting sweep
 #   make test   unit tests, every notebook at smoke size under nbval, papermill smoke runs, and
 #               notebook 05 in JupyterLab in headless Chromium (tests/test_browser.py); every
-#               real data set hidden, downloads off; fails if it changed any file git tracks
+#               real data set hidden, downloads off; fails if it changed any file git tracks.
+#               GitHub Actions runs it too (.github/workflows/ci.yml, SKIP_BROWSER=1), a workflow
+#               that tests/test_ci.py checks here with actionlint (the test extra installs it)
 # and a third thing people do:
 #   make lab    JupyterLab on notebooks/ with the project's environment
 PYTHON ?= python3

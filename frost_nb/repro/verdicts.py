@@ -96,6 +96,9 @@ class Metrics:
             self._json[name] = self._read(path, json.loads) if path.is_file() else None
             if self._json[name] is not None and not isinstance(self._json[name], dict):
                 self._json[name] = skip_or_raise(self.damaged(path, "not a JSON object"))
+            elif self._json[name] is not None and not isinstance(self._json[name].get("provenance"), dict):
+                self._json[name] = skip_or_raise(self.damaged(  # every writer records one (provenance.make)
+                    path, "no provenance record (which runs its numbers come from)"))
         return self._json[name]
 
     def csv(self, path: Path) -> list[dict[str, str]] | None:
