@@ -1,17 +1,17 @@
-"""Move a file that is too big for one transfer in parts, and put it back together, verified.
+"""Move a file that is too big for one upload in parts, and put it back together, verified.
 
-A lent GPU machine receives the working tree (tracked files included) with every call, 64 MiB
-in all (docs/scaling.md, "The cifar size on a lent GPU"). The CIFAR-100 train file (112 MB) does
-not fit beside the repository, so it travels in parts over several calls into an ignored folder,
-and is joined there once every part has arrived:
+An offline GPU host takes a limited upload per command, the checkout's tracked files included
+(docs/scaling.md, "The cifar size on an offline GPU host"). A file larger than the room left
+travels in parts over several commands into an ignored folder, and is joined there once every
+part has arrived:
 
-    python scripts/parts.py split data/cifar100/train.npz .gpu/parts --max-mib 12   # here
-    python scripts/parts.py join .gpu/parts/train.npz.manifest.json data/cifar100  # there
+    python scripts/parts.py split .gpu/send/cifar100/train.webp.npz .gpu/parts --max-mib 28  # here
+    python scripts/parts.py join .gpu/parts/train.webp.npz.manifest.json .gpu/store            # host
 
 ``split`` writes ``<name>.partNN`` files and ``<name>.manifest.json`` (each part's size and
 SHA-256, and the whole file's). ``join`` refuses a missing or damaged part, naming it, and
 writes the joined file atomically only when its SHA-256 is the manifest's. Standard library
-only: the GPU machine need not have this project installed.
+only: the host need not have this project installed.
 """
 
 from __future__ import annotations

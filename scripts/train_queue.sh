@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Long CPU trainings in the background, resumable across sessions (issue 31's CIFAR-100 grids).
+# Long CPU trainings in the background, resumable after a restart or on another machine.
 #
 #   scripts/train_queue.sh JOBS LOGDIR NAME
 #
@@ -8,16 +8,16 @@
 # skipped. Each worker (NAME: A, B, ...) claims the next line no worker has claimed yet (mkdir
 # LOGDIR/claim.N, atomic), runs it to the end, and takes the next; one worker per core, one thread each:
 #
-#   export FROST_CACHE=/root/frost_cache OMP_NUM_THREADS=1
-#   for w in A B; do setsid nohup scripts/train_queue.sh jobs.txt /root/frost_logs $w \
-#       >> /root/frost_logs/$w.log 2>&1 < /dev/null & done
+#   export FROST_CACHE=${FROST_CACHE:-outputs/cache} OMP_NUM_THREADS=1 LOGS=${LOGS:-outputs/tmp/logs}
+#   mkdir -p "$LOGS"; for w in A B; do setsid nohup scripts/train_queue.sh jobs.txt "$LOGS" $w \
+#       >> "$LOGS/$w.log" 2>&1 < /dev/null & done
 #
 # Every run saves a full checkpoint after each epoch in $FROST_CACHE/<grid>/<label>/model.pt and
 # resumes from it, and a finished run is loaded, not retrained: after a restart remove LOGDIR's
 # claim.* folders and start the workers again. To keep edits of the working tree from reaching a
 # running job, run the workers from a frozen checkout (git worktree add --detach ../train HEAD;
-# cd there, PYTHONPATH=. and FROST_DATA=<the data root>). A session that may lose its machine keeps
-# the states of unfinished runs in outputs/partial/ (its README).
+# cd there, PYTHONPATH=. and FROST_DATA=<the data root>). Work that may lose its machine keeps the
+# states of unfinished runs in outputs/partial/ (its README).
 set -u
 jobs=$1 logdir=$2 name=$3
 py=${PY:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}

@@ -1,4 +1,4 @@
-"""scripts/parts.py: a file too big for one transfer to the GPU machine, split and joined, verified."""
+"""scripts/parts.py: a file too big for one upload to a GPU host, split and joined, verified."""
 
 import importlib.util
 import os
