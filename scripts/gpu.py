@@ -421,7 +421,8 @@ def describe(plan: Plan, run: RunSpec) -> str:
     rate = "measured" if s.measured else "an estimate from the code, not measured"
     lines = [f"host: {h.gpu_s / 60:g} min of GPU time per allocation (start-up {h.startup_s / 60:g} "
              f"counted), {h.command_s / 60:g} min per command, {_mib(h.upload_bytes)} per upload, "
-             f"{h.return_files} files of {_mib(h.return_file_bytes)} back, bare again after {h.idle_s:g} s idle",
+             f"{h.return_files} files of {_mib(h.return_file_bytes)} back, bare again after "
+             f"{h.idle_s:g} s idle",
              f"checkout uploaded with every command: {_mib(plan.travelling)} (the host reads "
              f"{_mib(plan.needed)} of it), the unfinished checkpoint {_mib(plan.checkpoint_bytes)} on top "
              f"from the second allocation, wheels {_mib(plan.wheel_bytes)}",
@@ -546,9 +547,10 @@ def ensure_packages(repo: Path = REPO, site: Path | None = None, wheels=WHEELS) 
     not resolved on the host) and install the pinned wheels whose module is missing into
     ``site`` (pip, no index, no dependencies); returns the requirements installed."""
     site = Path(site) if site is not None else repo / SITE
-    for path in (str(repo), str(site)):
-        if path not in sys.path and Path(path).is_dir():
-            sys.path.insert(0, path)
+    if importlib.util.find_spec("frost_nb") is None:
+        sys.path.insert(0, str(repo))
+    if site.is_dir() and str(site) not in sys.path:
+        sys.path.insert(0, str(site))
     importlib.invalidate_caches()
     missing = [w for w in wheels if importlib.util.find_spec(w.module) is None]
     if not missing:
@@ -864,7 +866,8 @@ class StandIn:
             time.sleep(0.05)
         output = proc.communicate()[0]
         self.log.append({"allocation": self.allocation, "command": command, "sent_bytes": sent,
-                         "killed": killed, "rc": proc.returncode})
+                         "killed": killed, "rc": proc.returncode,
+                         "seconds": round(time.monotonic() - t0, 1)})
         if proc.returncode != 0 and not killed:
             raise GpuError(f"the command failed on the stand-in host:\n{command}\n{output[-4000:]}")
         check_out(self.out, self.host)
@@ -915,9 +918,8 @@ def rehearse(work: Path, *, run: RunSpec = REHEARSAL, speed: Speed = Speed(), ho
             (here / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(repo / name, here / name)
     hit, _ = find_source(run.dataset, data_root())
-    source = hit[1] if hit is not None and hit[0] == "packed" else standin_cifar100(work / "standin")
-    standin = hit is None or hit[0] != "packed"
-    say(f"data: {source}" + (" (a stand-in in CIFAR-100's format)" if standin else ""))
+    source = hit[1] if hit is not None else standin_cifar100(work / "standin")
+    say(f"data: {source}" + (" (a stand-in in CIFAR-100's packed format)" if hit is None else ""))
     root = work / "data"
     prepare(run.dataset, root, source=source, download=False)
     config = run.config()
@@ -930,7 +932,7 @@ def rehearse(work: Path, *, run: RunSpec = REHEARSAL, speed: Speed = Speed(), ho
     checkpoint = checkpoint_estimate(config, train_images)
     travelling = travelling_bytes(here)
     overhead = travelling + checkpoint + wheel_bytes() + 8192 + MIB
-    host = replace(host, upload_bytes=overhead + math.ceil(packed.stat().st_size / host.max_uploads) + 1024)
+    host = replace(host, upload_bytes=overhead + math.ceil(packed.stat().st_size / host.max_uploads) + 4096)
     plan = make_plan(run, host, speed, data_bytes=packed.stat().st_size, travelling=travelling,
                      needed=needed_bytes(here), wheel_bytes=wheel_bytes(), checkpoint_bytes=checkpoint,
                      epochs=config.train.epochs, train_images=train_images, val_images=val_images)
@@ -944,8 +946,8 @@ def rehearse(work: Path, *, run: RunSpec = REHEARSAL, speed: Speed = Speed(), ho
         kill = (lambda out: (out / grid / label / "model.pt").is_file()) if first else None
         for i, upload in enumerate(plan.uploads, 1):
             last = i == len(plan.uploads)
-            back, output, killed = stand.run(here, upload.command + (" --device cpu" if last else ""),
-                                             upload.send, kill_when=kill if last else None)
+            back, output, killed = stand.run(here, upload.command, upload.send,
+                                             kill_when=kill if last else None)
             say(f"allocation {k}, upload {i}: {upload.command}" + (" (killed)" if killed else "")
                 + f"\n{output[-1500:]}")
         before, os.environ["FROST_DATA"] = os.environ.get("FROST_DATA"), str(root)  # here: the test split
@@ -1042,6 +1044,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("rehearse", help="every printed command at smoke size on a stand-in host (here)")
     p.add_argument("--work", default=None, help="the stand-in's folder (default: a temporary one)")
     args = parser.parse_args(argv)
+    if args.command in ("receive", "train"):  # on the host: this checkout's package, never another
+        sys.path.insert(0, str(REPO))
     try:
         if args.command in ("plan", "pack"):
             ensure_packages(REPO, wheels=())

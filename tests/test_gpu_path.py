@@ -34,7 +34,7 @@ def test_rehearsal_kills_mid_training_and_resumes_on_a_bare_host(tmp_path, monke
     monkeypatch.delenv("OUT", raising=False)
     lines = []
     result = gpu.rehearse(tmp_path, say=lines.append)
-    assert "a stand-in in CIFAR-100's format" in lines[0]  # the tests hide the real data sets
+    assert "a stand-in in CIFAR-100's packed format" in lines[0]  # the tests hide the real data sets
     assert result["uploads"] == 3
     log = result["log"]
     assert [e["allocation"] for e in log] == [1, 1, 1, 2, 2, 2]
