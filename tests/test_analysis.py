@@ -11,11 +11,12 @@ from frost_nb.analysis.trajectories import (
     contraction_summary,
     cosine_to_final,
     fit_contraction,
+    jacobian_norm,
     jacobian_norms,
     jacobian_summary,
+    product_summary,
     scale_consistency_rows,
     similarity_matrix,
-    step_jacobian_norm,
 )
 from frost_nb.config import LossConfig, make_config
 from frost_nb.losses import gradient_conflict
@@ -226,6 +227,44 @@ def test_jvp_norm_of_a_linear_step_map_is_its_operator_norm():
     assert (got > 1).all()  # the residual form does not contract with this branch
 
 
+def test_k_step_product_norm_of_a_linear_step_map_is_the_norm_of_its_power():
+    # the step map's linear part M is not normal, so the 3-step product's norm ||M^3||_2 lies
+    # strictly below ||M||_2^3: the product is measured, not the one-step norm raised to k
+    W = torch.randn(16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4)) / 6
+    a = 0.5
+    M = (1 - a) * torch.eye(16, dtype=torch.float64) + a * W
+    exact = torch.linalg.matrix_norm(torch.linalg.matrix_power(M, 3), ord=2).item()
+    assert exact < 0.95 * torch.linalg.matrix_norm(M, ord=2).item() ** 3
+    model = _linear_leaky(W=W, alpha=a, steps=4)
+    got = jacobian_norms(model, _double_batches(n=5), steps=3, start=1, iters=100)
+    assert got.shape == (5, 1)  # one product per sample: d h_4 / d h_1
+    torch.testing.assert_close(got, torch.full((5, 1), exact, dtype=torch.float64), rtol=1e-6, atol=0)
+    windows = jacobian_norms(model, _double_batches(n=2), steps=2, iters=100)  # t = 0, 1, 2
+    two = torch.linalg.matrix_norm(M @ M, ord=2).item()
+    torch.testing.assert_close(windows, torch.full((2, 3), two, dtype=torch.float64), rtol=1e-6, atol=0)
+    s = product_summary(got[:, 0], 3)
+    assert s["product_steps"] == 3 and s["product_norm"] == pytest.approx(exact, rel=1e-6)
+    with pytest.raises(ValueError, match="start"):
+        jacobian_norms(model, _double_batches(n=2), steps=3, start=2)
+
+
+def test_one_step_norms_are_the_products_of_one_step():
+    # the default (steps 1 from t = 0) is the k = 1 case of the product: the same draws, the same norms
+    model = _model(steps=3, **{"model.update": "leaky"}).eval()
+    x, y = _batches(n=4, batch=4)[0]
+    with torch.no_grad():
+        h, ctx = model.prologue(x)
+    one = jacobian_norm(model, h, ctx, 0, iters=5, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(jacobian_norms(model, [(x, y)], iters=5)[:, 0], one, rtol=0, atol=0)
+
+
+def test_product_summary_known_answer():
+    s = product_summary(torch.tensor([4.0, 1.0, 2.0, 3.0, 0.5]), 8)
+    assert s == {"product_norm": 2.0, "product_norm_q25": 1.0, "product_norm_q75": 3.0, "product_steps": 8}
+    with pytest.raises(ValueError, match="norms"):
+        product_summary(torch.zeros(0), 8)
+
+
 def test_jvp_summary_of_a_contraction_and_of_the_residual_form():
     # W symmetric with eigenvalues 0.3..0.45 and 0.6: leaky's M has norm 1 - a + 0.6 a < 1, the
     # canonical form's I + a W has norm 1 + 0.6 a > 1; every sample and step the same
@@ -254,7 +293,7 @@ def test_jvp_norm_per_sample_against_the_full_jacobian(backbone):
     with torch.no_grad():
         ctx = model.context(model.embed(x))
         h = model.step(model.init_state(ctx), ctx, 0)
-    est = step_jacobian_norm(model, h, ctx, 1, iters=50, generator=torch.Generator().manual_seed(0))
+    est = jacobian_norm(model, h, ctx, 1, iters=50, generator=torch.Generator().manual_seed(0))
     assert est.shape == (3,)
     for i in range(3):
         one = ctx.select(torch.tensor([i]))

@@ -1,7 +1,9 @@
 """Measurements behind the paper's geometric claims (FROST, Yu and Hwang, ICML 2026), docs/method.md
 section 9: scale consistency (Table 1, section 9.1), contraction fitted from the step sizes
-(section 9.3) and from the Jacobian, sigma_t = ||d h_{t+1} / d h_t||_2 of each sample at its own
-state (appendix B's argument needs sigma_t <= kappa < 1; the step sizes are only a proxy for it).
+(section 9.3) and from the Jacobian along each sample's own trajectory: the one-step norm
+sigma_t = ||d h_{t+1} / d h_t||_2 and the k-step product's ||d h_{t+k} / d h_t||_2, whose growth
+rate per step decides appendix B's claim (products bounded by kappa^k, kappa < 1; the step sizes
+are only a proxy for it, and a one-step norm bounds a product from above only).
 Pure functions over a ``FullDepthPass`` (``training.evaluate``, the one pass that runs a model).
 """
 
@@ -82,19 +84,25 @@ def contraction_summary(traj: FullDepthPass) -> dict:
             "bound_holds": holds.all(1).float().mean().item()}
 
 
-def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters: int = 20,
-                       generator: torch.Generator | None = None) -> Tensor:
-    """(N,) spectral norm of d h_{t+1} / d h_t for each sample, at the states ``h`` (N, *state):
-    power iteration on J^T J, batched (the step maps every sample on its own, so the Jacobian is
-    block-diagonal) and normalised per sample. A lower bound rising towards sigma_max, error like
-    (sigma_2 / sigma_max)^(2 iters). Attention runs on the math kernel: the fused CPU kernel has
-    no forward mode."""
+def jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, steps: int = 1, *, iters: int = 20,
+                  generator: torch.Generator | None = None) -> Tensor:
+    """(N,) spectral norm of d h_{t+steps} / d h_t for each sample, at the states ``h`` (N, *state):
+    the product of the step Jacobians t .. t+steps-1 along the sample's trajectory (steps = 1: the
+    one-step norm). Power iteration on J^T J, batched (the steps map every sample on its own, so
+    the Jacobian is block-diagonal) and normalised per sample. A lower bound rising towards
+    sigma_max, error like (sigma_2 / sigma_max)^(2 iters). Attention runs on the math kernel: the
+    fused CPU kernel has no forward mode."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if iters < 1:
-        raise ValueError(f"iters={iters} must be at least 1")
+    if iters < 1 or steps < 1:
+        raise ValueError(f"iters={iters} and steps={steps} must be at least 1")
     h = h.detach()  # (N, *state), in the model's dtype
-    f = lambda z: model.step(z, ctx, t)  # h_t -> h_{t+1}, like h
+
+    def f(z):  # h_t -> h_{t+steps}, like h
+        for s in range(t, t + steps):
+            z = model.step(z, ctx, s)
+        return z
+
     v = torch.randn(h.shape, generator=generator, dtype=h.dtype).to(h.device)  # (N, *state)
     unit = (-1,) + (1,) * (h.dim() - 1)  # a per-sample norm (N,) shaped to broadcast against h
     v = v / v.flatten(1).norm(dim=1).view(unit)
@@ -111,21 +119,28 @@ def step_jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, *, iters:
     return jv.flatten(1).norm(dim=1)  # (N,) ||J v|| with ||v|| = 1
 
 
-def jacobian_norms(model: torch.nn.Module, batches, *, iters: int = 20,
+def jacobian_norms(model: torch.nn.Module, batches, *, steps: int = 1, start: int = 0, iters: int = 20,
                    max_samples: int | None = None, seed: int = 0) -> Tensor:
-    """(N, T) sigma_{i,t} = ||d h_{t+1} / d h_t||_2, t = 0..T-1, along the model's own trajectory (CPU)."""
+    """(N, W) ||d h_{t+steps} / d h_t||_2 (``jacobian_norm``) for t = start .. T-steps, along the
+    model's own trajectory (CPU): by default (steps 1, start 0) sigma_t for t = 0..T-1, (N, T);
+    with start = T - steps the one product from h_start to h_T, (N, 1)."""
     model.eval()
+    last = model.config.steps - steps  # the last t whose product ends at h_T
+    if not 0 <= start <= last:
+        raise ValueError(f"start={start} with steps={steps}: need 0 <= start <= T - steps = {last}")
     generator = torch.Generator().manual_seed(seed)
     rows = []
     for x, _ in first_batches(batches, max_samples):
         with torch.no_grad():
             h, ctx = model.prologue(x)
         norms = []  # the step loop by hand: each state's Jacobian is probed before the next step
-        for t in range(model.config.steps):
-            norms.append(step_jacobian_norm(model, h, ctx, t, iters=iters, generator=generator))
-            with torch.no_grad():
-                h = model.step(h, ctx, t)
-        rows.append(torch.stack(norms, 1).cpu())  # (B, T)
+        for t in range(last + 1):
+            if t >= start:
+                norms.append(jacobian_norm(model, h, ctx, t, steps, iters=iters, generator=generator))
+            if t < last:
+                with torch.no_grad():
+                    h = model.step(h, ctx, t)
+        rows.append(torch.stack(norms, 1).cpu())  # (B, W)
     if not rows:
         raise ValueError("jacobian_norms got no batches (an empty split?)")
     return torch.cat(rows)
@@ -147,17 +162,33 @@ def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
 
 
 JVP_SAMPLES = 200  # test samples whose step Jacobians are estimated (power iteration, 20 rounds)
-LATE_STEP = 7  # 0-based: contraction is judged on the late steps 8..T (claims.contraction)
+LATE_STEP = 7  # 0-based: the one-step norms are read over the late steps 8..T
+PRODUCT_START = 8  # t0: claim 2 reads the product d h_T / d h_t0 (claims.contraction, method.md 9.3)
+
+
+def product_summary(norms: Tensor, steps: int) -> dict:
+    """The k-step product norms (N,) of ``jacobian_norms`` over ``steps`` steps -> their median over
+    samples with its quartiles (``product_norm``, what claims.product_rate reads) and ``product_steps``."""
+    if norms.dim() != 1 or norms.numel() == 0:
+        raise ValueError(f"norms must be (N,) with N >= 1, got shape {tuple(norms.shape)}")
+    q = torch.quantile(norms.double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+    return {"product_norm": q[1].item(), "product_norm_q25": q[0].item(), "product_norm_q75": q[2].item(),
+            "product_steps": int(steps)}
 
 
 def run_jacobian_summary(result, max_samples: int = JVP_SAMPLES) -> dict:
-    """``jacobian_summary`` of a trained run over the late steps (LATE_STEP on), on the first
-    ``max_samples`` test images, on the CPU (the forward-mode passes run there)."""
+    """``jacobian_summary`` of a trained run over the late steps (LATE_STEP on), and the
+    ``product_summary`` of d h_T / d h_t0 (t0 = PRODUCT_START), on the first ``max_samples`` test
+    images, on the CPU (the forward-mode passes run there)."""
     cfg = result.config
     batches = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False,
                            augment=False, device="cpu")
-    norms = jacobian_norms(result.model.cpu(), batches, max_samples=max_samples)
-    return jacobian_summary(norms, first_step=min(LATE_STEP, cfg.model.steps - 1))
+    model, steps = result.model.cpu(), cfg.model.steps
+    norms = jacobian_norms(model, batches, max_samples=max_samples)
+    start = min(PRODUCT_START, steps - 1)
+    product = jacobian_norms(model, batches, steps=steps - start, start=start, max_samples=max_samples)
+    return {**jacobian_summary(norms, first_step=min(LATE_STEP, steps - 1)),
+            **product_summary(product[:, 0], steps - start)}
 
 
 def run_trajectories(result, split: str = "test", max_samples: int | None = None):
