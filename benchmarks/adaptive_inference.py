@@ -96,7 +96,7 @@ from frost_nb.paths import committed_runs_dir
 from frost_nb.training import load_split
 
 # frost, seed 0, of Fashion-MNIST (the default) and CIFAR-100: the first committed of the adopted
-# bundle's run (global ranking sets, issue 30) and the per-step bundle's, until the former lands
+# bundle's run (global ranking sets) and the per-step bundle's, until the former lands
 DEFAULT_RUNS = {"fashion-mnist": ("fashion-mnist-demo-families/frost-seed0",
                                   "fashion-mnist-demo-families-per-step/frost-seed0"),
                 "cifar100": ("cifar100-demo-families/frost-seed0",

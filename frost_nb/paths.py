@@ -6,7 +6,7 @@ never over the committed outputs.
 
 Every path read or written goes through one diagnosis, ``path_problem``, which ``check_writable``
 and ``check_readable`` raise before the work as one line naming the path, the cause and the fix,
-and ``atomic_path`` when a write fails anyway. Nothing here raises ``PermissionError`` (issue 35).
+and ``atomic_path`` when a write fails anyway. Nothing here raises ``PermissionError``.
 """
 
 from __future__ import annotations

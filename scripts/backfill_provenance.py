@@ -1,4 +1,4 @@
-"""One-off (issue 32): add ``provenance`` to the committed files of outputs/metrics/, checked.
+"""One-off: add ``provenance`` to the committed files of outputs/metrics/, checked.
 
     .venv/bin/python scripts/backfill_provenance.py          # check and write
     .venv/bin/python scripts/backfill_provenance.py --dry    # check only

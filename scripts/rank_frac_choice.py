@@ -1,4 +1,4 @@
-"""Issue 30: the size of the adopted (global) ranking sets, chosen by notebook 04's tuning rule.
+"""The size of the adopted (global) ranking sets, chosen by notebook 04's tuning rule.
 
 The three committed runs of ``grid("rank_frac")`` (Fashion-MNIST, demo size, ABLATION_EPOCHS,
 seed 0; rank_frac in RANK_FRAC_VALUES, every other setting the adopted bundle's) are scored on

@@ -1,4 +1,4 @@
-"""Refit the halting head of a frozen backbone (issue 15, experiment 3(a); docs/fidelity.md section 3):
+"""Refit the halting head of a frozen backbone (fidelity experiment 3(a), docs/fidelity.md section 3):
 is FROST's score weak by its training (docs/method.md section 6.2) or by the backbone's early
 steps? A linear head ``z_t = w . GAP(h_t) + b`` is refitted on the frozen pooled states four ways
 (``HEADS``, their objectives tabulated in that section: the ranking losses of eq. (rel), (abs) over the

@@ -164,7 +164,7 @@ def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
 def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
                             seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
                             retrain: bool = False) -> dict:
-    """Experiment 3(d) of issue 15 (docs/fidelity.md section 2): every protocol's dimension on the
+    """Fidelity experiment 3(d) (docs/fidelity.md section 2): every protocol's dimension on the
     first ``samples`` test images of each run of the residual families grid (inference only;
     ``require_trained``), and per protocol and seed whether frost lies above vanilla and basic_ssm:
     the metrics record (frost_nb.repro.claims decides). Notebook 03 measures the same on its own runs."""

@@ -7,8 +7,9 @@ parallel shards (``python -m frost_nb grid hurst --shard 0/2``). The grids: ``fa
 (notebooks 02 and 03; the paper's Table 1 setting; ONCE labels at the first seed only); notebook
 04's ablations (``hurst``, ``loss``, ``update``, ``tuning``, ``conflict``, ``adopted``: each arm
 one change from its bundle's reference run, docs/results.md "The ablations of notebook 04");
-notebook 07's ``ponder`` and ``collapse``; issue 15's ``update_forms`` (b) and ``loss_strength``
-(c) (claims.EXPERIMENT_RULES; docs/fidelity.md); ``vit`` (issue 17); ``rank_frac`` (issue 30).
+notebook 07's ``ponder`` and ``collapse``; the fidelity experiments' ``update_forms`` (b) and
+``loss_strength`` (c) (claims.EXPERIMENT_RULES; docs/fidelity.md); ``vit`` (the ViT family at a
+CPU-feasible budget); ``rank_frac`` (the size of the adopted, global ranking sets).
 
 The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
 the mean held-out accuracy over the quantile grid of Table 2 (each run's own calibrator),
@@ -37,8 +38,9 @@ TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
 # under the adopted bundle rank_frac's reference is 0.5, the most it can be: both moves go down
 ADOPTED_TUNING_VALUES = {**TUNING_VALUES, "loss.rank_frac": (0.125, 0.25)}
 ADOPT_MARGIN = 0.01
-# issue 30, fixed before the runs (Fashion-MNIST, ABLATION_EPOCHS, seed 0): the best held-out value
-# replaces RANK_FRAC_REFERENCE (the per-step bundle's) only if it beats it by more than ADOPT_MARGIN
+# the adopted sets' size, fixed before the runs (Fashion-MNIST, ABLATION_EPOCHS, seed 0): the best
+# held-out value replaces RANK_FRAC_REFERENCE (the per-step bundle's) only if it beats it by more
+# than ADOPT_MARGIN
 RANK_FRAC_VALUES = (0.125, 0.25, 0.5)
 RANK_FRAC_REFERENCE = 0.5
 FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
@@ -46,7 +48,7 @@ ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a 
 # adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
          "update_forms", "loss_strength", "vit", "rank_frac", "variant")
-# the ViT family at a CPU-feasible budget (issue 17): the paper's 12 steps of its ViT-B/16 family at
+# the ViT family at a CPU-feasible budget: the paper's 12 steps of its ViT-B/16 family at
 # the size's width, VIT_EPOCHS epochs at demo size (the size's own at paper size)
 VIT_STEPS = 12
 VIT_EPOCHS = 10
@@ -71,7 +73,8 @@ ADOPTED_HALTING = {"model.halt_norm": True, "loss.rank_pairs": "global", "haltin
                    "loss.rank_frac": 0.5}
 ADOPTED_BUNDLE = {"model.update": "leaky", "model.alpha_param": "sigmoid", **ADOPTED_HALTING}
 # The per-step bundle: the adopted bundle with the sets taken within each step, the default until
-# issue 30; every committed run made under it keeps that identity (docs/method.md section 5.5)
+# the global sets were adopted; every committed run made under it keeps that identity
+# (docs/method.md section 5.5)
 PER_STEP_HALTING = {**ADOPTED_HALTING, "loss.rank_pairs": "per_step", "loss.rank_frac": 0.5}
 PER_STEP_BUNDLE = {**ADOPTED_BUNDLE, **PER_STEP_HALTING}
 # The residual bundle: the defaults when the families and ablation grids were fixed and run; and
@@ -184,7 +187,7 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
         label: row for m in FAMILIES[:3] for label, row in (
             (m, TASK_ONLY[m]),
             (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
-    # issue 30: the set size of the adopted (global) sets, chosen on the held-out split by the
+    # the set size of the adopted (global) sets, chosen on the held-out split by the
     # tuning rule (RANK_FRAC_VALUES, fixed before the runs), each value spelled out
     ("rank_frac", None): {f"rank_frac = {v}": {**ADOPTED_REF, "loss.rank_frac": v} for v in RANK_FRAC_VALUES},
     # experiment (c); its task-only references are the baselines' families runs, frost's without ranking
