@@ -4,7 +4,8 @@ the tracked files with every command) leaves room for data. Three budgets, each 
 - everything tracked except the two kinds below: ``COUNTED_BUDGET`` (20 MiB);
 - paper-size runs (``outputs/runs/<data set>-{paper,cifar}-<grid>/``): ``PAPER_RUNS_BUDGET``, room
   for the four families at the ``cifar`` size and two more seeds of two of them as lean exports;
-- unfinished checkpoints kept for resuming (``outputs/partial/``): ``PARTIAL_BUDGET``.
+- unfinished checkpoints kept for resuming (``outputs/partial/``): ``PARTIAL_BUDGET``, room for one
+  unfinished ``cifar``-size run (scripts/gpu.py keeps at most one) beside demo-size states.
 """
 
 import re
@@ -19,7 +20,7 @@ from frost_nb.paths import repo_root
 MIB = 1 << 20
 COUNTED_BUDGET = 20 * MIB
 PAPER_RUNS_BUDGET = 32 * MIB
-PARTIAL_BUDGET = 8 * MIB
+PARTIAL_BUDGET = 16 * MIB  # one unfinished cifar-size checkpoint (12.5 MiB) and demo-size states
 PAPER_RUN = re.compile(r"^outputs/runs/[^/]+-(paper|cifar)-[^/]+/")
 
 
