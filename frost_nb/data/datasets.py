@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from ..paths import downloads_allowed
+from ..paths import downloads_allowed, shown_path
 from .prepare import (
     DATASETS,
     FIXED_ORDER_SEED,
@@ -111,20 +111,21 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
 
 
 def available_datasets(root: str | Path | None = None) -> dict[str, str]:
-    """name -> where `load_dataset` reads it from (or would prepare it from), or
-    ``"missing: <how to get it>"``. Only checks that the files exist: nothing is read or written."""
+    """name -> where `load_dataset` reads it from (or would prepare it from), relative to the
+    repository when inside it (``paths.shown_path``), or ``"missing: <how to get it>"``. Only checks
+    that the files exist: nothing is read or written."""
     base = checked_data_root(root)
     found = {}
     for name, info in DATASETS.items():
         if name == "digits":
             place = DIGITS_SOURCE
         elif not info.in_memory:
-            place = str(base / name) if _folder_complete(base / name) else None
+            place = shown_path(base / name) if _folder_complete(base / name) else None
         elif is_prepared(name, base):
-            place = str(prepared_dir(name, base))
+            place = shown_path(prepared_dir(name, base))
         else:
             hit = find_source(name, base)[0]
-            place = hit and f"{hit[1]} (prepared into {prepared_dir(name, base)} on first use)"
+            place = hit and f"{shown_path(hit[1])} (prepared into {shown_path(prepared_dir(name, base))} on first use)"
         found[name] = place if place is not None else f"missing: {info.how_to_get}"
     return found
 
