@@ -171,7 +171,7 @@ def test_our_claims_14_15_and_the_benchmarks():
 
 
 def test_every_claim_states_its_wording_and_test():
-    assert [c.number for c in C.CLAIMS] == list(range(1, 16))
+    assert [c.number for c in C.CLAIMS] == list(range(1, 17))
     assert all(c.title and c.wording and c.test for c in C.CLAIMS)
     assert "frequent collapse" in C.CLAIM[8].wording
     assert f"{paper.TABLE1['frost'][1][0]}" in C.CLAIM[1].wording
@@ -185,7 +185,19 @@ def test_margins_are_the_papers_zero_or_named_as_ours():
     margins = ("TABLE1_MARGIN", "CONTRACTION_MARGIN", "DIMENSION_MARGIN", "ALPHA_FALL", "ALPHA_RECOVERY",
                "HURST_ALPHA_MARGIN", "RANK_NARROW", "COLLAPSE_GAP", "CONFLICT_MARGIN",
                "COLLAPSE_FREQUENT", "KEPT_CLOSE", "RATIO_CLOSE", "VIT_DEPTH_CLOSE", "VIT_EARLIER", "FIXED_GAIN",
-               "AREA_TIE", "HEAD_MARGIN", "SPEED_CLOSE", "KLL_CHEAP")
+               "AREA_TIE", "HEAD_MARGIN", "SPEED_CLOSE", "KLL_CHEAP", "VARIANT_GAIN", "VARIANT_CLOSED",
+               "VARIANT_FULL_DEPTH")
     for name in margins:
         line = next(x for x in lines if x.startswith(f"{name} =") or x.startswith(f"{name}, "))
         assert getattr(C, name) == 0 or "# ours" in line, line
+
+
+def test_variant_holds_only_when_all_three_targets_hold():
+    """Claim 16 (ours): beat its own fixed depth at every quantile, close half of the oracle gap,
+    keep full depth within a point of FROST's; each part on the seeds' 95% t interval."""
+    beats, closes, keeps = [0.010, 0.012, 0.011], [0.62, 0.58, 0.66], [0.002, -0.004, 0.001]
+    assert C.variant(beats, closes, keeps).status == C.REPRODUCED
+    assert C.variant([-0.010, -0.012, -0.011], closes, keeps).status == C.PARTLY  # loses to a fixed depth
+    assert C.variant([-0.010, -0.012, -0.011], [0.1, 0.2, 0.15], [-0.05, -0.04, -0.06]).status == C.NOT
+    assert C.variant(beats, closes, keeps[:1] * 1).status == C.SUGGESTED  # one seed paired: suggested
+    assert C.variant(beats[:1], closes[:1], keeps[:1]) == "suggested (1 seed)"

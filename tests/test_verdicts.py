@@ -51,7 +51,7 @@ def test_readme_is_short_one_row_per_claim_with_seeds():
     assert len(text.splitlines()) <= 200
     lines = V.current_block(text, "summary").splitlines()
     header, rows = lines[0], lines[2:]
-    assert "| seeds |" in header and len(rows) == len(C.CLAIMS) <= 15
+    assert "| seeds |" in header and len(rows) == len(C.CLAIMS) <= 16
     seeds_col = V.SUMMARY_HEADER.index("seeds") + 1
     for line in rows:
         cells = [c.strip() for c in line.split("|")]
@@ -183,7 +183,7 @@ def test_the_stream_benchmark_decides_claim_16_by_its_worst_default_cell(tmp_pat
               and r["refill_at"] == 1 and r["embed_batch"] == r["batch_size"]]
     assert stream and len(stream) < len([r for r in data["rows"] if r["mode"] == "stream"])
     worst = min(r["ratio"] for r in stream)
-    rows = [r for r in V.verdict_rows(folder) if r["claim"] == 16]
+    rows = [r for r in V.verdict_rows(folder) if r["claim"] == 17]
     primary = [r for r in rows if r["primary"]]
     assert len(primary) == 1 and primary[0]["ours"].startswith(f"{worst:.2f}, the worst of {len(stream)} stream cells")
     assert primary[0]["verdict"] == C.speed(worst) and primary[0]["bundle"] == "adopted"
@@ -197,7 +197,7 @@ def test_the_stream_benchmark_decides_claim_16_by_its_worst_default_cell(tmp_pat
         cell["ratio"] = 0.5
 
     _edit(folder, name, slower)
-    assert [r for r in V.verdict_rows(folder) if r["claim"] == 16 and r["primary"]][0]["ours"].startswith("0.50")
+    assert [r for r in V.verdict_rows(folder) if r["claim"] == 17 and r["primary"]][0]["ours"].startswith("0.50")
 
 
 def test_a_file_with_two_bundles_side_by_side_reads_its_own_bundles_seeds():
@@ -367,3 +367,30 @@ def test_alpha_below_one_and_recovery_are_not_testable_by_construction():
     v = C.alpha(start, low, end, high, [0.7, 0.8, 0.9], "sigmoid")
     assert "decaying to 0" in v and "by construction" in v
     assert C.alpha(start, low, [0.40, 0.41, 0.39], high, [0.3, 0.35, 0.4], "softplus") == P  # no recovery
+
+
+def test_the_variant_row_reads_notebook_08s_gains(tmp_path):
+    """Claim 16 from a constructed notebook-08 file: the variant's least gain over q = 0.25..0.875
+    (q = 0.125 is not a target), its share of the oracle gap and full depth against FROST's."""
+    from frost_nb.repro.grids import VARIANT_LABEL
+
+    def gains(family, seed, low, closed, full):
+        g = {f"gap_q{q:g}": 0.02 for q in (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875)}
+        g.update({"gap_q0.125": -0.5, "gap_q0.5": low})
+        return {"family": family, "model": f"{family} seed {seed}", "closed": closed, "full_depth": full, **g}
+
+    settings = {"label": VARIANT_LABEL, "bundle": "adopted", "dataset": "cifar100", "model": "frost",
+                "update": "leaky", "init_state": "embedding", "ranking": False, "seed": 0}
+    record = {"dataset": "cifar100", "variant": VARIANT_LABEL,
+              "keys": {f"{VARIANT_LABEL} seed 0": "cifar100-demo-variant/x-seed0"},
+              "gains": [gains(VARIANT_LABEL, s, 0.01 + s / 1000, 0.6, 0.33) for s in range(3)]
+              + [gains("frost", s, -0.05, -0.2, 0.333) for s in range(3)],
+              "provenance": {"runs": ["cifar100-demo-variant/x-seed0"],
+                             "settings": {"cifar100-demo-variant/x-seed0": settings}}}
+    (tmp_path / "08_beyond_the_paper.json").write_text(json.dumps(record))
+    r = next(r for r in V.verdict_rows(tmp_path) if r["claim"] == 16)
+    assert r["seeds"] == "3" and r["verdict"] == C.REPRODUCED and r["ours"].startswith("least gain +0.011")
+    record["gains"][0]["gap_q0.875"] = -0.2  # one seed loses at q = 0.875: the mean of the least gains falls
+    (tmp_path / "08_beyond_the_paper.json").write_text(json.dumps(record))
+    r = next(r for r in V.verdict_rows(tmp_path) if r["claim"] == 16)
+    assert r["verdict"] != C.REPRODUCED

@@ -48,7 +48,7 @@ DATASET_NAMES = {"cifar100": "CIFAR-100", "imagenet100": "ImageNet-100", "fashio
 DATASET_RANK = ("cifar100", "imagenet100", "fashion-mnist", "cifar10", "digits")
 BUNDLE_RANK = ("adopted", "per-step", "residual", NA)
 # where a row's numbers come from: a notebook, or the command that wrote the file
-SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06", "07": "07",
+SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06", "07": "07", "08": "08",
            "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
 DEFAULT_STRENGTH = (LossConfig().lambda_rel, LossConfig().lambda_abs)
 
@@ -590,6 +590,28 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
                       primary=False)
 
 
+# Beyond the paper (notebook 08): the variant against its own fixed depth and oracle, and FROST
+def _seed(label: str) -> int:
+    """The seed a grid label carries ("x seed 2" -> 2; a label without one: 0)."""
+    tag = label.rsplit(" seed ", 1)
+    return int(tag[1]) if len(tag) == 2 and tag[1].isdigit() else 0
+
+
+def variant_rows(m: Metrics) -> Iterator[dict]:
+    for d in m.files("08_beyond_the_paper*"):
+        family = _by(d["gains"], "family")
+        ours = sorted(family[d["variant"]], key=lambda g: _seed(g["model"]))
+        frost = {_seed(g["model"]): g for g in family.get("frost", [])}
+        paired = [g for g in ours if _seed(g["model"]) in frost]
+        worst = [min(g[f"gap_q{q:g}"] for q in C.VARIANT_QUANTILES) for g in ours]
+        closed = [g["closed"] for g in ours]
+        full = [g["full_depth"] - frost[_seed(g["model"])]["full_depth"] for g in paired]
+        st = settings(d, d["keys"][ours[0]["model"]])
+        yield row(16, st["bundle"], form(st), d["dataset"], len(ours), "no claim",
+                  f"least gain {_mean(worst):+.3f}; closes {_mean(closed):.2f} of the gap; full depth "
+                  f"{_mean(full):+.3f} against FROST", C.variant(worst, closed, full), "08")
+
+
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
 def benchmark_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("bench_*"):
@@ -603,25 +625,25 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
-                yield row(16, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
+                yield row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
                           f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
                           C.speed(w["ratio"]), "bench")
             batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
             largest = max(r["batch_size"] for r in batch)
             worst = min(r["ratio"] for r in batch if r["batch_size"] == largest)
-            yield row(16, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
+            yield row(17, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
                       C.speed(worst), "bench", primary=not stream)
         if d.get("benchmark") == "train_throughput":
             for r in d.get("rows", []):
                 if r.get("model") == "frost" and r.get("kll_share") is not None:
-                    yield row(17, NA, r.get("update", NA), r.get("dataset", ""), None, f"< {C.KLL_CHEAP}",
+                    yield row(18, NA, r.get("update", NA), r.get("dataset", ""), None, f"< {C.KLL_CHEAP}",
                               f"{r['kll_share']:.2%} ({r.get('size', '')}, {device})",
                               C.kll_overhead(r["kll_share"]), "bench")
 
 
 CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
     table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows,
-    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, benchmark_rows)
+    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows)
 
 
 # ------------------------------------------------------------------------------------------------
