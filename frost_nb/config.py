@@ -447,7 +447,8 @@ PRESETS: dict[tuple[str, str, str], Preset] = {
     ("paper", "*", "vit"): _PAPER._replace(steps=12, width=768, bcd_hidden=2816, optimizer="adamw", lr=1e-3,
                                            weight_decay=0.05),
     # cifar: the paper's ResNet-50-family branch and B, C, D at CIFAR's resolution (16x16 states) for a
-    # GPU: crops and flips, bf16 and channels-last on CUDA ("auto"); SGD as for CIFAR ResNets
+    # GPU: crops and flips, bf16 and torch.compile on CUDA ("auto"; channels-last stays off until a GPU
+    # measurement shows it helps: training.use_channels_last); SGD as for CIFAR ResNets
     ("cifar", "*", "any"): _PAPER._replace(stem_stride=2, patch_size=2, heads=8, epochs=60, warmup_epochs=2.0,
                                            num_workers=0),
 }

@@ -31,8 +31,9 @@ def test_sizes_fill_dataset_fields():
 
 
 def test_cifar_size_is_the_paper_branch_at_cifar_resolution():
-    """Issue 17's GPU size: the paper's ResNet-50-family branch and B, C, D on CIFAR-100, a 16x16
-    state, 16 steps, augmentation, bf16 and channels-last left to "auto" (on for CUDA)."""
+    """The GPU size: the paper's ResNet-50-family branch and B, C, D on CIFAR-100, a 16x16 state,
+    16 steps, augmentation, bf16 and channels-last left to "auto" (bf16 on CUDA; channels-last off
+    until a GPU measurement shows it helps)."""
     import torch
 
     from frost_nb.models import create_model
