@@ -417,7 +417,7 @@ PRESET_FIELDS = ("model.steps", "model.width", "model.bottleneck", "model.stem_s
 Preset = collections.namedtuple("Preset", [f.split(".")[1] for f in PRESET_FIELDS])  # a row, its fields named
 # demo: a CPU, minutes; the dataclasses' defaults are its digits row, which the other demo rows
 # change only where written. No augmentation on the CPU data sets: small models underfit in such
-# short runs (docs/results.md, "Training without ...")
+# short runs (docs/results.md, "Setting")
 _DEMO = Preset(steps=16, width=64, bottleneck=16, stem_stride=1, norm_groups=8, patch_size=2, heads=4,
                mlp_ratio=2.0, bcd_kernel=1, bcd_hidden=0, augment=True, epochs=30, batch_size=64,
                optimizer="adamw", lr=5e-3, weight_decay=0.05, momentum=0.9, warmup_epochs=1.0, num_workers=0)
