@@ -129,6 +129,23 @@ def test_grid_trains_its_shard_into_the_cache(capsys):
     assert json.loads(capsys.readouterr().out)["from_cache"]
 
 
+def test_grid_compile_option_reaches_the_runs_and_keeps_them_the_same_runs(monkeypatch, capsys):
+    import frost_nb.__main__ as cli
+
+    seen, train_or_load = [], cli.train_or_load
+    monkeypatch.setattr(cli, "train_or_load", lambda config, **kw: seen.append(config) or train_or_load(config, **kw))
+    args = ["grid", "update", "--size", "smoke", "--dataset", "digits", "--labels", "convex", "--no-progress"]
+
+    def cached():
+        return [json.loads(line)["from_cache"] for line in capsys.readouterr().out.splitlines()]
+
+    assert main(args) == 0 and cached() == [False]
+    assert main(args + ["--compile", "off"]) == 0 and cached() == [True]  # a where field: the same run
+    assert [c.train.compile for c in seen] == ["auto", "off"]
+    with pytest.raises(SystemExit):  # argparse: not one of auto, on, off
+        main(args + ["--compile", "sometimes"])
+
+
 @pytest.fixture
 def no_work(monkeypatch):
     """Fail the test if a command loads data or a checkpoint: its destinations must be checked first."""
