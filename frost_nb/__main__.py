@@ -360,9 +360,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the bundle of defaults of the grids that have one (grids.BUNDLE_GRIDS): "
                         "adopted (today's), per-step (most committed runs) or residual (the runs before both)")
     p.add_argument("--compile", default=None, choices=("auto", "on", "off"),
-                   help="train.compile of every run (default: the grid's, auto: on CUDA only); on a CPU, "
-                        "'on' trains the demo size about 1.5 times as fast after a few minutes of compiling "
-                        "(benchmarks/train_throughput.py); the runs stay the same runs")
+                   help="train.compile of every run (default: the grid's, auto: on CUDA only); the runs "
+                        "stay the same runs. Whether 'on' pays on a CPU depends on the losses: "
+                        "benchmarks/train_throughput.py measures it (docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true")
     skip_option(p)
     for name, helptext in (("evaluate", "adaptive inference at one quantile"),
