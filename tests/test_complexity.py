@@ -176,3 +176,24 @@ def test_adaptive_inference_benchmark_records_the_stream_beside_batch_at_a_time(
     assert len(pd.read_csv(tmp_path / "a.csv")) == len(rows)
     with pytest.raises(SystemExit):
         bench.main(["--checkpoint", str(ckpt), "--stream", "--batch-sizes", "8", "--refill-at", "9"])
+
+
+def test_throughput_at_accuracy_takes_each_rules_fastest_setting_at_least_as_accurate():
+    import pandas as pd
+
+    from frost_nb.analysis.complexity import throughput_at_accuracy
+    from frost_nb.analysis.halting_rules import FIXED
+
+    rows = pd.DataFrame([  # fixed depth: deeper, more accurate, slower; "frost" beats it at 0.5 only
+        {"rule": FIXED, "mean_depth": 2.0, "accuracy": 0.5, "images_per_s": 100.0},
+        {"rule": FIXED, "mean_depth": 4.0, "accuracy": 0.7, "images_per_s": 50.0},
+        {"rule": "frost", "mean_depth": 1.5, "accuracy": 0.55, "images_per_s": 150.0},
+        {"rule": "frost", "mean_depth": 1.0, "accuracy": 0.45, "images_per_s": 300.0},
+        {"rule": "frost", "mean_depth": 3.0, "accuracy": 0.6, "images_per_s": 120.0}])
+    got = throughput_at_accuracy(rows).set_index(["reference_depth", "rule"])
+    assert got.loc[(2.0, "frost"), "images_per_s"] == 150.0  # 300/s is below 0.5; 150 beats 120
+    assert got.loc[(2.0, "frost"), "speedup"] == pytest.approx(1.5)
+    assert got.loc[(2.0, FIXED), "speedup"] == 1.0
+    assert pd.isna(got.loc[(4.0, "frost"), "images_per_s"])  # no frost setting reaches 0.7
+    with pytest.raises(ValueError, match="no 'fixed depth' rows"):
+        throughput_at_accuracy(rows[rows["rule"] == "frost"])

@@ -204,6 +204,25 @@ def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequ
         for i, (rule, (depth, correct)) in enumerate(zip(rules, first))])
 
 
+def throughput_at_accuracy(throughput: pd.DataFrame, reference: str = FIXED) -> pd.DataFrame:
+    """Images/s at matched accuracy: for each accuracy the ``reference`` rule reaches (one row per
+    reference setting, by mean depth), each rule's fastest measured setting at that accuracy or
+    above (``rule_throughput`` rows; no interpolation) and its speed-up over the reference's
+    setting. A rule none of whose settings is that accurate gets NaN."""
+    ref = throughput[throughput["rule"] == reference].sort_values("mean_depth")
+    if ref.empty:
+        raise ValueError(f"no {reference!r} rows to match accuracies against")
+    rows = []
+    for _, target in ref.iterrows():
+        for rule, own in throughput.groupby("rule", sort=False):
+            reached = own[own["accuracy"] >= target["accuracy"]]
+            best = reached.loc[reached["images_per_s"].idxmax()] if len(reached) else None
+            rows.append({"reference_depth": target["mean_depth"], "accuracy": target["accuracy"], "rule": rule,
+                         "images_per_s": np.nan if best is None else best["images_per_s"],
+                         "speedup": np.nan if best is None else best["images_per_s"] / target["images_per_s"]})
+    return pd.DataFrame(rows)
+
+
 def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,
                           batch_size: int = 256, threads: int = 1) -> pd.DataFrame:
     """``rule_throughput`` (CPU, ``threads`` threads, the first ``samples`` test images) of every rule
