@@ -224,11 +224,13 @@ def throughput_at_accuracy(throughput: pd.DataFrame, reference: str = FIXED) -> 
 
 
 def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,
-                          batch_size: int = 256, threads: int = 1) -> pd.DataFrame:
+                          batch_size: int = 256, threads: int = 1, rules: Sequence[str] | None = None) -> pd.DataFrame:
     """``rule_throughput`` (CPU, ``threads`` threads, the first ``samples`` test images) of every rule
-    that applies to one trained run (as ``run_rule_curves``), thresholds from the held-out split."""
+    that applies to one trained run (as ``run_rule_curves``), or of those of ``rules`` that apply,
+    thresholds from the held-out split."""
     cfg = result.config
-    rules = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.score_halting + ["ponder"] * cfg.loss.ponder
+    applies = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.score_halting + ["ponder"] * cfg.loss.ponder
+    rules = applies if rules is None else [rule for rule in applies if rule in rules]
     model = result.model.eval()
     val = run_trajectories(result, "val")
     settings = rule_settings(val, rules, calibrator=result.calibrator, count=count)
