@@ -1,7 +1,7 @@
 """The repository stays small: a clone is quick, and an upload to an offline GPU host (which carries
 the tracked files with every command) leaves room for data. Three budgets, each on what it counts:
 
-- everything tracked except the two kinds below: ``COUNTED_BUDGET`` (20 MiB);
+- everything tracked except the two kinds below: ``COUNTED_BUDGET`` (21 MiB);
 - paper-size runs (``outputs/runs/<data set>-{paper,cifar}-<grid>/``): ``PAPER_RUNS_BUDGET``, room
   for the four families at the ``cifar`` size and two more seeds of two of them as lean exports;
 - unfinished checkpoints kept for resuming (``outputs/partial/``): ``PARTIAL_BUDGET``, room for one
@@ -18,7 +18,7 @@ import pytest
 from frost_nb.paths import repo_root
 
 MIB = 1 << 20
-COUNTED_BUDGET = 20 * MIB
+COUNTED_BUDGET = 21 * MIB  # 20 until the variant beyond the paper (3 runs, notebook 08 and its metrics: 1.5 MiB)
 PAPER_RUNS_BUDGET = 32 * MIB
 PARTIAL_BUDGET = 16 * MIB  # one unfinished cifar-size checkpoint (12.5 MiB) and demo-size states
 PAPER_RUN = re.compile(r"^outputs/runs/[^/]+-(paper|cifar)-[^/]+/")
