@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from frost_nb.paths import repo_root
+
 papermill = pytest.importorskip("papermill")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -164,6 +166,7 @@ def test_committed_notebooks_are_executed_and_clean(path):
     assert not any({"execution", "papermill"} & set(c["metadata"]) for c in code)
     text = json.dumps([c.get("outputs", []) for c in code])
     assert "size smoke" not in text  # committed at demo size, not smoke output
+    assert str(repo_root()) not in text and "PosixPath(" not in text  # no path of the machine it ran on
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9]*.ipynb")), ids=lambda p: p.name)
