@@ -101,7 +101,10 @@ LEAKY_UPDATES = ("leaky", "leaky_gated")  # the interpolating forms (docs/method
 UPDATES = ("canonical", "convex", "gated") + LEAKY_UPDATES
 ALPHA_PARAMS = ("softplus", "exp", "sigmoid")
 HURST_PARAMS = ("sigmoid", "free")  # learnable H = sigmoid(raw) in (0, 1), or H = raw (unbounded)
-SIZES = ("smoke", "demo", "paper", "cifar")
+# the scale ladder (docs/method.md section 15): the paper's ResNet structure at widths 32, 64, 128
+LADDER_WIDTHS = (32, 64, 128)
+LADDER_SIZES = tuple(f"ladder{w}" for w in LADDER_WIDTHS)
+SIZES = ("smoke", "demo", *LADDER_SIZES, "paper", "cifar")
 RANK_PAIRS = ("global", "per_step")
 SKETCH_WINDOWS = ("epoch", "run")
 # what a directly trained halting head predicts (docs/method.md section 14, the variant beyond the
@@ -427,6 +430,9 @@ _DEMO = Preset(steps=16, width=64, bottleneck=16, stem_stride=1, norm_groups=8, 
 _PAPER = Preset(steps=16, width=256, bottleneck=64, stem_stride=4, norm_groups=32, patch_size=16, heads=12,
                 mlp_ratio=4.0, bcd_kernel=1, bcd_hidden=896, augment=True, epochs=100, batch_size=256,
                 optimizer="sgd", lr=0.1, weight_decay=5e-4, momentum=0.9, warmup_epochs=5.0, num_workers=8)
+# CIFAR-10's model with 100 classes: about 45 minutes alone on the 2-core CPU
+# (benchmarks/train_throughput.py --size demo --dataset cifar100: 423 images/s, 2 threads)
+_DEMO_CIFAR100 = _DEMO._replace(stem_stride=2, patch_size=4, augment=False, epochs=20, batch_size=128)
 PRESETS: dict[tuple[str, str, str], Preset] = {
     # smoke: CI, seconds. AdamW: on digits, 15 epochs reach about 0.9 test accuracy, SGD (lr 0.05) 0.7
     ("smoke", "*", "any"): _DEMO._replace(steps=4, width=16, bottleneck=8, norm_groups=4, heads=2, epochs=10),
@@ -437,10 +443,7 @@ PRESETS: dict[tuple[str, str, str], Preset] = {
     # 16x16 states; about an hour
     ("demo", "cifar10", "any"): _DEMO._replace(stem_stride=2, patch_size=4, augment=False, epochs=18,
                                                batch_size=128),
-    # CIFAR-10's model with 100 classes: about 45 minutes alone on the 2-core CPU
-    # (benchmarks/train_throughput.py --size demo --dataset cifar100: 423 images/s, 2 threads)
-    ("demo", "cifar100", "any"): _DEMO._replace(stem_stride=2, patch_size=4, augment=False, epochs=20,
-                                                batch_size=128),
+    ("demo", "cifar100", "any"): _DEMO_CIFAR100,
     ("demo", "*", "any"): _DEMO._replace(stem_stride=4, patch_size=4, epochs=10, batch_size=128),
     ("paper", "*", "resnet"): _PAPER,
     # paper, ViT-B/16 family: 12 steps, 768-d tokens; B, C, D 768 -> 2816 -> 768 (+12.99M; Table 3: 12.98M)
@@ -451,8 +454,14 @@ PRESETS: dict[tuple[str, str, str], Preset] = {
     # measurement shows it helps: training.use_channels_last); SGD as for CIFAR ResNets
     ("cifar", "*", "any"): _PAPER._replace(stem_stride=2, patch_size=2, heads=8, epochs=60, warmup_epochs=2.0,
                                            num_workers=0),
+    # the scale ladder (docs/method.md section 15): the cifar row's structure (bottleneck width / 4, two-layer
+    # B, C, D of hidden 3.5 x width, 8 channels per norm group, 16 steps, 16x16 states) at smaller widths,
+    # trained with the demo CIFAR-100 row's recipe, so that the ladder varies size alone
+    **{(f"ladder{w}", "*", "any"): _DEMO_CIFAR100._replace(width=w, bottleneck=w // 4, norm_groups=w // 8,
+                                                          bcd_hidden=w * 7 // 2) for w in LADDER_WIDTHS},
 }
-DEFAULT_DATASETS = {"smoke": "digits", "demo": "fashion-mnist", "paper": "imagenet100", "cifar": "cifar100"}
+DEFAULT_DATASETS = {"smoke": "digits", "demo": "fashion-mnist", **{s: "cifar100" for s in LADDER_SIZES},
+                    "paper": "imagenet100", "cifar": "cifar100"}
 
 
 def preset(size: str, dataset: str, backbone: str = "resnet") -> dict[str, Any]:
