@@ -289,3 +289,17 @@ def test_metrics_file_kept_when_results_are_the_same(isolated_outputs):
     assert path.read_bytes() != first and json.loads(path.read_text())["acc"] == 0.91
     write_metrics("same", {"acc": 0.91, "rows": [{"q": 0.5, "depth": 8.123456789}], "new": 1})
     assert json.loads(path.read_text())["new"] == 1
+
+
+def test_metrics_files_are_stored_lean(isolated_outputs):
+    """One line per top-level key, no spaces; a file of the same results written indented (as before)
+    keeps its record, environment included, and is stored again in that form."""
+    from frost_nb.notebook.glue import metrics_text, write_metrics
+
+    path = write_metrics("lean", {"acc": 0.9, "rows": [{"q": 0.5, "depth": 8.123456789}]})
+    record = json.loads(path.read_text())
+    assert path.read_text() == metrics_text(record) and path.read_text().startswith('{\n"acc":0.9,\n"rows":[{"q"')
+    record["env"]["torch"] = "0.0 (an older run)"
+    path.write_text(json.dumps(record, indent=2))
+    write_metrics("lean", {"acc": 0.9, "rows": [{"q": 0.5, "depth": 8.123456789}]})
+    assert path.read_text() == metrics_text(record)
