@@ -1,5 +1,5 @@
-"""Training throughput (images/s) and peak memory of the trainer, eager against compiled and
-``channels_last`` off against on, side by side in one process.
+"""Training throughput (images/s) and peak memory of the trainer, eager against compiled, fp32 against
+bf16 autocast and ``channels_last`` off against on, side by side in one process.
 
 Runs the trainer itself (``training.Trainer``: the training forward pass, compiled or eager, the
 optimiser, the step history kept on the device, the epoch's end with its one read of the device and
@@ -15,6 +15,11 @@ run follows as training images / images_per_s plus the held-out pass, which this
 Example (a GPU, the cifar size: 2 x 2 variants of FROST):
 
     python benchmarks/train_throughput.py --device cuda --size cifar --metrics train_throughput_cuda
+
+A CPU, the scale ladder's top rung, eager and compiled, fp32 and bf16, at one thread (run two such
+processes at once to see two single-thread jobs side by side; docs/scaling.md):
+
+    python benchmarks/train_throughput.py --size ladder128 --amp off bf16 --channels-last off --threads 1
 
 Prints one row per (backbone, model, compile, channels_last) as it goes, then a markdown table;
 ``--csv`` writes the rows, ``--metrics`` also ``outputs/metrics/bench_<name>.json`` (default name
@@ -32,6 +37,7 @@ import time
 import pandas as pd
 import torch
 
+from frost_nb.analysis.complexity import flops_per_image
 from frost_nb.config import SIZES, make_config
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.models import create_model
@@ -39,7 +45,7 @@ from frost_nb.repro.verdicts import _markdown
 from frost_nb.training import Trainer, pick_device, running_medians
 
 # the printed table's columns and their formats (the metrics keep every column)
-TABLE = {"model": "{}", "backbone": "{}", "compile": "{}", "channels_last": "{}", "images_per_s": "{:,.0f}",
+TABLE = {"size": "{}", "model": "{}", "backbone": "{}", "amp_bf16": "{}", "compile": "{}", "channels_last": "{}", "images_per_s": "{:,.0f}",
          "ms_per_step": "{:.2f}", "peak_mem_gib": "{:.2f}", "warmup_s": "{:.1f}", "kll_share": "{:.2%}"}
 
 
@@ -93,8 +99,10 @@ def measure(size: str, dataset: str | None, model: str, backbone: str, batch_siz
     running_medians(HaltingCalibrator(cfg.halting.sketch_k), scores)
     kll_seconds = time.perf_counter() - kll_start
     m = cfg.model
+    fixed, per_step = flops_per_image(create_model(m), (m.in_channels, m.image_size, m.image_size))
     return {"size": size, "dataset": cfg.data.name, "backbone": backbone, "model": model,
             "update": m.update, "params_m": trainer.model.num_parameters() / 1e6,
+            "mflop_per_image": (fixed + m.steps * per_step) / 1e6,
             "batch_size": cfg.train.batch_size, "image_size": m.image_size, "steps_T": m.steps,
             "amp_bf16": trainer.amp, "compile": trainer.compiled, "channels_last": trainer.channels_last,
             "timed_steps": steps, "warmup_s": warmup, "ms_per_step": 1e3 * seconds / steps,
@@ -102,6 +110,7 @@ def measure(size: str, dataset: str | None, model: str, backbone: str, batch_siz
             "peak_mem_gib": torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else math.nan,
             "kll_ms_per_step": 1e3 * kll_seconds / steps, "kll_share": kll_seconds / seconds,
             "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else str(dev),
+            "threads": torch.get_num_threads(),
             "torch": torch.__version__}
 
 
@@ -113,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backbones", nargs="+", default=["resnet"])
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--steps", type=int, default=50, help="optimiser steps of the warm-up and the timed epoch")
-    p.add_argument("--amp", default="auto", choices=("auto", "bf16", "off"))
+    p.add_argument("--amp", nargs="+", default=["auto"], choices=("auto", "bf16", "off"),
+                   help="train.amp, each measured (auto: bf16 on CUDA, fp32 elsewhere)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch's intra-op threads (default: torch's own, one per core)")
     p.add_argument("--compile", nargs="+", default=["off", "on"], choices=("off", "on"),
                    help="torch.compile of the training forward (train.compile), each measured")
     p.add_argument("--channels-last", nargs="+", default=["off", "on"], choices=("off", "on"),
@@ -125,16 +137,21 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.steps < 1:
         p.error(f"--steps {a.steps}: give at least 1 optimiser step per epoch")
+    if a.threads is not None:
+        if a.threads < 1:
+            p.error(f"--threads {a.threads}: give at least 1")
+        torch.set_num_threads(a.threads)
     rows = []
-    variants = itertools.product(a.backbones, a.models, a.compile, a.channels_last)
-    for backbone, model, compile_, layout in variants:
+    variants = itertools.product(a.backbones, a.models, a.amp, a.compile, a.channels_last)
+    for backbone, model, amp, compile_, layout in variants:
         if backbone != "resnet" and layout == "on":
             continue  # a ViT has no channels_last layout
         try:
-            rows.append(measure(a.size, a.dataset, model, backbone, a.batch_size, a.steps, a.amp, compile_,
+            rows.append(measure(a.size, a.dataset, model, backbone, a.batch_size, a.steps, amp, compile_,
                                 layout, a.device))
         except torch.OutOfMemoryError as err:  # a row that says so; the others still run
-            rows.append({"size": a.size, "backbone": backbone, "model": model, "compile": compile_ == "on",
+            rows.append({"size": a.size, "backbone": backbone, "model": model, "amp": amp,
+                         "compile": compile_ == "on",
                          "channels_last": layout == "on", "batch_size": a.batch_size,
                          "images_per_s": math.nan,
                          "error": f"out of memory: {str(err).splitlines()[0][:120]}"})
@@ -150,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         from frost_nb.notebook.glue import write_metrics
 
         settings = {k: getattr(a, k) for k in ("size", "dataset", "batch_size", "steps", "amp", "compile",
-                                               "channels_last", "device")}
+                                               "channels_last", "device", "threads")}
         path = write_metrics(f"bench_{a.metrics}", {"benchmark": "train_throughput", **settings,
                                                      "rows": pd.DataFrame(rows).to_dict(orient="records")},
                              device=str(pick_device(a.device)))

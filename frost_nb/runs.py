@@ -25,7 +25,8 @@ from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model
 from .config import ConfigError, RunConfig, config_difference
 from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, restore_hint,
                     shown_path)
-from .training import TrainResult, train
+from . import cost
+from .training import TrainResult, pick_device, train
 
 log = logging.getLogger("frost_nb")
 CONFIG_FILE, MODEL_FILE, METRICS_FILE = "config.json", "model.pt", "metrics.json"
@@ -288,9 +289,13 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
         raise ConfigError(f"FROST_CACHE={root} is the committed runs' folder: point it at another folder "
                           "(training writes there, and committed runs are never touched)")
     check_writable(root, "trained-model cache", "set FROST_CACHE to a writable folder", folder=True)
+    device = pick_device(config.train.device)
+    run_cost = cost.estimate(config, device)  # said, and checked against the free memory, before any work
+    cost.refuse_if_too_big(config, run_cost, device)
     if retrain:
         discard_local(config)
     name, folder = _local_folder(config, name)
+    log.info("%s", "\n".join(f"{name}: {line}" for line in run_cost.text().splitlines()))
     target = folder / MODEL_FILE
     if target.exists():
         try:

@@ -1,0 +1,177 @@
+"""What a run will cost, said before it starts: parameters, FLOPs per image, memory and time per epoch.
+
+Everything comes from the config alone: the model is built on PyTorch's ``meta`` device, which
+holds shapes and no storage, so nothing the size of the run is allocated. FLOPs are torch's
+``FlopCounterMode`` count of one image's full-depth forward pass (``analysis.complexity``). Memory
+is the weights, their gradients and the optimiser's state (AdamW: two moments, SGD: one momentum),
+plus the tensors the training forward pass keeps for the backward pass (counted by
+``saved_tensors_hooks`` on the meta device, in fp32: an upper bound under bf16 autocast) and the
+training split, which the trainer keeps on the device as uint8. The time per epoch scales the
+training FLOP rate measured on this kind of machine (``benchmarks/train_throughput.py --metrics``,
+``outputs/metrics/bench_train_throughput*.json``) to the run's FLOPs: a best case, alone on the
+machine; beside other work a run takes longer (docs/scaling.md).
+
+``refuse_if_too_big`` stops a run whose estimate exceeds the memory the device has free, with one
+line, before the trainer allocates anything (``runs.train_or_load`` calls both).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .config import RunConfig
+from .data.prepare import DATASETS
+
+# training images per data set (the held-out share is taken from them; the trainer's per-epoch
+# held-out pass runs the forward pass alone, about a third of a training step's work)
+TRAIN_IMAGES = {"digits": 1438, "fashion-mnist": 60000, "cifar10": 50000, "cifar100": 50000,
+                "imagenet100": 126689}
+FORWARD_SHARE = 1 / 3  # a forward pass's share of a training step's FLOPs (forward + backward)
+GIB = 2**30
+
+
+def _size(n: int) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.1f} MiB"
+
+
+@dataclass(frozen=True)
+class RunCost:
+    params: int
+    flops_per_image: int  # forward, full depth
+    memory: dict[str, int]  # bytes: weights, gradients, optimizer, activations, data
+    epoch_seconds: float | None  # best case on this machine; None without a measurement to scale
+    basis: str  # what the time rests on
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(self.memory.values())
+
+    def text(self) -> str:
+        """Three lines for a person about to wait for the run."""
+        parts = ", ".join(f"{k} {_size(v)}" for k, v in self.memory.items())
+        time = (f"about {self.epoch_seconds / 60:.1f} min per epoch at best ({self.basis})"
+                if self.epoch_seconds is not None else f"time per epoch unknown ({self.basis})")
+        return (f"cost: {self.params:,} parameters, {self.flops_per_image / 1e6:,.1f} MFLOP per image "
+                f"(forward, full depth)\ncost: memory about {_size(self.memory_bytes)} ({parts})\n"
+                f"cost: {time}")
+
+
+def _meta_model(config: RunConfig):
+    from .models import create_model
+
+    with torch.device("meta"):
+        return create_model(config.model)
+
+
+def _saved_bytes(model, config: RunConfig) -> int:
+    """Bytes of the tensors one training batch's forward pass keeps for the backward pass (fp32)."""
+    from .losses import total_loss
+
+    m, n = config.model, config.train.batch_size
+    x = torch.zeros(n, m.in_channels, m.image_size, m.image_size, device="meta")
+    y = torch.zeros(n, dtype=torch.long, device="meta")
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        if not isinstance(t, torch.nn.Parameter):  # weights are counted once, as weights
+            seen.setdefault(id(t), t.numel() * 4)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x, detach_halt_input=not config.loss.rank_grad_to_backbone)
+        total_loss(out.logits, out.halt_logits, y, config.loss)
+    return sum(seen.values())
+
+
+def _measured_rates(device_type: str) -> list[dict]:
+    """Rows of the committed throughput benchmarks measured on ``device_type`` with a FLOP count."""
+    from .paths import repo_root
+
+    rows = []  # the committed measurements (not $FROST_OUTPUTS': a smoke run's are not this machine's)
+    for path in sorted((repo_root() / "outputs" / "metrics").glob("bench_train_throughput*.json")):
+        try:
+            rows += [r for r in json.loads(path.read_text()).get("rows", [])
+                     if str(r.get("device", "")).split(":")[0] == device_type
+                     and r.get("mflop_per_image") and r.get("images_per_s") == r.get("images_per_s")]
+        except (OSError, ValueError, AttributeError):
+            continue  # an estimate is not worth stopping for; the benchmark's own readers check its files
+    return rows
+
+
+def _epoch_seconds(config: RunConfig, flops: int, device: torch.device, amp: bool,
+                   compiled: bool) -> tuple[float | None, str]:
+    rows = _measured_rates(device.type)
+    if not rows:
+        return None, f"no throughput measured on a {device.type} here: benchmarks/train_throughput.py --metrics"
+    threads = torch.get_num_threads()
+
+    def distance(r: dict) -> tuple:  # same precision, compilation and threads first, then the nearest size
+        return (bool(r.get("amp_bf16")) != amp, bool(r.get("compile")) != compiled,
+                r.get("threads", threads) != threads, abs(math.log(r["mflop_per_image"] * 1e6 / flops)))
+
+    best = min(rows, key=distance)
+    rate = best["mflop_per_image"] * 1e6 * best["images_per_s"]  # forward FLOPs per second of training
+    n = TRAIN_IMAGES.get(config.data.name)
+    if n is None:
+        return None, f"no image count for {config.data.name}"
+    held_out = n * config.data.val_fraction
+    seconds = ((n - held_out) + held_out * FORWARD_SHARE) * flops / rate
+    how = (f"scaled from {best['size']} {'bf16' if best.get('amp_bf16') else 'fp32'} "
+           f"{'compiled' if best.get('compile') else 'eager'} at {best.get('threads', '?')} threads, "
+           f"{best['images_per_s']:.0f} images/s")
+    return seconds, how
+
+
+def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
+    """The cost of training ``config`` on ``device`` (default: the one it would train on)."""
+    from .analysis.complexity import flops_per_image
+    from .training import pick_device, use_amp, use_compile
+
+    device = device or pick_device(config.train.device)
+    model = _meta_model(config)
+    params = sum(p.numel() for p in model.parameters())
+    m = config.model
+    fixed, per_step = flops_per_image(model, (m.in_channels, m.image_size, m.image_size))
+    flops = fixed + m.steps * per_step
+    moments = 2 if config.train.optimizer == "adamw" else 1
+    memory = {"weights": params * 4, "gradients": params * 4, "optimizer": params * 4 * moments,
+              "activations": _saved_bytes(model, config)}
+    if DATASETS[config.data.name].in_memory:
+        memory["data"] = TRAIN_IMAGES.get(config.data.name, 0) * m.in_channels * m.image_size ** 2
+    seconds, basis = _epoch_seconds(config, flops, device, use_amp(config, device), use_compile(config, device))
+    return RunCost(params, flops, memory, seconds, basis)
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes the device has free now (CUDA: the driver's count; CPU: MemAvailable), None if unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def refuse_if_too_big(config: RunConfig, cost: RunCost, device: torch.device) -> None:
+    """A ``TrainingError`` naming the shortfall and the fix when ``cost`` cannot fit in ``device``'s
+    free memory."""
+    from .training import TrainingError
+
+    free = free_memory(device)
+    if free is not None and cost.memory_bytes > free:
+        raise TrainingError(
+            f"the run needs about {cost.memory_bytes / GIB:.1f} GiB ({cost.memory['activations'] / GIB:.1f} "
+            f"of them activations of a batch of {config.train.batch_size}) and {device.type} has "
+            f"{free / GIB:.1f} GiB free: lower train.batch_size (--set train.batch_size=...) or free memory")

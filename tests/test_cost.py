@@ -1,0 +1,86 @@
+"""What a run costs, said before it starts (frost_nb/cost.py): counts that match the real model,
+memory that grows with the batch, a time scaled from a measured rate, and a refusal that writes
+nothing."""
+
+import pytest
+import torch
+
+from frost_nb import cost
+from frost_nb.__main__ import main
+from frost_nb.analysis.complexity import flops_per_image
+from frost_nb.config import make_config
+from frost_nb.models import create_model
+from frost_nb.runs import train_or_load
+from frost_nb.training import TrainingError
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("size,model,backbone", [("smoke", "frost", "resnet"), ("smoke", "vanilla", "vit"),
+                                                 ("ladder32", "frost", "resnet")])
+def test_counts_from_the_meta_model_match_the_real_one(size, model, backbone):
+    config = make_config(size, "cifar100" if size.startswith("ladder") else "digits", model, backbone)
+    real = create_model(config.model)
+    m = config.model
+    fixed, per_step = flops_per_image(real, (m.in_channels, m.image_size, m.image_size))
+    estimated = cost.estimate(config, CPU)
+    assert estimated.params == sum(p.numel() for p in real.parameters())
+    if backbone == "resnet":
+        assert estimated.flops_per_image == fixed + m.steps * per_step
+    else:  # on the meta device attention runs PyTorch's math path, whose matrix products count more
+        assert estimated.flops_per_image == pytest.approx(fixed + m.steps * per_step, rel=0.3)
+
+
+def test_the_ladder_rungs_have_the_sizes_of_the_read_out_rule():
+    # docs/method.md section 15 names these counts; the rule's fit reads them
+    params = [cost.estimate(make_config(s, "cifar100"), CPU).params for s in ("ladder32", "ladder64", "ladder128")]
+    assert params == [27510, 100102, 380838]
+
+
+def test_activation_memory_grows_with_the_batch_and_the_optimiser_state_with_its_kind():
+    small = cost.estimate(make_config("smoke", **{"train.batch_size": 32}), CPU)
+    large = cost.estimate(make_config("smoke", **{"train.batch_size": 64}), CPU)
+    assert large.memory["activations"] == pytest.approx(2 * small.memory["activations"], rel=0.05)
+    sgd = cost.estimate(make_config("smoke", **{"train.optimizer": "sgd"}), CPU)
+    assert small.memory["optimizer"] == 2 * small.memory["weights"] == 2 * sgd.memory["optimizer"]
+
+
+def test_time_per_epoch_scales_the_nearest_measured_rate(monkeypatch):
+    config = make_config("demo", "cifar100", **{"train.amp": "off", "train.compile": "off"})
+    flops = cost.estimate(config, CPU).flops_per_image
+    rows = [{"size": "x", "mflop_per_image": flops / 1e6, "images_per_s": 100.0, "amp_bf16": False,
+             "compile": False, "threads": torch.get_num_threads(), "device": "cpu"},
+            {"size": "y", "mflop_per_image": flops / 1e6, "images_per_s": 999.0, "amp_bf16": True,
+             "compile": False, "threads": torch.get_num_threads(), "device": "cpu"}]
+    monkeypatch.setattr(cost, "_measured_rates", lambda device_type: rows)
+    # 45,000 training images at 100 a second, and the 5,000 held out at a third of the work
+    assert cost.estimate(config, CPU).epoch_seconds == pytest.approx(45000 / 100 + 5000 / 300)
+    bigger = make_config("ladder32", "cifar100", **{"train.amp": "off", "train.compile": "off"})
+    ratio = cost.estimate(bigger, CPU).flops_per_image / flops
+    assert cost.estimate(bigger, CPU).epoch_seconds == pytest.approx(ratio * (450 + 5000 / 300))
+    monkeypatch.setattr(cost, "_measured_rates", lambda device_type: [])
+    assert cost.estimate(config, CPU).epoch_seconds is None
+
+
+def test_a_run_too_big_for_the_memory_is_refused_before_anything_is_written(monkeypatch, tmp_path):
+    monkeypatch.setattr(cost, "free_memory", lambda device: 1024)
+    config = make_config("smoke", **{"train.epochs": 1, "train.device": "cpu"})
+    with pytest.raises(TrainingError, match=r"needs about .* lower train\.batch_size"):
+        train_or_load(config)
+    assert not any((tmp_path / "cache").rglob("*.*"))  # no config, no checkpoint
+
+
+def test_train_states_its_cost_before_it_trains(caplog):
+    with caplog.at_level("INFO", logger="frost_nb"):
+        assert main(["train", "--size", "smoke", "--epochs", "1", "--set", "train.device=cpu",
+                     "--no-progress"]) == 0
+    said = caplog.text  # the command line shows these records on stderr
+    assert "parameters" in said and "MFLOP per image" in said and "memory about" in said and "per epoch" in said
+    assert said.index("memory about") < said.index("epoch 1/1")
+
+
+def test_the_refusal_is_one_line_and_exit_status_2(monkeypatch, capsys):
+    monkeypatch.setattr(cost, "free_memory", lambda device: 1024)
+    assert main(["train", "--size", "smoke", "--epochs", "1", "--set", "train.device=cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: the run needs about")
