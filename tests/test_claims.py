@@ -185,7 +185,7 @@ def test_margins_are_the_papers_zero_or_named_as_ours():
     margins = ("TABLE1_MARGIN", "CONTRACTION_MARGIN", "DIMENSION_MARGIN", "ALPHA_FALL", "ALPHA_RECOVERY",
                "HURST_ALPHA_MARGIN", "RANK_NARROW", "COLLAPSE_GAP", "CONFLICT_MARGIN",
                "COLLAPSE_FREQUENT", "KEPT_CLOSE", "RATIO_CLOSE", "VIT_DEPTH_CLOSE", "VIT_EARLIER", "FIXED_GAIN",
-               "AREA_TIE", "HEAD_MARGIN", "SPEED_CLOSE", "KLL_CHEAP", "VARIANT_GAIN", "VARIANT_CLOSED",
+               "AREA_TIE", "HEAD_MARGIN", "SPEED_CLOSE", "KLL_CHEAP", "VARIANT_RANKING", "VARIANT_STEPS_SAVED", "VARIANT_CLOSED",
                "VARIANT_FULL_DEPTH")
     for name in margins:
         line = next(x for x in lines if x.startswith(f"{name} =") or x.startswith(f"{name}, "))
@@ -193,11 +193,46 @@ def test_margins_are_the_papers_zero_or_named_as_ours():
 
 
 def test_variant_holds_only_when_all_three_targets_hold():
-    """Claim 16 (ours): beat its own fixed depth at every quantile, close half of the oracle gap,
-    keep full depth within a point of FROST's; each part on the seeds' 95% t interval."""
-    beats, closes, keeps = [0.010, 0.012, 0.011], [0.62, 0.58, 0.66], [0.002, -0.004, 0.001]
-    assert C.variant(beats, closes, keeps).status == C.REPRODUCED
-    assert C.variant([-0.010, -0.012, -0.011], closes, keeps).status == C.PARTLY  # loses to a fixed depth
-    assert C.variant([-0.010, -0.012, -0.011], [0.1, 0.2, 0.15], [-0.05, -0.04, -0.06]).status == C.NOT
-    assert C.variant(beats, closes, keeps[:1] * 1).status == C.SUGGESTED  # one seed paired: suggested
-    assert C.variant(beats[:1], closes[:1], keeps[:1]) == "suggested (1 seed)"
+    """Claim 16 (ours), restated: ranking above random exits of its depths, fewer steps than its fixed
+    depth to come within half a point of full depth, half the gap to the label-free ceiling closed;
+    each part on the seeds' 95% t interval, full depth against FROST's a guard."""
+    ranks, saves, closes, keeps = [0.010, 0.012, 0.011], [1.0, 1.2, 0.9], [0.62, 0.58, 0.66], [0.002, -0.004, 0.001]
+    assert C.variant(ranks, saves, closes, keeps).status == C.REPRODUCED
+    assert C.variant([-0.010, -0.012, -0.011], saves, closes, keeps).status == C.PARTLY  # ranks no better
+    assert C.variant(ranks, saves, closes, keeps[:1] * 1).status == C.SUGGESTED  # one seed paired: suggested
+    assert C.variant(ranks[:1], saves[:1], closes[:1], keeps[:1]) == "suggested (1 seed)"
+
+
+def test_a_guard_that_holds_is_no_part_of_the_claim():
+    """Defect: claim 16 read "partly reproduced" only because its full-depth guard held while both
+    halting parts failed (least gain [-0.0088, -0.0032], oracle share [-0.058, 0.006]). Flip: the same
+    failing parts with the guard counted as a part gave "partly"; with the guard a precondition, "not"."""
+    fails, keeps = [-0.006, -0.005, -0.007], [0.002, -0.004, 0.001]
+    as_part = C.combine([C.decide(fails), C.decide(fails), C.decide(keeps, -0.01)])
+    assert as_part.status == C.PARTLY  # the old reading
+    assert C.variant(fails, fails, [-0.03, 0.0, -0.01], keeps).status == C.NOT  # every own part fails
+    assert C.variant(fails, fails, [-0.03, 0.0, -0.01], keeps) == "not reproduced"
+
+
+def test_a_failed_guard_reads_not_reproduced_whatever_the_parts():
+    """Flip: parts that all hold, and a guard that fails (full depth 3 points below FROST's)."""
+    ranks, saves, closes = [0.010, 0.012, 0.011], [1.0, 1.2, 0.9], [0.62, 0.58, 0.66]
+    assert C.variant(ranks, saves, closes, [0.002, -0.004, 0.001]) == C.REPRODUCED
+    failed = C.variant(ranks, saves, closes, [-0.030, -0.031, -0.029])
+    assert failed.status == C.NOT and failed == "not reproduced (guard failed)" and failed.note == C.GUARD_FAILED
+    one = C.combine([C.decide([0.1])], guard=C.decide([-0.1]))
+    assert one == "not suggested (1 seed; guard failed)"
+    open_guard = C.combine([C.decide(ranks)], guard=C.decide([0.02, -0.02, 0.001]))  # guard inconclusive
+    assert open_guard.status == C.INCONCLUSIVE
+
+
+def test_claim_12_each_batch_size_is_its_own_part():
+    """Defect: rows came in ascending batch size and the README took the first, so the order of the
+    rows decided claim 12. Flip: the same two batch sizes in either order give one verdict, partly
+    when one passes and one fails."""
+    good, bad = [0.05, -0.1], [0.7, -0.6]
+    assert C.throughput_batches({1: good, 256: bad}, "cuda") == C.throughput_batches({256: bad, 1: good}, "cuda")
+    assert C.throughput_batches({1: good, 256: bad}, "cuda").status == C.PARTLY
+    assert C.throughput_batches({1: good, 256: good}, "cuda").status == C.REPRODUCED
+    assert C.throughput_batches({1: bad, 256: bad}, "cuda").status == C.NOT
+    assert C.throughput_batches({1: good}, "cpu").status == C.NOT_TESTABLE

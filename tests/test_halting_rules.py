@@ -270,7 +270,8 @@ def test_no_rule_beats_the_oracle():
     rules = curves[~curves["rule"].isin(["oracle"])]
     bound = oracle_accuracy_at(test.correct, rules["mean_depth"].to_numpy())
     assert (rules["accuracy"].to_numpy() <= bound + 1e-12).all()
-    assert set(curves["rule"]) == {*SIGNAL_RULES, "ponder", "frost", "fixed depth", "oracle"}
+    assert set(curves["rule"]) == {*SIGNAL_RULES, "ponder", "frost", "settled probe", "fixed depth", "oracle",
+                                   "settled ceiling"}
 
 
 # --- the threshold protocol ------------------------------------------------------------------
@@ -320,16 +321,39 @@ def _curve(points, rule="r", model="m"):
 
 def test_auc_of_a_flat_curve_is_its_accuracy():
     assert curve_auc(_curve([(1, 0.7), (16, 0.7)]), 16) == pytest.approx(0.7)
-    assert curve_auc(_curve([(5, 0.8)]), 16) == pytest.approx(0.8)  # one point, extended flat
+    assert curve_auc(_curve([(5, 0.8)]), 16, (5, 5)) == pytest.approx(0.8)  # a window of one depth
 
 
-def test_auc_extends_flat_and_sorts_by_depth():
-    # flat 0.2 on [1, 2], the trapezoid 0.4 on [2, 3], flat 0.6 on [3, 4]: (0.2 + 0.4 + 0.6) / 3
-    assert curve_auc(_curve([(3, 0.6), (2, 0.2)]), 4) == pytest.approx(0.4)
+def test_auc_never_extends_a_curve_and_sorts_by_depth():
+    """Defect: a curve was extended flat to depths 1 and T, so a rule's area could pass the oracle's.
+    Now a curve is read only over the depths it reaches: a window it does not cover is NaN."""
+    assert math.isnan(curve_auc(_curve([(5, 0.8)]), 16))  # one point cannot cover 1..16
+    assert math.isnan(curve_auc(_curve([(3, 0.6), (2, 0.2)]), 4))  # reaches 2..3 only
+    assert curve_auc(_curve([(3, 0.6), (2, 0.2)]), 4, (2, 3)) == pytest.approx(0.4)  # sorted by depth
     assert curve_auc(_curve([(1, 0.0), (4, 1.0)]), 4) == pytest.approx(0.5)
+    assert curve_auc(_curve([(1, 0.0), (4, 1.0)]), 4, (2, 3)) == pytest.approx(0.5)  # a window inside
     assert math.isnan(curve_auc(_curve([(math.nan, 0.5)]), 4))
     with pytest.raises(ValueError, match="T >= 2"):
         curve_auc(_curve([(1, 0.5)]), 1)
+
+
+def test_no_rules_area_passes_the_oracles_over_the_depths_it_reaches():
+    """Any exit assignments, joined as a curve and read over the depths they reach, stay under the
+    oracle's area there (a random exit assignment per point; within 1/N for mixing two of them)."""
+    g = torch.Generator().manual_seed(11)
+    n, steps = 200, 6
+    correct = torch.rand(n, steps, generator=g) < torch.linspace(0.2, 0.7, steps)
+    bound = _curve([(d, a) for d, a in zip(np.linspace(1, steps, 321),
+                                            oracle_accuracy_at(correct, np.linspace(1, steps, 321)))])
+    for _ in range(20):
+        points = []
+        for _ in range(5):
+            exits = torch.randint(1, steps + 1, (n,), generator=g)
+            hit = correct.gather(1, (exits - 1)[:, None]).double().mean().item()
+            points.append((exits.double().mean().item(), hit))
+        rule = _curve(points)
+        window = (min(p[0] for p in points), max(p[0] for p in points))
+        assert curve_auc(rule, steps, window) <= curve_auc(bound, steps, window) + 1 / n
 
 
 def test_depth_to_reach_interpolates():
@@ -342,15 +366,18 @@ def test_depth_to_reach_interpolates():
     assert depth_to_reach(_curve([(1, 0.5), (2, 0.9), (3, 0.6), (4, 0.95)]), 0.7) == pytest.approx(1.5)
 
 
-def test_summary_targets_99_percent_of_full_depth():
+def test_summary_reads_every_rule_over_the_depths_all_reach():
     fixed = _curve([(1, 0.5), (2, 0.8), (3, 0.9), (4, 1.0)], rule="fixed depth")
-    rule = _curve([(1, 0.9), (2, 1.0)], rule="confidence")
+    rule = _curve([(2, 0.9), (4, 1.0)], rule="confidence").assign(random_accuracy=[0.8, 1.0])
     table = summary(pd.concat([fixed, rule]), steps=4)
-    assert list(table.columns) == ["rule", "model", "auc", "depth_at_99pct"]
+    assert list(table.columns) == ["rule", "model", "auc", "random_auc", "window_lo", "window_hi", "depth_at_99pct"]
     row = table.set_index("rule").loc["confidence"]
-    assert row["depth_at_99pct"] == pytest.approx(1 + 0.09 / 0.1)  # reaches 0.99 at 1.9
-    assert row["auc"] == pytest.approx((0.95 + 1.0 + 1.0) / 3)
-    assert table.set_index("rule").loc["fixed depth", "depth_at_99pct"] == pytest.approx(3.9)
+    assert (row["window_lo"], row["window_hi"]) == (2.0, 4.0)  # the rule starts at depth 2
+    assert row["depth_at_99pct"] == pytest.approx(2 + 0.09 / 0.1 * 2)  # reaches 0.99 at 3.8
+    assert row["auc"] == pytest.approx(0.95)  # (0.9 + 1.0) / 2 over 2..4
+    assert row["random_auc"] == pytest.approx(0.9)  # (0.8 + 1.0) / 2
+    fixed_row = table.set_index("rule").loc["fixed depth"]
+    assert fixed_row["auc"] == pytest.approx((0.85 + 0.95) / 2) and fixed_row["depth_at_99pct"] == pytest.approx(3.9)
 
 
 # --- collapse -----------------------------------------------------------------------------
@@ -378,7 +405,7 @@ def test_rules_on_a_tiny_trained_model():
     result = train_or_load(cfg, progress=False)
     val, test = run_trajectories(result, "val"), run_trajectories(result, "test")
     curves = model_curves(val, test, "frost", calibrator=result.calibrator)
-    assert set(curves["rule"]) == {*SIGNAL_RULES, "frost", "fixed depth", "oracle"}
+    assert set(curves["rule"]) == {*SIGNAL_RULES, "frost", "settled probe", "fixed depth", "oracle", "settled ceiling"}
     assert curves["mean_depth"].between(1, cfg.model.steps).all()
     full = curves[curves["rule"] == "fixed depth"]["accuracy"].iloc[-1]
     assert full == pytest.approx(result.metrics["test_accuracy"])
@@ -389,7 +416,9 @@ def test_rules_on_a_tiny_trained_model():
     bound = oracle_accuracy_at(test.correct, rules["mean_depth"].to_numpy())
     assert (rules["accuracy"].to_numpy() <= bound + 1e-12).all()
     table = summary(curves, cfg.model.steps)
-    assert len(table) == len(SIGNAL_RULES) + 3 and table["auc"].between(0, 1).all()
+    assert len(table) == len(SIGNAL_RULES) + 5 and table["auc"].between(0, 1).all()
+    oracle = table.set_index("rule").loc["oracle", "auc"]
+    assert (table["auc"] <= oracle + 1e-9).all()  # over the common window no rule passes the bound
 
 
 # ---------------------------------------------------------------- rules inside adaptive_predict
@@ -487,7 +516,118 @@ def test_halting_gains_known_answers():
     assert calibrator.threshold(0.375) == pytest.approx(0.2)
     assert g["gap_q0.375"] == pytest.approx(1.0 - 0.75)
     assert g["full_depth"] == 1.0 and g["fixed_auc"] == pytest.approx(0.75)
-    # the oracle: 0.5 at depth 1, 1.0 from depth 1.5 on; the rule's one point extends flat to both ends
-    # (curve_auc), so its area passes the oracle's and the share closed exceeds 1
-    assert g["oracle_auc"] == pytest.approx(0.875) and g["auc"] == pytest.approx(1.0)
-    assert g["closed"] == pytest.approx((1.0 - 0.75) / (0.875 - 0.75)) and g["worst_gap"] == g["gap_q0.375"]
+    # over the depths the rule reaches (its one point, 1.5 .. T = 2 with q = 1 absent: the window is
+    # 1.5..1.5 plus nothing), the areas are the curves' values there; the oracle bounds the rule
+    assert g["oracle_auc"] >= g["auc"] and g["closed"] <= 1
+    assert g["worst_gap"] == g["gap_q0.375"]
+    # the split at q = 0.375: random exits of depths {1, 1, 2, 2} score 0.5 * 0.5 + 0.5 * 1.0 = 0.75,
+    # the fixed depth at 1.5 as much (no spread), and the ranking is the whole gain
+    assert g["spread"] == pytest.approx(0.0) and g["ranking"] == pytest.approx(0.25)
+
+
+# ---------------------------------------------------------------- the references and the split
+def test_random_exit_accuracy_is_the_mean_over_every_permutation_of_the_exits():
+    """The exact expectation: brute force over every assignment of the same exit depths to samples."""
+    from frost_nb.analysis.halting_rules import random_exit_accuracy
+
+    g = torch.Generator().manual_seed(12)
+    correct = torch.rand(5, 3, generator=g) < 0.5
+    exits = torch.tensor([1, 1, 2, 3, 3])
+    perms = list(itertools.permutations(exits.tolist()))
+    brute = np.mean([np.mean([bool(correct[i, e - 1]) for i, e in enumerate(p)]) for p in perms])
+    assert random_exit_accuracy(correct, exits) == pytest.approx(brute)
+    # a fixed depth is its own random exits; so is any assignment when accuracy is flat across steps
+    assert random_exit_accuracy(correct, torch.full((5,), 2)) == pytest.approx(correct[:, 1].double().mean().item())
+    with pytest.raises(ValueError, match="1..3"):
+        random_exit_accuracy(correct, torch.tensor([0, 1, 2, 3, 3]))
+
+
+def test_split_gain_spread_and_ranking_add_up_and_have_known_signs():
+    """Concave accuracy by step: spreading exits loses against a fixed depth (spread < 0); stopping
+    exactly the samples already right wins over random exits of the same depths (ranking > 0)."""
+    from frost_nb.analysis.halting_rules import split_gain
+
+    # samples 0-3 right from step 1, 4-5 from step 2, 6-7 never: accuracy 0.5, 0.75, 0.75 (concave)
+    correct = torch.tensor([[1, 1, 1]] * 4 + [[0, 1, 1]] * 2 + [[0, 0, 0]] * 2).bool()
+    spread_only = split_gain(correct, torch.tensor([1, 3] * 4))  # depths 1 and 3 over samples at random-ish
+    assert spread_only["spread"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.75 - 0.75)  # fixed depth 2: 0.75
+    ranked = split_gain(correct, torch.tensor([1, 1, 1, 1, 3, 3, 3, 3]))  # the right ones stop at once
+    assert ranked["ranking"] == pytest.approx(0.75 - 0.625) and ranked["spread"] == pytest.approx(-0.125)
+    for g in (spread_only, ranked):
+        assert g["gain"] == pytest.approx(g["spread"] + g["ranking"])
+
+
+def test_settled_exits_and_the_label_free_ceiling_against_brute_force():
+    """Settled for good: the first step from which every prediction equals the final one. The
+    ceiling, over every label-free choice of which samples stop where they settle (the others at
+    step 1), at the same budget: the cheapest first is the largest count of settled samples, and
+    scoring it with the labels gives ``settled_ceiling_at``; at the mean settled depth it is full depth."""
+    from frost_nb.analysis.halting_rules import settled_ceiling_at, settled_exits
+
+    preds = torch.tensor([[0, 1, 1, 1], [2, 2, 2, 2], [0, 1, 0, 1], [3, 3, 1, 3]])
+    labels = torch.tensor([1, 2, 0, 3])
+    assert settled_exits(preds).tolist() == [2, 1, 4, 4]
+    full = (preds[:, -1] == labels).double().mean().item()  # 0.75
+    assert settled_ceiling_at(preds, labels, [settled_exits(preds).double().mean().item()])[0] == pytest.approx(full)
+    # budget 1.25 (one extra step for 4 samples): sample 0 (cost 1) takes its final, right answer
+    first = (preds[:, 0] == labels).double()  # [0, 1, 1, 1]
+    assert settled_ceiling_at(preds, labels, [1.0, 1.25])[0] == pytest.approx(first.mean().item())
+    assert settled_ceiling_at(preds, labels, [1.25])[0] == pytest.approx((1 + 1 + 1 + 1) / 4)
+    # then sample 2 (cost 3; step-1 right, final wrong) at 2.0: 0.75
+    assert settled_ceiling_at(preds, labels, [2.0])[0] == pytest.approx(0.75)
+    # label-free: shuffling the labels moves the accuracy, never which samples are chosen
+    assert settled_ceiling_at(preds, torch.tensor([9, 9, 9, 9]), [1.25, 4.0]).tolist() == [0.0, 0.0]
+
+
+def test_settled_auroc_of_a_score_that_knows_and_of_one_that_does_not():
+    from frost_nb.analysis.halting_rules import auroc, settled_auroc, settled_exits
+
+    g = torch.Generator().manual_seed(13)
+    preds = torch.randint(0, 3, (200, 5), generator=g)
+    settled = torch.arange(1, 6)[None] >= settled_exits(preds)[:, None]  # (N, T)
+    per, mean = settled_auroc(settled.float() + 0.1 * torch.rand(200, 5, generator=g), preds)
+    finite = per[np.isfinite(per)]
+    assert finite.size and np.allclose(finite, 1.0) and mean == pytest.approx(1.0)
+    per, mean = settled_auroc(1.0 - settled.float(), preds)  # knows, backwards
+    assert mean == pytest.approx(0.0)
+    assert auroc(torch.tensor([0.1, 0.2, 0.2, 0.9]), torch.tensor([0, 1, 0, 1])) == pytest.approx(0.875)
+    assert math.isnan(auroc(torch.tensor([0.1, 0.2]), torch.tensor([1, 1])))
+
+
+def test_patience_counts_the_steps_the_prediction_stayed_and_the_probe_is_label_free():
+    from frost_nb.analysis.halting_rules import PATIENCE, fit_settled_probe, patience_signal
+
+    right, other = [5.0, 0.0], [0.0, 5.0]
+    traj = _traj(logits=[[right, right, other, other], [other, right, right, right]], n=2, k=2)
+    assert patience_signal(traj).tolist() == [[0, 1, 0, 1], [0, 0, 1, 2]]
+    assert _exits(PATIENCE, traj, 1.5) == [4, 4] and _exits(PATIENCE, traj, 0.5) == [2, 3]
+    val = _traj(n=60, t=5, k=3, seed=14)
+    probe = fit_settled_probe(val)
+    relabelled = dataclasses.replace(val, y=(val.y + 1) % 3)  # other labels: the same probe
+    assert torch.equal(probe.signal(val), fit_settled_probe(relabelled).signal(val))
+    assert probe.signal(val).shape == (60, 5) and ((probe.signal(val) >= 0) & (probe.signal(val) <= 1)).all()
+
+
+def test_a_share_of_the_oracle_gap_above_one_is_a_bug():
+    """The oracle bounds every exit assignment, so no rule closes more than the whole gap: a curve
+    above the bound (here made by hand) stops ``halting_gains`` instead of reading as a success."""
+    from frost_nb.analysis.curves import halting_gains
+
+    fixed = _curve([(1, 0.5), (2, 0.6)], rule="fixed depth")
+    oracle = _curve([(1, 0.5), (2, 0.7)], rule="oracle")
+    honest = _curve([(1, 0.5), (2, 0.6)], rule="frost").assign(quantile=[0.0, 1.0], random_accuracy=[0.5, 0.6])
+    assert halting_gains(pd.concat([fixed, oracle, honest]), 2, quantiles=(0.0,))["closed"].iloc[0] == 0
+    above = honest.assign(accuracy=[0.9, 0.95])  # more than the bound allows
+    with pytest.raises(ValueError, match="oracle gap closed .* > 1"):
+        halting_gains(pd.concat([fixed, oracle, above]), 2, quantiles=(0.0,))
+
+
+def test_split_summary_matches_rules_by_mean_depth():
+    from frost_nb.analysis.curves import split_summary
+
+    fixed = _curve([(1, 0.5), (2, 0.8), (3, 0.9), (4, 1.0)], rule="fixed depth")
+    rule = _curve([(2, 0.7), (3, 0.9)], rule="r").assign(random_accuracy=[0.75, 0.85])
+    row = split_summary(pd.concat([fixed, rule]), 4).iloc[0]
+    assert row["depths"] == 2  # depths 2 and 3, the ones it reaches
+    assert row["spread"] == pytest.approx(((0.75 - 0.8) + (0.85 - 0.9)) / 2)
+    assert row["ranking"] == pytest.approx(((0.7 - 0.75) + (0.9 - 0.85)) / 2)

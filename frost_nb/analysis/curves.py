@@ -1,6 +1,8 @@
 """Accuracy against mean depth, read off cached full-depth passes (no model call): ``curve``, the
 one computation and table shape (``CURVE_COLUMNS``) for FROST's quantiles, a fixed depth and any
-rule of ``halting_rules`` (docs/method.md sections 8 and 10), and readings at matched depth.
+rule of ``halting_rules`` (docs/method.md sections 8 and 10), the references (the oracle, the
+label-free ceiling, random exits of a rule's own depths), readings at matched depth, and the split of
+a rule's gain over a fixed depth into spread and ranking (``split_summary``, ``halting_gains``).
 """
 
 from __future__ import annotations
@@ -22,21 +24,34 @@ from .halting_rules import (
     FROST,
     FROST_QUANTILES,
     ORACLE,
+    PROBE,
+    REFERENCES,
     RULES,
+    SETTLED,
     SIGNAL_RULES,
     THRESHOLDS,
+    WITHIN,
+    common_window,
     Rule,
     candidate_thresholds,
+    curve_auc,
+    depth_to_reach,
+    fit_settled_probe,
     oracle_accuracy_at,
     oracle_exits,
+    random_exit_accuracy,
+    reach,
     rule_exits,
+    settled_ceiling_at,
+    settled_exits,
     sorted_points,
 )
 from .trajectories import run_trajectories
 
-# one row per threshold; quantile: FROST's q (else NaN); val_*: NaN when no held-out pass was given
+# one row per threshold; quantile: FROST's q (else NaN); val_*: NaN when no held-out pass was given;
+# random_accuracy: random exits with the row's own depth histogram on test (NaN for the references)
 CURVE_COLUMNS = ("rule", "model", "quantile", "threshold", "val_mean_depth", "val_accuracy",
-                 "mean_depth", "std_depth", "accuracy", "source")
+                 "mean_depth", "std_depth", "accuracy", "random_accuracy", "source")
 SWEEP_COLUMNS = ("quantile", "threshold", "mean_depth", "std_depth", "accuracy")  # what sweep files hold
 
 
@@ -80,39 +95,59 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
     shift = 0.5 if rule is FIXED_RULE else 0.0  # the step index exceeds t - 0.5 first at t
     rows = []
     for q, thr in zip(qs, thresholds):
-        read = [_read(rule_exits(rule, s, float(thr) - shift), p.correct) for s, p in zip(signals, passes)]
+        exits = [rule_exits(rule, s, float(thr) - shift) for s in signals]
+        read = [_read(e, p.correct) for e, p in zip(exits, passes)]
         (vd, _, va), (td, ts, ta) = read if val is not None else [(math.nan,) * 3, *read]
         rows.append({"rule": rule.name, "model": model, "quantile": q, "threshold": float(thr),
                      "val_mean_depth": vd, "val_accuracy": va, "mean_depth": td, "std_depth": ts,
-                     "accuracy": ta, "source": rule.source})
+                     "accuracy": ta, "random_accuracy": random_exit_accuracy(test.correct, exits[-1]),
+                     "source": rule.source})
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
-def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 4):
-    """The oracle's upper bound on test at mean depths 1, 1 + 1/per_step, ..., T, and its own point."""
+def _reference(name: str, depths: np.ndarray, acc: np.ndarray, model: str, source: str):
+    order = np.argsort(depths, kind="stable")
+    rows = [{"rule": name, "model": model, "quantile": math.nan, "threshold": math.nan,
+             "val_mean_depth": math.nan, "val_accuracy": math.nan, "mean_depth": float(depths[i]),
+             "std_depth": math.nan, "accuracy": float(acc[i]), "random_accuracy": math.nan, "source": source}
+            for i in order]
+    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
+
+
+def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 16):
+    """The oracle's upper bound (a sample counts as right if any step is right) on test at mean
+    depths 1, 1 + 1/per_step, ..., T, and its own point."""
     correct = test.correct
     steps = correct.shape[1]
     point = _read(oracle_exits(correct), correct)[0]  # on the bound's flat end
     depths = np.append(np.linspace(1.0, steps, per_step * (steps - 1) + 1), point)
-    acc = oracle_accuracy_at(correct, depths)
-    order = np.argsort(depths, kind="stable")
-    rows = [{"rule": ORACLE, "model": model, "quantile": math.nan, "threshold": math.nan,
-             "val_mean_depth": math.nan, "val_accuracy": math.nan, "mean_depth": float(depths[i]),
-             "std_depth": math.nan, "accuracy": float(acc[i]),
-             "source": "an upper bound: the earliest correct step"} for i in order]
-    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
+    return _reference(ORACLE, depths, oracle_accuracy_at(correct, depths), model,
+                      "an upper bound: any step correct, the earliest correct step")
+
+
+def settled_curve(test: FullDepthPass, model: str = "", per_step: int = 16):
+    """The label-free ceiling (``settled_ceiling_at``) on test at mean depths 1, 1 + 1/per_step, ..., T,
+    and the depth where every sample stops as its prediction settles for good (full-depth accuracy)."""
+    steps = test.steps
+    point = settled_exits(test.preds).double().mean().item()
+    depths = np.append(np.linspace(1.0, steps, per_step * (steps - 1) + 1), point)
+    return _reference(SETTLED, depths, settled_ceiling_at(test.preds, test.y, depths), model,
+                      "label-free ceiling: stop where the prediction has settled for good")
 
 
 def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
                  calibrator: HaltingCalibrator | None = None, ponder: bool = False,
-                 count: int = THRESHOLDS):
+                 count: int = THRESHOLDS, probe: bool = True):
     """Every curve of one model: the signal rules, FROST's (given its ranking-trained calibrator),
-    PonderNet's (``ponder``: a model trained with PonderNet's loss), fixed depth and the oracle."""
+    PonderNet's (``ponder``: a model trained with PonderNet's loss), our settled probe (``probe``:
+    fitted on ``val``), fixed depth, the oracle and the label-free ceiling."""
     names = list(SIGNAL_RULES) + (["ponder"] if ponder else [])
     parts = [curve(test, name, val=val, count=count, model=model) for name in names]
+    if probe:
+        parts.append(curve(test, fit_settled_probe(val), val=val, count=count, model=model))
     if calibrator is not None:
         parts.append(curve(test, val=val, calibrator=calibrator, quantiles=FROST_QUANTILES, model=model))
-    parts += [curve(test, FIXED, val=val, model=model), oracle_curve(test, model)]
+    parts += [curve(test, FIXED, val=val, model=model), oracle_curve(test, model), settled_curve(test, model)]
     return pd.concat(parts, ignore_index=True)
 
 
@@ -148,11 +183,17 @@ def summarise_sweeps(tables: dict[Any, Any]):
 
 def versus_fixed_depth(sweep, fixed, rival=None, rival_name: str = "rival"):
     """Each row of a FROST curve beside the fixed-depth curve read at its mean depth (``read_at``):
-    ``gain`` > 0 where halting beats stopping everyone at once. With ``rival`` (another rule's
+    ``gain`` > 0 where halting beats stopping everyone at once, split (with the curve's
+    ``random_accuracy``) into ``spread`` = random exits of its depths - fixed and ``ranking`` = its
+    accuracy - those random exits. With ``rival`` (another rule's
     curve), its accuracy there and the gain over it (``<rival_name>_accuracy``, ``gain_over_<rival_name>``)."""
     table = sweep[["quantile", "mean_depth", "accuracy"]].copy()
     table["fixed_depth_accuracy"] = read_at(fixed, table["mean_depth"])
     table["gain"] = table["accuracy"] - table["fixed_depth_accuracy"]
+    if "random_accuracy" in sweep:  # the gain split: spread (random exits of its depths) + ranking
+        table["random_accuracy"] = sweep["random_accuracy"].to_numpy()
+        table["spread"] = table["random_accuracy"] - table["fixed_depth_accuracy"]
+        table["ranking"] = table["accuracy"] - table["random_accuracy"]
     if rival is not None:
         table[f"{rival_name}_accuracy"] = accuracy = read_at(rival, table["mean_depth"])
         table[f"gain_over_{rival_name}"] = table["accuracy"] - accuracy
@@ -195,27 +236,169 @@ def side_by_side(groups: dict[str, dict[Any, Any]], rivals: dict[str, dict[Any, 
     return by[columns].mean().assign(runs=by["run"].nunique()).reset_index()
 
 
-def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTILES[:-1]):
-    """One row per model of ``curves`` (``model_curves`` tables): the area under FROST's rule (its
-    score at the calibrated quantiles), a fixed depth's and the oracle's (``curve_auc``); ``closed``,
-    the share of the fixed-depth-to-oracle gap in area that the rule closes; ``full_depth``, the
-    accuracy at t = T; and ``gap_q<q>``, the rule's accuracy at quantile q minus a fixed depth's at
-    the same mean depth (``versus_fixed_depth``), for each of ``quantiles`` (Table 2's, but q = 1,
-    where both are full depth); ``worst_gap``, the least of them."""
-    from .halting_rules import curve_auc
+def split_summary(curves, steps: int, depths: Sequence[float] | None = None):
+    """Each rule's gain over a fixed depth split into spread and ranking, matched by mean depth: per
+    (model, rule) of ``curves`` (``model_curves`` tables) its accuracy and its random exits' read at
+    the mean ``depths`` (default the whole steps 2..T-1) that it reaches (never extended), against the
+    fixed-depth curve there; the means over those depths, and how many there were (``depths``)."""
+    depths = np.arange(2.0, steps) if depths is None else np.asarray(depths, dtype=float)
+    rows = []
+    for (model, rule), part in curves.groupby(["model", "rule"], sort=False):
+        if rule in REFERENCES:
+            continue
+        fixed = curves[(curves["model"] == model) & (curves["rule"] == FIXED)]
+        lo, hi = reach(part)
+        at = depths[(depths >= lo - 1e-9) & (depths <= hi + 1e-9)]
+        if not at.size:
+            continue
+        own, random = read_at(part, at), read_at(part.assign(accuracy=part["random_accuracy"]), at)
+        base = read_at(fixed, at)
+        rows.append({"model": model, "rule": rule, "depths": int(at.size), "gain": float(np.mean(own - base)),
+                     "spread": float(np.mean(random - base)), "ranking": float(np.mean(own - random))})
+    return pd.DataFrame(rows, columns=["model", "rule", "depths", "gain", "spread", "ranking"])
 
+
+def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], rule: str = FROST,
+                  budgets: Sequence[float] | None = None):
+    """One row per model of ``curves`` (``model_curves`` tables) for one ``rule`` (FROST's: its score
+    at the calibrated quantiles). Each area is the mean accuracy over the mean depths the rule
+    reaches (``curve_auc``, never extended). Against the oracle (any step correct), over the rule's
+    depths: ``auc``, ``fixed_auc``, ``oracle_auc`` and ``closed``, the share of the gap closed
+    (at most 1: the oracle bounds every exit assignment; above it is a bug, and raises).
+    Claim 16's restated targets (docs/method.md section 14): ``ranking`` and ``spread``, the means over
+    the budgets (a quantile rule's ``budgets``, default ``quantiles``; another rule's points strictly
+    between depths 1 and T) of its accuracy - random exits of its depths and of those - a fixed
+    depth; ``depth_within`` and ``fixed_depth_within``, the mean depth each needs to come within
+    WITHIN of full-depth accuracy, ``steps_saved`` their difference; ``settled_depth``, where the
+    label-free ceiling reaches full-depth accuracy, and ``closed_settled``, the share of the gap from
+    a fixed depth to that ceiling the rule closes over its depths up to ``settled_depth``. Also
+    ``gap_q<q>`` (gain at each of ``quantiles``, Table 2's but q = 1), ``worst_gap`` and ``mean_gain``."""
     rows = []
     for model, part in curves.groupby("model", sort=False):
-        rule, fixed, oracle = (part[part["rule"] == name] for name in (FROST, FIXED, ORACLE))
-        if rule.empty:
+        own, fixed, oracle, settled = (part[part["rule"] == name] for name in (rule, FIXED, ORACLE, SETTLED))
+        if own.empty:
             continue
-        area = {name: curve_auc(c, steps) for name, c in (("rule", rule), ("fixed", fixed), ("oracle", oracle))}
-        at_q = rule[np.isin(rule["quantile"].to_numpy(), np.asarray(quantiles, dtype=float))]
-        gaps = versus_fixed_depth(at_q, fixed).set_index("quantile")["gain"]
-        full = fixed.loc[fixed["mean_depth"] == steps, "accuracy"]
-        rows.append({"model": model, "auc": area["rule"], "fixed_auc": area["fixed"], "oracle_auc": area["oracle"],
-                     "closed": (area["rule"] - area["fixed"]) / (area["oracle"] - area["fixed"]),
-                     "full_depth": float(full.iloc[0]) if len(full) else math.nan,
+        lo, hi = reach(own)
+        area = {name: curve_auc(c, steps, (lo, hi)) for name, c in
+                (("rule", own), ("fixed", fixed), ("oracle", oracle))}
+        closed = (area["rule"] - area["fixed"]) / (area["oracle"] - area["fixed"])
+        if closed > 1 + 1e-3:
+            raise ValueError(f"{model}, {rule}: the share of the oracle gap closed is {closed:.4f} > 1; the oracle "
+                             f"bounds every exit assignment, so the curves or their areas are wrong")
+        full = float(fixed.loc[fixed["mean_depth"] == steps, "accuracy"].iloc[0]) if len(fixed) else math.nan
+        with_q = np.isin(own["quantile"].to_numpy(), np.asarray(quantiles, dtype=float))
+        table = versus_fixed_depth(own, fixed)
+        if own["quantile"].notna().any():  # a quantile rule: its budgets are quantiles
+            at = table[np.isin(table["quantile"].to_numpy(), np.asarray(
+                quantiles if budgets is None else budgets, dtype=float))]
+        else:
+            at = table[(table["mean_depth"] > 1) & (table["mean_depth"] < steps)]
+        gaps = table[with_q].set_index("quantile")["gain"]
+        settled_depth = depth_to_reach(settled, full - 1e-12) if len(settled) else math.nan
+        window = (lo, min(hi, settled_depth))
+        s_area = {name: curve_auc(c, steps, window) if window[0] < window[1] else math.nan
+                  for name, c in (("rule", own), ("fixed", fixed), ("settled", settled))}
+        within = {name: depth_to_reach(c, full - WITHIN) for name, c in (("rule", own), ("fixed", fixed))}
+        rows.append({"model": model, "rule": rule, "auc": area["rule"], "fixed_auc": area["fixed"],
+                     "oracle_auc": area["oracle"], "closed": closed, "full_depth": full,
+                     "spread": float(at["spread"].mean()), "ranking": float(at["ranking"].mean()),
+                     "mean_gain": float(at["gain"].mean()), "depth_within": within["rule"],
+                     "fixed_depth_within": within["fixed"], "steps_saved": within["fixed"] - within["rule"],
+                     "settled_depth": settled_depth, "settled_auc": s_area["settled"],
+                     "closed_settled": (s_area["rule"] - s_area["fixed"]) / (s_area["settled"] - s_area["fixed"]),
                      **{f"gap_q{q:g}": float(gaps.get(q, math.nan)) for q in quantiles},
                      "worst_gap": float(gaps.min()) if len(gaps) else math.nan})
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- what the score knows
+def settled_summary(passes: dict[Any, FullDepthPass], steps_shown: Sequence[int] | None = None):
+    """Per model (label -> its test pass): full-depth accuracy; ``settled_depth``, the mean step from
+    which the predictions have settled for good (where the label-free ceiling reaches full depth);
+    a fixed depth's accuracy there; and the AUROC of the halting score and of the confidence for
+    "settled for good by t", their means over t < T weighted by the samples not yet settled
+    (``halting_rules.settled_auroc``). Returns (summary, per-step AUROC table)."""
+    from .halting_rules import confidence_signal, fixed_accuracy_at, settled_auroc
+
+    rows, per_step = [], []
+    for label, p in passes.items():
+        depth = settled_exits(p.preds).double().mean().item()
+        score_steps, score = settled_auroc(p.scores, p.preds)
+        conf_steps, conf = settled_auroc(confidence_signal(p), p.preds)
+        rows.append({"model": label, "full_depth": p.accuracy, "settled_depth": depth,
+                     "fixed_at_settled_depth": float(fixed_accuracy_at(p.correct, [depth])[0]),
+                     "score_auroc": score, "confidence_auroc": conf})
+        per_step += [{"model": label, "step": t + 1, "score_auroc": float(a), "confidence_auroc": float(c)}
+                     for t, (a, c) in enumerate(zip(score_steps, conf_steps))
+                     if steps_shown is None or t + 1 in steps_shown]
+    return pd.DataFrame(rows), pd.DataFrame(per_step)
+
+
+def split_by_quantile(tables: dict[Any, Any]):
+    """``versus_fixed_depth`` tables of several seeds (label -> table) to one row per quantile: the
+    means of mean depth, gain, spread and ranking, and the least and largest spread and ranking."""
+    both = pd.concat([t.assign(run=k) for k, t in tables.items()])
+    g = both.groupby("quantile")
+    out = g[["mean_depth", "accuracy", "random_accuracy", "fixed_depth_accuracy", "gain", "spread", "ranking"]].mean()
+    for column in ("spread", "ranking"):
+        out[f"{column}_min"], out[f"{column}_max"] = g[column].min(), g[column].max()
+    return out.assign(runs=g["run"].nunique()).reset_index()
+
+
+def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], group=None, rule: str = FROST):
+    """``split_by_quantile`` of one quantile ``rule`` in ``curves`` (``model_curves`` tables), its
+    models gathered by ``group`` (model -> group name; default each model its own), a ``group`` column."""
+    group = group or (lambda model: model)
+    own = curves[(curves["rule"] == rule) & np.isin(curves["quantile"].to_numpy(), np.asarray(quantiles, dtype=float))]
+    groups: dict[Any, list] = {}
+    for model in dict.fromkeys(own["model"]):
+        groups.setdefault(group(model), []).append(model)
+    parts = []
+    for name, models in groups.items():
+        tables = {m: versus_fixed_depth(own[own["model"] == m], curves[(curves["model"] == m) & (curves["rule"] == FIXED)])
+                  for m in models}
+        parts.append(split_by_quantile(tables).assign(group=name))
+    return pd.concat(parts, ignore_index=True)
+
+
+def bootstrap_area_gap(test: FullDepthPass, own: tuple[Rule, Sequence[float]], rival: tuple[Rule, Sequence[float]],
+                       steps: int, window: tuple[float, float] = (1.0, math.inf), draws: int = 500,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """Test-set noise of one model's area gap: the area of rule ``own`` minus ``rival``'s (each a
+    (rule, thresholds) pair; their exits on ``test`` held fixed) over the depths both reach within
+    ``window``, on ``draws`` resamples of the test images with replacement. Returns the estimate on
+    the test split and the 2.5% and 97.5% percentiles (a 95% percentile interval)."""
+    n = len(test)
+
+    def read(rule: Rule, thresholds: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+        shift, signal = (0.5 if rule is FIXED_RULE else 0.0), rule.signal(test)
+        exits = torch.stack([rule_exits(rule, signal, float(t) - shift) for t in thresholds])  # (J, N)
+        return exits.double().numpy(), test.correct.gather(1, (exits - 1).T).T.double().numpy()
+
+    parts = [read(*own), read(*rival)]
+
+    def gap(w: np.ndarray) -> float:  # w (N,): each image's share of the resample
+        curves = [pd.DataFrame({"mean_depth": depth @ w, "accuracy": hit @ w}) for depth, hit in parts]
+        lo, hi = common_window(curves, steps)
+        lo, hi = max(lo, window[0]), min(hi, window[1])
+        return curve_auc(curves[0], steps, (lo, hi)) - curve_auc(curves[1], steps, (lo, hi))
+
+    g = np.random.default_rng(seed)
+    values = [gap(np.bincount(g.integers(0, n, n), minlength=n) / n) for _ in range(draws)]
+    return gap(np.full(n, 1.0 / n)), float(np.nanpercentile(values, 2.5)), float(np.nanpercentile(values, 97.5))
+
+
+def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, model: str, steps: int,
+                       rule: str = FROST, draws: int = 500) -> dict[str, Any]:
+    """``bootstrap_area_gap`` of ``rule`` against the best other rule of one model (``summary``'s
+    ``table``: the largest area but the references'), over the table's window, with the thresholds
+    of ``curves``; the settled probe is fitted again on ``val`` (deterministic). For a row decided on
+    one trained model: how much of the gap is test-set noise."""
+    own = table[table["model"] == model].set_index("rule")
+    rival = own["auc"].drop([rule, *REFERENCES], errors="ignore").idxmax()
+    named = {FIXED: FIXED_RULE, PROBE: fit_settled_probe(val) if rival == PROBE else None, **RULES}
+    pair = [(named[r], curves[(curves["model"] == model) & (curves["rule"] == r)]["threshold"].to_numpy())
+            for r in (rule, rival)]
+    window = (float(own["window_lo"].iloc[0]), float(own["window_hi"].iloc[0]))
+    gap, lo, hi = bootstrap_area_gap(test, pair[0], pair[1], steps, window, draws)
+    return {"model": model, "rule": rule, "rival": rival, "gap": gap, "low": lo, "high": hi, "draws": draws}

@@ -2,6 +2,14 @@
 notebook 07), offline on a ``training.FullDepthPass`` or online (``OnlineRule``). A signal
 undefined at a step is NaN there and never fires (nor counts as a hit): the second-order steps
 and the KL at t = 1, a relative step of a state of norm 0 (0 / 0; x / 0 is +inf, never "< eps").
+
+Three references beside the rules (docs/method.md section 10), none of them a rule one could run:
+the oracle (``oracle_accuracy_at``: a sample counts as right if any step is right, an upper bound
+of every exit assignment), the label-free ceiling (``settled_ceiling_at``: each sample stops where
+its prediction has settled for good on its final one, so it returns the final answer), and random
+exits with a rule's own depth histogram (``random_exit_accuracy``), which split a rule's gain over
+a fixed depth into spread (how its exits spread over depths) and ranking (which samples it stops
+where). ``settled_auroc`` asks whether a score knows when a prediction has settled.
 """
 
 from __future__ import annotations
@@ -23,7 +31,11 @@ from ..training import FullDepthPass
 THRESHOLDS = 40  # candidate thresholds per rule: quantiles of its signal on the held-out split
 FROST_QUANTILES = tuple(i / 32 for i in range(33))  # 0, 1/32, ..., 1
 REACH_FRACTION = 0.99  # depth_at_99pct: the depth at which a curve reaches 99% of full depth
+WITHIN = 0.005  # half a point: "stays within WITHIN of full-depth accuracy" (claim 16's depth target)
 FIXED, ORACLE, FROST = "fixed depth", "oracle", "frost"
+SETTLED = "settled ceiling"  # the label-free ceiling: stop where the prediction has settled for good
+PATIENCE, PROBE = "patience", "settled probe"  # PABEE's rule; ours (``fit_settled_probe``)
+REFERENCES = (FIXED, ORACLE, SETTLED)  # curves that are no rule of their own
 
 # Collapse (notebook 07; docs/method.md section 9.7), fixed before any run: see ``collapsed``.
 COLLAPSE_ACCURACY_RATIO = 0.5
@@ -78,6 +90,16 @@ def frost_signal(traj: FullDepthPass) -> Tensor:
     return traj.scores
 
 
+def patience_signal(traj: FullDepthPass) -> Tensor:
+    """How many steps in a row the prediction has stayed the same up to t (0 at t = 1 and wherever it
+    just changed), (N, T) float64: PABEE (Zhou et al. 2020) stops once it reaches its patience."""
+    preds = traj.preds  # (N, T)
+    runs = [torch.zeros(preds.shape[0], dtype=torch.float64)]
+    for t in range(1, preds.shape[1]):
+        runs.append(torch.where(preds[:, t] == preds[:, t - 1], runs[-1] + 1, 0.0))
+    return torch.stack(runs, 1)
+
+
 @dataclass(frozen=True)
 class Rule:
     name: str
@@ -96,10 +118,13 @@ RULES = {r.name: r for r in (
          source="Pappone et al. 2025, arXiv 2509.23314: unnormalised, two consecutive hits"),
     Rule("KL between steps", kl_signal, "below", source="Geiping et al. 2025 (recurrent-depth LMs)"),
     Rule("confidence", confidence_signal, "above", source="BranchyNet; MSDNet"),
+    Rule(PATIENCE, patience_signal, "above", source="PABEE (Zhou et al. 2020): the prediction unchanged "
+         "for more than the threshold's steps in a row"),
     Rule("ponder", ponder_signal, "above", source="PonderNet (Banino et al. 2021)"),
     Rule(FROST, frost_signal, "above", source="FROST (Yu and Hwang 2026): tau_q of the KLL sketch"),
 )}
-SIGNAL_RULES = ("step size", "second-order step", TWO_SCALE, "KL between steps", "confidence")  # any model
+SIGNAL_RULES = ("step size", "second-order step", TWO_SCALE, "KL between steps", "confidence",
+                PATIENCE)  # any model
 
 
 def _norms(v: Tensor) -> Tensor:
@@ -170,6 +195,13 @@ def _online_ponder(t, h, logits, halt, memory):
     return cumulative, (log_not_yet + F.logsigmoid(-z), cumulative)
 
 
+def _online_patience(t, h, logits, halt, memory):
+    previous, run = memory  # (n,) the last prediction (-1 before step 1), (n,) float64 its run so far
+    pred = logits.argmax(-1)
+    run = torch.where((pred == previous) & (t > 1), run + 1, 0.0)
+    return run, (pred, run)
+
+
 def _step_index(traj: FullDepthPass) -> Tensor:
     """t at step t, (N, T) float64: the fixed-depth rule's signal (exit at d: threshold d - 0.5)."""
     n, steps = traj.halt_logits.shape
@@ -192,6 +224,8 @@ ONLINE = {
     "ponder": (lambda h0: (torch.zeros(h0.shape[0], device=h0.device),
                            torch.zeros(h0.shape[0], dtype=torch.float64, device=h0.device)), _online_ponder),
     FROST: (lambda h0: (), lambda t, h, lg, z, m: (torch.sigmoid(z.float()), m)),
+    PATIENCE: (lambda h0: (torch.full((h0.shape[0],), -1, dtype=torch.int64, device=h0.device),
+                           torch.zeros(h0.shape[0], dtype=torch.float64, device=h0.device)), _online_patience),
 }
 
 
@@ -231,6 +265,145 @@ def oracle_accuracy_at(correct: Tensor, depths: Sequence[float] | np.ndarray) ->
     return np.where(budget >= 0, k / n, np.nan)
 
 
+def random_exit_accuracy(correct: Tensor, exits: Tensor) -> float:
+    """The exact expected accuracy of random exits with the depth histogram of ``exits``: each sample
+    stops at a depth drawn from that histogram, whatever the sample, sum_d p_d acc(d), with p_d the
+    share of ``exits`` equal to d and acc(d) the mean of ``correct[:, d - 1]``. ``correct`` (N, T)
+    bool, ``exits`` (N,) int in 1..T. Against a fixed depth at the same mean depth it measures the
+    spread of the exits; a rule's own accuracy against it, its ranking of the samples."""
+    n, steps = correct.shape
+    if exits.shape != (n,) or exits.dtype.is_floating_point:
+        raise ValueError(f"exits must be ({n},) integer steps, got {tuple(exits.shape)} {exits.dtype}")
+    if n == 0 or int(exits.min()) < 1 or int(exits.max()) > steps:
+        raise ValueError(f"exits must lie in 1..{steps} (and N > 0)")
+    share = torch.bincount(exits.long() - 1, minlength=steps).double() / n  # (T,) p_d
+    return float((share * correct.double().mean(0)).sum())
+
+
+def fixed_accuracy_at(correct: Tensor, depths) -> np.ndarray:
+    """A fixed depth read at mean ``depths``: linear between whole steps, as ``curves.read_at`` reads
+    the fixed-depth curve (the accuracy of stopping at floor(d) and ceil(d) in proportion)."""
+    acc = correct.double().mean(0).numpy()  # (T,)
+    return np.interp(np.asarray(depths, dtype=float), np.arange(1, acc.size + 1), acc)
+
+
+def split_gain(correct: Tensor, exits: Tensor) -> dict[str, float]:
+    """One exit assignment's gain over a fixed depth at its mean depth, split in two:
+    ``spread`` = random exits with its depth histogram - fixed depth (0 for a fixed depth, at most 0
+    when accuracy is concave in depth), ``ranking`` = its accuracy - those random exits (what its
+    choice of samples adds); ``gain`` = spread + ranking."""
+    depth = exits.double().mean().item()
+    own = correct.gather(1, (exits.long() - 1)[:, None]).double().mean().item()
+    random = random_exit_accuracy(correct, exits)
+    fixed = float(fixed_accuracy_at(correct, [depth])[0])
+    return {"mean_depth": depth, "accuracy": own, "random_accuracy": random, "fixed_depth_accuracy": fixed,
+            "gain": own - fixed, "spread": random - fixed, "ranking": own - random}
+
+
+def settled_exits(preds: Tensor) -> Tensor:
+    """(N,) the first step from which each sample's prediction stays equal to its final one (settled
+    for good), in 1..T: needs no label."""
+    same = preds == preds[:, -1:]  # (N, T)
+    for_good = same.flip(1).int().cumprod(1).flip(1)  # 1 where every step from t on agrees
+    return exit_steps(for_good.float(), 0.5)
+
+
+def settled_ceiling_at(preds: Tensor, labels: Tensor, depths: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The label-free ceiling at each mean depth B of ``depths``: ``oracle_accuracy_at``'s construction
+    with "has settled for good on its final prediction" in place of "is correct". A sample whose
+    prediction settles at e costs e - 1 steps beyond step 1; the cheapest are stopped there first
+    (ties in sample order) until the budget N (B - 1) is spent, every other sample at step 1. As the
+    others then answer with step 1's readout, that alone falls below a fixed depth at small budgets,
+    so the ceiling is never below the second construction either: stop every sample at step s, or
+    earlier where its prediction has settled for good (a fixed depth s's accuracy at a smaller mean
+    depth; linear between s and s + 1). The choice needs no label; ``labels`` only score it. Both
+    reach full-depth accuracy at the mean of ``settled_exits``, where every sample stops as it settles."""
+    n, steps = preds.shape
+    exits = settled_exits(preds)
+    order = torch.argsort(exits, stable=True)
+    first, final = (preds[:, t] == labels for t in (0, -1))
+    spent = np.concatenate([[0], np.cumsum((exits[order] - 1).numpy())])  # cost of the k cheapest
+    right = first.sum().item() + np.concatenate([[0], np.cumsum((final[order].int() - first[order].int()).numpy())])
+    budget = n * (np.asarray(depths, dtype=float) - 1.0) + 1e-6
+    k = np.searchsorted(spent, budget, side="right") - 1
+    cheapest = right[np.maximum(k, 0)] / n
+    capped_depth, capped_acc = [], []  # stop at s, or where settled before it: s = 1..T
+    for s in range(1, steps + 1):
+        stop = torch.clamp(exits, max=s)
+        hit = torch.where(exits <= s, final, preds[:, s - 1] == labels)
+        capped_depth.append(stop.double().mean().item())
+        capped_acc.append(hit.double().mean().item())
+    at, index = np.unique(capped_depth, return_inverse=True)  # one depth, the best accuracy at it
+    best = np.full(at.size, -np.inf)
+    np.maximum.at(best, index, capped_acc)
+    capped = np.interp(np.asarray(depths, dtype=float), at, best)
+    return np.where(budget >= 0, np.maximum(cheapest, capped), np.nan)
+
+
+def auroc(score: Tensor, positive: Tensor) -> float:
+    """Area under the ROC curve of ``score`` for ``positive`` (Mann-Whitney, ties counted half);
+    NaN when a class is empty."""
+    from scipy.stats import rankdata
+
+    pos = positive.bool().numpy()
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if not n_pos or not n_neg:
+        return math.nan
+    ranks = rankdata(score.double().numpy())
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def settled_auroc(scores: Tensor, preds: Tensor) -> tuple[np.ndarray, float]:
+    """Does a score know when the prediction has settled for good? Per step t < T the AUROC of
+    ``scores[:, t - 1]`` for "settled for good by t" (``settled_exits`` <= t), (T - 1,); and their
+    mean weighted by the samples not yet settled at t (the ones a stop at t could cost)."""
+    exits = settled_exits(preds)
+    per, weight = [], []
+    for t in range(1, preds.shape[1]):
+        done = exits <= t
+        per.append(auroc(scores[:, t - 1], done))
+        weight.append(float((~done).sum()))
+    per, weight = np.array(per), np.array(weight)
+    keep = np.isfinite(per) & (weight > 0)
+    return per, float(np.average(per[keep], weights=weight[keep])) if keep.any() else math.nan
+
+
+# ---------------------------------------------------------------- a rule of ours: the settled probe
+PROBE_FEATURES = ("step", "run", "confidence", "margin", "kl", "score")
+
+
+def probe_features(traj: FullDepthPass) -> Tensor:
+    """(N, T, 6) what a label-free probe sees at step t: t / T, the run of the prediction
+    (``patience_signal`` / T), the top softmax probability, the top-two margin, the KL to the
+    previous readout (0 at t = 1) and the model's halting score."""
+    n, steps = traj.scores.shape
+    prob = F.softmax(traj.logits.double(), dim=-1)
+    top2 = prob.topk(2, dim=-1).values  # (N, T, 2)
+    step = torch.arange(1, steps + 1, dtype=torch.float64).expand(n, steps) / steps
+    return torch.stack([step, patience_signal(traj) / steps, top2[..., 0], top2[..., 0] - top2[..., 1],
+                        kl_signal(traj).nan_to_num(0.0), traj.scores.double()], -1)
+
+
+def fit_settled_probe(val: FullDepthPass) -> Rule:
+    """Ours: a logistic probe fitted on the held-out split to say "the prediction has settled for good
+    by t" from ``probe_features``, the target the model's own final prediction (no label), then used
+    as a rule (exit once its probability is above a threshold). Offline only."""
+    from sklearn.linear_model import LogisticRegression
+
+    x = probe_features(val)  # (N, T, 6)
+    target = torch.arange(1, val.steps + 1)[None] >= settled_exits(val.preds)[:, None]  # (N, T)
+    mean, std = x.reshape(-1, x.shape[-1]).mean(0), x.reshape(-1, x.shape[-1]).std(0).clamp_min(1e-9)
+    fit = LogisticRegression(max_iter=1000).fit(((x - mean) / std).reshape(-1, x.shape[-1]).numpy(),
+                                                target.reshape(-1).numpy())
+    w, b = torch.tensor(fit.coef_[0]), float(fit.intercept_[0])
+
+    def signal(traj: FullDepthPass) -> Tensor:
+        return torch.sigmoid(((probe_features(traj) - mean) / std) @ w + b)  # (N, T) float64
+
+    return Rule(PROBE, signal, "above", source="ours: a logistic probe of 'settled for good by t', "
+                "fitted on the held-out split to the model's own final predictions (no labels)")
+
+
 # ---------------------------------------------------------------- thresholds
 def candidate_thresholds(signal: Tensor, count: int = THRESHOLDS) -> np.ndarray:
     """``count`` quantiles (levels 0..1) of the finite values of ``signal``, and -inf, +inf."""
@@ -250,17 +423,37 @@ def sorted_points(curve) -> tuple[np.ndarray, np.ndarray]:
     return x[keep][order], y[keep][order]
 
 
-def curve_auc(curve, steps: int) -> float:
-    """Mean accuracy over mean depths 1..T: the area under the curve sorted by depth and extended flat
-    to depths 1 and T, divided by T - 1 (a flat curve gives its accuracy)."""
+def reach(curve) -> tuple[float, float]:
+    """The shallowest and the deepest mean depth of a curve's finite points (NaN, NaN if none)."""
+    x, _ = sorted_points(curve)
+    return (float(x[0]), float(x[-1])) if x.size else (math.nan, math.nan)
+
+
+def common_window(curves: Sequence, steps: int) -> tuple[float, float]:
+    """The mean depths every one of ``curves`` reaches, within 1..T: (largest start, smallest end)."""
+    ends = np.array([reach(c) for c in curves], dtype=float).reshape(-1, 2)
+    return max(1.0, float(np.max(ends[:, 0]))), min(float(steps), float(np.min(ends[:, 1])))
+
+
+def curve_auc(curve, steps: int, window: tuple[float, float] | None = None) -> float:
+    """Mean accuracy over mean depths ``window`` (default 1..T): the area under the curve, its points
+    in order of depth joined by straight lines (points at one depth averaged, as ``curves.read_at``),
+    divided by the window's width. Never extended: NaN when the curve does not reach the whole window
+    (compare curves over the depths each reaches, ``common_window``; an extended curve can pass the
+    oracle's). A window of one depth gives the curve's accuracy there."""
     if steps < 2:
         raise ValueError(f"steps={steps}: the depth range 1..T needs T >= 2")
+    lo, hi = (1.0, float(steps)) if window is None else (float(window[0]), float(window[1]))
     x, y = sorted_points(curve)
-    if not x.size:
+    if not x.size or not (lo <= hi) or x[0] > lo + 1e-9 or x[-1] < hi - 1e-9:
         return math.nan
-    x = np.clip(np.concatenate([[1.0], x, [float(steps)]]), 1.0, float(steps))
-    y = np.concatenate([[y[0]], y, [y[-1]]])
-    return float(np.sum((x[1:] - x[:-1]) * (y[1:] + y[:-1]) / 2) / (steps - 1))
+    at, index = np.unique(x, return_inverse=True)
+    mean = np.bincount(index, weights=y) / np.bincount(index)
+    if hi - lo < 1e-12:
+        return float(np.interp(lo, at, mean))
+    grid = np.unique(np.concatenate([[lo, hi], at[(at > lo) & (at < hi)]]))
+    acc = np.interp(grid, at, mean)
+    return float(np.sum((grid[1:] - grid[:-1]) * (acc[1:] + acc[:-1]) / 2) / (hi - lo))
 
 
 def depth_to_reach(curve, target: float) -> float:
@@ -275,14 +468,25 @@ def depth_to_reach(curve, target: float) -> float:
 
 
 def summary(curves, steps: int):
-    """One row per (rule, model): ``auc`` (``curve_auc``) and ``depth_at_99pct``, the depth reaching
-    99% of that model's full-depth accuracy (its fixed-depth curve at t = T)."""
+    """One row per (rule, model): ``auc``, the mean accuracy over the mean depths that every rule of
+    the model reaches (``common_window`` of its rules and fixed depth; ``window_lo``..``window_hi``),
+    the references over the same window; ``random_auc``, that of random exits with the rule's own
+    depths (a rule's ``random_accuracy``; its area minus fixed depth's is the spread, ``auc`` minus it
+    the ranking); ``depth_at_99pct``, the depth reaching 99% of the model's full-depth accuracy."""
     full = curves[(curves["rule"] == FIXED) & (curves["mean_depth"] == steps)]
     full = dict(zip(full["model"], full["accuracy"]))
-    rows = [{"rule": rule, "model": model, "auc": curve_auc(curve, steps),
-             "depth_at_99pct": depth_to_reach(curve, REACH_FRACTION * full.get(model, math.nan))}
-            for (rule, model), curve in curves.groupby(["rule", "model"], sort=False)]
-    return pd.DataFrame(rows, columns=["rule", "model", "auc", "depth_at_99pct"])
+    rows = []
+    for model, part in curves.groupby("model", sort=False):
+        groups = list(part.groupby("rule", sort=False))
+        window = common_window([c for rule, c in groups if rule not in (ORACLE, SETTLED)], steps)
+        for rule, c in groups:
+            random = c.assign(accuracy=c["random_accuracy"]) if "random_accuracy" in c else c.iloc[:0]
+            rows.append({"rule": rule, "model": model, "auc": curve_auc(c, steps, window),
+                         "random_auc": curve_auc(random, steps, window) if rule not in REFERENCES else math.nan,
+                         "window_lo": window[0], "window_hi": window[1],
+                         "depth_at_99pct": depth_to_reach(c, REACH_FRACTION * full.get(model, math.nan))})
+    return pd.DataFrame(rows, columns=["rule", "model", "auc", "random_auc", "window_lo", "window_hi",
+                                       "depth_at_99pct"])
 
 
 def collapsed(accuracy: float, reference_accuracy: float,

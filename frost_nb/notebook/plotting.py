@@ -307,22 +307,67 @@ def _model_panels(models, lines, height: float, title: str) -> plt.Figure:
 
 
 FIXED_STYLE, ORACLE_STYLE = dict(ls="--", color="k", lw=1), dict(ls=":", color="grey", lw=1)
+SETTLED_STYLE = dict(ls="-.", color="grey", lw=1)
 
 
-def plot_rule_curves(curves, fixed, oracle, title: str = "") -> plt.Figure:
+def plot_rule_curves(curves, fixed, oracle, title: str = "", settled=None, random_of: str | None = "frost") -> plt.Figure:
     """Accuracy against mean depth of every halting rule (``curves.curve`` tables), one
     panel per model: a line per rule, the fixed-depth curve (all samples stop at step t,
-    dashed) and the oracle's bound (dotted). Colours follow the rule across panels."""
+    dashed), the oracle's bound (any step correct, dotted), the label-free ceiling (``settled``,
+    dash-dot) and random exits with rule ``random_of``'s own depths (thin, in its colour)."""
     colours = {rule: f"C{i}" for i, rule in enumerate(dict.fromkeys(curves["rule"]))}
 
     def lines(model):
         for rule, part in curves[curves["model"] == model].groupby("rule", sort=False):
             yield part, rule, dict(marker="o", ms=2, lw=1, color=colours[rule])
+            if rule == random_of and "random_accuracy" in part:
+                yield part.assign(accuracy=part["random_accuracy"]), f"random exits, {rule}'s depths", \
+                    dict(lw=0.8, ls=(0, (1, 1)), color=colours[rule])
         yield fixed[fixed["model"] == model], "fixed depth", FIXED_STYLE
-        yield oracle[oracle["model"] == model], "oracle (bound)", ORACLE_STYLE
+        yield oracle[oracle["model"] == model], "oracle (any step correct: bound)", ORACLE_STYLE
+        if settled is not None:
+            yield settled[settled["model"] == model], "label-free ceiling (settled)", SETTLED_STYLE
 
     return _model_panels(list(dict.fromkeys(curves["model"])), lines, 3.6,
                          title or "halting rules: accuracy against mean depth")
+
+
+def plot_gain_split(split, auroc, title: str = "", curves=None) -> plt.Figure:
+    """Why a rule gains or loses against a fixed depth: ``split`` (``curves.split_by_quantile`` rows,
+    one ``group`` each, e.g. a model family) as spread and ranking against the quantile's mean depth,
+    bars from the least to the largest seed; ``auroc`` (``settled_summary``'s per-step table, a
+    ``group`` column) as the score's and the confidence's AUROC for "settled for good by t". With
+    ``curves`` (one model's rule, fixed depth, oracle and settled ceiling), a first panel draws them
+    and random exits with the rule's depths."""
+    fig, axes = plt.subplots(1, 2 + (curves is not None), figsize=(5 * (2 + (curves is not None)), 3.6))
+    ax1, ax2 = axes[-2:]
+    if curves is not None:
+        styles = {"fixed depth": FIXED_STYLE, "oracle": ORACLE_STYLE, "settled ceiling": SETTLED_STYLE}
+        for i, (rule, part) in enumerate(curves.groupby("rule", sort=False)):
+            part = part.sort_values("mean_depth", kind="stable")
+            axes[0].plot(part["mean_depth"], part["accuracy"], label=rule,
+                         **styles.get(rule, dict(marker="o", ms=3, lw=1, color="C0")))
+            if rule not in styles and "random_accuracy" in part:
+                axes[0].plot(part["mean_depth"], part["random_accuracy"], "s", ms=3, ls=(0, (1, 1)), lw=0.8,
+                             color="C1", label=f"random exits, {rule}'s depths")
+        axes[0].set(xlabel="mean depth (steps)", ylabel="test accuracy", title=curves["model"].iloc[0])
+        axes[0].legend(fontsize=7)
+    for i, (group, part) in enumerate(split.groupby("group", sort=False)):
+        for column, marker in (("spread", "s"), ("ranking", "o")):
+            err = [100 * (part[column] - part[f"{column}_min"]), 100 * (part[f"{column}_max"] - part[column])]
+            ax1.errorbar(part["mean_depth"], 100 * part[column], yerr=err, fmt=f"{marker}-", ms=3, lw=1, capsize=2,
+                         color=f"C{i}", ls="-" if column == "ranking" else "--", label=f"{group}: {column}")
+    ax1.axhline(0, color="k", lw=0.6)
+    ax1.set(xlabel="mean depth (steps)", ylabel="points of accuracy",
+            title="gain over a fixed depth = spread + ranking")
+    for i, (group, part) in enumerate(auroc.groupby("group", sort=False)):
+        by = part.groupby("step")[["score_auroc", "confidence_auroc"]].mean()
+        ax2.plot(by.index, by["score_auroc"], "o-", ms=3, lw=1, color=f"C{i}", label=f"{group}: halting score")
+        ax2.plot(by.index, by["confidence_auroc"], lw=0.8, ls=":", color=f"C{i}", label=f"{group}: confidence")
+    ax2.axhline(0.5, color="k", lw=0.6)
+    ax2.set(xlabel="step t", ylabel="AUROC", title='"settled for good by t"')
+    ax2.legend(fontsize=7)
+    return _finish(fig, ax1, title or "what the halting score knows")
 
 
 def plot_rule_throughput(table, title: str = "") -> plt.Figure:

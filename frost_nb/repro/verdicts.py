@@ -3,14 +3,15 @@
 ``frost_nb.repro.claims`` holds every rule; this module finds the numbers each rule needs in
 ``outputs/metrics/`` and renders two tables from the same rows:
 
-- the README's, one row per claim of ``claims.CLAIMS`` (15), its decisive evidence (``summary_rows``;
+- the README's, one row per claim of ``claims.CLAIMS`` (16), its decisive evidence (``summary_rows``;
   ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named);
 - docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``).
 
 A metrics file's runs and their settings (bundle, update form, seed, ...) come from its ``provenance``
 (``frost_nb.repro.provenance``) and nowhere else; numbers whose run it does not name are left out. A
-missing file drops its rows; a damaged one (cut off, not JSON, lacking what a claim reads) is a
-``DamagedInput`` naming it and how to restore it, never a table without its rows (inside
+missing file drops its rows; a damaged one (cut off, not JSON, lacking a field or a row a claim
+reads: ``MissingField``, ``MissingRow``) is a ``DamagedInput`` naming it and how to restore it, never a
+table without its rows; any other error in a claim's code surfaces as itself, a bug (inside
 ``runs.skip_damaged()``, ``--skip-damaged``, that claim's rows are left out and the command says so). The
 command line: ``python -m frost_nb verdicts [--write | --check]`` (docs/testing.md).
 """
@@ -53,12 +54,37 @@ SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06
 DEFAULT_STRENGTH = (LossConfig().lambda_rel, LossConfig().lambda_abs)
 
 
+class MissingField(KeyError):
+    """A field a claim reads is absent from a metrics record: the file is damaged, not the code."""
+
+
+class MissingRow(IndexError):
+    """A row a claim looks for is absent from a metrics record: the file is damaged, not the code."""
+
+
+class Record(dict):
+    """A metrics record as read from its file: a missing field is a ``MissingField`` (a KeyError of
+    the file's, told apart from one of the code's)."""
+
+    def __missing__(self, key):
+        raise MissingField(key)
+
+
+def _records(value: Any) -> Any:
+    """``value`` (parsed JSON) with every object a ``Record``."""
+    if isinstance(value, dict):
+        return Record({k: _records(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_records(v) for v in value]
+    return value
+
+
 def _first(rows: Iterator) -> Any:
-    """The first of ``rows``; IndexError when there is none (a StopIteration would leave the claim
-    generators as a RuntimeError)."""
+    """The first of ``rows``; a ``MissingRow`` when there is none (a StopIteration would leave the
+    claim generators as a RuntimeError)."""
     for row in rows:
         return row
-    raise IndexError("a record lacks the row looked for")
+    raise MissingRow("a record lacks the row looked for")
 
 
 def default_metrics_dir() -> Path:
@@ -93,7 +119,7 @@ class Metrics:
         path = self.folder / f"{name}.json"
         self.current = path
         if name not in self._json:
-            self._json[name] = self._read(path, json.loads) if path.is_file() else None
+            self._json[name] = self._read(path, lambda text: _records(json.loads(text))) if path.is_file() else None
             if self._json[name] is not None and not isinstance(self._json[name], dict):
                 self._json[name] = skip_or_raise(self.damaged(path, "not a JSON object"))
             elif self._json[name] is not None and not isinstance(self._json[name].get("provenance"), dict):
@@ -103,7 +129,7 @@ class Metrics:
 
     def csv(self, path: Path) -> list[dict[str, str]] | None:
         """The rows of the CSV file ``path`` (a sweep), by header, each whole."""
-        rows = self._read(path, lambda text: list(csv.DictReader(text.splitlines())))
+        rows = self._read(path, lambda text: [Record(r) for r in csv.DictReader(text.splitlines())])
         if rows is not None and any(None in r or None in r.values() for r in rows):
             return skip_or_raise(self.damaged(path, "a row with other fields than its header (cut off?)"))
         return rows
@@ -174,8 +200,9 @@ def row(claim: int, bundle: str, form_: str, dataset: str, seeds: int | None, pa
 
 
 def _mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
+    """The mean of the numbers among ``values`` (a NaN is written as null: left out); NaN if none."""
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")
 
 
 def _by(rows, key) -> dict[Any, list]:
@@ -555,29 +582,52 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("bench_table3_regime*"):
         device = d.get("env", {}).get("device", "")
         for backbone, rs in _by(d["ratios"], "backbone").items():
-            for batch, part in sorted(_by(rs, "batch_size").items()):
-                frost = _first(r for r in part if r["model"] == "frost")
-                gpu = backbone == "resnet" and device.startswith("cuda")  # a GPU's ResNet rows decide claim 12
-                yield row(12, NA, NA, "imagenet100", None, f"{frost['paper']:.2f}",
-                          f"{frost['ours']:.2f} ({device}, batch {batch})",
-                          C.throughput([r["relative_error"] for r in part], device), "bench",
-                          title="" if gpu else
-                          f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device}, batch {batch})", primary=gpu)
+            # every batch size its own part (claims.throughput_batches): the paper states none
+            batches = dict(sorted(_by(rs, "batch_size").items()))
+            frost = {b: _first(r for r in part if r["model"] == "frost") for b, part in batches.items()}
+            gpu = backbone == "resnet" and device.startswith("cuda")  # a GPU's ResNet rows decide claim 12
+            yield row(12, NA, NA, "imagenet100", None, f"{next(iter(frost.values()))['paper']:.2f}",
+                      " / ".join(f"{f['ours']:.2f} (batch {b})" for b, f in frost.items()) + f" ({device})",
+                      C.throughput_batches({b: [r["relative_error"] for r in part] for b, part in batches.items()},
+                                           device), "bench",
+                      title="" if gpu else f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device})", primary=gpu)
 
 
-# 15. FROST's score against other halting rules (07) and refitted heads (15_head_refit)
+# 15. FROST's score against other halting rules (07: seed 0; 08: every rule on FROST's seeds) and
+# refitted heads (15_head_refit). The references (oracle, label-free ceiling) are no rule one could run
+LABELLED = ("oracle", "settled ceiling")  # halting_rules.ORACLE, SETTLED
+
+
 def halting_rule_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("07_halting_baselines*"):
         area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
         for model in sorted({mod for mod, rule in area if rule == "frost"}):
             st = settings(d, d.get("keys", {}).get(model))
-            others = {rule: a for (mod, rule), a in area.items() if mod == model and rule not in ("frost", "oracle")}
+            others = {rule: a for (mod, rule), a in area.items() if mod == model and rule not in ("frost", *LABELLED)}
             if not is_frost(st) or not others:
                 continue
             best_rule, best = max(others.items(), key=lambda kv: kv[1])
+            noise = d.get("bootstrap") or {}  # one model decides: the test images' 95% interval beside
+            shown = f"; test-image bootstrap 95% [{noise['low']:+.3f}, {noise['high']:+.3f}]" \
+                if noise.get("model") == model and noise.get("rival") == best_rule else ""
             yield row(15, st["bundle"], form(st), d["dataset"], 1, "no claim",
-                      f"{area[(model, 'frost')]:.3f} vs {best:.3f} ({best_rule})",
+                      f"{area[(model, 'frost')]:.3f} vs {best:.3f} ({best_rule}){shown}",
                       C.halting_rules([area[(model, "frost")]], [best]), "07", primary=own_form(st))
+    for d in m.files("08_beyond_the_paper*"):  # every rule on FROST's seeds
+        area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
+        models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"}, key=_seed)
+        others = [{rule: a for (mod, rule), a in area.items() if mod == model and rule not in LABELLED}
+                  for model in models]
+        if not models or not all(is_frost(settings(d, d["keys"][model])) for model in models) or not all(
+                set(o) - {"frost"} for o in others):
+            continue
+        st = settings(d, d["keys"][models[0]])
+        own = [area[(model, "frost")] for model in models]
+        best = [max((a, rule) for rule, a in o.items() if rule != "frost") for o in others]
+        named = sorted({rule for _, rule in best})
+        yield row(15, st["bundle"], form(st), d["dataset"], len(models), "no claim",
+                  f"{_mean(own):.3f} vs {_mean(a for a, _ in best):.3f} ({', '.join(named)})",
+                  C.halting_rules(own, [a for a, _ in best]), "08", primary=own_form(st))
     for d in m.files("15_head_refit"):
         margins = d.get("margin_per_backbone", {})
         for group in _by([(k, settings(d, b["key"])) for k, b in d["backbones"].items()],
@@ -598,18 +648,27 @@ def _seed(label: str) -> int:
 
 
 def variant_rows(m: Metrics) -> Iterator[dict]:
+    """Claim 16 on the variant's own rule (its score under FROST's quantile rule), and beside it, as
+    rows of ours, the rules of ours (patience, the settled probe) on both families, by the same
+    restated targets; the guard is the family's full depth against FROST's of the same seed."""
     for d in m.files("08_beyond_the_paper*"):
-        family = _by(d["gains"], "family")
-        ours = sorted(family[d["variant"]], key=lambda g: _seed(g["model"]))
-        frost = {_seed(g["model"]): g for g in family.get("frost", [])}
-        paired = [g for g in ours if _seed(g["model"]) in frost]
-        worst = [min(g[f"gap_q{q:g}"] for q in C.VARIANT_QUANTILES) for g in ours]
-        closed = [g["closed"] for g in ours]
-        full = [g["full_depth"] - frost[_seed(g["model"])]["full_depth"] for g in paired]
-        st = settings(d, d["keys"][ours[0]["model"]])
-        yield row(16, st["bundle"], form(st), d["dataset"], len(ours), "no claim",
-                  f"least gain {_mean(worst):+.3f}; closes {_mean(closed):.2f} of the gap; full depth "
-                  f"{_mean(full):+.3f} against FROST", C.variant(worst, closed, full), "08")
+        by_rule = _by(d["gains"], lambda g: (family_of(g["model"]), g["rule"]))
+        frost = {_seed(g["model"]): g for g in by_rule.get(("frost", "frost"), [])}
+        st = settings(d, d["keys"][_first(g["model"] for g in d["gains"] if family_of(g["model"]) == d["variant"])])
+        for (family, rule), gs in by_rule.items():
+            if family == "frost" and rule == "frost":
+                continue  # FROST's own rule is claims 14 and 15
+            gs = sorted(gs, key=lambda g: _seed(g["model"]))
+            paired = [g for g in gs if _seed(g["model"]) in frost]
+            ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_settled"))
+            full = [g["full_depth"] - frost[_seed(g["model"])]["full_depth"] for g in paired]
+            main = family == d["variant"] and rule == "frost"
+            yield row(16, st["bundle"], form(st), d["dataset"], len(gs), "no claim",
+                      f"ranking {100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a "
+                      f"point; closes {_mean(closed):.2f} of the ceiling gap; full depth {_mean(full):+.3f}",
+                      C.variant(ranking, saved, closed, full), "08", primary=main,
+                      title="" if main else f"Our rule ({rule}) on {'the variant' if family == d['variant'] else 'FROST'}"
+                      f"'s models, by claim 16's targets (ours)")
 
 
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
@@ -666,9 +725,10 @@ def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str,
     for find in CLAIM_ROWS:
         try:
             rows += list(find(m))  # all of a claim's rows, or none
-        except (AttributeError, KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as err:
+        except (MissingField, MissingRow) as err:  # the file's; any other error is the code's, raised as it is
+            shown = KeyError(*err.args) if isinstance(err, KeyError) else IndexError(*err.args)
             skip_or_raise(m.damaged(m.current or m.folder, f"{find.__name__} cannot read it "
-                                    f"({one_line(err)}): a damaged file, or a rule reading a field it lacks"))
+                                    f"({one_line(shown)}): it lacks what the claim reads"))
     unique: dict[tuple, dict] = {}
     for r in sorted(rows, key=lambda r: (r["claim"], _rank(r))):  # two files holding the same runs: once
         unique.setdefault(tuple(v for k, v in r.items() if k != "notebook"), r)
