@@ -1,0 +1,209 @@
+"""The scale ladder's read-out (docs/method.md section 15, fixed before any ladder run): what is
+measured on each run, the fit of each quantity against log(parameters), and its reading.
+
+``halting_measures`` and ``trajectory_measures`` turn one trained run into the section's quantities
+(pure functions of a full-depth pass, its calibrator and its trajectories); ``fit`` and ``reading``
+apply the rule: ordinary least squares of ``y = a + b ln N`` over the runs, the two-sided 95% t
+interval of ``b`` with n - 2 degrees of freedom, ``Delta = b ln(N_top / N_bottom)`` across the
+ladder, and "toward" / "away" / "flat" / "unresolved" by that interval, the paper's value or sign and
+the quantity's flat band.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.stats import t as student_t
+
+from .. import paper
+from ..halting import PAPER_QUANTILES
+from .curves import FIXED, at_depths, curve, versus_fixed_depth
+from .halting_rules import random_exit_accuracy
+
+PAPER_DEPTHS = (4.37, 6.06, 8.30)  # Table 2's mean depths at q = 12.5%, 25%, 50%
+KEPT_SHARE = 0.99  # "the depth at which a fixed depth first reaches 99% of full-depth accuracy"
+TABLE1_STEP = 3  # claim 1's step (repro.claims.TABLE1_STEP)
+CONFIDENCE = 0.95
+# the ladder's ends, whose ratio turns a slope per e-fold into the change across the ladder
+LADDER_SPAN = (27510, 380838)
+TOWARD, AWAY, FLAT, UNRESOLVED, NO_FIT = "toward", "away", "flat", "unresolved", "no fit"
+RISES, FALLS = "rises", "falls"  # quantities without a paper value: the direction alone
+
+
+@dataclass(frozen=True)
+class Quantity:
+    label: str
+    paper: float | None  # the paper's value, or its bound or sign's threshold; None: no paper value
+    direction: str  # "value" (toward the value), "up" or "down" (a bound or sign), "" (none)
+    band: float  # the flat band: a change across the ladder smaller than this does not matter
+
+
+def _kept(q: float) -> float:
+    return paper.TABLE2["accuracy"][paper.TABLE2["quantile"].index(q)] / paper.TABLE2["accuracy"][-1]
+
+
+_TABLE1 = paper.TABLE1_STEPS.index(TABLE1_STEP)
+QUANTITIES: dict[str, Quantity] = {
+    "full_depth": Quantity("full-depth accuracy", paper.TABLE2["accuracy"][-1], "value", 0.01),
+    "depth_99": Quantity("first fixed depth with 99% of full-depth accuracy", None, "", 1.0),
+    **{f"fixed_kept_{d}": Quantity(f"share kept at mean depth {d}, fixed depth", None, "", 0.02)
+       for d in PAPER_DEPTHS},
+    **{f"halting_kept_{d}": Quantity(f"share kept at mean depth {d}, FROST's halting", _kept(q), "value", 0.02)
+       for d, q in zip(PAPER_DEPTHS, (0.125, 0.25, 0.5))},
+    "gap": Quantity("claim 14's gap: halting minus fixed depth", 0.0, "up", 0.005),
+    "spread": Quantity("its spread: random exits of the same depths minus fixed depth", 0.0, "up", 0.005),
+    "ranking": Quantity("its ranking: halting minus random exits of the same depths", 0.0, "up", 0.005),
+    "table1": Quantity(f"Table 1: frost minus basic_ssm cosine at t = {TABLE1_STEP}",
+                       paper.TABLE1["frost"][_TABLE1][0] - paper.TABLE1["basic_ssm"][_TABLE1][0], "value", 0.02),
+    "product_rate": Quantity("claim 2: 8-step Jacobian product rate of frost", 1.0, "down", 0.02),
+    "minkowski": Quantity("claim 3: frost minus basic_ssm Minkowski estimate", 0.0, "up", 0.05),
+}
+
+
+def depth_to_keep(accuracy_by_step: Sequence[float], share: float = KEPT_SHARE) -> int:
+    """The first step t (1-based) whose fixed-depth accuracy reaches ``share`` of the last step's."""
+    acc = np.asarray(accuracy_by_step, dtype=float)
+    return int(np.argmax(acc >= share * acc[-1])) + 1
+
+
+def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUANTILES[:-1]) -> dict[str, float]:
+    """The halting quantities of one run from its test split's full-depth pass (``outputs``, a
+    ``training.FullDepthPass``) and its calibrator: full-depth accuracy, ``depth_99``, the shares kept
+    at PAPER_DEPTHS by a fixed depth and by FROST's halting, and claim 14's gap over ``quantiles``
+    (Table 2's, q < 1) with its spread and ranking parts (means over the quantiles)."""
+    from ..halting import exit_steps
+
+    fixed = curve(outputs, FIXED)
+    sweep = curve(outputs, calibrator=calibrator, quantiles=list(quantiles))
+    kept = at_depths(sweep, fixed, PAPER_DEPTHS)
+    gaps = versus_fixed_depth(sweep, fixed)
+    correct = outputs.correct  # (N, T)
+    random = [random_exit_accuracy(correct, exit_steps(outputs.scores, calibrator.threshold(q)))
+              for q in quantiles]
+    spread = np.asarray(random) - gaps["fixed_depth_accuracy"].to_numpy()
+    gap = gaps["gain"].to_numpy()
+    return {"full_depth": float(outputs.accuracy_per_step()[-1]),
+            "depth_99": float(depth_to_keep(outputs.accuracy_per_step())),
+            **{f"fixed_kept_{d}": float(v) for d, v in zip(PAPER_DEPTHS, kept["fixed_kept"])},
+            **{f"halting_kept_{d}": float(v) for d, v in zip(PAPER_DEPTHS, kept["kept"])},
+            "gap": float(gap.mean()), "spread": float(spread.mean()), "ranking": float((gap - spread).mean())}
+
+
+@dataclass(frozen=True)
+class Fit:
+    n: int  # runs
+    rungs: int  # distinct sizes
+    intercept: float
+    slope: float  # per e-fold of parameters
+    slope_low: float
+    slope_high: float
+
+    @property
+    def delta(self) -> tuple[float, float, float]:
+        """(change, low, high) across the ladder, LADDER_SPAN's ends."""
+        span = math.log(LADDER_SPAN[1] / LADDER_SPAN[0])
+        return self.slope * span, self.slope_low * span, self.slope_high * span
+
+    def at(self, params: float) -> float:
+        return self.intercept + self.slope * math.log(params)
+
+    def crossing(self, value: float) -> float:
+        """The parameter count at which the fitted line reaches ``value`` (inf where it is flat)."""
+        return math.exp((value - self.intercept) / self.slope) if self.slope else math.inf
+
+
+def fit(params: Sequence[float], values: Sequence[float]) -> Fit | None:
+    """OLS of values on ln(params) with the slope's two-sided CONFIDENCE t interval (n - 2 degrees
+    of freedom); None with fewer than three distinct sizes (or no degree of freedom left)."""
+    x = np.log(np.asarray(params, dtype=float))
+    y = np.asarray(values, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    rungs = len(np.unique(x))
+    if rungs < 3 or len(x) < 3:
+        return None
+    xc = x - x.mean()
+    slope = float((xc * (y - y.mean())).sum() / (xc ** 2).sum())
+    intercept = float(y.mean() - slope * x.mean())
+    residual = y - (intercept + slope * x)
+    dof = len(x) - 2
+    se = math.sqrt(float((residual ** 2).sum()) / dof / float((xc ** 2).sum()))
+    half = float(student_t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
+    return Fit(len(x), rungs, intercept, slope, slope - half, slope + half)
+
+
+def reading(quantity: Quantity, result: Fit | None) -> str:
+    """The rule's reading of one quantity's fit: "toward" or "away" (the paper) when the interval
+    of the change across the ladder excludes 0, on the paper's side or the other ("rises" or "falls"
+    without a paper value); else "flat" inside the quantity's band, else "unresolved"."""
+    if result is None:
+        return NO_FIT
+    _, low, high = result.delta
+    if low > 0 or high < 0:
+        up = low > 0
+        if quantity.direction == "":
+            return RISES if up else FALLS
+        if quantity.direction == "value":  # the side where the paper's value lies from the top rung
+            wanted_up = quantity.paper > result.at(LADDER_SPAN[1])
+        else:
+            wanted_up = quantity.direction == "up"
+        return TOWARD if up == wanted_up else AWAY
+    return FLAT if -quantity.band <= low and high <= quantity.band else UNRESOLVED
+
+
+def trajectory_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict[str, float]:
+    """A run's own trajectory quantities (its side of claims 1, 2 and 3, as notebooks 02 and 03
+    measure them): the cosine of GAP(h_t) with GAP(h_T) at TABLE1_STEP over the test split, the
+    8-step Jacobian product rate (median over ``jvp_samples`` test images) and the mean box-counting
+    dimension of the first ``samples`` test images' trajectories."""
+    from ..repro.claims import product_rate
+    from .fractal import summarise_dimensions, trajectory_dimensions
+    from .trajectories import run_jacobian_summary, run_trajectories, scale_consistency_rows
+
+    pooled = run_trajectories(result, "test").pooled
+    cosine = scale_consistency_rows(pooled, [TABLE1_STEP])[0]["mean"]
+    box = summarise_dimensions(trajectory_dimensions(pooled[:samples].numpy(), "box"))["mean"]
+    jac = run_jacobian_summary(result, jvp_samples)
+    return {"cosine": float(cosine), "box_dimension": float(box),
+            "product_rate": float(product_rate(jac["product_norm"], jac["product_steps"]))}
+
+
+def paired_differences(rows: list[dict], key: str, against: str = "basic_ssm") -> list[dict]:
+    """frost minus ``against`` of ``key``, per (size, seed) where both runs exist."""
+    other = {(r["size"], r["seed"]): r[key] for r in rows if r["model"] == against and key in r}
+    return [{**r, "value": r[key] - other[(r["size"], r["seed"])]} for r in rows
+            if r["model"] == "frost" and key in r and (r["size"], r["seed"]) in other]
+
+
+def quantity_points(rows: list[dict]) -> dict[str, list[dict]]:
+    """Per quantity, its points (size, seed, params, value): frost's own, or frost minus basic_ssm."""
+    frost = [r for r in rows if r["model"] == "frost"]
+    points = {name: [{**r, "value": r[name]} for r in frost if name in r]
+              for name in QUANTITIES if name not in ("table1", "minkowski")}
+    points["table1"] = paired_differences(rows, "cosine")
+    points["minkowski"] = paired_differences(rows, "box_dimension")
+    return points
+
+
+def read_out(rows: list[dict]) -> list[dict]:
+    """One row per quantity: its fit over the ladder runs in ``rows`` (dicts with size, model,
+    seed, params and the measures; runs of other sizes, e.g. demo, are left to the caller), the
+    change across the ladder with its interval, the reading, and the crossing where the paper gives
+    a value and the reading is "toward"."""
+    out = []
+    for name, points in quantity_points(rows).items():
+        q = QUANTITIES[name]
+        result = fit([p["params"] for p in points], [p["value"] for p in points])
+        verdict = reading(q, result)
+        delta = result.delta if result else (math.nan,) * 3
+        crossing = (result.crossing(q.paper) if result and verdict == TOWARD and q.direction == "value"
+                    else math.nan)
+        out.append({"quantity": name, "label": q.label, "paper": q.paper, "runs": len(points),
+                    "rungs": result.rungs if result else len({p["size"] for p in points}),
+                    "slope": result.slope if result else math.nan, "change": delta[0],
+                    "change_low": delta[1], "change_high": delta[2], "band": q.band,
+                    "reading": verdict, "crossing_params": crossing})
+    return out

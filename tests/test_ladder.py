@@ -1,0 +1,124 @@
+"""The scale ladder's read-out (frost_nb/analysis/ladder.py; docs/method.md section 15): the fit
+against an independent regression, each reading on constructed points where the answer is known,
+and the halting measures on a constructed pass whose exits are known."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import linregress
+from scipy.stats import t as student_t
+
+from frost_nb.analysis import ladder
+from frost_nb.halting import HaltingCalibrator
+from frost_nb.training import FullDepthPass
+
+SIZES = ladder.LADDER_SPAN[0], 100102, ladder.LADDER_SPAN[1]
+
+
+def points(values_by_size, seeds=1):
+    params = [n for n in values_by_size for _ in range(seeds)]
+    return params, [v for vs in values_by_size.values() for v in vs]
+
+
+def test_the_fit_agrees_with_scipy_linregress():
+    rng = np.random.default_rng(0)
+    params = [n for n in SIZES for _ in range(3)]
+    values = [0.3 + 0.02 * math.log(n) + rng.normal(0, 0.01) for n in params]
+    result = ladder.fit(params, values)
+    ref = linregress(np.log(params), values)
+    half = student_t.ppf(0.975, len(params) - 2) * ref.stderr
+    assert result.slope == pytest.approx(ref.slope) and result.intercept == pytest.approx(ref.intercept)
+    assert (result.slope_low, result.slope_high) == pytest.approx((ref.slope - half, ref.slope + half))
+    assert result.delta[0] == pytest.approx(ref.slope * math.log(SIZES[2] / SIZES[0]))
+
+
+def test_no_fit_below_three_rungs():
+    assert ladder.fit([SIZES[0], SIZES[0], SIZES[2]], [0.1, 0.2, 0.3]) is None
+    assert ladder.reading(ladder.QUANTITIES["gap"], None) == ladder.NO_FIT
+
+
+@pytest.mark.parametrize("name,slope,want", [
+    ("gap", +0.01, ladder.TOWARD),  # a sign claimed "up": rising is toward it
+    ("gap", -0.01, ladder.AWAY),
+    ("product_rate", -0.05, ladder.TOWARD),  # a bound below 1: falling is toward it
+    ("product_rate", +0.05, ladder.AWAY),
+    ("depth_99", +1.0, ladder.RISES),  # no paper value: the direction alone
+    ("depth_99", -1.0, ladder.FALLS),
+])
+def test_a_clear_slope_reads_by_its_direction(name, slope, want):
+    params = [n for n in SIZES for _ in range(2)]
+    values = [0.5 + slope * math.log(n) + (1e-4 if i % 2 else -1e-4) for i, n in enumerate(params)]
+    assert ladder.reading(ladder.QUANTITIES[name], ladder.fit(params, values)) == want
+
+
+def test_a_value_target_is_toward_when_the_line_heads_for_it_and_away_when_it_leaves_it():
+    q = ladder.QUANTITIES["full_depth"]  # the paper's 61.99%
+    params = [n for n in SIZES for _ in range(2)]
+    jitter = [(1e-4 if i % 2 else -1e-4) for i in range(len(params))]
+    rising_below = ladder.fit(params, [0.2 + 0.02 * math.log(n) + j for n, j in zip(params, jitter)])
+    assert rising_below.at(SIZES[2]) < q.paper and ladder.reading(q, rising_below) == ladder.TOWARD
+    falling_below = ladder.fit(params, [0.6 - 0.02 * math.log(n) + j for n, j in zip(params, jitter)])
+    assert falling_below.at(SIZES[2]) < q.paper and ladder.reading(q, falling_below) == ladder.AWAY
+    # the crossing: where the line a + b ln N reaches the paper's value
+    n_star = rising_below.crossing(q.paper)
+    assert rising_below.at(n_star) == pytest.approx(q.paper)
+
+
+def test_flat_needs_the_whole_interval_inside_the_band_else_unresolved():
+    q = ladder.QUANTITIES["full_depth"]  # band 0.01 across the ladder
+    params = [n for n in SIZES for _ in range(3)]
+    quiet = [0.33 + (0.0005 if i % 3 == 0 else -0.0005 if i % 3 == 1 else 0.0) for i in range(len(params))]
+    assert ladder.reading(q, ladder.fit(params, quiet)) == ladder.FLAT
+    noisy = [0.33 + (0.05 if i % 3 == 0 else -0.05 if i % 3 == 1 else 0.0) for i in range(len(params))]
+    assert ladder.reading(q, ladder.fit(params, noisy)) == ladder.UNRESOLVED
+
+
+def test_depth_to_keep_is_the_first_step_at_99_percent():
+    assert ladder.depth_to_keep([0.1, 0.2, 0.296, 0.298, 0.3]) == 4  # 0.99 x 0.3 = 0.297: not at step 3
+    assert ladder.depth_to_keep([0.1, 0.3, 0.29, 0.3]) == 2
+
+
+def _pass(correct, scores):
+    """A FullDepthPass whose step t predicts class 1 where ``correct`` holds, else class 0 (labels 1)."""
+    n, steps = correct.shape
+    logits = torch.zeros(n, steps, 2)
+    logits[..., 1] = torch.where(correct, 1.0, -1.0)
+    return FullDepthPass(scores=scores, halt_logits=torch.logit(scores), logits=logits,
+                         y=torch.ones(n, dtype=torch.long))
+
+
+def test_halting_measures_split_the_gap_into_spread_and_ranking():
+    # 4 steps, 400 samples; accuracy by step 0.25, 0.5, 0.75, 1.0 (each sample correct from its own
+    # step on); scores make half the samples exit at step 1 and half at step 4 at every q < 1 below
+    n, steps = 400, 4
+    first_right = torch.arange(n) % steps  # 0..3: correct from step first_right + 1 on
+    correct = torch.arange(steps)[None, :] >= first_right[:, None]  # (N, T)
+    early = torch.arange(n) % 2 == 0
+    scores = torch.full((n, steps), 0.1)
+    scores[early, 0] = 0.9
+    calibrator = HaltingCalibrator().update(torch.tensor([0.5] * 100))  # every q < 1: tau = 0.5
+    m = ladder.halting_measures(_pass(correct, scores), calibrator, quantiles=[0.25, 0.5])
+    acc = correct.float().mean(0)  # 0.25, 0.5, 0.75, 1.0
+    assert m["full_depth"] == pytest.approx(1.0) and m["depth_99"] == 4
+    # exits at 1 and 4 in equal shares: mean depth 2.5; random exits of that histogram score
+    # (acc(1) + acc(4)) / 2, a fixed depth at 2.5 the straight line between acc(2) and acc(3)
+    random, fixed = (acc[0] + acc[3]) / 2, (acc[1] + acc[2]) / 2
+    own = (correct[early, 0].float().sum() + correct[~early, 3].float().sum()) / n  # the samples' own exits
+    assert m["spread"] == pytest.approx(float(random - fixed))
+    assert m["ranking"] == pytest.approx(float(own - random))
+    assert m["gap"] == pytest.approx(m["spread"] + m["ranking"])
+
+
+def test_read_out_pairs_frost_with_basic_ssm_by_size_and_seed():
+    rows = []
+    for i, (size, params) in enumerate(zip(("ladder32", "ladder64", "ladder128"), SIZES)):
+        rows.append({"size": size, "model": "frost", "seed": 0, "params": params, "cosine": 0.5 + 0.1 * i,
+                     "box_dimension": 1.0, "full_depth": 0.3})
+        rows.append({"size": size, "model": "basic_ssm", "seed": 0, "params": params - 1, "cosine": 0.5,
+                     "box_dimension": 1.0})
+    table = {r["quantity"]: r for r in ladder.read_out(rows)}
+    assert table["table1"]["runs"] == 3 and table["table1"]["slope"] > 0
+    assert table["minkowski"]["slope"] == pytest.approx(0.0)
+    assert table["full_depth"]["runs"] == 3 and table["gap"]["runs"] == 0
