@@ -72,7 +72,7 @@ def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any
 
     ``weights="bfloat16"`` stores the floating-point weights rounded to bf16 (half the bytes),
     marked ``weights``; ``load_model`` widens them back. The stored metrics stay those of the
-    float32 weights until the caller re-evaluates the rounded model (scripts/gpu.py does)."""
+    float32 weights until the caller re-evaluates the rounded model (runs.export_run does)."""
     if not state.get("complete"):
         raise CheckpointError("only a finished run can be exported lean (this one would need resuming)")
     if weights not in LEAN_WEIGHTS:

@@ -214,6 +214,12 @@ def committed_runs_dir() -> Path:
     return repo_root() / "outputs" / "runs"
 
 
+# outputs/partial/: full checkpoints of unfinished runs, committed so that a fresh clone resumes them.
+# Its size budget (tests/test_repo_size.py), which bounds one run's checkpoint there (scripts/gpu.py)
+PARTIAL = "outputs/partial"
+PARTIAL_BUDGET = 16 << 20
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike, fix: str = "choose a writable place"):
     """Yield a temporary path beside ``path``, which replaces ``path`` in one rename on success; a

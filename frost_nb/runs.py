@@ -61,6 +61,15 @@ def write_json(path: Path, data: Any) -> None:
         tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+def hardware(device: torch.device | str) -> str:
+    """What a run trained on, as ``metrics.json`` and the index say it: the GPU's name, else the CPU's
+    and its threads."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
 def identity_key(config: RunConfig) -> str:
     """``config.identity()`` as one string (sorted JSON): equal strings, the same run."""
     return json.dumps(config.identity(), sort_keys=True)
@@ -308,9 +317,8 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
     result = train(config, checkpoint=target, progress=progress)
     record_read(name)
     if main:  # metrics.json: the run's metrics and the hardware it ran on
-        hardware = torch.cuda.get_device_name() if str(result.metrics.get("device", "")).startswith("cuda") \
-            else f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-        write_json(folder / METRICS_FILE, {**result.metrics, "hardware": hardware})
+        write_json(folder / METRICS_FILE,
+                   {**result.metrics, "hardware": hardware(result.metrics.get("device", "cpu"))})
     return result
 
 
@@ -322,11 +330,14 @@ def run_name(checkpoint: str | os.PathLike | None) -> str | None:
     return f"{path.parent.parent.name}/{path.parent.name}"
 
 
-def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None = None) -> Path:
+def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None = None, *,
+               weights: str = "float32") -> Path:
     """Copy the finished local run folder ``source``, lean, into ``target_root/<same name>`` (default
     ``outputs/runs/``, what gets committed), regenerate the index there; return the new folder.
     Every file it reads (the run's three, the runs already there) is read before the first write:
-    a damaged one stops it with the target untouched."""
+    a damaged one stops it with the target untouched. ``weights="bfloat16"`` stores the weights
+    rounded (``lean_state``) and the test metrics of those stored weights, evaluated here (the float32
+    weights' accuracy kept beside them as ``test_accuracy_float32_weights``)."""
     source = Path(source).resolve()
     if missing := [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]:
         raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "
@@ -334,21 +345,40 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
     root = Path(target_root) if target_root is not None else committed_runs_dir()
     folder = root / source.parent.name / source.name
     ours = read_config(source / CONFIG_FILE)
-    read_metrics(source)
-    lean = lean_state(load_checkpoint(source / MODEL_FILE, map_location="cpu"))
+    metrics = read_metrics(source)
+    lean = lean_state(load_checkpoint(source / MODEL_FILE, map_location="cpu"), weights)
     if (folder / CONFIG_FILE).is_file():
         theirs = read_config(folder / CONFIG_FILE)
         if identity_key(theirs) != identity_key(ours):
             raise CheckpointError(f"{folder} holds another run ({config_difference(theirs, ours)}): "
                                   "train this one under another name (--name GRID/LABEL) to export it")
     index_rows(root, but=f"{source.parent.name}/{source.name}")  # the index's other runs, before any write
+    if weights != "float32":
+        metrics = lean["metrics"] = _metrics_of_stored_weights(lean, ours, metrics)
     (folder / METRICS_FILE).unlink(missing_ok=True)  # until the export is whole it reads as unfinished
     save_checkpoint(folder / MODEL_FILE, lean, compress=True)
-    for name in (CONFIG_FILE, METRICS_FILE):  # metrics.json last: it marks the run finished
-        with atomic_path(folder / name) as tmp:
-            shutil.copyfile(source / name, tmp)
+    with atomic_path(folder / CONFIG_FILE) as tmp:
+        shutil.copyfile(source / CONFIG_FILE, tmp)
+    write_json(folder / METRICS_FILE, metrics)  # last: it marks the run finished
     write_index(root)
     return folder
+
+
+def _metrics_of_stored_weights(lean: dict[str, Any], config: RunConfig,
+                               metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` with the test accuracy of ``lean``'s rounded weights (widened back to float32, as
+    ``load_model`` does), evaluated on this machine's CPU."""
+    from .models import create_model
+    from .training import evaluate, load_split, use_amp
+
+    model = create_model(config.model)
+    model.load_state_dict(lean["model"])
+    cpu = torch.device("cpu")
+    test = evaluate(model.eval(), load_split(config, "test"), batch_size=config.train.eval_batch_size,
+                    amp=use_amp(config, cpu))
+    return {**metrics, "test_accuracy": test.accuracy, "test_accuracy_per_step": test.accuracy_per_step(),
+            "test_accuracy_float32_weights": metrics.get("test_accuracy"), "weights": lean["weights"],
+            "test_evaluated_on": "cpu"}
 
 
 def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None) -> list[dict[str, Any]]:

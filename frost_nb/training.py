@@ -412,19 +412,22 @@ class Trainer:
         self.train_seconds = state.get("train_seconds", 0.0)
         return True
 
+    def state(self, complete: bool, metrics: dict | None = None) -> dict[str, Any]:
+        """The checkpoint dict of the run as it is now: what ``_resume`` reads back."""
+        return {"config": self.config.to_dict(), "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
+                "calibrator": self.calibrator.to_bytes() if not self.calibrator.is_empty else b"",
+                "history": self.history, "epoch": self.epoch, "step": self.step,
+                "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {}}
+
     def _save(self, complete: bool, metrics: dict | None = None) -> None:
         """Rank 0 checkpoints the run (``_save_or_rescue``); every rank learns whether that worked, so
         all stop together and none goes on before the checkpoint is on disk."""
         error = None
         if self.setup.is_main:
-            state = {"config": self.config.to_dict(), "model": self.model.state_dict(),
-                     "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                     "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
-                     "calibrator": self.calibrator.to_bytes() if not self.calibrator.is_empty else b"",
-                     "history": self.history, "epoch": self.epoch, "step": self.step,
-                     "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {}}
             try:
-                _save_or_rescue(self.checkpoint, state, complete, self.epoch)
+                _save_or_rescue(self.checkpoint, self.state(complete, metrics), complete, self.epoch)
             except TrainingError as err:
                 error = err
         failed, = sum_over_ranks([error is not None], self.device)

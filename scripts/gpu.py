@@ -1,35 +1,31 @@
 """Train a run on an offline GPU host with tight limits, and rehearse that path on the CPU
 (docs/scaling.md, "The cifar size on an offline GPU host").
 
-The host's limits are the fields of ``Host`` and options of ``plan`` and ``rehearse``, never
-constants: GPU time per allocation (start-up, idle waits and every command counted), the limit
-of one command, the bytes one command may upload (a copy of the checkout, its tracked files and
-the untracked ones git does not ignore, plus ignored paths named for it), the files that come
-back from the command's return folder (``$OUT``), and the idle time after which the host goes
-back and a new one starts bare.
+This script carries data and calls the library (which trains, checkpoints, exports and writes
+prepared data). The host's limits are the fields of ``Host`` and options of ``plan``, never
+constants: GPU time per allocation (start-up, idle waits and every command counted), one command's
+time, the bytes one command uploads (a copy of the checkout it is sent from, plus paths named for
+it), the files that come back from its return folder (``$OUT``), the idle time before it goes back.
 
-Steps (here: this machine; host: the GPU host; ``plan`` prints the exact commands):
-
-  here  wheels    download the pinned wheels the host lacks (datasketches) into .whl/
-  here  pack      the training split, WebP lossless (exact pixels, hash-checked), cut into one
-                  part per upload (.gpu/parts/upNN/) with manifests (.gpu/manifests/)
-  here  plan      what travels, the uploads, and the minutes of each allocation; refuses when an
-                  allocation's total exceeds the host's GPU time
+  here  wheels    the pinned wheels the host lacks (datasketches), into .whl/
+  here  pack      the training split as WebP lossless sheets (exact pixels, hash-checked), cut into
+                  one part per upload (.gpu/parts/upNN/) with manifests; then stage
+  here  stage     .gpu/checkout/, the checkout the uploads are sent from (a git repository of its
+                  own): the library, this script, parts.py and the run's unfinished checkpoint;
+                  committed runs, notebooks and figures stay behind
+  here  plan      what travels, each upload's command, each allocation's minutes (or a refusal)
   host  receive   check the parts that arrived and keep them aside
-  host  train     receive, decode the training split, resume the run (outputs/partial/), train
-                  epoch after epoch until shortly before the command's limit; the checkpoint is
-                  in $OUT after every epoch, so a killed command returns its last epoch
-  here  fetch     an unfinished run's checkpoint into outputs/partial/ (committed: a fresh clone
-                  resumes it); a finished one evaluated on the test split here, on the CPU (the
-                  test split never travels), into the run cache, its lean export into
-                  outputs/runs/ with --commit
-  here  rehearse  every printed command at smoke size against a stand-in host (a temporary
-                  folder with the same limits), with a kill mid-training and a resume on a bare host
+  host  train     receive, decode, resume the run (outputs/partial/), train until shortly before the
+                  command's limit; after every epoch its checkpoint is in $OUT (in parts of at most
+                  one returned file), so a killed command returns its last
+  here  fetch     an unfinished checkpoint into outputs/partial/ (commit it), staged again; a finished
+                  run evaluated on the test split here (it never travels), into the run cache, and
+                  exported lean (bf16) into outputs/runs/ with --commit
+  here  rehearse  every printed command at smoke size against a stand-in host with the same limits,
+                  killed mid-training and resumed on a bare host
 
-On the host the commands run as ``python3 scripts/gpu.py ...`` from the checkout: no install of
-this package (its pins are never resolved there), the checkout and the carried wheels (installed
-with pip --no-deps into .gpu/site) are put on ``sys.path`` here. Standard library at the top;
-``frost_nb`` is imported by the steps that need it.
+On the host the commands run as ``python3 scripts/gpu.py ...`` from the staged checkout, which is
+put first on ``sys.path`` (nothing is installed; the carried wheels go into .gpu/site with pip).
 """
 
 from __future__ import annotations
@@ -38,7 +34,6 @@ import argparse
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import io
 import json
 import math
@@ -50,20 +45,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 STARTED = time.monotonic()  # the command's start on the host: the training deadline counts from here
 REPO = Path(__file__).resolve().parent.parent
+if sys.path[0] != str(REPO):  # this checkout's package, never another (nothing is installed on the host)
+    sys.path.insert(0, str(REPO))
+from frost_nb.paths import PARTIAL, PARTIAL_BUDGET  # noqa: E402  (standard library only)
+
 MIB = 1 << 20
 OUT_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-# relative to the checkout, here and on the host alike (ignored: /.gpu/ and .whl/ in .gitignore)
+# relative to a checkout, here and on the host alike (ignored: /.gpu/ and .whl/ in .gitignore)
 GPU, WHEEL_DIR = ".gpu", ".whl"
-MANIFESTS, PARTS, STORE, DATA, SEND = (f"{GPU}/manifests", f"{GPU}/parts", f"{GPU}/store", f"{GPU}/data",
-                                       f"{GPU}/send")
-SITE = f"{GPU}/site"  # where a carried wheel is installed on the host
-PARTIAL = "outputs/partial"  # unfinished checkpoints, committed: a fresh clone finds them
-PARTIAL_BUDGET = 16 * MIB  # one unfinished checkpoint at most (what one returned file may hold)
+MANIFESTS, PARTS, STORE, DATA, SEND, SITE, STAGE, RUN = (f"{GPU}/{n}" for n in (
+    "manifests", "parts", "store", "data", "send", "site", "checkout", "run"))
+SHIPPED = ("frost_nb/", "scripts/gpu.py", "scripts/parts.py")  # what the host reads of the checkout
 PACKED = "train.webp.npz"  # the training split as it travels
 SHEET = 1000  # images per WebP sheet (100 x 10 images of 32 px; WebP allows 16,383 px a side)
 
@@ -76,7 +73,7 @@ class Host:
     gpu_s: float = 15 * 60  # GPU time of one allocation: start-up, idle waits, every command
     startup_s: float = 3 * 60  # start-up of a bare host (1-3 minutes: the worst counted)
     command_s: float = 10 * 60  # one command at most
-    upload_bytes: int = 64 * MIB  # one command's upload: the checkout's files and what is named
+    upload_bytes: int = 64 * MIB  # one command's upload: the staged checkout and what is named
     upload_s: float = 30.0  # transfer and unpacking of one full upload (an estimate)
     return_files: int = 8
     return_file_bytes: int = 16 * MIB
@@ -127,15 +124,21 @@ def _copy(source: Path, target: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)  # the parts are large: the same bytes, not a second copy
+    except OSError:
+        shutil.copy2(source, target)
+
+
 # --- what travels ------------------------------------------------------------------------------
 
 IGNORED_TOP = (GPU, WHEEL_DIR, ".git", ".venv")  # never travel uninvited (a copy without git)
 
 
 def travelling_files(repo: Path = REPO) -> list[str]:
-    """The files every upload sends: tracked files and untracked ones git does not ignore (a
-    folder that is no git checkout, such as the rehearsal's copy: every file outside
-    ``IGNORED_TOP`` and caches)."""
+    """The files every upload from ``repo`` sends: tracked files and untracked ones git does not
+    ignore (a folder that is no git checkout: every file outside ``IGNORED_TOP`` and caches)."""
     if (repo / ".git").exists():
         try:
             out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others",
@@ -160,11 +163,26 @@ def folder_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
-def needed_bytes(repo: Path = REPO) -> int:
-    """What of the travelling files the host reads: the package, the scripts, the project file
-    and the run's unfinished checkpoint (the rest travels because the host copies the checkout)."""
-    return sum((repo / n).lstat().st_size for n in travelling_files(repo)
-               if n.startswith(("frost_nb/", "scripts/", f"{PARTIAL}/")) or n == "pyproject.toml")
+def stage(name: str | None, repo: Path = REPO) -> Path:
+    """The checkout the uploads are sent from, ``repo/STAGE``, made afresh: a git repository of its
+    own holding what the host reads (``SHIPPED``) and, when the run ``name`` (``<grid>/<label>``)
+    has an unfinished checkpoint in outputs/partial/, that folder; the manifests, parts and wheels
+    sit in it as ignored paths, named for each upload. Committed runs, notebooks and figures stay
+    behind, so what travels does not grow with what is committed."""
+    target = repo / STAGE
+    shutil.rmtree(target, ignore_errors=True)
+    keep = SHIPPED + ((f"{PARTIAL}/{name}/",) if name else ())
+    for rel in travelling_files(repo):
+        if rel.startswith(keep) and "__pycache__" not in rel:
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / rel, target / rel)
+    for rel in (MANIFESTS, PARTS, WHEEL_DIR):
+        if (repo / rel).is_dir():
+            shutil.copytree(repo / rel, target / rel, copy_function=_link_or_copy)
+    (target / ".gitignore").write_text(f"/{GPU}/\n/{WHEEL_DIR}/\n__pycache__/\n")
+    if shutil.which("git"):  # a host that copies a checkout sends its untracked files, not its ignored
+        subprocess.run(["git", "init", "-q", str(target)], check=True)
+    return target
 
 
 # --- the data: WebP lossless sheets ------------------------------------------------------------
@@ -176,7 +194,7 @@ def pixels_sha256(x) -> str:
 
 
 def encode_split(part, target: Path, *, method: int = 6, quality: int = 50) -> Path:
-    """Write ``part`` (a prepared split: uint8 (N, C, H, W), labels, classes) as WebP lossless
+    """Write ``part`` (a prepared ``Part``: uint8 (N, C, H, W), labels, classes) as WebP lossless
     sheets of ``SHEET`` images, with the labels and the pixels' SHA-256; decoding gives the
     exact pixels (checked here before anything is written)."""
     import numpy as np
@@ -188,8 +206,7 @@ def encode_split(part, target: Path, *, method: int = 6, quality: int = 50) -> P
     blobs, counts = [], []
     for start in range(0, n, SHEET):
         chunk = x[start:start + SHEET]
-        rows = -(-len(chunk) // cols)
-        sheet = np.zeros((rows * h, cols * w, c), np.uint8)
+        sheet = np.zeros((-(-len(chunk) // cols) * h, cols * w, c), np.uint8)  # (rows * H, cols * W, C)
         for j, image in enumerate(chunk):
             sheet[(j // cols) * h:(j // cols + 1) * h, (j % cols) * w:(j % cols + 1) * w] = image
         buf = io.BytesIO()
@@ -205,9 +222,7 @@ def encode_split(part, target: Path, *, method: int = 6, quality: int = 50) -> P
         arrays |= {"coarse_y": np.asarray(part.coarse_y), "coarse_classes": np.array(part.coarse_classes)}
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    decoded = decode_split(io.BytesIO(buf.getvalue()))  # exact pixels, or nothing is written
-    if pixels_sha256(decoded["x"]) != arrays["sha256"].item():
-        raise GpuError("WebP lossless did not give back the exact pixels: keep the PNG packing")
+    decode_split(io.BytesIO(buf.getvalue()))  # exact pixels (SHA-256 checked), or nothing is written
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     tmp.write_bytes(buf.getvalue())
@@ -215,10 +230,12 @@ def encode_split(part, target: Path, *, method: int = 6, quality: int = 50) -> P
     return target
 
 
-def decode_split(source) -> dict:
-    """The arrays of a prepared split from ``encode_split``'s file, the pixels' SHA-256 checked."""
+def decode_split(source):
+    """The ``Part`` in ``encode_split``'s file, the pixels' SHA-256 checked."""
     import numpy as np
     from PIL import Image
+
+    from frost_nb.data.prepare import Part
 
     with np.load(source) as z:
         got = {k: z[k] for k in z.files}
@@ -231,38 +248,20 @@ def decode_split(source) -> dict:
         for j in range(int(count)):
             x[done + j] = sheet[(j // cols) * h:(j // cols + 1) * h, (j % cols) * w:(j % cols + 1) * w]
         done += int(count)
-    x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+    x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # (N, C, H, W)
     if pixels_sha256(x) != got["sha256"].item():
         raise GpuError("the decoded training split does not match its SHA-256: pack and send it again")
-    arrays = {"x": x, "y": got["y"], "classes": got["classes"], "source": got["source"]}
-    if "coarse_y" in got:
-        arrays |= {"coarse_y": got["coarse_y"], "coarse_classes": got["coarse_classes"]}
-    return arrays
-
-
-def write_prepared(arrays: dict, dataset: str, root: Path) -> None:
-    """On the host: the training split as the library's prepared file, and an empty test part
-    in its place (the test split stays behind; the trainer is given none)."""
-    import numpy as np
-
-    from frost_nb.data.prepare import FORMAT, prepared_dir
-    from frost_nb.paths import atomic_path
-
-    folder = prepared_dir(dataset, root)
-    x, y = arrays["x"], arrays["y"]
-    empty = {**arrays, "x": x[:0], "y": y[:0], "source": np.array("not sent: evaluated off the host")}
-    if "coarse_y" in arrays:
-        empty["coarse_y"] = arrays["coarse_y"][:0]
-    for name, part in (("test", empty), ("train", arrays)):  # train last: it marks the set whole
-        with atomic_path(folder / f"{name}.npz") as tmp, open(tmp, "wb") as f:
-            np.savez(f, **part, format=np.array(FORMAT))
+    coarse = "coarse_y" in got
+    return Part(x, got["y"], tuple(str(k) for k in got["classes"]), str(got["source"]),
+                got["coarse_y"] if coarse else None,
+                tuple(str(k) for k in got["coarse_classes"]) if coarse else None)
 
 
 # --- the plan ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class RunSpec:
-    """The run a plan trains, as ``train``'s options."""
+    """The run a plan trains, as ``train``'s options (``python -m frost_nb train``'s meaning)."""
 
     size: str = "cifar"
     dataset: str = "cifar100"
@@ -279,15 +278,11 @@ class RunSpec:
         return opts + "".join(f" --set {s}" for s in self.sets)
 
     def config(self):
-        from frost_nb.config import make_config
+        from frost_nb.__main__ import _config
 
-        overrides = {"train.seed": self.seed}
-        if self.epochs is not None:
-            overrides["train.epochs"] = self.epochs
-        for item in self.sets:
-            key, _, value = item.partition("=")
-            overrides[key] = _literal(value)
-        return make_config(self.size, self.dataset, self.model, self.backbone, **overrides)
+        return _config(argparse.Namespace(size=self.size, dataset=self.dataset, model=self.model,
+                                          backbone=self.backbone, seed=self.seed, epochs=self.epochs,
+                                          set=list(self.sets), root=None))
 
     def name(self) -> str:
         from frost_nb.runs import default_name
@@ -295,16 +290,9 @@ class RunSpec:
         return default_name(self.config())
 
 
-def _literal(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 @dataclass
 class Upload:
-    """One command of an allocation: what it sends beside the checkout, and what it runs."""
+    """One command of an allocation: what it sends beside the staged checkout, and what it runs."""
 
     send: list[str]
     command: str
@@ -326,75 +314,86 @@ class Allocation:
 class Plan:
     host: Host
     speed: Speed
-    travelling: int  # the checkout's upload, measured
-    needed: int  # of it, what the host reads
+    travelling: int  # the staged checkout's upload, measured
     checkpoint_bytes: int  # the resumable checkpoint (it travels in the checkout once unfinished)
     wheel_bytes: int
     data_bytes: int
+    pieces: int = 1  # returned files the checkpoint comes back in
     uploads: list[Upload] = field(default_factory=list)
     allocations: list[Allocation] = field(default_factory=list)
     epoch_s: float = 0.0
     train_images: int = 0
 
 
+class _Steps:
+    """What ``Trainer`` needs of its batches to build its state: their count and generator."""
+
+    def __init__(self, n: int) -> None:
+        import torch
+
+        self.n, self.generator = n, torch.Generator()
+
+    def __len__(self) -> int:
+        return self.n
+
+
 def checkpoint_estimate(config, train_images: int) -> int:
-    """Bytes of ``config``'s resumable checkpoint at its last epoch, measured on a checkpoint of
-    the right shapes (the model, its optimiser state, a history of every optimiser step) written
-    to a temporary file: a size, not a result."""
+    """Bytes of ``config``'s resumable checkpoint at its last epoch: the trainer's own state
+    (``Trainer.state``) after one optimiser step (its moments filled), a fed halting sketch and a
+    history of every step, written to a temporary file: a size, not a result."""
+    import numpy as np
     import torch
 
     from frost_nb.checkpoint import save_checkpoint
     from frost_nb.models import create_model
-    from frost_nb.training import _new_history, make_optimizer
+    from frost_nb.training import Trainer
 
-    model = create_model(config.model)
-    optimizer = make_optimizer(model, config.train)
-    for p in model.parameters():  # one step, so the optimiser holds its state (momentum, moments)
+    steps = max(1, train_images // config.train.batch_size)
+    trainer = Trainer(config, create_model(config.model), _Steps(steps), val_set=())
+    for p in trainer.model.parameters():
         p.grad = torch.zeros_like(p)
-    optimizer.step()
-    steps = config.train.epochs * max(1, train_images // config.train.batch_size)
-    history = _new_history()
-    for key in history["steps"]:
-        history["steps"][key] = [0.123456789 * (i % 97) for i in range(steps)]
-    for key in history["epochs"]:
-        history["epochs"][key] = [0.5] * config.train.epochs
-    state = {"config": config.to_dict(), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "scheduler": {}, "rng": {"torch": torch.get_rng_state(), "data": torch.get_rng_state()},
-             "calibrator": b"\0" * 4096, "history": history, "epoch": config.train.epochs, "step": steps,
-             "train_seconds": 1.0, "complete": True, "metrics": {}}
+    trainer.optimizer.step()
+    trainer.calibrator.update(np.random.default_rng(0).random(100_000))
+    trainer.epoch, trainer.step = config.train.epochs, config.train.epochs * steps
+    for key in trainer.history["steps"]:
+        trainer.history["steps"][key] = [0.123456789 * (i % 97) for i in range(trainer.step)]
+    for key in trainer.history["epochs"]:
+        trainer.history["epochs"][key] = [0.5] * trainer.epoch
     with tempfile.TemporaryDirectory() as tmp:
-        return save_checkpoint(Path(tmp) / "full.pt", state).stat().st_size
+        return save_checkpoint(Path(tmp) / "full.pt", trainer.state(complete=False)).stat().st_size
 
 
-def make_plan(run: RunSpec, host: Host, speed: Speed, *, data_bytes: int, travelling: int, needed: int,
-              wheel_bytes: int, checkpoint_bytes: int, epochs: int, train_images: int, val_images: int,
+def make_plan(run: RunSpec, host: Host, speed: Speed, *, data_bytes: int, travelling: int, wheel_bytes: int,
+              checkpoint_bytes: int, epochs: int, train_images: int, val_images: int,
               manifest_bytes: int = 8192, margin: int = MIB) -> Plan:
-    """The uploads that carry the packed training split (``data_bytes``) beside the checkout
+    """The uploads that carry the packed training split (``data_bytes``) beside the staged checkout
     (``travelling`` bytes, the unfinished checkpoint counted on top: it travels from the second
     allocation on), and the allocations that train ``epochs`` at ``speed``. Raises GpuError when
-    the data needs more than ``host.max_uploads`` uploads, the checkpoint cannot come back, or an
-    allocation's total exceeds the host's GPU time."""
-    plan = Plan(host, speed, travelling, needed, checkpoint_bytes, wheel_bytes, data_bytes)
-    if checkpoint_bytes > min(host.return_file_bytes, PARTIAL_BUDGET):
-        raise GpuError(f"the run's checkpoint ({_mib(checkpoint_bytes)}) is over what one returned file "
-                       f"may hold ({_mib(host.return_file_bytes)}): it cannot come back after an epoch")
+    the data needs more than ``host.max_uploads`` uploads, the checkpoint cannot come back, or
+    cannot be committed between allocations, or an allocation exceeds the host's GPU time."""
+    pieces = math.ceil(checkpoint_bytes / host.return_file_bytes)
+    plan = Plan(host, speed, travelling, checkpoint_bytes, wheel_bytes, data_bytes, pieces)
+    back = 2 * (pieces + 1) + 2  # two epochs' parts and manifests at once, config.json, gpu_calls.json
+    if back > host.return_files:
+        raise GpuError(f"the run's checkpoint ({_mib(checkpoint_bytes)}) comes back in {pieces} files of at "
+                       f"most {_mib(host.return_file_bytes)}: with the epoch before beside it that is {back} "
+                       f"files, over the {host.return_files} that come back")
     room = host.upload_bytes - travelling - checkpoint_bytes - wheel_bytes - manifest_bytes - margin
     n = math.ceil(data_bytes / room) if room > 0 else math.inf
     if n > host.max_uploads:
-        raise GpuError(f"the training split ({_mib(data_bytes)}) needs {n} uploads of "
-                       f"{_mib(max(room, 0))} beside the checkout ({_mib(travelling)}, of which the host "
-                       f"reads {_mib(needed)}) and the checkpoint ({_mib(checkpoint_bytes)}); the host takes "
-                       f"{host.max_uploads} back to back: make the tracked files smaller")
+        raise GpuError(f"the training split ({_mib(data_bytes)}) needs {n} uploads of {_mib(max(room, 0))} "
+                       f"beside the staged checkout ({_mib(travelling)}) and the checkpoint "
+                       f"({_mib(checkpoint_bytes)}); the host takes {host.max_uploads} back to back")
     part = math.ceil(data_bytes / n / 1024) * 1024
     train = (f"python3 -u scripts/gpu.py train {run.options()} --limit-s {host.command_s:g} "
-             f"--stop-s {speed.stop_s:g}")
+             f"--stop-s {speed.stop_s:g} --return-bytes {host.return_file_bytes}")
     for i in range(1, n + 1):
         command = train if i == n else "python3 scripts/gpu.py receive"
         plan.uploads.append(Upload([MANIFESTS, WHEEL_DIR, f"{PARTS}/up{i:02d}"], command,
                                    min(part, data_bytes - (i - 1) * part), f"{PACKED}.part{i - 1:02d}"))
     plan.train_images = train_images
     plan.epoch_s = (train_images + val_images / 3) / speed.images_per_s  # the held-out pass at a third
-    fixed = {"start-up": host.startup_s, "uploads": n * host.upload_s * 1.0, "prepare": speed.prepare_s,
+    fixed = {"start-up": host.startup_s, "uploads": n * host.upload_s, "prepare": speed.prepare_s,
              "compile warm-up": speed.warmup_s}
     budget = min(host.command_s - speed.stop_s - speed.prepare_s - speed.warmup_s,
                  host.gpu_s - sum(fixed.values()))
@@ -403,16 +402,14 @@ def make_plan(run: RunSpec, host: Host, speed: Speed, *, data_bytes: int, travel
         raise GpuError(f"no epoch fits an allocation: {sum(fixed.values()) / 60:.1f} minutes go to "
                        f"start-up, {n} uploads, preparing and compiling, and one epoch takes "
                        f"{plan.epoch_s / 60:.1f} at {speed.images_per_s:g} images/s")
-    first = 1
-    while first <= epochs:
+    for first in range(1, epochs + 1, per):
         last = min(epochs, first + per - 1)
-        seconds = {**fixed, "training": (last - first + 1) * plan.epoch_s}
-        plan.allocations.append(Allocation((first, last), seconds))
-        first = last + 1
-    for a in plan.allocations:
-        if a.total_s > host.gpu_s:
-            raise GpuError(f"an allocation would take {a.total_s / 60:.1f} minutes, over the host's "
-                           f"{host.gpu_s / 60:g}")
+        training = {"training": (last - first + 1) * plan.epoch_s}
+        plan.allocations.append(Allocation((first, last), {**fixed, **training}))
+    if len(plan.allocations) > 1 and checkpoint_bytes > PARTIAL_BUDGET:
+        raise GpuError(f"the run takes {len(plan.allocations)} allocations, and its unfinished checkpoint "
+                       f"({_mib(checkpoint_bytes)}) is over the {_mib(PARTIAL_BUDGET)} that {PARTIAL}/ may "
+                       "hold between them: it must finish in one (a measured, faster --images-per-s)")
     return plan
 
 
@@ -423,9 +420,9 @@ def describe(plan: Plan, run: RunSpec) -> str:
              f"counted), {h.command_s / 60:g} min per command, {_mib(h.upload_bytes)} per upload, "
              f"{h.return_files} files of {_mib(h.return_file_bytes)} back, bare again after "
              f"{h.idle_s:g} s idle",
-             f"checkout uploaded with every command: {_mib(plan.travelling)} (the host reads "
-             f"{_mib(plan.needed)} of it), the unfinished checkpoint {_mib(plan.checkpoint_bytes)} on top "
-             f"from the second allocation, wheels {_mib(plan.wheel_bytes)}",
+             f"sent from {STAGE}/ with every command: the library and scripts, {_mib(plan.travelling)}; "
+             f"the unfinished checkpoint {_mib(plan.checkpoint_bytes)} on top from the second allocation "
+             f"(back after every epoch in {plan.pieces} file(s)); wheels {_mib(plan.wheel_bytes)}",
              f"training split, WebP lossless: {_mib(plan.data_bytes)} in {len(plan.uploads)} uploads "
              "(the test split stays here and is evaluated on the CPU)",
              f"training at {s.images_per_s:g} images/s ({rate}): {plan.epoch_s:.1f} s an epoch of "
@@ -436,14 +433,14 @@ def describe(plan: Plan, run: RunSpec) -> str:
         lines.append(f"allocation {k} of {len(plan.allocations)}: epochs {a.epochs[0]}-{a.epochs[1]}, "
                      f"{a.total_s / 60:.1f} of {h.gpu_s / 60:g} minutes ({parts_s})")
         if k > 1:
-            lines.append(f"  the host starts bare: the same uploads again; the checkout now holds "
-                         f"{PARTIAL}/{run.name()}/ (commit it after fetch)")
+            lines.append(f"  the host starts bare: the same uploads again, from {STAGE}/ as fetch staged it "
+                         f"(it holds {PARTIAL}/{run.name()}/; commit that folder here too)")
         for i, u in enumerate(plan.uploads, 1):
             lines.append(f"  upload {i}: send {' '.join(u.send)} ({_mib(u.data_bytes)} of data); "
                          f"limit {h.command_s:g} s; run: {u.command}")
         lines.append("  then here: python scripts/gpu.py fetch --from <the returned files>"
                      + (" --commit" if k == len(plan.allocations) else ""))
-    lines.append("issue the uploads back to back: the host goes back after "
+    lines.append(f"issue the uploads back to back from {STAGE}/: the host goes back after "
                  f"{h.idle_s:g} s idle, and a new one has none of the parts")
     return "\n".join(lines)
 
@@ -475,8 +472,11 @@ def wheel_bytes(wheels=WHEELS) -> int:
     return sum(w.bytes for w in wheels)
 
 
-def _sha256(path: Path) -> str:
-    return parts._sha256(path)
+def _pip(*args: str) -> None:
+    try:
+        subprocess.run([sys.executable, "-m", "pip", *args], check=True)
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise GpuError(f"pip {args[0]} failed ({err}): its output above says why") from err
 
 
 def download_wheels(folder: Path = REPO / WHEEL_DIR, wheels=WHEELS) -> list[Path]:
@@ -484,12 +484,10 @@ def download_wheels(folder: Path = REPO / WHEEL_DIR, wheels=WHEELS) -> list[Path
     check each one's SHA-256; a file already there and whole is kept."""
     folder.mkdir(parents=True, exist_ok=True)
     for w in wheels:
-        if (folder / w.file).is_file() and _sha256(folder / w.file) == w.sha256:
-            continue
-        platforms = [a for p in PLATFORMS for a in ("--platform", p)]
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        "--python-version", "3.12", "--implementation", "cp", *platforms, "-d",
-                        str(folder), w.requirement], check=True)
+        if not ((folder / w.file).is_file() and parts._sha256(folder / w.file) == w.sha256):
+            _pip("download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+                 "--implementation", "cp", *[a for p in PLATFORMS for a in ("--platform", p)], "-d",
+                 str(folder), w.requirement)
     return check_wheels(folder, wheels)
 
 
@@ -500,7 +498,7 @@ def check_wheels(folder: Path, wheels=WHEELS) -> list[Path]:
         path = folder / w.file
         if not path.is_file():
             raise GpuError(f"{path} is missing: run python scripts/gpu.py wheels here and send {WHEEL_DIR}")
-        if _sha256(path) != w.sha256:
+        if parts._sha256(path) != w.sha256:
             raise GpuError(f"{path} is not the pinned {w.requirement} (SHA-256 differs): delete it and "
                            "run python scripts/gpu.py wheels")
         paths.append(path)
@@ -543,12 +541,9 @@ def pack(dataset: str, uploads: int, *, repo: Path = REPO, data_root: Path | Non
 # --- host: packages, receive -------------------------------------------------------------------
 
 def ensure_packages(repo: Path = REPO, site: Path | None = None, wheels=WHEELS) -> list[str]:
-    """Make this package importable (the checkout on ``sys.path``, never installed: its pins are
-    not resolved on the host) and install the pinned wheels whose module is missing into
-    ``site`` (pip, no index, no dependencies); returns the requirements installed."""
+    """Install the pinned wheels whose module is missing into ``site`` (pip, no index, no
+    dependencies) and put it on ``sys.path``; returns the requirements installed."""
     site = Path(site) if site is not None else repo / SITE
-    if importlib.util.find_spec("frost_nb") is None:
-        sys.path.insert(0, str(repo))
     if site.is_dir() and str(site) not in sys.path:
         sys.path.insert(0, str(site))
     importlib.invalidate_caches()
@@ -556,8 +551,8 @@ def ensure_packages(repo: Path = REPO, site: Path | None = None, wheels=WHEELS) 
     if not missing:
         return []
     files = check_wheels(repo / WHEEL_DIR, missing)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, files)], check=True)
+    _pip("install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
+         "--target", str(site), *map(str, files))
     if str(site) not in sys.path:
         sys.path.insert(0, str(site))
     importlib.invalidate_caches()
@@ -569,7 +564,10 @@ def ensure_packages(repo: Path = REPO, site: Path | None = None, wheels=WHEELS) 
 def receive(repo: Path = REPO) -> dict:
     """On the host: move the parts that arrived (``PARTS``/*/), each checked against its manifest,
     into ``STORE``; once all are there, join them (SHA-256 checked), decode the training split
-    (pixels checked) and write it as the prepared set under ``DATA``. Returns the status."""
+    (pixels checked) and write it as the prepared set under ``DATA``, with an empty test part (the
+    test split stays behind; the trainer is given none). Returns the status."""
+    from frost_nb.data.prepare import prepared_dir, write_prepared
+
     manifests = repo / MANIFESTS
     try:
         spec = json.loads((manifests / "dataset.json").read_text())
@@ -587,7 +585,7 @@ def receive(repo: Path = REPO) -> dict:
     wanted = {p["file"]: p for p in manifest["parts"]}
     for arrived in sorted((repo / PARTS).glob(f"*/{spec['file']}.part*")):
         part = wanted.get(arrived.name)
-        if part and arrived.stat().st_size == part["bytes"] and _sha256(arrived) == part["sha256"]:
+        if part and arrived.stat().st_size == part["bytes"] and parts._sha256(arrived) == part["sha256"]:
             os.replace(arrived, store / arrived.name)
         else:
             status["damaged"].append(arrived.name)
@@ -595,8 +593,10 @@ def receive(repo: Path = REPO) -> dict:
     if status["missing"]:
         return status
     with tempfile.TemporaryDirectory(dir=store) as tmp:
-        joined = parts.join(store / f"{spec['file']}.manifest.json", tmp)
-        write_prepared(decode_split(joined), dataset, repo / DATA)
+        train = decode_split(parts.join(store / f"{spec['file']}.manifest.json", tmp))
+    test = train._replace(x=train.x[:0], y=train.y[:0], source="not sent: evaluated off the host",
+                          coarse_y=None if train.coarse_y is None else train.coarse_y[:0])
+    write_prepared(prepared_dir(dataset, repo / DATA), {"test": test, "train": train})
     done.write_text(manifest["sha256"] + "\n")
     for name in wanted:
         (store / name).unlink(missing_ok=True)
@@ -628,186 +628,156 @@ def check_out(out: Path, host: Host = Host()) -> list[Path]:
     return files
 
 
-def _hardware(device) -> str:
-    import platform
+def send_back(checkpoint: Path, folder: Path, epoch: int, piece_bytes: int) -> Path:
+    """Put ``checkpoint`` (after ``epoch``) into the return folder ``folder`` in parts of at most
+    ``piece_bytes`` with their manifest, written last (parts.py), then remove the epoch before's:
+    a command killed on the way leaves the epoch before whole. Returns the manifest."""
+    tagged = checkpoint.with_name(f"e{epoch:03d}.{checkpoint.name}")
+    _link_or_copy(str(checkpoint), str(tagged))
+    try:
+        manifest = parts.split(tagged, folder, piece_bytes / MIB)
+    finally:
+        tagged.unlink()
+    for old in folder.glob(f"e*.{checkpoint.name}.*"):
+        if not old.name.startswith(f"{tagged.name}."):
+            old.unlink()
+    return manifest
 
-    import torch
 
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+def returned_checkpoint(folder: Path, into: Path) -> tuple[Path, int]:
+    """The newest whole checkpoint that ``send_back`` left in ``folder``, joined into ``into``
+    (every part's and the whole file's SHA-256 checked), and the number of its parts."""
+    for manifest in sorted(folder.glob("e*.manifest.json"), reverse=True):
+        try:
+            return parts.join(manifest, into), len(json.loads(manifest.read_text())["parts"])
+        except (parts.PartsError, ValueError):  # cut off by a kill: the epoch before is whole
+            continue
+    raise GpuError(f"{folder} holds no whole checkpoint: the command ended before its first epoch")
 
 
-def room_for_another(now: float, last_epoch: float, deadline: float, final: bool) -> bool:
-    """Whether one more epoch, as long as the last one (with a tenth to spare; the final one, which
-    also writes the finished checkpoint, at 1.5 times), ends before ``deadline``."""
-    return now + last_epoch * (1.5 if final else 1.1) <= deadline
-
-
-def train(run: RunSpec, *, out: Path, limit_s: float, stop_s: float, repo: Path = REPO,
-          device: str | None = None, started: float | None = None) -> dict:
+def train(run: RunSpec, *, out: Path, limit_s: float, stop_s: float, piece_bytes: int = 16 * MIB,
+          repo: Path = REPO, device: str | None = None, started: float | None = None) -> dict:
     """On the host: receive the last part, resume ``run`` from ``outputs/partial/`` if it is there,
-    and train epoch after epoch until ``stop_s`` before the command's limit (``limit_s`` from
-    ``started``, this process's start). The trainer writes its checkpoint into ``out`` after every
-    epoch, beside config.json and gpu_calls.json (this command's record appended to the run's):
-    a command killed mid-epoch returns its last whole epoch. The test split is not here."""
+    and train until ``stop_s`` before the command's limit (``limit_s`` from ``started``, this
+    process's start): the trainer's own deadline rule, an epoch at a time, so that after every epoch
+    its checkpoint (``send_back``) and gpu_calls.json (this command's record appended to the run's)
+    are in ``out`` beside config.json. The test split is not here."""
     deadline = (STARTED if started is None else started) + limit_s - stop_s
     os.environ["FROST_DATA"] = str(repo / DATA)
     os.environ["FROST_CACHE"] = str(repo / GPU / "cache")
-    ensure_packages(repo)
     status = receive(repo)
     if not status["prepared"]:
         raise GpuError(f"parts missing on this host: {', '.join(status['missing'])} (damaged: "
                        f"{status['damaged'] or 'none'}); a host that started bare needs every upload again")
     import torch
 
-    from frost_nb.checkpoint import load_checkpoint, stored_config
-    from frost_nb.runs import CONFIG_FILE, MODEL_FILE, identity_key, write_json
+    from frost_nb.checkpoint import load_checkpoint
+    from frost_nb.runs import CONFIG_FILE, MODEL_FILE, hardware, write_json
     from frost_nb.training import build_trainer
 
     config = run.config()
     if device is not None:
         config = config.replace(**{"train.device": device})
-    grid, label = run.name().split("/")
-    folder, partial = Path(out) / grid / label, repo / PARTIAL / grid / label
-    folder.mkdir(parents=True, exist_ok=True)
-    checkpoint, before, calls = folder / MODEL_FILE, 0, []
-    if (partial / MODEL_FILE).is_file():
-        state = load_checkpoint(partial / MODEL_FILE)
-        if identity_key(stored_config(partial / MODEL_FILE, state)) != identity_key(config):
-            raise GpuError(f"{partial} holds another run: move it away or train that run")
-        before = state["epoch"]
-        _copy(partial / MODEL_FILE, checkpoint)
+    name = run.name()
+    folder, partial, local = Path(out) / name, repo / PARTIAL / name, repo / RUN / name / MODEL_FILE
+    for path in (folder, local.parent):
+        path.mkdir(parents=True, exist_ok=True)
+    done, calls = 0, []
+    if (partial / MODEL_FILE).is_file():  # the trainer refuses another run's checkpoint
+        _copy(partial / MODEL_FILE, local)
+        done = load_checkpoint(local)["epoch"]
         if (partial / "gpu_calls.json").is_file():
             calls = json.loads((partial / "gpu_calls.json").read_text())
     write_json(folder / CONFIG_FILE, config.to_dict())
-    trainer = build_trainer(config, checkpoint=checkpoint, progress=False)
+    trainer = build_trainer(config, checkpoint=local, progress=False)
     trainer.test_set = None  # the test split stays behind: evaluated here, on the CPU, by fetch
-    dev = trainer.device
-    record = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hardware": _hardware(dev),
-              "torch": torch.__version__, "run": run.name(), "resumed_from_epoch": before,
-              "epochs": config.train.epochs}
-    kwargs = {"deadline": deadline} if "deadline" in inspect.signature(trainer.fit).parameters else {}
-    done, last, epochs = before, None, config.train.epochs
-    print(f"{run.name()}: from epoch {done} of {epochs}, {deadline - time.monotonic():.0f} s to train",
-          flush=True)
+    dev, epochs = trainer.device, config.train.epochs
+    record = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hardware": hardware(dev),
+              "torch": torch.__version__, "run": name, "resumed_from_epoch": done, "epochs": epochs}
+    print(f"{name}: from epoch {done} of {epochs}, {deadline - time.monotonic():.0f} s to train", flush=True)
+    first = done
     while done < epochs:
-        if last is not None and not room_for_another(time.monotonic(), last, deadline, done + 1 == epochs):
-            break
         t0 = time.monotonic()
-        trainer.fit(until_epoch=done + 1, **kwargs)
-        last = time.monotonic() - t0
-        if trainer.epoch <= done:  # the trainer's own deadline stopped it
+        trainer.fit(until_epoch=done + 1, deadline=deadline)
+        if trainer.epoch <= done:  # the deadline: another epoch would end after it
             break
-        done = trainer.epoch
-        row = {k: v[-1] for k, v in trainer.history["epochs"].items()}
-        print(f"epoch {done}/{epochs}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "epoch")
-              + f", {last:.1f} s", flush=True)
+        last, done = time.monotonic() - t0, trainer.epoch
+        row = {k: v[-1] for k, v in trainer.history["epochs"].items() if k != "epoch"}
+        print(f"epoch {done}/{epochs}: {', '.join(f'{k} {v:.4g}' for k, v in row.items())}, {last:.1f} s",
+              flush=True)
         images = trainer.steps_per_epoch * config.train.batch_size
         record |= {"epochs_after": done, "last_epoch_s": round(last, 2),
-                   "images_per_s": round(images / last, 1) if done > before + 1 else None,
+                   "images_per_s": round(images / last, 1) if done > first + 1 else None,  # 1st: compiling
                    "peak_memory_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
                    if dev.type == "cuda" else None, "finished": done >= epochs}
-        write_json(folder / "gpu_calls.json", [*calls, record])  # beside the checkpoint, every epoch
-    check_out(Path(out))
+        send_back(local, folder, done, piece_bytes)
+        write_json(folder / "gpu_calls.json", [*calls, record])
+    check_out(Path(out), replace(Host(), return_file_bytes=piece_bytes))
     return record
 
 
 # --- here: fetch -------------------------------------------------------------------------------
 
-def lean_export(state: dict, config, device, target: Path) -> dict:
-    """Write the lean export of the finished ``state`` with bf16 weights to ``target``, its test
-    metrics recomputed from those stored weights; the float32 weights' accuracy is kept beside
-    them. Returns the lean metrics."""
-    import torch
-
-    from frost_nb.checkpoint import lean_state, save_checkpoint
-    from frost_nb.models import create_model
-    from frost_nb.training import evaluate, load_split
-
-    lean = lean_state(state, "bfloat16")
-    model = create_model(config.model)
-    model.load_state_dict(lean["model"])  # widened back to float32, as load_model does
-    model.to(device).eval()
-    amp = config.train.amp == "bf16" or (config.train.amp == "auto" and device.type == "cuda")
-    with torch.no_grad():
-        test = evaluate(model, load_split(config, "test"), batch_size=config.train.eval_batch_size, amp=amp)
-    before = state.get("metrics", {})
-    lean["metrics"] = {**before, "test_accuracy": test.accuracy,
-                       "test_accuracy_per_step": test.accuracy_per_step(), "weights": "bfloat16",
-                       "test_accuracy_float32_weights": before.get("test_accuracy"),
-                       "evaluated_with": {"device": str(device), "amp": "bf16" if amp else "off"}}
-    save_checkpoint(target, lean, compress=True)  # a lean export, as export_lean writes it
-    return lean["metrics"]
-
-
 def fetch(source: Path, *, repo: Path = REPO, cache: Path | None = None, runs_root: Path | None = None,
           commit: bool = False, force: bool = False) -> list[dict]:
     """Take one command's returned files (``source``) back. An unfinished run's checkpoint goes
-    to ``outputs/partial/<grid>/<label>/`` (a checkpoint older than the one there is refused
-    unless ``force``); a finished one is evaluated on the test split here, on the CPU, and stored
-    in the run cache as a finished run, its partial folder removed; with ``commit``, its lean
-    export (bf16 weights, metrics recomputed) goes into the committed runs and their index."""
-    ensure_packages(repo, wheels=())
-    import torch
-
+    to ``outputs/partial/<grid>/<label>/`` (one older than the one there is refused unless
+    ``force``), staged again for the next allocation; a finished one is evaluated on the test split
+    here, on the CPU, and stored in the run cache as a finished run, its partial folder removed; with
+    ``commit``, ``runs.export_run`` exports it lean with bf16 weights into the committed runs."""
     from frost_nb.checkpoint import load_checkpoint, load_model, save_checkpoint, stored_config
-    from frost_nb.config import RunConfig
-    from frost_nb.paths import cache_dir, committed_runs_dir
-    from frost_nb.runs import CONFIG_FILE, METRICS_FILE, MODEL_FILE, identity_key, write_index, write_json
+    from frost_nb.paths import cache_dir
+    from frost_nb.runs import (CONFIG_FILE, METRICS_FILE, MODEL_FILE, export_run, identity_key, read_config,
+                               write_json)
     from frost_nb.training import evaluate, load_split
 
     done = []
     for config_file in sorted(Path(source).glob(f"*/*/{CONFIG_FILE}")):
-        came, grid, label = config_file.parent, config_file.parent.parent.name, config_file.parent.name
-        config = RunConfig.from_dict(json.loads(config_file.read_text()))
-        if not (came / MODEL_FILE).is_file():
-            raise GpuError(f"{came} holds no checkpoint: the command ended before its first epoch")
-        state = load_checkpoint(came / MODEL_FILE)
-        if identity_key(stored_config(came / MODEL_FILE, state)) != identity_key(config):
-            raise GpuError(f"{came}: the checkpoint and config.json are of different runs")
-        partial = repo / PARTIAL / grid / label
-        if (partial / MODEL_FILE).is_file() and not force:
-            here = load_checkpoint(partial / MODEL_FILE)
-            if identity_key(stored_config(partial / MODEL_FILE, here)) != identity_key(config):
-                raise GpuError(f"{partial} holds another run: move it away first")
-            if here["epoch"] > state["epoch"]:
-                raise GpuError(f"{partial} is at epoch {here['epoch']}, the returned checkpoint at "
-                               f"{state['epoch']}: keeping the newer one (--force to replace it)")
-        record = came / "gpu_calls.json"
-        calls = json.loads(record.read_text()) if record.is_file() else []
-        entry = {"run": f"{grid}/{label}", "epoch": state["epoch"], "epochs": config.train.epochs,
-                 "finished": bool(state.get("complete"))}
-        if not state.get("complete"):
-            for name in (CONFIG_FILE, "gpu_calls.json", MODEL_FILE):
-                if (came / name).is_file():
-                    _copy(came / name, partial / name)
-            entry["kept"] = str(partial.relative_to(repo))
-            done.append(entry)
-            continue
-        cpu = torch.device("cpu")
-        model, _ = load_model(came / MODEL_FILE, expect=config)
-        with torch.no_grad():
+        came = config_file.parent
+        name = f"{came.parent.name}/{came.name}"
+        config = read_config(config_file)
+        partial = repo / PARTIAL / name
+        with tempfile.TemporaryDirectory() as tmp:
+            checkpoint, pieces = returned_checkpoint(came, Path(tmp))
+            state = load_checkpoint(checkpoint)
+            if identity_key(stored_config(checkpoint, state)) != identity_key(config):
+                raise GpuError(f"{came}: the checkpoint and config.json are of different runs")
+            if (partial / MODEL_FILE).is_file() and not force:
+                here = load_checkpoint(partial / MODEL_FILE)
+                if identity_key(stored_config(partial / MODEL_FILE, here)) != identity_key(config):
+                    raise GpuError(f"{partial} holds another run: move it away first")
+                if here["epoch"] > state["epoch"]:
+                    raise GpuError(f"{partial} is at epoch {here['epoch']}, the returned checkpoint at "
+                                   f"{state['epoch']}: keeping the newer one (--force to replace it)")
+            record = came / "gpu_calls.json"
+            calls = json.loads(record.read_text()) if record.is_file() else []
+            entry = {"run": name, "epoch": state["epoch"], "epochs": config.train.epochs,
+                     "finished": bool(state.get("complete")), "parts": pieces}
+            if not state.get("complete"):
+                for path in (checkpoint, config_file, record):
+                    if path.is_file():
+                        _copy(path, partial / (MODEL_FILE if path == checkpoint else path.name))
+                stage(name, repo)
+                done.append({**entry, "kept": str(partial.relative_to(repo))})
+                continue
+            folder = (Path(cache) if cache is not None else cache_dir()) / name
+            if (folder / CONFIG_FILE).is_file() and identity_key(read_config(folder / CONFIG_FILE)) != \
+                    identity_key(config):
+                raise GpuError(f"{folder} holds another run: move it away first")
+            model, _ = load_model(checkpoint, expect=config)
             test = evaluate(model, load_split(config, "test"), batch_size=config.train.eval_batch_size)
-        state["metrics"] = {**state.get("metrics", {}), "test_accuracy": test.accuracy,
-                            "test_accuracy_per_step": test.accuracy_per_step(),
-                            "test_evaluated_on": "cpu"}
-        folder = (Path(cache) if cache is not None else cache_dir()) / grid / label
-        (folder / METRICS_FILE).unlink(missing_ok=True)  # unfinished until the new files are all in
-        save_checkpoint(folder / MODEL_FILE, state)
+            state["metrics"] = {**state.get("metrics", {}), "test_accuracy": test.accuracy,
+                                "test_accuracy_per_step": test.accuracy_per_step(),
+                                "test_evaluated_on": "cpu"}
+            (folder / METRICS_FILE).unlink(missing_ok=True)  # unfinished until the new files are all in
+            save_checkpoint(folder / MODEL_FILE, state)
         _copy(config_file, folder / CONFIG_FILE)
         write_json(folder / "gpu_calls.json", calls)
         hardware = next((c["hardware"] for c in reversed(calls) if c.get("hardware")), None)
         write_json(folder / METRICS_FILE, {**state["metrics"], "hardware": hardware})  # last: finished
         entry |= {"stored": str(folder), "test_accuracy": test.accuracy}
         if commit:
-            target = (Path(runs_root) if runs_root is not None else committed_runs_dir()) / grid / label
-            (target / METRICS_FILE).unlink(missing_ok=True)
-            lean = lean_export(state, config, cpu, target / MODEL_FILE)
-            _copy(config_file, target / CONFIG_FILE)
-            write_json(target / METRICS_FILE, {**lean, "hardware": hardware})
-            write_index(target.parent.parent)
-            entry["committed"] = str(target)
+            entry["committed"] = str(export_run(folder, runs_root, weights="bfloat16"))
         shutil.rmtree(partial, ignore_errors=True)
         done.append(entry)
     return done
@@ -816,7 +786,7 @@ def fetch(source: Path, *, repo: Path = REPO, cache: Path | None = None, runs_ro
 # --- here: rehearse ----------------------------------------------------------------------------
 
 class StandIn:
-    """A stand-in host: a temporary folder that receives a copy of the checkout's travelling files
+    """A stand-in host: a temporary folder that receives a copy of a checkout's travelling files
     and the named paths (refusing more than the upload limit), empties the return folder before
     each command, kills a command at its time limit (or when ``kill_when`` holds), and is bare
     again when a new allocation starts."""
@@ -866,7 +836,7 @@ class StandIn:
             time.sleep(0.05)
         output = proc.communicate()[0]
         self.log.append({"allocation": self.allocation, "command": command, "sent_bytes": sent,
-                         "killed": killed, "rc": proc.returncode,
+                         "sent_files": files, "killed": killed, "rc": proc.returncode,
                          "seconds": round(time.monotonic() - t0, 1)})
         if proc.returncode != 0 and not killed:
             raise GpuError(f"the command failed on the stand-in host:\n{command}\n{output[-4000:]}")
@@ -901,22 +871,31 @@ REHEARSAL = RunSpec(size="smoke", dataset="cifar100", seed=0, epochs=2,
                     sets=("model.stem_stride=2", "data.val_fraction=0.2", "data.limit=500"))
 
 
+def _split_sizes(config) -> tuple[int, int]:
+    """Images in the training and held-out splits of ``config``."""
+    from frost_nb.training import load_split
+
+    return len(load_split(config, "train")), len(load_split(config, "val")) if config.data.val_fraction else 0
+
+
 def rehearse(work: Path, *, run: RunSpec = REHEARSAL, speed: Speed = Speed(), host: Host = Host(),
              repo: Path = REPO, say=print) -> dict:
-    """Every printed command of ``run``'s plan against a stand-in host in ``work``: CIFAR-100 when
-    the data root holds it, else a small stand-in in its format; the upload limit set so that the
-    training split needs ``host.max_uploads`` uploads. Allocation 1 is killed once its first epoch's
-    checkpoint is back; allocation 2 starts bare, resumes from the fetched checkpoint and finishes;
-    the test split is evaluated here. Returns what happened."""
+    """Every printed command of ``run``'s plan against a stand-in host in ``work``, from a copy of
+    ``repo`` (as a clone holds it) staged as for the host: CIFAR-100 when the data root holds it,
+    else a small stand-in in its format. The limits are scaled to the smoke run: the upload so that
+    the training split needs ``host.max_uploads`` uploads, a returned file so that the checkpoint
+    comes back in two (as the ``ladder256`` run's does). Allocation 1 is killed once its first
+    epoch is back; allocation 2 starts bare, resumes from the fetched checkpoint and finishes; the
+    test split is evaluated here. Returns what happened."""
     from frost_nb.data.prepare import find_source, prepare
     from frost_nb.paths import data_root
 
-    work = Path(work)
+    work, name = Path(work), run.name()
     here = work / "checkout"  # what a clone holds: the travelling files, outputs/partial/ included
-    for name in travelling_files(repo):
-        if not name.startswith(f"{PARTIAL}/{run.name()}/"):
-            (here / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(repo / name, here / name)
+    for rel in travelling_files(repo):
+        if not rel.startswith(f"{PARTIAL}/{name}/"):
+            (here / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / rel, here / rel)
     hit, _ = find_source(run.dataset, data_root())
     source = hit[1] if hit is not None else standin_cifar100(work / "standin")
     say(f"data: {source}" + (" (a stand-in in CIFAR-100's packed format)" if hit is None else ""))
@@ -924,35 +903,30 @@ def rehearse(work: Path, *, run: RunSpec = REHEARSAL, speed: Speed = Speed(), ho
     prepare(run.dataset, root, source=source, download=False)
     config = run.config()
     packed = pack(run.dataset, host.max_uploads, repo=here, data_root=root)
-    from frost_nb.training import load_split
-
-    here_config = config.replace(**{"data.root": str(root)})
-    train_images = len(load_split(here_config, "train"))
-    val_images = len(load_split(here_config, "val")) if config.data.val_fraction else 0
+    train_images, val_images = _split_sizes(config.replace(**{"data.root": str(root)}))
     checkpoint = checkpoint_estimate(config, train_images)
-    travelling = travelling_bytes(here)
-    overhead = travelling + checkpoint + wheel_bytes() + 8192 + MIB
-    host = replace(host, upload_bytes=overhead + math.ceil(packed.stat().st_size / host.max_uploads) + 4096)
+    staged = stage(None, here)
+    travelling = travelling_bytes(staged)
+    host = replace(host, upload_bytes=travelling + checkpoint + wheel_bytes() + 8192 + MIB
+                   + math.ceil(packed.stat().st_size / host.max_uploads) + 4096,
+                   return_file_bytes=math.ceil(checkpoint * 0.6))
     plan = make_plan(run, host, speed, data_bytes=packed.stat().st_size, travelling=travelling,
-                     needed=needed_bytes(here), wheel_bytes=wheel_bytes(), checkpoint_bytes=checkpoint,
-                     epochs=config.train.epochs, train_images=train_images, val_images=val_images)
+                     wheel_bytes=wheel_bytes(), checkpoint_bytes=checkpoint, epochs=config.train.epochs,
+                     train_images=train_images, val_images=val_images)
     say(describe(plan, run))
     stand = StandIn(work / "host", host)
-    grid, label = run.name().split("/")
     result = {"uploads": len(plan.uploads), "upload_limit": host.upload_bytes, "allocations": []}
+    epoch_back = lambda out: (out / name / "gpu_calls.json").is_file()  # written after the checkpoint's parts
     for k in (1, 2):
         stand.start()
-        first = k == 1
-        kill = (lambda out: (out / grid / label / "model.pt").is_file()) if first else None
         for i, upload in enumerate(plan.uploads, 1):
-            last = i == len(plan.uploads)
-            back, output, killed = stand.run(here, upload.command, upload.send,
-                                             kill_when=kill if last else None)
+            kill = epoch_back if k == 1 and i == len(plan.uploads) else None  # once its first epoch is back
+            back, output, killed = stand.run(staged, upload.command, upload.send, kill_when=kill)
             say(f"allocation {k}, upload {i}: {upload.command}" + (" (killed)" if killed else "")
                 + f"\n{output[-1500:]}")
         before, os.environ["FROST_DATA"] = os.environ.get("FROST_DATA"), str(root)  # here: the test split
         try:
-            entries = fetch(back, repo=here, cache=work / "cache", runs_root=work / "runs", commit=not first)
+            entries = fetch(back, repo=here, cache=work / "cache", runs_root=work / "runs", commit=k == 2)
         finally:
             os.environ.pop("FROST_DATA") if before is None else os.environ.update(FROST_DATA=before)
         result["allocations"].append({"killed": killed, "fetched": entries})
@@ -964,7 +938,9 @@ def rehearse(work: Path, *, run: RunSpec = REHEARSAL, speed: Speed = Speed(), ho
 # --- the command line --------------------------------------------------------------------------
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size", default="cifar")
+    from frost_nb.config import SIZES
+
+    p.add_argument("--size", default="cifar", choices=SIZES)
     p.add_argument("--dataset", default="cifar100")
     p.add_argument("--model", default="frost")
     p.add_argument("--backbone", default="resnet")
@@ -1006,35 +982,36 @@ def _spec(args) -> RunSpec:
 
 
 def _plan_from_args(args, packed: Path) -> Plan:
-    from frost_nb.training import load_split
-
     run, (host, speed) = _spec(args), _host(args)
     config = run.config()
-    train_images = len(load_split(config, "train"))
-    val_images = len(load_split(config, "val")) if config.data.val_fraction else 0
-    partial = REPO / PARTIAL / run.name() / "model.pt"
-    travelling = travelling_bytes(REPO) - (partial.stat().st_size if partial.is_file() else 0)
+    staged = REPO / STAGE
+    if not staged.is_dir():
+        raise GpuError(f"{staged} is missing: run python scripts/gpu.py pack (or stage) first")
+    train_images, val_images = _split_sizes(config)
+    partial = staged / PARTIAL / run.name() / "model.pt"
+    travelling = travelling_bytes(staged) - (partial.stat().st_size if partial.is_file() else 0)
     return make_plan(run, host, speed, data_bytes=packed.stat().st_size, travelling=travelling,
-                     needed=needed_bytes(REPO), wheel_bytes=wheel_bytes(),
-                     checkpoint_bytes=checkpoint_estimate(config, train_images), epochs=config.train.epochs,
-                     train_images=train_images, val_images=val_images)
+                     wheel_bytes=wheel_bytes(), checkpoint_bytes=checkpoint_estimate(config, train_images),
+                     epochs=config.train.epochs, train_images=train_images, val_images=val_images)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _commands() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     for verb, text in (("plan", "print the uploads and allocations (here)"),
-                       ("pack", "the training split as WebP parts, one per upload, then the plan (here)")):
+                       ("pack", "the training split in WebP parts, one per upload, staged; the plan (here)")):
         p = sub.add_parser(verb, help=text)
         _run_options(p)
         _host_options(p)
+    _run_options(sub.add_parser("stage", help=f"make {STAGE}/, the checkout uploads are sent from (here)"))
     sub.add_parser("wheels", help="download the pinned wheels into .whl/ (here)")
     sub.add_parser("receive", help="check and keep the parts that arrived (host)")
     p = sub.add_parser("train", help="receive, resume, train until shortly before the limit (host)")
     _run_options(p)
     p.add_argument("--limit-s", type=float, default=Host().command_s, help="the command's limit")
     p.add_argument("--stop-s", type=float, default=Speed().stop_s, help="stop this long before it")
+    p.add_argument("--return-bytes", type=int, default=Host().return_file_bytes, help="one returned file")
     p.add_argument("--out", default=os.environ.get("OUT"), help="the return folder (default $OUT)")
     p.add_argument("--device", default=None, help="train.device (default: the config's)")
     p = sub.add_parser("fetch", help="take a command's returned files back (here)")
@@ -1043,42 +1020,63 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="replace a newer checkpoint in outputs/partial/")
     p = sub.add_parser("rehearse", help="every printed command at smoke size on a stand-in host (here)")
     p.add_argument("--work", default=None, help="the stand-in's folder (default: a temporary one)")
-    args = parser.parse_args(argv)
-    if args.command in ("receive", "train"):  # on the host: this checkout's package, never another
-        sys.path.insert(0, str(REPO))
+    return parser
+
+
+def _run(args) -> None:
+    if args.command in ("plan", "pack"):
+        packed = REPO / SEND / args.dataset / PACKED
+        if args.command == "pack":
+            packed = pack(args.dataset, args.max_uploads)
+            stage(_spec(args).name())
+        elif not packed.is_file():
+            raise GpuError(f"{packed} is missing: run python scripts/gpu.py pack first")
+        plan = _plan_from_args(args, packed)
+        if args.command == "pack" and len(plan.uploads) != args.max_uploads:
+            pack(args.dataset, len(plan.uploads))
+            stage(_spec(args).name())
+        print(describe(plan, _spec(args)))
+    elif args.command == "stage":
+        staged = stage(_spec(args).name())
+        print(f"{staged}: {len(travelling_files(staged))} files, {_mib(travelling_bytes(staged))}")
+    elif args.command == "wheels":
+        for path in download_wheels():
+            print(f"{path.relative_to(REPO)} ({_mib(path.stat().st_size)}, SHA-256 checked)")
+    elif args.command == "receive":
+        print(json.dumps(receive()), flush=True)
+    elif args.command == "train":
+        if not args.out:
+            raise GpuError("$OUT is not set: pass --out FOLDER, the folder whose files come back")
+        print(json.dumps(train(_spec(args), out=Path(args.out), limit_s=args.limit_s, stop_s=args.stop_s,
+                               piece_bytes=args.return_bytes, device=args.device)), flush=True)
+    elif args.command == "fetch":
+        for entry in fetch(Path(args.source), commit=args.commit, force=args.force):
+            print(json.dumps(entry))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = rehearse(Path(args.work) if args.work else Path(tmp))
+        print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; a step that cannot go on says why in one line, exit status 2."""
+    args = _commands().parse_args(argv)
+    try:  # on the host, the carried wheels before anything imports them
+        ensure_packages(REPO, wheels=WHEELS if args.command in ("receive", "train") else ())
+    except GpuError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    from frost_nb.checkpoint import CheckpointError
+    from frost_nb.config import ConfigError
+    from frost_nb.data.datasets import DataError
+    from frost_nb.paths import DamagedInput, OutputError
+    from frost_nb.training import TrainingError
+
     try:
-        if args.command in ("plan", "pack"):
-            ensure_packages(REPO, wheels=())
-            packed = REPO / SEND / args.dataset / PACKED
-            if args.command == "pack":
-                packed = pack(args.dataset, args.max_uploads)
-            elif not packed.is_file():
-                raise GpuError(f"{packed} is missing: run python scripts/gpu.py pack first")
-            plan = _plan_from_args(args, packed)
-            if args.command == "pack" and len(plan.uploads) != args.max_uploads:
-                pack(args.dataset, len(plan.uploads))
-            print(describe(plan, _spec(args)))
-        elif args.command == "wheels":
-            for path in download_wheels():
-                print(f"{path.relative_to(REPO)} ({_mib(path.stat().st_size)}, SHA-256 checked)")
-        elif args.command == "receive":
-            ensure_packages(REPO)
-            print(json.dumps(receive()), flush=True)
-        elif args.command == "train":
-            if not args.out:
-                raise GpuError("$OUT is not set: pass --out FOLDER, the folder whose files come back")
-            print(json.dumps(train(_spec(args), out=Path(args.out), limit_s=args.limit_s, stop_s=args.stop_s,
-                                   device=args.device)), flush=True)
-        elif args.command == "fetch":
-            for entry in fetch(Path(args.source), commit=args.commit, force=args.force):
-                print(json.dumps(entry))
-        else:
-            ensure_packages(REPO, wheels=())
-            with tempfile.TemporaryDirectory() as tmp:
-                result = rehearse(Path(args.work) if args.work else Path(tmp))
-            print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=1))
-    except (GpuError, parts.PartsError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        _run(args)
+    except (GpuError, parts.PartsError, CheckpointError, ConfigError, DataError, DamagedInput, OutputError,
+            TrainingError) as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     return 0
 

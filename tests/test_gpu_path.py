@@ -27,10 +27,10 @@ MIB = 1 << 20
 
 
 def test_rehearsal_kills_mid_training_and_resumes_on_a_bare_host(tmp_path, monkeypatch):
-    """The printed commands, run as printed: the training split in 3 uploads under a limit that
-    allows no fewer, a kill once the first epoch's checkpoint is in the return folder, a fresh
-    folder for the next allocation that resumes from outputs/partial/, and the test split
-    evaluated here at the end."""
+    """The printed commands, run as printed from the staged checkout: the training split in 3
+    uploads under a limit that allows no fewer, the checkpoint back in two returned files (as the
+    ladder256 run's), a kill once the first epoch is back, a fresh folder for the next allocation
+    that resumes from outputs/partial/, and the test split evaluated here at the end."""
     monkeypatch.delenv("OUT", raising=False)
     lines = []
     result = gpu.rehearse(tmp_path, say=lines.append)
@@ -40,12 +40,19 @@ def test_rehearsal_kills_mid_training_and_resumes_on_a_bare_host(tmp_path, monke
     assert [e["allocation"] for e in log] == [1, 1, 1, 2, 2, 2]
     assert all(e["sent_bytes"] <= result["upload_limit"] for e in log)
     assert [e["killed"] for e in log] == [False, False, True, False, False, False]
+    name = gpu.REHEARSAL.name()
+    # what travels: the library and the two scripts, the unfinished checkpoint once there is one
+    for e in log:
+        assert {f.split("/")[0] for f in e["sent_files"]} <= {"frost_nb", "scripts", "outputs", ".gitignore"}
+        assert {f for f in e["sent_files"] if f.startswith("scripts/")} == {"scripts/gpu.py", "scripts/parts.py"}
+        kept = {f for f in e["sent_files"] if f.startswith("outputs/")}
+        assert kept == (set() if e["allocation"] == 1 else {f"{gpu.PARTIAL}/{name}/{n}" for n in
+                                                            ("model.pt", "config.json", "gpu_calls.json")})
     first, second = result["allocations"]
     [kept] = first["fetched"]
-    assert (kept["epoch"], kept["finished"]) == (1, False)  # the killed command returned its last epoch
+    assert (kept["epoch"], kept["finished"], kept["parts"]) == (1, False, 2)  # the killed command's last epoch
     [done] = second["fetched"]
-    assert (done["epoch"], done["finished"]) == (2, True)
-    name = gpu.REHEARSAL.name()
+    assert (done["epoch"], done["finished"], done["parts"]) == (2, True, 2)
     here = tmp_path / "checkout"
     assert not (here / gpu.PARTIAL / name).exists()  # removed once finished
     state = load_checkpoint(tmp_path / "cache" / name / "model.pt")
@@ -66,26 +73,30 @@ def test_rehearsal_kills_mid_training_and_resumes_on_a_bare_host(tmp_path, monke
     metrics = json.loads((tmp_path / "cache" / name / "metrics.json").read_text())
     assert metrics["test_accuracy"] == again.accuracy == done["test_accuracy"]
     assert metrics["test_evaluated_on"] == "cpu"
-    lean = load_checkpoint(tmp_path / "runs" / name / "model.pt")
+    lean = load_checkpoint(tmp_path / "runs" / name / "model.pt")  # runs.export_run's, bf16
     assert lean["lean"] and lean["weights"] == "bfloat16" and (tmp_path / "runs" / "index.csv").is_file()
+    bf16, _ = load_model(tmp_path / "runs" / name / "model.pt", expect=config)
+    assert json.loads((tmp_path / "runs" / name / "metrics.json").read_text())["test_accuracy"] == \
+        evaluate(bf16, load_split(config, "test")).accuracy
 
 
-def _cifar_plan(travelling=20 * MIB, speed=gpu.Speed(), host=gpu.Host(), data=80 * MIB):
-    config = make_config("cifar", "cifar100")
-    return gpu.make_plan(gpu.RunSpec(), host, speed, data_bytes=data, travelling=travelling,
-                         needed=2 * MIB, wheel_bytes=gpu.wheel_bytes(), checkpoint_bytes=13 * MIB,
+def _cifar_plan(travelling=2 * MIB, speed=gpu.Speed(), host=gpu.Host(), data=80 * MIB, size="cifar",
+                checkpoint=13 * MIB):
+    config = make_config(size, "cifar100")
+    return gpu.make_plan(gpu.RunSpec(size=size), host, speed, data_bytes=data, travelling=travelling,
+                         wheel_bytes=gpu.wheel_bytes(), checkpoint_bytes=checkpoint,
                          epochs=config.train.epochs, train_images=45_000, val_images=5_000)
 
 
 def test_plan_for_the_cifar_run_fits_each_allocation():
     """At the issue's estimate (3,500 images/s) 60 epochs take two allocations of at most 15
     minutes, each with 3 uploads; at the 4-minute target one allocation suffices."""
-    plan = _cifar_plan()
+    plan = _cifar_plan(travelling=20 * MIB)
     assert len(plan.uploads) == 3 and all(u.data_bytes <= 28 * MIB for u in plan.uploads)
     assert [a.epochs for a in plan.allocations] == [(1, 30), (31, 60)]
     assert all(a.total_s <= 15 * 60 for a in plan.allocations)
     assert plan.uploads[-1].command.startswith("python3 -u scripts/gpu.py train --size cifar")
-    assert plan.uploads[-1].command.endswith("--limit-s 600 --stop-s 75")
+    assert plan.uploads[-1].command.endswith("--limit-s 600 --stop-s 75 --return-bytes 16777216")
     assert [u.command for u in plan.uploads[:-1]] == ["python3 scripts/gpu.py receive"] * 2
     fast = _cifar_plan(speed=gpu.Speed(images_per_s=45_000 * 60 / 240, measured=True))
     assert [a.epochs for a in fast.allocations] == [(1, 60)]
@@ -98,8 +109,49 @@ def test_plan_refuses_what_the_host_cannot_take():
         _cifar_plan(travelling=23 * MIB)
     with pytest.raises(gpu.GpuError, match="no epoch fits an allocation"):
         _cifar_plan(host=replace(gpu.Host(), gpu_s=6 * 60))
-    with pytest.raises(gpu.GpuError, match="over what one returned file may hold"):
-        _cifar_plan(host=replace(gpu.Host(), return_file_bytes=8 * MIB))
+    with pytest.raises(gpu.GpuError, match="comes back in 2 files .* 8 files, over the 7"):
+        _cifar_plan(host=replace(gpu.Host(), return_file_bytes=8 * MIB, return_files=7))
+    # a checkpoint over outputs/partial/'s budget cannot wait between allocations: one, or none
+    with pytest.raises(gpu.GpuError, match="takes 2 allocations, .* over the 16.0 MiB"):
+        _cifar_plan(checkpoint=gpu.PARTIAL_BUDGET + 1)
+    assert len(_cifar_plan(checkpoint=gpu.PARTIAL_BUDGET + 1, size="ladder256").allocations) == 1
+
+
+def test_the_plan_fits_with_every_committed_run_in_place(tmp_path):
+    """What travels is the staged checkout, whatever outputs/ holds: this repository as it is, with
+    the ladder's runs (12 MiB) and the paper-size runs' whole budget (32 MiB) committed beside, stages
+    to the same files; on it the cifar and ladder256 runs plan within the host's real limits."""
+    here = tmp_path / "checkout"
+    for rel in gpu.travelling_files(repo_root()):
+        (here / rel).parent.mkdir(parents=True, exist_ok=True)
+        (here / rel).write_bytes((repo_root() / rel).read_bytes())
+    staged = gpu.travelling_files(gpu.stage(None, here))
+    assert staged and all(f.startswith(("frost_nb/", "scripts/", ".gitignore")) for f in staged)
+    travelling = gpu.travelling_bytes(here / gpu.STAGE)
+    for rel, mib in (("outputs/runs/cifar100-ladder128-ladder/frost-seed0/model.pt", 12),
+                     ("outputs/runs/cifar100-cifar-families/frost-seed0/model.pt", 32)):
+        (here / rel).parent.mkdir(parents=True, exist_ok=True)
+        with open(here / rel, "wb") as f:
+            f.truncate(mib * MIB)
+    assert gpu.travelling_files(gpu.stage(None, here)) == staged
+    assert gpu.travelling_bytes(here / gpu.STAGE) == travelling < 4 * MIB
+    for size, allocations, pieces in (("cifar", 2, 1), ("ladder256", 1, 2)):
+        config = make_config(size, "cifar100")
+        checkpoint = gpu.checkpoint_estimate(config, 40_500)
+        plan = _cifar_plan(travelling=travelling, size=size, checkpoint=checkpoint)
+        assert (len(plan.allocations), plan.pieces) == (allocations, pieces), size
+        assert f"train --size {size} " in plan.uploads[-1].command
+
+
+def test_checkpoint_estimate_is_the_trainers_own_state(tmp_path):
+    """The estimate writes ``Trainer.state``: a real checkpoint of the same run after one epoch is
+    no larger than the estimate for all its epochs, and not much smaller for one."""
+    from frost_nb.training import train
+
+    config = make_config("smoke", **{"train.epochs": 1, "data.limit": 300})
+    train(config, checkpoint=tmp_path / "full.pt")
+    real = (tmp_path / "full.pt").stat().st_size
+    assert 0.8 * gpu.checkpoint_estimate(config, 240) <= real <= gpu.checkpoint_estimate(config, 240) * 1.05
 
 
 def test_webp_sheets_give_back_the_exact_pixels(tmp_path):
@@ -112,7 +164,7 @@ def test_webp_sheets_give_back_the_exact_pixels(tmp_path):
         part = Part(x, np.arange(n) % 7, tuple("abcdefg"), "here", None, None)
         path = gpu.encode_split(part, tmp_path / f"c{channels}.npz")
         got = gpu.decode_split(path)
-        assert np.array_equal(got["x"], x) and np.array_equal(got["y"], part.y)
+        assert np.array_equal(got.x, x) and np.array_equal(got.y, part.y) and got.classes == part.classes
     with np.load(path) as z:
         arrays = dict(z)
     arrays["sha256"] = np.array("0" * 64)  # a file whose pixels are not the recorded ones
@@ -144,10 +196,44 @@ def test_check_out_refuses_what_would_not_come_back(tmp_path):
     assert "11 files, over 8" in text and "bad name: a name with characters" in text
 
 
-def test_room_for_another_epoch():
-    assert gpu.room_for_another(now=300, last_epoch=100, deadline=420, final=False)  # 410 <= 420
-    assert not gpu.room_for_another(now=330, last_epoch=100, deadline=420, final=False)
-    assert not gpu.room_for_another(now=300, last_epoch=100, deadline=420, final=True)  # 450
+def test_a_checkpoint_comes_back_whole_or_not_at_all(tmp_path):
+    """In parts of at most one returned file, the epoch before removed once the new manifest is
+    written; a return folder cut off mid-epoch (a part of the newer epoch damaged) gives the epoch
+    before, and one without a whole epoch says so."""
+    local, out = tmp_path / "run" / "model.pt", tmp_path / "out"
+    local.parent.mkdir()
+    out.mkdir()
+    for epoch, data in ((1, b"a" * 2500), (2, b"b" * 2600)):
+        local.write_bytes(data)
+        gpu.send_back(local, out, epoch, piece_bytes=1000)
+    assert sorted(p.name for p in out.iterdir()) == ["e002.model.pt.manifest.json"] + \
+        [f"e002.model.pt.part0{i}" for i in range(3)]
+    path, pieces = gpu.returned_checkpoint(out, tmp_path / "joined")
+    assert path.read_bytes() == b"b" * 2600 and pieces == 3
+    local.write_bytes(b"c" * 1500)
+    parts = gpu.parts.split(local.rename(local.with_name("e003.model.pt")), out, 1000 / MIB)
+    (out / "e003.model.pt.part01").write_bytes(b"x")  # the kill came before this part was whole
+    assert gpu.returned_checkpoint(out, tmp_path / "again")[0].read_bytes() == b"b" * 2600
+    for p in out.glob("e002*"):
+        p.unlink()
+    with pytest.raises(gpu.GpuError, match="holds no whole checkpoint"):
+        gpu.returned_checkpoint(out, tmp_path / "none")
+    assert parts.name == "e003.model.pt.manifest.json"
+
+
+def test_commands_fail_with_one_line(tmp_path, capsys):
+    """A damaged returned file, a missing packed split: one line on stderr, exit status 2."""
+    came = tmp_path / "back" / "grid" / "label"
+    came.mkdir(parents=True)
+    (came / "config.json").write_text("{")
+    assert gpu.main(["fetch", "--from", str(tmp_path / "back")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "config.json" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as stop:
+        gpu.main(["plan", "--size", "huge"])
+    assert stop.value.code == 2 and "invalid choice: 'huge'" in capsys.readouterr().err
+    for size in ("ladder32", "ladder256"):
+        assert gpu._commands().parse_args(["train", "--size", size]).size == size
 
 
 def _wheel(folder: Path, name="frost_demo_pkg", version="1.0") -> Path:
@@ -187,14 +273,24 @@ def test_a_carried_wheel_is_checked_and_installed(tmp_path, monkeypatch):
     sys.modules.pop("frost_demo_pkg")
 
 
-def test_lean_bf16_export_stores_the_metrics_of_its_own_weights(tmp_path):
-    from frost_nb.training import train
+def test_bf16_export_stores_the_metrics_of_its_own_weights(tmp_path, monkeypatch):
+    """``runs.export_run(weights="bfloat16")``, what ``fetch --commit`` calls: a model trained far
+    enough that rounding its weights to bf16 changes answers (checked first, so that the test can
+    fail), whose export then holds the accuracies of the rounded weights, the float32 accuracy
+    beside them, and logits other than the float32 model's."""
+    from frost_nb.runs import export_run, train_or_load
 
-    config = make_config("smoke", **{"train.epochs": 1, "data.limit": 300})
-    result = train(config, checkpoint=tmp_path / "full.pt")
-    state = load_checkpoint(tmp_path / "full.pt")
-    metrics = gpu.lean_export(state, config, torch.device("cpu"), tmp_path / "lean.pt")
-    model, _ = load_model(tmp_path / "lean.pt", expect=config)
-    again = evaluate(model, load_split(config, "test"))
-    assert metrics["test_accuracy"] == again.accuracy
-    assert metrics["test_accuracy_float32_weights"] == result.metrics["test_accuracy"]
+    monkeypatch.setenv("FROST_CACHE", str(tmp_path / "cache"))
+    config = make_config("smoke", **{"train.epochs": 4})
+    result = train_or_load(config, name="bf16/frost-seed0")
+    folder = export_run(result.checkpoint.parent, tmp_path / "runs", weights="bfloat16")
+    test = load_split(config, "test")
+    rounded, _ = load_model(folder / "model.pt", expect=config)
+    ours, theirs = evaluate(rounded, test), evaluate(result.model, test)
+    assert ours.accuracy_per_step() != theirs.accuracy_per_step()  # bf16 weights answer otherwise
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["test_accuracy_per_step"] == ours.accuracy_per_step()
+    assert metrics["test_accuracy"] == ours.accuracy and metrics["weights"] == "bfloat16"
+    assert metrics["test_accuracy_float32_weights"] == result.metrics["test_accuracy"] == theirs.accuracy
+    assert load_checkpoint(folder / "model.pt")["metrics"]["test_accuracy"] == ours.accuracy
+    assert not torch.equal(ours.logits, theirs.logits)

@@ -1,11 +1,15 @@
-"""The repository stays small: a clone is quick, and an upload to an offline GPU host (which carries
-the tracked files with every command) leaves room for data. Three budgets, each on what it counts:
+"""The repository stays small: a clone is quick. (An upload to an offline GPU host carries only the
+checkout that scripts/gpu.py stages, never what is committed here.) Four budgets, each on what it
+counts:
 
-- everything tracked except the two kinds below: ``COUNTED_BUDGET`` (21 MiB);
-- paper-size runs (``outputs/runs/<data set>-{paper,cifar}-<grid>/``): ``PAPER_RUNS_BUDGET``, room
-  for the four families at the ``cifar`` size and two more seeds of two of them as lean exports;
-- unfinished checkpoints kept for resuming (``outputs/partial/``): ``PARTIAL_BUDGET``, room for one
-  unfinished ``cifar``-size run (scripts/gpu.py keeps at most one) beside demo-size states.
+- everything tracked except the kinds below: ``COUNTED_BUDGET`` (20 MiB);
+- paper-size runs (``outputs/runs/<data set>-{paper,cifar,ladder256}-<grid>/``), the GPU's:
+  ``PAPER_RUNS_BUDGET``, room for the four families at the ``cifar`` size, two more seeds of two of
+  them and the ladder's GPU rung, ``ladder256`` (the paper's width), as lean bf16 exports;
+- the scale ladder's CPU rungs (``outputs/runs/<data set>-ladder{32,64,128}-<grid>/``):
+  ``LADDER_RUNS_BUDGET``, about 10 MB once finished;
+- unfinished checkpoints kept for resuming (``outputs/partial/``): ``paths.PARTIAL_BUDGET`` (16 MiB),
+  which also bounds the checkpoint a GPU-host run leaves there between allocations (scripts/gpu.py).
 """
 
 import re
@@ -15,20 +19,25 @@ from pathlib import Path
 
 import pytest
 
-from frost_nb.paths import repo_root
+from frost_nb.paths import PARTIAL, PARTIAL_BUDGET, repo_root
 
 MIB = 1 << 20
-COUNTED_BUDGET = 21 * MIB  # 20 until the variant beyond the paper (3 runs, notebook 08 and its metrics: 1.5 MiB)
+COUNTED_BUDGET = 20 * MIB
 PAPER_RUNS_BUDGET = 32 * MIB
-PARTIAL_BUDGET = 16 * MIB  # one unfinished cifar-size checkpoint (12.5 MiB) and demo-size states
-PAPER_RUN = re.compile(r"^outputs/runs/[^/]+-(paper|cifar)-[^/]+/")
+LADDER_RUNS_BUDGET = 12 * MIB
+PAPER_RUN = re.compile(r"^outputs/runs/[^/]+-(paper|cifar|ladder256)-[^/]+/")
+LADDER_RUN = re.compile(r"^outputs/runs/[^/]+-ladder\d+-[^/]+/")  # after PAPER_RUN: ladder256 is one
+BUDGETS = {"counted": COUNTED_BUDGET, "paper runs": PAPER_RUNS_BUDGET, "ladder runs": LADDER_RUNS_BUDGET,
+           "partial": PARTIAL_BUDGET}
 
 
 def budget_of(path: str) -> str:
-    """Which budget a tracked path counts against: "paper runs", "partial" or "counted"."""
+    """Which budget (``BUDGETS``) a tracked path counts against."""
     if PAPER_RUN.match(path):
         return "paper runs"
-    return "partial" if path.startswith("outputs/partial/") else "counted"
+    if LADDER_RUN.match(path):
+        return "ladder runs"
+    return "partial" if path.startswith(f"{PARTIAL}/") else "counted"
 
 
 def tracked_sizes(root: Path) -> dict[str, int]:
@@ -52,8 +61,7 @@ def test_tracked_files_stay_within_their_budgets():
         sizes = tracked_sizes(repo_root())
     except (subprocess.CalledProcessError, FileNotFoundError) as err:
         pytest.skip(f"not a git checkout, nothing to measure: {err}")
-    for budget, limit in (("counted", COUNTED_BUDGET), ("paper runs", PAPER_RUNS_BUDGET),
-                          ("partial", PARTIAL_BUDGET)):
+    for budget, limit in BUDGETS.items():
         part = {p: s for p, s in sizes.items() if budget_of(p) == budget}
         total = sum(part.values())
         assert total <= limit, (
@@ -65,8 +73,11 @@ def test_tracked_files_stay_within_their_budgets():
 def test_each_path_counts_against_one_budget():
     assert budget_of("outputs/runs/cifar100-cifar-families/frost-seed0/model.pt") == "paper runs"
     assert budget_of("outputs/runs/imagenet100-paper-families/frost-seed0/model.pt") == "paper runs"
+    assert budget_of("outputs/runs/cifar100-ladder256-ladder/frost-seed0/model.pt") == "paper runs"
+    assert budget_of("outputs/runs/cifar100-ladder128-ladder/frost-seed0/model.pt") == "ladder runs"
+    assert budget_of("outputs/runs/cifar100-ladder32-ladder-bf16/basic_ssm-seed2/metrics.json") == "ladder runs"
     assert budget_of("outputs/runs/cifar100-demo-families/frost-seed0/model.pt") == "counted"
-    assert budget_of("outputs/partial/cifar100-demo-deep-halt/x/model.pt") == "partial"
+    assert budget_of("outputs/partial/cifar100-ladder128-ladder/x/model.pt") == "partial"
     assert budget_of("notebooks/05_halting.ipynb") == "counted"
 
 

@@ -185,8 +185,13 @@ def prepare_at(name: str, base: Path, *, download: bool, offline: bool, source: 
         raise OutputError(f"cannot write the prepared copy of {name} into {dest}: {nearest_existing(dest)} "
                           f"is marked read-only (a shared copy?); {fix}")
     log.info("preparing %s from %s into %s", name, place, dest)
-    parts = {p: _CONVERTERS[kind](place, name, p) for p in PARTS}  # both read before either is written
-    with contextlib.ExitStack() as stack:  # both parts to temporary files, renamed only when both are done
+    return write_prepared(dest, {p: _CONVERTERS[kind](place, name, p) for p in PARTS}, fix)  # both read first
+
+
+def write_prepared(dest: Path, parts: dict[str, Part], fix: str = "choose a writable data root") -> Path:
+    """Write ``parts`` (``PARTS`` -> Part) as ``dest/<part>.npz``, the format `read_prepared` reads:
+    each to a temporary file, all renamed only when every one is written."""
+    with contextlib.ExitStack() as stack:
         for p, part in parts.items():
             arrays = {"x": np.ascontiguousarray(part.x), "y": part.y, "classes": np.array(part.classes),
                       "source": np.array(part.source), "format": np.array(FORMAT)}
