@@ -2,7 +2,8 @@
 
 Everything comes from the config alone: the model is built on PyTorch's ``meta`` device, which
 holds shapes and no storage, so nothing the size of the run is allocated. FLOPs are torch's
-``FlopCounterMode`` count of one image's full-depth forward pass (``analysis.complexity``). Memory
+``FlopCounterMode`` count of one image's full-depth forward pass (``flops_per_image``, which
+``analysis.complexity`` uses too). Memory
 is the weights, their gradients and the optimiser's state (AdamW: two moments, SGD: one momentum),
 plus the tensors the training forward pass keeps for the backward pass (counted by
 ``saved_tensors_hooks`` on the meta device, in fp32: an upper bound under bf16 autocast) and the
@@ -20,13 +21,17 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from .config import RunConfig
 from .data.prepare import DATASETS
+from .halting import prologue
 
 # training images per data set (the held-out share is taken from them; the trainer's per-epoch
 # held-out pass runs the forward pass alone, about a third of a training step's work)
@@ -60,6 +65,29 @@ class RunCost:
         return (f"cost: {self.params:,} parameters, {self.flops_per_image / 1e6:,.1f} MFLOP per image "
                 f"(forward, full depth)\ncost: memory about {_size(self.memory_bytes)} ({parts})\n"
                 f"cost: {time}")
+
+
+def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """(FLOPs of ``fn(*args, **kwargs)`` as FlopCounterMode counts them, its result)."""
+    with FlopCounterMode(display=False) as counter:
+        out = fn(*args, **kwargs)
+    return int(counter.get_total_flops()), out
+
+
+def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple[int, int]:
+    """(C_fixed, C_step) of one image of shape ``input_shape`` (C, H, W), without batch axis:
+    ``prologue``, then step t = 0 and its readout (every step has the same shapes, so the same
+    cost, vanilla's distinct branches too). No gradient, the model's device and mode."""
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"input_shape={input_shape!r} must be (C, H, W) of one image, "
+                         f"e.g. (1, 28, 28); the batch axis is added here")
+    device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
+    x = torch.zeros((1, *shape), device=device)  # (1, C, H, W)
+    with torch.no_grad():
+        fixed, (h, ctx) = count_flops(prologue, model, x)
+        per_step, _ = count_flops(lambda: model.readout(model.step(h, ctx, 0), ctx))
+    return fixed, per_step
 
 
 def _meta_model(config: RunConfig):
@@ -134,7 +162,6 @@ def _epoch_seconds(config: RunConfig, flops: int, device: torch.device, amp: boo
 
 def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     """The cost of training ``config`` on ``device`` (default: the one it would train on)."""
-    from .analysis.complexity import flops_per_image
     from .training import pick_device, use_amp, use_compile
 
     device = device or pick_device(config.train.device)

@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
-from torch.utils.flop_counter import FlopCounterMode
 
 from ..config import BACKBONES, MODELS, make_config
+from ..cost import count_flops, flops_per_image  # noqa: F401 (the FLOP counts live with the cost of a run)
 from ..data.datasets import make_batches
 from ..halting import adaptive_predict, prologue, stream_predict
 from ..models import HEAD_PARAMS, create_model
@@ -30,29 +30,6 @@ from .trajectories import run_trajectories
 def parameters_without_heads(model: torch.nn.Module) -> int:
     """Parameters of the backbone alone (what the paper's Table 3 seems to count)."""
     return sum(p.numel() for k, p in model.named_parameters() if not k.startswith(HEAD_PARAMS))
-
-
-def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
-    """(FLOPs of ``fn(*args, **kwargs)`` as FlopCounterMode counts them, its result)."""
-    with FlopCounterMode(display=False) as counter:
-        out = fn(*args, **kwargs)
-    return int(counter.get_total_flops()), out
-
-
-def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple[int, int]:
-    """(C_fixed, C_step) of one image of shape ``input_shape`` (C, H, W), without batch axis:
-    ``prologue``, then step t = 0 and its readout (every step has the same shapes, so the same
-    cost, vanilla's distinct branches too). No gradient, the model's device and mode."""
-    shape = tuple(int(s) for s in input_shape)
-    if len(shape) != 3 or min(shape) < 1:
-        raise ValueError(f"input_shape={input_shape!r} must be (C, H, W) of one image, "
-                         f"e.g. (1, 28, 28); the batch axis is added here")
-    device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
-    x = torch.zeros((1, *shape), device=device)  # (1, C, H, W)
-    with torch.no_grad():
-        fixed, (h, ctx) = count_flops(prologue, model, x)
-        per_step, _ = count_flops(lambda: model.readout(model.step(h, ctx, 0), ctx))
-    return fixed, per_step
 
 
 def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,

@@ -1,8 +1,8 @@
 """The scale ladder's read-out (docs/method.md section 15, fixed before any ladder run): what is
 measured on each run, the fit of each quantity against log(parameters), and its reading.
 
-``halting_measures`` and ``trajectory_measures`` turn one trained run into the section's quantities
-(pure functions of a full-depth pass, its calibrator and its trajectories); ``fit`` and ``reading``
+``halting_measures`` turns one run's full-depth pass and calibrator into the section's halting
+quantities (``repro.ladder`` adds the trajectory ones and picks the runs); ``fit`` and ``reading``
 apply the rule: ordinary least squares of ``y = a + b ln N`` over the runs, the two-sided 95% t
 interval of ``b`` with n - 2 degrees of freedom, ``Delta = b ln(N_top / N_bottom)`` across the
 ladder, and "toward" / "away" / "flat" / "unresolved" by that interval, the paper's value or sign and
@@ -154,23 +154,6 @@ def reading(quantity: Quantity, result: Fit | None) -> str:
     return FLAT if -quantity.band <= low and high <= quantity.band else UNRESOLVED
 
 
-def trajectory_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict[str, float]:
-    """A run's own trajectory quantities (its side of claims 1, 2 and 3, as notebooks 02 and 03
-    measure them): the cosine of GAP(h_t) with GAP(h_T) at TABLE1_STEP over the test split, the
-    8-step Jacobian product rate (median over ``jvp_samples`` test images) and the mean box-counting
-    dimension of the first ``samples`` test images' trajectories."""
-    from ..repro.claims import product_rate
-    from .fractal import summarise_dimensions, trajectory_dimensions
-    from .trajectories import run_jacobian_summary, run_trajectories, scale_consistency_rows
-
-    pooled = run_trajectories(result, "test").pooled
-    cosine = scale_consistency_rows(pooled, [TABLE1_STEP])[0]["mean"]
-    box = summarise_dimensions(trajectory_dimensions(pooled[:samples].numpy(), "box"))["mean"]
-    jac = run_jacobian_summary(result, jvp_samples)
-    return {"cosine": float(cosine), "box_dimension": float(box),
-            "product_rate": float(product_rate(jac["product_norm"], jac["product_steps"]))}
-
-
 def paired_differences(rows: list[dict], key: str, against: str = "basic_ssm") -> list[dict]:
     """frost minus ``against`` of ``key``, per (size, seed) where both runs exist."""
     other = {(r["size"], r["seed"]): r[key] for r in rows if r["model"] == against and key in r}
@@ -207,3 +190,6 @@ def read_out(rows: list[dict]) -> list[dict]:
                     "change_low": delta[1], "change_high": delta[2], "band": q.band,
                     "reading": verdict, "crossing_params": crossing})
     return out
+
+
+PAPER_PARAMS = 1484518  # the paper's CIFAR model (the cifar and ladder256 sizes), where its values are marked

@@ -487,3 +487,64 @@ def plot_stream_throughput(table, title: str = "") -> plt.Figure:
         ax.set(title=f"B = {b}, {threads} thread{'s' * (threads > 1)}", xlabel="halting quantile q")
     axes[0][0].set(ylabel="images / s")
     return _finish(fig, axes[0][-1], title or "adaptive inference: throughput against q")
+
+
+def plot_ladder_quantities(rows: Sequence[dict], readout: Sequence[dict], paper_params: float,
+                           title: str = "") -> plt.Figure:
+    """One panel per quantity of the scale ladder against parameters (log axis): each run a point
+    (the demo control hollow, never fitted), the fitted line with its reading, the paper's value as
+    a star at ``paper_params`` (a bound or sign as a dotted line)."""
+    from ..analysis.ladder import QUANTITIES, quantity_points
+
+    points = quantity_points(list(rows))
+    fits = {r["quantity"]: r for r in readout}
+    names = list(QUANTITIES)
+    cols = 4
+    fig, axes = plt.subplots(-(-len(names) // cols), cols, figsize=(3.4 * cols, 2.6 * -(-len(names) // cols)),
+                             squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        q, pts = QUANTITIES[name], points.get(name, [])
+        ladder_pts = [p for p in pts if p["size"] != "demo"]
+        demo_pts = [p for p in pts if p["size"] == "demo"]
+        ax.scatter([p["params"] for p in ladder_pts], [p["value"] for p in ladder_pts], s=14, color="C0")
+        ax.scatter([p["params"] for p in demo_pts], [p["value"] for p in demo_pts], s=14, facecolors="none",
+                   edgecolors="C1", label="demo (not fitted)")
+        f = fits.get(name, {})
+        if np.isfinite(f.get("slope", np.nan)) and ladder_pts:
+            x = np.geomspace(min(p["params"] for p in ladder_pts), paper_params, 20)
+            mean_x = np.mean(np.log([p["params"] for p in ladder_pts]))
+            mean_y = np.mean([p["value"] for p in ladder_pts])
+            ax.plot(x, mean_y + f["slope"] * (np.log(x) - mean_x), color="C0", lw=1, ls="--")
+        if q.paper is not None and q.direction == "value":
+            ax.scatter([paper_params], [q.paper], marker="*", s=60, color="C3", label="paper")
+        elif q.paper is not None:
+            ax.axhline(q.paper, color="C3", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_title(f"{q.label}\n{f.get('reading', 'no fit')}", fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.supxlabel("parameters (log)", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_ladder_curves(rows: Sequence[dict], title: str = "") -> plt.Figure:
+    """Fixed-depth accuracy by step of every frost run of the ladder (and the demo control), one
+    colour per size, seeds as thin lines."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    sizes = list(dict.fromkeys(r["size"] for r in rows if r["model"] == "frost"))
+    for i, size in enumerate(sizes):
+        for j, r in enumerate(r for r in rows if r["model"] == "frost" and r["size"] == size):
+            acc = r["accuracy_per_step"]
+            ax.plot(range(1, len(acc) + 1), acc, color=f"C{i}", lw=1.4 if j == 0 else 0.7,
+                    ls=":" if size == "demo" else "-", label=f"{size} ({r['params']:,} params)" if j == 0 else None)
+    ax.set(xlabel="fixed depth t", ylabel="test accuracy")
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig

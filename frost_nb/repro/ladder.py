@@ -1,0 +1,112 @@
+"""The scale ladder's runs and their measures (docs/method.md section 15; notebook 09): which runs
+the ladder reads (the families grid at each rung, the demo control beside it), every quantity of one
+trained run, and the measures kept in the notebook's metrics so that no run is measured twice. The
+read-out itself (the quantities, the fit and its reading) is ``analysis.ladder``'s.
+"""
+
+from __future__ import annotations
+
+from ..analysis.ladder import TABLE1_STEP, halting_measures
+
+RUNGS = ("ladder32", "ladder64", "ladder128")  # the CPU rungs (ladder256: a GPU's, when one trains it)
+FROST_SEEDS = {"ladder32": (0, 1, 2), "ladder64": (0, 1, 2), "ladder128": (0,)}
+BASELINE = "basic_ssm"  # one seed per rung: Table 1 and the Minkowski estimate are frost against it
+CONTROL = "demo"  # the committed demo runs (linear B, C, D): shown, never fitted
+SMOKE_WIDTHS = {"ladder32": 8, "ladder64": 16, "ladder128": 32}  # FROST_SMOKE: digits, seconds a run
+
+
+def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) -> dict[str, tuple[str, object]]:
+    """label -> (run name, RunConfig) of every run notebook 09 reads: frost at FROST_SEEDS (at most
+    ``seeds`` each) and BASELINE at seed 0 per rung, the demo control's frost and BASELINE beside them
+    (the families grid of each size, so a run is the one the grid trains). ``smoke``: the smoke size on
+    digits, its width set per rung (SMOKE_WIDTHS), so that CI reads a ladder of its own in seconds."""
+    from .grids import grid
+
+    runs = {}
+    for size in (*RUNGS, CONTROL):
+        frost_seeds = tuple(range(seeds)) if size == CONTROL else FROST_SEEDS[size][:seeds]
+        wanted = {(m, s) for m in ("frost", BASELINE) for s in (frost_seeds if m == "frost" else (0,))}
+        if smoke and size == CONTROL:
+            continue
+        g = grid("families", "smoke" if smoke else size, "digits" if smoke else dataset, seeds=(0, 1, 2))
+        for label, cfg in g.items():
+            model, seed = label.rsplit(" seed ", 1)[0], cfg.train.seed
+            if (model, seed) not in wanted:
+                continue
+            name = g.run_name(label)
+            if smoke:
+                w = SMOKE_WIDTHS[size]
+                cfg = cfg.replace(**{"model.width": w, "model.bottleneck": w // 2, "model.norm_groups": 2,
+                                     "model.bcd_hidden": w * 7 // 2})
+                name = name.replace("-smoke-", f"-smoke-{size}-")
+            runs[f"{size} {model} seed {seed}"] = (name, cfg)
+    return runs
+
+
+def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
+    """Every quantity of one trained run (``runs.train_or_load``'s result): who it is, its train and
+    held-out accuracy after the last epoch (overfitting shows there), its fixed-depth accuracy by step,
+    the halting measures (frost) and the trajectory measures."""
+    from ..training import evaluate, load_split
+
+    cfg = result.config
+    outputs = evaluate(result.model, load_split(cfg, "test"), batch_size=cfg.train.eval_batch_size)
+    epochs = result.history["epochs"]
+    row = {"size": cfg.size, "model": cfg.model.name, "seed": cfg.train.seed,
+           "params": int(result.model.num_parameters()), "test_accuracy": float(outputs.accuracy_per_step()[-1]),
+           "train_accuracy": float(epochs["train_accuracy"][-1]), "val_accuracy": float(epochs["val_accuracy"][-1]),
+           "accuracy_per_step": [float(a) for a in outputs.accuracy_per_step()],
+           "hardware": result.metrics.get("hardware", result.metrics.get("device"))}
+    if cfg.model.name == "frost":
+        row.update(halting_measures(outputs, result.calibrator))
+    return {**row, **trajectory_measures(result, samples, jvp_samples)}
+
+
+def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], measure) -> tuple[list[dict], dict]:
+    """(rows, cache) of ``results`` (label -> (run name, trained run), labels as ``ladder_runs``'): each run's measures, from ``cache`` (run name -> row, a notebook's metrics)
+    when it holds the run with the same recorded test accuracy, else ``measure(result)``."""
+    rows, fresh = [], {}
+    for label, (name, result) in results.items():
+        stored = result.metrics.get("test_accuracy")  # the run's own record: another value, another run
+        row = cache.get(name)
+        if row is None or row.get("stored_accuracy") != stored:
+            row = measure(result)
+        # the rung from the label (ladder_runs'), not the config's size: smoke rungs share one size
+        fresh[name] = {**row, "size": label.split(" ", 1)[0], "name": name, "stored_accuracy": stored}
+        rows.append(fresh[name])
+    return rows, fresh
+
+
+def trajectory_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict[str, float]:
+    """A run's own trajectory quantities (its side of claims 1, 2 and 3, as notebooks 02 and 03
+    measure them): the cosine of GAP(h_t) with GAP(h_T) at TABLE1_STEP over the test split, the
+    8-step Jacobian product rate (median over ``jvp_samples`` test images) and the mean box-counting
+    dimension of the first ``samples`` test images' trajectories."""
+    from ..analysis.fractal import summarise_dimensions, trajectory_dimensions
+    from ..analysis.trajectories import run_jacobian_summary, run_trajectories, scale_consistency_rows
+    from .claims import product_rate
+
+    pooled = run_trajectories(result, "test").pooled
+    cosine = scale_consistency_rows(pooled, [TABLE1_STEP])[0]["mean"]
+    box = summarise_dimensions(trajectory_dimensions(pooled[:samples].numpy(), "box"))["mean"]
+    jac = run_jacobian_summary(result, jvp_samples)
+    return {"cosine": float(cosine), "box_dimension": float(box),
+            "product_rate": float(product_rate(jac["product_norm"], jac["product_steps"]))}
+
+
+def cached_measures(name: str) -> dict[str, dict]:
+    """The runs' measures kept in the metrics file ``name`` (run name -> row); {} when there is none."""
+    import json
+
+    from ..paths import DamagedInput, outputs_dir, restore_hint
+
+    path = outputs_dir() / "metrics" / f"{name}.json"
+    if not path.exists():
+        return {}
+    try:
+        runs = json.loads(path.read_text()).get("runs", {})
+    except (ValueError, AttributeError) as err:
+        raise DamagedInput(f"{path} is not a metrics record ({err}); {restore_hint(path)}") from None
+    if not isinstance(runs, dict):
+        raise DamagedInput(f"{path}: 'runs' is not a mapping of run names; {restore_hint(path)}")
+    return runs
