@@ -52,7 +52,7 @@ STARTED = time.monotonic()  # the command's start on the host: the training dead
 REPO = Path(__file__).resolve().parent.parent
 if sys.path[0] != str(REPO):  # this checkout's package, never another (nothing is installed on the host)
     sys.path.insert(0, str(REPO))
-from frost_nb.paths import PARTIAL, PARTIAL_BUDGET  # noqa: E402  (standard library only)
+from frost_nb.paths import PARTIAL, PARTIAL_BUDGET, atomic_path  # noqa: E402  (standard library only)
 
 MIB = 1 << 20
 OUT_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -114,14 +114,8 @@ def _mib(n: float) -> str:
 
 
 def _copy(source: Path, target: Path) -> None:
-    """Copy a file atomically (a temporary file beside ``target``, then a rename)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    try:
+    with atomic_path(target) as tmp:
         shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _link_or_copy(source: str, target: str) -> None:
@@ -223,10 +217,8 @@ def encode_split(part, target: Path, *, method: int = 6, quality: int = 50) -> P
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     decode_split(io.BytesIO(buf.getvalue()))  # exact pixels (SHA-256 checked), or nothing is written
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(buf.getvalue())
     return target
 
 
@@ -725,11 +717,13 @@ def fetch(source: Path, *, repo: Path = REPO, cache: Path | None = None, runs_ro
     ``force``), staged again for the next allocation; a finished one is evaluated on the test split
     here, on the CPU, and stored in the run cache as a finished run, its partial folder removed; with
     ``commit``, ``runs.export_run`` exports it lean with bf16 weights into the committed runs."""
+    import torch
+
     from frost_nb.checkpoint import load_checkpoint, load_model, save_checkpoint, stored_config
     from frost_nb.paths import cache_dir
     from frost_nb.runs import (CONFIG_FILE, METRICS_FILE, MODEL_FILE, export_run, identity_key, read_config,
                                write_json)
-    from frost_nb.training import evaluate, load_split
+    from frost_nb.training import evaluate, load_split, use_amp
 
     done = []
     for config_file in sorted(Path(source).glob(f"*/*/{CONFIG_FILE}")):
@@ -765,7 +759,8 @@ def fetch(source: Path, *, repo: Path = REPO, cache: Path | None = None, runs_ro
                     identity_key(config):
                 raise GpuError(f"{folder} holds another run: move it away first")
             model, _ = load_model(checkpoint, expect=config)
-            test = evaluate(model, load_split(config, "test"), batch_size=config.train.eval_batch_size)
+            test = evaluate(model, load_split(config, "test"), batch_size=config.train.eval_batch_size,
+                            amp=use_amp(config, torch.device("cpu")))  # as the trainer evaluates on a CPU
             state["metrics"] = {**state.get("metrics", {}), "test_accuracy": test.accuracy,
                                 "test_accuracy_per_step": test.accuracy_per_step(),
                                 "test_evaluated_on": "cpu"}
@@ -846,25 +841,20 @@ class StandIn:
         return back, output, killed
 
 
-def standin_cifar100(folder: Path, per_class_train: int = 5, per_class_test: int = 1, seed: int = 0) -> Path:
-    """A small stand-in for CIFAR-100's packed PNG copy (random pixels, the same files and keys)."""
+def standin_cifar100(root: Path, per_class: tuple[int, int] = (5, 1), seed: int = 0) -> None:
+    """A small stand-in for CIFAR-100, prepared under ``root``: random pixels, its 100 classes and
+    20 superclasses."""
     import numpy as np
-    from PIL import Image
 
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    for part, per_class in (("train", per_class_train), ("test", per_class_test)):
-        labels = np.repeat(np.arange(100), per_class)
-        blobs = []
-        for image in rng.integers(0, 256, (len(labels), 32, 32, 3), dtype=np.uint8):
-            buf = io.BytesIO()
-            Image.fromarray(image).save(buf, format="PNG")
-            blobs.append(np.frombuffer(buf.getvalue(), dtype=np.uint8))
-        offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])]).astype(np.int64)
-        np.savez(folder / f"{part}.npz", jpeg=np.concatenate(blobs), offsets=offsets, labels=labels,
-                 classes=np.array([f"class{i:02d}" for i in range(100)]), coarse_labels=labels // 5,
-                 coarse_classes=np.array([f"super{i}" for i in range(20)]), format=np.array("png"))
-    return folder
+    from frost_nb.data.prepare import Part, prepared_dir, write_prepared
+
+    rng, classes = np.random.default_rng(seed), tuple(f"class{i:02d}" for i in range(100))
+    sets = {}
+    for name, n in zip(("train", "test"), per_class):
+        y = np.repeat(np.arange(100, dtype=np.int64), n)
+        x = rng.integers(0, 256, (len(y), 3, 32, 32), dtype=np.uint8)  # (N, C, H, W)
+        sets[name] = Part(x, y, classes, "a stand-in", y // 5, tuple(f"super{i}" for i in range(20)))
+    write_prepared(prepared_dir("cifar100", root), sets)
 
 
 REHEARSAL = RunSpec(size="smoke", dataset="cifar100", seed=0, epochs=2,
@@ -897,10 +887,12 @@ def rehearse(work: Path, *, run: RunSpec = REHEARSAL, speed: Speed = Speed(), ho
             (here / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(repo / rel, here / rel)
     hit, _ = find_source(run.dataset, data_root())
-    source = hit[1] if hit is not None else standin_cifar100(work / "standin")
-    say(f"data: {source}" + (" (a stand-in in CIFAR-100's packed format)" if hit is None else ""))
     root = work / "data"
-    prepare(run.dataset, root, source=source, download=False)
+    if hit is not None:
+        prepare(run.dataset, root, source=hit[1], download=False)
+    else:
+        standin_cifar100(root)
+    say(f"data: {hit[1] if hit is not None else 'a stand-in for CIFAR-100 (random pixels)'}")
     config = run.config()
     packed = pack(run.dataset, host.max_uploads, repo=here, data_root=root)
     train_images, val_images = _split_sizes(config.replace(**{"data.root": str(root)}))

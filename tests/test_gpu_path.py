@@ -34,7 +34,7 @@ def test_rehearsal_kills_mid_training_and_resumes_on_a_bare_host(tmp_path, monke
     monkeypatch.delenv("OUT", raising=False)
     lines = []
     result = gpu.rehearse(tmp_path, say=lines.append)
-    assert "a stand-in in CIFAR-100's packed format" in lines[0]  # the tests hide the real data sets
+    assert "a stand-in for CIFAR-100" in lines[0]  # the tests hide the real data sets
     assert result["uploads"] == 3
     log = result["log"]
     assert [e["allocation"] for e in log] == [1, 1, 1, 2, 2, 2]
@@ -44,13 +44,14 @@ def test_rehearsal_kills_mid_training_and_resumes_on_a_bare_host(tmp_path, monke
     # what travels: the library and the two scripts, the unfinished checkpoint once there is one
     for e in log:
         assert {f.split("/")[0] for f in e["sent_files"]} <= {"frost_nb", "scripts", "outputs", ".gitignore"}
-        assert {f for f in e["sent_files"] if f.startswith("scripts/")} == {"scripts/gpu.py", "scripts/parts.py"}
+        scripts = {f for f in e["sent_files"] if f.startswith("scripts/")}
+        assert scripts == {"scripts/gpu.py", "scripts/parts.py"}
         kept = {f for f in e["sent_files"] if f.startswith("outputs/")}
         assert kept == (set() if e["allocation"] == 1 else {f"{gpu.PARTIAL}/{name}/{n}" for n in
                                                             ("model.pt", "config.json", "gpu_calls.json")})
     first, second = result["allocations"]
     [kept] = first["fetched"]
-    assert (kept["epoch"], kept["finished"], kept["parts"]) == (1, False, 2)  # the killed command's last epoch
+    assert (kept["epoch"], kept["finished"], kept["parts"]) == (1, False, 2)  # the killed command's last
     [done] = second["fetched"]
     assert (done["epoch"], done["finished"], done["parts"]) == (2, True, 2)
     here = tmp_path / "checkout"
@@ -228,7 +229,8 @@ def test_commands_fail_with_one_line(tmp_path, capsys):
     (came / "config.json").write_text("{")
     assert gpu.main(["fetch", "--from", str(tmp_path / "back")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: ") and "config.json" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "config.json" in err
+    assert "Traceback" not in err
     with pytest.raises(SystemExit) as stop:
         gpu.main(["plan", "--size", "huge"])
     assert stop.value.code == 2 and "invalid choice: 'huge'" in capsys.readouterr().err
