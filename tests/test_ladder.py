@@ -122,3 +122,14 @@ def test_read_out_pairs_frost_with_basic_ssm_by_size_and_seed():
     assert table["table1"]["runs"] == 3 and table["table1"]["slope"] > 0
     assert table["minkowski"]["slope"] == pytest.approx(0.0)
     assert table["full_depth"]["runs"] == 3 and table["gap"]["runs"] == 0
+
+
+def test_each_verdict_row_reads_its_quantities_trend():
+    from frost_nb.repro.ladder import NOT_YET, ladder_trends
+
+    assert ladder_trends(None)[14] == NOT_YET and ladder_trends(None)[4] == "-"  # alpha: no ladder quantity
+    record = {"read_out": [{"quantity": "gap", "reading": ladder.AWAY},
+                           {"quantity": "halting_kept_6.06", "reading": ladder.TOWARD},
+                           {"quantity": "halting_kept_8.3", "reading": ladder.FLAT}]}
+    trends = ladder_trends(record)
+    assert trends[14] == ladder.AWAY and trends[10] == f"{ladder.TOWARD} / {ladder.FLAT}" and trends[2] == "no fit"

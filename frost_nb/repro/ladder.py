@@ -110,3 +110,26 @@ def cached_measures(name: str) -> dict[str, dict]:
     if not isinstance(runs, dict):
         raise DamagedInput(f"{path}: 'runs' is not a mapping of run names; {restore_hint(path)}")
     return runs
+
+
+# the verdict rows that a ladder quantity speaks to (docs/method.md section 15), for the README's
+# trend column; claims 9 and 10 both read the halting's shares kept at the paper's depths 6.06 / 8.30
+CLAIM_QUANTITIES = {1: ("table1",), 2: ("product_rate",), 3: ("minkowski",),
+                    9: ("halting_kept_6.06", "halting_kept_8.3"), 10: ("halting_kept_6.06", "halting_kept_8.3"),
+                    14: ("gap",)}
+METRICS = "09_scale_ladder"  # notebook 09's metrics at its committed parameters
+NOT_YET = "not yet measured"
+
+
+def ladder_trends(record: dict | None) -> dict[int, str]:
+    """claim -> its trend over the ladder by the rule (notebook 09's ``read_out`` in ``record``, its
+    metrics; None: not executed from the ladder's runs yet), "-" for a claim no quantity speaks to."""
+    from .claims import CLAIMS
+
+    readings = {} if record is None else {r["quantity"]: r["reading"] for r in record.get("read_out", [])}
+    trends = {}
+    for claim in CLAIMS:
+        names = CLAIM_QUANTITIES.get(claim.number)
+        trends[claim.number] = ("-" if names is None else NOT_YET if record is None
+                                else " / ".join(readings.get(n, "no fit") for n in names))
+    return trends
