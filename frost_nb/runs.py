@@ -56,9 +56,13 @@ class StoredRun:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """``data`` as indented JSON at ``path``, atomically."""
+    """``data`` as JSON at ``path``, atomically: keys sorted, no spaces, a dict one line per key (a
+    diff still names the keys that changed)."""
+    dump = lambda v: json.dumps(v, separators=(",", ":"), sort_keys=True)
+    text = dump(data) if not isinstance(data, dict) else \
+        "{\n" + ",\n".join(f"{dump(k)}:{dump(v)}" for k, v in sorted(data.items())) + "\n}"
     with atomic_path(path, "set FROST_CACHE to a writable folder") as tmp:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        tmp.write_text(text + "\n")
 
 
 def hardware(device: torch.device | str) -> str:
