@@ -180,15 +180,19 @@ def test_throughput_benchmark_measures_eager_compiled_and_both_layouts(tmp_path,
     spec.loader.exec_module(bench)
     monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
     common = ["--size", "smoke", "--device", "cpu", "--steps", "2"]
-    assert bench.main([*common, "--compile", "off", "on", "--channels-last", "off", "--metrics"]) == 0
-    assert "| model | backbone | compile | channels_last | images_per_s |" in capsys.readouterr().out
+    assert bench.main([*common, "--compile", "off", "on", "--channels-last", "off", "--amp", "bf16",
+                       "--threads", "1", "--metrics"]) == 0
+    assert "| size | model | backbone | amp_bf16 | compile | channels_last | images_per_s |" in capsys.readouterr().out
     d = json.loads((tmp_path / "metrics" / "bench_train_throughput.json").read_text())
-    assert d["benchmark"] == "train_throughput" and d["compile"] == ["off", "on"]
-    assert [(r["compile"], r["channels_last"]) for r in d["rows"]] == [(False, False), (True, False)]
+    assert d["benchmark"] == "train_throughput" and d["compile"] == ["off", "on"] and d["threads"] == 1
+    assert [(r["amp_bf16"], r["compile"], r["channels_last"]) for r in d["rows"]] == [(True, False, False),
+                                                                                      (True, True, False)]
+    assert all(r["threads"] == 1 and r["mflop_per_image"] > 0 for r in d["rows"])
     table = tmp_path / "layout.csv"
-    assert bench.main([*common, "--compile", "off", "--channels-last", "on", "--csv", str(table)]) == 0
+    assert bench.main([*common, "--compile", "off", "--channels-last", "on", "--amp", "off",
+                       "--csv", str(table)]) == 0
     rows = [*d["rows"], *pd.read_csv(table).to_dict(orient="records")]
-    assert [(r["compile"], r["channels_last"]) for r in rows[2:]] == [(False, True)]
+    assert [(r["amp_bf16"], r["compile"], r["channels_last"]) for r in rows[2:]] == [(False, False, True)]
     for r in rows:
         assert (r["model"], r["batch_size"], r["timed_steps"], r["device"]) == ("frost", 64, 2, "cpu")
         assert r["images_per_s"] > 0 and r["ms_per_step"] * r["images_per_s"] == pytest.approx(1000 * 64)
