@@ -114,7 +114,7 @@ def combine(parts: Sequence[Verdict], guard: Verdict | None = None) -> Verdict:
     GUARD_FAILED; when it is inconclusive, a claim whose parts hold reads inconclusive; when only
     suggested (fewer than MIN_SEEDS seeds), a reproduced claim reads suggested."""
     tested = [p for p in parts if p.status != NOT_TESTABLE]
-    reasons = [r for p in parts for r in p.reasons]
+    reasons = list(dict.fromkeys(r for p in parts for r in p.reasons))  # each reason once
     if guard is not None and guard.status in (NOT, NOT_SUGGESTED):
         counts = [p.seeds for p in (*tested, guard) if p.seeds is not None]
         seeds = min(counts) if counts else None
