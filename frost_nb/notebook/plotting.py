@@ -348,14 +348,14 @@ def plot_gain_split(split, auroc, title: str = "", curves=None) -> plt.Figure:
             axes[0].plot(part["mean_depth"], part["accuracy"], label=rule,
                          **styles.get(rule, dict(marker="o", ms=3, lw=1, color="C0")))
             if rule not in styles and "random_accuracy" in part:
-                axes[0].plot(part["mean_depth"], part["random_accuracy"], "s", ms=3, ls=(0, (1, 1)), lw=0.8,
+                axes[0].plot(part["mean_depth"], part["random_accuracy"], marker="s", ms=3, ls=(0, (1, 1)), lw=0.8,
                              color="C1", label=f"random exits, {rule}'s depths")
         axes[0].set(xlabel="mean depth (steps)", ylabel="test accuracy", title=curves["model"].iloc[0])
         axes[0].legend(fontsize=7)
     for i, (group, part) in enumerate(split.groupby("group", sort=False)):
         for column, marker in (("spread", "s"), ("ranking", "o")):
             err = [100 * (part[column] - part[f"{column}_min"]), 100 * (part[f"{column}_max"] - part[column])]
-            ax1.errorbar(part["mean_depth"], 100 * part[column], yerr=err, fmt=f"{marker}-", ms=3, lw=1, capsize=2,
+            ax1.errorbar(part["mean_depth"], 100 * part[column], yerr=err, marker=marker, ms=3, lw=1, capsize=2,
                          color=f"C{i}", ls="-" if column == "ranking" else "--", label=f"{group}: {column}")
     ax1.axhline(0, color="k", lw=0.6)
     ax1.set(xlabel="mean depth (steps)", ylabel="points of accuracy",
