@@ -37,7 +37,7 @@ from ..runs import one_line, read_metrics, skip_or_raise
 from .provenance import run_folder
 
 COLUMNS = ("claim", "title", "bundle", "form", "dataset", "seeds", "paper", "ours", "verdict", "notebook")
-SUMMARY_HEADER = ("claim", "data set", "seeds", "paper", "ours", "verdict", "notebook")
+SUMMARY_HEADER = ("claim", "data set", "seeds", "paper", "ours", "verdict", "over the ladder", "notebook")
 FULL_HEADER = ("#", "claim", "bundle", "form", "data set", "seeds", "paper", "ours", "verdict", "notebook")
 NA = "n/a"
 MARKERS = {"summary": ("<!-- verdicts:start -->", "<!-- verdicts:end -->"),
@@ -767,10 +767,16 @@ def _markdown(header: tuple[str, ...], lines: Iterable[tuple]) -> str:
     return "\n".join(out)
 
 
-def markdown_summary(rows: list[dict]) -> str:
-    """The README's table: one row per claim."""
+def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics | None = None) -> str:
+    """The README's table: one row per claim, with its trend over the scale ladder by the rule of
+    docs/method.md section 15 (notebook 09's metrics in ``metrics_dir``, ``repro.ladder.ladder_trends``)."""
+    from .ladder import METRICS, ladder_trends
+
+    metrics = metrics_dir if isinstance(metrics_dir, Metrics) else Metrics(metrics_dir)
+    trends = ladder_trends(metrics.json(METRICS))
     return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r),
-                                       r["seeds"], r["paper"], r["ours"], r["verdict"], _notebook_cell(r))
+                                       r["seeds"], r["paper"], r["ours"], r["verdict"], trends.get(r["claim"], "-"),
+                                       _notebook_cell(r))
                                       for r in summary_rows(rows)))
 
 
@@ -789,7 +795,7 @@ def verdict_table(notebook: str | None = None, metrics_dir: str | os.PathLike | 
 
 def tables(metrics_dir: str | os.PathLike | None = None) -> dict[str, str]:
     rows = verdict_rows(metrics_dir)
-    return {"summary": markdown_summary(rows), "full": markdown_table(rows)}
+    return {"summary": markdown_summary(rows, metrics_dir), "full": markdown_table(rows)}
 
 
 TARGETS = {"README.md": "summary", "docs/results.md": "full"}  # the files --write and --check cover
