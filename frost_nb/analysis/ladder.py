@@ -186,6 +186,7 @@ def read_out(rows: list[dict]) -> list[dict]:
                     else math.nan)
         out.append({"quantity": name, "label": q.label, "paper": q.paper, "runs": len(points),
                     "rungs": result.rungs if result else len({p["size"] for p in points}),
+                    "intercept": result.intercept if result else math.nan,
                     "slope": result.slope if result else math.nan, "change": delta[0],
                     "change_low": delta[1], "change_high": delta[2], "band": q.band,
                     "reading": verdict, "crossing_params": crossing})

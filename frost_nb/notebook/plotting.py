@@ -510,11 +510,9 @@ def plot_ladder_quantities(rows: Sequence[dict], readout: Sequence[dict], paper_
         ax.scatter([p["params"] for p in demo_pts], [p["value"] for p in demo_pts], s=14, facecolors="none",
                    edgecolors="C1", label="demo (not fitted)")
         f = fits.get(name, {})
-        if np.isfinite(f.get("slope", np.nan)) and ladder_pts:
+        if np.isfinite(f.get("slope", np.nan)) and ladder_pts:  # the fit's line, a + b ln N
             x = np.geomspace(min(p["params"] for p in ladder_pts), paper_params, 20)
-            mean_x = np.mean(np.log([p["params"] for p in ladder_pts]))
-            mean_y = np.mean([p["value"] for p in ladder_pts])
-            ax.plot(x, mean_y + f["slope"] * (np.log(x) - mean_x), color="C0", lw=1, ls="--")
+            ax.plot(x, f["intercept"] + f["slope"] * np.log(x), color="C0", lw=1, ls="--")
         if q.paper is not None and q.direction == "value":
             ax.scatter([paper_params], [q.paper], marker="*", s=60, color="C3", label="paper")
         elif q.paper is not None:

@@ -46,11 +46,12 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
 def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
     """Every quantity of one trained run (``runs.train_or_load``'s result): who it is, its train and
     held-out accuracy after the last epoch (overfitting shows there), its fixed-depth accuracy by step,
-    the halting measures (frost) and the trajectory measures."""
-    from ..training import evaluate, load_split
+    the halting measures (frost) and the trajectory measures, all from one full-depth pass over the
+    test split (with its trajectory)."""
+    from ..analysis.trajectories import run_trajectories
 
     cfg = result.config
-    outputs = evaluate(result.model, load_split(cfg, "test"), batch_size=cfg.train.eval_batch_size)
+    outputs = run_trajectories(result, "test")  # scores, logits and pooled states in one pass
     epochs = result.history["epochs"]
     row = {"size": cfg.size, "model": cfg.model.name, "seed": cfg.train.seed,
            "params": int(result.model.num_parameters()), "test_accuracy": float(outputs.accuracy_per_step()[-1]),
@@ -59,7 +60,7 @@ def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
            "hardware": result.metrics.get("hardware", result.metrics.get("device"))}
     if cfg.model.name == "frost":
         row.update(halting_measures(outputs, result.calibrator))
-    return {**row, **trajectory_measures(result, samples, jvp_samples)}
+    return {**row, **trajectory_measures(result, outputs.pooled, samples, jvp_samples)}
 
 
 def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], measure) -> tuple[list[dict], dict]:
@@ -77,16 +78,16 @@ def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], mea
     return rows, fresh
 
 
-def trajectory_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict[str, float]:
+def trajectory_measures(result, pooled, samples: int = 300, jvp_samples: int = 100) -> dict[str, float]:
     """A run's own trajectory quantities (its side of claims 1, 2 and 3, as notebooks 02 and 03
-    measure them): the cosine of GAP(h_t) with GAP(h_T) at TABLE1_STEP over the test split, the
+    measure them), from ``pooled`` (N, T+1, D), GAP(h_t) of its test split: the cosine of GAP(h_t)
+    with GAP(h_T) at TABLE1_STEP, the
     8-step Jacobian product rate (median over ``jvp_samples`` test images) and the mean box-counting
     dimension of the first ``samples`` test images' trajectories."""
     from ..analysis.fractal import summarise_dimensions, trajectory_dimensions
-    from ..analysis.trajectories import run_jacobian_summary, run_trajectories, scale_consistency_rows
+    from ..analysis.trajectories import run_jacobian_summary, scale_consistency_rows
     from .claims import product_rate
 
-    pooled = run_trajectories(result, "test").pooled
     cosine = scale_consistency_rows(pooled, [TABLE1_STEP])[0]["mean"]
     box = summarise_dimensions(trajectory_dimensions(pooled[:samples].numpy(), "box"))["mean"]
     jac = run_jacobian_summary(result, jvp_samples)
