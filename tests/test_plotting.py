@@ -67,3 +67,22 @@ def test_depth_accuracy_figure_draws_the_curve_tables_it_is_given():
     (xs, ys), (xf, yf), (xr, yr) = ((line.get_xdata(), line.get_ydata()) for line in ax.lines)
     assert list(xs) == [2.0, 4.0] and list(xf) == [1.0, 2.0, 3.0, 4.0] and list(yf) == [0.1, 0.3, 0.5, 0.8]
     assert list(xr) == [1.0, 3.0, 4.0] and list(yr) == [0.2, 0.6, 0.8]  # in order of depth
+
+
+def test_stored_figures_are_recompressed_without_changing_a_pixel():
+    import io
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from frost_nb.notebook.glue import figure_png
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot(np.sin(np.linspace(0, 6, 200)), label="sin")
+    ax.legend()
+    stored, live = figure_png(fig), figure_png(fig, compact=False)
+    plt.close(fig)
+    pixels = [np.asarray(Image.open(io.BytesIO(b)).convert("RGBA")) for b in (stored, live)]
+    assert pixels[0].shape == pixels[1].shape and (pixels[0] == pixels[1]).all()
+    assert len(stored) < 0.9 * len(live), (len(stored), len(live))
+    assert figure_png(plt.figure()) == figure_png(plt.figure())  # byte-stable

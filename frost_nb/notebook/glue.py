@@ -286,11 +286,17 @@ def records(table) -> list[dict[str, Any]]:
     return table.reset_index().to_dict(orient="records")
 
 
-def figure_png(fig, dpi: int = 110) -> bytes:
-    """A matplotlib figure as PNG bytes, byte-stable (no date, no version), whatever the backend."""
+def figure_png(fig, dpi: int = 110, compact: bool = True) -> bytes:
+    """A matplotlib figure as PNG bytes, byte-stable (no date, no version), whatever the backend.
+    ``compact``: recompressed losslessly by oxipng (the same pixels in about two thirds of the
+    bytes; 0.1-0.5 s a figure), for what is stored; a widget's live redraw skips it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
-    return buf.getvalue()
+    if not compact:
+        return buf.getvalue()
+    import oxipng
+
+    return oxipng.optimize_from_memory(buf.getvalue(), level=2)
 
 
 def save_figure(fig, name: str) -> Path:

@@ -112,7 +112,7 @@ class HaltingExplorer:
 
     @staticmethod
     def _show(image, fig) -> None:
-        image.value = figure_png(fig, dpi=90)
+        image.value = figure_png(fig, dpi=90, compact=False)
         plt.close(fig)  # never left to pyplot: the inline backend would show it under the next cell
 
     def refresh(self) -> None:
