@@ -178,6 +178,9 @@ class ModelConfig(_Validated):
     # leaky forms only: A_a(h) = alpha^(1-H) A(alpha^H h), B_a = alpha B in the bracket (section 5.4)
     scaled_inside: bool = False
     halt_norm: bool = True  # halting head on LayerNorm(GAP(h_t)), not the raw GAP (section 6.1)
+    # vanilla only: steps per distinct branch, each over consecutive steps ("5,11": branch 0 makes steps
+    # 1-5, branch 1 steps 6-16; the block-recurrent student, docs/method.md section 16); "": one per step
+    branch_steps: str = ""
 
     def validate(self) -> None:
         self._check("name", self.name in MODELS, f"one of {MODELS}")
@@ -216,6 +219,43 @@ class ModelConfig(_Validated):
                      if self.backbone == "resnet" else (("width", "heads"), ("image_size", "patch_size")))
         for name, of in multiples:
             self._check(name, getattr(self, name) % getattr(self, of) == 0, f"a multiple of model.{of}")
+        sizes = parse_branch_steps(self.branch_steps)
+        half = self.steps // 2
+        self._check("branch_steps", sizes == () or sizes is not None and sum(sizes) == self.steps,
+                    f"step counts >= 1 separated by commas that sum to model.steps={self.steps}, e.g. "
+                    f"'{half},{self.steps - half}', or '' for one branch per step")
+        self._check("branch_steps", self.name == "vanilla" or not self.branch_steps,
+                    "'' unless model.name is 'vanilla' (the weight-tied families have one branch)")
+        # one spelling per model, so that identity() compares models: all ones is vanilla's ""
+        canonical = "" if set(sizes) == {1} else ",".join(map(str, sizes))
+        object.__setattr__(self, "branch_steps", canonical)
+
+    @property
+    def branch_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The steps each distinct branch makes, (start, stop) with 0-based t in start..stop-1:
+        one branch per step (vanilla), one for all (the weight-tied families), or ``branch_steps``."""
+        if self.name != "vanilla":
+            return ((0, self.steps),)
+        sizes = parse_branch_steps(self.branch_steps) or (1,) * self.steps
+        stops = [sum(sizes[:i + 1]) for i in range(len(sizes))]
+        return tuple(zip([0] + stops[:-1], stops))
+
+
+def parse_branch_steps(text: str) -> tuple[int, ...] | None:
+    """``model.branch_steps`` as step counts ("5,11" -> (5, 11); "" -> ()), None when it is not
+    a list of positive integers."""
+    if not text.strip():
+        return ()
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() and int(p) >= 1 for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def _is_run_name(text: str) -> bool:
+    """Whether ``text`` is a run name, two plain folder names GRID/LABEL (as runs.check_name)."""
+    parts = text.split("/")
+    return len(parts) == 2 and all(p and p not in (".", "..") and "\\" not in p for p in parts)
 
 
 def _follow_update(old: ModelConfig, update: str) -> str:
@@ -252,6 +292,11 @@ class LossConfig(_Validated):
     distill: float = 0.0  # weight of KL(stopgrad softmax(y_T) || softmax(y_t)), mean over t < T
     halt_target: str = "none"  # HALT_TARGETS: a BCE target for the halting head instead of ranking
     lambda_halt: float = 1.0  # weight of that BCE
+    # block-recurrent distillation (docs/method.md section 16): the teacher, a finished run GRID/LABEL
+    # (the local store, then outputs/runs/), and the weights of the terms that match it (read with it)
+    teacher: str | None = None
+    teacher_state: float = 1.0  # the per-step state error, normalised by the teacher state's norm
+    teacher_kl: float = 1.0  # KL(teacher's final-step softmax || the student's)
 
     def validate(self) -> None:
         self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
@@ -263,7 +308,9 @@ class LossConfig(_Validated):
         self._check("ponder", not (self.ponder and self.ranking), "False while loss.ranking is on "
                     "(PonderNet's loss replaces the ranking losses: set loss.ranking=False with it)")
         self._check("ponder_prior", 0.0 < self.ponder_prior < 1.0, "a halting probability in (0, 1)")
-        for name in ("deep_supervision", "distill", "lambda_halt"):
+        self._check("teacher", self.teacher is None or _is_run_name(self.teacher),
+                    "None or a run name GRID/LABEL, e.g. 'cifar100-demo-families/vanilla-seed0'")
+        for name in ("deep_supervision", "distill", "lambda_halt", "teacher_state", "teacher_kl"):
             check_range(f"loss.{name}", getattr(self, name), 0.0, LOSS_WEIGHT_MAX, what="a loss weight")
         self._check("halt_target", self.halt_target in HALT_TARGETS, f"one of {HALT_TARGETS}")
         self._check("halt_target", self.halt_target == "none" or not (self.ranking or self.ponder),
@@ -353,6 +400,9 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.size not in SIZES:
             _fail("size", self.size, f"one of {SIZES}")
+        if self.loss.teacher is not None and self.model.name != "vanilla":
+            _fail("loss.teacher", self.loss.teacher, "None unless model.name is 'vanilla' (a student is a "
+                  "vanilla model with k distinct branches, model.branch_steps)")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

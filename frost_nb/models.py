@@ -1,7 +1,8 @@
 """The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
 
 Families, branches, heads: ``docs/method.md`` section 3; scaled operators, H and alpha: section 4;
-the update forms (``model.update``: a method each, chosen once per model from ``_UPDATES``): section 5.
+the update forms (``model.update``: a method each, chosen once per model from ``_UPDATES``): section 5;
+vanilla's generalisation to k branches, each over a range of steps (``model.branch_steps``): section 16.
 
 ``A`` is a residual *branch only*; the update supplies the skip. The classifier reads
 ``Linear(LayerNorm(r_t))``: the residual state is not normalised and grows with t, the
@@ -22,7 +23,8 @@ from torch import Tensor, nn
 
 from .config import MODELS, UPDATES, ConfigError, ModelConfig, RunConfig, replace_model
 
-__all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "Step", "StepContext", "create_model"]
+__all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "Step", "StepContext",
+           "create_model", "init_from_teacher"]
 
 
 @dataclass
@@ -202,8 +204,10 @@ class FrostNet(nn.Module):
         vit = cfg.backbone == "vit"
         self.stem = PatchEmbed(cfg) if vit else resnet_stem(cfg)
         branch = EncoderBranch if vit else BottleneckBranch
-        n_branches = cfg.steps if cfg.name == "vanilla" else 1  # vanilla: T distinct branches
-        self.branches = nn.ModuleList(branch(cfg) for _ in range(n_branches))
+        # vanilla: T distinct branches, or k each over a range of steps (model.branch_steps); else one
+        ranges = cfg.branch_ranges
+        self.branches = nn.ModuleList(branch(cfg) for _ in ranges)
+        self.branch_of_step = tuple(i for i, (a, b) in enumerate(ranges) for _ in range(a, b))  # t -> branch
         self.has_bcd = cfg.name in ("basic_ssm", "frost")
         if self.has_bcd:
             self.B, self.C, self.D = state_map(cfg), state_map(cfg), state_map(cfg)
@@ -279,7 +283,7 @@ class FrostNet(nn.Module):
 
     def step(self, h: Tensor, ctx: StepContext | Tensor, t: int) -> Tensor:
         """h_{t+1} from h_t, t = 0..T-1. ``ctx`` from context(e); a bare e works (B(e) recomputed)."""
-        A = self.branches[t if self.config.name == "vanilla" else 0]
+        A = self.branches[self.branch_of_step[t]]
         return self._update(self, h, A, self._ctx(ctx).be) if self.has_bcd else h + A(h)
 
     # --- the update forms, h_{t+1} from (h_t, A, B(e)) (docs/method.md section 5). Each builds its
@@ -377,6 +381,27 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
         raise ConfigError(f"create_model needs a ModelConfig or a model name from {MODELS}, "
                           f"got {type(cfg_or_name).__name__}.")
     return FrostNet(cfg)  # a ModelConfig is validated on construction (ranges, finite floats)
+
+
+@torch.no_grad()
+def init_from_teacher(student: FrostNet, teacher: FrostNet) -> list[int]:
+    """Start a block-recurrent student from its teacher (docs/method.md section 16): every weight
+    outside the branches (stem, heads, and B, C, D, alpha where the family has them) copied, and
+    branch i from the teacher's branch of the step in the middle of its range, t = start + len // 2
+    (0-based; the later of the two middle steps of an even range). Returns the teacher branch of each."""
+    ours, theirs = student.state_dict(), teacher.state_dict()
+    shared = [k for k in ours if not k.startswith("branches.")]
+    bad = [k for k in shared if k not in theirs or theirs[k].shape != ours[k].shape]
+    if bad or student.config.steps != teacher.config.steps:
+        raise ConfigError(f"the teacher ({teacher.config.name}, {teacher.config.steps} steps) does not fit "
+                          f"the student ({student.config.steps} steps; weights {bad[:3]}): give both the "
+                          "same model config but model.branch_steps")
+    for k in shared:
+        ours[k].copy_(theirs[k])
+    picked = [teacher.branch_of_step[a + (b - a) // 2] for a, b in student.config.branch_ranges]
+    for mine, i in zip(student.branches, picked):
+        mine.load_state_dict(teacher.branches[i].state_dict())
+    return picked
 
 
 _UPDATES = {name: getattr(FrostNet, f"_{name}") for name in UPDATES}  # chosen once per model
