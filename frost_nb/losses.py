@@ -1,6 +1,7 @@
 """Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551) and of PonderNet (Banino et al.,
 2021), the baseline halting loss that replaces the ranking losses: docs/method.md sections 6.2
-(eq. (task), (rel), (abs), (total)) and 10 (eq. (ponder)); the gradient conflict of section 9.6.
+(eq. (task), (rel), (abs), (total)) and 10 (eq. (ponder)); the gradient conflict of section 9.6;
+a block-recurrent student's match to its teacher, section 16 (eq. (state), (match)).
 
 Pure functions: no printing, no I/O, no state. Everything touching the halting score is computed
 from the logit in float32 (BCE with logits: the probability form is unstable and refused under
@@ -215,6 +216,36 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
         loss = loss + cfg.lambda_halt * F.binary_cross_entropy_with_logits(halt_logits.float(), target)
     return loss, {"loss": loss.detach(), "task": task.detach(), "rel": rank.rel.detach(),
                   "abs": rank.abs.detach(), "easy_score": rank.easy_score, "hard_score": rank.hard_score}
+
+
+# --- the block-recurrent student's match to its teacher (docs/method.md section 16) ----------------
+
+class TeacherLosses(NamedTuple):
+    loss: Tensor  # scalar, w_state * state + w_kl * kl
+    state: Tensor  # scalar, mean over samples and steps of ||h_t - h'_t||^2 / ||h'_t||^2
+    kl: Tensor  # scalar, mean over samples of KL(softmax(y'_T) || softmax(y_T))
+
+
+def teacher_losses(states: Tensor, logits: Tensor, teacher_states: Tensor, teacher_logits: Tensor,
+                   w_state: float = 1.0, w_kl: float = 1.0, eps: float = 1e-12) -> TeacherLosses:
+    """The student's match to its frozen teacher (primed): at every step t = 1..T the squared error
+    of its own state h_t (the student runs free) to the teacher's, normalised per sample by
+    ||h'_t||^2 (eq. (state)), and the KL of the final-step softmax (eq. (match)). ``states`` and
+    ``teacher_states`` (N, T+1, *state) hold h_0..h_T, ``logits`` and ``teacher_logits`` (N, T, K);
+    the teacher's are detached. Float32 under autocast."""
+    if states.shape != teacher_states.shape or states.dim() < 3:
+        raise ValueError(f"states and teacher_states must both be (N, T+1, *state), got "
+                         f"{tuple(states.shape)} and {tuple(teacher_states.shape)}")
+    if logits.dim() != 3 or logits.shape != teacher_logits.shape:
+        raise ValueError(f"logits and teacher_logits must both be (N, T, K), got {tuple(logits.shape)} "
+                         f"and {tuple(teacher_logits.shape)}")
+    ref = teacher_states[:, 1:].detach().float().flatten(2)  # (N, T, M): h'_1 .. h'_T
+    err = (states[:, 1:].float().flatten(2) - ref).pow(2).sum(-1)  # (N, T)
+    state = (err / ref.pow(2).sum(-1).clamp_min(eps)).mean()  # eq. (state)
+    log_q = F.log_softmax(teacher_logits[:, -1].detach().float(), dim=-1)  # (N, K) the teacher's
+    log_p = F.log_softmax(logits[:, -1].float(), dim=-1)  # (N, K)
+    kl = (log_q.exp() * (log_q - log_p)).sum(-1).mean()
+    return TeacherLosses(w_state * state + w_kl * kl, state, kl)  # eq. (match), without the task loss
 
 
 def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig,

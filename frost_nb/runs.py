@@ -26,7 +26,7 @@ from .config import ConfigError, RunConfig, config_difference
 from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, restore_hint,
                     shown_path)
 from . import cost
-from .training import TrainResult, pick_device, train
+from .training import TrainResult, load_teacher, pick_device, train
 
 log = logging.getLogger("frost_nb")
 CONFIG_FILE, MODEL_FILE, METRICS_FILE = "config.json", "model.pt", "metrics.json"
@@ -298,6 +298,8 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
                                       "trains it again in the local store instead)") from err
             _set_aside(found.checkpoint, err)  # then the next stored run, else training
             (found.folder / METRICS_FILE).unlink(missing_ok=True)
+    if config.loss.teacher is not None:  # a student: its teacher is there and fits, before any write
+        load_teacher(config)
     if (root := cache_dir()).resolve() == committed_runs_dir().resolve():
         raise ConfigError(f"FROST_CACHE={root} is the committed runs' folder: point it at another folder "
                           "(training writes there, and committed runs are never touched)")

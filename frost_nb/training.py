@@ -28,14 +28,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint, stored_config
-from .config import ConfigError, RunConfig, config_difference
+from .checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint, stored_config
+from .config import ConfigError, RunConfig, config_difference, replace_model
 from .data.datasets import load_dataset, make_batches
 from .distributed import join_process_group, parallel, sum_over_ranks, summed_over_ranks
 from .halting import HaltingCalibrator
-from .losses import gradient_conflict, total_loss
-from .models import create_model, gap
-from .paths import OutputError, check_writable
+from .losses import gradient_conflict, teacher_losses, total_loss
+from .models import FrostNet, create_model, gap, init_from_teacher
+from .paths import OutputError, cache_dir, check_writable, committed_runs_dir, shown_path
 
 log = logging.getLogger("frost_nb")
 
@@ -121,21 +121,30 @@ def use_compile(cfg: RunConfig, device: torch.device, world_size: int = 1) -> bo
 
 
 def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: RunConfig, *,
-                 amp: bool, channels_last: bool):
-    """One training forward pass: the model's outputs, the total loss and its parts."""
+                 amp: bool, channels_last: bool, teacher: torch.nn.Module | None = None):
+    """One training forward pass: the model's outputs, the total loss and its parts. With a
+    ``teacher`` (frozen, run on the batch here) the loss adds the student's match to it
+    (``losses.teacher_losses``; docs/method.md section 16), and the part "loss" says so."""
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
-        out = model(x, detach_halt_input=not cfg.loss.rank_grad_to_backbone)
+        out = model(x, return_states=teacher is not None,
+                    detach_halt_input=not cfg.loss.rank_grad_to_backbone)
         loss, parts = total_loss(out.logits, out.halt_logits, y, cfg.loss)
+        if teacher is not None:
+            with torch.no_grad():
+                ref = teacher(x, return_states=True)
+            loss = loss + teacher_losses(out.states, out.logits, ref.states, ref.logits,
+                                         cfg.loss.teacher_state, cfg.loss.teacher_kl).loss
+            parts["loss"] = loss.detach()
     return out, loss, parts
 
 
 def train_forward(model: torch.nn.Module, x: Tensor, y: Tensor, cfg: RunConfig, *, amp: bool,
-                  channels_last: bool) -> tuple[Tensor, Tensor, Tensor]:
+                  channels_last: bool, teacher: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The training forward pass as the trainer runs (and compiles) it: the loss, the halting scores
     (B, T) and the batch's STEP_SUMS (float32 (len(STEP_SUMS),)), all left on the device."""
-    out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last)
+    out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last, teacher=teacher)
     scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
     sums = (loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
             (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS))
@@ -194,14 +203,51 @@ def _new_history() -> dict[str, Any]:
             "diagnostics": {k: [] for k in DIAGNOSTICS}}
 
 
+def teacher_folder(config: RunConfig) -> Path:
+    """The run folder of ``config``'s teacher (``loss.teacher``, GRID/LABEL): a finished run of that
+    name in the local store, else among the committed runs; TrainingError, one line, when neither has it."""
+    name = config.loss.teacher
+    for folder in (root / name for root in (cache_dir(), committed_runs_dir())):
+        if (folder / "metrics.json").is_file():  # written last: the run is finished (runs.py)
+            return folder
+    raise TrainingError(f"loss.teacher={name!r}: no finished run of that name in the local store "
+                        f"({shown_path(cache_dir())}) or in outputs/runs/; train the teacher first (a "
+                        "vanilla run of the student's model config, e.g. python -m frost_nb grid families "
+                        "--labels vanilla ...) or set loss.teacher to a finished run")
+
+
+def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> FrostNet:
+    """The frozen teacher (eval mode, no gradient) of the student ``config`` (docs/method.md section 16):
+    ``teacher_folder``'s model, checked to be vanilla with the student's model config but one branch
+    per step; one line naming the problem and its fix when it is missing, unreadable or does not fit."""
+    folder = teacher_folder(config)
+    try:
+        teacher, _ = load_model(folder, device=device)
+    except CheckpointError as err:
+        raise TrainingError(f"loss.teacher={config.loss.teacher!r} cannot be loaded: {err}") from err
+    want = replace_model(config.model, branch_steps="")
+    if differ := [f"model.{k} {v!r} -> {getattr(want, k)!r}" for k, v in teacher.config.__dict__.items()
+                  if getattr(want, k) != v]:
+        raise ConfigError(f"loss.teacher={config.loss.teacher!r} is not the student's model with one "
+                          f"branch per step ({', '.join(differ[:3])}): name a vanilla run of the student's "
+                          "model config")
+    return teacher.eval().requires_grad_(False)
+
+
 class Trainer:
     """Trains ``model`` (on its device) on ``batches``, the global batches of one epoch with their
-    own ``generator`` (saved for resuming); ``val_set`` and ``test_set`` may be None."""
+    own ``generator`` (saved for resuming); ``val_set`` and ``test_set`` may be None. A student
+    (``loss.teacher``) needs its ``teacher`` (``load_teacher``), run forward on every batch."""
 
     def __init__(self, config: RunConfig, model: torch.nn.Module, batches, *, val_set=None,
                  test_set=None, checkpoint: str | os.PathLike | None = None,
-                 progress: bool | None = None) -> None:
+                 progress: bool | None = None, teacher: torch.nn.Module | None = None) -> None:
         cfg = self.config = config
+        if (teacher is None) != (cfg.loss.teacher is None):
+            raise TrainingError(f"loss.teacher={cfg.loss.teacher!r} but the Trainer got "
+                                f"{'no' if teacher is None else 'a'} teacher: pass teacher=load_teacher("
+                                "config) with loss.teacher set, none without it (build_trainer does both)")
+        self.teacher = teacher
         self.val_set, self.test_set, self.progress = val_set, test_set, progress
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.generator = getattr(batches, "generator", None)
@@ -327,7 +373,8 @@ class Trainer:
                                                 g["rank_norm"], g["step_cosines"])):
                     history["diagnostics"][key].append(v)
             loss, step_scores, step_sums = self.forward(self.parallel_model, x, y, cfg, amp=self.amp,
-                                                        channels_last=self.channels_last)
+                                                        channels_last=self.channels_last,
+                                                        teacher=self.teacher)
             optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
             self.scheduler.step()
             self.step += 1
@@ -472,6 +519,7 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
     setup, device = join_process_group(pick_device(cfg.train.device))
     if checkpoint is not None and setup.is_main:  # before any work
         check_writable(checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
+    teacher = load_teacher(cfg, device) if cfg.loss.teacher is not None else None  # before any work too
     train_set = load_split(cfg, "train")
     val_set = load_split(cfg, "val") if d.val_fraction > 0 else None
     test_set = load_split(cfg, "test")
@@ -487,13 +535,15 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
                           "for calibrating the threshold: raise it (default 0.1) or set it to 0")
     torch.manual_seed(cfg.train.seed)
     model = create_model(cfg.model).to(device)
+    if teacher is not None:  # a student starts from its teacher (a resumed run then loads its own weights)
+        init_from_teacher(model, teacher)
     # the data order and augmentation come from this generator alone (saved for resuming)
     batches = make_batches(train_set, cfg.train.batch_size, shuffle=True, augment=d.augment, device=device,
                            generator=torch.Generator().manual_seed(cfg.train.seed),
                            drop_last=len(train_set) > cfg.train.batch_size,
                            num_workers=cfg.train.num_workers)
     return Trainer(cfg, model, batches, val_set=val_set, test_set=test_set, checkpoint=checkpoint,
-                   progress=progress)
+                   progress=progress, teacher=teacher)
 
 
 # ---------------------------------------------------------------- the full-depth pass
