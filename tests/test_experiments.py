@@ -35,7 +35,7 @@ def _diff(a, b):
 
 
 ABLATIONS = [g for g in GRIDS if g not in ("families", "adopted", "ponder", "collapse", "update_forms", "loss_strength",
-                                         "vit", "rank_frac", "variant")]
+                                         "vit", "rank_frac", "variant", "block-recurrent")]
 # what an arm of the adopted bundle may change beyond one setting: H reaches the leaky bracket only
 # with A_alpha, B_alpha inside it; each update form keeps its own alpha map; (c)'s decisive strength
 # moves both loss weights

@@ -9,7 +9,9 @@ parallel shards (``python -m frost_nb grid hurst --shard 0/2``). The grids: ``fa
 one change from its bundle's reference run, docs/results.md "The ablations of notebook 04");
 notebook 07's ``ponder`` and ``collapse``; the fidelity experiments' ``update_forms`` (b) and
 ``loss_strength`` (c) (claims.EXPERIMENT_RULES; docs/fidelity.md); ``vit`` (the ViT family at a
-CPU-feasible budget); ``rank_frac`` (the size of the adopted, global ranking sets).
+CPU-feasible budget); ``rank_frac`` (the size of the adopted, global ranking sets);
+``block-recurrent`` (vanilla rewritten with k branches, docs/method.md section 16: not a table, its
+ranges read off its trained teachers).
 
 The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
 the mean held-out accuracy over the quantile grid of Table 2 (each run's own calibrator),
@@ -26,7 +28,7 @@ import pandas as pd
 
 from ..config import RunConfig, make_config
 from ..paths import smoke_mode
-from ..runs import cached_checkpoint, identity_key, train_or_load
+from ..runs import cached_checkpoint, find_run, identity_key, train_or_load
 
 ABLATION_EPOCHS = 5
 DIAGNOSTICS_EVERY = 50  # optimiser steps between gradient-conflict probes (421 per epoch on Fashion-MNIST)
@@ -47,7 +49,7 @@ FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
 ONCE = ("frost (no ranking)", "frost (adopted defaults)")  # first seed only: a control, and the
 # adopted defaults (three more 15-epoch Fashion-MNIST runs take about 1.8 h on the 2-core CPU)
 GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse",
-         "update_forms", "loss_strength", "vit", "rank_frac", "variant")
+         "update_forms", "loss_strength", "vit", "rank_frac", "variant", "block-recurrent")
 # the ViT family at a CPU-feasible budget: the paper's 12 steps of its ViT-B/16 family at
 # the size's width, VIT_EPOCHS epochs at demo size (the size's own at paper size)
 VIT_STEPS = 12
@@ -216,6 +218,13 @@ VARIANT_LABEL = "frost (distillation, settled)"
 VARIANT = {**ADOPTED_BUNDLE, "loss.ranking": False, "loss.rank_grad_to_backbone": False,
            **VARIANT_PILOT_ARMS["distillation, settled"]}
 GRID_TABLES[("variant", None)] = {"frost": ADOPTED_BUNDLE, VARIANT_LABEL: VARIANT}
+# The block-recurrent rewrite (docs/method.md section 16): students of k branches distilled from the
+# families grid's vanilla (TASK_ONLY, as trained), their ranges from each teacher's step similarity
+# (analysis.block_recurrent); at the first seed k in STUDENT_KS and the from-scratch controls of
+# SCRATCH_KS (the first seed's ranges, task loss only; k = 1 is recurrent), at the others CLAIM_K only
+STUDENT_KS = (1, 2, 4)
+CLAIM_K = 2
+SCRATCH_KS = (2, 4)
 UPDATE_FORMS_CHECK = {
     f"{u}, h0 = embedding": {**PER_STEP_HALTING, "model.update": u, "model.init_state": "embedding",
                              "train.epochs": ABLATION_EPOCHS} for u in UPDATE_CHECK_FORMS}
@@ -256,6 +265,8 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
         raise ValueError(f"unknown grid {name!r}; known: {GRIDS}")
     if bundle not in BUNDLES:
         raise ValueError(f"unknown bundle {bundle!r}; known: {BUNDLES}")
+    if name == "block-recurrent":
+        return _block_recurrent(size, dataset, seeds)
     table = GRID_TABLES[name, bundle if name in BUNDLE_GRIDS else None]
     if name == "update_forms" and make_config(size, dataset).data.name != "digits":
         table = UPDATE_FORMS_CHECK
@@ -267,6 +278,33 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
     # the runs' folder: <data set>-<size>-<grid><bundle suffix> (BUNDLE_SUFFIX) for BUNDLE_GRIDS
     suffix = BUNDLE_SUFFIX[bundle] if name in BUNDLE_GRIDS else ""
     return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-{slug(name)}{suffix}")
+
+
+def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> Grid:
+    """The ``block-recurrent`` grid: per seed the teacher (``vanilla``, which must be trained: its
+    step similarity on the held-out split chooses the ranges), its students (``student k=K``, named
+    by the teacher's stored run), and at the first seed ``recurrent`` and the ``scratch k=K`` controls."""
+    from ..analysis.block_recurrent import branch_steps, teacher_ranges
+
+    tag = (lambda seed: f" seed {seed}") if len(seeds) > 1 else (lambda seed: "")
+    vanilla, runs = TASK_ONLY["vanilla"], {}
+    for seed in seeds:
+        teacher = _run(vanilla, size, dataset, seed)
+        if (found := find_run(teacher)) is None:
+            name = teacher.data.name
+            raise ValueError(f"grid 'block-recurrent' reads its teachers' step similarity, but vanilla "
+                             f"seed {seed} ({name}, {size}) is not trained: train it first with python -m "
+                             f"frost_nb grid families --size {size} --dataset {name} --labels vanilla "
+                             f"--seeds {seed}")
+        first = seed == seeds[0]
+        steps = {k: branch_steps(teacher_ranges(found.checkpoint, k)) for k in STUDENT_KS + SCRATCH_KS}
+        rows = {"vanilla": vanilla, **({"recurrent": TASK_ONLY["recurrent"]} if first else {}),
+                **{f"student k={k}": {**vanilla, "model.branch_steps": steps[k], "loss.teacher": found.name}
+                   for k in (STUDENT_KS if first else (CLAIM_K,))},
+                **{f"scratch k={k}": {**vanilla, "model.branch_steps": steps[k]}
+                   for k in (SCRATCH_KS if first else ())}}
+        runs |= {label + tag(seed): _run(row, size, dataset, seed) for label, row in rows.items()}
+    return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-block-recurrent")
 
 
 def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:

@@ -1,0 +1,185 @@
+"""The block-recurrent rewrite of a trained ``vanilla`` model, after Raptor (Jacobs et al., "Block-Recurrent
+Dynamics in Vision Transformers", arXiv 2512.19941): docs/method.md section 16.
+
+A student has k distinct branches, each applied over a contiguous range of the teacher's T steps
+(``model.branch_steps``; the same depth and compute). The ranges come from the teacher's step
+similarity on the held-out split,
+
+    S[s, t] = mean over samples of cos(GAP(h_s), GAP(h_t)),  s, t = 1..T       # eq. (sim)
+
+(``trajectories.similarity_matrix`` without h_0), as the contiguous split R_1 .. R_k that maximises
+
+    J = sum_j (1 / |R_j|) sum_{s, t in R_j} S[s, t]                             # eq. (ranges)
+
+found exactly by dynamic programming over the T steps. T - J is the scatter of the unit pooled states
+about their range's mean, averaged over samples: the split is the exact k-segmentation of the
+trajectory (Fisher's), which neither rewards singletons nor forces equal ranges. Equal ranges
+(``equal_ranges``) are the control. Training (``loss.teacher``) is ``training.build_trainer``'s; what
+is read after it (``summary``): the accuracy recovered, the gain over the same architecture trained
+from scratch, and the per-step state similarity to the teacher.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..checkpoint import checkpoint_config, load_model
+from ..config import RunConfig
+from ..data.datasets import make_batches
+from ..models import gap
+from ..runs import file_stamp, read_metrics
+from ..training import first_batches, load_split, load_teacher, teacher_folder
+from .trajectories import model_trajectories, similarity_matrix
+
+Ranges = tuple[tuple[int, int], ...]  # (start, stop) per branch: 0-based steps start..stop-1
+
+
+# ---------------------------------------------------------------- the ranges
+def step_similarity(model: torch.nn.Module, config: RunConfig, split: str = "val",
+                    max_samples: int | None = None) -> Tensor:
+    """(T, T) eq. (sim): the mean cosine of the pooled states h_1..h_T of ``model`` over ``split``."""
+    return similarity_matrix(model_trajectories(model, config, split, max_samples).pooled)[1:, 1:]
+
+
+def range_score(similarity: Tensor, ranges: Ranges) -> float:
+    """J of eq. (ranges): sum over ranges of their within-range similarity sum over their length."""
+    s = similarity.double()
+    return sum(s[a:b, a:b].sum().item() / (b - a) for a, b in ranges)
+
+
+def _check(similarity: Tensor, k: int) -> int:
+    if similarity.dim() != 2 or similarity.shape[0] != similarity.shape[1]:
+        raise ValueError(f"similarity must be a square (T, T) matrix, got shape {tuple(similarity.shape)}")
+    steps = similarity.shape[0]
+    if not (isinstance(k, int) and 1 <= k <= steps):
+        raise ValueError(f"k={k!r} must be a whole number of ranges from 1 to T = {steps}")
+    return steps
+
+
+def best_ranges(similarity: Tensor, k: int) -> Ranges:
+    """The contiguous split of the T steps into k ranges that maximises J (eq. (ranges)), exactly:
+    best[m][j], the best J of the first j steps in m ranges, is max over i of best[m-1][i] plus the
+    range i..j-1's term. Ties go to the earliest boundary. O(k T^2) terms, each a block sum."""
+    steps = _check(similarity, k)
+    s = similarity.double()
+    term = [[s[i:j, i:j].sum().item() / (j - i) if j > i else -math.inf for j in range(steps + 1)]
+            for i in range(steps + 1)]  # term[i][j]: the range i..j-1
+    best = [[-math.inf] * (steps + 1) for _ in range(k + 1)]
+    cut = [[0] * (steps + 1) for _ in range(k + 1)]
+    best[0][0] = 0.0
+    for m in range(1, k + 1):
+        for j in range(m, steps + 1):
+            for i in range(m - 1, j):
+                if (v := best[m - 1][i] + term[i][j]) > best[m][j]:
+                    best[m][j], cut[m][j] = v, i
+    stops, j = [], steps
+    for m in range(k, 0, -1):
+        stops.append(j)
+        j = cut[m][j]
+    stops.reverse()
+    return tuple(zip([0] + stops[:-1], stops))
+
+
+def equal_ranges(steps: int, k: int) -> Ranges:
+    """The control: k contiguous ranges whose lengths differ by at most one, the longer first."""
+    if not (isinstance(k, int) and 1 <= k <= steps):
+        raise ValueError(f"k={k!r} must be a whole number of ranges from 1 to T = {steps}")
+    sizes = [steps // k + (i < steps % k) for i in range(k)]
+    stops = [sum(sizes[:i + 1]) for i in range(k)]
+    return tuple(zip([0] + stops[:-1], stops))
+
+
+def branch_steps(ranges: Ranges) -> str:
+    """``ranges`` as ``model.branch_steps`` ("5,11")."""
+    return ",".join(str(b - a) for a, b in ranges)
+
+
+@functools.lru_cache(maxsize=16)
+def _run_similarity(path: str, stamp: tuple[int, int]) -> Tensor:
+    model, _ = load_model(path)
+    return step_similarity(model, checkpoint_config(path))
+
+
+def run_similarity(checkpoint: str | Path) -> Tensor:
+    """eq. (sim) of a stored run (its ``model.pt``) on its held-out split, computed once per file."""
+    return _run_similarity(*file_stamp(Path(checkpoint)))
+
+
+def teacher_ranges(checkpoint: str | Path, k: int) -> Ranges:
+    """``best_ranges`` of a stored teacher's step similarity (``run_similarity``)."""
+    return best_ranges(run_similarity(checkpoint), k)
+
+
+# ---------------------------------------------------------------- after training
+@torch.no_grad()
+def state_match(student: torch.nn.Module, teacher: torch.nn.Module, dataset, *, batch_size: int = 512,
+                max_samples: int | None = None) -> dict[str, list[float]]:
+    """Per step t = 1..T, the mean over samples of cos(GAP(h_t), GAP(h'_t)) of the student's and the
+    teacher's states (``state_cosine``) and of eq. (state)'s ||h_t - h'_t||^2 / ||h'_t||^2
+    (``state_error``), each model running on its own states, on the models' device."""
+    student.eval(), teacher.eval()
+    device = next(student.parameters()).device
+    batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=device)
+    cos, err, n = 0.0, 0.0, 0
+    for x, _ in first_batches(batches, max_samples):
+        a, b = (m(x, return_states=True).states[:, 1:].float() for m in (student, teacher))  # (B, T, *state)
+        pooled = lambda h: gap(h.flatten(0, 1)).view(*h.shape[:2], -1)  # (B, T, D)
+        cos = cos + F.cosine_similarity(pooled(a), pooled(b), dim=2).sum(0)  # (T,)
+        flat_b = b.flatten(2)
+        err = err + ((a.flatten(2) - flat_b).pow(2).sum(2) / flat_b.pow(2).sum(2).clamp_min(1e-12)).sum(0)
+        n += len(x)
+    if not n:
+        raise ValueError("state_match got no samples (an empty split?)")
+    return {"state_cosine": (cos / n).tolist(), "state_error": (err / n).tolist()}
+
+
+def _steps(cfg: RunConfig) -> str:
+    """The steps of each branch of a run's model, spelled out ("16" for recurrent, "1,1,..." for vanilla)."""
+    return branch_steps(cfg.model.branch_ranges)
+
+
+def summary(results: dict, split: str = "test", max_samples: int | None = None) -> pd.DataFrame:
+    """One row per student (a run with ``loss.teacher``) among ``results`` (label -> TrainResult,
+    ``grids.load_runs`` of the ``block-recurrent`` grid), by k then seed: its ranges, test accuracy,
+    its teacher's (from the teacher run's metrics), ``recovered`` (student over teacher), the
+    from-scratch run of the same architecture among ``results`` (the same k, no teacher; its ranges
+    preferred, ``recurrent`` for k = 1) and ``gain`` over it, and ``state_match`` on ``split``
+    (``state_cosine`` and ``state_error`` per step, their means, the last step's cosine)."""
+    rows, teachers = [], {}
+    # from scratch: no teacher, and not one branch per step (the teachers themselves)
+    scratch = [r for r in results.values() if r.config.loss.teacher is None
+               and len(r.config.model.branch_ranges) < r.config.model.steps]
+    for label, r in results.items():
+        cfg = r.config
+        if cfg.loss.teacher is None:
+            continue
+        if cfg.loss.teacher not in teachers:
+            teachers[cfg.loss.teacher] = (load_teacher(cfg), read_metrics(teacher_folder(cfg)))
+        teacher, teacher_metrics = teachers[cfg.loss.teacher]
+        k, accuracy = len(cfg.model.branch_ranges), r.metrics.get("test_accuracy", math.nan)
+        teacher_accuracy = teacher_metrics.get("test_accuracy", math.nan)
+        same = sorted((s for s in scratch if len(s.config.model.branch_ranges) == k
+                       and (s.config.data.name, s.config.size) == (cfg.data.name, cfg.size)),
+                      key=lambda s: (_steps(s.config) != _steps(cfg), s.config.train.seed))
+        base = same[0].metrics.get("test_accuracy", math.nan) if same else math.nan
+        device = next(r.model.parameters()).device
+        match = state_match(r.model, teacher.to(device), load_split(cfg, split),
+                            batch_size=cfg.train.eval_batch_size, max_samples=max_samples)
+        mean = lambda v: sum(v) / len(v)
+        rows.append({"label": label, "k": k, "branch_steps": _steps(cfg), "seed": cfg.train.seed,
+                     "teacher": cfg.loss.teacher, "accuracy": accuracy, "teacher_accuracy": teacher_accuracy,
+                     "recovered": accuracy / teacher_accuracy, "scratch_accuracy": base,
+                     "scratch_steps": _steps(same[0].config) if same else None, "gain": accuracy - base,
+                     "state_cosine_mean": mean(match["state_cosine"]),
+                     "state_cosine_last": match["state_cosine"][-1],
+                     "state_error_mean": mean(match["state_error"]), **match})
+    if not rows:
+        raise ValueError("summary found no student (a run with loss.teacher) among the results")
+    return pd.DataFrame(rows).sort_values(["k", "seed"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,261 @@
+"""The block-recurrent rewrite (docs/method.md section 16): ranges, the student model, its start from
+the teacher, the loss that matches it, and a distillation run that trains, saves and resumes."""
+
+import itertools
+import os
+import shutil
+
+import pytest
+import torch
+
+from frost_nb.analysis.block_recurrent import (
+    best_ranges,
+    branch_steps,
+    equal_ranges,
+    range_score,
+    state_match,
+    step_similarity,
+    summary,
+)
+from frost_nb.config import ConfigError, make_config
+from frost_nb.losses import teacher_losses
+from frost_nb.models import create_model, init_from_teacher
+from frost_nb.repro.grids import TASK_ONLY, grid
+from frost_nb.training import TrainingError, build_trainer, forward_loss, load_split, load_teacher
+
+TEACHER = "digits-smoke-families/vanilla-seed0"  # the families grid's vanilla at smoke size, as stored
+
+
+def _brute_force(similarity, k):
+    steps = similarity.shape[0]
+    cuts = itertools.combinations(range(1, steps), k - 1)
+    splits = [tuple(zip((0, *c), (*c, steps))) for c in cuts]
+    return max(range_score(similarity, r) for r in splits)
+
+
+def _block_matrix(sizes, inside=0.9, outside=0.2):
+    labels = torch.cat([torch.full((n,), i) for i, n in enumerate(sizes)])
+    s = torch.where(labels[:, None] == labels[None, :], inside, outside)
+    return s.fill_diagonal_(1.0)
+
+
+def test_best_ranges_are_the_brute_force_optimum():
+    g = torch.Generator().manual_seed(0)
+    z = torch.nn.functional.normalize(torch.randn(7, 3, generator=g).cumsum(0), dim=1)  # a drifting path
+    similarity = z @ z.T
+    for k in range(1, 8):
+        ranges = best_ranges(similarity, k)
+        assert len(ranges) == k and ranges[0][0] == 0 and ranges[-1][1] == 7
+        assert all(a < b == c for (a, b), (c, _) in zip(ranges, ranges[1:]))  # contiguous, none empty
+        assert range_score(similarity, ranges) == pytest.approx(_brute_force(similarity, k), abs=1e-12)
+    # phases of a block-diagonal matrix are found exactly, where equal ranges cut through them
+    blocks = _block_matrix((3, 6, 2, 5))
+    assert best_ranges(blocks, 4) == ((0, 3), (3, 9), (9, 11), (11, 16))
+    assert range_score(blocks, best_ranges(blocks, 4)) > range_score(blocks, equal_ranges(16, 4))
+    with pytest.raises(ValueError, match="k=0"):
+        best_ranges(blocks, 0)
+    with pytest.raises(ValueError, match="square"):
+        best_ranges(blocks[:3], 2)
+
+
+def test_equal_ranges_are_the_control():
+    assert equal_ranges(16, 2) == ((0, 8), (8, 16))
+    assert equal_ranges(16, 3) == ((0, 6), (6, 11), (11, 16))
+    assert branch_steps(equal_ranges(16, 4)) == "4,4,4,4"
+    with pytest.raises(ValueError, match="from 1 to T = 16"):
+        equal_ranges(16, 17)
+
+
+def test_branch_steps_is_validated_and_spelled_one_way():
+    cfg = make_config("demo", "cifar100", "vanilla", **{"model.branch_steps": " 5, 11"})
+    assert cfg.model.branch_steps == "5,11" and cfg.model.branch_ranges == ((0, 5), (5, 16))
+    ones = make_config("demo", "cifar100", "vanilla", **{"model.branch_steps": ",".join("1" * 16)})
+    assert ones == make_config("demo", "cifar100", "vanilla")  # one branch per step is vanilla itself
+    for bad in ("8,7", "8,x", "0,16"):
+        with pytest.raises(ConfigError, match=r"^model\.branch_steps=.*sum to model\.steps=16"):
+            make_config("demo", "cifar100", "vanilla", **{"model.branch_steps": bad})
+    with pytest.raises(ConfigError, match=r"^model\.branch_steps='8,8'.*'vanilla'"):
+        make_config("demo", "cifar100", "recurrent", **{"model.branch_steps": "8,8"})
+    with pytest.raises(ConfigError, match=r"^loss\.teacher=.*'vanilla'"):
+        make_config("smoke", model="frost", **{"loss.teacher": TEACHER})
+    with pytest.raises(ConfigError, match=r"^loss\.teacher='vanilla'.*GRID/LABEL"):
+        make_config("smoke", model="vanilla", **{"loss.teacher": "vanilla"})
+
+
+def test_k16_ranges_reproduce_vanilla_exactly():
+    teacher = create_model(make_config("smoke", model="vanilla").model)
+    steps = teacher.config.steps
+    ranges = best_ranges(_block_matrix((steps,)), steps)
+    assert ranges == tuple((t, t + 1) for t in range(steps))
+    cfg = make_config("smoke", model="vanilla", **{"model.branch_steps": branch_steps(ranges)})
+    student = create_model(cfg.model)
+    assert student.config == teacher.config and student.branch_of_step == tuple(range(steps))
+    assert init_from_teacher(student, teacher) == list(range(steps))
+    x = torch.randn(3, 1, 8, 8)
+    a, b = student(x, return_states=True), teacher(x, return_states=True)
+    assert torch.equal(a.states, b.states) and torch.equal(a.logits, b.logits)
+
+
+def test_k1_is_one_shared_branch():
+    row = lambda m: make_config("demo", "cifar100", m, **TASK_ONLY[m])  # the committed families runs
+    cfg = row("vanilla").replace(**{"model.branch_steps": branch_steps(equal_ranges(16, 1))})
+    student, recurrent = create_model(cfg.model), create_model(row("recurrent").model)
+    assert cfg.model.branch_steps == "16" and len(student.branches) == 1
+    assert set(student.branch_of_step) == {0}
+    # the committed runs' counts (their metrics.json): recurrent's, and vanilla's 16 branches unchanged
+    assert student.num_parameters() == recurrent.num_parameters() == 13093
+    assert create_model(row("vanilla").model).num_parameters() == 81253
+    recurrent.load_state_dict(student.state_dict())  # the same weights: the same model as recurrent
+    x = torch.randn(2, 3, 32, 32)
+    assert torch.equal(student(x).logits, recurrent(x).logits)
+
+
+def test_initialisation_copies_stem_heads_and_the_middle_branch():
+    teacher = create_model(make_config("smoke", model="vanilla", **{"model.steps": 8}).model)
+    cfg = make_config("smoke", model="vanilla", **{"model.steps": 8, "model.branch_steps": "3,5"})
+    torch.manual_seed(1)
+    student = create_model(cfg.model)
+    assert init_from_teacher(student, teacher) == [1, 5]  # ranges 0..2 and 3..7: t = 0 + 1, 3 + 2
+    theirs = teacher.state_dict()
+    for name, value in student.state_dict().items():
+        if name.startswith("branches."):
+            i, rest = name.split(".", 2)[1:]
+            assert torch.equal(value, theirs[f"branches.{[1, 5][int(i)]}.{rest}"]), name
+        else:
+            assert torch.equal(value, theirs[name]), name
+    wider = create_model(make_config("smoke", model="vanilla", **{"model.width": 32}).model)
+    with pytest.raises(ConfigError, match="does not fit the student"):
+        init_from_teacher(create_model(make_config("smoke", model="vanilla").model), wider)
+
+
+def test_teacher_losses_vanish_on_the_teacher_and_only_there():
+    torch.manual_seed(0)
+    model = create_model(make_config("smoke", model="vanilla").model)
+    x = torch.randn(4, 1, 8, 8)
+    out = model(x, return_states=True)
+    same = teacher_losses(out.states, out.logits, out.states, out.logits)
+    assert same.loss.item() == same.state.item() == same.kl.item() == 0.0
+    other = create_model(make_config("smoke", model="vanilla").model)(x, return_states=True)
+    diff = teacher_losses(other.states, other.logits, out.states, out.logits, w_state=2.0, w_kl=0.5)
+    assert diff.state > 0 and diff.kl > 0
+    assert diff.loss.item() == pytest.approx(2.0 * diff.state.item() + 0.5 * diff.kl.item())
+    # normalised by the teacher state's norm: both scaled alike, the state term stays
+    scaled = teacher_losses(3 * other.states, other.logits, 3 * out.states, out.logits)
+    assert scaled.state.item() == pytest.approx(diff.state.item(), rel=1e-5)
+    # by hand: one sample, one step, ||s - t||^2 / ||t||^2
+    s, t = torch.zeros(1, 2, 2), torch.tensor([[[9.0, 9.0], [3.0, 4.0]]])
+    s[0, 1] = torch.tensor([0.0, 4.0])
+    logits = torch.zeros(1, 1, 3)
+    assert teacher_losses(s, logits, t, logits).state.item() == pytest.approx(9.0 / 25.0)
+    with pytest.raises(ValueError, match="states and teacher_states"):
+        teacher_losses(s, logits, t[:, :1], logits)
+
+
+@pytest.fixture(scope="module")
+def stored_teacher(tmp_path_factory):
+    """A local store holding the families grid's vanilla at smoke size on digits (seconds)."""
+    from frost_nb.runs import train_or_load
+
+    root = tmp_path_factory.mktemp("teacher_store")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FROST_CACHE", str(root))
+        mp.setenv("FROST_PROGRESS", "0")
+        families = grid("families", "smoke", "digits")
+        train_or_load(families["vanilla"], name=families.run_name("vanilla"))
+    assert (root / TEACHER / "metrics.json").is_file()
+    return root
+
+
+@pytest.fixture
+def teacher_store(stored_teacher):
+    """The stored teacher, copied into this test's own local store."""
+    cache = os.environ["FROST_CACHE"]
+    shutil.copytree(stored_teacher / TEACHER, os.path.join(cache, TEACHER))
+    return cache
+
+
+def _student(k_steps="1,3", **overrides):
+    """A student of TEACHER (its model config, the families grid's vanilla row) on a slice of digits."""
+    return make_config("smoke", "digits", "vanilla", **{
+        **TASK_ONLY["vanilla"], "model.branch_steps": k_steps, "loss.teacher": TEACHER, "data.limit": 200,
+        "train.epochs": 2, "train.device": "cpu", **overrides})
+
+
+def test_a_student_trains_saves_and_resumes(teacher_store, tmp_path):
+    cfg = _student()
+    whole = build_trainer(cfg, tmp_path / "whole.pt")
+    teacher = load_teacher(cfg)
+    assert whole.teacher is not None and not any(p.requires_grad for p in whole.teacher.parameters())
+    # the student starts from its teacher: branch 0 from step 0, branch 1 from step 1 + 3 // 2 = 2
+    assert torch.equal(whole.model.branches[1].conv1.weight, teacher.branches[2].conv1.weight)
+    assert torch.equal(whole.model.stem[0].weight, teacher.stem[0].weight)
+    x, y = torch.randn(8, 1, 8, 8), torch.arange(8)  # not the batches: their order is the run's
+    out, loss, parts = forward_loss(whole.model, x, y, cfg, amp=False, channels_last=False, teacher=teacher)
+    ref = teacher(x, return_states=True)
+    match = teacher_losses(out.states, out.logits, ref.states, ref.logits).loss  # the weights 1, 1
+    assert loss.item() == pytest.approx(parts["task"].item() + match.item()) and match > 0
+    done = whole.fit()
+    assert done.metrics["epochs"] == 2 and 0 <= done.metrics["test_accuracy"] <= 1
+    steps = done.history["steps"]  # every step's loss had the match to the teacher in it
+    assert all(total > task for total, task in zip(steps["loss"], steps["task"]))
+    assert not torch.equal(done.model.branches[1].conv1.weight, teacher.branches[2].conv1.weight)  # trained
+
+    cut = build_trainer(cfg, tmp_path / "cut.pt")
+    cut.fit(until_epoch=1)
+    assert (tmp_path / "cut.pt").is_file()
+    resumed = build_trainer(cfg, tmp_path / "cut.pt")
+    again = resumed.fit()
+    assert resumed.resumed and again.history["epochs"]["epoch"] == [1, 2]
+    for (name, a), b in zip(done.model.state_dict().items(), again.model.state_dict().values()):
+        assert torch.equal(a, b), name  # the resumed run is the uninterrupted one, to the bit
+    match = state_match(again.model, teacher, load_split(cfg, "test"), max_samples=64)
+    assert len(match["state_cosine"]) == 4 and all(-1 <= c <= 1 for c in match["state_cosine"])
+
+
+def test_a_missing_or_unfit_teacher_stops_before_anything_is_written(teacher_store, tmp_path):
+    from frost_nb.runs import train_or_load
+
+    cache = tmp_path / "cache"
+    before = sorted(p.relative_to(cache) for p in cache.rglob("*"))
+    missing = _student(**{"loss.teacher": "nowhere/vanilla-seed0"})
+    with pytest.raises(TrainingError, match=r"^loss\.teacher='nowhere/vanilla-seed0': no finished run .* "
+                                            r"train the teacher first"):
+        train_or_load(missing, name="students/missing")
+    broken = cache / "broken" / "vanilla-seed0"
+    shutil.copytree(cache / TEACHER, broken)
+    (broken / "model.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(TrainingError, match=r"^loss\.teacher='broken/vanilla-seed0' cannot be loaded: .*dam"):
+        train_or_load(_student(**{"loss.teacher": "broken/vanilla-seed0"}), name="students/broken")
+    with pytest.raises(ConfigError, match=r"not the student's model .*model\.width 16 -> 32"):
+        train_or_load(_student(**{"model.width": 32}), name="students/wider")
+    assert sorted(p.relative_to(cache) for p in cache.rglob("*") if "broken" not in p.parts) == before
+
+
+def test_the_grid_reads_its_ranges_off_the_teacher(teacher_store):
+    with pytest.raises(ValueError, match="vanilla seed 1 .* is not trained: train it first"):
+        grid("block-recurrent", "smoke", "digits", seeds=(0, 1))
+    runs = grid("block-recurrent", "smoke", "digits")
+    assert list(runs) == ["vanilla", "recurrent", "student k=1", "student k=2", "student k=4", "scratch k=2",
+                          "scratch k=4"]
+    teacher = load_teacher(runs["student k=2"])
+    ranges = best_ranges(step_similarity(teacher, runs["vanilla"]), 2)
+    assert runs["student k=2"].model.branch_steps == branch_steps(ranges)
+    assert runs["student k=1"].model.branch_steps == "4" and runs["student k=2"].loss.teacher == TEACHER
+    assert runs["scratch k=2"].loss.teacher is None
+    assert runs["scratch k=2"].model == runs["student k=2"].model
+    assert runs.run_name("student k=2") == "digits-smoke-block-recurrent/student-k-2-seed0"
+
+
+def test_summary_reports_against_k(teacher_store):
+    from frost_nb.runs import train_or_load
+
+    cfg = _student("4", **{"train.epochs": 1})
+    scratch = cfg.replace(**{"loss.teacher": None})
+    results = {"student k=1": train_or_load(cfg, name="students/k1"),
+               "scratch k=1": train_or_load(scratch, name="students/scratch-k1")}
+    table = summary(results, max_samples=64)
+    row = table.iloc[0]
+    assert len(table) == 1 and row["k"] == 1 and row["branch_steps"] == "4"
+    assert row["recovered"] == pytest.approx(row["accuracy"] / row["teacher_accuracy"])
+    assert row["gain"] == pytest.approx(row["accuracy"] - results["scratch k=1"].metrics["test_accuracy"])
+    assert len(row["state_cosine"]) == 4 and row["state_cosine_last"] == row["state_cosine"][-1]
