@@ -237,6 +237,7 @@ def test_metrics_are_strict_json(isolated_outputs):
 
 def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     import numpy as np
+    import pandas as pd
 
     _run("07_halting_baselines.ipynb", tmp_path, monkeypatch, bundle="adopted")  # the committed default
     out = isolated_outputs / "outputs"
@@ -244,8 +245,8 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     assert {"curves", "summary", "collapse", "env"} <= set(metrics)
     assert (metrics["size"], metrics["dataset"], metrics["collapse_dataset"]) == ("smoke", "digits", "digits")
     steps = metrics["steps"]
-    curves = metrics["curves"]
-    assert {"rule", "model", "threshold", "mean_depth", "accuracy"} <= set(curves[0])
+    assert {"rule", "model", "threshold", "mean_depth", "accuracy", "random_accuracy"} <= set(metrics["curves"])
+    curves = pd.DataFrame(metrics["curves"]).to_dict("records")  # stored by column
     models = {"frost", "basic_ssm", "recurrent", "vanilla", "frost (ponder)"}
     assert {r["model"] for r in curves} == models
     from frost_nb.analysis.halting_rules import SIGNAL_RULES
