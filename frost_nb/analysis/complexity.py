@@ -48,30 +48,33 @@ def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
 
 def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, batch_size: int = 8,
                       repeats: int = 3, warmup: int = 1) -> tuple[float, float]:
-    """Measured wall time per image (fixed part, one step) on random input: medians of ``repeats``
-    timed rounds of ``prologue`` and of a full-depth pass, the step their difference over T."""
+    """Measured wall time per image (fixed part, one step) on random input: each timed round runs
+    ``prologue`` and then the T steps with their readouts (the full-depth pass, nothing kept),
+    each part timed on its own; medians over ``repeats`` rounds, the steps' time over T. Timing
+    the parts inside one round (not the full pass minus a prologue timed apart) keeps a step's
+    time positive when the machine is busy."""
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"batch_size={batch_size} and repeats={repeats} must be >= 1, warmup={warmup} >= 0")
     device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
     x = torch.randn((batch_size, *(int(s) for s in input_shape)), device=device)
     steps = int(model.config.steps)
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda device: None
-
-    def timed(fn) -> float:
-        runs = []
+    fixed, stepping = [], []
+    with torch.no_grad():
         for r in range(warmup + repeats):
             sync(device)
             start = time.perf_counter()
-            fn()
+            h, ctx = prologue(model, x)
+            sync(device)
+            middle = time.perf_counter()
+            for t in range(steps):
+                h = model.step(h, ctx, t)
+                model.readout(h, ctx)
             sync(device)
             if r >= warmup:
-                runs.append(time.perf_counter() - start)
-        return statistics.median(runs) / batch_size
-
-    with torch.no_grad():
-        fixed = timed(lambda: prologue(model, x))
-        full = timed(lambda: sum(1 for _ in model.trajectory(x)))  # the forward's loop, nothing kept
-    return fixed, max(full - fixed, 0.0) / steps
+                fixed.append(middle - start)
+                stepping.append(time.perf_counter() - middle)
+    return statistics.median(fixed) / batch_size, statistics.median(stepping) / batch_size / steps
 
 
 def images_per_second(fixed_s: float, step_s: float, depth: float) -> float:
