@@ -51,7 +51,7 @@ def test_readme_is_short_one_row_per_claim_with_seeds():
     assert len(text.splitlines()) <= 200
     lines = V.current_block(text, "summary").splitlines()
     header, rows = lines[0], lines[2:]
-    assert "| seeds |" in header and len(rows) == len(C.CLAIMS) <= 16
+    assert "| seeds |" in header and len(rows) == len(C.CLAIMS) <= 17
     seeds_col = V.SUMMARY_HEADER.index("seeds") + 1
     for line in rows:
         cells = [c.strip() for c in line.split("|")]
@@ -173,7 +173,7 @@ def test_write_metrics_records_provenance(tmp_path, monkeypatch):
     assert json.loads(gone.read_text())["provenance"]["runs"] == []
 
 
-def test_the_stream_benchmark_decides_claim_16_by_its_worst_default_cell(tmp_path):
+def test_the_stream_benchmark_decides_claim_18_by_its_worst_default_cell(tmp_path):
     """The stream's rows at its defaults (refill at once, a slot batch embedded ahead), 1 thread:
     the worst ratio decides; batch-at-a-time's row stays beside it, not primary."""
     name = "bench_adaptive_inference_stream_fashion-mnist.json"
@@ -183,7 +183,7 @@ def test_the_stream_benchmark_decides_claim_16_by_its_worst_default_cell(tmp_pat
               and r["refill_at"] == 1 and r["embed_batch"] == r["batch_size"]]
     assert stream and len(stream) < len([r for r in data["rows"] if r["mode"] == "stream"])
     worst = min(r["ratio"] for r in stream)
-    rows = [r for r in V.verdict_rows(folder) if r["claim"] == 17]
+    rows = [r for r in V.verdict_rows(folder) if r["claim"] == 18]
     primary = [r for r in rows if r["primary"]]
     assert len(primary) == 1 and primary[0]["ours"].startswith(f"{worst:.2f}, the worst of {len(stream)} stream cells")
     assert primary[0]["verdict"] == C.speed(worst) and primary[0]["bundle"] == "adopted"
@@ -197,7 +197,7 @@ def test_the_stream_benchmark_decides_claim_16_by_its_worst_default_cell(tmp_pat
         cell["ratio"] = 0.5
 
     _edit(folder, name, slower)
-    assert [r for r in V.verdict_rows(folder) if r["claim"] == 17 and r["primary"]][0]["ours"].startswith("0.50")
+    assert [r for r in V.verdict_rows(folder) if r["claim"] == 18 and r["primary"]][0]["ours"].startswith("0.50")
 
 
 def test_a_file_with_two_bundles_side_by_side_reads_its_own_bundles_seeds():
@@ -494,3 +494,62 @@ def test_a_bug_in_a_claims_code_surfaces_as_itself_not_as_a_damaged_file(tmp_pat
     _edit(folder, "06_complexity.json", lambda d: d.pop("ratios"))
     with pytest.raises(DamagedInput, match="lacks what the claim reads"):
         V.verdict_rows(folder)
+
+
+def _notebook_10(folder, recovered, named=True, gain=0.05):
+    """A constructed notebook-10 record on CIFAR-100: per teacher seed its k = 2 student recovering
+    ``recovered[seed]`` of a 0.4675 teacher, a k = 1 student beside it (not the claim's k); ``named``:
+    the provenance names the k = 2 students."""
+    teacher = 0.4675
+    student = lambda k, s, rec: {"label": f"student k={k} seed {s}", "key": f"cifar100-demo-block-recurrent/student-k-{k}-seed{s}",
+                                 "k": k, "seed": s, "accuracy": rec * teacher, "teacher_accuracy": teacher,
+                                 "recovered": rec, "scratch_accuracy": rec * teacher - gain, "gain": gain,
+                                 "state_cosine_mean": 0.9}
+    students = [student(2, s, rec) for s, rec in enumerate(recovered)] + [student(1, 0, 0.99)]
+    keys = [r["key"] for r in students if named or r["k"] != 2]
+    record = {"dataset": "cifar100", "size": "demo", "claim_k": 2, "students": students, "provenance": {
+        "runs": keys, "settings": {k: {"label": None, "bundle": "residual", "dataset": "cifar100", "model": "vanilla",
+                                       "seed": int(k[-1])} for k in keys}}}
+    folder.mkdir(exist_ok=True)
+    (folder / "10_block_recurrent.json").write_text(json.dumps(record))
+
+
+def test_claim_17_reads_notebook_10s_k_2_students(tmp_path):
+    """Claim 17 (ours, after Raptor) from a constructed notebook-10 file: the k = 2 students' accuracy
+    recovered, one per teacher seed, against 0.94. Flips: clearly above on 3 seeds -> reproduced;
+    clearly below -> not reproduced; straddling -> inconclusive; 1 seed -> suggested / not suggested;
+    students the provenance does not name decide nothing. The k = 1 student (0.99) never counts."""
+    folder = tmp_path / "metrics"
+    claim17 = lambda: [r for r in V.verdict_rows(folder) if r["claim"] == 17]
+    _notebook_10(folder, [0.97, 0.98, 0.975])
+    (r,) = claim17()
+    assert (r["seeds"], r["verdict"], r["notebook"], r["dataset"], r["bundle"]) == ("3", R, "10", "cifar100", V.NA)
+    assert r["ours"] == "0.975 (45.58% of 46.75%); +5.00 points over k = 2 from scratch; state cosine 0.90"
+    assert r["paper"] == "no claim; Raptor 0.96 (0.94 later), linear probe"
+    _notebook_10(folder, [0.85, 0.86, 0.84])
+    assert claim17()[0]["verdict"] == N
+    _notebook_10(folder, [0.90, 0.99, 0.95])
+    assert claim17()[0]["verdict"] == I
+    _notebook_10(folder, [0.97])
+    assert claim17()[0]["verdict"] == "suggested (1 seed)" and claim17()[0]["seeds"] == "1"
+    _notebook_10(folder, [0.90])
+    assert claim17()[0]["verdict"] == "not suggested (1 seed)"
+    _notebook_10(folder, [0.97, 0.98, 0.975], named=False)
+    assert claim17() == []
+    readme = V.markdown_summary(V.verdict_rows(folder), folder)
+    assert "| 17. Block-recurrent rewrite" in readme and "| not yet measured | not yet measured |" in readme
+
+
+def test_claim_17_reads_not_yet_measured_until_notebook_10s_metrics_exist(tmp_path):
+    """The README's row of claim 17 says "not yet measured" (as the ladder column does) while notebook
+    10 awaits its runs, never "no committed run"; once the file exists its evidence replaces it."""
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    (row,) = [r for r in V.summary_rows(V.verdict_rows(folder)) if r["claim"] == 17]
+    assert (row["ours"], row["verdict"], row["notebook"], row["dataset"]) == ("not yet measured",) * 2 + ("10", "cifar100")
+    assert [r["verdict"] for r in V.summary_rows([]) if r["claim"] == 16] == [f"{C.NOT_TESTABLE}: no metrics"]
+    line = next(x for x in V.markdown_summary(V.verdict_rows(folder), folder).splitlines() if x.startswith("| 17."))
+    assert "| CIFAR-100 | n/a |" in line and "[10](notebooks/10_block_recurrent.ipynb)" in line
+    _notebook_10(folder, [0.97, 0.98, 0.975])
+    (row,) = [r for r in V.summary_rows(V.verdict_rows(folder)) if r["claim"] == 17]
+    assert row["verdict"] == R and row["ours"].startswith("0.975")

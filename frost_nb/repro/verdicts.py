@@ -3,8 +3,9 @@
 ``frost_nb.repro.claims`` holds every rule; this module finds the numbers each rule needs in
 ``outputs/metrics/`` and renders two tables from the same rows:
 
-- the README's, one row per claim of ``claims.CLAIMS`` (16), its decisive evidence (``summary_rows``;
-  ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named);
+- the README's, one row per claim of ``claims.CLAIMS`` (17), its decisive evidence (``summary_rows``;
+  ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named;
+  a claim of ``AWAITED`` "not yet measured" until its notebook's metrics exist);
 - docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``).
 
 A metrics file's runs and their settings (bundle, update form, seed, ...) come from its ``provenance``
@@ -32,7 +33,7 @@ from .. import paper
 from ..config import LossConfig
 from ..paths import DamagedInput, repo_root, restore_hint, shown_path
 from ..repro import claims as C
-from .grids import family_of, slug
+from .grids import CLAIM_K, family_of, slug
 from ..runs import one_line, read_metrics, skip_or_raise
 from .provenance import run_folder
 
@@ -50,7 +51,7 @@ DATASET_RANK = ("cifar100", "imagenet100", "fashion-mnist", "cifar10", "digits")
 BUNDLE_RANK = ("adopted", "per-step", "residual", NA)
 # where a row's numbers come from: a notebook, or the command that wrote the file
 SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06", "07": "07", "08": "08",
-           "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
+           "10": "10", "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
 DEFAULT_STRENGTH = (LossConfig().lambda_rel, LossConfig().lambda_abs)
 
 
@@ -671,6 +672,32 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
                       f"'s models, by claim 16's targets (ours)")
 
 
+# 17 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
+RAPTOR_CELL = f"no claim; Raptor {C.RAPTOR_RECOVERED[0]:.2f} ({C.RAPTOR_RECOVERED[1]:.2f} later), linear probe"
+# claim -> (notebook, data set, paper cell) of a claim whose notebook awaits its runs: until its metrics exist the
+# README's row reads "not yet measured" (as the ladder column does), not "no committed run"
+AWAITED = {17: ("10", "cifar100", RAPTOR_CELL)}
+
+
+def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
+    """Claim 17 from notebook 10: per teacher seed its k = CLAIM_K student's accuracy recovered (student
+    over teacher), each student a run its provenance names; the gain over the same architecture trained
+    from scratch and the mean state cosine to the teacher are shown beside, never deciding."""
+    for d in m.files("10_block_recurrent*"):
+        students = sorted((r for r in d["students"] if r["k"] == CLAIM_K and settings(d, r["key"]) is not None),
+                          key=lambda r: r["seed"])
+        if not students:
+            continue
+        recovered = [r["recovered"] for r in students]
+        gain = _mean(r["gain"] for r in students)
+        yield row(17, NA, NA, d["dataset"], len(students), RAPTOR_CELL,
+                  f"{_mean(recovered):.3f} ({100 * _mean(r['accuracy'] for r in students):.2f}% of "
+                  f"{100 * _mean(r['teacher_accuracy'] for r in students):.2f}%); "
+                  + ("" if gain != gain else f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch; ")
+                  + f"state cosine {_mean(r['state_cosine_mean'] for r in students):.2f}",
+                  C.block_recurrent(recovered), "10")
+
+
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
 def benchmark_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("bench_*"):
@@ -684,25 +711,26 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
-                yield row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
+                yield row(18, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
                           f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
                           C.speed(w["ratio"]), "bench")
             batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
             largest = max(r["batch_size"] for r in batch)
             worst = min(r["ratio"] for r in batch if r["batch_size"] == largest)
-            yield row(17, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
+            yield row(18, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
                       C.speed(worst), "bench", primary=not stream)
         if d.get("benchmark") == "train_throughput":
             for r in d.get("rows", []):
                 if r.get("model") == "frost" and r.get("kll_share") is not None:
-                    yield row(18, NA, r.get("update", NA), r.get("dataset", ""), None, f"< {C.KLL_CHEAP}",
+                    yield row(19, NA, r.get("update", NA), r.get("dataset", ""), None, f"< {C.KLL_CHEAP}",
                               f"{r['kll_share']:.2%} ({r.get('size', '')}, {device})",
                               C.kll_overhead(r["kll_share"]), "bench")
 
 
 CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
     table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows,
-    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows)
+    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, block_recurrent_rows,
+    benchmark_rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -736,9 +764,17 @@ def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str,
 
 
 def summary_rows(rows: list[dict]) -> list[dict]:
-    """One row per claim of ``claims.CLAIMS``: its decisive evidence, or "no committed run"."""
-    return [min(mine, key=_rank) if (mine := [r for r in rows if r["claim"] == c.number]) else
-            row(c.number, NA, NA, "", None, "", "no committed run", f"{C.NOT_TESTABLE}: no metrics", "-")
+    """One row per claim of ``claims.CLAIMS``: its decisive evidence, else "not yet measured" for a
+    claim of ``AWAITED``, else "no committed run"."""
+    from .ladder import NOT_YET
+
+    def missing(c: C.Claim) -> dict:
+        if c.number in AWAITED:
+            notebook, dataset, paper_ = AWAITED[c.number]
+            return row(c.number, NA, NA, dataset, None, paper_, NOT_YET, NOT_YET, notebook)
+        return row(c.number, NA, NA, "", None, "", "no committed run", f"{C.NOT_TESTABLE}: no metrics", "-")
+
+    return [min(mine, key=_rank) if (mine := [r for r in rows if r["claim"] == c.number]) else missing(c)
             for c in C.CLAIMS]
 
 
