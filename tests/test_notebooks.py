@@ -177,7 +177,7 @@ def test_block_recurrent_notebook_reads_its_students_against_k(tmp_path, monkeyp
     assert len(similarity) == steps and all(abs(similarity[i][i] - 1) < 1e-4 for i in range(steps))
     prov = metrics["provenance"]["settings"]
     assert all(r["key"] in prov for r in students)
-    (row,) = [r for r in V.verdict_rows(out / "metrics") if r["claim"] == 17]  # the verdict row reads it
+    (row,) = [r for r in V.verdict_rows(out / "metrics") if r["claim"] == 19]  # the verdict row reads it
     assert row["seeds"] == "2" and row["verdict"] == metrics["verdict"] and row["notebook"] == "10"
     figures = {p.name for p in (out / "figures").iterdir()}
     assert {"10_block_ranges_digits_smoke.png", "10_against_k_digits_smoke.png"} <= figures

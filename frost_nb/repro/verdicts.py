@@ -3,10 +3,11 @@
 ``frost_nb.repro.claims`` holds every rule; this module finds the numbers each rule needs in
 ``outputs/metrics/`` and renders two tables from the same rows:
 
-- the README's, one row per claim of ``claims.CLAIMS`` (17), its decisive evidence (``summary_rows``;
-  ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named;
-  a claim of ``AWAITED`` "not yet measured" until its notebook's metrics exist);
-- docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``).
+- the README's, one row per claim of ``claims.CLAIMS`` (16), its decisive evidence (``summary_rows``;
+  ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named);
+- docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``), and the
+  benchmark and extension claims (17 to 19); a claim of ``AWAITED`` "not yet measured" until its
+  notebook's metrics exist (``awaited_rows``).
 
 A metrics file's runs and their settings (bundle, update form, seed, ...) come from its ``provenance``
 (``frost_nb.repro.provenance``) and nowhere else; numbers whose run it does not name are left out. A
@@ -672,15 +673,15 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
                       f"'s models, by claim 16's targets (ours)")
 
 
-# 17 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
+# 19 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
 RAPTOR_CELL = f"no claim; Raptor {C.RAPTOR_RECOVERED[0]:.2f} ({C.RAPTOR_RECOVERED[1]:.2f} later), linear probe"
-# claim -> (notebook, data set, paper cell) of a claim whose notebook awaits its runs: until its metrics exist the
-# README's row reads "not yet measured" (as the ladder column does), not "no committed run"
-AWAITED = {17: ("10", "cifar100", RAPTOR_CELL)}
+# claim -> (notebook, data set, paper cell) of a claim whose notebook awaits its runs: until its metrics exist,
+# docs/results.md shows one row for it, "not yet measured" (as the README's ladder column does)
+AWAITED = {19: ("10", "cifar100", RAPTOR_CELL)}
 
 
 def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
-    """Claim 17 from notebook 10: per teacher seed its k = CLAIM_K student's accuracy recovered (student
+    """Claim 19 from notebook 10: per teacher seed its k = CLAIM_K student's accuracy recovered (student
     over teacher), each student a run its provenance names; the gain over the same architecture trained
     from scratch and the mean state cosine to the teacher are shown beside, never deciding."""
     for d in m.files("10_block_recurrent*"):
@@ -690,7 +691,7 @@ def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
             continue
         recovered = [r["recovered"] for r in students]
         gain = _mean(r["gain"] for r in students)
-        yield row(17, NA, NA, d["dataset"], len(students), RAPTOR_CELL,
+        yield row(19, NA, NA, d["dataset"], len(students), RAPTOR_CELL,
                   f"{_mean(recovered):.3f} ({100 * _mean(r['accuracy'] for r in students):.2f}% of "
                   f"{100 * _mean(r['teacher_accuracy'] for r in students):.2f}%); "
                   + ("" if gain != gain else f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch; ")
@@ -711,26 +712,26 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
-                yield row(18, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
+                yield row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
                           f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
                           C.speed(w["ratio"]), "bench")
             batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
             largest = max(r["batch_size"] for r in batch)
             worst = min(r["ratio"] for r in batch if r["batch_size"] == largest)
-            yield row(18, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
+            yield row(17, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
                       C.speed(worst), "bench", primary=not stream)
         if d.get("benchmark") == "train_throughput":
             for r in d.get("rows", []):
                 if r.get("model") == "frost" and r.get("kll_share") is not None:
-                    yield row(19, NA, r.get("update", NA), r.get("dataset", ""), None, f"< {C.KLL_CHEAP}",
+                    yield row(18, NA, r.get("update", NA), r.get("dataset", ""), None, f"< {C.KLL_CHEAP}",
                               f"{r['kll_share']:.2%} ({r.get('size', '')}, {device})",
                               C.kll_overhead(r["kll_share"]), "bench")
 
 
 CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
     table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows,
-    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, block_recurrent_rows,
-    benchmark_rows)
+    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows,
+    block_recurrent_rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -764,18 +765,19 @@ def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str,
 
 
 def summary_rows(rows: list[dict]) -> list[dict]:
-    """One row per claim of ``claims.CLAIMS``: its decisive evidence, else "not yet measured" for a
-    claim of ``AWAITED``, else "no committed run"."""
+    """One row per claim of ``claims.CLAIMS``: its decisive evidence, or "no committed run"."""
+    return [min(mine, key=_rank) if (mine := [r for r in rows if r["claim"] == c.number]) else
+            row(c.number, NA, NA, "", None, "", "no committed run", f"{C.NOT_TESTABLE}: no metrics", "-")
+            for c in C.CLAIMS]
+
+
+def awaited_rows(rows: list[dict]) -> list[dict]:
+    """One row "not yet measured" for each claim of ``AWAITED`` that ``rows`` hold none of."""
     from .ladder import NOT_YET
 
-    def missing(c: C.Claim) -> dict:
-        if c.number in AWAITED:
-            notebook, dataset, paper_ = AWAITED[c.number]
-            return row(c.number, NA, NA, dataset, None, paper_, NOT_YET, NOT_YET, notebook)
-        return row(c.number, NA, NA, "", None, "", "no committed run", f"{C.NOT_TESTABLE}: no metrics", "-")
-
-    return [min(mine, key=_rank) if (mine := [r for r in rows if r["claim"] == c.number]) else missing(c)
-            for c in C.CLAIMS]
+    held = {r["claim"] for r in rows}
+    return [row(claim, NA, NA, dataset, None, paper_, NOT_YET, NOT_YET, notebook)
+            for claim, (notebook, dataset, paper_) in AWAITED.items() if claim not in held]
 
 
 def _dataset_cell(r: dict) -> str:
@@ -817,7 +819,8 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """docs/results.md's table: every row."""
+    """docs/results.md's table: every row, and a claim of ``AWAITED`` without any as "not yet measured"."""
+    rows = sorted(rows + awaited_rows(rows), key=lambda r: r["claim"])  # stable: each claim's order kept
     return _markdown(FULL_HEADER, ((r["claim"], r["title"], r["bundle"], r["form"],
                                     DATASET_NAMES.get(r["dataset"], r["dataset"]), r["seeds"], r["paper"],
                                     r["ours"], r["verdict"], r["notebook"]) for r in rows))
