@@ -2,20 +2,26 @@
 the teacher, the loss that matches it, and a distillation run that trains, saves and resumes."""
 
 import itertools
+import math
 import os
 import shutil
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import torch
 
 from frost_nb.analysis.block_recurrent import (
+    against_k,
     best_ranges,
     branch_steps,
     equal_ranges,
     range_score,
+    ranges_table,
     state_match,
     step_similarity,
     summary,
+    teacher_view,
 )
 from frost_nb.config import ConfigError, make_config
 from frost_nb.losses import teacher_losses
@@ -259,3 +265,60 @@ def test_summary_reports_against_k(teacher_store):
     assert row["recovered"] == pytest.approx(row["accuracy"] / row["teacher_accuracy"])
     assert row["gain"] == pytest.approx(row["accuracy"] - results["scratch k=1"].metrics["test_accuracy"])
     assert len(row["state_cosine"]) == 4 and row["state_cosine_last"] == row["state_cosine"][-1]
+
+
+def test_against_k_averages_each_k_over_its_students():
+    """Per k the mean over its students (one per teacher seed), the sample spread of recovered and gain
+    (NaN for one student), and the per-step state cosine averaged step by step."""
+    row = lambda k, seed, steps, rec, gain, cos: {
+        "k": k, "seed": seed, "branch_steps": steps, "accuracy": 0.5 * rec, "teacher_accuracy": 0.5,
+        "recovered": rec, "scratch_accuracy": 0.5 * rec - gain, "gain": gain, "state_cosine_mean": sum(cos) / 2,
+        "state_cosine": cos}
+    table = pd.DataFrame([row(2, 0, "1,3", 0.8, 0.1, [1.0, 0.8]), row(2, 1, "2,2", 0.9, 0.2, [0.6, 0.4]),
+                          row(1, 0, "4", 0.5, -0.05, [0.9, 0.7])])
+    per_k = against_k(table)
+    assert list(per_k["k"]) == [1, 2] and list(per_k["students"]) == [1, 2]
+    two = per_k.iloc[1]
+    assert two["recovered"] == pytest.approx(0.85) and two["recovered_sd"] == pytest.approx(0.0707107, rel=1e-5)
+    assert two["gain"] == pytest.approx(0.15) and two["accuracy"] == pytest.approx(0.425)
+    assert two["state_cosine"] == pytest.approx([0.8, 0.6]) and two["state_cosine_mean"] == pytest.approx(0.7)
+    assert two["branch_steps"] == "1,3 / 2,2"  # each teacher's own ranges
+    assert math.isnan(per_k.iloc[0]["recovered_sd"]) and math.isnan(per_k.iloc[0]["gain_sd"])
+
+
+def test_ranges_table_scores_each_students_ranges_on_its_teacher(teacher_store):
+    """J of the ranges each student was given and of equal ranges, on its teacher's step similarity
+    (the chosen split is the optimum, so never below); ``teacher_view`` gives that similarity and the
+    ranges by k. Only configs are read: no student is trained here."""
+    runs = grid("block-recurrent", "smoke", "digits")
+    results = {label: SimpleNamespace(config=cfg) for label, cfg in runs.items()}
+    table = ranges_table(results)
+    assert list(table["label"]) == ["student k=1", "student k=2", "student k=4"]
+    similarity = step_similarity(load_teacher(runs["student k=2"]), runs["vanilla"])
+    for r in table.to_dict(orient="records"):
+        chosen = runs[r["label"]].model.branch_ranges
+        assert r["branch_steps"] == branch_steps(chosen) and r["equal_steps"] == branch_steps(equal_ranges(4, r["k"]))
+        assert r["score"] == pytest.approx(range_score(similarity, chosen), abs=1e-5)
+        assert r["equal_score"] == pytest.approx(range_score(similarity, equal_ranges(4, r["k"])), abs=1e-5)
+        assert r["score"] >= r["equal_score"] - 1e-9 and r["teacher"] == TEACHER
+    shown, ranges = teacher_view(results)
+    assert torch.allclose(shown, similarity, atol=1e-5)
+    assert ranges == {k: runs[f"student k={k}"].model.branch_ranges for k in (1, 2, 4)}
+    with pytest.raises(ValueError, match="no student of seed 1"):
+        teacher_view(results, seed=1)
+    with pytest.raises(ValueError, match="no student"):
+        ranges_table({"vanilla": results["vanilla"]})
+
+
+def test_the_grids_runs_stop_before_training_unless_asked(tmp_path, monkeypatch, stored_teacher):
+    """Outside smoke mode a notebook that would train stops at once, saying so: first for want of the
+    teachers (the grid's ranges are read off them), then, the teacher stored, of the students and
+    controls (at smoke size, T = 4, scratch k=4 is the teacher itself: 6 distinct runs, 5 missing)."""
+    from frost_nb.repro.grids import RunsNotTrained, block_recurrent_runs
+
+    monkeypatch.delenv("FROST_SMOKE", raising=False)
+    with pytest.raises(RunsNotTrained, match=r"^1 of the 1 runs .*\(vanilla\)"):
+        block_recurrent_runs("smoke", "digits", (0,))
+    shutil.copytree(stored_teacher / TEACHER, tmp_path / "cache" / TEACHER)
+    with pytest.raises(RunsNotTrained, match=r"^5 of the 6 runs .*\(recurrent, student k=1, student k=2, student k=4, \.\.\.\)"):
+        block_recurrent_runs("smoke", "digits", (0,))

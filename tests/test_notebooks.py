@@ -142,6 +142,47 @@ def test_complexity_notebook_writes_its_table(tmp_path, monkeypatch, isolated_ou
     assert by_depth[0]["images_per_s"] > by_depth[-1]["images_per_s"]
 
 
+def test_block_recurrent_notebook_reads_its_students_against_k(tmp_path, monkeypatch, isolated_outputs):
+    """Notebook 10 at smoke size trains its tiny teachers (vanilla, 2 seeds), students and from-scratch
+    controls, then writes the read-out the verdict row reads: per student its teacher's accuracy and
+    the share recovered, the gain over the same architecture from scratch, the state cosine per step."""
+    from frost_nb.repro import claims as C
+    from frost_nb.repro import verdicts as V
+
+    _run("10_block_recurrent.ipynb", tmp_path, monkeypatch, seeds=3, samples=500)  # capped: 2 seeds, 64 images
+    out = isolated_outputs / "outputs"
+    metrics = json.loads((out / "metrics" / "10_block_recurrent_digits_smoke.json").read_text())
+    assert (metrics["dataset"], metrics["size"], metrics["seeds"], metrics["samples"]) == ("digits", "smoke", 2, 64)
+    assert (metrics["claim_k"], metrics["margin"]) == (2, C.RECOVERED_MARGIN)
+    students = metrics["students"]
+    assert [(r["k"], r["seed"]) for r in students] == [(1, 0), (2, 0), (2, 1), (4, 0)]
+    steps = 4  # smoke: T = 4
+    for r in students:
+        assert r["key"] == f"digits-smoke-block-recurrent/student-k-{r['k']}-seed{r['seed']}"
+        assert r["teacher"] == f"digits-smoke-families/vanilla-seed{r['seed']}"
+        assert r["recovered"] == pytest.approx(r["accuracy"] / r["teacher_accuracy"])
+        assert sum(int(n) for n in r["branch_steps"].split(",")) == steps and len(r["branch_steps"].split(",")) == r["k"]
+        assert len(r["state_cosine"]) == steps and all(-1 <= c <= 1 for c in r["state_cosine"])
+    two = [r for r in students if r["k"] == 2]
+    for r in two:  # the k = 2 controls: scratch k=2 at seed 0, the same ranges
+        assert r["gain"] == pytest.approx(r["accuracy"] - r["scratch_accuracy"]) and r["scratch_steps"] == r["branch_steps"]
+    assert metrics["verdict"] == str(C.block_recurrent([r["recovered"] for r in two]))
+    assert metrics["verdict"].endswith("(2 seeds)")  # fewer than 3: suggested or not, never decided
+    per_k = {r["k"]: r for r in metrics["against_k"]}
+    assert sorted(per_k) == [1, 2, 4] and per_k[2]["students"] == 2
+    assert per_k[2]["recovered"] == pytest.approx(sum(r["recovered"] for r in two) / 2)
+    for r in metrics["ranges"]:
+        assert r["score"] >= r["equal_score"] - 1e-9  # the chosen split is the optimum of J
+    similarity = metrics["similarity"]
+    assert len(similarity) == steps and all(abs(similarity[i][i] - 1) < 1e-4 for i in range(steps))
+    prov = metrics["provenance"]["settings"]
+    assert all(r["key"] in prov for r in students)
+    (row,) = [r for r in V.verdict_rows(out / "metrics") if r["claim"] == 19]  # the verdict row reads it
+    assert row["seeds"] == "2" and row["verdict"] == metrics["verdict"] and row["notebook"] == "10"
+    figures = {p.name for p in (out / "figures").iterdir()}
+    assert {"10_block_ranges_digits_smoke.png", "10_against_k_digits_smoke.png"} <= figures
+
+
 def test_strip_execution_metadata(tmp_path):
     from frost_nb.notebook.glue import strip_execution_metadata
 
@@ -159,18 +200,56 @@ def test_strip_execution_metadata(tmp_path):
 
 def _awaiting_runs(path: Path) -> str | None:
     """Why a committed notebook cannot be executed yet at its committed parameters, or None: notebook
-    09's scale ladder trains for days on a CPU, and until every run is committed its committed copy is
-    the unexecuted source. The exemption ends by itself once they are committed."""
-    if not path.name.startswith("09_"):
-        return None
-    from frost_nb.paths import committed_runs_dir
-    from frost_nb.repro.ladder import ladder_runs
-    from frost_nb.runs import identity_key, stored_runs
+    09's scale ladder trains for days on a CPU, notebook 10's block-recurrent students and controls for
+    hours, and until every run is committed a committed copy is the unexecuted source. The exemption
+    ends by itself once they are committed."""
+    if path.name.startswith("09_"):
+        from frost_nb.paths import committed_runs_dir
+        from frost_nb.repro.ladder import ladder_runs
+        from frost_nb.runs import identity_key, stored_runs
 
-    committed = {run.identity for run in stored_runs(committed_runs_dir())}
-    missing = [label for label, (_, cfg) in ladder_runs().items() if identity_key(cfg) not in committed]
+        committed = {run.identity for run in stored_runs(committed_runs_dir())}
+        missing = [label for label, (_, cfg) in ladder_runs().items() if identity_key(cfg) not in committed]
+    elif path.name.startswith("10_"):
+        from frost_nb.repro.grids import block_recurrent_missing
+
+        missing = block_recurrent_missing("demo", "cifar100", (0, 1, 2))  # its committed parameters
+    else:
+        return None
     return f"its runs are not all committed yet ({len(missing)} missing: {', '.join(missing[:3])}, ...)" \
         if missing else None
+
+
+def test_notebook_10_awaits_its_runs_until_they_are_committed(tmp_path):
+    """The exemption names the missing runs and ends once every student and control is stored: the
+    runs are matched by data set, size, seed, branches and teacher, the teachers' ranges unread."""
+    from frost_nb.config import make_config
+    from frost_nb.repro.grids import TASK_ONLY, block_recurrent_missing
+    from frost_nb.runs import write_json
+
+    why = _awaiting_runs(NOTEBOOKS / "10_block_recurrent.ipynb")
+    assert why is not None and "7 missing: student k=1 seed 0, student k=2 seed 0, student k=4 seed 0" in why
+    assert _awaiting_runs(NOTEBOOKS / "08_beyond_the_paper.ipynb") is None
+    root = tmp_path / "runs"
+    runs = {"student-k-1-seed0": ("16", 0, True), "student-k-2-seed0": ("5,11", 0, True),
+            "student-k-4-seed0": ("2,3,5,6", 0, True), "student-k-2-seed1": ("6,10", 1, True),
+            "student-k-2-seed2": ("5,11", 2, True), "scratch-k-2-seed0": ("5,11", 0, False),
+            "scratch-k-4-seed0": ("2,3,5,6", 0, False)}
+    for name, (steps, seed, student) in runs.items():
+        cfg = make_config("demo", "cifar100", "vanilla", **{**TASK_ONLY["vanilla"], "model.branch_steps": steps,
+                                                           "train.seed": seed, "loss.teacher": (
+                                                               f"cifar100-demo-families/vanilla-seed{seed}" if student else None)})
+        folder = root / "cifar100-demo-block-recurrent" / name
+        folder.mkdir(parents=True)
+        write_json(folder / "config.json", cfg.to_dict())
+        if name != "student-k-2-seed2":
+            (folder / "model.pt").write_bytes(b"")
+            write_json(folder / "metrics.json", {"test_accuracy": 0.4})
+    assert block_recurrent_missing("demo", "cifar100", (0, 1, 2), root) == ["student k=2 seed 2"]  # unfinished
+    (root / "cifar100-demo-block-recurrent" / "student-k-2-seed2" / "model.pt").write_bytes(b"")
+    write_json(root / "cifar100-demo-block-recurrent" / "student-k-2-seed2" / "metrics.json", {})
+    assert block_recurrent_missing("demo", "cifar100", (0, 1, 2), root) == []
+    assert block_recurrent_missing("demo", "cifar10", (0, 1, 2), root) != []  # another data set's runs are not these
 
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9]*.ipynb")), ids=lambda p: p.name)

@@ -7,7 +7,13 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from frost_nb.notebook.plotting import plot_depth_accuracy, plot_stream_throughput, plot_training
+from frost_nb.notebook.plotting import (  # noqa: E402
+    plot_against_k,
+    plot_block_ranges,
+    plot_depth_accuracy,
+    plot_stream_throughput,
+    plot_training,
+)
 
 
 def _history(logged_steps):
@@ -86,3 +92,31 @@ def test_stored_figures_are_recompressed_without_changing_a_pixel():
     assert pixels[0].shape == pixels[1].shape and (pixels[0] == pixels[1]).all()
     assert len(stored) < 0.9 * len(live), (len(stored), len(live))
     assert figure_png(plt.figure()) == figure_png(plt.figure())  # byte-stable
+
+
+def test_block_ranges_figure_boxes_the_chosen_and_the_equal_ranges():
+    """One panel per k: the similarity over steps 1..T, a solid box per range chosen, a dashed one per
+    equal range, each box over its range's steps."""
+    from matplotlib.patches import Rectangle
+
+    similarity = np.eye(4)
+    fig = plot_block_ranges(similarity, {1: ((0, 4),), 2: ((0, 1), (1, 4))}, {1: ((0, 4),), 2: ((0, 2), (2, 4))})
+    one, two = fig.axes[:2]  # the third is the colour bar
+    boxes = [p for p in two.patches if isinstance(p, Rectangle)]
+    solid = [(p.get_x(), p.get_width()) for p in boxes if p.get_linestyle() == "-"]
+    dashed = [(p.get_x(), p.get_width()) for p in boxes if p.get_linestyle() == "--"]
+    assert solid == [(0.5, 1), (1.5, 3)] and dashed == [(0.5, 2), (2.5, 2)]
+    assert len(one.patches) == 2 and two.get_title() == "k = 2: steps 1-1, 2-4"
+
+
+def test_against_k_figure_draws_each_student_the_means_and_the_margin():
+    table = pd.DataFrame({"k": [1, 2, 2], "recovered": [0.5, 0.8, 0.9], "accuracy": [0.25, 0.4, 0.45],
+                          "teacher_accuracy": [0.5, 0.5, 0.5]})
+    per_k = pd.DataFrame({"k": [1, 2], "recovered": [0.5, 0.85], "accuracy": [0.25, 0.425],
+                          "scratch_accuracy": [0.3, 0.35], "state_cosine": [[0.9, 0.7], [0.8, 0.6]]})
+    a, b, c = plot_against_k(table, per_k, 0.94).axes
+    assert list(a.collections[0].get_offsets()[:, 1]) == [0.5, 0.8, 0.9]  # every student
+    mean, margin, teacher = a.lines
+    assert list(mean.get_ydata()) == [0.5, 0.85] and list(margin.get_ydata()) == [0.94, 0.94]
+    assert list(b.lines[1].get_ydata()) == [0.3, 0.35] and list(b.lines[2].get_ydata()) == [0.5, 0.5]
+    assert [list(line.get_ydata()) for line in c.lines] == [[0.9, 0.7], [0.8, 0.6]]

@@ -16,7 +16,8 @@ about their range's mean, averaged over samples: the split is the exact k-segmen
 trajectory (Fisher's), which neither rewards singletons nor forces equal ranges. Equal ranges
 (``equal_ranges``) are the control. Training (``loss.teacher``) is ``training.build_trainer``'s; what
 is read after it (``summary``): the accuracy recovered, the gain over the same architecture trained
-from scratch, and the per-step state similarity to the teacher.
+from scratch, and the per-step state similarity to the teacher; ``against_k`` and ``ranges_table`` are
+notebook 10's read-out of them.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ..checkpoint import checkpoint_config, load_model
 from ..config import RunConfig
 from ..data.datasets import make_batches
 from ..models import gap
-from ..runs import file_stamp, read_metrics
+from ..runs import file_stamp, read_metrics, run_name
 from ..training import first_batches, load_split, load_teacher, teacher_folder
 from .trajectories import model_trajectories, similarity_matrix
 
@@ -150,7 +151,8 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
     ``grids.load_runs`` of the ``block-recurrent`` grid), by k then seed: its ranges, test accuracy,
     its teacher's (from the teacher run's metrics), ``recovered`` (student over teacher), the
     from-scratch run of the same architecture among ``results`` (the same k, no teacher; its ranges
-    preferred, ``recurrent`` for k = 1) and ``gain`` over it, and ``state_match`` on ``split``
+    preferred, ``recurrent`` for k = 1) and ``gain`` over it, and ``state_match`` on ``split``; ``key``
+    is the student's stored run (``runs.run_name``)
     (``state_cosine`` and ``state_error`` per step, their means, the last step's cosine)."""
     rows, teachers = [], {}
     # from scratch: no teacher, and not one branch per step (the teachers themselves)
@@ -173,7 +175,8 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
         match = state_match(r.model, teacher.to(device), load_split(cfg, split),
                             batch_size=cfg.train.eval_batch_size, max_samples=max_samples)
         mean = lambda v: sum(v) / len(v)
-        rows.append({"label": label, "k": k, "branch_steps": _steps(cfg), "seed": cfg.train.seed,
+        rows.append({"label": label, "key": run_name(r.checkpoint), "k": k, "branch_steps": _steps(cfg),
+                     "seed": cfg.train.seed,
                      "teacher": cfg.loss.teacher, "accuracy": accuracy, "teacher_accuracy": teacher_accuracy,
                      "recovered": accuracy / teacher_accuracy, "scratch_accuracy": base,
                      "scratch_steps": _steps(same[0].config) if same else None, "gain": accuracy - base,
@@ -183,3 +186,52 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
     if not rows:
         raise ValueError("summary found no student (a run with loss.teacher) among the results")
     return pd.DataFrame(rows).sort_values(["k", "seed"], kind="stable").reset_index(drop=True)
+
+
+# ---------------------------------------------------------------- the read-out against k
+def against_k(table: pd.DataFrame) -> pd.DataFrame:
+    """``summary``'s students by k: how many (``students``, one per teacher seed), the mean over them of
+    ``accuracy``, ``teacher_accuracy``, ``recovered``, ``scratch_accuracy``, ``gain`` and
+    ``state_cosine_mean``, the sample standard deviation (ddof = 1; NaN for one student) of
+    ``recovered`` and ``gain``, and the per-step ``state_cosine`` averaged over the students."""
+    rows = []
+    for k, group in table.groupby("k", sort=True):
+        sd = lambda col: group[col].std(ddof=1) if len(group) > 1 else math.nan
+        per_step = torch.tensor(group["state_cosine"].tolist(), dtype=torch.float64).mean(0)  # (T,)
+        rows.append({"k": int(k), "students": len(group), "branch_steps": " / ".join(dict.fromkeys(group["branch_steps"])),
+                     **{col: group[col].mean() for col in ("accuracy", "teacher_accuracy", "recovered")},
+                     "recovered_sd": sd("recovered"), "scratch_accuracy": group["scratch_accuracy"].mean(),
+                     "gain": group["gain"].mean(), "gain_sd": sd("gain"),
+                     "state_cosine_mean": group["state_cosine_mean"].mean(), "state_cosine": per_step.tolist()})
+    return pd.DataFrame(rows)
+
+
+def ranges_table(results: dict) -> pd.DataFrame:
+    """One row per student among ``results`` (as ``summary``): its teacher, k, the ranges it was given
+    (``branch_steps``, from the teacher's step similarity) and the equal ranges of the control, with J of
+    eq. (ranges) for both on that teacher's similarity (``run_similarity``: computed once per teacher)."""
+    rows = []
+    for label, r in results.items():
+        cfg = r.config
+        if cfg.loss.teacher is None:
+            continue
+        similarity = run_similarity(teacher_folder(cfg) / "model.pt")
+        chosen, equal = cfg.model.branch_ranges, equal_ranges(cfg.model.steps, len(cfg.model.branch_ranges))
+        rows.append({"label": label, "teacher": cfg.loss.teacher, "seed": cfg.train.seed, "k": len(chosen),
+                     "branch_steps": branch_steps(chosen), "equal_steps": branch_steps(equal),
+                     "score": range_score(similarity, chosen), "equal_score": range_score(similarity, equal)})
+    if not rows:
+        raise ValueError("ranges_table found no student (a run with loss.teacher) among the results")
+    return pd.DataFrame(rows).sort_values(["seed", "k"], kind="stable").reset_index(drop=True)
+
+
+def teacher_view(results: dict, seed: int = 0) -> tuple[Tensor, dict[int, Ranges]]:
+    """The step similarity (eq. (sim)) of the teacher of seed ``seed``'s students among ``results``, and
+    the ranges each of its students (by k) was given."""
+    students = {len(r.config.model.branch_ranges): r.config for r in results.values()
+                if r.config.loss.teacher is not None and r.config.train.seed == seed}
+    if not students:
+        raise ValueError(f"teacher_view found no student of seed {seed} among the results")
+    teacher = next(iter(students.values()))
+    return (run_similarity(teacher_folder(teacher) / "model.pt"),
+            {k: cfg.model.branch_ranges for k, cfg in sorted(students.items())})

@@ -92,7 +92,8 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
 # Notebook 07's collapse section has its own ("07 collapse", its parameter collapse_dataset): its
 # 18 runs stay on digits when the rules move to another data set.
 COMMITTED_DATASETS = {"02": "cifar100", "03": "cifar100", "04": "fashion-mnist", "05": "cifar100",
-                      "07": "cifar100", "07 collapse": "digits", "08": "cifar100", "09": "cifar100"}
+                      "07": "cifar100", "07 collapse": "digits", "08": "cifar100", "09": "cifar100",
+                      "10": "cifar100"}
 COMMITTED_SIZE = "demo"
 
 
@@ -152,7 +153,7 @@ SMOKE_VALUES = {"size": "smoke", "dataset": "digits", "collapse_dataset": "digit
 SMOKE_CAPS = {"02": {"seeds": 1, "jvp_samples": 8}, "03": {"seeds": 1, "samples": 40}, "04": {"seeds": 1},
               "05": {"seeds": 2}, "07": {"seeds": 2, "throughput_samples": 64, "throughput_repeats": 1},
               "08": {"seeds": 1, "throughput_samples": 64, "throughput_repeats": 1},
-              "09": {"seeds": 1, "samples": 40, "jvp_samples": 8}}
+              "09": {"seeds": 1, "samples": 40, "jvp_samples": 8}, "10": {"seeds": 2, "samples": 64}}
 
 
 def setup(notebook: str, **params: Any) -> SimpleNamespace:

@@ -546,3 +546,56 @@ def plot_ladder_curves(rows: Sequence[dict], title: str = "") -> plt.Figure:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def plot_block_ranges(similarity, ranges: dict[int, Sequence[tuple[int, int]]],
+                      equal: dict[int, Sequence[tuple[int, int]]], title: str = "") -> plt.Figure:
+    """The teacher's step similarity once per k, the ranges its k-branch student was given drawn as
+    solid boxes and the equal ranges of the control as dashed ones (steps 1..T)."""
+    from matplotlib.patches import Rectangle
+
+    m = np.asarray(similarity)
+    fig, axes = plt.subplots(1, len(ranges), figsize=(3.0 * len(ranges) + 0.6, 3.2), squeeze=False)
+    for ax, (k, chosen) in zip(axes[0], ranges.items()):
+        im = ax.imshow(m, vmin=-1, vmax=1, cmap="RdBu_r", origin="upper",
+                       extent=(0.5, m.shape[0] + 0.5, m.shape[0] + 0.5, 0.5))
+        for boxes, style in ((equal.get(k, ()), dict(ls="--", ec="0.4", lw=1.0)), (chosen, dict(ls="-", ec="k", lw=1.6))):
+            for a, b in boxes:  # steps a+1 .. b
+                ax.add_patch(Rectangle((a + 0.5, a + 0.5), b - a, b - a, fill=False, **style))
+        ticks = np.arange(1, m.shape[0] + 1, max(1, m.shape[0] // 4))
+        ax.set(title=f"k = {k}: steps {', '.join(f'{a + 1}-{b}' for a, b in chosen)}", xlabel="step t",
+               ylabel="step s" if ax is axes[0][0] else "", xticks=ticks, yticks=ticks)
+        ax.title.set_fontsize(8)
+    fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="mean cosine")
+    fig.suptitle(title or "teacher's step similarity; solid: the ranges chosen, dashed: equal ranges", fontsize=9)
+    return fig
+
+
+def plot_against_k(students, per_k, margin: float, title: str = "") -> plt.Figure:
+    """Three panels against k: the accuracy recovered (each student a point, the mean a line, the claim's
+    ``margin`` dashed, the teacher at 1); the students' accuracy beside the same architecture from
+    scratch and the teachers' (the gain is the gap); the per-step state cosine to the teacher, one line
+    per k (mean over students). ``students`` as ``block_recurrent.summary``, ``per_k`` as ``against_k``."""
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(11, 3.3))
+    ks = list(per_k["k"])
+    a.scatter(students["k"], students["recovered"], s=16, color="C0", alpha=0.7, label="student (a seed)")
+    a.plot(ks, per_k["recovered"], color="C0", marker="o", label="mean")
+    a.axhline(margin, color="C3", ls="--", lw=1, label=f"claim: {margin:g}")
+    a.axhline(1.0, color="0.5", ls=":", lw=1, label="teacher")
+    a.set(xlabel="k (distinct branches)", ylabel="student / teacher accuracy", xticks=ks, title="accuracy recovered")
+    b.scatter(students["k"], students["accuracy"], s=16, color="C0", alpha=0.7, label="student")
+    b.plot(ks, per_k["accuracy"], color="C0", marker="o")
+    b.plot(ks, per_k["scratch_accuracy"], color="C1", marker="s", ls="--", label="same k from scratch")
+    b.axhline(float(np.mean(students["teacher_accuracy"])), color="0.5", ls=":", lw=1, label="teacher (vanilla)")
+    b.set(xlabel="k (distinct branches)", ylabel="test accuracy", xticks=ks, title="against the same k from scratch")
+    for i, r in enumerate(per_k.to_dict(orient="records")):
+        cos = r["state_cosine"]
+        c.plot(range(1, len(cos) + 1), cos, color=f"C{i}", marker=".", label=f"k = {r['k']}")
+    c.set(xlabel="step t", ylabel="cos(GAP(h_t), teacher's)", title="state similarity to the teacher")
+    for ax in (a, b, c):
+        ax.title.set_fontsize(9)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

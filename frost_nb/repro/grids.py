@@ -22,6 +22,7 @@ and a setting replaces the default only if it beats the reference by more than
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -305,6 +306,43 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
                    for k in (SCRATCH_KS if first else ())}}
         runs |= {label + tag(seed): _run(row, size, dataset, seed) for label, row in rows.items()}
     return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-block-recurrent")
+
+
+def block_recurrent_runs(size: str = "demo", dataset: str | None = "cifar100", seeds: tuple[int, ...] = (0,),
+                         retrain: bool = False, progress: bool | None = None) -> dict[str, Any]:
+    """The ``block-recurrent`` grid's runs, label -> TrainResult (``load_runs``): first its teachers, the
+    ``families`` grid's vanilla of each seed, whose step similarity the grid reads its ranges off, then
+    the grid. ``require_trained`` stops before either when runs are neither committed nor cached and
+    ``retrain`` is False (a smoke run trains them: seconds)."""
+    families = grid("families", size, dataset, seeds)
+    teachers = Grid({label: cfg for label, cfg in families.items() if family_of(label) == "vanilla"},
+                    families.folder)
+    require_trained(teachers, retrain)
+    load_runs(teachers, progress)
+    runs = grid("block-recurrent", size, dataset, seeds)
+    require_trained(runs, retrain)
+    return load_runs(runs, progress)
+
+
+def block_recurrent_missing(size: str = "demo", dataset: str | None = "cifar100", seeds: tuple[int, ...] = (0, 1, 2),
+                            root: Path | None = None) -> list[str]:
+    """The students and from-scratch controls of the ``block-recurrent`` grid of ``seeds`` that have no
+    finished run under ``root`` (default: the committed runs), as the grid labels them. Matched by what
+    the grid fixes before reading any teacher: data set, size, seed, the number of branches and whether
+    a teacher is named (the ranges themselves need the teachers' weights)."""
+    from ..paths import committed_runs_dir
+    from ..runs import stored_runs
+
+    data = make_config(size, dataset).data.name
+    have = {(r.config.train.seed, len(r.config.model.branch_ranges), r.config.loss.teacher is not None)
+            for r in stored_runs(root if root is not None else committed_runs_dir())
+            if r.finished and r.config.model.name == "vanilla" and (r.config.data.name, r.config.size) == (data, size)
+            and len(r.config.model.branch_ranges) < r.config.model.steps}
+    tag = (lambda seed: f" seed {seed}") if len(seeds) > 1 else (lambda seed: "")
+    want = [(f"student k={k}", seed, k, True) for seed in seeds
+            for k in (STUDENT_KS if seed == seeds[0] else (CLAIM_K,))]
+    want += [(f"scratch k={k}", seeds[0], k, False) for k in SCRATCH_KS]
+    return [label + tag(seed) for label, seed, k, student in want if (seed, k, student) not in have]
 
 
 def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:

@@ -5,7 +5,9 @@
 
 - the README's, one row per claim of ``claims.CLAIMS`` (16), its decisive evidence (``summary_rows``;
   ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named);
-- docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``).
+- docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``), and the
+  benchmark and extension claims (17 to 19); a claim of ``AWAITED`` "not yet measured" until its
+  notebook's metrics exist (``awaited_rows``).
 
 A metrics file's runs and their settings (bundle, update form, seed, ...) come from its ``provenance``
 (``frost_nb.repro.provenance``) and nowhere else; numbers whose run it does not name are left out. A
@@ -32,7 +34,7 @@ from .. import paper
 from ..config import LossConfig
 from ..paths import DamagedInput, repo_root, restore_hint, shown_path
 from ..repro import claims as C
-from .grids import family_of, slug
+from .grids import CLAIM_K, family_of, slug
 from ..runs import one_line, read_metrics, skip_or_raise
 from .provenance import run_folder
 
@@ -50,7 +52,7 @@ DATASET_RANK = ("cifar100", "imagenet100", "fashion-mnist", "cifar10", "digits")
 BUNDLE_RANK = ("adopted", "per-step", "residual", NA)
 # where a row's numbers come from: a notebook, or the command that wrote the file
 SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06", "07": "07", "08": "08",
-           "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
+           "10": "10", "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
 DEFAULT_STRENGTH = (LossConfig().lambda_rel, LossConfig().lambda_abs)
 
 
@@ -671,6 +673,32 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
                       f"'s models, by claim 16's targets (ours)")
 
 
+# 19 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
+RAPTOR_CELL = f"no claim; Raptor {C.RAPTOR_RECOVERED[0]:.2f} ({C.RAPTOR_RECOVERED[1]:.2f} later), linear probe"
+# claim -> (notebook, data set, paper cell) of a claim whose notebook awaits its runs: until its metrics exist,
+# docs/results.md shows one row for it, "not yet measured" (as the README's ladder column does)
+AWAITED = {19: ("10", "cifar100", RAPTOR_CELL)}
+
+
+def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
+    """Claim 19 from notebook 10: per teacher seed its k = CLAIM_K student's accuracy recovered (student
+    over teacher), each student a run its provenance names; the gain over the same architecture trained
+    from scratch and the mean state cosine to the teacher are shown beside, never deciding."""
+    for d in m.files("10_block_recurrent*"):
+        students = sorted((r for r in d["students"] if r["k"] == CLAIM_K and settings(d, r["key"]) is not None),
+                          key=lambda r: r["seed"])
+        if not students:
+            continue
+        recovered = [r["recovered"] for r in students]
+        gain = _mean(r["gain"] for r in students)
+        yield row(19, NA, NA, d["dataset"], len(students), RAPTOR_CELL,
+                  f"{_mean(recovered):.3f} ({100 * _mean(r['accuracy'] for r in students):.2f}% of "
+                  f"{100 * _mean(r['teacher_accuracy'] for r in students):.2f}%); "
+                  + ("" if gain != gain else f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch; ")
+                  + f"state cosine {_mean(r['state_cosine_mean'] for r in students):.2f}",
+                  C.block_recurrent(recovered), "10")
+
+
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
 def benchmark_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("bench_*"):
@@ -702,7 +730,8 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
 
 CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
     table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows,
-    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows)
+    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows,
+    block_recurrent_rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -740,6 +769,15 @@ def summary_rows(rows: list[dict]) -> list[dict]:
     return [min(mine, key=_rank) if (mine := [r for r in rows if r["claim"] == c.number]) else
             row(c.number, NA, NA, "", None, "", "no committed run", f"{C.NOT_TESTABLE}: no metrics", "-")
             for c in C.CLAIMS]
+
+
+def awaited_rows(rows: list[dict]) -> list[dict]:
+    """One row "not yet measured" for each claim of ``AWAITED`` that ``rows`` hold none of."""
+    from .ladder import NOT_YET
+
+    held = {r["claim"] for r in rows}
+    return [row(claim, NA, NA, dataset, None, paper_, NOT_YET, NOT_YET, notebook)
+            for claim, (notebook, dataset, paper_) in AWAITED.items() if claim not in held]
 
 
 def _dataset_cell(r: dict) -> str:
@@ -781,7 +819,8 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """docs/results.md's table: every row."""
+    """docs/results.md's table: every row, and a claim of ``AWAITED`` without any as "not yet measured"."""
+    rows = sorted(rows + awaited_rows(rows), key=lambda r: r["claim"])  # stable: each claim's order kept
     return _markdown(FULL_HEADER, ((r["claim"], r["title"], r["bundle"], r["form"],
                                     DATASET_NAMES.get(r["dataset"], r["dataset"]), r["seeds"], r["paper"],
                                     r["ours"], r["verdict"], r["notebook"]) for r in rows))
