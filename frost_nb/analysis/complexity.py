@@ -49,10 +49,10 @@ def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
 def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, batch_size: int = 8,
                       repeats: int = 3, warmup: int = 1) -> tuple[float, float]:
     """Measured wall time per image (fixed part, one step) on random input: each timed round runs
-    ``prologue`` and then the T steps with their readouts (the full-depth pass, nothing kept),
-    each part timed on its own; medians over ``repeats`` rounds, the steps' time over T. Timing
-    the parts inside one round (not the full pass minus a prologue timed apart) keeps a step's
-    time positive when the machine is busy."""
+    the full-depth pass (``trajectory``, nothing kept), its prologue (up to h_0) and its T steps
+    with their readouts timed apart; medians over ``repeats`` rounds, the steps' time over T.
+    Timing the parts inside one round (not the full pass minus a prologue timed in rounds of its
+    own) keeps a step's time positive when the machine is busy."""
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"batch_size={batch_size} and repeats={repeats} must be >= 1, warmup={warmup} >= 0")
     device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
@@ -64,12 +64,12 @@ def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, bat
         for r in range(warmup + repeats):
             sync(device)
             start = time.perf_counter()
-            h, ctx = prologue(model, x)
+            pass_ = model.trajectory(x)
+            next(pass_)  # h_0: the prologue has run
             sync(device)
             middle = time.perf_counter()
-            for t in range(steps):
-                h = model.step(h, ctx, t)
-                model.readout(h, ctx)
+            for _ in pass_:  # h_1 .. h_T with their readouts
+                pass
             sync(device)
             if r >= warmup:
                 fixed.append(middle - start)
