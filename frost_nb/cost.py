@@ -7,7 +7,9 @@ holds shapes and no storage, so nothing the size of the run is allocated. FLOPs 
 is the weights, their gradients and the optimiser's state (AdamW: two moments, SGD: one momentum),
 plus the tensors the training forward pass keeps for the backward pass (counted by
 ``saved_tensors_hooks`` on the meta device, in fp32: an upper bound under bf16 autocast) and the
-training split, which the trainer keeps on the device as uint8. The time per epoch scales the
+training split, which the trainer keeps on the device as uint8; a student (``loss.teacher``) adds its
+frozen teacher's weights and the states and logits of one batch its loss reads, and the teacher's
+forward pass on every training batch to the time. The time per epoch scales the
 training FLOP rate measured on this kind of machine (``benchmarks/train_throughput.py --metrics``,
 ``outputs/metrics/bench_train_throughput*.json``) to the run's FLOPs: a best case, alone on the
 machine; beside other work a run takes longer (docs/scaling.md).
@@ -29,7 +31,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from .config import RunConfig
+from .config import ModelConfig, RunConfig, replace_model
 from .data.prepare import DATASETS
 from .halting import prologue
 
@@ -49,7 +51,7 @@ def _size(n: int) -> str:
 class RunCost:
     params: int
     flops_per_image: int  # forward, full depth
-    memory: dict[str, int]  # bytes: weights, gradients, optimizer, activations, data
+    memory: dict[str, int]  # bytes: weights, gradients, optimizer, activations, a student's teacher, data
     epoch_seconds: float | None  # best case on this machine; None without a measurement to scale
     basis: str  # what the time rests on
 
@@ -90,16 +92,25 @@ def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple
     return fixed, per_step
 
 
-def _meta_model(config: RunConfig):
+def _meta_model(model_config: ModelConfig):
     from .models import create_model
 
     with torch.device("meta"):
-        return create_model(config.model)
+        return create_model(model_config)
 
 
-def _saved_bytes(model, config: RunConfig) -> int:
-    """Bytes of the tensors one training batch's forward pass keeps for the backward pass (fp32)."""
-    from .losses import total_loss
+def _meta_teacher(config: RunConfig):
+    """A student's teacher on the meta device (the student's model with one branch per step, as
+    ``training.load_teacher`` requires), or None for a run without ``loss.teacher``."""
+    if config.loss.teacher is None:
+        return None
+    return _meta_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False)
+
+
+def _batch_bytes(model, config: RunConfig, teacher=None) -> tuple[int, int]:
+    """(bytes of the tensors one training batch's forward pass keeps for the backward pass, bytes of
+    the frozen ``teacher``'s outputs the student's loss reads), fp32, as ``training.forward_loss``."""
+    from .losses import teacher_losses, total_loss
 
     m, n = config.model, config.train.batch_size
     x = torch.zeros(n, m.in_channels, m.image_size, m.image_size, device="meta")
@@ -111,10 +122,16 @@ def _saved_bytes(model, config: RunConfig) -> int:
             seen.setdefault(id(t), t.numel() * 4)
         return t
 
+    held = 0
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(x, detach_halt_input=not config.loss.rank_grad_to_backbone)
+        out = model(x, detach_halt_input=not config.loss.rank_grad_to_backbone, return_states=teacher is not None)
         total_loss(out.logits, out.halt_logits, y, config.loss)
-    return sum(seen.values())
+        if teacher is not None:
+            with torch.no_grad():
+                ref = teacher(x, return_states=True)
+            held = (ref.states.numel() + ref.logits.numel()) * 4
+            teacher_losses(out.states, out.logits, ref.states, ref.logits)
+    return sum(seen.values()), held
 
 
 def _measured_rates(device_type: str) -> list[dict]:
@@ -133,7 +150,7 @@ def _measured_rates(device_type: str) -> list[dict]:
 
 
 def _epoch_seconds(config: RunConfig, flops: int, device: torch.device, amp: bool,
-                   compiled: bool) -> tuple[float | None, str]:
+                   compiled: bool, teacher_flops: int = 0) -> tuple[float | None, str]:
     rows = _measured_rates(device.type)
     if not rows:
         return None, f"no throughput measured on a {device.type} here: benchmarks/train_throughput.py --metrics"
@@ -153,7 +170,8 @@ def _epoch_seconds(config: RunConfig, flops: int, device: torch.device, amp: boo
     if n is None:
         return None, f"no image count for {config.data.name}"
     held_out = n * config.data.val_fraction
-    seconds = ((n - held_out) + held_out * FORWARD_SHARE) * flops / rate
+    # a student's teacher runs forward on every training batch: a third of a step at its FLOPs
+    seconds = ((n - held_out) * (flops + teacher_flops * FORWARD_SHARE) + held_out * FORWARD_SHARE * flops) / rate
     how = (f"scaled from {best['size']} {'bf16' if best.get('amp_bf16') else 'fp32'} "
            f"{'compiled' if best.get('compile') else 'eager'} at {measured_threads} thread(s), "
            f"{best['images_per_s']:.0f} images/s")
@@ -165,17 +183,21 @@ def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     from .training import pick_device, use_amp, use_compile
 
     device = device or pick_device(config.train.device)
-    model = _meta_model(config)
+    model, teacher = _meta_model(config.model), _meta_teacher(config)
     params = sum(p.numel() for p in model.parameters())
     m = config.model
     fixed, per_step = flops_per_image(model, (m.in_channels, m.image_size, m.image_size))
-    flops = fixed + m.steps * per_step
+    flops = fixed + m.steps * per_step  # a teacher has the same shapes, so the same FLOPs (flops_per_image)
     moments = 2 if config.train.optimizer == "adamw" else 1
+    saved, held = _batch_bytes(model, config, teacher)
     memory = {"weights": params * 4, "gradients": params * 4, "optimizer": params * 4 * moments,
-              "activations": _saved_bytes(model, config)}
+              "activations": saved}
+    if teacher is not None:  # its weights, and the states and logits of one batch the loss reads
+        memory["teacher"] = sum(p.numel() for p in teacher.parameters()) * 4 + held
     if DATASETS[config.data.name].in_memory:
         memory["data"] = TRAIN_IMAGES.get(config.data.name, 0) * m.in_channels * m.image_size ** 2
-    seconds, basis = _epoch_seconds(config, flops, device, use_amp(config, device), use_compile(config, device))
+    seconds, basis = _epoch_seconds(config, flops, device, use_amp(config, device), use_compile(config, device),
+                                    flops if teacher is not None else 0)
     return RunCost(params, flops, memory, seconds, basis)
 
 

@@ -214,6 +214,12 @@ def committed_runs_dir() -> Path:
     return repo_root() / "outputs" / "runs"
 
 
+def run_stores() -> tuple[Path, Path]:
+    """Where runs are looked up, in order: the local store (a run trained here wins), then the
+    committed runs (what a fresh clone has)."""
+    return cache_dir(), committed_runs_dir()
+
+
 # outputs/partial/: full checkpoints of unfinished runs, committed so that a fresh clone resumes them.
 # Its size budget (tests/test_repo_size.py), which bounds one run's checkpoint there (scripts/gpu.py)
 PARTIAL = "outputs/partial"

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model, save_checkpoint
 from .config import ConfigError, RunConfig, config_difference
 from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, restore_hint,
-                    shown_path)
+                    run_stores, shown_path)
 from . import cost
 from .training import TrainResult, load_teacher, pick_device, train
 
@@ -175,7 +175,7 @@ def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
     committed run of ``config`` that lacks its weights or metrics is a ``DamagedInput``: it is
     never trained again in its place unless the caller skips damaged inputs."""
     want = identity_key(config)
-    for root in (cache_dir(), committed_runs_dir()):
+    for root in run_stores():
         for run in stored_runs(root):
             if run.identity != want:
                 continue
@@ -215,7 +215,7 @@ def check_name(name: str) -> str:
 
 def _taken(name: str, config: RunConfig) -> bool:
     """Whether a stored run of another config holds ``name``, here or among the committed runs."""
-    for path in (root / name / CONFIG_FILE for root in (cache_dir(), committed_runs_dir())):
+    for path in (root / name / CONFIG_FILE for root in run_stores()):
         try:
             if path.is_file() and _read_config(*file_stamp(path))[1] != identity_key(config):
                 return True

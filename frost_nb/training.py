@@ -35,7 +35,7 @@ from .distributed import join_process_group, parallel, sum_over_ranks, summed_ov
 from .halting import HaltingCalibrator
 from .losses import gradient_conflict, teacher_losses, total_loss
 from .models import FrostNet, create_model, gap, init_from_teacher
-from .paths import OutputError, cache_dir, check_writable, committed_runs_dir, shown_path
+from .paths import OutputError, cache_dir, check_writable, run_stores, shown_path
 
 log = logging.getLogger("frost_nb")
 
@@ -207,7 +207,7 @@ def teacher_folder(config: RunConfig) -> Path:
     """The run folder of ``config``'s teacher (``loss.teacher``, GRID/LABEL): a finished run of that
     name in the local store, else among the committed runs; TrainingError, one line, when neither has it."""
     name = config.loss.teacher
-    for folder in (root / name for root in (cache_dir(), committed_runs_dir())):
+    for folder in (root / name for root in run_stores()):
         if (folder / "metrics.json").is_file():  # written last: the run is finished (runs.py)
             return folder
     raise TrainingError(f"loss.teacher={name!r}: no finished run of that name in the local store "

@@ -104,6 +104,16 @@ def test_config_prints_the_resolved_config_and_its_stored_run(capsys):
     assert "unknown parameter" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["16", '"16"'])
+def test_set_keeps_text_for_a_text_setting(value, capsys):
+    """A text setting given digits stays text (model.branch_steps=16 is one branch for 16 steps); a
+    number setting still parses, and a quoted value is the same text."""
+    assert main(["config", "--dataset", "cifar100", "--model", "vanilla", "--set", f"model.branch_steps={value}",
+                 "--set", "train.epochs=3"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["model.branch_steps"] == "16" and shown["train.epochs"] == 3
+
+
 def test_quantile_outside_unit_interval(tmp_path, capsys):
     ckpt = _train_smoke(tmp_path, capsys)
     assert main(["evaluate", "--checkpoint", str(ckpt), "--quantile", "1.5"]) == 2

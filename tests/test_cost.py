@@ -62,6 +62,31 @@ def test_time_per_epoch_scales_the_nearest_measured_rate(monkeypatch):
     assert cost.estimate(config, CPU).epoch_seconds is None
 
 
+def test_a_student_counts_its_teacher_in_memory_and_time(monkeypatch):
+    """A student (loss.teacher) holds its frozen teacher and one batch of the teacher's states and
+    logits, and runs the teacher forward on every training batch (a third of a step's work)."""
+    plain = {"train.amp": "off", "train.compile": "off", "model.branch_steps": "2,2"}
+    alone = make_config("smoke", "digits", "vanilla", **plain)
+    student = alone.replace(**{"loss.teacher": "grid/vanilla-seed0"})
+    teacher = create_model(make_config("smoke", "digits", "vanilla").model)
+    m, n = student.model, student.train.batch_size
+    states = n * (m.steps + 1) * m.width * (m.image_size // m.stem_stride) ** 2  # h_0..h_T of the batch
+    with torch.no_grad():
+        out = teacher(torch.zeros(2, m.in_channels, m.image_size, m.image_size), return_states=True)
+    assert out.states.numel() == 2 * states // n  # the count above is the teacher's own
+    est, base = cost.estimate(student, CPU), cost.estimate(alone, CPU)
+    assert "teacher" not in base.memory
+    assert est.memory["teacher"] == 4 * (sum(p.numel() for p in teacher.parameters()) + states
+                                         + n * m.steps * m.num_classes)
+    assert est.memory["activations"] > base.memory["activations"]  # the student's states, for its match
+    rows = [{"size": "x", "mflop_per_image": est.flops_per_image / 1e6, "images_per_s": 100.0, "amp_bf16": False,
+             "compile": False, "threads": torch.get_num_threads(), "device": "cpu"}]
+    monkeypatch.setattr(cost, "_measured_rates", lambda device_type: rows)
+    train, held = 1438 * (1 - student.data.val_fraction), 1438 * student.data.val_fraction
+    assert cost.estimate(student, CPU).epoch_seconds == pytest.approx((train * 4 / 3 + held / 3) / 100)
+    assert cost.estimate(alone, CPU).epoch_seconds == pytest.approx((train + held / 3) / 100)
+
+
 def test_a_run_too_big_for_the_memory_is_refused_before_anything_is_written(monkeypatch, tmp_path):
     monkeypatch.setattr(cost, "free_memory", lambda device: 1024)
     config = make_config("smoke", **{"train.epochs": 1, "train.device": "cpu"})
