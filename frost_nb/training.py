@@ -3,7 +3,8 @@ or PonderNet's loss (``loss.ponder``, section 10); API and reporting: docs/archi
 "Training" and "Multi-process training".
 
 No framework: a plain loop over device-resident batches; a checkpoint every epoch (atomic, checked
-before any work, rescued to the temporary folder when the write is refused); a NaN guard that stops
+before any work, rescued to the temporary folder when the write is refused), and every
+``MID_EPOCH_SECONDS`` within a long epoch too (one process, in-memory data); a NaN guard that stops
 before the last good checkpoint is touched; per optimiser step, the data of the paper's figures 1
 (alpha) and 2 (halting scores, median threshold). Inside an epoch nothing waits for the device: each
 step's numbers and halting scores stay there and are read once, at the epoch's end (the training
@@ -45,6 +46,10 @@ STEP_SUMS = ("loss", "correct", "seen", "bad_scores", *LOGGED_PARTS)
 # train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
 DIAGNOSTICS = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
 NAN = float("nan")
+# A one-process run on in-memory data also checkpoints within an epoch once this many seconds have
+# passed since its last save, so that an interrupted long epoch (the ladder's top rung on a CPU:
+# half an hour) loses at most this much; it resumes at the next batch, to the same weights.
+MID_EPOCH_SECONDS = 600.0
 _DEVICES = {"cuda": (lambda: torch.cuda.is_available(), "no CUDA device is visible"),
             "mps": (lambda: torch.backends.mps.is_available(), "MPS is not available")}
 
@@ -282,6 +287,11 @@ class Trainer:
         self.epoch, self.step, self.train_seconds = 0, 0, 0.0  # epochs and optimiser steps completed
         self.resumed = False  # fit reads the checkpoint once, on its first call
         self.epoch_seconds = 0.0  # wall time of the latest epoch (evaluation and checkpoint included)
+        self.within_epoch: dict | None = None  # an unfinished epoch's pass and sums (mid-epoch checkpoint)
+        self.saved_at = time.monotonic()  # of the latest checkpoint (or of the start)
+        # mid-epoch checkpoints need a pass that can restart at a batch (in-memory data) and one process
+        self.pausable = (self.checkpoint is not None and self.setup.world_size == 1
+                         and hasattr(self.batches, "iterate"))
 
     def fit(self, until_epoch: int | None = None, deadline: float | None = None) -> TrainResult:
         """Train to ``train.epochs``, or stop after ``until_epoch`` (as an interruption would), or
@@ -295,11 +305,16 @@ class Trainer:
         if not self.resumed:
             self.resumed = True
             if self._resume() and main:  # every rank reads the same checkpoint
-                log.info("resumed %s after epoch %d of %d", self.checkpoint, self.epoch, cfg.train.epochs)
+                within = (f" and {self.within_epoch['done']} of its next {self.steps_per_epoch} steps"
+                          if self.within_epoch else "")
+                log.info("resumed %s after epoch %d of %d%s", self.checkpoint, self.epoch, cfg.train.epochs,
+                         within)
         model = self.model
+        self.saved_at = time.monotonic()
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
         show = show_progress(self.progress) and main  # rank 0 alone shows progress and logs
-        bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch,
+        done = self.within_epoch["done"] if self.within_epoch else 0
+        bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch + done,
                    desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
                    disable=not show or self.epoch >= last, leave=True)
         while self.epoch < last:
@@ -308,8 +323,10 @@ class Trainer:
                     log.info("stopped after epoch %d of %d: another epoch (%.0f s) would end after the "
                              "deadline", self.epoch, cfg.train.epochs, self.epoch_seconds)
                 break
-            started, start = time.monotonic(), time.perf_counter()
-            loss_total, correct, seen, sketch = self._train_epoch(bar)
+            started, start, whole = time.monotonic(), time.perf_counter(), self.within_epoch is None
+            if not whole:  # the part of the epoch trained before the interruption counts too
+                start -= self.within_epoch["seconds"]
+            loss_total, correct, seen, sketch = self._train_epoch(bar, start)
             # the epoch's calibrator: each rank's training scores, and once the scores every rank holds
             # alike (the run's sketch so far, restored on resume; the held-out pass)
             shared = HaltingCalibrator(cfg.halting.sketch_k)
@@ -336,7 +353,8 @@ class Trainer:
                 bar.write(line)
             elif main:
                 log.info(line)
-            self.epoch_seconds = time.monotonic() - started
+            if whole:  # a resumed epoch's part would understate it (the deadline reads it)
+                self.epoch_seconds = time.monotonic() - started
         bar.close()
 
         metrics = {}
@@ -354,17 +372,27 @@ class Trainer:
         model.eval()
         return TrainResult(model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
 
-    def _train_epoch(self, bar) -> tuple[float, float, float, HaltingCalibrator]:
-        """One epoch of optimiser steps. Nothing in the loop waits for the device (unless
-        ``train.diagnostics_every`` asks for gradient probes): each step's sums, alpha and H and
-        halting scores are kept there, and read once at the end, where the guards run and the
-        history gets its rows. Returns the epoch's loss sum, correct and seen counts (all ranks)
-        and its calibrator (this rank's training scores)."""
+    def _train_epoch(self, bar, start: float) -> tuple[float, float, float, HaltingCalibrator]:
+        """One epoch of optimiser steps (the rest of an unfinished one after a mid-epoch resume).
+        Nothing in the loop waits for the device (unless ``train.diagnostics_every`` asks for
+        gradient probes, or ``MID_EPOCH_SECONDS`` for a checkpoint): each step's sums, alpha and H
+        and halting scores are kept there, and read once at the end, where the guards run and the
+        history gets its rows. ``start``: the epoch's ``perf_counter`` start. Returns the epoch's
+        loss sum, correct and seen counts (all ranks) and its calibrator (this rank's training scores)."""
         cfg, model, history = self.config, self.model, self.history
         every = cfg.train.diagnostics_every
         model.train()
-        sums, scalars, scores, lrs = [], [], [], []  # per step: device tensors, and the host's lr
-        for x, y in self.batches:
+        if (within := self.within_epoch) is not None:  # the same pass, from its next batch
+            self.within_epoch = None
+            batches = self.batches.iterate(within["epoch_seed"], within["done"])
+            sums, scalars = list(within["sums"].to(self.device)), list(within["scalars"].to(self.device))
+            scores = [t.to(self.device) for t in within["scores"]]
+            lrs, epoch_seed = list(within["lrs"]), within["epoch_seed"]
+        else:
+            batches = iter(self.batches)  # draws the pass's seed now
+            sums, scalars, scores, lrs = [], [], [], []  # per step: device tensors, and the host's lr
+            epoch_seed = getattr(self.batches, "epoch_seed", None)
+        for x, y in batches:
             if every and self.step % every == 0:  # gradient conflict at the weights before the step
                 xc = x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
                 with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.amp):
@@ -383,6 +411,14 @@ class Trainer:
             scores.append(step_scores)
             lrs.append(self.scheduler.get_last_lr()[0])
             bar.update(1)
+            due = self.pausable and time.monotonic() - self.saved_at >= MID_EPOCH_SECONDS
+            if due and len(sums) < self.steps_per_epoch:  # the epoch's end saves on its own
+                self.within_epoch = {"epoch_seed": epoch_seed, "done": len(sums), "lrs": lrs,
+                                     "sums": torch.stack(sums).cpu(), "scalars": torch.stack(scalars).cpu(),
+                                     "scores": [t.cpu() for t in scores],
+                                     "seconds": time.perf_counter() - start}
+                self._save(complete=False)
+                self.within_epoch = None
 
         # the epoch's one read of the device: every rank's sums in one all-reduce, so that the guards
         # stop every rank at once (a rank stopping alone would leave the others waiting)
@@ -454,6 +490,11 @@ class Trainer:
         if state["calibrator"]:
             self.calibrator = HaltingCalibrator.from_bytes(state["calibrator"])
         self.history, self.epoch, self.step = state["history"], state["epoch"], state["step"]
+        self.within_epoch = state.get("within_epoch")  # None: saved at an epoch's end
+        if self.within_epoch is not None and not (self.setup.world_size == 1 and hasattr(self.batches, "iterate")):
+            raise CheckpointError(f"checkpoint {self.checkpoint} was saved within epoch {self.epoch + 1}, which "
+                                  "resumes in one process on in-memory data only: resume it so (without "
+                                  "torchrun), or from a checkpoint saved at an epoch's end")
         for key, v in _new_history()["diagnostics"].items():  # older checkpoints
             self.history.setdefault("diagnostics", {}).setdefault(key, v)
         self.train_seconds = state.get("train_seconds", 0.0)
@@ -466,12 +507,14 @@ class Trainer:
                 "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
                 "calibrator": self.calibrator.to_bytes() if not self.calibrator.is_empty else b"",
                 "history": self.history, "epoch": self.epoch, "step": self.step,
-                "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {}}
+                "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {},
+                "within_epoch": self.within_epoch}
 
     def _save(self, complete: bool, metrics: dict | None = None) -> None:
         """Rank 0 checkpoints the run (``_save_or_rescue``); every rank learns whether that worked, so
         all stop together and none goes on before the checkpoint is on disk."""
         error = None
+        self.saved_at = time.monotonic()
         if self.setup.is_main:
             try:
                 _save_or_rescue(self.checkpoint, self.state(complete, metrics), complete, self.epoch)

@@ -64,6 +64,54 @@ def test_resumed_run_matches_uninterrupted_run(tiny_config, tmp_path, make_train
     assert whole.calibrator.threshold(0.5) == pytest.approx(resumed.calibrator.threshold(0.5), abs=0.02)
 
 
+def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config, tmp_path, monkeypatch,
+                                                                     make_trainer):
+    """A long epoch checkpoints every MID_EPOCH_SECONDS (here: after every step); a run stopped in
+    the middle of its second epoch resumes at the next batch of the same pass, to the weights, the
+    step rows and the epoch rows of the uninterrupted run."""
+    config = tiny_config.replace(**{"train.epochs": 3})
+    whole = train(config, checkpoint=tmp_path / "whole.pt")
+    per_epoch = len(whole.history["steps"]["step"]) // 3
+    stop_at = per_epoch + 7  # the 8th step of epoch 2 never runs
+    real, calls = training.optimizer_step, []
+
+    def interrupted(*args, **kwargs):
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 0.0)
+    monkeypatch.setattr(training, "optimizer_step", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, checkpoint=tmp_path / "split.pt")
+    state = load_checkpoint(tmp_path / "split.pt")
+    assert state["epoch"] == 1 and state["step"] == stop_at and state["within_epoch"]["done"] == 7
+    monkeypatch.setattr(training, "optimizer_step", real)
+    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 600.0)
+    resumed = train(config, checkpoint=tmp_path / "split.pt")
+    before = state["train_seconds"] + state["within_epoch"]["seconds"]  # the epoch's first part counts
+    assert 0 < state["train_seconds"] < before < resumed.metrics["train_seconds"]
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    a, b = dict(whole.history["steps"]), dict(resumed.history["steps"])
+    assert a.pop("threshold_median") == pytest.approx(b.pop("threshold_median"), abs=0.02)  # KLL's coins
+    assert a == b
+    for key in ("epoch", "train_loss", "train_accuracy", "val_accuracy"):
+        assert whole.history["epochs"][key] == resumed.history["epochs"][key]
+    assert load_checkpoint(tmp_path / "split.pt")["within_epoch"] is None  # saved at the end
+    # such a checkpoint resumes only where a pass can restart at a batch
+    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 0.0)
+    monkeypatch.setattr(training, "optimizer_step", interrupted)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        train(config, checkpoint=tmp_path / "again.pt")
+    trainer = make_trainer(config, checkpoint=tmp_path / "again.pt")
+    trainer.batches = list(trainer.batches)  # a pass that cannot start at a given batch
+    with pytest.raises(CheckpointError, match="saved within epoch 2.*in-memory data only"):
+        trainer.fit()
+
+
 def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, monkeypatch, make_trainer):
     path = tmp_path / "run.pt"
     make_trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
@@ -185,12 +233,13 @@ def test_cache_returns_the_trained_model(tiny_config):
 
 
 def test_store_order_names_retrain_and_damaged_entries(tiny_config, tmp_path, monkeypatch):
-    from frost_nb import runs
+    from frost_nb import paths, runs
     from frost_nb.paths import cache_dir
 
     config = tiny_config.replace(**{"train.epochs": 1})
     committed = tmp_path / "committed"
-    monkeypatch.setattr(runs, "committed_runs_dir", lambda: committed)
+    for module in (paths, runs):  # the stores' lookup (paths.run_stores) and runs' own uses
+        monkeypatch.setattr(module, "committed_runs_dir", lambda: committed)
     first = train_or_load(config, name="grid/first")
     assert first.checkpoint == cache_dir() / "grid" / "first" / "model.pt"
     assert json.loads((first.checkpoint.parent / "config.json").read_text()) == config.to_dict()
