@@ -413,6 +413,7 @@ class Trainer:
             bar.update(1)
             due = self.pausable and time.monotonic() - self.saved_at >= MID_EPOCH_SECONDS
             if due and len(sums) < self.steps_per_epoch:  # the epoch's end saves on its own
+                self._guarded(sums, scalars)  # broken weights are never saved
                 self.within_epoch = {"epoch_seed": epoch_seed, "done": len(sums), "lrs": lrs,
                                      "sums": torch.stack(sums).cpu(), "scalars": torch.stack(scalars).cpu(),
                                      "scores": [t.cpu() for t in scores],
@@ -420,23 +421,8 @@ class Trainer:
                 self._save(complete=False)
                 self.within_epoch = None
 
-        # the epoch's one read of the device: every rank's sums in one all-reduce, so that the guards
-        # stop every rank at once (a rank stopping alone would leave the others waiting)
         first_step = self.step - len(sums)
-        table = torch.cat([summed_over_ranks(torch.stack(sums)), torch.stack(scalars)], 1).tolist()
-        for i, (loss_sum, correct, seen, bad_scores, *part_sums, _, _) in enumerate(table):
-            at = f"at epoch {self.epoch + 1}, step {first_step + i + 1}"
-            if not math.isfinite(loss_sum / seen):
-                parts = {k: v / self.setup.world_size for k, v in zip(LOGGED_PARTS, part_sums)}
-                self._stop(f"the loss became {loss_sum / seen} {at} (parts: {parts})")
-            if bad_scores:
-                self._stop(f"the halting scores became non-finite {at}")
-        params = [(n, p) for n, p in model.named_parameters()]
-        finite = torch.stack([torch.isfinite(p).all() for _, p in params]).tolist() if params else []
-        if bad := [n for (n, _), ok in zip(params, finite) if not ok]:
-            # never calibrate on or checkpoint broken weights, whatever the loss said
-            self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
-
+        table = self._guarded(sums, scalars)  # the epoch's one read of the device
         sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores (this rank's)
         medians = running_medians(sketch, scores)  # rank 0's: figure 2
         loss_total, correct_total, seen_total = 0.0, 0.0, 0.0
@@ -451,6 +437,27 @@ class Trainer:
             for key, v in values.items():
                 history["steps"][key].append(int(v) if key in ("step", "epoch") else float(v))
         return loss_total, correct_total, seen_total, sketch
+
+    def _guarded(self, sums: list[Tensor], scalars: list[Tensor]) -> list[list[float]]:
+        """The epoch's steps so far as host rows (``STEP_SUMS`` summed over the ranks, alpha, H) in one
+        read of the device, after the guards: a non-finite loss, halting score or weight stops
+        training (``_stop``), so that no checkpoint ever holds them. One all-reduce, so that the
+        guards stop every rank at once (a rank stopping alone would leave the others waiting)."""
+        first_step = self.step - len(sums)
+        table = torch.cat([summed_over_ranks(torch.stack(sums)), torch.stack(scalars)], 1).tolist()
+        for i, (loss_sum, correct, seen, bad_scores, *part_sums, _, _) in enumerate(table):
+            at = f"at epoch {self.epoch + 1}, step {first_step + i + 1}"
+            if not math.isfinite(loss_sum / seen):
+                parts = {k: v / self.setup.world_size for k, v in zip(LOGGED_PARTS, part_sums)}
+                self._stop(f"the loss became {loss_sum / seen} {at} (parts: {parts})")
+            if bad_scores:
+                self._stop(f"the halting scores became non-finite {at}")
+        params = [(n, p) for n, p in self.model.named_parameters()]
+        finite = torch.stack([torch.isfinite(p).all() for _, p in params]).tolist() if params else []
+        if bad := [n for (n, _), ok in zip(params, finite) if not ok]:
+            # never calibrate on or checkpoint broken weights, whatever the loss said
+            self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
+        return table
 
     @torch.no_grad()
     def _alpha_hurst(self) -> Tensor:

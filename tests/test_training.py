@@ -112,10 +112,13 @@ def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config
         trainer.fit()
 
 
-def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, monkeypatch, make_trainer):
+@pytest.mark.parametrize("mid_epoch_seconds", [600.0, 0.0])  # 0: a checkpoint is due after every step
+def test_nan_loss_stops_with_last_good_checkpoint_intact(tiny_config, tmp_path, monkeypatch, make_trainer,
+                                                         mid_epoch_seconds):
     path = tmp_path / "run.pt"
     make_trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
     before = _digest(path)
+    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", mid_epoch_seconds)
     real = training.total_loss
 
     def poisoned(*args, **kwargs):
