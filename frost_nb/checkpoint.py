@@ -24,7 +24,7 @@ from .paths import OutputError, atomic_path, path_problem, repo_root, restore_hi
 FORMAT = 2  # bump when the layout of the checkpoint dict changes (2: the config stored whole, every field)
 XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of an xz stream: a compressed checkpoint
 LEAN_STEP_POINTS = 1000  # per-step history points kept in a lean export
-_RESUME_ONLY = ("optimizer", "scheduler", "rng")  # what only resuming needs
+_RESUME_ONLY = ("optimizer", "scheduler", "rng", "within_epoch")  # what only resuming needs
 LEAN_WEIGHTS = ("float32", "bfloat16")  # how a lean export may store the floating-point weights
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # sentences of torch's load errors that advise what we refuse on purpose (weights_only=False

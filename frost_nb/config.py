@@ -455,6 +455,13 @@ class RunConfig:
         return RunConfig.from_dict(d)
 
 
+def text_settings() -> frozenset[str]:
+    """The dotted settings that hold text (``str`` or ``str | None``), "size" among them."""
+    sections = _field_types(RunConfig)
+    return frozenset({"size"} | {f"{section}.{name}" for section, cls in sections.items() if section != "size"
+                                 for name, hint in _field_types(cls).items() if hint in (str, str | None)})
+
+
 def config_difference(a: RunConfig, b: RunConfig, most: int = 3) -> str:
     """The first ``most`` settings whose values differ in the identities of ``a`` and ``b``, as text."""
     fa, fb = ({k: v for k, v in c.flat().items() if k not in WHERE_FIELDS} for c in (a, b))

@@ -313,7 +313,7 @@ class Trainer:
         self.saved_at = time.monotonic()
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
         show = show_progress(self.progress) and main  # rank 0 alone shows progress and logs
-        done = self.within_epoch["done"] if self.within_epoch else 0
+        done = self.within_epoch["done"] if self.within_epoch is not None else 0
         bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch + done,
                    desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
                    disable=not show or self.epoch >= last, leave=True)
@@ -323,8 +323,9 @@ class Trainer:
                     log.info("stopped after epoch %d of %d: another epoch (%.0f s) would end after the "
                              "deadline", self.epoch, cfg.train.epochs, self.epoch_seconds)
                 break
-            started, start, whole = time.monotonic(), time.perf_counter(), self.within_epoch is None
-            if not whole:  # the part of the epoch trained before the interruption counts too
+            started, start = time.monotonic(), time.perf_counter()
+            done = self.within_epoch["done"] if self.within_epoch is not None else 0
+            if done:  # the part of the epoch trained before the interruption counts too
                 start -= self.within_epoch["seconds"]
             loss_total, correct, seen, sketch = self._train_epoch(bar, start)
             # the epoch's calibrator: each rank's training scores, and once the scores every rank holds
@@ -353,8 +354,8 @@ class Trainer:
                 bar.write(line)
             elif main:
                 log.info(line)
-            if whole:  # a resumed epoch's part would understate it (the deadline reads it)
-                self.epoch_seconds = time.monotonic() - started
+            # the deadline reads it: a resumed epoch's rest, scaled to a whole epoch
+            self.epoch_seconds = (time.monotonic() - started) * self.steps_per_epoch / (self.steps_per_epoch - done)
         bar.close()
 
         metrics = {}
@@ -386,12 +387,15 @@ class Trainer:
             self.within_epoch = None
             batches = self.batches.iterate(within["epoch_seed"], within["done"])
             sums, scalars = list(within["sums"].to(self.device)), list(within["scalars"].to(self.device))
-            scores = [t.to(self.device) for t in within["scores"]]
             lrs, epoch_seed = list(within["lrs"]), within["epoch_seed"]
+            # the scores of the steps before it, as the sketch they fed and its medians after each
+            sketch, medians = HaltingCalibrator.from_bytes(within["sketch"]), list(within["medians"])
         else:
             batches = iter(self.batches)  # draws the pass's seed now
-            sums, scalars, scores, lrs = [], [], [], []  # per step: device tensors, and the host's lr
+            sums, scalars, lrs = [], [], []  # per step: device tensors, and the host's lr
             epoch_seed = getattr(self.batches, "epoch_seed", None)
+            sketch, medians = HaltingCalibrator(cfg.halting.sketch_k), []  # this epoch's training scores
+        scores = []  # per step since the epoch's start or its resumption: (B, T) on the device
         for x, y in batches:
             if every and self.step % every == 0:  # gradient conflict at the weights before the step
                 xc = x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
@@ -414,17 +418,17 @@ class Trainer:
             due = self.pausable and time.monotonic() - self.saved_at >= MID_EPOCH_SECONDS
             if due and len(sums) < self.steps_per_epoch:  # the epoch's end saves on its own
                 self._guarded(sums, scalars)  # broken weights are never saved
+                so_far = HaltingCalibrator.from_bytes(sketch.to_bytes())  # a copy: the live one goes on
                 self.within_epoch = {"epoch_seed": epoch_seed, "done": len(sums), "lrs": lrs,
                                      "sums": torch.stack(sums).cpu(), "scalars": torch.stack(scalars).cpu(),
-                                     "scores": [t.cpu() for t in scores],
-                                     "seconds": time.perf_counter() - start}
+                                     "medians": medians + running_medians(so_far, scores),
+                                     "sketch": so_far.to_bytes(), "seconds": time.perf_counter() - start}
                 self._save(complete=False)
                 self.within_epoch = None
 
         first_step = self.step - len(sums)
         table = self._guarded(sums, scalars)  # the epoch's one read of the device
-        sketch = HaltingCalibrator(cfg.halting.sketch_k)  # this epoch's training scores (this rank's)
-        medians = running_medians(sketch, scores)  # rank 0's: figure 2
+        medians += running_medians(sketch, scores)  # this epoch's training scores (this rank's); figure 2
         loss_total, correct_total, seen_total = 0.0, 0.0, 0.0
         for i, (row, lr, median) in enumerate(zip(table, lrs, medians)):
             loss_sum, correct, seen, _, *part_sums, alpha, hurst = row
@@ -500,8 +504,8 @@ class Trainer:
         self.within_epoch = state.get("within_epoch")  # None: saved at an epoch's end
         if self.within_epoch is not None and not (self.setup.world_size == 1 and hasattr(self.batches, "iterate")):
             raise CheckpointError(f"checkpoint {self.checkpoint} was saved within epoch {self.epoch + 1}, which "
-                                  "resumes in one process on in-memory data only: resume it so (without "
-                                  "torchrun), or from a checkpoint saved at an epoch's end")
+                                  "resumes in one process on in-memory data only: finish that epoch so first "
+                                  f"(without torchrun; Trainer.fit(until_epoch={self.epoch + 1})), then go on")
         for key, v in _new_history()["diagnostics"].items():  # older checkpoints
             self.history.setdefault("diagnostics", {}).setdefault(key, v)
         self.train_seconds = state.get("train_seconds", 0.0)
@@ -541,7 +545,8 @@ def _save_or_rescue(path: Path, state: dict, complete: bool, epoch: int) -> None
     try:
         save_checkpoint(path, state)
     except OutputError as refused:
-        what = "finished run" if complete else f"run after epoch {epoch}"
+        what = ("finished run" if complete else f"run within epoch {epoch + 1}" if state.get("within_epoch")
+                else f"run after epoch {epoch}")
         try:
             fd, rescue = tempfile.mkstemp(prefix=f"frost_nb_{path.stem}_", suffix=".pt")
             os.close(fd)

@@ -674,10 +674,11 @@ def train(run: RunSpec, *, out: Path, limit_s: float, stop_s: float, piece_bytes
     folder, partial, local = Path(out) / name, repo / PARTIAL / name, repo / RUN / name / MODEL_FILE
     for path in (folder, local.parent):
         path.mkdir(parents=True, exist_ok=True)
-    done, calls = 0, []
+    done, within, calls = 0, 0, []
     if (partial / MODEL_FILE).is_file():  # the trainer refuses another run's checkpoint
         _copy(partial / MODEL_FILE, local)
-        done = load_checkpoint(local)["epoch"]
+        staged = load_checkpoint(local)
+        done, within = staged["epoch"], (staged.get("within_epoch") or {}).get("done", 0)
         if (partial / "gpu_calls.json").is_file():
             calls = json.loads((partial / "gpu_calls.json").read_text())
     write_json(folder / CONFIG_FILE, config.to_dict())
@@ -686,7 +687,8 @@ def train(run: RunSpec, *, out: Path, limit_s: float, stop_s: float, piece_bytes
     dev, epochs = trainer.device, config.train.epochs
     record = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hardware": hardware(dev),
               "torch": torch.__version__, "run": name, "resumed_from_epoch": done, "epochs": epochs}
-    print(f"{name}: from epoch {done} of {epochs}, {deadline - time.monotonic():.0f} s to train", flush=True)
+    part = f" and {within} steps of the next" if within else ""  # a CPU run's mid-epoch checkpoint
+    print(f"{name}: from epoch {done}{part} of {epochs}, {deadline - time.monotonic():.0f} s to train", flush=True)
     first = done
     while done < epochs:
         t0 = time.monotonic()
@@ -740,9 +742,10 @@ def fetch(source: Path, *, repo: Path = REPO, cache: Path | None = None, runs_ro
                 here = load_checkpoint(partial / MODEL_FILE)
                 if identity_key(stored_config(partial / MODEL_FILE, here)) != identity_key(config):
                     raise GpuError(f"{partial} holds another run: move it away first")
-                if here["epoch"] > state["epoch"]:
-                    raise GpuError(f"{partial} is at epoch {here['epoch']}, the returned checkpoint at "
-                                   f"{state['epoch']}: keeping the newer one (--force to replace it)")
+                if here["step"] > state["step"]:  # steps: a checkpoint may be saved within an epoch
+                    raise GpuError(f"{partial} is at step {here['step']} (epoch {here['epoch']}), the returned "
+                                   f"checkpoint at step {state['step']}: keeping the newer one (--force to "
+                                   "replace it)")
             record = came / "gpu_calls.json"
             calls = json.loads(record.read_text()) if record.is_file() else []
             entry = {"run": name, "epoch": state["epoch"], "epochs": config.train.epochs,

@@ -112,6 +112,8 @@ def test_set_keeps_text_for_a_text_setting(value, capsys):
                  "--set", "train.epochs=3"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["model.branch_steps"] == "16" and shown["train.epochs"] == 3
+    assert main(["config", "--set", f"data.root={value}"]) == 0  # a text setting that may be None
+    assert json.loads(capsys.readouterr().out)["data.root"] == "16"
 
 
 def test_quantile_outside_unit_interval(tmp_path, capsys):

@@ -4,6 +4,7 @@ import hashlib
 import json
 import math
 import shutil
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -99,6 +100,7 @@ def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config
     assert a == b
     for key in ("epoch", "train_loss", "train_accuracy", "val_accuracy"):
         assert whole.history["epochs"][key] == resumed.history["epochs"][key]
+    assert whole.calibrator.n == resumed.calibrator.n  # the sketch kept the scores before the interruption
     assert load_checkpoint(tmp_path / "split.pt")["within_epoch"] is None  # saved at the end
     # such a checkpoint resumes only where a pass can restart at a batch
     monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 0.0)
@@ -106,6 +108,14 @@ def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config
     calls.clear()
     with pytest.raises(KeyboardInterrupt):
         train(config, checkpoint=tmp_path / "again.pt")
+    monkeypatch.setattr(training, "optimizer_step", real)
+    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 600.0)
+    shutil.copy(tmp_path / "again.pt", tmp_path / "deadline.pt")
+    trainer = make_trainer(config, checkpoint=tmp_path / "deadline.pt")
+    trainer.fit(until_epoch=2)  # the rest of epoch 2: its time, scaled to a whole epoch, for the deadline
+    assert trainer.epoch == 2 and trainer.epoch_seconds > 0
+    trainer.fit(deadline=time.monotonic() + 1e-3)  # no epoch fits
+    assert trainer.epoch == 2
     trainer = make_trainer(config, checkpoint=tmp_path / "again.pt")
     trainer.batches = list(trainer.batches)  # a pass that cannot start at a given batch
     with pytest.raises(CheckpointError, match="saved within epoch 2.*in-memory data only"):
