@@ -14,10 +14,10 @@
 #
 # Every run saves a full checkpoint after each epoch (and every 10 minutes within a long one) in
 # $FROST_CACHE/<grid>/<label>/model.pt and resumes from it, and a finished run is loaded, not
-# retrained: after a restart remove LOGDIR's claim.* folders and start the workers again. To keep edits of the working tree from reaching a
-# running job, run the workers from a frozen checkout (git worktree add --detach ../train HEAD;
-# cd there, PYTHONPATH=. and FROST_DATA=<the data root>). Work that may lose its machine keeps the
-# states of unfinished runs in outputs/partial/ (its README).
+# retrained: after a restart remove LOGDIR's claim.* folders and start the workers again. To keep
+# edits of the working tree from reaching a running job, run the workers from a frozen checkout
+# (git worktree add --detach ../train HEAD; cd there, PYTHONPATH=. and FROST_DATA=<the data root>).
+# Work that may lose its machine keeps the states of unfinished runs in outputs/partial/ (its README).
 set -u
 jobs=$1 logdir=$2 name=$3
 py=${PY:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}
