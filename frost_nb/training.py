@@ -289,9 +289,11 @@ class Trainer:
         self.epoch_seconds = 0.0  # wall time of the latest epoch (evaluation and checkpoint included)
         self.within_epoch: dict | None = None  # an unfinished epoch's pass and sums (mid-epoch checkpoint)
         self.saved_at = time.monotonic()  # of the latest checkpoint (or of the start)
-        # mid-epoch checkpoints need a pass that can restart at a batch (in-memory data) and one process
-        self.pausable = (self.checkpoint is not None and self.setup.world_size == 1
-                         and hasattr(self.batches, "iterate"))
+
+    @property
+    def restartable(self) -> bool:
+        """Whether a pass can restart at a batch, as a mid-epoch checkpoint needs: in-memory data, one process."""
+        return self.setup.world_size == 1 and hasattr(self.batches, "iterate")
 
     def fit(self, until_epoch: int | None = None, deadline: float | None = None) -> TrainResult:
         """Train to ``train.epochs``, or stop after ``until_epoch`` (as an interruption would), or
@@ -415,7 +417,8 @@ class Trainer:
             scores.append(step_scores)
             lrs.append(self.scheduler.get_last_lr()[0])
             bar.update(1)
-            due = self.pausable and time.monotonic() - self.saved_at >= MID_EPOCH_SECONDS
+            due = (self.checkpoint is not None and time.monotonic() - self.saved_at >= MID_EPOCH_SECONDS
+                   and self.restartable)
             if due and len(sums) < self.steps_per_epoch:  # the epoch's end saves on its own
                 self._guarded(sums, scalars)  # broken weights are never saved
                 so_far = HaltingCalibrator.from_bytes(sketch.to_bytes())  # a copy: the live one goes on
@@ -502,7 +505,7 @@ class Trainer:
             self.calibrator = HaltingCalibrator.from_bytes(state["calibrator"])
         self.history, self.epoch, self.step = state["history"], state["epoch"], state["step"]
         self.within_epoch = state.get("within_epoch")  # None: saved at an epoch's end
-        if self.within_epoch is not None and not (self.setup.world_size == 1 and hasattr(self.batches, "iterate")):
+        if self.within_epoch is not None and not self.restartable:
             raise CheckpointError(f"checkpoint {self.checkpoint} was saved within epoch {self.epoch + 1}, which "
                                   "resumes in one process on in-memory data only: finish that epoch so first "
                                   f"(without torchrun; Trainer.fit(until_epoch={self.epoch + 1})), then go on")
