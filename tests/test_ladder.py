@@ -133,3 +133,42 @@ def test_each_verdict_row_reads_its_quantities_trend():
                            {"quantity": "halting_kept_8.3", "reading": ladder.FLAT}]}
     trends = ladder_trends(record)
     assert trends[14] == ladder.AWAY and trends[10] == f"{ladder.TOWARD} / {ladder.FLAT}" and trends[2] == "no fit"
+
+
+def _measures(seed, shift=0.0):
+    """A frost run's measures for the precision check: every quantity it reads, ``shift`` added."""
+    return {"seed": seed, **{name: 0.5 + 0.01 * seed + shift for name in ladder.PRECISION_QUANTITIES}}
+
+
+def test_the_precision_check_compares_the_fp32_twin_with_three_bf16_seed_sds():
+    bf16 = [_measures(s) for s in (0, 1, 2)]  # values 0.50, 0.51, 0.52: sd 0.01 (n - 1), limit 0.03
+    rows = {r["quantity"]: r for r in ladder.precision_check(bf16, _measures(0, shift=0.029))}
+    assert set(rows) == set(ladder.PRECISION_QUANTITIES) and "table1" not in rows and "cosine" in rows
+    r = rows["full_depth"]
+    assert r["seed_sd"] == pytest.approx(0.01) and r["limit"] == pytest.approx(0.03)
+    assert r["difference"] == pytest.approx(0.029) and r["within"] is True and r["seeds"] == 3
+    assert r["bf16"] == pytest.approx(0.5)  # the twin is seed 0's run, not the seeds' mean
+    outside = ladder.precision_check(bf16, {**_measures(0), "gap": 0.5 - 0.031})
+    assert [r["quantity"] for r in outside if not r["within"]] == ["gap"]  # either side of the twin
+
+
+def test_the_precision_check_is_undecided_with_one_bf16_seed_and_needs_the_twin():
+    rows = ladder.precision_check([_measures(0)], _measures(0, shift=0.5))
+    assert all(r["within"] is None and math.isnan(r["seed_sd"]) for r in rows)
+    with pytest.raises(ValueError, match="no bf16 run of seed 0"):
+        ladder.precision_check([_measures(1), _measures(2)], _measures(0))
+
+
+def test_the_precision_run_is_the_rungs_frost_seed_0_in_fp32_and_finds_the_committed_run():
+    from frost_nb.repro.ladder import PRECISION, ladder_runs, precision_run
+    from frost_nb.runs import find_run
+
+    size, seed = PRECISION
+    (label, (name, cfg)), = precision_run("cifar100").items()
+    _, bf16 = ladder_runs("cifar100")[f"{size} frost seed {seed}"]
+    assert cfg.train.amp == "off" and bf16.train.amp == "bf16"
+    assert cfg.replace(**{"train.amp": "bf16"}) == bf16  # the one difference
+    found = find_run(cfg)  # the committed fp32 run (FROST_CACHE is empty here)
+    assert found is not None and found.name == name == "cifar100-ladder32-precision/frost-fp32-seed0"
+    (_, (smoke_name, smoke)), = precision_run("digits", smoke=True).items()
+    assert smoke.train.amp == "off" and smoke.data.name == "digits" and "-smoke-ladder32-precision/" in smoke_name

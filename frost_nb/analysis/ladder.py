@@ -193,4 +193,33 @@ def read_out(rows: list[dict]) -> list[dict]:
     return out
 
 
+# the precision check (section 15): the fp32 twin of ladder32 frost seed 0 against the bf16 seeds'
+# spread; Table 1 and claim 3 by frost's side (its cosine and box dimension: basic_ssm has 1 seed)
+PRECISION_SDS = 3.0
+PRECISION_QUANTITIES = (*(n for n in QUANTITIES if n not in ("table1", "minkowski")), "cosine", "box_dimension")
+
+
+def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dict]:
+    """One row per PRECISION_QUANTITIES entry: the fp32 run's value (``fp32``, a run's measures), the
+    bf16 run of the same ``seed`` among ``bf16`` (the rung's frost seeds), their difference, the bf16
+    seeds' standard deviation (n - 1) and whether the difference is within PRECISION_SDS of it (None
+    with fewer than two bf16 seeds: no spread to compare with)."""
+    twin = next((r for r in bf16 if r["seed"] == seed), None)
+    if twin is None:
+        raise ValueError(f"no bf16 run of seed {seed} among seeds {sorted(r['seed'] for r in bf16)}: "
+                         "the precision check compares the fp32 run with its bf16 twin")
+    out = []
+    for name in PRECISION_QUANTITIES:
+        values = [r[name] for r in bf16 if name in r]
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+        diff = fp32[name] - twin[name]
+        out.append({"quantity": name, "label": QUANTITIES[name].label if name in QUANTITIES else
+                    {"cosine": f"frost's cosine at t = {TABLE1_STEP} (Table 1's frost side)",
+                     "box_dimension": "frost's Minkowski estimate (claim 3's frost side)"}[name],
+                    "bf16": twin[name], "fp32": fp32[name], "difference": diff, "seeds": len(values),
+                    "seed_sd": sd, "limit": PRECISION_SDS * sd,
+                    "within": None if math.isnan(sd) else bool(abs(diff) <= PRECISION_SDS * sd)})
+    return out
+
+
 PAPER_PARAMS = 1484518  # the paper's CIFAR model (the cifar and ladder256 sizes), where its values are marked

@@ -43,6 +43,21 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
     return runs
 
 
+PRECISION = ("ladder32", 0)  # the precision check's rung and seed: its frost run again in fp32
+PRECISION_NAME = "{dataset}-ladder32-precision/frost-fp32-seed0"  # as trained (outputs/partial/STATE.md)
+
+
+def precision_run(dataset: str = "cifar100", smoke: bool = False) -> dict[str, tuple[str, object]]:
+    """label -> (run name, RunConfig) of the precision check's fp32 run: ``ladder_runs``' frost run at
+    PRECISION's rung and seed with bf16 autocast off (``smoke``: its smoke twin on digits)."""
+    size, seed = PRECISION
+    name, cfg = ladder_runs(dataset, seeds=seed + 1, smoke=smoke)[f"{size} frost seed {seed}"]
+    fp32_name = PRECISION_NAME.format(dataset=dataset)
+    if smoke:
+        fp32_name = name.replace("-families/", "-precision/").replace("frost-", "frost-fp32-")
+    return {f"{size} frost fp32 seed {seed}": (fp32_name, cfg.replace(**{"train.amp": "off"}))}
+
+
 def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
     """Every quantity of one trained run (``runs.train_or_load``'s result): who it is, its train and
     held-out accuracy after the last epoch (overfitting shows there), its fixed-depth accuracy by step,
