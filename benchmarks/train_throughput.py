@@ -38,11 +38,11 @@ import pandas as pd
 import torch
 
 from frost_nb.analysis.complexity import flops_per_image
-from frost_nb.config import SIZES, make_config
+from frost_nb.config import SIZES, make_config, parse_settings
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.models import create_model
 from frost_nb.repro.verdicts import _markdown
-from frost_nb.training import Trainer, pick_device, running_medians
+from frost_nb.training import Trainer, load_teacher, pick_device, running_medians
 
 # the printed table's columns and their formats (the metrics keep every column)
 TABLE = {"size": "{}", "model": "{}", "backbone": "{}", "amp_bf16": "{}", "compile": "{}", "channels_last": "{}", "images_per_s": "{:,.0f}",
@@ -72,16 +72,19 @@ def synchronize(device: torch.device) -> None:
 
 
 def measure(size: str, dataset: str | None, model: str, backbone: str, batch_size: int | None,
-            steps: int, amp: str, compile_: str, channels_last: str, device: str) -> dict:
-    overrides = {"train.amp": amp, "train.channels_last": channels_last, "train.compile": compile_,
-                 "train.device": device, "train.epochs": 2, "train.warmup_epochs": 0.0}
+            steps: int, amp: str, compile_: str, channels_last: str, device: str,
+            settings: dict | None = None) -> dict:
+    overrides = {**(settings or {}), "train.amp": amp, "train.channels_last": channels_last,
+                 "train.compile": compile_, "train.device": device, "train.epochs": 2, "train.warmup_epochs": 0.0}
     if batch_size:
         overrides["train.batch_size"] = batch_size
     cfg = make_config(size, dataset, model, backbone, **overrides)
     dev = pick_device(cfg.train.device)
     torch.manual_seed(0)
     torch._dynamo.reset()  # each variant compiles afresh (and none runs into the recompile limit)
-    trainer = Trainer(cfg, create_model(cfg.model).to(dev), SyntheticBatches(cfg, steps, dev), progress=False)
+    teacher = load_teacher(cfg, dev) if cfg.loss.teacher is not None else None  # a student's, run on every batch
+    trainer = Trainer(cfg, create_model(cfg.model).to(dev), SyntheticBatches(cfg, steps, dev), progress=False,
+                      teacher=teacher)
     start = time.perf_counter()
     trainer.fit(until_epoch=1)  # warm-up: compilation, cuDNN's autotuning
     synchronize(dev)
@@ -131,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--channels-last", nargs="+", default=["off", "on"], choices=("off", "on"),
                    help="the channels_last layout (train.channels_last; ResNet only), each measured")
     p.add_argument("--device", default="auto")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="any other config field, as the command line's --set (repeatable), e.g. a student: "
+                        "--models vanilla --set model.branch_steps=6,10 --set loss.teacher=GRID/LABEL")
     p.add_argument("--csv", default=None)
     p.add_argument("--metrics", nargs="?", const="train_throughput", default=None, metavar="NAME",
                    help="also write outputs/metrics/bench_NAME.json (default NAME: train_throughput)")
@@ -148,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             continue  # a ViT has no channels_last layout
         try:
             rows.append(measure(a.size, a.dataset, model, backbone, a.batch_size, a.steps, amp, compile_,
-                                layout, a.device))
+                                layout, a.device, parse_settings(a.set)))
         except torch.OutOfMemoryError as err:  # a row that says so; the others still run
             rows.append({"size": a.size, "backbone": backbone, "model": model, "amp": amp,
                          "compile": compile_ == "on",
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         from frost_nb.notebook.glue import write_metrics
 
         settings = {k: getattr(a, k) for k in ("size", "dataset", "batch_size", "steps", "amp", "compile",
-                                               "channels_last", "device", "threads")}
+                                               "channels_last", "device", "threads", "set")}
         path = write_metrics(f"bench_{a.metrics}", {"benchmark": "train_throughput", **settings,
                                                      "rows": pd.DataFrame(rows).to_dict(orient="records")},
                              device=str(pick_device(a.device)))

@@ -31,7 +31,7 @@ import torch
 # modules load only in the commands that use them, and checkpoint and training functions are
 # looked up on their module when called (tests replace some of them), as are paths' folders.
 from . import checkpoint, paths, training
-from .config import SIZES, ConfigError, make_config, text_settings
+from .config import SIZES, ConfigError, make_config, parse_settings
 from .data.datasets import DataError, make_batches
 from .distributed import barrier, join_process_group, launched_world_size, leave_process_group
 from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
@@ -46,16 +46,7 @@ def _config(args):
     """The config of a run command: size, data set, model, backbone, the --set overrides (JSON
     values when they parse, else strings; a text setting keeps a number as written, so that
     model.branch_steps=16 is "16"), then --epochs, --seed and --root."""
-    overrides, text = {}, text_settings()
-    for pair in args.set:
-        key, sep, value = (part.strip() for part in pair.partition("="))
-        if not sep:
-            raise ConfigError(f"--set {pair!r}: expected section.field=value, e.g. train.lr=0.1")
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
-        overrides[key] = value if key in text and isinstance(parsed, (int, float)) else parsed  # bools too
+    overrides = parse_settings(args.set)
     given = {"train.epochs": args.epochs, "train.seed": args.seed, "data.root": args.root}
     overrides |= {key: value for key, value in given.items() if value is not None}
     return make_config(args.size, args.dataset, args.model, args.backbone, **overrides)

@@ -462,6 +462,24 @@ def text_settings() -> frozenset[str]:
                                  for name, hint in _field_types(cls).items() if hint in (str, str | None)})
 
 
+def parse_settings(pairs) -> dict[str, Any]:
+    """``--set SECTION.FIELD=VALUE`` pairs as overrides: JSON values when they parse, else strings; a
+    text setting keeps a number as written (``model.branch_steps=16`` is "16")."""
+    import json
+
+    overrides, text = {}, text_settings()
+    for pair in pairs:
+        key, sep, value = (part.strip() for part in pair.partition("="))
+        if not sep:
+            raise ConfigError(f"--set {pair!r}: expected section.field=value, e.g. train.lr=0.1")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        overrides[key] = value if key in text and isinstance(parsed, (int, float)) else parsed  # bools too
+    return overrides
+
+
 def config_difference(a: RunConfig, b: RunConfig, most: int = 3) -> str:
     """The first ``most`` settings whose values differ in the identities of ``a`` and ``b``, as text."""
     fa, fb = ({k: v for k, v in c.flat().items() if k not in WHERE_FIELDS} for c in (a, b))

@@ -19,6 +19,10 @@
 # (git worktree add --detach ../train HEAD; cd there, PYTHONPATH=. and FROST_DATA=<the data root>).
 # Work that may lose its machine keeps the states of unfinished runs in outputs/partial/ (its README).
 set -u
+# glibc keeps freed memory in the heap rather than mapping and zero-filling the step's large tensors
+# afresh each time (benchmarks/cpu_allocator.py's ALLOCATOR_ENV; docs/scaling.md): a run then holds
+# its peak memory until it ends
+export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296} MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-68719476736}
 jobs=$1 logdir=$2 name=$3
 py=${PY:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}
 mkdir -p "$logdir"

@@ -200,3 +200,32 @@ def test_throughput_benchmark_measures_eager_compiled_and_both_layouts(tmp_path,
         assert r["peak_mem_gib"] is None or math.isnan(r["peak_mem_gib"])  # CUDA only (JSON: null)
     with pytest.raises(SystemExit):
         bench.main([*common, "--steps", "0"])
+
+
+def test_allocator_benchmark_runs_both_settings_side_by_side_on_a_student(tmp_path, monkeypatch, capsys):
+    """benchmarks/cpu_allocator.py, one round: train_throughput.py twice at once, glibc's default
+    allocator and ALLOCATOR_ENV, here on a block-recurrent student of the committed demo teacher
+    (train_throughput's --set and its teacher); timings are not checked, only what each row is."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "cpu_allocator.py"
+    spec = importlib.util.spec_from_file_location("cpu_allocator", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("FROST_OUTPUTS", str(tmp_path))
+    student = ["--size", "demo", "--dataset", "cifar100", "--models", "vanilla", "--compile", "off",
+               "--channels-last", "off", "--steps", "1", "--set", "model.update=canonical",
+               "--set", "model.halt_norm=false", "--set", "model.branch_steps=6,10",
+               "--set", "loss.teacher=cifar100-demo-families/vanilla-seed0"]
+    assert bench.main(["--rounds", "1", "--metrics", "alloc", "--", *student]) == 0
+    assert "keep freed memory over default" in capsys.readouterr().out
+    d = json.loads((tmp_path / "metrics" / "bench_alloc.json").read_text())
+    assert d["allocator_env"] == bench.ALLOCATOR_ENV and d["arguments"] == student
+    assert sorted(r["setting"] for r in d["rows"]) == ["default", "keep freed memory"]
+    for r in d["rows"]:
+        assert r["model"] == "vanilla" and r["images_per_s"] > 0 and 0 <= r["system_share"] < 1
+    assert d["ratios"][0]["ratio"] > 0
+    with pytest.raises(SystemExit, match="train_throughput.py"):  # a failing child says which and why
+        bench.main(["--", "--size", "demo", "--models", "vanilla", "--set", "loss.teacher=no-such/run"])

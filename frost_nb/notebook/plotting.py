@@ -586,7 +586,8 @@ def plot_against_k(students, per_k, margin: float, title: str = "") -> plt.Figur
     b.scatter(students["k"], students["accuracy"], s=16, color="C0", alpha=0.7, label="student")
     b.plot(ks, per_k["accuracy"], color="C0", marker="o")
     b.plot(ks, per_k["scratch_accuracy"], color="C1", marker="s", ls="--", label="same k from scratch")
-    b.axhline(float(np.mean(students["teacher_accuracy"])), color="0.5", ls=":", lw=1, label="teacher (vanilla)")
+    teachers = students.drop_duplicates("teacher")["teacher_accuracy"]  # each teacher once, however many students
+    b.axhline(float(np.mean(teachers)), color="0.5", ls=":", lw=1, label="teacher (vanilla, mean)")
     b.set(xlabel="k (distinct branches)", ylabel="test accuracy", xticks=ks, title="against the same k from scratch")
     for i, r in enumerate(per_k.to_dict(orient="records")):
         cos = r["state_cosine"]
