@@ -150,6 +150,23 @@ def test_the_precision_check_compares_the_fp32_twin_with_three_bf16_seed_sds():
     assert r["bf16"] == pytest.approx(0.5)  # the twin is seed 0's run, not the seeds' mean
     outside = ladder.precision_check(bf16, {**_measures(0), "gap": 0.5 - 0.031})
     assert [r["quantity"] for r in outside if not r["within"]] == ["gap"]  # either side of the twin
+    # the flat band beside it (context, not the rule): gap's is 0.005; frost's side takes its pair's
+    gap = next(r for r in outside if r["quantity"] == "gap")
+    assert gap["band"] == ladder.QUANTITIES["gap"].band and gap["within_band"] is False
+    assert rows["box_dimension"]["band"] == ladder.QUANTITIES["minkowski"].band
+    assert rows["box_dimension"]["within_band"] is True and rows["cosine"]["band"] == ladder.QUANTITIES["table1"].band
+
+
+def test_the_precision_reading_names_what_fails_and_which_of_it_is_inside_its_band():
+    bf16 = [_measures(s) for s in (0, 1, 2)]
+    adequate, line = ladder.precision_reading(ladder.precision_check(bf16, _measures(0, shift=0.029)))
+    assert adequate is True and line.startswith("precision adequate")
+    fp32 = {**_measures(0), "gap": 0.5 + 0.04, "box_dimension": 0.5 + 0.04}  # bands 0.005 and 0.05
+    adequate, line = ladder.precision_reading(ladder.precision_check(bf16, fp32))
+    assert adequate is False and "outside 3 bf16 seed sd: gap, box_dimension;" in line
+    assert line.endswith("(context, not the rule): box_dimension")
+    adequate, line = ladder.precision_reading(ladder.precision_check(bf16[:1], fp32))
+    assert adequate is None and "undecided: 1 bf16 seed(s)" in line
 
 
 def test_the_precision_check_is_undecided_with_one_bf16_seed_and_needs_the_twin():

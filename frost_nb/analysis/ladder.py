@@ -196,14 +196,17 @@ def read_out(rows: list[dict]) -> list[dict]:
 # the precision check (section 15): the fp32 twin of ladder32 frost seed 0 against the bf16 seeds'
 # spread; Table 1 and claim 3 by frost's side (its cosine and box dimension: basic_ssm has 1 seed)
 PRECISION_SDS = 3.0
-PRECISION_QUANTITIES = (*(n for n in QUANTITIES if n not in ("table1", "minkowski")), "cosine", "box_dimension")
+FROST_SIDE = {"cosine": "table1", "box_dimension": "minkowski"}  # frost's side -> the paired quantity
+PRECISION_QUANTITIES = (*(n for n in QUANTITIES if n not in FROST_SIDE.values()), *FROST_SIDE)
 
 
 def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dict]:
     """One row per PRECISION_QUANTITIES entry: the fp32 run's value (``fp32``, a run's measures), the
     bf16 run of the same ``seed`` among ``bf16`` (the rung's frost seeds), their difference, the bf16
     seeds' standard deviation (n - 1) and whether the difference is within PRECISION_SDS of it (None
-    with fewer than two bf16 seeds: no spread to compare with)."""
+    with fewer than two bf16 seeds: no spread to compare with). Beside it, for context and not part of
+    the rule: the quantity's flat band (the paired quantity's for frost's side) and whether the
+    difference lies inside it (a seed spread near 0 makes the rule's limit near 0)."""
     twin = next((r for r in bf16 if r["seed"] == seed), None)
     if twin is None:
         raise ValueError(f"no bf16 run of seed {seed} among seeds {sorted(r['seed'] for r in bf16)}: "
@@ -213,13 +216,30 @@ def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dic
         values = [r[name] for r in bf16 if name in r]
         sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
         diff = fp32[name] - twin[name]
+        band = QUANTITIES[FROST_SIDE.get(name, name)].band
         out.append({"quantity": name, "label": QUANTITIES[name].label if name in QUANTITIES else
                     {"cosine": f"frost's cosine at t = {TABLE1_STEP} (Table 1's frost side)",
                      "box_dimension": "frost's Minkowski estimate (claim 3's frost side)"}[name],
                     "bf16": twin[name], "fp32": fp32[name], "difference": diff, "seeds": len(values),
                     "seed_sd": sd, "limit": PRECISION_SDS * sd,
-                    "within": None if math.isnan(sd) else bool(abs(diff) <= PRECISION_SDS * sd)})
+                    "within": None if math.isnan(sd) else bool(abs(diff) <= PRECISION_SDS * sd),
+                    "band": band, "within_band": bool(abs(diff) <= band)})
     return out
+
+
+def precision_reading(rows: Sequence[dict]) -> tuple[bool | None, str]:
+    """(adequate, one line) of ``precision_check``'s rows: None while undecided (fewer than two bf16
+    seeds); a failed check names the quantities outside the limit and, as context, those of them that
+    lie inside their flat band."""
+    if any(r["within"] is None for r in rows):
+        return None, f"precision check undecided: {min(r['seeds'] for r in rows)} bf16 seed(s); it needs 2"
+    outside = [r for r in rows if not r["within"]]
+    if not outside:
+        return True, f"precision adequate: every quantity within {PRECISION_SDS:g} bf16 seed sd of its bf16 twin"
+    small = [r["quantity"] for r in outside if r["within_band"]]
+    return False, (f"precision not adequate, outside {PRECISION_SDS:g} bf16 seed sd: "
+                   f"{', '.join(r['quantity'] for r in outside)}; of these inside the quantity's flat band "
+                   f"(context, not the rule): {', '.join(small) or 'none'}")
 
 
 PAPER_PARAMS = 1484518  # the paper's CIFAR model (the cifar and ladder256 sizes), where its values are marked
