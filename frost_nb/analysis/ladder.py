@@ -63,6 +63,9 @@ QUANTITIES: dict[str, Quantity] = {
 }
 
 
+FROST_SIDE = {"cosine": "table1", "box_dimension": "minkowski"}  # frost's side -> the paired quantity
+
+
 def depth_to_keep(accuracy_by_step: Sequence[float], share: float = KEPT_SHARE) -> int:
     """The first step t (1-based) whose fixed-depth accuracy reaches ``share`` of the last step's."""
     acc = np.asarray(accuracy_by_step, dtype=float)
@@ -165,7 +168,7 @@ def quantity_points(rows: list[dict]) -> dict[str, list[dict]]:
     """Per quantity, its points (size, seed, params, value): frost's own, or frost minus basic_ssm."""
     frost = [r for r in rows if r["model"] == "frost"]
     points = {name: [{**r, "value": r[name]} for r in frost if name in r]
-              for name in QUANTITIES if name not in ("table1", "minkowski")}
+              for name in QUANTITIES if name not in FROST_SIDE.values()}
     points["table1"] = paired_differences(rows, "cosine")
     points["minkowski"] = paired_differences(rows, "box_dimension")
     return points
@@ -196,7 +199,6 @@ def read_out(rows: list[dict]) -> list[dict]:
 # the precision check (section 15): the fp32 twin of ladder32 frost seed 0 against the bf16 seeds'
 # spread; Table 1 and claim 3 by frost's side (its cosine and box dimension: basic_ssm has 1 seed)
 PRECISION_SDS = 3.0
-FROST_SIDE = {"cosine": "table1", "box_dimension": "minkowski"}  # frost's side -> the paired quantity
 PRECISION_QUANTITIES = (*(n for n in QUANTITIES if n not in FROST_SIDE.values()), *FROST_SIDE)
 
 
