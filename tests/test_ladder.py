@@ -176,8 +176,23 @@ def test_the_precision_check_is_undecided_with_one_bf16_seed_and_needs_the_twin(
         ladder.precision_check([_measures(1), _measures(2)], _measures(0))
 
 
-def test_the_precision_run_is_the_rungs_frost_seed_0_in_fp32_and_finds_the_committed_run():
-    from frost_nb.repro.ladder import PRECISION, ladder_runs, precision_run
+def test_the_precision_shift_compares_the_fp32_seeds_mean_with_the_bf16_seeds_mean():
+    bf16 = [_measures(s) for s in (0, 1, 2)]  # 0.50, 0.51, 0.52 per quantity
+    fp32 = [{**_measures(s, shift=0.1), "gap": 0.51 + 0.001 * s} for s in (0, 1, 2)]
+    rows = {r["quantity"]: r for r in ladder.precision_shift(bf16, fp32)}
+    r = rows["cosine"]  # shifted by 0.1, both sd 0.01: Welch df 4, half-width t(0.975, 4) * 0.01 * sqrt(2/3)
+    half = student_t.ppf(0.975, 4) * 0.01 * math.sqrt(2 / 3)
+    assert r["shift"] == pytest.approx(0.1) and r["shift_low"] == pytest.approx(0.1 - half)
+    assert r["shifted"] is True and r["bf16_seeds"] == r["fp32_seeds"] == 3
+    assert rows["gap"]["shift"] == pytest.approx(0.001) and rows["gap"]["shifted"] is False  # same mean, within
+    sensitive = ladder.precision_sensitive([rows["cosine"], rows["gap"], rows["box_dimension"]])
+    assert sensitive == {"table1": True, "gap": False, "minkowski": True}
+    one = ladder.precision_shift(bf16, fp32[:1])  # one fp32 seed: no interval, undecided
+    assert all(r["shifted"] is None and r["fp32_seeds"] == 1 for r in one)
+
+
+def test_the_precision_runs_are_the_rungs_frost_seeds_in_fp32_and_find_the_committed_run():
+    from frost_nb.repro.ladder import PRECISION, PRECISION_SEEDS, ladder_runs, precision_run
     from frost_nb.runs import find_run
 
     size, seed = PRECISION
@@ -187,5 +202,9 @@ def test_the_precision_run_is_the_rungs_frost_seed_0_in_fp32_and_finds_the_commi
     assert cfg.replace(**{"train.amp": "bf16"}) == bf16  # the one difference
     found = find_run(cfg)  # the committed fp32 run (FROST_CACHE is empty here)
     assert found is not None and found.name == name == "cifar100-ladder32-precision/frost-fp32-seed0"
+    every = precision_run("cifar100", seeds=3)
+    assert list(every) == [f"{size} frost fp32 seed {s}" for s in PRECISION_SEEDS]  # the rule's twin first
+    assert [c.train.seed for _, c in every.values()] == list(PRECISION_SEEDS)
+    assert every[f"{size} frost fp32 seed 2"][0] == "cifar100-ladder32-precision/frost-fp32-seed2"
     (_, (smoke_name, smoke)), = precision_run("digits", smoke=True).items()
     assert smoke.train.amp == "off" and smoke.data.name == "digits" and "-smoke-ladder32-precision/" in smoke_name

@@ -244,4 +244,35 @@ def precision_reading(rows: Sequence[dict]) -> tuple[bool | None, str]:
                    f"(context, not the rule): {', '.join(small) or 'none'}")
 
 
+def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
+    """After the check (not part of section 15's rule; added once it failed on one fp32 run, to tell
+    a precision effect from a wider spread of draws): per PRECISION_QUANTITIES entry, the fp32 seeds'
+    mean minus the bf16 seeds' mean, its Welch 95% t interval, and ``shifted``, whether the interval
+    excludes 0 (None below two seeds on either side). A shifted quantity is precision-sensitive: the
+    ladder's bf16 rungs still compare sizes in one precision, but its level is bf16's."""
+    out = []
+    for name in PRECISION_QUANTITIES:
+        a = np.array([r[name] for r in bf16 if name in r], float)
+        b = np.array([r[name] for r in fp32 if name in r], float)
+        diff = float(b.mean() - a.mean()) if len(a) and len(b) else math.nan
+        low = high = math.nan
+        if len(a) > 1 and len(b) > 1:
+            va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+            se = math.sqrt(va + vb)
+            dof = se ** 4 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else math.inf
+            half = float(student_t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
+            low, high = diff - half, diff + half
+        out.append({"quantity": name, "bf16_mean": float(a.mean()) if len(a) else math.nan, "bf16_seeds": len(a),
+                    "fp32_mean": float(b.mean()) if len(b) else math.nan, "fp32_seeds": len(b),
+                    "shift": diff, "shift_low": low, "shift_high": high,
+                    "shifted": None if math.isnan(low) else bool(low > 0 or high < 0)})
+    return out
+
+
+def precision_sensitive(shift: Sequence[dict]) -> dict[str, bool | None]:
+    """read-out quantity -> whether ``precision_shift`` found it shifted (frost's side standing for
+    its paired quantity; None: undecided), for the read-out's column beside each reading."""
+    return {FROST_SIDE.get(r["quantity"], r["quantity"]): r["shifted"] for r in shift}
+
+
 PAPER_PARAMS = 1484518  # the paper's CIFAR model (the cifar and ladder256 sizes), where its values are marked
