@@ -133,6 +133,10 @@ def test_each_verdict_row_reads_its_quantities_trend():
                            {"quantity": "halting_kept_8.3", "reading": ladder.FLAT}]}
     trends = ladder_trends(record)
     assert trends[14] == ladder.AWAY and trends[10] == f"{ladder.TOWARD} / {ladder.FLAT}" and trends[2] == "no fit"
+    record["read_out"][0]["precision_sensitive"] = True  # notebook 09's column: the reading says so
+    record["read_out"][1]["precision_sensitive"] = None  # undecided: nothing added
+    trends = ladder_trends(record)
+    assert trends[14] == f"{ladder.AWAY} (precision-sensitive)" and trends[10].startswith(f"{ladder.TOWARD} / ")
 
 
 def _measures(seed, shift=0.0):

@@ -143,14 +143,18 @@ CLAIM_QUANTITIES = {1: ("table1",), 2: ("product_rate",), 3: ("minkowski",),
                     14: ("gap",)}
 METRICS = "09_scale_ladder"  # notebook 09's metrics at its committed parameters
 NOT_YET = "not yet measured"
+SENSITIVE = "precision-sensitive"  # analysis.ladder.precision_sensitive: its level is bf16's
 
 
 def ladder_trends(record: dict | None) -> dict[int, str]:
     """claim -> its trend over the ladder by the rule (notebook 09's ``read_out`` in ``record``, its
-    metrics; None: not executed from the ladder's runs yet), "-" for a claim no quantity speaks to."""
+    metrics; None: not executed from the ladder's runs yet), "-" for a claim no quantity speaks to;
+    a quantity marked precision-sensitive in the read-out is said to be so."""
     from .claims import CLAIMS
 
-    readings = {} if record is None else {r["quantity"]: r["reading"] for r in record.get("read_out", [])}
+    readings = {} if record is None else {  # a precision-sensitive quantity's reading says so
+        r["quantity"]: r["reading"] + (f" ({SENSITIVE})" if r.get("precision_sensitive") is True else "")
+        for r in record.get("read_out", [])}
     trends = {}
     for claim in CLAIMS:
         names = CLAIM_QUANTITIES.get(claim.number)
