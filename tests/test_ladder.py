@@ -188,6 +188,7 @@ def test_the_precision_shift_compares_the_fp32_seeds_mean_with_the_bf16_seeds_me
     half = student_t.ppf(0.975, 4) * 0.01 * math.sqrt(2 / 3)
     assert r["shift"] == pytest.approx(0.1) and r["shift_low"] == pytest.approx(0.1 - half)
     assert r["shifted"] is True and r["bf16_seeds"] == r["fp32_seeds"] == 3
+    assert r["bf16_sd"] == pytest.approx(0.01) and rows["gap"]["fp32_sd"] == pytest.approx(0.001)
     assert rows["gap"]["shift"] == pytest.approx(0.001) and rows["gap"]["shifted"] is False  # same mean, within
     sensitive = ladder.precision_sensitive([rows["cosine"], rows["gap"], rows["box_dimension"]])
     assert sensitive == {"table1": True, "gap": False, "minkowski": True}

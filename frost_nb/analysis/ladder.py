@@ -248,7 +248,8 @@ def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
     """After the check (not part of section 15's rule; added once it failed on one fp32 run, to tell
     a precision effect from a wider spread of draws): per PRECISION_QUANTITIES entry, the fp32 seeds'
     mean minus the bf16 seeds' mean, its Welch 95% t interval, and ``shifted``, whether the interval
-    excludes 0 (None below two seeds on either side). A shifted quantity is precision-sensitive: the
+    excludes 0 (None below two seeds on either side); beside them each side's seed sd (n - 1), whose
+    ratio says whether fp32's draws spread wider. A shifted quantity is precision-sensitive: the
     ladder's bf16 rungs still compare sizes in one precision, but its level is bf16's."""
     out = []
     for name in PRECISION_QUANTITIES:
@@ -262,8 +263,10 @@ def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
             dof = se ** 4 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else math.inf
             half = float(student_t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
             low, high = diff - half, diff + half
+        sd = {k: float(v.std(ddof=1)) if len(v) > 1 else math.nan for k, v in (("bf16", a), ("fp32", b))}
         out.append({"quantity": name, "bf16_mean": float(a.mean()) if len(a) else math.nan, "bf16_seeds": len(a),
-                    "fp32_mean": float(b.mean()) if len(b) else math.nan, "fp32_seeds": len(b),
+                    "bf16_sd": sd["bf16"], "fp32_mean": float(b.mean()) if len(b) else math.nan,
+                    "fp32_seeds": len(b), "fp32_sd": sd["fp32"],
                     "shift": diff, "shift_low": low, "shift_high": high,
                     "shifted": None if math.isnan(low) else bool(low > 0 or high < 0)})
     return out
