@@ -109,6 +109,22 @@ def test_halting_measures_split_the_gap_into_spread_and_ranking():
     assert m["spread"] == pytest.approx(float(random - fixed))
     assert m["ranking"] == pytest.approx(float(own - random))
     assert m["gap"] == pytest.approx(m["spread"] + m["ranking"])
+    # the sweep reaches mean depth 2.5 alone: the paper's depths lie beyond it, so no share is read
+    # there (read_at would hold the curve's end value)
+    assert all(math.isnan(m[f"halting_kept_{d}"]) for d in ladder.PAPER_DEPTHS)
+
+
+def test_a_crossing_beyond_a_floats_range_is_infinite():
+    tiny = ladder.Fit(n=3, rungs=3, intercept=0.3, slope=1e-4, slope_low=5e-5, slope_high=2e-4)
+    assert tiny.crossing(0.62) == math.inf and tiny.crossing(0.3) == pytest.approx(1.0)
+
+
+def test_a_controls_means_pair_frost_with_basic_ssm_as_the_fit_does():
+    rows = [{"size": "demo", "model": m, "seed": s, "params": 1, "cosine": c, "full_depth": 0.3 + 0.01 * s}
+            for s in (0, 1) for m, c in (("frost", 0.9 + 0.02 * s), ("basic_ssm", 0.5))]
+    means = ladder.quantity_means(rows)
+    assert means["table1"] == pytest.approx(0.41) and means["full_depth"] == pytest.approx(0.305)
+    assert math.isnan(means["gap"])  # no run has it
 
 
 def test_read_out_pairs_frost_with_basic_ssm_by_size_and_seed():
@@ -137,6 +153,23 @@ def test_each_verdict_row_reads_its_quantities_trend():
     record["read_out"][1]["precision_sensitive"] = None  # undecided: nothing added
     trends = ladder_trends(record)
     assert trends[14] == f"{ladder.AWAY} (precision-sensitive)" and trends[10].startswith(f"{ladder.TOWARD} / ")
+    assert ladder_trends({"runs": {}})[14] == NOT_YET  # the measures kept before the read-out: not yet read
+
+
+def test_cached_measures_read_as_measured_and_a_runs_hardware_comes_from_its_folder(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from frost_nb.repro.ladder import _hardware, measured
+
+    result = SimpleNamespace(metrics={"test_accuracy": 0.4, "device": "cpu"}, checkpoint=None)
+    cache = {"g/a": json.loads(json.dumps({"stored_accuracy": 0.4, "gap": math.nan, "seed": 0}))}  # NaN -> null
+    rows, fresh = measured({"ladder32 frost seed 0": ("g/a", result)}, cache, lambda r: pytest.fail("measured again"))
+    assert math.isnan(rows[0]["gap"]) and rows[0]["size"] == "ladder32"
+    assert _hardware(result) == "cpu"  # no folder: the device
+    (tmp_path / "metrics.json").write_text(json.dumps({"hardware": "cpu (x86_64, 1 threads)"}))
+    assert _hardware(SimpleNamespace(metrics={"device": "cpu"}, checkpoint=tmp_path / "model.pt")) == \
+        "cpu (x86_64, 1 threads)"
 
 
 def _measures(seed, shift=0.0):
@@ -171,6 +204,11 @@ def test_the_precision_reading_names_what_fails_and_which_of_it_is_inside_its_ba
     assert line.endswith("(context, not the rule): box_dimension")
     adequate, line = ladder.precision_reading(ladder.precision_check(bf16[:1], fp32))
     assert adequate is None and "undecided: 1 bf16 seed(s)" in line
+    fp32["gap"] = math.nan  # no value (a depth the sweep misses): that quantity is undecided
+    rows = ladder.precision_check(bf16, fp32)
+    assert next(r for r in rows if r["quantity"] == "gap")["within"] is None
+    adequate, line = ladder.precision_reading(rows)
+    assert adequate is None and line.endswith("or no value for gap")
 
 
 def test_the_precision_check_is_undecided_with_one_bf16_seed_and_needs_the_twin():

@@ -21,7 +21,7 @@ from scipy.stats import t as student_t
 from .. import paper
 from ..halting import PAPER_QUANTILES
 from .curves import FIXED, at_depths, curve, versus_fixed_depth
-from .halting_rules import random_exit_accuracy
+from .halting_rules import random_exit_accuracy, sorted_points
 
 PAPER_DEPTHS = (4.37, 6.06, 8.30)  # Table 2's mean depths at q = 12.5%, 25%, 50%
 KEPT_SHARE = 0.99  # "the depth at which a fixed depth first reaches 99% of full-depth accuracy"
@@ -76,12 +76,15 @@ def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUA
     """The halting quantities of one run from its test split's full-depth pass (``outputs``, a
     ``training.FullDepthPass``) and its calibrator: full-depth accuracy, ``depth_99``, the shares kept
     at PAPER_DEPTHS by a fixed depth and by FROST's halting, and claim 14's gap over ``quantiles``
-    (Table 2's, q < 1) with its spread and ranking parts (means over the quantiles)."""
+    (Table 2's, q < 1) with its spread and ranking parts (means over the quantiles). A depth outside
+    the sweep's mean depths gives the halting's share there as NaN (no point of the fit)."""
     from ..halting import exit_steps
 
     fixed = curve(outputs, FIXED)
     sweep = curve(outputs, calibrator=calibrator, quantiles=list(quantiles))
     kept = at_depths(sweep, fixed, PAPER_DEPTHS)
+    depths = sorted_points(sweep)[0]  # read_at holds a curve's end outside its depths: not a reading
+    kept.loc[(kept["mean_depth"] < depths.min()) | (kept["mean_depth"] > depths.max()), "kept"] = math.nan
     gaps = versus_fixed_depth(sweep, fixed)
     correct = outputs.correct  # (N, T)
     random = [random_exit_accuracy(correct, exit_steps(outputs.scores, calibrator.threshold(q)))
@@ -114,8 +117,12 @@ class Fit:
         return self.intercept + self.slope * math.log(params)
 
     def crossing(self, value: float) -> float:
-        """The parameter count at which the fitted line reaches ``value`` (inf where it is flat)."""
-        return math.exp((value - self.intercept) / self.slope) if self.slope else math.inf
+        """The parameter count at which the fitted line reaches ``value`` (inf where it is flat or
+        beyond a float's range)."""
+        try:
+            return math.exp((value - self.intercept) / self.slope) if self.slope else math.inf
+        except OverflowError:
+            return math.inf
 
 
 def fit(params: Sequence[float], values: Sequence[float]) -> Fit | None:
@@ -174,6 +181,12 @@ def quantity_points(rows: list[dict]) -> dict[str, list[dict]]:
     return points
 
 
+def quantity_means(rows: list[dict]) -> dict[str, float]:
+    """Per quantity, the mean of ``rows``' points (``quantity_points``: a control's, beside the fit)."""
+    return {name: float(np.mean([p["value"] for p in points])) if points else math.nan
+            for name, points in quantity_points(rows).items()}
+
+
 def read_out(rows: list[dict]) -> list[dict]:
     """One row per quantity: its fit over the ladder runs in ``rows`` (dicts with size, model,
     seed, params and the measures; runs of other sizes, e.g. demo, are left to the caller), the
@@ -202,6 +215,11 @@ PRECISION_SDS = 3.0
 PRECISION_QUANTITIES = (*(n for n in QUANTITIES if n not in FROST_SIDE.values()), *FROST_SIDE)
 
 
+def _finite(rows: Sequence[dict], name: str) -> list[float]:
+    """``name``'s finite values among ``rows`` (a NaN: no value there, e.g. a depth the sweep misses)."""
+    return [float(r[name]) for r in rows if name in r and math.isfinite(r[name])]
+
+
 def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dict]:
     """One row per PRECISION_QUANTITIES entry: the fp32 run's value (``fp32``, a run's measures), the
     bf16 run of the same ``seed`` among ``bf16`` (the rung's frost seeds), their difference, the bf16
@@ -215,16 +233,16 @@ def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dic
                          "the precision check compares the fp32 run with its bf16 twin")
     out = []
     for name in PRECISION_QUANTITIES:
-        values = [r[name] for r in bf16 if name in r]
+        values = _finite(bf16, name)
         sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
-        diff = fp32[name] - twin[name]
+        diff = fp32[name] - twin[name]  # NaN where either has no value (then undecided)
         band = QUANTITIES[FROST_SIDE.get(name, name)].band
         out.append({"quantity": name, "label": QUANTITIES[name].label if name in QUANTITIES else
                     {"cosine": f"frost's cosine at t = {TABLE1_STEP} (Table 1's frost side)",
                      "box_dimension": "frost's Minkowski estimate (claim 3's frost side)"}[name],
                     "bf16": twin[name], "fp32": fp32[name], "difference": diff, "seeds": len(values),
                     "seed_sd": sd, "limit": PRECISION_SDS * sd,
-                    "within": None if math.isnan(sd) else bool(abs(diff) <= PRECISION_SDS * sd),
+                    "within": None if math.isnan(sd) or math.isnan(diff) else bool(abs(diff) <= PRECISION_SDS * sd),
                     "band": band, "within_band": bool(abs(diff) <= band)})
     return out
 
@@ -233,8 +251,9 @@ def precision_reading(rows: Sequence[dict]) -> tuple[bool | None, str]:
     """(adequate, one line) of ``precision_check``'s rows: None while undecided (fewer than two bf16
     seeds); a failed check names the quantities outside the limit and, as context, those of them that
     lie inside their flat band."""
-    if any(r["within"] is None for r in rows):
-        return None, f"precision check undecided: {min(r['seeds'] for r in rows)} bf16 seed(s); it needs 2"
+    if undecided := [r["quantity"] for r in rows if r["within"] is None]:
+        return None, (f"precision check undecided: {min(r['seeds'] for r in rows)} bf16 seed(s) (it needs 2) "
+                      f"or no value for {', '.join(undecided)}")
     outside = [r for r in rows if not r["within"]]
     if not outside:
         return True, f"precision adequate: every quantity within {PRECISION_SDS:g} bf16 seed sd of its bf16 twin"
@@ -253,8 +272,7 @@ def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
     ladder's bf16 rungs still compare sizes in one precision, but its level is bf16's."""
     out = []
     for name in PRECISION_QUANTITIES:
-        a = np.array([r[name] for r in bf16 if name in r], float)
-        b = np.array([r[name] for r in fp32 if name in r], float)
+        a, b = np.array(_finite(bf16, name)), np.array(_finite(fp32, name))
         diff = float(b.mean() - a.mean()) if len(a) and len(b) else math.nan
         low = high = math.nan
         if len(a) > 1 and len(b) > 1:

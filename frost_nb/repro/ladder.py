@@ -6,6 +6,9 @@ read-out itself (the quantities, the fit and its reading) is ``analysis.ladder``
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 from ..analysis.ladder import TABLE1_STEP, halting_measures
 
 RUNGS = ("ladder32", "ladder64", "ladder128")  # the CPU rungs (ladder256: a GPU's, when one trains it)
@@ -80,10 +83,20 @@ def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
            "params": int(result.model.num_parameters()), "test_accuracy": float(outputs.accuracy_per_step()[-1]),
            "train_accuracy": float(epochs["train_accuracy"][-1]), "val_accuracy": float(epochs["val_accuracy"][-1]),
            "accuracy_per_step": [float(a) for a in outputs.accuracy_per_step()],
-           "hardware": result.metrics.get("hardware", result.metrics.get("device"))}
+           "hardware": _hardware(result)}
     if cfg.model.name == "frost":
         row.update(halting_measures(outputs, result.calibrator))
     return {**row, **trajectory_measures(result, outputs.pooled, samples, jvp_samples)}
+
+
+def _hardware(result) -> str | None:
+    """What trained ``result``: its folder's metrics.json says (the checkpoint's metrics name only the
+    device), else the device."""
+    from ..runs import read_metrics
+
+    folder = None if result.checkpoint is None else Path(result.checkpoint).parent
+    stored = read_metrics(folder) if folder is not None and (folder / "metrics.json").is_file() else {}
+    return stored.get("hardware", result.metrics.get("hardware", result.metrics.get("device")))
 
 
 def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], measure) -> tuple[list[dict], dict]:
@@ -95,6 +108,8 @@ def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], mea
         row = cache.get(name)
         if row is None or row.get("stored_accuracy") != stored:
             row = measure(result)
+        else:  # JSON keeps NaN as null: a cached row reads as it was measured
+            row = {k: math.nan if v is None else v for k, v in row.items()}
         # the rung from the label (ladder_runs'), not the config's size: smoke rungs share one size
         fresh[name] = {**row, "size": label.split(" ", 1)[0], "name": name, "stored_accuracy": stored}
         rows.append(fresh[name])
@@ -152,6 +167,8 @@ def ladder_trends(record: dict | None) -> dict[int, str]:
     a quantity marked precision-sensitive in the read-out is said to be so."""
     from .claims import CLAIMS
 
+    if record is not None and "read_out" not in record:  # the measures alone, kept before the read-out
+        record = None
     readings = {} if record is None else {  # a precision-sensitive quantity's reading says so
         r["quantity"]: r["reading"] + (f" ({SENSITIVE})" if r.get("precision_sensitive") is True else "")
         for r in record.get("read_out", [])}
