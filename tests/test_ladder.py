@@ -251,3 +251,16 @@ def test_the_precision_runs_are_the_rungs_frost_seeds_in_fp32_and_find_the_commi
     assert every[f"{size} frost fp32 seed 2"][0] == "cifar100-ladder32-precision/frost-fp32-seed2"
     (_, (smoke_name, smoke)), = precision_run("digits", smoke=True).items()
     assert smoke.train.amp == "off" and smoke.data.name == "digits" and "-smoke-ladder32-precision/" in smoke_name
+
+
+def test_a_gpu_rung_is_read_once_its_runs_are_stored(monkeypatch):
+    import frost_nb.runs
+    from frost_nb.repro import ladder as repro_ladder
+
+    assert not [k for k in repro_ladder.ladder_runs("cifar100") if k.startswith("ladder256")]  # none stored
+    real = frost_nb.runs.find_run
+    monkeypatch.setattr(frost_nb.runs, "find_run",
+                        lambda cfg, **kw: object() if cfg.size == "ladder256" and cfg.model.name == "frost" else real(cfg, **kw))
+    runs = repro_ladder.ladder_runs("cifar100")
+    assert [k for k in runs if k.startswith("ladder256")] == ["ladder256 frost seed 0"]  # basic_ssm not stored
+    assert not [k for k in repro_ladder.ladder_runs("digits", 1, smoke=True) if k.startswith("ladder256")]

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ..analysis.ladder import TABLE1_STEP, halting_measures
 
-RUNGS = ("ladder32", "ladder64", "ladder128")  # the CPU rungs (ladder256: a GPU's, when one trains it)
-FROST_SEEDS = {"ladder32": (0, 1, 2), "ladder64": (0, 1, 2), "ladder128": (0,)}
+RUNGS = ("ladder32", "ladder64", "ladder128")  # the CPU rungs
+GPU_RUNGS = ("ladder256",)  # a fourth rung of the fit once a GPU has trained it (its runs read when stored)
+FROST_SEEDS = {"ladder32": (0, 1, 2), "ladder64": (0, 1, 2), "ladder128": (0,), "ladder256": (0,)}
 BASELINE = "basic_ssm"  # one seed per rung: Table 1 and the Minkowski estimate are frost against it
 CONTROL = "demo"  # the committed demo runs (linear B, C, D): shown, never fitted
 SMOKE_WIDTHS = {"ladder32": 8, "ladder64": 16, "ladder128": 32}  # FROST_SMOKE: digits, seconds a run
@@ -22,19 +23,21 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
     """label -> (run name, RunConfig) of every run notebook 09 reads: frost at FROST_SEEDS (at most
     ``seeds`` each) and BASELINE at seed 0 per rung, the demo control's frost and BASELINE beside them
     (the families grid of each size, so a run is the one the grid trains). ``smoke``: the smoke size on
-    digits, its width set per rung (SMOKE_WIDTHS), so that CI reads a ladder of its own in seconds."""
+    digits, its width set per rung (SMOKE_WIDTHS), so that CI reads a ladder of its own in seconds.
+    GPU_RUNGS' runs are included where they are stored (found by config), never in smoke."""
+    from ..runs import find_run
     from .grids import grid
 
     runs = {}
-    for size in (*RUNGS, CONTROL):
+    for size in (*RUNGS, *GPU_RUNGS, CONTROL):
         frost_seeds = tuple(range(seeds)) if size == CONTROL else FROST_SEEDS[size][:seeds]
         wanted = {(m, s) for m in ("frost", BASELINE) for s in (frost_seeds if m == "frost" else (0,))}
-        if smoke and size == CONTROL:
+        if smoke and size in (CONTROL, *GPU_RUNGS):
             continue
         g = grid("families", "smoke" if smoke else size, "digits" if smoke else dataset, seeds=(0, 1, 2))
         for label, cfg in g.items():
             model, seed = label.rsplit(" seed ", 1)[0], cfg.train.seed
-            if (model, seed) not in wanted:
+            if (model, seed) not in wanted or (size in GPU_RUNGS and find_run(cfg) is None):
                 continue
             name = g.run_name(label)
             if smoke:
