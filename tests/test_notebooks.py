@@ -205,11 +205,12 @@ def _awaiting_runs(path: Path) -> str | None:
     ends by itself once they are committed."""
     if path.name.startswith("09_"):
         from frost_nb.paths import committed_runs_dir
-        from frost_nb.repro.ladder import ladder_runs
+        from frost_nb.repro.ladder import PRECISION_SEEDS, ladder_runs, precision_run
         from frost_nb.runs import identity_key, stored_runs
 
         committed = {run.identity for run in stored_runs(committed_runs_dir())}
-        missing = [label for label, (_, cfg) in ladder_runs().items() if identity_key(cfg) not in committed]
+        wanted = {**ladder_runs(), **precision_run(seeds=len(PRECISION_SEEDS))}  # the fp32 runs too
+        missing = [label for label, (_, cfg) in wanted.items() if identity_key(cfg) not in committed]
     elif path.name.startswith("10_"):
         from frost_nb.repro.grids import block_recurrent_missing
 
