@@ -95,10 +95,10 @@ def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
 def _hardware(result) -> str | None:
     """What trained ``result``: its folder's metrics.json says (the checkpoint's metrics name only the
     device), else the device."""
-    from ..runs import read_metrics
+    from ..runs import METRICS_FILE, read_metrics
 
     folder = None if result.checkpoint is None else Path(result.checkpoint).parent
-    stored = read_metrics(folder) if folder is not None and (folder / "metrics.json").is_file() else {}
+    stored = read_metrics(folder) if folder is not None and (folder / METRICS_FILE).is_file() else {}
     return stored.get("hardware", result.metrics.get("hardware", result.metrics.get("device")))
 
 
