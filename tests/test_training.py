@@ -297,21 +297,17 @@ def _renamed(folder: Path, label: str) -> Path:
     return target
 
 
-def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config, tmp_path,
-                                                                     monkeypatch, make_trainer):
+def test_non_finite_weights_with_finite_loss_are_never_checkpointed(tiny_config, tmp_path, make_trainer):
     # an optimiser step can break the weights while the loss of that step was still finite
     path = tmp_path / "run.pt"
     trainer = make_trainer(tiny_config.replace(**{"halting.calibrate_on": "last_epoch"}), checkpoint=path)
-    real_step = trainer.optimizer.step
 
-    def breaking_step(*args, **kwargs):
-        out = real_step(*args, **kwargs)
-        if trainer.step + 1 == trainer.steps_per_epoch:  # the last step of epoch 1
+    def break_weights(optimizer, args, kwargs):  # after the optimiser's step (a hook: the scheduler's
+        if trainer.step + 1 == trainer.steps_per_epoch:  # wrapper of step stays), the last of epoch 1
             with torch.no_grad():
                 next(trainer.model.parameters()).fill_(float("inf"))
-        return out
 
-    monkeypatch.setattr(trainer.optimizer, "step", breaking_step)
+    trainer.optimizer.register_step_post_hook(break_weights)
     with pytest.raises(TrainingError, match="weights .* non-finite in epoch 1.*No checkpoint of this run"):
         trainer.fit()
     assert not path.exists()  # epoch 1 was never saved with broken weights
