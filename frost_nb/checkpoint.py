@@ -5,6 +5,7 @@ docs/architecture.md, "Checkpoints" describes; the KLL sketch is stored as bytes
 
 from __future__ import annotations
 
+import hashlib
 import io
 import lzma
 import os
@@ -34,6 +35,17 @@ _ADVICE = ("weights_only", "safe_globals", "please", "documentation", "file an i
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, damaged, or not the one that was asked for."""
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of ``model``'s state dict (every tensor's name, dtype, shape and bytes): what a
+    student's checkpoint records of its teacher, so that resuming against other weights is refused."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any], *, compress: bool = False) -> Path:

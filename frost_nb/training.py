@@ -29,7 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checkpoint import CheckpointError, load_checkpoint, load_model, save_checkpoint, stored_config
+from .checkpoint import (CheckpointError, load_checkpoint, load_model, save_checkpoint, stored_config,
+                         weights_digest)
 from .config import ConfigError, RunConfig, config_difference, replace_model
 from .data.datasets import load_dataset, make_batches
 from .distributed import join_process_group, parallel, sum_over_ranks, summed_over_ranks
@@ -253,6 +254,8 @@ class Trainer:
                                 f"{'no' if teacher is None else 'a'} teacher: pass teacher=load_teacher("
                                 "config) with loss.teacher set, none without it (build_trainer does both)")
         self.teacher = teacher
+        # what the checkpoint records of the teacher: a resumed student refuses other weights
+        self.teacher_digest = None if teacher is None else weights_digest(teacher)
         self.val_set, self.test_set, self.progress = val_set, test_set, progress
         self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.generator = getattr(batches, "generator", None)
@@ -493,6 +496,11 @@ class Trainer:
             raise CheckpointError(f"checkpoint {self.checkpoint} belongs to another run (its config differs "
                                   f"from this one's: {config_difference(theirs, self.config)}); pass "
                                   "another path or delete it")
+        if (digest := state.get("teacher_digest")) is not None and digest != self.teacher_digest:
+            raise CheckpointError(f"checkpoint {self.checkpoint} was trained against other weights of its "
+                                  f"teacher loss.teacher={self.config.loss.teacher!r} than that run holds now "
+                                  "(it was trained again or replaced): restore the teacher's weights it "
+                                  "started from, or delete the checkpoint to train the student afresh")
         if state.get("lean"):
             raise CheckpointError(f"checkpoint {self.checkpoint} is a lean export (weights, calibrator, "
                                   "config and metrics, no optimiser state): it can be loaded and evaluated, "
@@ -522,7 +530,7 @@ class Trainer:
                 "calibrator": self.calibrator.to_bytes() if not self.calibrator.is_empty else b"",
                 "history": self.history, "epoch": self.epoch, "step": self.step,
                 "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {},
-                "within_epoch": self.within_epoch}
+                "within_epoch": self.within_epoch, "teacher_digest": self.teacher_digest}
 
     def _save(self, complete: bool, metrics: dict | None = None) -> None:
         """Rank 0 checkpoints the run (``_save_or_rescue``); every rank learns whether that worked, so

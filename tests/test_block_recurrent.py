@@ -218,6 +218,24 @@ def test_a_student_trains_saves_and_resumes(teacher_store, tmp_path):
     assert len(match["state_cosine"]) == 4 and all(-1 <= c <= 1 for c in match["state_cosine"])
 
 
+def test_a_student_refuses_to_resume_against_other_teacher_weights(teacher_store, tmp_path):
+    from frost_nb.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, weights_digest
+
+    cfg = _student()
+    cut = build_trainer(cfg, tmp_path / "cut.pt")
+    cut.fit(until_epoch=1)
+    assert load_checkpoint(tmp_path / "cut.pt")["teacher_digest"] == weights_digest(load_teacher(cfg))
+    stored = os.path.join(teacher_store, TEACHER, "model.pt")
+    state = load_checkpoint(stored)
+    name = next(iter(state["model"]))
+    state["model"][name] = state["model"][name] + 1.0  # the teacher run trained again: other weights
+    save_checkpoint(stored, state)
+    with pytest.raises(CheckpointError, match=r"cut\.pt was trained against other weights of its teacher "
+                                              r"loss\.teacher=.*delete the checkpoint"):
+        build_trainer(cfg, tmp_path / "cut.pt").fit()
+    assert load_checkpoint(tmp_path / "cut.pt")["epoch"] == 1  # nothing lost
+
+
 def test_a_missing_or_unfit_teacher_stops_before_anything_is_written(teacher_store, tmp_path):
     from frost_nb.runs import train_or_load
 
