@@ -152,8 +152,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         with open(path, "rb") as f:  # compressed (XZ_MAGIC) or torch's own bytes
             head = f.read(len(XZ_MAGIC))
             data = io.BytesIO(lzma.decompress(head + f.read())) if head == XZ_MAGIC else path
-        # weights_only: a checkpoint is data (tensors, numbers, strings, bytes), never code
-        state = torch.load(data, map_location=map_location, weights_only=True)
+        # weights_only: a checkpoint is data (tensors, numbers, strings, bytes), never code; the
+        # global bytes too: pickle writes an empty bytes so (an empty calibrator, saved within epoch 1)
+        with torch.serialization.safe_globals([bytes]):
+            state = torch.load(data, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError,
             lzma.LZMAError) as err:
         raise CheckpointError(f"checkpoint {path} is damaged or not a frost_nb checkpoint "

@@ -42,7 +42,10 @@ from .paths import OutputError, cache_dir, check_writable, run_stores, shown_pat
 log = logging.getLogger("frost_nb")
 
 LOGGED_PARTS = ("task", "rel", "abs", "easy_score", "hard_score")  # of the loss, per step
-# what train_forward sums of each step's batch (summed over the ranks too; the parts then averaged)
+# a student's too: its match to the teacher, unweighted (eq. (state) and the KL; method.md section 16)
+TEACHER_PARTS = ("teacher_state", "teacher_kl")
+# what train_forward sums of each step's batch (summed over the ranks too; the parts then averaged),
+# a student's then TEACHER_PARTS
 STEP_SUMS = ("loss", "correct", "seen", "bad_scores", *LOGGED_PARTS)
 # train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
 DIAGNOSTICS = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
@@ -140,20 +143,24 @@ def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: 
         if teacher is not None:
             with torch.no_grad():
                 ref = teacher(x, return_states=True)
-            loss = loss + teacher_losses(out.states, out.logits, ref.states, ref.logits,
-                                         cfg.loss.teacher_state, cfg.loss.teacher_kl).loss
-            parts["loss"] = loss.detach()
+            match = teacher_losses(out.states, out.logits, ref.states, ref.logits,
+                                   cfg.loss.teacher_state, cfg.loss.teacher_kl)
+            loss = loss + match.loss
+            parts |= {"loss": loss.detach(), "teacher_state": match.state.detach(),
+                      "teacher_kl": match.kl.detach()}
     return out, loss, parts
 
 
 def train_forward(model: torch.nn.Module, x: Tensor, y: Tensor, cfg: RunConfig, *, amp: bool,
                   channels_last: bool, teacher: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The training forward pass as the trainer runs (and compiles) it: the loss, the halting scores
-    (B, T) and the batch's STEP_SUMS (float32 (len(STEP_SUMS),)), all left on the device."""
+    (B, T) and the batch's STEP_SUMS, then a student's TEACHER_PARTS (float32, one value each), all
+    left on the device."""
     out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last, teacher=teacher)
     scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
+    student = teacher is not None
     sums = (loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
-            (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS))
+            (~torch.isfinite(scores)).sum(), *(parts[k] for k in logged_parts(student)))
     # float32: MPS has no float64; the sums of one batch (and the counts) fit it exactly enough
     return loss, scores, torch.stack([torch.as_tensor(v, dtype=torch.float32, device=x.device).reshape(())
                                       for v in sums])
@@ -201,9 +208,14 @@ class TrainResult:
     from_cache: bool = False
 
 
-def _new_history() -> dict[str, Any]:
+def logged_parts(student: bool) -> tuple[str, ...]:
+    """The loss parts a run's history keeps per step: LOGGED_PARTS, and a student's TEACHER_PARTS."""
+    return LOGGED_PARTS + (TEACHER_PARTS if student else ())
+
+
+def _new_history(student: bool = False) -> dict[str, Any]:
     steps = ("step", "epoch", "lr", "loss", "task", "rel", "abs", "accuracy", "alpha", "hurst",
-             "easy_score", "hard_score", "threshold_median")
+             "easy_score", "hard_score", "threshold_median", *(TEACHER_PARTS if student else ()))
     epochs = ("epoch", "train_loss", "train_accuracy", "val_accuracy", "seconds")
     return {"steps": {k: [] for k in steps}, "epochs": {k: [] for k in epochs},
             "diagnostics": {k: [] for k in DIAGNOSTICS}}
@@ -286,7 +298,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, warmup, total))
         self.calibrator = HaltingCalibrator(cfg.halting.sketch_k)
-        self.history = _new_history()
+        self.logged_parts = logged_parts(teacher is not None)
+        self.history = _new_history(teacher is not None)
         self.epoch, self.step, self.train_seconds = 0, 0, 0.0  # epochs and optimiser steps completed
         self.resumed = False  # fit reads the checkpoint once, on its first call
         self.epoch_seconds = 0.0  # wall time of the latest epoch (evaluation and checkpoint included)
@@ -440,7 +453,8 @@ class Trainer:
             loss_sum, correct, seen, _, *part_sums, alpha, hurst = row
             loss_total, correct_total = loss_total + loss_sum, correct_total + correct
             seen_total += seen
-            parts = {k: v / self.setup.world_size for k, v in zip(LOGGED_PARTS, part_sums)}  # mean over ranks
+            # mean over ranks
+            parts = {k: v / self.setup.world_size for k, v in zip(self.logged_parts, part_sums)}
             values = {"step": first_step + i + 1, "epoch": self.epoch, "lr": lr, "loss": loss_sum / seen,
                       **parts, "accuracy": correct / seen, "alpha": alpha, "hurst": hurst,
                       "threshold_median": median}
@@ -458,7 +472,7 @@ class Trainer:
         for i, (loss_sum, correct, seen, bad_scores, *part_sums, _, _) in enumerate(table):
             at = f"at epoch {self.epoch + 1}, step {first_step + i + 1}"
             if not math.isfinite(loss_sum / seen):
-                parts = {k: v / self.setup.world_size for k, v in zip(LOGGED_PARTS, part_sums)}
+                parts = {k: v / self.setup.world_size for k, v in zip(self.logged_parts, part_sums)}
                 self._stop(f"the loss became {loss_sum / seen} {at} (parts: {parts})")
             if bad_scores:
                 self._stop(f"the halting scores became non-finite {at}")
@@ -519,6 +533,13 @@ class Trainer:
                                   f"(without torchrun; Trainer.fit(until_epoch={self.epoch + 1})), then go on")
         for key, v in _new_history()["diagnostics"].items():  # older checkpoints
             self.history.setdefault("diagnostics", {}).setdefault(key, v)
+        steps = self.history["steps"]  # older checkpoints of a student: its match was not logged
+        for key in self.logged_parts:
+            steps.setdefault(key, [NAN] * len(steps["step"]))
+        width = len(STEP_SUMS) + len(self.logged_parts) - len(LOGGED_PARTS)  # a student's sums: wider
+        if self.within_epoch is not None and (short := width - self.within_epoch["sums"].shape[1]) > 0:
+            sums = self.within_epoch["sums"]
+            self.within_epoch["sums"] = torch.cat([sums, sums.new_full((len(sums), short), NAN)], 1)
         self.train_seconds = state.get("train_seconds", 0.0)
         return True
 
@@ -527,7 +548,7 @@ class Trainer:
         return {"config": self.config.to_dict(), "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
-                "calibrator": self.calibrator.to_bytes() if not self.calibrator.is_empty else b"",
+                "calibrator": None if self.calibrator.is_empty else self.calibrator.to_bytes(),
                 "history": self.history, "epoch": self.epoch, "step": self.step,
                 "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {},
                 "within_epoch": self.within_epoch, "teacher_digest": self.teacher_digest}

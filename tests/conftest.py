@@ -2,6 +2,8 @@
 
 (The repository's top-level ``conftest.py`` hides every real data set from tests and notebooks.)"""
 
+import contextlib
+
 import pytest
 
 from frost_nb.config import make_config
@@ -36,3 +38,29 @@ def make_trainer():
         return build_trainer(config, checkpoint)
 
     return build
+
+
+@pytest.fixture
+def interrupted_after():
+    """``with interrupted_after(n):`` train in it: a checkpoint is due after every step
+    (``training.MID_EPOCH_SECONDS`` 0) and the optimiser step after the first ``n`` raises
+    KeyboardInterrupt, as a kill would; both are restored when the block ends."""
+    from frost_nb import training
+
+    @contextlib.contextmanager
+    def interrupt(steps: int):
+        real, calls = training.optimizer_step, []
+
+        def step(*args, **kwargs):
+            if len(calls) == steps:
+                raise KeyboardInterrupt
+            calls.append(1)
+            return real(*args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(training, "MID_EPOCH_SECONDS", 0.0)
+            mp.setattr(training, "optimizer_step", step)
+            with pytest.raises(KeyboardInterrupt):
+                yield
+
+    return interrupt

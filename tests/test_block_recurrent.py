@@ -27,7 +27,8 @@ from frost_nb.config import ConfigError, make_config
 from frost_nb.losses import teacher_losses
 from frost_nb.models import create_model, init_from_teacher
 from frost_nb.repro.grids import TASK_ONLY, grid
-from frost_nb.training import TrainingError, build_trainer, forward_loss, load_split, load_teacher
+from frost_nb.training import (STEP_SUMS, TEACHER_PARTS, TrainingError, build_trainer, forward_loss, load_split,
+                               load_teacher)
 
 TEACHER = "digits-smoke-families/vanilla-seed0"  # the families grid's vanilla at smoke size, as stored
 
@@ -204,6 +205,10 @@ def test_a_student_trains_saves_and_resumes(teacher_store, tmp_path):
     assert done.metrics["epochs"] == 2 and 0 <= done.metrics["test_accuracy"] <= 1
     steps = done.history["steps"]  # every step's loss had the match to the teacher in it
     assert all(total > task for total, task in zip(steps["loss"], steps["task"]))
+    # and the history keeps both its parts, which with the weights 1, 1 and no ranking loss add up
+    parts = zip(steps["task"], steps["teacher_state"], steps["teacher_kl"])
+    assert steps["loss"] == pytest.approx([sum(p) for p in parts], rel=1e-4)
+    assert len(steps["teacher_state"]) == len(steps["step"]) and min(steps["teacher_state"]) > 0
     assert not torch.equal(done.model.branches[1].conv1.weight, teacher.branches[2].conv1.weight)  # trained
 
     cut = build_trainer(cfg, tmp_path / "cut.pt")
@@ -216,6 +221,27 @@ def test_a_student_trains_saves_and_resumes(teacher_store, tmp_path):
         assert torch.equal(a, b), name  # the resumed run is the uninterrupted one, to the bit
     match = state_match(again.model, teacher, load_split(cfg, "test"), max_samples=64)
     assert len(match["state_cosine"]) == 4 and all(-1 <= c <= 1 for c in match["state_cosine"])
+
+
+def test_a_student_checkpoint_without_its_match_in_the_history_resumes(teacher_store, tmp_path,
+                                                                       interrupted_after):
+    """A student checkpointed within an epoch before the history kept its match to the teacher (no
+    teacher_state / teacher_kl rows, narrower step sums) resumes: the older steps read NaN there."""
+    from frost_nb.checkpoint import load_checkpoint, save_checkpoint
+
+    cfg = _student()
+    with interrupted_after(2):
+        build_trainer(cfg, tmp_path / "old.pt").fit()
+    state = load_checkpoint(tmp_path / "old.pt")
+    assert state["within_epoch"]["done"] == 2 and state["within_epoch"]["sums"].shape[1] == len(STEP_SUMS) + 2
+    state["within_epoch"]["sums"] = state["within_epoch"]["sums"][:, :len(STEP_SUMS)]  # as written before
+    for key in TEACHER_PARTS:
+        state["history"]["steps"].pop(key)
+    save_checkpoint(tmp_path / "old.pt", state)
+    steps = build_trainer(cfg, tmp_path / "old.pt").fit().history["steps"]
+    for key in TEACHER_PARTS:
+        assert len(steps[key]) == len(steps["step"]) > 2
+        assert all(v != v for v in steps[key][:2]) and all(v > 0 for v in steps[key][2:])
 
 
 def test_a_student_refuses_to_resume_against_other_teacher_weights(teacher_store, tmp_path):

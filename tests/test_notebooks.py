@@ -180,7 +180,8 @@ def test_block_recurrent_notebook_reads_its_students_against_k(tmp_path, monkeyp
     (row,) = [r for r in V.verdict_rows(out / "metrics") if r["claim"] == 19]  # the verdict row reads it
     assert row["seeds"] == "2" and row["verdict"] == metrics["verdict"] and row["notebook"] == "10"
     figures = {p.name for p in (out / "figures").iterdir()}
-    assert {"10_block_ranges_digits_smoke.png", "10_against_k_digits_smoke.png"} <= figures
+    assert {"10_block_ranges_digits_smoke.png", "10_against_k_digits_smoke.png", "10_teacher_state_digits_smoke.png",
+            "10_teacher_kl_digits_smoke.png"} <= figures  # the students' match over training, too
 
 
 def test_strip_execution_metadata(tmp_path):

@@ -65,8 +65,8 @@ def test_resumed_run_matches_uninterrupted_run(tiny_config, tmp_path, make_train
     assert whole.calibrator.threshold(0.5) == pytest.approx(resumed.calibrator.threshold(0.5), abs=0.02)
 
 
-def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config, tmp_path, monkeypatch,
-                                                                     make_trainer):
+def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config, tmp_path, make_trainer,
+                                                                     interrupted_after):
     """A long epoch checkpoints every MID_EPOCH_SECONDS (here: after every step); a run stopped in
     the middle of its second epoch resumes at the next batch of the same pass, to the weights, the
     step rows and the epoch rows of the uninterrupted run."""
@@ -74,22 +74,10 @@ def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config
     whole = train(config, checkpoint=tmp_path / "whole.pt")
     per_epoch = len(whole.history["steps"]["step"]) // 3
     stop_at = per_epoch + 7  # the 8th step of epoch 2 never runs
-    real, calls = training.optimizer_step, []
-
-    def interrupted(*args, **kwargs):
-        if len(calls) == stop_at:
-            raise KeyboardInterrupt
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 0.0)
-    monkeypatch.setattr(training, "optimizer_step", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(stop_at):
         train(config, checkpoint=tmp_path / "split.pt")
     state = load_checkpoint(tmp_path / "split.pt")
     assert state["epoch"] == 1 and state["step"] == stop_at and state["within_epoch"]["done"] == 7
-    monkeypatch.setattr(training, "optimizer_step", real)
-    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 600.0)
     resumed = train(config, checkpoint=tmp_path / "split.pt")
     before = state["train_seconds"] + state["within_epoch"]["seconds"]  # the epoch's first part counts
     assert 0 < state["train_seconds"] < before < resumed.metrics["train_seconds"]
@@ -103,13 +91,8 @@ def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config
     assert whole.calibrator.n == resumed.calibrator.n  # the sketch kept the scores before the interruption
     assert load_checkpoint(tmp_path / "split.pt")["within_epoch"] is None  # saved at the end
     # such a checkpoint resumes only where a pass can restart at a batch
-    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 0.0)
-    monkeypatch.setattr(training, "optimizer_step", interrupted)
-    calls.clear()
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_after(stop_at):
         train(config, checkpoint=tmp_path / "again.pt")
-    monkeypatch.setattr(training, "optimizer_step", real)
-    monkeypatch.setattr(training, "MID_EPOCH_SECONDS", 600.0)
     shutil.copy(tmp_path / "again.pt", tmp_path / "deadline.pt")
     trainer = make_trainer(config, checkpoint=tmp_path / "deadline.pt")
     trainer.fit(until_epoch=2)  # the rest of epoch 2: its time, scaled to a whole epoch, for the deadline
@@ -120,6 +103,23 @@ def test_a_run_interrupted_within_an_epoch_resumes_at_its_next_batch(tiny_config
     trainer.batches = list(trainer.batches)  # a pass that cannot start at a given batch
     with pytest.raises(CheckpointError, match="saved within epoch 2.*in-memory data only"):
         trainer.fit()
+
+
+def test_a_run_interrupted_within_its_first_epoch_resumes(tiny_config, tmp_path, interrupted_after):
+    """Saved within epoch 1 the calibrator is still empty: such a checkpoint loads and resumes, to the
+    weights of the uninterrupted run."""
+    config = tiny_config.replace(**{"train.epochs": 2})
+    whole = train(config, checkpoint=tmp_path / "whole.pt")
+    with interrupted_after(3):
+        train(config, checkpoint=tmp_path / "first.pt")
+    state = load_checkpoint(tmp_path / "first.pt")
+    assert state["epoch"] == 0 and state["within_epoch"]["done"] == 3 and not state["calibrator"]
+    resumed = train(config, checkpoint=tmp_path / "first.pt")
+    for (name, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    # a checkpoint that stored the empty calibrator as empty bytes (as before) loads too
+    save_checkpoint(tmp_path / "bytes.pt", {**state, "calibrator": b""})
+    assert load_checkpoint(tmp_path / "bytes.pt")["calibrator"] == b""
 
 
 @pytest.mark.parametrize("mid_epoch_seconds", [600.0, 0.0])  # 0: a checkpoint is due after every step

@@ -89,7 +89,7 @@ def plot_halting_panels(histories: dict[str, dict[str, Any]], title: str = "") -
 
 def plot_series(histories: dict[str, dict[str, Any]], key: str, section: str = "steps",
                 ylabel: str | None = None, title: str = "", hline: float | None = None,
-                smooth: bool = False) -> plt.Figure:
+                smooth: bool = False, log_y: bool = False) -> plt.Figure:
     """One history series (e.g. alpha, hurst, grad_cosine) of several runs against the step."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for label, history in histories.items():
@@ -98,7 +98,7 @@ def plot_series(histories: dict[str, dict[str, Any]], key: str, section: str = "
         ax.plot(*(_smooth(x, y) if smooth else (x, y)), label=label)
     if hline is not None:
         ax.axhline(hline, color="grey", lw=0.8, ls="--")
-    ax.set(xlabel="optimiser step", ylabel=ylabel or key, title=title or key)
+    ax.set(xlabel="optimiser step", ylabel=ylabel or key, title=title or key, yscale="log" if log_y else "linear")
     return _finish(fig, ax)
 
 
