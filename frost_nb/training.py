@@ -513,8 +513,9 @@ class Trainer:
         if (digest := state.get("teacher_digest")) is not None and digest != self.teacher_digest:
             raise CheckpointError(f"checkpoint {self.checkpoint} was trained against other weights of its "
                                   f"teacher loss.teacher={self.config.loss.teacher!r} than that run holds now "
-                                  "(it was trained again or replaced): restore the teacher's weights it "
-                                  "started from, or delete the checkpoint to train the student afresh")
+                                  "(trained again, replaced, or now read from its lean export in "
+                                  "outputs/runs/): restore the teacher's weights it started from, or delete "
+                                  "the checkpoint to train the student afresh")
         if state.get("lean"):
             raise CheckpointError(f"checkpoint {self.checkpoint} is a lean export (weights, calibrator, "
                                   "config and metrics, no optimiser state): it can be loaded and evaluated, "
