@@ -156,6 +156,24 @@ def test_each_verdict_row_reads_its_quantities_trend():
     assert ladder_trends({"runs": {}})[14] == NOT_YET  # the measures kept before the read-out: not yet read
 
 
+def test_an_away_past_the_papers_value_says_from_which_size():
+    import math
+
+    from frost_nb.repro.ladder import ladder_trends, past_paper
+
+    # a line through 0.70 at 27,510 parameters and 0.90 at 380,838 passes the paper's 0.85 inside the ladder
+    b = 0.2 / math.log(380838 / 27510)
+    a = 0.70 - b * math.log(27510)
+    crossing = math.exp((0.85 - a) / b)
+    row = {"quantity": "halting_kept_6.06", "reading": ladder.AWAY, "paper": 0.85, "intercept": a, "slope": b}
+    assert past_paper(row) == f" (past the paper's value from {crossing / 1e6:.2f} M)"
+    assert ladder_trends({"read_out": [row]})[10].startswith(f"{ladder.AWAY} (past the paper's value from ")
+    assert past_paper({**row, "reading": ladder.TOWARD}) == ""  # only an "away" passed it
+    assert past_paper({**row, "paper": 0.95}) == ""  # beyond the top rung: the ladder does not hold it
+    assert past_paper({**row, "quantity": "gap", "paper": 0.0}) == ""  # a sign or bound has no crossing
+    assert past_paper({**row, "slope": math.nan}) == ""  # no fit
+
+
 def test_cached_measures_read_as_measured_and_a_runs_hardware_comes_from_its_folder(tmp_path):
     import json
     from types import SimpleNamespace
