@@ -117,12 +117,16 @@ class Fit:
         return self.intercept + self.slope * math.log(params)
 
     def crossing(self, value: float) -> float:
-        """The parameter count at which the fitted line reaches ``value`` (inf where it is flat or
-        beyond a float's range)."""
-        try:
-            return math.exp((value - self.intercept) / self.slope) if self.slope else math.inf
-        except OverflowError:
-            return math.inf
+        return line_crossing(self.intercept, self.slope, value)
+
+
+def line_crossing(intercept: float, slope: float, value: float) -> float:
+    """The parameter count at which the line ``intercept + slope ln N`` reaches ``value`` (inf where it
+    is flat or beyond a float's range)."""
+    try:
+        return math.exp((value - intercept) / slope) if slope else math.inf
+    except OverflowError:
+        return math.inf
 
 
 def fit(params: Sequence[float], values: Sequence[float]) -> Fit | None:

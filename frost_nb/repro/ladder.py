@@ -168,14 +168,14 @@ def past_paper(row: dict) -> str:
     """What an "away" reading of a quantity whose paper gives a value adds (a read-out row of notebook
     09): the fit is past the paper's value, so it says from which size on the ladder (where the fitted
     line reaches the value; "" for any other reading or a value the ladder's span does not hold)."""
-    from ..analysis.ladder import AWAY, LADDER_SPAN, QUANTITIES
+    from ..analysis.ladder import AWAY, LADDER_SPAN, QUANTITIES, line_crossing
 
     quantity = QUANTITIES.get(row.get("quantity"))
     paper, a, b = row.get("paper"), row.get("intercept"), row.get("slope")
     if (row.get("reading") != AWAY or quantity is None or quantity.direction != "value"
-            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (paper, a, b)) or b == 0):
+            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (paper, a, b))):
         return ""
-    crossing = math.exp((paper - a) / b)
+    crossing = line_crossing(a, b, paper)
     if not LADDER_SPAN[0] <= crossing <= LADDER_SPAN[1]:
         return ""
     return f" (past the paper's value from {crossing / 1e6:.2f} M)"
