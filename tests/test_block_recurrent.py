@@ -308,7 +308,18 @@ def test_summary_reports_against_k(teacher_store):
     assert len(table) == 1 and row["k"] == 1 and row["branch_steps"] == "4"
     assert row["recovered"] == pytest.approx(row["accuracy"] / row["teacher_accuracy"])
     assert row["gain"] == pytest.approx(row["accuracy"] - results["scratch k=1"].metrics["test_accuracy"])
+    assert row["scratch_seed"] == 0
     assert len(row["state_cosine"]) == 4 and row["state_cosine_last"] == row["state_cosine"][-1]
+    # a control of the student's own seed is preferred to a lower seed's; one trained longer is no control
+    seed1 = {"train.seed": 1}
+    results = {"longer": train_or_load(scratch.replace(**{"train.epochs": 2}), name="students/scratch-longer"),
+               **results, "student k=1 seed 1": train_or_load(cfg.replace(**seed1), name="students/k1-seed1"),
+               "scratch k=1 seed 1": train_or_load(scratch.replace(**seed1), name="students/scratch-k1-seed1")}
+    assert results["longer"].metrics["test_accuracy"] != results["scratch k=1"].metrics["test_accuracy"]
+    table = summary(results, max_samples=8)
+    assert list(table["seed"]) == [0, 1] and list(table["scratch_seed"]) == [0, 1]
+    assert table.iloc[0]["scratch_accuracy"] == results["scratch k=1"].metrics["test_accuracy"]
+    assert table.iloc[1]["scratch_accuracy"] == results["scratch k=1 seed 1"].metrics["test_accuracy"]
 
 
 def test_against_k_averages_each_k_over_its_students():
@@ -328,6 +339,9 @@ def test_against_k_averages_each_k_over_its_students():
     assert two["state_cosine"] == pytest.approx([0.8, 0.6]) and two["state_cosine_mean"] == pytest.approx(0.7)
     assert two["branch_steps"] == "1,3 / 2,2"  # each teacher's own ranges
     assert math.isnan(per_k.iloc[0]["recovered_sd"]) and math.isnan(per_k.iloc[0]["gain_sd"])
+    assert list(against_k(table.assign(scratch_seed=[0, 0, 0]))["scratch_seeds"]) == ["0", "0"]
+    with pytest.raises(ValueError, match="a student of k = 2 has no test accuracy recovered"):
+        against_k(table.assign(recovered=[0.8, math.nan, 0.5]))  # never a mean over fewer seeds than counted
 
 
 def test_ranges_table_scores_each_students_ranges_on_its_teacher(teacher_store):

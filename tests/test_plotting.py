@@ -110,13 +110,18 @@ def test_block_ranges_figure_boxes_the_chosen_and_the_equal_ranges():
 
 
 def test_against_k_figure_draws_each_student_the_means_and_the_margin():
-    table = pd.DataFrame({"k": [1, 2, 2], "recovered": [0.5, 0.8, 0.9], "accuracy": [0.25, 0.4, 0.45],
-                          "teacher": ["seed0", "seed0", "seed1"], "teacher_accuracy": [0.4, 0.4, 0.6]})
-    per_k = pd.DataFrame({"k": [1, 2], "recovered": [0.5, 0.85], "accuracy": [0.25, 0.425],
+    """The line joins the first seed's students (one teacher across k); a k with students of several
+    seeds gets its mean as a separate marker, never on that line."""
+    table = pd.DataFrame({"k": [1, 2, 2], "seed": [0, 0, 1], "recovered": [0.5, 0.8, 0.9],
+                          "accuracy": [0.25, 0.4, 0.45], "teacher": ["seed0", "seed0", "seed1"],
+                          "teacher_accuracy": [0.4, 0.4, 0.6]})
+    per_k = pd.DataFrame({"k": [1, 2], "students": [1, 2], "recovered": [0.5, 0.85], "accuracy": [0.25, 0.425],
                           "scratch_accuracy": [0.3, 0.35], "state_cosine": [[0.9, 0.7], [0.8, 0.6]]})
     a, b, c = plot_against_k(table, per_k, 0.94).axes
     assert list(a.collections[0].get_offsets()[:, 1]) == [0.5, 0.8, 0.9]  # every student
-    mean, margin, teacher = a.lines
-    assert list(mean.get_ydata()) == [0.5, 0.85] and list(margin.get_ydata()) == [0.94, 0.94]
+    assert a.collections[1].get_offsets().tolist() == [[2, 0.85]]  # k = 2's mean over its two seeds
+    seed0, margin, teacher = a.lines
+    assert list(seed0.get_ydata()) == [0.5, 0.8] and list(margin.get_ydata()) == [0.94, 0.94]
+    assert list(b.lines[0].get_ydata()) == [0.25, 0.4] and b.collections[1].get_offsets().tolist() == [[2, 0.425]]
     assert list(b.lines[1].get_ydata()) == [0.3, 0.35] and list(b.lines[2].get_ydata()) == [0.5, 0.5]  # each teacher once
     assert [list(line.get_ydata()) for line in c.lines] == [[0.9, 0.7], [0.8, 0.6]]

@@ -504,7 +504,7 @@ def _notebook_10(folder, recovered, named=True, gain=0.05):
     student = lambda k, s, rec: {"label": f"student k={k} seed {s}", "key": f"cifar100-demo-block-recurrent/student-k-{k}-seed{s}",
                                  "k": k, "seed": s, "accuracy": rec * teacher, "teacher_accuracy": teacher,
                                  "recovered": rec, "scratch_accuracy": rec * teacher - gain, "gain": gain,
-                                 "state_cosine_mean": 0.9}
+                                 "scratch_seed": 0, "state_cosine_mean": 0.9}  # one control, seed 0's
     students = [student(2, s, rec) for s, rec in enumerate(recovered)] + [student(1, 0, 0.99)]
     keys = [r["key"] for r in students if named or r["k"] != 2]
     record = {"dataset": "cifar100", "size": "demo", "claim_k": 2, "students": students, "provenance": {
@@ -524,7 +524,7 @@ def test_claim_19_reads_notebook_10s_k_2_students(tmp_path):
     _notebook_10(folder, [0.97, 0.98, 0.975])
     (r,) = claim19()
     assert (r["seeds"], r["verdict"], r["notebook"], r["dataset"], r["bundle"]) == ("3", R, "10", "cifar100", V.NA)
-    assert r["ours"] == "0.975 (45.58% of 46.75%); +5.00 points over k = 2 from scratch; state cosine 0.90"
+    assert r["ours"] == "0.975 (45.58% of 46.75%); +5.00 points over k = 2 from scratch (seed 0); state cosine 0.90"
     assert r["paper"] == "no claim; Raptor 0.96 (0.94 later), linear probe"
     _notebook_10(folder, [0.85, 0.86, 0.84])
     assert claim19()[0]["verdict"] == N

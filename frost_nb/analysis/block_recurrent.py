@@ -15,9 +15,9 @@ found exactly by dynamic programming over the T steps. T - J is the scatter of t
 about their range's mean, averaged over samples: the split is the exact k-segmentation of the
 trajectory (Fisher's), which neither rewards singletons nor forces equal ranges. Equal ranges
 (``equal_ranges``) are the control. Training (``loss.teacher``) is ``training.build_trainer``'s; what
-is read after it (``summary``): the accuracy recovered, the gain over the same architecture trained
-from scratch, and the per-step state similarity to the teacher; ``against_k`` and ``ranges_table`` are
-notebook 10's read-out of them.
+is read after it (``summary``): the accuracy recovered, the gain over the same k trained from scratch
+(one control per k, at the first seed), and the per-step state similarity to the teacher;
+``against_k`` and ``ranges_table`` are notebook 10's read-out of them.
 """
 
 from __future__ import annotations
@@ -150,9 +150,10 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
     """One row per student (a run with ``loss.teacher``) among ``results`` (label -> TrainResult,
     ``grids.load_runs`` of the ``block-recurrent`` grid), by k then seed: its ranges, test accuracy,
     its teacher's (from the teacher run's metrics), ``recovered`` (student over teacher), the
-    from-scratch run of the same architecture among ``results`` (the same k, no teacher; its ranges
-    preferred, ``recurrent`` for k = 1) and ``gain`` over it, and ``state_match`` on ``split``; ``key``
-    is the student's stored run (``runs.run_name``)
+    from-scratch control among ``results`` (the same k, data set, size and epochs, no teacher; preferred
+    in turn: the student's ranges, its seed, the lowest seed; ``recurrent`` for k = 1), its accuracy,
+    ranges and seed (``scratch_*``) and ``gain`` over it, and ``state_match`` on ``split``; ``key`` is
+    the student's stored run (``runs.run_name``)
     (``state_cosine`` and ``state_error`` per step, their means, the last step's cosine)."""
     rows, teachers = [], {}
     # from scratch: no teacher, and not one branch per step (the teachers themselves)
@@ -167,9 +168,10 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
         teacher, teacher_metrics = teachers[cfg.loss.teacher]
         k, accuracy = len(cfg.model.branch_ranges), r.metrics.get("test_accuracy", math.nan)
         teacher_accuracy = teacher_metrics.get("test_accuracy", math.nan)
-        same = sorted((s for s in scratch if len(s.config.model.branch_ranges) == k
-                       and (s.config.data.name, s.config.size) == (cfg.data.name, cfg.size)),
-                      key=lambda s: (_steps(s.config) != _steps(cfg), s.config.train.seed))
+        recipe = lambda c: (len(c.model.branch_ranges), c.data.name, c.size, c.train.epochs)
+        same = sorted((s for s in scratch if recipe(s.config) == recipe(cfg)),
+                      key=lambda s: (_steps(s.config) != _steps(cfg), s.config.train.seed != cfg.train.seed,
+                                     s.config.train.seed))
         base = same[0].metrics.get("test_accuracy", math.nan) if same else math.nan
         device = next(r.model.parameters()).device
         match = state_match(r.model, teacher.to(device), load_split(cfg, split),
@@ -179,7 +181,8 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
                      "seed": cfg.train.seed,
                      "teacher": cfg.loss.teacher, "accuracy": accuracy, "teacher_accuracy": teacher_accuracy,
                      "recovered": accuracy / teacher_accuracy, "scratch_accuracy": base,
-                     "scratch_steps": _steps(same[0].config) if same else None, "gain": accuracy - base,
+                     "scratch_steps": _steps(same[0].config) if same else None,
+                     "scratch_seed": same[0].config.train.seed if same else None, "gain": accuracy - base,
                      "state_cosine_mean": mean(match["state_cosine"]),
                      "state_cosine_last": match["state_cosine"][-1],
                      "state_error_mean": mean(match["state_error"]), **match})
@@ -193,15 +196,23 @@ def against_k(table: pd.DataFrame) -> pd.DataFrame:
     """``summary``'s students by k: how many (``students``, one per teacher seed), the mean over them of
     ``accuracy``, ``teacher_accuracy``, ``recovered``, ``scratch_accuracy``, ``gain`` and
     ``state_cosine_mean``, the sample standard deviation (ddof = 1; NaN for one student) of
-    ``recovered`` and ``gain``, and the per-step ``state_cosine`` averaged over the students."""
+    ``recovered`` and ``gain``, the seeds of the controls the gains are over (``scratch_seeds``), and the
+    per-step ``state_cosine`` averaged over the students. With one control for several students (the
+    grid trains one per k), ``gain_sd`` is the students' spread alone, not the control's seed noise. A
+    student without its accuracy or its teacher's is refused: a mean over fewer seeds than counted."""
     rows = []
     for k, group in table.groupby("k", sort=True):
+        if group["recovered"].isna().any():
+            raise ValueError(f"against_k: a student of k = {k} has no test accuracy recovered (its run or its "
+                             "teacher's lacks metrics.json): export both finished runs, then read again")
         sd = lambda col: group[col].std(ddof=1) if len(group) > 1 else math.nan
         per_step = torch.tensor(group["state_cosine"].tolist(), dtype=torch.float64).mean(0)  # (T,)
         rows.append({"k": int(k), "students": len(group), "branch_steps": " / ".join(dict.fromkeys(group["branch_steps"])),
                      **{col: group[col].mean() for col in ("accuracy", "teacher_accuracy", "recovered")},
                      "recovered_sd": sd("recovered"), "scratch_accuracy": group["scratch_accuracy"].mean(),
                      "gain": group["gain"].mean(), "gain_sd": sd("gain"),
+                     "scratch_seeds": " / ".join(str(int(s)) for s in dict.fromkeys(
+                         group.get("scratch_seed", pd.Series(dtype=float)).dropna())),
                      "state_cosine_mean": group["state_cosine_mean"].mean(), "state_cosine": per_step.tolist()})
     return pd.DataFrame(rows)
 

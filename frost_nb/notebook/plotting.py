@@ -572,19 +572,24 @@ def plot_block_ranges(similarity, ranges: dict[int, Sequence[tuple[int, int]]],
 
 
 def plot_against_k(students, per_k, margin: float, title: str = "") -> plt.Figure:
-    """Three panels against k: the accuracy recovered (each student a point, the mean a line, the claim's
-    ``margin`` dashed, the teacher at 1); the students' accuracy beside the same architecture from
-    scratch and the teachers' (the gain is the gap); the per-step state cosine to the teacher, one line
-    per k (mean over students). ``students`` as ``block_recurrent.summary``, ``per_k`` as ``against_k``."""
+    """Three panels against k: the accuracy recovered (each student a point, a line through the first
+    seed's students, whose teacher every k shares, a diamond for a k's mean over several seeds, the
+    claim's ``margin`` dashed, the teacher at 1); the students' accuracy beside the same k from scratch
+    and the teachers' (the gain is the gap); the per-step state cosine to the teacher, one line per k
+    (mean over students). ``students`` as ``block_recurrent.summary``, ``per_k`` as ``against_k``."""
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(11, 3.3))
     ks = list(per_k["k"])
+    first = students[students["seed"] == students["seed"].min()].sort_values("k")  # one teacher across k
+    pooled = per_k[per_k["students"] > 1]
     a.scatter(students["k"], students["recovered"], s=16, color="C0", alpha=0.7, label="student (a seed)")
-    a.plot(ks, per_k["recovered"], color="C0", marker="o", label="mean")
+    a.plot(first["k"], first["recovered"], color="C0", marker="o", label=f"seed {students['seed'].min()}")
+    a.scatter(pooled["k"], pooled["recovered"], s=40, color="C2", marker="D", label="mean over seeds", zorder=3)
     a.axhline(margin, color="C3", ls="--", lw=1, label=f"claim: {margin:g}")
     a.axhline(1.0, color="0.5", ls=":", lw=1, label="teacher")
     a.set(xlabel="k (distinct branches)", ylabel="student / teacher accuracy", xticks=ks, title="accuracy recovered")
     b.scatter(students["k"], students["accuracy"], s=16, color="C0", alpha=0.7, label="student")
-    b.plot(ks, per_k["accuracy"], color="C0", marker="o")
+    b.plot(first["k"], first["accuracy"], color="C0", marker="o")
+    b.scatter(pooled["k"], pooled["accuracy"], s=40, color="C2", marker="D", zorder=3)
     b.plot(ks, per_k["scratch_accuracy"], color="C1", marker="s", ls="--", label="same k from scratch")
     teachers = students.drop_duplicates("teacher")["teacher_accuracy"]  # each teacher once, however many students
     b.axhline(float(np.mean(teachers)), color="0.5", ls=":", lw=1, label="teacher (vanilla, mean)")

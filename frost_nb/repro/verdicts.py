@@ -682,8 +682,9 @@ AWAITED = {19: ("10", "cifar100", RAPTOR_CELL)}
 
 def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
     """Claim 19 from notebook 10: per teacher seed its k = CLAIM_K student's accuracy recovered (student
-    over teacher), each student a run its provenance names; the gain over the same architecture trained
-    from scratch and the mean state cosine to the teacher are shown beside, never deciding."""
+    over teacher), each student a run its provenance names; the gain over the same k trained from
+    scratch (the control's seed named: one control for every seed's student) and the mean state cosine
+    to the teacher are shown beside, never deciding."""
     for d in m.files("10_block_recurrent*"):
         students = sorted((r for r in d["students"] if r["k"] == CLAIM_K and settings(d, r["key"]) is not None),
                           key=lambda r: r["seed"])
@@ -691,10 +692,12 @@ def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
             continue
         recovered = [r["recovered"] for r in students]
         gain = _mean(r["gain"] for r in students)
+        controls = " / ".join(dict.fromkeys(str(r["scratch_seed"]) for r in students if r.get("scratch_seed") is not None))
         yield row(19, NA, NA, d["dataset"], len(students), RAPTOR_CELL,
                   f"{_mean(recovered):.3f} ({100 * _mean(r['accuracy'] for r in students):.2f}% of "
                   f"{100 * _mean(r['teacher_accuracy'] for r in students):.2f}%); "
-                  + ("" if gain != gain else f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch; ")
+                  + ("" if gain != gain else f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch"
+                     f"{f' (seed {controls})' if controls else ''}; ")
                   + f"state cosine {_mean(r['state_cosine_mean'] for r in students):.2f}",
                   C.block_recurrent(recovered), "10")
 
