@@ -67,7 +67,8 @@ def _check(similarity: Tensor, k: int) -> int:
 def best_ranges(similarity: Tensor, k: int) -> Ranges:
     """The contiguous split of the T steps into k ranges that maximises J (eq. (ranges)), exactly:
     best[m][j], the best J of the first j steps in m ranges, is max over i of best[m-1][i] plus the
-    range i..j-1's term. Ties go to the earliest boundary. O(k T^2) terms, each a block sum."""
+    range i..j-1's term; a tie keeps the earliest i at each step of the backtrack. O(k T^2) terms,
+    each a block sum."""
     steps = _check(similarity, k)
     s = similarity.double()
     term = [[s[i:j, i:j].sum().item() / (j - i) if j > i else -math.inf for j in range(steps + 1)]
