@@ -52,7 +52,7 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
 PRECISION = ("ladder32", 0)  # the precision check's rung and seed: its frost run again in fp32
 # fp32 seeds 1 and 2 were trained after the check failed on seed 0 (analysis.ladder.precision_shift)
 PRECISION_SEEDS = (0, 1, 2)
-PRECISION_NAME = "{dataset}-ladder32-precision/frost-fp32-seed{seed}"  # as trained (outputs/partial/STATE.md)
+PRECISION_NAME = "{dataset}-ladder32-precision/frost-fp32-seed{seed}"  # as exported (outputs/runs/)
 
 
 def precision_run(dataset: str = "cifar100", seeds: int = 1, smoke: bool = False) -> dict[str, tuple[str, object]]:
