@@ -631,3 +631,23 @@ def test_split_summary_matches_rules_by_mean_depth():
     assert row["depths"] == 2  # depths 2 and 3, the ones it reaches
     assert row["spread"] == pytest.approx(((0.75 - 0.8) + (0.85 - 0.9)) / 2)
     assert row["ranking"] == pytest.approx(((0.7 - 0.75) + (0.9 - 0.85)) / 2)
+
+
+def test_rule_curves_stored_by_column_come_back_whole():
+    """by_column keeps a column plain unless its runs of equal values take at most half the bytes, and
+    from_columns gives the very table back (NaN as None: strict JSON)."""
+    import json
+
+    from frost_nb.analysis.curves import by_column, from_columns
+
+    table = pd.DataFrame({"rule": ["fixed depth"] * 40 + ["frost"] * 40, "model": ["frost seed 0"] * 80,
+                          "threshold": [float("nan")] * 40 + [i / 80 for i in range(40)],
+                          "accuracy": [round(0.1 + i / 100, 6) for i in range(80)]})
+    stored = json.loads(json.dumps(by_column(table), allow_nan=False))  # as a metrics file holds it
+    assert stored["rule"] == {"runs": [["fixed depth", 40], ["frost", 40]]}
+    assert stored["model"] == {"runs": [["frost seed 0", 80]]}
+    assert isinstance(stored["accuracy"], list) and isinstance(stored["threshold"], list)  # runs no smaller
+    back = from_columns(stored)
+    assert back[["rule", "model", "accuracy"]].equals(table[["rule", "model", "accuracy"]])
+    assert back["threshold"].isna().sum() == 40 and back["threshold"][40:].tolist() == table["threshold"][40:].tolist()
+    assert from_columns({"a": [1, 2]}).equals(pd.DataFrame({"a": [1, 2]}))  # a plain dict of lists reads as it is

@@ -328,8 +328,10 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     assert {"curves", "summary", "collapse", "env"} <= set(metrics)
     assert (metrics["size"], metrics["dataset"], metrics["collapse_dataset"]) == ("smoke", "digits", "digits")
     steps = metrics["steps"]
+    from frost_nb.analysis.curves import from_columns
+
     assert {"rule", "model", "threshold", "mean_depth", "accuracy", "random_accuracy"} <= set(metrics["curves"])
-    curves = pd.DataFrame(metrics["curves"]).to_dict("records")  # stored by column
+    curves = from_columns(metrics["curves"]).to_dict("records")  # stored by column (by_column)
     models = {"frost", "basic_ssm", "recurrent", "vanilla", "frost (ponder)"}
     assert {r["model"] for r in curves} == models
     from frost_nb.analysis.halting_rules import SIGNAL_RULES

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import fractal, trajectories
-from ..analysis.curves import run_rule_curves
+from ..analysis.curves import by_column, run_rule_curves
 from ..analysis.exits import ExitCache
 from ..analysis.halting_rules import COLLAPSE_QUANTILE, FIXED, collapsed, summary
 from ..analysis.head_refit import TRAIN_SAMPLES, RefitSettings, margins, refit_backbone
@@ -207,6 +207,5 @@ def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
                               "test_accuracy": float(results[label].metrics.get("test_accuracy", math.nan))}
                       for label, cfg in runs.items()},
         "summary": table.to_dict(orient="records"), "diagnostics": diagnostics,
-        "curves": curves[["rule", "model", "threshold", "mean_depth", "accuracy"]].round(6)
-        .to_dict("records"),
+        "curves": by_column(curves[["rule", "model", "threshold", "mean_depth", "accuracy"]].round(6)),
         **margins(table)}, curves
