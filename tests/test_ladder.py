@@ -14,7 +14,7 @@ from frost_nb.analysis import ladder
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.training import FullDepthPass
 
-SIZES = ladder.LADDER_SPAN[0], 100102, ladder.LADDER_SPAN[1]
+SIZES = 27510, 100102, 380838  # the CPU rungs' frost
 
 
 def points(values_by_size, seeds=1):
@@ -32,6 +32,41 @@ def test_the_fit_agrees_with_scipy_linregress():
     assert result.slope == pytest.approx(ref.slope) and result.intercept == pytest.approx(ref.intercept)
     assert (result.slope_low, result.slope_high) == pytest.approx((ref.slope - half, ref.slope + half))
     assert result.delta[0] == pytest.approx(ref.slope * math.log(SIZES[2] / SIZES[0]))
+    # the band at the mean of ln N is the mean's own interval: t s / sqrt(n)
+    s = math.sqrt(np.sum((np.asarray(values) - ref.intercept - ref.slope * np.log(params)) ** 2) / (len(params) - 2))
+    centre = math.exp(np.mean(np.log(params)))
+    assert result.band(centre) == pytest.approx(student_t.ppf(0.975, len(params) - 2) * s / math.sqrt(len(params)))
+
+
+def test_the_span_is_the_fitted_rows_own():
+    params = [n for n in (*SIZES, 1484518) for _ in range(2)]  # a fourth rung
+    values = [0.3 + 0.02 * math.log(n) + (1e-3 if i % 2 else -1e-3) for i, n in enumerate(params)]
+    result = ladder.fit(params, values)
+    assert result.span == pytest.approx((SIZES[0], 1484518))
+    assert result.delta[0] == pytest.approx(result.slope * math.log(1484518 / SIZES[0]))
+
+
+def test_meets_where_the_band_holds_the_value_and_says_from_which_size():
+    q = ladder.QUANTITIES["halting_kept_6.06"]  # the paper's 0.845
+    params = [n for n in SIZES for _ in range(3)]
+    noise = [-0.01, 0.0, 0.01] * 3
+    b = 0.2 / math.log(SIZES[2] / SIZES[0])
+    line = lambda n: 0.70 + b * math.log(n / SIZES[0])  # 0.70 at the bottom rung, 0.90 at the top
+    result = ladder.fit(params, [line(n) + e for n, e in zip(params, noise)])
+    assert ladder.reading(q, result) == ladder.MEETS
+    first = result.meets_from(q.paper)
+    # the first size where |line - 0.845| <= band: just below the crossing of the line itself
+    assert first < result.crossing(q.paper) and abs(result.at(first) - q.paper) == pytest.approx(
+        float(result.band(first)), abs=2e-3)
+    # the same points without noise: the band is almost 0, so the value is met only at the crossing
+    exact = ladder.fit(params, [line(n) + e * 1e-6 for n, e in zip(params, noise)])
+    assert exact.meets_from(q.paper) == pytest.approx(exact.crossing(q.paper), rel=2e-3)
+    # a value beyond the span's band: no longer met, and the line rises toward it
+    far = ladder.fit(params, [line(n) - 0.3 + e for n, e in zip(params, noise)])
+    assert far.meets_from(q.paper) is None and ladder.reading(q, far) == ladder.TOWARD
+    # a sign or bound never "meets"
+    assert ladder.reading(ladder.QUANTITIES["gap"], ladder.fit(params, [v - 0.8 for v in (line(n) for n in params)])) \
+        != ladder.MEETS
 
 
 def test_no_fit_below_three_rungs():
@@ -115,7 +150,8 @@ def test_halting_measures_split_the_gap_into_spread_and_ranking():
 
 
 def test_a_crossing_beyond_a_floats_range_is_infinite():
-    tiny = ladder.Fit(n=3, rungs=3, intercept=0.3, slope=1e-4, slope_low=5e-5, slope_high=2e-4)
+    tiny = ladder.Fit(n=3, rungs=3, intercept=0.3, slope=1e-4, slope_low=5e-5, slope_high=2e-4,
+                      span=(SIZES[0], SIZES[2]), x_mean=11.0, sxx=1.0, residual_sd=0.01, t=12.7)
     assert tiny.crossing(0.62) == math.inf and tiny.crossing(0.3) == pytest.approx(1.0)
 
 
@@ -156,22 +192,12 @@ def test_each_verdict_row_reads_its_quantities_trend():
     assert ladder_trends({"runs": {}})[14] == NOT_YET  # the measures kept before the read-out: not yet read
 
 
-def test_an_away_past_the_papers_value_says_from_which_size():
-    import math
+def test_meets_shows_from_which_size_in_the_trend_column():
+    from frost_nb.repro.ladder import ladder_trends
 
-    from frost_nb.repro.ladder import ladder_trends, past_paper
-
-    # a line through 0.70 at 27,510 parameters and 0.90 at 380,838 passes the paper's 0.85 inside the ladder
-    b = 0.2 / math.log(380838 / 27510)
-    a = 0.70 - b * math.log(27510)
-    crossing = math.exp((0.85 - a) / b)
-    row = {"quantity": "halting_kept_6.06", "reading": ladder.AWAY, "paper": 0.85, "intercept": a, "slope": b}
-    assert past_paper(row) == f" (past the paper's value from {crossing / 1e6:.2f} M)"
-    assert ladder_trends({"read_out": [row]})[10].startswith(f"{ladder.AWAY} (past the paper's value from ")
-    assert past_paper({**row, "reading": ladder.TOWARD}) == ""  # only an "away" passed it
-    assert past_paper({**row, "paper": 0.95}) == ""  # beyond the top rung: the ladder does not hold it
-    assert past_paper({**row, "quantity": "gap", "paper": 0.0}) == ""  # a sign or bound has no crossing
-    assert past_paper({**row, "slope": math.nan}) == ""  # no fit
+    row = {"quantity": "halting_kept_6.06", "reading": ladder.MEETS, "meets_params": 108877.0}
+    assert ladder_trends({"read_out": [row]})[10].startswith("meets (from 0.11 M parameters) / ")
+    assert ladder_trends({"read_out": [{**row, "reading": ladder.AWAY}]})[10].startswith(f"{ladder.AWAY} / ")
 
 
 def test_cached_measures_read_as_measured_and_a_runs_hardware_comes_from_its_folder(tmp_path):
@@ -246,8 +272,18 @@ def test_the_precision_shift_compares_the_fp32_seeds_mean_with_the_bf16_seeds_me
     assert r["shifted"] is True and r["bf16_seeds"] == r["fp32_seeds"] == 3
     assert r["bf16_sd"] == pytest.approx(0.01) and rows["gap"]["fp32_sd"] == pytest.approx(0.001)
     assert rows["gap"]["shift"] == pytest.approx(0.001) and rows["gap"]["shifted"] is False  # same mean, within
+    # the smallest shift the test sees is its half-width: gap's (about 0.025) exceeds its margin (the flat
+    # band, 0.005), so "not shifted" cannot be told there
+    assert rows["gap"]["detectable"] == pytest.approx(rows["gap"]["shift_high"] - rows["gap"]["shift"])
+    assert rows["gap"]["margin"] == ladder.QUANTITIES["gap"].band and rows["gap"]["precision"] == ladder.CANNOT_TELL
+    assert rows["cosine"]["precision"] == ladder.SHIFTED
     sensitive = ladder.precision_sensitive([rows["cosine"], rows["gap"], rows["box_dimension"]])
-    assert sensitive == {"table1": True, "gap": False, "minkowski": True}
+    assert sensitive == {"table1": True, "gap": None, "minkowski": True}
+    # the same means with spreads ten times smaller: the test now resolves the margin, and reads "not shifted"
+    tight = lambda rows_, f: [{**r, "gap": 0.51 + f * (r["gap"] - 0.51)} for r in rows_]
+    quiet = {r["quantity"]: r for r in ladder.precision_shift(tight(bf16, 0.1), tight(fp32, 0.1))}
+    assert quiet["gap"]["detectable"] < quiet["gap"]["margin"] and quiet["gap"]["precision"] == ladder.NOT_SHIFTED
+    assert ladder.precision_sensitive([quiet["gap"]]) == {"gap": False}
     one = ladder.precision_shift(bf16, fp32[:1])  # one fp32 seed: no interval, undecided
     assert all(r["shifted"] is None and r["fp32_seeds"] == 1 for r in one)
 

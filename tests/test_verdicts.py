@@ -464,12 +464,13 @@ def test_the_variant_row_reads_notebook_08s_restated_targets(tmp_path):
 
 def test_claim_15_reads_every_rule_on_frosts_three_seeds_in_notebook_08(tmp_path):
     """Defect: claim 15 was decided on 1 seed (notebook 07) while notebook 08 held every rule on
-    FROST's 3 seeds. The references (oracle, label-free ceiling) are no rival. Flip: FROST's area
-    0.04 below the best rule -> not reproduced; 0.01 above it -> reproduced."""
-    areas = {"frost": 0.26, "fixed depth": 0.30, "confidence": 0.25, "oracle": 0.45, "settled ceiling": 0.40}
+    FROST's 3 seeds. The references (fixed depth, oracle, settled exit) are no rival (claims.rivals).
+    Flip: FROST's area 0.04 below the best rival -> not reproduced; 0.01 above it -> reproduced; a fixed
+    depth above every rule decides nothing."""
+    areas = {"frost": 0.26, "fixed depth": 0.33, "confidence": 0.30, "oracle": 0.45, "settled ceiling": 0.40}
     _notebook_08(tmp_path, [(0.01, 1.0, 0.6)] * 3, areas=areas)
     (row,) = [r for r in V.verdict_rows(tmp_path) if r["claim"] == 15]
-    assert row["seeds"] == "3" and row["verdict"] == N and row["ours"] == "0.260 vs 0.300 (fixed depth)"
+    assert row["seeds"] == "3" and row["verdict"] == N and row["ours"] == "0.260 vs 0.300 (confidence)"
     _notebook_08(tmp_path, [(0.01, 1.0, 0.6)] * 3, areas={**areas, "frost": 0.31})
     (row,) = [r for r in V.verdict_rows(tmp_path) if r["claim"] == 15]
     assert row["verdict"] == R and row["notebook"] == "08"
@@ -516,7 +517,7 @@ def _notebook_10(folder, recovered, named=True, gain=0.05):
 
 def test_claim_19_reads_notebook_10s_k_2_students(tmp_path):
     """Claim 19 (ours, after Raptor) from a constructed notebook-10 file: the k = 2 students' accuracy
-    recovered, one per teacher seed, against 0.94. Flips: clearly above on 3 seeds -> reproduced;
+    recovered, one per teacher seed, against 0.96. Flips: clearly above on 3 seeds -> reproduced;
     clearly below -> not reproduced; straddling -> inconclusive; 1 seed -> suggested / not suggested;
     students the provenance does not name decide nothing. The k = 1 student (0.99) never counts."""
     folder = tmp_path / "metrics"
@@ -525,10 +526,10 @@ def test_claim_19_reads_notebook_10s_k_2_students(tmp_path):
     (r,) = claim19()
     assert (r["seeds"], r["verdict"], r["notebook"], r["dataset"], r["bundle"]) == ("3", R, "10", "cifar100", V.NA)
     assert r["ours"] == "0.975 (45.58% of 46.75%); +5.00 points over k = 2 from scratch (seed 0); state cosine 0.90"
-    assert r["paper"] == "no claim; Raptor 0.96 (0.94 later), linear probe"
+    assert r["paper"] == "no claim; Raptor 0.96, linear probe"
     _notebook_10(folder, [0.85, 0.86, 0.84])
     assert claim19()[0]["verdict"] == N
-    _notebook_10(folder, [0.90, 0.99, 0.95])
+    _notebook_10(folder, [0.92, 1.01, 0.97])
     assert claim19()[0]["verdict"] == I
     _notebook_10(folder, [0.97])
     assert claim19()[0]["verdict"] == "suggested (1 seed)" and claim19()[0]["seeds"] == "1"
@@ -549,7 +550,7 @@ def test_claim_19_is_in_the_full_table_only_not_yet_measured_until_notebook_10s_
     full = V.markdown_table(rows).splitlines()[2:]
     assert [int(line.split("|")[1]) for line in full][-2:] == [17, 19]  # after the benchmark's rows
     assert full[-1] == ("| 19 | Block-recurrent rewrite: k = 2 recovers its teacher (ours, after Raptor) | n/a | n/a "
-                        "| CIFAR-100 | n/a | no claim; Raptor 0.96 (0.94 later), linear probe | not yet measured "
+                        "| CIFAR-100 | n/a | no claim; Raptor 0.96, linear probe | not yet measured "
                         "| not yet measured | 10 |")
     assert V.awaited_rows(rows) and not [r for r in rows if r["claim"] == 19]  # the table's, not a verdict row
     _notebook_10(folder, [0.97, 0.98, 0.975])

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 BOX_SCALES = tuple(2.0 ** -k for k in range(2, 8))  # box sides, in units of the set's extent
@@ -301,6 +303,18 @@ def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
         if _has_extent(poly):  # else no extent: nothing to measure
             out[i] = estimate(resample_polyline(poly, n_points), scales).dimension
     return out
+
+
+def resolution(states: int = 17) -> tuple[float, float]:
+    """The estimator's resolution at ``states`` points (claim 3: a trajectory h_0 .. h_T has T + 1):
+    (Koch, line), the estimates of ``trajectory_dimensions`` on the Koch curve after the refinements
+    that give exactly ``states`` vertices (4^level + 1; dimension 1.26) and on a ``states``-point line
+    (1.0), each as one trajectory."""
+    level = round(math.log(states - 1, 4))
+    if states < 5 or 4 ** level + 1 != states:
+        raise ValueError(f"{states} states: a Koch curve has 4^level + 1 vertices (5, 17, 65, ...)")
+    koch, line = koch_curve(level), straight_line(states)
+    return tuple(float(trajectory_dimensions(pts[None])[0]) for pts in (koch, line))
 
 
 def protocol_name(point_set: str, dims: int, window: str) -> str:

@@ -4,9 +4,12 @@ measured on each run, the fit of each quantity against log(parameters), and its 
 ``halting_measures`` turns one run's full-depth pass and calibrator into the section's halting
 quantities (``repro.ladder`` adds the trajectory ones and picks the runs); ``fit`` and ``reading``
 apply the rule: ordinary least squares of ``y = a + b ln N`` over the runs, the two-sided 95% t
-interval of ``b`` with n - 2 degrees of freedom, ``Delta = b ln(N_top / N_bottom)`` across the
-ladder, and "toward" / "away" / "flat" / "unresolved" by that interval, the paper's value or sign and
-the quantity's flat band.
+interval of ``b`` with n - 2 degrees of freedom, ``Delta = b ln(N_top / N_bottom)`` across the span
+of the runs fitted, and the reading. A quantity the paper gives a value for "meets" it (from the
+smallest size N where it does) when the fitted line's pointwise 95% confidence band holds that
+value somewhere in the span; otherwise, and for a bound or sign, "toward" / "away" by the slope's
+interval and the side of the paper's value, which the band at the top of the span lies wholly on;
+else "flat" inside the quantity's flat band, else "unresolved".
 """
 
 from __future__ import annotations
@@ -16,20 +19,18 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.stats import t as student_t
 
 from .. import paper
 from ..halting import PAPER_QUANTILES
 from .curves import FIXED, at_depths, curve, versus_fixed_depth
 from .halting_rules import random_exit_accuracy, sorted_points
+from .stats import CONFIDENCE, t_quantile, welch
 
 PAPER_DEPTHS = (4.37, 6.06, 8.30)  # Table 2's mean depths at q = 12.5%, 25%, 50%
 KEPT_SHARE = 0.99  # "the depth at which a fixed depth first reaches 99% of full-depth accuracy"
 TABLE1_STEP = 3  # claim 1's step (repro.claims.TABLE1_STEP)
-CONFIDENCE = 0.95
-# the ladder's ends, whose ratio turns a slope per e-fold into the change across the ladder
-LADDER_SPAN = (27510, 380838)
 TOWARD, AWAY, FLAT, UNRESOLVED, NO_FIT = "toward", "away", "flat", "unresolved", "no fit"
+MEETS = "meets"  # the band holds the paper's value within the span (``Fit.meets_from`` says from where)
 RISES, FALLS = "rises", "falls"  # quantities without a paper value: the direction alone
 
 
@@ -106,15 +107,40 @@ class Fit:
     slope: float  # per e-fold of parameters
     slope_low: float
     slope_high: float
+    span: tuple[float, float]  # the smallest and largest size among the runs fitted
+    x_mean: float  # mean of ln N over the runs
+    sxx: float  # sum of (ln N - x_mean)^2
+    residual_sd: float  # sqrt(residual sum of squares / (n - 2))
+    t: float  # the two-sided CONFIDENCE t quantile at n - 2 degrees of freedom
 
     @property
     def delta(self) -> tuple[float, float, float]:
-        """(change, low, high) across the ladder, LADDER_SPAN's ends."""
-        span = math.log(LADDER_SPAN[1] / LADDER_SPAN[0])
-        return self.slope * span, self.slope_low * span, self.slope_high * span
+        """(change, low, high) across the span of the runs fitted."""
+        width = math.log(self.span[1] / self.span[0])
+        return self.slope * width, self.slope_low * width, self.slope_high * width
 
     def at(self, params: float) -> float:
         return self.intercept + self.slope * math.log(params)
+
+    def band(self, params) -> np.ndarray:
+        """The half-width of the fitted line's pointwise CONFIDENCE band at ``params`` (OLS: t s
+        sqrt(1/n + (ln N - mean)^2 / Sxx))."""
+        x = np.log(np.asarray(params, dtype=float))
+        return self.t * self.residual_sd * np.sqrt(1.0 / self.n + (x - self.x_mean) ** 2 / self.sxx)
+
+    def meets_from(self, value: float) -> float | None:
+        """The smallest size in the span where the band holds ``value`` (None where it holds it
+        nowhere): with u = ln N - mean, the band holds it where (c + b u)^2 <= k (1/n + u^2 / Sxx),
+        c the line at the mean minus ``value``, k = (t s)^2: a quadratic in u, solved exactly."""
+        c, b, k = self.intercept + self.slope * self.x_mean - value, self.slope, (self.t * self.residual_sd) ** 2
+        quad, lin, const = b * b - k / self.sxx, 2 * c * b, c * c - k / self.n
+        f = lambda u: (quad * u + lin) * u + const
+        low, high = (math.log(p) - self.x_mean for p in self.span)
+        if f(low) <= 0:
+            return self.span[0]
+        roots = np.roots([quad, lin, const] if quad else [lin, const]) if (quad or lin) else []
+        inside = sorted(float(r.real) for r in np.atleast_1d(roots) if abs(r.imag) < 1e-12 and low <= r.real <= high)
+        return math.exp(inside[0] + self.x_mean) if inside else None
 
     def crossing(self, value: float) -> float:
         return line_crossing(self.intercept, self.slope, value)
@@ -144,24 +170,31 @@ def fit(params: Sequence[float], values: Sequence[float]) -> Fit | None:
     intercept = float(y.mean() - slope * x.mean())
     residual = y - (intercept + slope * x)
     dof = len(x) - 2
-    se = math.sqrt(float((residual ** 2).sum()) / dof / float((xc ** 2).sum()))
-    half = float(student_t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
-    return Fit(len(x), rungs, intercept, slope, slope - half, slope + half)
+    sxx = float((xc ** 2).sum())
+    sd = math.sqrt(float((residual ** 2).sum()) / dof)
+    t = t_quantile(dof)
+    half = t * sd / math.sqrt(sxx)
+    span = (float(math.exp(x.min())), float(math.exp(x.max())))
+    return Fit(len(x), rungs, intercept, slope, slope - half, slope + half, span, float(x.mean()), sxx, sd, t)
 
 
 def reading(quantity: Quantity, result: Fit | None) -> str:
-    """The rule's reading of one quantity's fit: "toward" or "away" (the paper) when the interval
-    of the change across the ladder excludes 0, on the paper's side or the other ("rises" or "falls"
+    """The rule's reading of one quantity's fit: "meets" where the paper gives a value and the
+    band holds it somewhere in the span (``Fit.meets_from``); else "toward" or "away" (the paper)
+    when the interval of the change across the span excludes 0, on the paper's side (the band at
+    the top of the span lies wholly on one side of a value) or the other ("rises" or "falls"
     without a paper value); else "flat" inside the quantity's band, else "unresolved"."""
     if result is None:
         return NO_FIT
+    if quantity.direction == "value" and result.meets_from(quantity.paper) is not None:
+        return MEETS
     _, low, high = result.delta
     if low > 0 or high < 0:
         up = low > 0
         if quantity.direction == "":
             return RISES if up else FALLS
-        if quantity.direction == "value":  # the side where the paper's value lies from the top rung
-            wanted_up = quantity.paper > result.at(LADDER_SPAN[1])
+        if quantity.direction == "value":  # the band at the top lies wholly below or above the value
+            wanted_up = quantity.paper > result.at(result.span[1])
         else:
             wanted_up = quantity.direction == "up"
         return TOWARD if up == wanted_up else AWAY
@@ -195,7 +228,8 @@ def read_out(rows: list[dict]) -> list[dict]:
     """One row per quantity: its fit over the ladder runs in ``rows`` (dicts with size, model,
     seed, params and the measures; runs of other sizes, e.g. demo, are left to the caller), the
     change across the ladder with its interval, the reading, and the crossing where the paper gives
-    a value and the reading is "toward"."""
+    a value and the reading is "toward" (``meets_params``: the smallest size where the band holds the
+    paper's value, for "meets")."""
     out = []
     for name, points in quantity_points(rows).items():
         q = QUANTITIES[name]
@@ -204,12 +238,14 @@ def read_out(rows: list[dict]) -> list[dict]:
         delta = result.delta if result else (math.nan,) * 3
         crossing = (result.crossing(q.paper) if result and verdict == TOWARD and q.direction == "value"
                     else math.nan)
+        meets = result.meets_from(q.paper) if verdict == MEETS else None
         out.append({"quantity": name, "label": q.label, "paper": q.paper, "runs": len(points),
                     "rungs": result.rungs if result else len({p["size"] for p in points}),
                     "intercept": result.intercept if result else math.nan,
                     "slope": result.slope if result else math.nan, "change": delta[0],
                     "change_low": delta[1], "change_high": delta[2], "band": q.band,
-                    "reading": verdict, "crossing_params": crossing})
+                    "reading": verdict, "crossing_params": crossing,
+                    "meets_params": math.nan if meets is None else meets})
     return out
 
 
@@ -267,23 +303,26 @@ def precision_reading(rows: Sequence[dict]) -> tuple[bool | None, str]:
                    f"(context, not the rule): {', '.join(small) or 'none'}")
 
 
+SHIFTED, NOT_SHIFTED, CANNOT_TELL = "shifted", "not shifted", "cannot tell"
+
+
 def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
     """After the check (not part of section 15's rule; added once it failed on one fp32 run, to tell
     a precision effect from a wider spread of draws): per PRECISION_QUANTITIES entry, the fp32 seeds'
     mean minus the bf16 seeds' mean, its Welch 95% t interval, and ``shifted``, whether the interval
     excludes 0 (None below two seeds on either side); beside them each side's seed sd (n - 1), whose
     ratio says whether fp32's draws spread wider. A shifted quantity is precision-sensitive: the
-    ladder's bf16 rungs still compare sizes in one precision, but its level is bf16's."""
+    ladder's bf16 rungs still compare sizes in one precision, but its level is bf16's. The test can
+    only see a shift larger than its half-width (``detectable``), so each quantity's ``margin`` (its
+    flat band: a smaller change does not matter) stands beside it, and ``precision`` reads "cannot
+    tell" where the detectable shift exceeds the margin, else "shifted" or "not shifted"."""
     out = []
     for name in PRECISION_QUANTITIES:
         a, b = np.array(_finite(bf16, name)), np.array(_finite(fp32, name))
         diff = float(b.mean() - a.mean()) if len(a) and len(b) else math.nan
-        low = high = math.nan
+        low = high = half = math.nan
         if len(a) > 1 and len(b) > 1:
-            va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-            se = math.sqrt(va + vb)
-            dof = se ** 4 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else math.inf
-            half = float(student_t.ppf(0.5 + CONFIDENCE / 2, dof)) * se
+            diff, half = welch(b, a)
             low, high = diff - half, diff + half
         sd = {k: float(v.std(ddof=1)) if len(v) > 1 else math.nan for k, v in (("bf16", a), ("fp32", b))}
         out.append({"quantity": name, "bf16_mean": float(a.mean()) if len(a) else math.nan, "bf16_seeds": len(a),
@@ -291,13 +330,19 @@ def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
                     "fp32_seeds": len(b), "fp32_sd": sd["fp32"],
                     "shift": diff, "shift_low": low, "shift_high": high,
                     "shifted": None if math.isnan(low) else bool(low > 0 or high < 0)})
+        margin = QUANTITIES[FROST_SIDE.get(name, name)].band
+        out[-1].update(detectable=half, margin=margin, precision=(
+            None if math.isnan(half) else SHIFTED if out[-1]["shifted"] else
+            CANNOT_TELL if half > margin else NOT_SHIFTED))
     return out
 
 
 def precision_sensitive(shift: Sequence[dict]) -> dict[str, bool | None]:
     """read-out quantity -> whether ``precision_shift`` found it shifted (frost's side standing for
-    its paired quantity; None: undecided), for the read-out's column beside each reading."""
-    return {FROST_SIDE.get(r["quantity"], r["quantity"]): r["shifted"] for r in shift}
+    its paired quantity; None: undecided, or a test that cannot tell a shift at the margin), for the
+    read-out's column beside each reading."""
+    return {FROST_SIDE.get(r["quantity"], r["quantity"]): None if r.get("precision") == CANNOT_TELL
+            else r["shifted"] for r in shift}
 
 
 PAPER_PARAMS = 1484518  # the paper's CIFAR model (the cifar and ladder256 sizes), where its values are marked

@@ -164,34 +164,28 @@ NOT_YET = "not yet measured"
 SENSITIVE = "precision-sensitive"  # analysis.ladder.precision_sensitive: its level is bf16's
 
 
-def past_paper(row: dict) -> str:
-    """What an "away" reading of a quantity whose paper gives a value adds (a read-out row of notebook
-    09): the fit is past the paper's value, so it says from which size on the ladder (where the fitted
-    line reaches the value; "" for any other reading or a value the ladder's span does not hold)."""
-    from ..analysis.ladder import AWAY, LADDER_SPAN, QUANTITIES, line_crossing
+def shown_reading(row: dict) -> str:
+    """A read-out row's reading as the README's column shows it: "meets" says from which size on the
+    ladder the band holds the paper's value (``meets_params``)."""
+    from ..analysis.ladder import MEETS
 
-    quantity = QUANTITIES.get(row.get("quantity"))
-    paper, a, b = row.get("paper"), row.get("intercept"), row.get("slope")
-    if (row.get("reading") != AWAY or quantity is None or quantity.direction != "value"
-            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (paper, a, b))):
-        return ""
-    crossing = line_crossing(a, b, paper)
-    if not LADDER_SPAN[0] <= crossing <= LADDER_SPAN[1]:
-        return ""
-    return f" (past the paper's value from {crossing / 1e6:.2f} M)"
+    size = row.get("meets_params")
+    if row.get("reading") == MEETS and isinstance(size, (int, float)) and math.isfinite(size):
+        return f"{MEETS} (from {size / 1e6:.2f} M parameters)"
+    return row.get("reading", "no fit")
 
 
 def ladder_trends(record: dict | None) -> dict[int, str]:
     """claim -> its trend over the ladder by the rule (notebook 09's ``read_out`` in ``record``, its
     metrics; None: not executed from the ladder's runs yet), "-" for a claim no quantity speaks to;
-    a quantity marked precision-sensitive in the read-out is said to be so, and an "away" that passed
-    the paper's value on the ladder says from which size (``past_paper``)."""
+    a quantity marked precision-sensitive in the read-out is said to be so, and "meets" says from which
+    size (``shown_reading``)."""
     from .claims import CLAIMS
 
     if record is not None and "read_out" not in record:  # the measures alone, kept before the read-out
         record = None
     readings = {} if record is None else {  # a precision-sensitive quantity's reading says so
-        r["quantity"]: r["reading"] + past_paper(r)
+        r["quantity"]: shown_reading(r)
         + (f" ({SENSITIVE})" if r.get("precision_sensitive") is True else "")
         for r in record.get("read_out", [])}
     trends = {}

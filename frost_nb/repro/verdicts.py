@@ -20,6 +20,8 @@ command line: ``python -m frost_nb verdicts [--write | --check]`` (docs/testing.
 
 from __future__ import annotations
 
+import functools
+
 import csv
 import json
 import os
@@ -254,25 +256,25 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
             found = [(s, runs.get((label, s))) for (lab, s) in at if lab == label]
             if not all(is_frost(st) for _, st in found):
                 continue
-            seeds = [s for s, _ in found if s in basic]
-            frost = [at[(label, s)] for s in seeds]
+            if not basic:
+                continue
+            frost = [at[(label, s)] for s, _ in sorted(found)]  # separate runs: every seed of each side
             st = found[0][1]
-            yield row(1, st["bundle"], form(st), d["dataset"], len(seeds), shown,
-                      f"{_mean(frost):.2f} vs {_mean(basic[s] for s in seeds):.2f}",
-                      C.table1(frost, [basic[s] for s in seeds]), "02", primary=label == "frost")
-            if label == "frost" and (paired := [s for s in control if s in basic]):  # ours, beside
-                yield row(1, st["bundle"], form(st), d["dataset"], len(paired), "no claim",
-                          f"no ranking {_mean(control[s] for s in paired):.2f} vs "
-                          f"{_mean(basic[s] for s in paired):.2f}",
-                          C.table1_update([control[s] for s in paired], [basic[s] for s in paired]), "02",
+            yield row(1, st["bundle"], form(st), d["dataset"], min(len(frost), len(basic)), shown,
+                      f"{_mean(frost):.2f} vs {_mean(basic.values()):.2f}",
+                      C.table1(frost, list(basic.values())), "02", primary=label == "frost")
+            if label == "frost" and control:  # ours, beside
+                yield row(1, st["bundle"], form(st), d["dataset"], min(len(control), len(basic)), "no claim",
+                          f"no ranking {_mean(control.values()):.2f} vs {_mean(basic.values()):.2f}",
+                          C.table1_update(list(control.values()), list(basic.values())), "02",
                           title=TABLE1_UPDATE, primary=False)
     for name in m.names("15_update_forms*"):
         d = m.json(name)
         basic = d["basic_ssm cos t=3"]
         for runs, st, primary in _forms(d):
             frost = [r["cos t=3"] for r in runs]
-            yield row(1, st["bundle"], form(st), d["dataset"], len(runs), shown,
-                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic[:len(frost)]), "15",
+            yield row(1, st["bundle"], form(st), d["dataset"], min(len(runs), len(basic)), shown,
+                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15",
                       primary=primary)
 
 
@@ -306,6 +308,7 @@ def contraction_rows(m: Metrics) -> Iterator[dict]:
 
 # 3. Minkowski dimension (03: one protocol; 15_minkowski_protocols: eight)
 BASELINES = ("vanilla", "basic_ssm")
+TRAJECTORY_STATES = 17  # h_0 .. h_16: every ResNet model of notebook 03 runs T = 16 steps
 MINKOWSKI_PAPER = f"higher; baselines ~ {paper.KOCH_DIMENSION:.2f}"
 
 
@@ -316,16 +319,24 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
         dims = {(r["model"], r["seed"]): r["box mean"] for r in d["runs"]}
         if not is_frost(st := run_of(d, {"model": "frost", "seed": 0})):
             continue
-        seeds = sorted(s for (lab, s) in dims if lab == "frost" and all((b, s) in dims for b in BASELINES))
-        frost = [dims[("frost", s)] for s in seeds]
-        base = {b: [dims[(b, s)] for s in seeds] for b in BASELINES}
-        yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), MINKOWSKI_PAPER,
-                  f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
-                  C.minkowski(frost, base), "03")
+        frost = [v for (lab, _), v in sorted(dims.items()) if lab == "frost"]  # separate runs: each side's seeds
+        base = {b: [v for (lab, _), v in sorted(dims.items()) if lab == b] for b in BASELINES}
+        yield row(3, st["bundle"], form(st), d["dataset"], min(len(v) for v in (frost, *base.values())),
+                  MINKOWSKI_PAPER, f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
+                  C.minkowski(frost, base, _resolution()), "03")
         if d.get("protocol_runs"):  # notebook 03 measures experiment (d)'s protocols too
             yield from _protocol_rows(d, d["protocol_runs"], "03")
     for d in m.files("15_minkowski_protocols"):
         yield from _protocol_rows(d, d["runs"], "15")
+
+
+@functools.cache
+def _resolution() -> tuple[float, float]:
+    """The box estimator's (Koch, line) estimates at a trajectory's T + 1 = 17 states (claims.resolves):
+    a property of the estimator, not of a run, so computed here once (fractal.resolution)."""
+    from ..analysis.fractal import resolution
+
+    return resolution(TRAJECTORY_STATES)
 
 
 def _protocol_rows(d: dict, runs: list[dict], source: str) -> Iterator[dict]:
@@ -333,9 +344,8 @@ def _protocol_rows(d: dict, runs: list[dict], source: str) -> Iterator[dict]:
     per = {}
     for protocol, rs in _by(runs, "protocol").items():
         dims = {(r["model"], r["seed"]): r["dimension"] for r in rs}
-        seeds = sorted(s for (lab, s) in dims if lab == "frost")
-        per[protocol] = C.minkowski([dims[("frost", s)] for s in seeds],
-                                    {b: [dims[(b, s)] for s in seeds] for b in BASELINES})
+        per[protocol] = C.minkowski([v for (lab, _), v in sorted(dims.items()) if lab == "frost"],
+                                    {b: [v for (lab, _), v in sorted(dims.items()) if lab == b] for b in BASELINES})
     if (st := next((run_of(d, r) for r in runs if r["model"] == "frost"), None)) is None:
         return
     seeds = {r["seed"] for r in runs if r["model"] == "frost"}
@@ -595,9 +605,8 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
                       title="" if gpu else f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device})", primary=gpu)
 
 
-# 15. FROST's score against other halting rules (07: seed 0; 08: every rule on FROST's seeds) and
-# refitted heads (15_head_refit). The references (oracle, label-free ceiling) are no rule one could run
-LABELLED = ("oracle", "settled ceiling")  # halting_rules.ORACLE, SETTLED
+# 15. FROST's score against its rivals (07: seed 0; 08: every rule on FROST's seeds; claims.rivals, the
+# references never) and refitted heads (15_head_refit)
 
 
 def halting_rule_rows(m: Metrics) -> Iterator[dict]:
@@ -605,10 +614,10 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
         area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
         for model in sorted({mod for mod, rule in area if rule == "frost"}):
             st = settings(d, d.get("keys", {}).get(model))
-            others = {rule: a for (mod, rule), a in area.items() if mod == model and rule not in ("frost", *LABELLED)}
-            if not is_frost(st) or not others:
+            areas = {rule: a for (mod, rule), a in area.items() if mod == model}
+            if not is_frost(st) or not C.rivals(areas):
                 continue
-            best_rule, best = max(others.items(), key=lambda kv: kv[1])
+            best_rule, best = C.best_rival(areas)
             noise = d.get("bootstrap") or {}  # one model decides: the test images' 95% interval beside
             shown = f"; test-image bootstrap 95% [{noise['low']:+.3f}, {noise['high']:+.3f}]" \
                 if noise.get("model") == model and noise.get("rival") == best_rule else ""
@@ -618,18 +627,21 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("08_beyond_the_paper*"):  # every rule on FROST's seeds
         area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
         models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"}, key=_seed)
-        others = [{rule: a for (mod, rule), a in area.items() if mod == model and rule not in LABELLED}
-                  for model in models]
+        areas = [{rule: a for (mod, rule), a in area.items() if mod == model} for model in models]
         if not models or not all(is_frost(settings(d, d["keys"][model])) for model in models) or not all(
-                set(o) - {"frost"} for o in others):
+                C.rivals(a) for a in areas):
             continue
         st = settings(d, d["keys"][models[0]])
         own = [area[(model, "frost")] for model in models]
-        best = [max((a, rule) for rule, a in o.items() if rule != "frost") for o in others]
-        named = sorted({rule for _, rule in best})
+        best = [C.best_rival(a) for a in areas]
+        named = sorted({rule for rule, _ in best})
+        noise = d.get("rival_bootstrap") or {}  # per seed: FROST minus its best rival over the test images
+        shown = "".join(f"; seed {_seed(m)} [{noise[m]['low']:+.3f}, {noise[m]['high']:+.3f}]"
+                        for m in models if m in noise)
         yield row(15, st["bundle"], form(st), d["dataset"], len(models), "no claim",
-                  f"{_mean(own):.3f} vs {_mean(a for a, _ in best):.3f} ({', '.join(named)})",
-                  C.halting_rules(own, [a for a, _ in best]), "08", primary=own_form(st))
+                  f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
+                  C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), "08",
+                  primary=own_form(st))
     for d in m.files("15_head_refit"):
         margins = d.get("margin_per_backbone", {})
         for group in _by([(k, settings(d, b["key"])) for k, b in d["backbones"].items()],
@@ -661,20 +673,21 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
             if family == "frost" and rule == "frost":
                 continue  # FROST's own rule is claims 14 and 15
             gs = sorted(gs, key=lambda g: _seed(g["model"]))
-            paired = [g for g in gs if _seed(g["model"]) in frost]
             ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_settled"))
-            full = [g["full_depth"] - frost[_seed(g["model"])]["full_depth"] for g in paired]
+            full, frost_full = [g["full_depth"] for g in gs], [g["full_depth"] for g in frost.values()]
             main = family == d["variant"] and rule == "frost"
             yield row(16, st["bundle"], form(st), d["dataset"], len(gs), "no claim",
                       f"ranking {100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a "
-                      f"point; closes {_mean(closed):.2f} of the ceiling gap; full depth {_mean(full):+.3f}",
-                      C.variant(ranking, saved, closed, full), "08", primary=main,
+                      f"point; closes {_mean(closed):.2f} of the ceiling gap; full depth "
+                      f"{_mean(full) - _mean(frost_full):+.3f}",
+                      C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
+                      primary=main,
                       title="" if main else f"Our rule ({rule}) on {'the variant' if family == d['variant'] else 'FROST'}"
                       f"'s models, by claim 16's targets (ours)")
 
 
 # 19 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
-RAPTOR_CELL = f"no claim; Raptor {C.RAPTOR_RECOVERED[0]:.2f} ({C.RAPTOR_RECOVERED[1]:.2f} later), linear probe"
+RAPTOR_CELL = f"no claim; Raptor {C.RECOVERED_MARGIN:.2f}, linear probe"
 # claim -> (notebook, data set, paper cell) of a claim whose notebook awaits its runs: until its metrics exist,
 # docs/results.md shows one row for it, "not yet measured" (as the README's ladder column does)
 AWAITED = {19: ("10", "cifar100", RAPTOR_CELL)}
@@ -699,7 +712,16 @@ def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
                   + ("" if gain != gain else f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch"
                      f"{f' (seed {controls})' if controls else ''}; ")
                   + f"state cosine {_mean(r['state_cosine_mean'] for r in students):.2f}",
-                  C.block_recurrent(recovered), "10")
+                  C.block_recurrent(recovered, *_range_scores(d, students)), "10")
+
+
+def _range_scores(d: dict, students: list[dict]) -> tuple[list[float] | None, list[float] | None]:
+    """Per teacher of ``students``, the chosen ranges' score and equal ranges' (notebook 10's
+    ``ranges``, k = CLAIM_K; (None, None) where the file lacks them)."""
+    scores = {r["seed"]: r for r in d.get("ranges", []) if r.get("k") == CLAIM_K and "equal_score" in r}
+    if not all(r["seed"] in scores for r in students):
+        return None, None
+    return [scores[r["seed"]]["score"] for r in students], [scores[r["seed"]]["equal_score"] for r in students]
 
 
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)

@@ -1,0 +1,65 @@
+"""The intervals every reading uses (docs/method.md, "How a verdict is decided"): the t interval of a
+seed mean, Welch's interval of a difference between separately trained models, and the test images'
+bootstrap, which adds the noise of the test set where one model, or a few, decide a number.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy.stats import t as student_t  # scipy comes with scikit-learn
+
+CONFIDENCE = 0.95  # two-sided
+IMAGE_RESAMPLES = 1000  # the fewest bootstrap resamples of the test images behind an interval
+
+
+def t_quantile(dof: float) -> float:
+    """The two-sided CONFIDENCE quantile of Student's t with ``dof`` degrees of freedom."""
+    return float(student_t.ppf(0.5 + CONFIDENCE / 2, dof))
+
+
+def interval(values: Sequence[float]) -> tuple[float, float]:
+    """(mean, half-width) of the two-sided ``CONFIDENCE`` t interval of the mean of ``values``
+    (sample standard deviation, ddof = 1); needs two values or more."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        raise ValueError(f"a t interval needs two values or more, got {len(v)}")
+    return float(v.mean()), t_quantile(len(v) - 1) * float(v.std(ddof=1)) / math.sqrt(len(v))
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """(mean(a) - mean(b), half-width) of Welch's two-sided CONFIDENCE t interval of the difference of
+    two means from separate runs (each side's sample variance, ddof = 1; Welch-Satterthwaite degrees of
+    freedom); needs two values or more a side. Two sides without any spread give a half-width of 0."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"Welch's interval needs two values or more a side, got {len(a)} and {len(b)}")
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return float(a.mean() - b.mean()), 0.0
+    dof = se ** 4 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return float(a.mean() - b.mean()), t_quantile(dof) * se
+
+
+def with_images(h_seeds: float, h_images: float) -> float:
+    """The half-width of a seed mean's interval with the test images' noise added: sqrt(h_seeds^2 +
+    h_images^2) (the two are independent draws: the runs' and the images')."""
+    return math.hypot(h_seeds, h_images)
+
+
+def image_bootstrap(statistic: Callable[[np.ndarray], float], n_images: int, resamples: int = IMAGE_RESAMPLES,
+                    seed: int = 0) -> tuple[float, float]:
+    """(value, half-width) of ``statistic`` over the test images: ``statistic(index)`` computes the
+    number from the images ``index`` (an int array of length ``n_images``; a seed mean resamples the
+    same images for every seed, jointly), its value on all images, and the half-width of the
+    central CONFIDENCE percentile interval of ``resamples`` (at least IMAGE_RESAMPLES) resamples
+    with replacement."""
+    if resamples < IMAGE_RESAMPLES:
+        raise ValueError(f"{resamples} resamples: the rule asks for at least {IMAGE_RESAMPLES}")
+    rng = np.random.default_rng(seed)
+    draws = np.array([statistic(rng.integers(0, n_images, n_images)) for _ in range(resamples)], dtype=float)
+    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    return float(statistic(np.arange(n_images))), float(high - low) / 2
