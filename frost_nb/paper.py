@@ -50,3 +50,20 @@ def table3_frost_depth(backbone: str) -> dict[str, float]:
     steps = next(r["mean_depth"] for r in TABLE3 if r["backbone"] == backbone and r["model"] == "vanilla")
     return {"mean_depth": mean, "std_depth": TABLE3_FROST_DEPTH_STD[backbone], "steps": steps,
             "depth_fraction": mean / steps}
+
+
+# DF-Mamba (Fang, Sun and Zhou, "Dynamic Fractal Mamba", ICML 2026; ../shared/papers/df-mamba.txt), the
+# sources' system on another axis (docs/df-mamba.md). Table 1, ETTh2, look-back 336: horizon -> (MSE, MAE)
+# on standardised values; DLinear's are its own repository's (look-back 336), RLinear's as DF-Mamba quotes them
+DFMAMBA_HORIZONS = (96, 192, 336, 720)
+DFMAMBA_TABLE1_ETTH2 = {
+    "dfmamba": {96: (0.232, 0.323), 192: (0.287, 0.364), 336: (0.329, 0.393), 720: (0.408, 0.437)},
+    "dlinear": {96: (0.289, 0.353), 192: (0.383, 0.418), 336: (0.448, 0.465), 720: (0.605, 0.551)},
+    "rlinear": {96: (0.288, 0.338), 192: (0.374, 0.390), 336: (0.415, 0.426), 720: (0.420, 0.440)},
+}
+# Table 2, ETTm2, horizon 96: variant -> (MSE, MAE, parameters in M)
+DFMAMBA_TABLE2_ETTM2 = {"full": (0.158, 0.261, 0.658), "S2": (0.210, 0.288, 0.699), "S3": (0.180, 0.282, 0.757),
+                        "T2": (0.194, 0.288, 0.658), "T3": (0.186, 0.284, 0.658), "C2": (0.169, 0.274, 0.641),
+                        "C3": (0.163, 0.261, 0.649), "L4": (0.174, 0.270, 0.658)}
+# Table 14, ETTm2, horizon 96, zero-shot: scale factor -> MSE, DF-Mamba and Affirm
+DFMAMBA_TABLE14_ETTM2 = {"dfmamba": {1: 0.158, 2: 0.173, 4: 0.192}, "affirm": {1: 0.167, 2: 0.251, 4: 0.305}}

@@ -278,7 +278,8 @@ def test_every_claim_states_its_wording_and_test():
     assert [c.number for c in C.CLAIMS] == list(range(1, 17))
     # beside the README's 16, in docs/results.md only: the benchmarks, then the extension after Raptor
     assert [c.number for c in C.BENCHMARK_CLAIMS] == [17, 18] and [c.number for c in C.EXTENSION_CLAIMS] == [19]
-    assert sorted(C.CLAIM) == list(range(1, 20))
+    assert [c.number for c in C.DFMAMBA_CLAIMS] == [20, 21, 22]  # DF-Mamba's, after FROST's
+    assert sorted(C.CLAIM) == list(range(1, 23))
     assert all(c.title and c.wording and c.test for c in C.CLAIM.values())
     assert "frequent collapse" in C.CLAIM[8].wording
     assert f"{paper.TABLE1['frost'][1][0]}" in C.CLAIM[1].wording
@@ -293,7 +294,7 @@ def test_margins_are_the_papers_zero_or_named_as_ours():
                "HURST_ALPHA_MARGIN", "RANK_NARROW", "COLLAPSE_GAP", "CONFLICT_MARGIN",
                "COLLAPSE_FREQUENT", "KEPT_CLOSE", "RATIO_CLOSE", "VIT_DEPTH_CLOSE", "VIT_EARLIER", "FIXED_GAIN",
                "AREA_TIE", "HEAD_MARGIN", "SPEED_CLOSE", "KLL_CHEAP", "VARIANT_RANKING", "VARIANT_STEPS_SAVED", "VARIANT_CLOSED",
-               "VARIANT_FULL_DEPTH", "PHASE_MARGIN")
+               "VARIANT_FULL_DEPTH", "PHASE_MARGIN", "FORECAST_CLOSE")
     for name in margins:
         line = next(x for x in lines if x.startswith(f"{name} =") or x.startswith(f"{name}, "))
         assert getattr(C, name) == 0 or "# ours" in line, line
@@ -356,3 +357,54 @@ def test_claim_12_each_batch_size_is_its_own_part():
     assert C.throughput_batches({1: good, 256: good}, "cuda").status == C.REPRODUCED
     assert C.throughput_batches({1: bad, 256: bad}, "cuda").status == C.NOT
     assert C.throughput_batches({1: good}, "cpu").status == C.NOT_TESTABLE
+
+
+# ------------------------------------------------------------------ DF-Mamba's rules (claims 20-22)
+def test_the_moving_block_bootstrap_keeps_runs_of_windows_together():
+    """Overlapping windows make neighbouring errors alike: resampling runs of windows keeps that, so
+    on a series of long runs the interval is wider than one that resamples windows one by one."""
+    from frost_nb.analysis.stats import block_bootstrap
+
+    rng = np.random.default_rng(0)
+    runs = np.repeat(rng.normal(0.3, 0.05, 20), 432)[:2785]  # 2,785 test windows, runs of 432 alike
+    mean, half = block_bootstrap(runs)
+    _, single = block_bootstrap(runs, block=1)
+    assert mean == pytest.approx(runs.mean()) and half > 3 * single
+    assert block_bootstrap(np.full(2785, 0.3))[1] == pytest.approx(0.0, abs=1e-12)  # no spread, no interval
+    with pytest.raises(ValueError, match="block"):
+        block_bootstrap(runs[:100])
+
+
+def test_claim_20_reads_ours_against_the_papers_mse_with_its_interval():
+    """Flip: 0.30 +- 0.002 over 3 seeds against the paper's 0.232 (+0.02) -> not reproduced; 0.24 ->
+    reproduced; 0.252 (at the line) -> cannot tell; one seed reads the windows' block bootstrap."""
+    assert C.forecast_against_paper([0.300, 0.302, 0.298], 0.232) == N
+    assert C.forecast_against_paper([0.240, 0.242, 0.238], 0.232) == R
+    assert C.forecast_against_paper([0.250, 0.254, 0.252], 0.232) == C.CANNOT_TELL
+    windows = np.random.default_rng(0).normal(0.30, 0.2, 2785)
+    assert C.forecast_against_paper([0.30], 0.232, windows) == N
+    assert C.forecast_against_paper([0.30], windows.mean() - 0.02, windows) == C.CANNOT_TELL  # at the line
+    assert C.forecast_against_paper([0.30], 0.232).status == C.NOT_TESTABLE  # one seed, no windows
+
+
+def test_claim_20_against_a_baseline_is_welch_lower_is_better():
+    assert C.forecast_against_baseline([0.28, 0.281, 0.279], [0.30, 0.302, 0.301]) == R
+    assert C.forecast_against_baseline([0.30, 0.302, 0.301], [0.28, 0.281, 0.279]) == N
+    assert C.forecast_against_baseline([0.28], [0.30, 0.302, 0.301]) == "suggested (1 seed)"
+
+
+def test_claim_21_an_ablation_holds_reverses_or_is_not_shown():
+    full = [0.300, 0.302, 0.298]
+    assert C.ablation([0.320, 0.322, 0.318], full) == C.HOLDS  # removing sharing hurts
+    assert C.ablation([0.280, 0.282, 0.278], full) == C.REVERSED
+    assert C.ablation([0.29, 0.31, 0.305], full) == C.NOT_SHOWN
+    assert C.ablation([0.33], full) == "suggested (1 seed)"
+
+
+def test_claim_22_needs_every_baseline_and_s2_only_suggests():
+    ours = [1.10, 1.12, 1.11]
+    worse = {"dlinear": [1.40, 1.42, 1.41], "rlinear": [1.30, 1.29, 1.31]}
+    assert C.zero_shot(ours, worse) == C.HOLDS
+    assert C.zero_shot(ours, {**worse, "rlinear": [1.0, 1.01, 0.99]}) == P  # one of two
+    assert C.zero_shot(ours, {**worse, "S2": [1.5]}) == "suggested (1 seed)"
+    assert C.CLAIM[20].wording.startswith("DF-Mamba-TS MSE 0.232 / 0.287 / 0.329 / 0.408")

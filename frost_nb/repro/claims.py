@@ -45,7 +45,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 from .. import paper
-from ..analysis.stats import CONFIDENCE, IMAGE_RESAMPLES, image_bootstrap, interval, welch, with_images
+from ..analysis.stats import (CONFIDENCE, IMAGE_RESAMPLES, block_bootstrap, image_bootstrap, interval, welch,
+                              with_images)
 from ..analysis.halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE, FROST, REFERENCES
 
 REPRODUCED, PARTLY, NOT = "reproduced", "partly reproduced", "not reproduced"
@@ -550,6 +551,58 @@ def block_recurrent(recovered: Sequence[float], chosen: Sequence[float] | None =
     return decide(recovered, RECOVERED_MARGIN)
 
 
+# 20-22 (the sources' system, DF-Mamba: Fang, Sun and Zhou, "Dynamic Fractal Mamba", ICML 2026;
+# docs/df-mamba.md; notebook 11), on ETTh2 (the paper's ablations and zero-shot table are on ETTm2,
+# which is not here). Fixed before any DF-Mamba result. An MSE is lower-is-better: each rule orients it
+CANNOT_TELL = "cannot tell"
+HOLDS, REVERSED, NOT_SHOWN = "holds", "reversed", "not shown"
+FORECAST_CLOSE = 0.02  # ours: our mean MSE at most this above the paper's reads as its number
+
+
+def forecast_against_paper(mse: Sequence[float], paper_mse: float, windows: Sequence[float] | None = None) -> Verdict:
+    """Claim 20, ours against the paper at one horizon: "reproduced" where the 95% interval of our mean
+    MSE lies wholly below the paper's + FORECAST_CLOSE, "not reproduced" where wholly above it, else
+    "cannot tell". The interval: over 3+ seeds Student's t; over one, a moving-block bootstrap of the
+    per-window MSEs ``windows`` (test windows overlap; ``block_bootstrap``); none without them."""
+    v = _finite_values(mse)
+    if not v:
+        return untestable("no runs")
+    if len(v) >= MIN_SEEDS:
+        mean, half = interval(v)
+    elif len(v) == 1 and windows is not None:
+        mean, half = block_bootstrap(windows)
+    else:
+        return untestable(f"{len(v)} seeds and no per-window errors: no interval")
+    d = paper_mse + FORECAST_CLOSE - mean
+    return Verdict(CANNOT_TELL if abs(d) <= half else REPRODUCED if d > 0 else NOT, len(v))
+
+
+def forecast_against_baseline(dfmamba: Sequence[float], baseline: Sequence[float]) -> Verdict:
+    """Claim 20, DF-Mamba against one of our baselines at one horizon (separate runs): baseline MSE minus
+    DF-Mamba's by Welch's interval against 0 (reproduced: DF-Mamba lower); fewer than MIN_SEEDS a side:
+    suggested."""
+    return decide_between(baseline, dfmamba)
+
+
+def ablation(variant_mse: Sequence[float], full_mse: Sequence[float]) -> Verdict:
+    """Claim 21 (Table 2's S3: no sharing; T3: no 2^k step), one variant against the full model, each over
+    its seeds: "holds" where Welch's 95% interval of variant minus full MSE lies wholly above 0,
+    "reversed" wholly below, "not shown" otherwise; with fewer than MIN_SEEDS a side, suggested."""
+    v = decide_between(variant_mse, full_mse)
+    status = {REPRODUCED: HOLDS, NOT: REVERSED, INCONCLUSIVE: NOT_SHOWN}.get(v.status)
+    return v if status is None else Verdict(status, v.seeds)
+
+
+def zero_shot(dfmamba_ratio: Sequence[float], baselines: dict[str, Sequence[float]]) -> Verdict:
+    """Claim 22 (Table 14): r = MSE at inputs coarsened x4 over MSE at the native scale, per seed;
+    "holds" where Welch's interval of r_DF-Mamba minus r_baseline lies wholly below 0 for every baseline
+    (each a part; DLinear and RLinear at 3 seeds, the flat stack S2 at 1, which only suggests)."""
+    parts = [decide_between(r, dfmamba_ratio) for r in baselines.values()]
+    v = combine(parts)
+    status = {REPRODUCED: HOLDS, NOT: REVERSED, INCONCLUSIVE: NOT_SHOWN}.get(v.status)
+    return v if status is None else Verdict(status, v.seeds, v.reasons)
+
+
 # Benchmarks beside the tables (ours)
 SPEED_CLOSE, SPEED_NEAR = 0.9, 0.75  # ours: measured / ideal speed-up
 KLL_CHEAP, KLL_NOTICEABLE = 0.01, 0.05  # ours: share of a training step
@@ -625,7 +678,22 @@ EXTENSION_CLAIMS = (
           f"k = 2 student's test accuracy / its vanilla teacher's above {RECOVERED_MARGIN}, per teacher "
           f"seed, where the teachers show phases (chosen ranges at least {PHASE_MARGIN:.0%} above equal)"),
 )
-CLAIM = {c.number: c for c in CLAIMS + BENCHMARK_CLAIMS + EXTENSION_CLAIMS}
+# DF-Mamba's, after FROST's: claim 20 is a row of the README's table, 21 and 22 of docs/results.md's
+_DF, _T2, _T14 = paper.DFMAMBA_TABLE1_ETTH2, paper.DFMAMBA_TABLE2_ETTM2, paper.DFMAMBA_TABLE14_ETTM2
+DFMAMBA_CLAIMS = (
+    Claim(20, "DF-Mamba Table 1 (ETTh2)", "DF-Mamba-TS MSE " + " / ".join(
+          f"{_DF['dfmamba'][h][0]:.3f}" for h in paper.DFMAMBA_HORIZONS) + " at horizons "
+          + " / ".join(map(str, paper.DFMAMBA_HORIZONS)) + ", below DLinear's and RLinear's",
+          f"our mean MSE within {FORECAST_CLOSE} of the paper's (95% interval; t over seeds, else a moving-block "
+          "bootstrap of the test windows); below our DLinear and RLinear (Welch)"),
+    Claim(21, "DF-Mamba Table 2: sharing and the 2^k step (ETTh2)", f"unshared levels (S3) {_T2['S3'][0]:.3f} and a "
+          f"constant step (T3) {_T2['T3'][0]} against the full model's {_T2['full'][0]} (ETTm2, horizon 96)",
+          "variant minus full MSE, Welch's 95% interval wholly above 0: holds; wholly below: reversed"),
+    Claim(22, "DF-Mamba Table 14: zero-shot coarser inputs (ETTh2)", f"MSE x4 / native {_T14['dfmamba'][4]} / "
+          f"{_T14['dfmamba'][1]} against Affirm's {_T14['affirm'][4]} / {_T14['affirm'][1]} (ETTm2)",
+          "r = MSE(x4) / MSE(native): r_DF-Mamba - r_baseline wholly below 0 (Welch) for DLinear and RLinear"),
+)
+CLAIM = {c.number: c for c in CLAIMS + BENCHMARK_CLAIMS + EXTENSION_CLAIMS + DFMAMBA_CLAIMS}
 
 
 # ------------------------------------------------------------------------------------------------
