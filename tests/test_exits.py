@@ -4,6 +4,7 @@ widget redraws from the caches alone."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -73,7 +74,8 @@ def test_sweep_against_fixed_depth(model_and_cache):
     assert vs["gain"].iloc[-1] == pytest.approx(0.0, abs=1e-6)  # at depth T both are the full-depth accuracy
     both = summarise_sweeps({"a": sweep, "b": sweep.assign(accuracy=sweep["accuracy"] + 0.1)})
     assert both["accuracy"].to_numpy() == pytest.approx(sweep["accuracy"].to_numpy() + 0.05)
-    assert both["accuracy_spread"].to_numpy() == pytest.approx(0.05) and (both["runs"] == 2).all()
+    # a sample standard deviation (ddof = 1): two runs 0.1 apart spread 0.1 / sqrt(2), not 0.05
+    assert both["accuracy_spread"].to_numpy() == pytest.approx(0.1 / math.sqrt(2)) and (both["runs"] == 2).all()
 
 
 def test_groups_side_by_side_are_their_runs_means(model_and_cache):
@@ -268,3 +270,16 @@ def test_budget_depth_is_met_on_the_split_it_was_found_on():
     for bad in (0.5, steps + 1, float("nan"), "6"):
         with pytest.raises(ValueError, match=r"^depth=.* (is outside|is not a number|must be).* 16.*: a mean depth"):
             val.quantile_for_depth(bad)
+
+
+def test_table_1_beside_the_paper_spreads_seeds_by_the_sample_standard_deviation():
+    """One ddof for every spread over seeds (docs/method.md 9.8): three seeds 0.80, 0.85, 0.90 spread 0.05
+    (ddof = 1), not 0.041 (ddof = 0)."""
+    import pandas as pd
+
+    from frost_nb.notebook.tables import beside_paper_table1
+
+    table = pd.DataFrame([{"model": "frost", "seed": s, "step": 3, "mean": m, "std": 0.1}
+                          for s, m in enumerate((0.80, 0.85, 0.90))])
+    (row,) = beside_paper_table1(table, steps=[3]).to_dict("records")
+    assert row["spread over seeds"] == pytest.approx(0.05) and row["mean"] == pytest.approx(0.85)

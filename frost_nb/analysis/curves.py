@@ -175,10 +175,10 @@ def read_at(table, depths) -> np.ndarray:
 
 
 def summarise_sweeps(tables: dict[Any, Any]):
-    """Mean and spread (std over runs) of several runs' FROST curves, one row per quantile."""
+    """Mean and spread (sample std over runs, ddof = 1) of several runs' FROST curves, one row per quantile."""
     g = pd.concat([t.assign(run=k) for k, t in tables.items()]).groupby("quantile")
-    return pd.DataFrame({"mean_depth": g["mean_depth"].mean(), "mean_depth_spread": g["mean_depth"].std(ddof=0),
-                         "accuracy": g["accuracy"].mean(), "accuracy_spread": g["accuracy"].std(ddof=0),
+    return pd.DataFrame({"mean_depth": g["mean_depth"].mean(), "mean_depth_spread": g["mean_depth"].std(ddof=1),
+                         "accuracy": g["accuracy"].mean(), "accuracy_spread": g["accuracy"].std(ddof=1),
                          "runs": g["run"].nunique()}).reset_index()
 
 

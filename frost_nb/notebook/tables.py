@@ -132,7 +132,7 @@ def beside_paper_table1(table, steps=None):
     """Ours (mean over seeds of the per-run mean, with the seeds' spread and the mean
     within-run std) next to the paper's Table 1, one row per model and step."""
     g = table[table["step"].isin(TABLE1_STEPS if steps is None else steps)].groupby(["model", "step"])
-    ours = pd.DataFrame({"mean": g["mean"].mean(), "spread over seeds": g["mean"].std(ddof=0),
+    ours = pd.DataFrame({"mean": g["mean"].mean(), "spread over seeds": g["mean"].std(ddof=1),
                          "std over samples": g["std"].mean(), "seeds": g["seed"].nunique()})
     paper = {(m, s): cell for m, cells in TABLE1.items() for s, cell in zip(TABLE1_STEPS, cells)}
     ours["paper mean"] = [paper.get(i, (float("nan"),) * 2)[0] for i in ours.index]
