@@ -316,9 +316,11 @@ def test_contraction_reads_the_product_rate_of_frost_with_its_ranking_losses(tmp
     assert from_02()[0]["verdict"] == N
 
 
-def test_minkowski_protocols_read_from_notebook_03(tmp_path):
+def test_minkowski_protocols_read_from_notebook_03(tmp_path, monkeypatch):
     """Notebook 03 measures every protocol of experiment (d) on its own runs: one more claim-3
-    row from "03", decided per protocol as experiment (d)'s file is."""
+    row from "03", decided per protocol as experiment (d)'s file is (with an estimator that resolves
+    17 states; the committed one does not: the last assertion)."""
+    monkeypatch.setattr(V, "_resolution", lambda: (1.26, 1.0))
     name = "03_minkowski_fashion-mnist.json"
     folder = _copy(tmp_path, name)
     protocol_rows = lambda: [r for r in V.verdict_rows(folder)
@@ -333,6 +335,9 @@ def test_minkowski_protocols_read_from_notebook_03(tmp_path):
     (row,) = protocol_rows()
     assert row["notebook"] == "03" and row["seeds"] == "3" and not row["primary"]
     assert row["ours"] == "reproduced under 1 of 2 protocols" and row["verdict"] == C.PROTOCOL_DEPENDENT
+    monkeypatch.setattr(V, "_resolution", lambda: (1.04, 0.94))  # the committed estimator at 17 states
+    (row,) = protocol_rows()
+    assert row["verdict"].startswith(f"{C.NOT_TESTABLE}: 17 states do not resolve it")
 
 
 def test_claims_7_and_8_are_decided_by_their_rules_alone(tmp_path):
@@ -567,3 +572,18 @@ def test_the_committed_results_show_claim_19_as_awaited_while_notebook_10_awaits
         pytest.skip("notebook 10's metrics are committed: its row is a verdict")
     (line,) = [x for x in V.current_block(RESULTS.read_text(), "full").splitlines() if x.startswith("| 19 |")]
     assert line.endswith("| not yet measured | not yet measured | 10 |")
+
+
+def test_claim_8_takes_the_default_bundle_before_the_default_strength():
+    """The README's rule for choosing evidence: the data set and bundle first, the claim's own setting
+    (here the paper's loss strength) only among rows of one bundle. Flip: the default bundle's row at rel
+    10 / abs 3 beats the older bundle's at the default strength; within one bundle, the default strength
+    wins."""
+    at = lambda bundle, title, verdict: V.row(8, bundle, V.NA, "digits", 3, "all collapse", "", verdict, "07",
+                                               title=title)
+    default = C.CLAIM[8].title
+    older = at("per-step", default, C.NOT)
+    ours = at("adopted", "Collapse of the baselines (rel 10, abs 3)", C.PARTLY)
+    assert V.summary_rows([older, ours])[7] is ours
+    same = at("adopted", default, C.NOT)
+    assert V.summary_rows([older, ours, same])[7] is same
