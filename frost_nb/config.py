@@ -297,6 +297,7 @@ class LossConfig(_Validated):
     teacher: str | None = None
     teacher_state: float = 1.0  # the per-step state error, normalised by the teacher state's norm
     teacher_kl: float = 1.0  # KL(teacher's final-step softmax || the student's)
+    raptor: bool = False  # Raptor's schedule (training.forward_loss): no task loss, the class head frozen
 
     def validate(self) -> None:
         self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
@@ -310,6 +311,7 @@ class LossConfig(_Validated):
         self._check("ponder_prior", 0.0 < self.ponder_prior < 1.0, "a halting probability in (0, 1)")
         self._check("teacher", self.teacher is None or _is_run_name(self.teacher),
                     "None or a run name GRID/LABEL, e.g. 'cifar100-demo-families/vanilla-seed0'")
+        self._check("raptor", not self.raptor or self.teacher is not None, "False without loss.teacher")
         for name in ("deep_supervision", "distill", "lambda_halt", "teacher_state", "teacher_kl"):
             check_range(f"loss.{name}", getattr(self, name), 0.0, LOSS_WEIGHT_MAX, what="a loss weight")
         self._check("halt_target", self.halt_target in HALT_TARGETS, f"one of {HALT_TARGETS}")

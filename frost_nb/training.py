@@ -54,6 +54,8 @@ NAN = float("nan")
 # passed since its last save, so that an interrupted long epoch (the ladder's top rung on a CPU:
 # half an hour) loses at most this much; it resumes at the next batch, to the same weights.
 MID_EPOCH_SECONDS = 600.0
+# loss.raptor: the teacher-forced share of the state error falls from 1 to 0 over this share of the steps
+RAPTOR_FORCED_SPAN = 0.25
 _DEVICES = {"cuda": (lambda: torch.cuda.is_available(), "no CUDA device is visible"),
             "mps": (lambda: torch.backends.mps.is_available(), "MPS is not available")}
 
@@ -129,11 +131,28 @@ def use_compile(cfg: RunConfig, device: torch.device, world_size: int = 1) -> bo
                                          and world_size == 1)
 
 
+def teacher_forced_share(step: int, total_steps: int) -> float:
+    """Raptor's schedule (``loss.raptor``): tf = max(0, 1 - step / (RAPTOR_FORCED_SPAN total_steps)) at
+    the 0-based optimiser step ``step``."""
+    return max(0.0, 1.0 - step / (RAPTOR_FORCED_SPAN * total_steps))
+
+
+def teacher_forced_states(model: torch.nn.Module, teacher_states: Tensor) -> Tensor:
+    """(N, T+1, *state) as ``teacher_states``: h'_0, then the student's step t from the teacher's h'_t,
+    one step each (t = 0..T-1): what Raptor's teacher-forced loss compares with h'_1 .. h'_T."""
+    model, h = getattr(model, "module", model), teacher_states.detach()  # DDP's wrapper: the model's step
+    return torch.stack([h[:, 0], *(model.step(h[:, t], h[:, 0], t) for t in range(h.shape[1] - 1))], 1)
+
+
 def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: RunConfig, *,
-                 amp: bool, channels_last: bool, teacher: torch.nn.Module | None = None):
+                 amp: bool, channels_last: bool, teacher: torch.nn.Module | None = None,
+                 forced: Tensor | None = None):
     """One training forward pass: the model's outputs, the total loss and its parts. With a
     ``teacher`` (frozen, run on the batch here) the loss adds the student's match to it
-    (``losses.teacher_losses``; docs/method.md section 16), and the part "loss" says so."""
+    (``losses.teacher_losses``; docs/method.md section 16), and the part "loss" says so. With
+    ``loss.raptor`` the match replaces the task loss, its state error tf x that of
+    ``teacher_forced_states`` + (1 - tf) x the free run's; tf = ``forced`` (``teacher_forced_share``),
+    None for 0."""
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
@@ -146,17 +165,24 @@ def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: 
             match = teacher_losses(out.states, out.logits, ref.states, ref.logits,
                                    cfg.loss.teacher_state, cfg.loss.teacher_kl)
             loss = loss + match.loss
+            if cfg.loss.raptor:
+                tf, state = (0.0, match.state) if forced is None else (forced, teacher_losses(
+                    teacher_forced_states(model, ref.states), out.logits, ref.states, ref.logits).state)
+                state = tf * state + (1 - tf) * match.state  # no task loss
+                loss = cfg.loss.teacher_state * state + cfg.loss.teacher_kl * match.kl
             parts |= {"loss": loss.detach(), "teacher_state": match.state.detach(),
                       "teacher_kl": match.kl.detach()}
     return out, loss, parts
 
 
 def train_forward(model: torch.nn.Module, x: Tensor, y: Tensor, cfg: RunConfig, *, amp: bool,
-                  channels_last: bool, teacher: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                  channels_last: bool, teacher: torch.nn.Module | None = None,
+                  forced: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The training forward pass as the trainer runs (and compiles) it: the loss, the halting scores
     (B, T) and the batch's STEP_SUMS, then a student's TEACHER_PARTS (float32, one value each), all
     left on the device."""
-    out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last, teacher=teacher)
+    out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last, teacher=teacher,
+                                    forced=forced)
     scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
     student = teacher is not None
     sums = (loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
@@ -293,7 +319,7 @@ class Trainer:
             check_writable(self.checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
         self.optimizer = make_optimizer(self.model, cfg.train)
         self.steps_per_epoch = len(self.batches)
-        total = cfg.train.epochs * self.steps_per_epoch
+        total = self.total_steps = cfg.train.epochs * self.steps_per_epoch
         warmup = round(cfg.train.warmup_epochs * self.steps_per_epoch)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_factor(s, warmup, total))
@@ -422,9 +448,11 @@ class Trainer:
                 for key, v in zip(DIAGNOSTICS, (self.step, g["cosine"], g["task_norm"],
                                                 g["rank_norm"], g["step_cosines"])):
                     history["diagnostics"][key].append(v)
+            tf = teacher_forced_share(self.step, self.total_steps) if cfg.loss.raptor else 0.0
+            forced = torch.full((), tf, device=x.device) if tf else None  # a tensor: compiled once
             loss, step_scores, step_sums = self.forward(self.parallel_model, x, y, cfg, amp=self.amp,
                                                         channels_last=self.channels_last,
-                                                        teacher=self.teacher)
+                                                        teacher=self.teacher, forced=forced)
             optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
             self.scheduler.step()
             self.step += 1
@@ -625,6 +653,8 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
     model = create_model(cfg.model).to(device)
     if teacher is not None:  # a student starts from its teacher (a resumed run then loads its own weights)
         init_from_teacher(model, teacher)
+    if cfg.loss.raptor:  # Raptor's readout: the teacher's classifier head, frozen
+        model.head_norm.requires_grad_(False), model.head.requires_grad_(False)
     # the data order and augmentation come from this generator alone (saved for resuming)
     batches = make_batches(train_set, cfg.train.batch_size, shuffle=True, augment=d.augment, device=device,
                            generator=torch.Generator().manual_seed(cfg.train.seed),

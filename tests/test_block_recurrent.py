@@ -18,6 +18,7 @@ from frost_nb.analysis.block_recurrent import (
     equal_ranges,
     range_score,
     ranges_table,
+    run_kind,
     state_match,
     step_similarity,
     summary,
@@ -26,7 +27,7 @@ from frost_nb.analysis.block_recurrent import (
 from frost_nb.config import ConfigError, make_config
 from frost_nb.losses import teacher_losses
 from frost_nb.models import create_model, init_from_teacher
-from frost_nb.repro.grids import TASK_ONLY, grid
+from frost_nb.repro.grids import CLAIM_CONTROLS, TASK_ONLY, grid
 from frost_nb.training import (STEP_SUMS, TEACHER_PARTS, TrainingError, build_trainer, forward_loss, load_split,
                                load_teacher)
 
@@ -286,7 +287,7 @@ def test_the_grid_reads_its_ranges_off_the_teacher(teacher_store):
         grid("block-recurrent", "smoke", "digits", seeds=(0, 1))
     runs = grid("block-recurrent", "smoke", "digits")
     assert list(runs) == ["vanilla", "recurrent", "student k=1", "student k=2", "student k=4", "scratch k=2",
-                          "scratch k=4"]
+                          "scratch k=4", "warm k=2", "raptor k=2"]  # claim 19's controls last: no shard moves
     teacher = load_teacher(runs["student k=2"])
     ranges = best_ranges(step_similarity(teacher, runs["vanilla"]), 2)
     assert runs["student k=2"].model.branch_steps == branch_steps(ranges)
@@ -294,6 +295,15 @@ def test_the_grid_reads_its_ranges_off_the_teacher(teacher_store):
     assert runs["scratch k=2"].loss.teacher is None
     assert runs["scratch k=2"].model == runs["student k=2"].model
     assert runs.run_name("student k=2") == "digits-smoke-block-recurrent/student-k-2-seed0"
+    # claim 19's controls: the k = 2 student but for its loss, stored under names of their own
+    student = runs["student k=2"]
+    as_student = {f"loss.{k}": getattr(student.loss, k) for k in ("teacher_state", "teacher_kl", "raptor")}
+    for label, kind in (("warm k=2", "warm"), ("raptor k=2", "raptor")):
+        assert runs.run_name(label) == f"digits-smoke-block-recurrent/{kind}-k-2-seed0"
+        assert run_kind(runs[label]) == kind and runs[label].replace(**as_student) == student
+    assert (runs["warm k=2"].loss.teacher_state, runs["warm k=2"].loss.teacher_kl) == (0.0, 0.0)
+    assert runs["raptor k=2"].loss.raptor and runs["raptor k=2"].loss.teacher_kl == 0.0
+    assert run_kind(student) == "student" and run_kind(runs["scratch k=2"]) is None
 
 
 def test_summary_reports_against_k(teacher_store):
@@ -380,3 +390,91 @@ def test_the_grids_runs_stop_before_training_unless_asked(tmp_path, monkeypatch,
     shutil.copytree(stored_teacher / TEACHER, tmp_path / "cache" / TEACHER)
     with pytest.raises(RunsNotTrained, match=r"^5 of the 6 runs .*\(recurrent, student k=1, student k=2, student k=4, \.\.\.\)"):
         block_recurrent_runs("smoke", "digits", (0,))
+    with pytest.raises(RunsNotTrained, match=r"^7 of the 8 runs"):  # with claim 19's two controls
+        block_recurrent_runs("smoke", "digits", (0,), controls=True)
+
+
+def test_the_warm_start_control_starts_as_a_student_on_the_task_loss_alone(teacher_store, tmp_path):
+    """Claim 19's warm-start control: the student's model, started from the teacher by the students' own
+    path (build_trainer's init_from_teacher), on the task loss alone; its match to the teacher logged."""
+    cfg = _student(**CLAIM_CONTROLS["warm k=2"])
+    warm, student = build_trainer(cfg, tmp_path / "warm.pt"), build_trainer(_student())
+    teacher = load_teacher(cfg)
+    expected = create_model(cfg.model)
+    picked = init_from_teacher(expected, teacher)
+    for (name, a), b, c in zip(warm.model.state_dict().items(), student.model.state_dict().values(),
+                               expected.state_dict().values()):
+        assert torch.equal(a, b) and torch.equal(a, c), name  # the student's start, the teacher's weights
+    for name, value in warm.model.state_dict().items():
+        if name.startswith("branches."):
+            i, rest = name.split(".", 2)[1:]
+            name = f"branches.{picked[int(i)]}.{rest}"
+        assert torch.equal(value, teacher.state_dict()[name]), name
+    x, y = torch.randn(8, 1, 8, 8), torch.arange(8)
+    _, loss, parts = forward_loss(warm.model, x, y, cfg, amp=False, channels_last=False, teacher=teacher)
+    assert loss.item() == parts["task"].item() and parts["teacher_state"] > 0 and parts["teacher_kl"] >= 0
+    steps = warm.fit().history["steps"]
+    assert steps["loss"] == pytest.approx(steps["task"], rel=1e-6) and min(steps["teacher_state"]) > 0
+
+
+def test_the_raptor_student_keeps_the_teachers_readout_follows_its_schedule_and_resumes(
+        teacher_store, tmp_path, interrupted_after):
+    from frost_nb.training import teacher_forced_share
+
+    cfg = _student(**CLAIM_CONTROLS["raptor k=2"])
+    whole = build_trainer(cfg, tmp_path / "whole.pt")
+    teacher = load_teacher(cfg)
+    readout = [n for n, _ in whole.model.named_parameters() if n.startswith(("head.", "head_norm."))]
+    assert readout and all(not p.requires_grad for n, p in whole.model.named_parameters() if n in readout)
+    done = whole.fit()
+    trained = done.model.state_dict()
+    for name in readout:  # after every step still the teacher's, bit for bit
+        assert torch.equal(trained[name], teacher.state_dict()[name]), name
+    assert not torch.equal(trained["branches.1.conv1.weight"], teacher.branches[2].conv1.weight)
+    steps = done.history["steps"]
+    total = whole.total_steps
+    assert total == len(steps["step"]) > 4 and teacher_forced_share(0, total) == 1.0
+    # from a quarter of the steps on tf = 0: the loss is the free run's state error alone (no task, no KL)
+    free = [i for i in range(total) if teacher_forced_share(i, total) == 0.0]
+    assert free and [steps["loss"][i] for i in free] == pytest.approx(
+        [steps["teacher_state"][i] for i in free], rel=1e-5)
+    assert steps["loss"][0] != pytest.approx(steps["teacher_state"][0], rel=1e-3)  # teacher-forced at step 0
+    # resumed after an epoch, and within one: the uninterrupted run, to the bit
+    cut = build_trainer(cfg, tmp_path / "cut.pt")
+    cut.fit(until_epoch=1)
+    with interrupted_after(1):
+        build_trainer(cfg, tmp_path / "mid.pt").fit()
+    for path in ("cut.pt", "mid.pt"):
+        again = build_trainer(cfg, tmp_path / path).fit()
+        for (name, a), b in zip(done.model.state_dict().items(), again.model.state_dict().values()):
+            assert torch.equal(a, b), (path, name)
+
+
+def test_the_claim_controls_are_read_beside_never_among_the_students(teacher_store, tmp_path):
+    """``summary`` reads the students alone unless asked for other kinds; ``block_recurrent_missing``
+    counts a control as neither a student nor a from-scratch control."""
+    from frost_nb.paths import committed_runs_dir
+    from frost_nb.repro.grids import block_recurrent_missing
+    from frost_nb.runs import train_or_load, write_json
+
+    student, warm = _student("4", **{"train.epochs": 1}), _student("4", **{"train.epochs": 1,
+                                                                          **CLAIM_CONTROLS["warm k=2"]})
+    results = {"student k=1": train_or_load(student, name="students/k1"),
+               "warm k=1": train_or_load(warm, name="students/warm-k1")}
+    assert list(summary(results, max_samples=8)["label"]) == ["student k=1"]
+    both = summary(results, max_samples=8, kinds=("student", "warm"))
+    assert list(both["label"]) == ["student k=1", "warm k=1"] and list(both["kind"]) == ["student", "warm"]
+    with pytest.raises(ValueError, match="no run of kinds"):
+        summary({"warm k=1": results["warm k=1"]}, max_samples=8)
+    # the committed students and controls are all there; a stored claim control stands in for none
+    assert block_recurrent_missing("demo", "cifar100", (0, 1, 2), committed_runs_dir()) == []
+    for label, name in (("warm k=2", "warm-k-2-seed0"), ("raptor k=2", "raptor-k-2-seed0")):
+        folder = tmp_path / "runs" / "cifar100-demo-block-recurrent" / name
+        folder.mkdir(parents=True)
+        write_json(folder / "config.json", make_config("demo", "cifar100", "vanilla", **{
+            **TASK_ONLY["vanilla"], "model.branch_steps": "6,10",
+            "loss.teacher": "cifar100-demo-families/vanilla-seed0", **CLAIM_CONTROLS[label]}).to_dict())
+        (folder / "model.pt").write_bytes(b"")
+        write_json(folder / "metrics.json", {})
+    assert block_recurrent_missing("demo", "cifar100", (0,), tmp_path / "runs") == [
+        "student k=1", "student k=2", "student k=4", "scratch k=2", "scratch k=4"]

@@ -279,7 +279,7 @@ def test_adopted_reading_is_the_default_and_a_missing_field_reads_its_default():
 # Fields added after the committed runs were trained: their defaults are the behaviour the runs were
 # trained with (FROST's recipe), so a stored config without them reads as the same run.
 ADDED_SINCE_THE_RUNS = {"loss": {"deep_supervision", "distill", "halt_target", "lambda_halt", "teacher",
-                                 "teacher_state", "teacher_kl"},
+                                 "teacher_state", "teacher_kl", "raptor"},
                         "model": {"branch_steps"},
                         "train": {"compile"}}  # a speed setting (WHERE_FIELDS): never in a run's identity
 

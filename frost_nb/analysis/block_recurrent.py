@@ -16,7 +16,8 @@ about their range's mean, averaged over samples: the split is the exact k-segmen
 trajectory (Fisher's), which neither rewards singletons nor forces equal ranges. Equal ranges
 (``equal_ranges``) are the control. Training (``loss.teacher``) is ``training.build_trainer``'s; what
 is read after it (``summary``): the accuracy recovered, the gain over the same k trained from scratch
-(one control per k, at the first seed), and the per-step state similarity to the teacher;
+(one control per k, at the first seed), and the per-step state similarity to the teacher; claim 19's
+controls (``run_kind``: a warm start on the task loss alone, Raptor's schedule) read beside on request;
 ``against_k`` and ``ranges_table`` are notebook 10's read-out of them.
 """
 
@@ -142,14 +143,25 @@ def state_match(student: torch.nn.Module, teacher: torch.nn.Module, dataset, *, 
     return {"state_cosine": (cos / n).tolist(), "state_error": (err / n).tolist()}
 
 
+def run_kind(cfg: RunConfig) -> str | None:
+    """What a run with a teacher is: "student" (distilled, eq. (match)), "raptor" (``loss.raptor``: Raptor's
+    schedule) or "warm" (started from its teacher as a student, on the task loss alone: both weights 0,
+    claim 19's warm-start control); None without a teacher."""
+    loss = cfg.loss
+    if loss.teacher is None:
+        return None
+    return "raptor" if loss.raptor else "student" if loss.teacher_state or loss.teacher_kl else "warm"
+
+
 def _steps(cfg: RunConfig) -> str:
     """The steps of each branch of a run's model, spelled out ("16" for recurrent, "1,1,..." for vanilla)."""
     return branch_steps(cfg.model.branch_ranges)
 
 
-def summary(results: dict, split: str = "test", max_samples: int | None = None) -> pd.DataFrame:
-    """One row per student (a run with ``loss.teacher``) among ``results`` (label -> TrainResult,
-    ``grids.load_runs`` of the ``block-recurrent`` grid), by k then seed: its ranges, test accuracy,
+def summary(results: dict, split: str = "test", max_samples: int | None = None,
+            kinds: tuple[str, ...] = ("student",)) -> pd.DataFrame:
+    """One row per run among ``results`` whose ``run_kind`` is in ``kinds`` (label -> TrainResult,
+    ``grids.load_runs`` of the ``block-recurrent`` grid), by k then seed: its kind, ranges, test accuracy,
     its teacher's (from the teacher run's metrics), ``recovered`` (student over teacher), the
     from-scratch control among ``results`` (the same k, data set, size and epochs, no teacher; preferred
     in turn: the student's ranges, its seed, the lowest seed; ``recurrent`` for k = 1), its accuracy,
@@ -162,7 +174,7 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
                and len(r.config.model.branch_ranges) < r.config.model.steps]
     for label, r in results.items():
         cfg = r.config
-        if cfg.loss.teacher is None:
+        if run_kind(cfg) not in kinds:
             continue
         if cfg.loss.teacher not in teachers:
             teachers[cfg.loss.teacher] = (load_teacher(cfg), read_metrics(teacher_folder(cfg)))
@@ -178,8 +190,8 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
         match = state_match(r.model, teacher.to(device), load_split(cfg, split),
                             batch_size=cfg.train.eval_batch_size, max_samples=max_samples)
         mean = lambda v: sum(v) / len(v)
-        rows.append({"label": label, "key": run_name(r.checkpoint), "k": k, "branch_steps": _steps(cfg),
-                     "seed": cfg.train.seed,
+        rows.append({"label": label, "kind": run_kind(cfg), "key": run_name(r.checkpoint), "k": k,
+                     "branch_steps": _steps(cfg), "seed": cfg.train.seed,
                      "teacher": cfg.loss.teacher, "accuracy": accuracy, "teacher_accuracy": teacher_accuracy,
                      "recovered": accuracy / teacher_accuracy, "scratch_accuracy": base,
                      "scratch_steps": _steps(same[0].config) if same else None,
@@ -188,7 +200,7 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None) 
                      "state_cosine_last": match["state_cosine"][-1],
                      "state_error_mean": mean(match["state_error"]), **match})
     if not rows:
-        raise ValueError("summary found no student (a run with loss.teacher) among the results")
+        raise ValueError(f"summary found no run of kinds {kinds} (a run with loss.teacher) among the results")
     return pd.DataFrame(rows).sort_values(["k", "seed"], kind="stable").reset_index(drop=True)
 
 
@@ -219,13 +231,13 @@ def against_k(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def ranges_table(results: dict) -> pd.DataFrame:
-    """One row per student among ``results`` (as ``summary``): its teacher, k, the ranges it was given
+    """One row per student (``run_kind``) among ``results``: its teacher, k, the ranges it was given
     (``branch_steps``, from the teacher's step similarity) and the equal ranges of the control, with J of
     eq. (ranges) for both on that teacher's similarity (``run_similarity``: computed once per teacher)."""
     rows = []
     for label, r in results.items():
         cfg = r.config
-        if cfg.loss.teacher is None:
+        if run_kind(cfg) != "student":
             continue
         similarity = run_similarity(teacher_folder(cfg) / "model.pt")
         chosen, equal = cfg.model.branch_ranges, equal_ranges(cfg.model.steps, len(cfg.model.branch_ranges))
@@ -241,7 +253,7 @@ def teacher_view(results: dict, seed: int = 0) -> tuple[Tensor, dict[int, Ranges
     """The step similarity (eq. (sim)) of the teacher of seed ``seed``'s students among ``results``, and
     the ranges each of its students (by k) was given."""
     students = {len(r.config.model.branch_ranges): r.config for r in results.values()
-                if r.config.loss.teacher is not None and r.config.train.seed == seed}
+                if run_kind(r.config) == "student" and r.config.train.seed == seed}
     if not students:
         raise ValueError(f"teacher_view found no student of seed {seed} among the results")
     teacher = next(iter(students.values()))

@@ -226,6 +226,11 @@ GRID_TABLES[("variant", None)] = {"frost": ADOPTED_BUNDLE, VARIANT_LABEL: VARIAN
 STUDENT_KS = (1, 2, 4)
 CLAIM_K = 2
 SCRATCH_KS = (2, 4)
+# claim 19's controls (issue 68): the first seed's CLAIM_K student but for its loss, last in the grid (the
+# other runs keep their place in a shard): started from the teacher on the task loss alone, and Raptor's
+# schedule (training.forward_loss; no task loss, no KL, the classifier head frozen)
+CLAIM_CONTROLS = {f"warm k={CLAIM_K}": {"loss.teacher_state": 0.0, "loss.teacher_kl": 0.0},
+                  f"raptor k={CLAIM_K}": {"loss.raptor": True, "loss.teacher_kl": 0.0}}
 UPDATE_FORMS_CHECK = {
     f"{u}, h0 = embedding": {**PER_STEP_HALTING, "model.update": u, "model.init_state": "embedding",
                              "train.epochs": ABLATION_EPOCHS} for u in UPDATE_CHECK_FORMS}
@@ -284,11 +289,12 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
 def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> Grid:
     """The ``block-recurrent`` grid: per seed the teacher (``vanilla``, which must be trained: its
     step similarity on the held-out split chooses the ranges), its students (``student k=K``, named
-    by the teacher's stored run), and at the first seed ``recurrent`` and the ``scratch k=K`` controls."""
+    by the teacher's stored run), and at the first seed ``recurrent``, the ``scratch k=K`` controls and, last,
+    CLAIM_CONTROLS."""
     from ..analysis.block_recurrent import branch_steps, teacher_ranges
 
     tag = (lambda seed: f" seed {seed}") if len(seeds) > 1 else (lambda seed: "")
-    vanilla, runs = TASK_ONLY["vanilla"], {}
+    vanilla, runs, controls = TASK_ONLY["vanilla"], {}, {}
     for seed in seeds:
         teacher = _run(vanilla, size, dataset, seed)
         if (found := find_run(teacher)) is None:
@@ -299,27 +305,33 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
                              f"--seeds {seed}")
         first = seed == seeds[0]
         steps = {k: branch_steps(teacher_ranges(found.checkpoint, k)) for k in STUDENT_KS + SCRATCH_KS}
+        student = {k: {**vanilla, "model.branch_steps": steps[k], "loss.teacher": found.name}
+                   for k in STUDENT_KS}
         rows = {"vanilla": vanilla, **({"recurrent": TASK_ONLY["recurrent"]} if first else {}),
-                **{f"student k={k}": {**vanilla, "model.branch_steps": steps[k], "loss.teacher": found.name}
-                   for k in (STUDENT_KS if first else (CLAIM_K,))},
+                **{f"student k={k}": student[k] for k in (STUDENT_KS if first else (CLAIM_K,))},
                 **{f"scratch k={k}": {**vanilla, "model.branch_steps": steps[k]}
                    for k in (SCRATCH_KS if first else ())}}
         runs |= {label + tag(seed): _run(row, size, dataset, seed) for label, row in rows.items()}
-    return Grid(runs, f"{make_config(size, dataset).data.name}-{size}-block-recurrent")
+        controls |= {label + tag(seed): _run({**student[CLAIM_K], **row}, size, dataset, seed)
+                     for label, row in CLAIM_CONTROLS.items() if first}
+    return Grid(runs | controls, f"{make_config(size, dataset).data.name}-{size}-block-recurrent")
 
 
 def block_recurrent_runs(size: str = "demo", dataset: str | None = "cifar100", seeds: tuple[int, ...] = (0,),
-                         retrain: bool = False, progress: bool | None = None) -> dict[str, Any]:
+                         retrain: bool = False, progress: bool | None = None,
+                         controls: bool = False) -> dict[str, Any]:
     """The ``block-recurrent`` grid's runs, label -> TrainResult (``load_runs``): first its teachers, the
     ``families`` grid's vanilla of each seed, whose step similarity the grid reads its ranges off, then
-    the grid. ``require_trained`` stops before either when runs are neither committed nor cached and
-    ``retrain`` is False (a smoke run trains them: seconds)."""
+    the grid, CLAIM_CONTROLS only with ``controls``. ``require_trained`` stops before either when runs
+    are neither committed nor cached and ``retrain`` is False (a smoke run trains them: seconds)."""
     families = grid("families", size, dataset, seeds)
     teachers = Grid({label: cfg for label, cfg in families.items() if family_of(label) == "vanilla"},
                     families.folder)
     require_trained(teachers, retrain)
     load_runs(teachers, progress)
     runs = grid("block-recurrent", size, dataset, seeds)
+    runs = Grid({k: v for k, v in runs.items() if controls or family_of(k) not in CLAIM_CONTROLS},
+                runs.folder)
     require_trained(runs, retrain)
     return load_runs(runs, progress)
 
@@ -328,20 +340,21 @@ def block_recurrent_missing(size: str = "demo", dataset: str | None = "cifar100"
                             root: Path | None = None) -> list[str]:
     """The students and from-scratch controls of the ``block-recurrent`` grid of ``seeds`` that have no
     finished run under ``root`` (default: the committed runs), as the grid labels them. Matched by what
-    the grid fixes before reading any teacher: data set, size, seed, the number of branches and whether
-    a teacher is named (the ranges themselves need the teachers' weights)."""
+    the grid fixes before reading any teacher: data set, size, seed, the number of branches and the
+    run's kind (``run_kind``; the ranges themselves need the teachers' weights)."""
+    from ..analysis.block_recurrent import run_kind
     from ..paths import committed_runs_dir
     from ..runs import stored_runs
 
     data = make_config(size, dataset).data.name
-    have = {(r.config.train.seed, len(r.config.model.branch_ranges), r.config.loss.teacher is not None)
+    have = {(r.config.train.seed, len(r.config.model.branch_ranges), run_kind(r.config))
             for r in stored_runs(root if root is not None else committed_runs_dir())
             if r.finished and r.config.model.name == "vanilla" and (r.config.data.name, r.config.size) == (data, size)
             and len(r.config.model.branch_ranges) < r.config.model.steps}
     tag = (lambda seed: f" seed {seed}") if len(seeds) > 1 else (lambda seed: "")
-    want = [(f"student k={k}", seed, k, True) for seed in seeds
+    want = [(f"student k={k}", seed, k, "student") for seed in seeds
             for k in (STUDENT_KS if seed == seeds[0] else (CLAIM_K,))]
-    want += [(f"scratch k={k}", seeds[0], k, False) for k in SCRATCH_KS]
+    want += [(f"scratch k={k}", seeds[0], k, None) for k in SCRATCH_KS]
     return [label + tag(seed) for label, seed, k, student in want if (seed, k, student) not in have]
 
 
