@@ -136,7 +136,8 @@ def _batch_bytes(model, config: RunConfig, teacher=None) -> tuple[int, int]:
 
 def _measured_rates(device_type: str) -> list[dict]:
     """Rows of the committed throughput benchmarks measured on ``device_type`` with a FLOP count."""
-    from .paths import repo_root
+    from .paths import DamagedInput, repo_root, restore_hint, shown_path
+    from .runs import one_line, skip_or_raise
 
     rows = []  # the committed measurements (not $FROST_OUTPUTS': a smoke run's are not this machine's)
     for path in sorted((repo_root() / "outputs" / "metrics").glob("bench_train_throughput*.json")):
@@ -144,8 +145,9 @@ def _measured_rates(device_type: str) -> list[dict]:
             rows += [r for r in json.loads(path.read_text()).get("rows", [])
                      if str(r.get("device", "")).split(":")[0] == device_type
                      and r.get("mflop_per_image") and r.get("images_per_s") == r.get("images_per_s")]
-        except (OSError, ValueError, AttributeError):
-            continue  # an estimate is not worth stopping for; the benchmark's own readers check its files
+        except (OSError, ValueError, AttributeError) as err:  # said, never swallowed (--skip-damaged: left out)
+            skip_or_raise(DamagedInput(f"{shown_path(path)} is no throughput record ({one_line(err)}); "
+                                       f"{restore_hint(path, 'python benchmarks/train_throughput.py --metrics')}"))
     return rows
 
 

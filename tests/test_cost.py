@@ -2,6 +2,7 @@
 memory that grows with the batch, a time scaled from a measured rate, and a refusal that writes
 nothing."""
 
+import json
 import pytest
 import torch
 
@@ -109,3 +110,22 @@ def test_the_refusal_is_one_line_and_exit_status_2(monkeypatch, capsys):
     assert main(["train", "--size", "smoke", "--epochs", "1", "--set", "train.device=cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: the run needs about")
+
+
+def test_an_unreadable_throughput_record_is_said_not_swallowed(tmp_path, monkeypatch):
+    """Defect: _measured_rates skipped an unreadable benchmark file in silence. It now stops with one line
+    naming the file and how to write it again; --skip-damaged (runs.skip_damaged) leaves it out and says so."""
+    from frost_nb import paths
+    from frost_nb.runs import skip_damaged
+
+    metrics = tmp_path / "outputs" / "metrics"
+    metrics.mkdir(parents=True)
+    (metrics / "bench_train_throughput.json").write_text('{"rows": [')  # cut short
+    (metrics / "bench_train_throughput_b.json").write_text(json.dumps({"rows": [
+        {"device": "cpu", "mflop_per_image": 10.0, "images_per_s": 100.0}]}))
+    monkeypatch.setattr(paths, "repo_root", lambda: tmp_path)
+    with pytest.raises(paths.DamagedInput, match=r"bench_train_throughput\.json is no throughput record.*--metrics"):
+        cost._measured_rates("cpu")
+    with skip_damaged() as skipped:
+        assert [r["images_per_s"] for r in cost._measured_rates("cpu")] == [100.0]
+    assert len(skipped) == 1

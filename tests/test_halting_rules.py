@@ -518,11 +518,36 @@ def test_halting_gains_known_answers():
     assert g["full_depth"] == 1.0 and g["fixed_auc"] == pytest.approx(0.75)
     # over the depths the rule reaches (its one point, 1.5 .. T = 2 with q = 1 absent: the window is
     # 1.5..1.5 plus nothing), the areas are the curves' values there; the oracle bounds the rule
-    assert g["oracle_auc"] >= g["auc"] and g["closed"] <= 1
+    # 1.5..1.5 plus nothing), the areas are the curves' values there: the rule 1.0 (every sample right), the
+    # oracle 1.0 (samples 0-1 right at step 1, 2-3 at step 2: budget 1.5), a fixed depth 0.75, so the rule
+    # closes the whole gap: (1.0 - 0.75) / (1.0 - 0.75)
+    assert (g["auc"], g["oracle_auc"], g["closed"]) == pytest.approx((1.0, 1.0, 1.0))
     assert g["worst_gap"] == g["gap_q0.375"]
     # the split at q = 0.375: random exits of depths {1, 1, 2, 2} score 0.5 * 0.5 + 0.5 * 1.0 = 0.75,
     # the fixed depth at 1.5 as much (no spread), and the ranking is the whole gain
     assert g["spread"] == pytest.approx(0.0) and g["ranking"] == pytest.approx(0.25)
+
+
+def test_halting_gains_shares_are_nan_where_there_is_no_gap_to_close():
+    """Defect: predictions that never change across steps leave the oracle, the settled exit and a fixed
+    depth level, and halting_gains divided by their difference (ZeroDivisionError). Each share is NaN."""
+    import pandas as pd
+
+    from frost_nb.analysis.curves import curve, halting_gains, oracle_curve, settled_curve, share
+    from frost_nb.analysis.halting_rules import FIXED
+    from frost_nb.halting import HaltingCalibrator
+    from frost_nb.training import FullDepthPass
+
+    y = torch.tensor([0, 0, 1, 1])
+    logits = torch.tensor([[[5.0, 0], [5, 0]], [[5, 0], [5, 0]], [[5, 0], [5, 0]], [[0, 5], [0, 5]]])  # fixed
+    scores = torch.tensor([[0.6, 0.2], [0.6, 0.2], [0.1, 0.7], [0.1, 0.7]])
+    p = FullDepthPass(scores, torch.logit(scores), logits, y)
+    calibrator = HaltingCalibrator(200).update(scores)
+    curves = pd.concat([curve(p, calibrator=calibrator, quantiles=(0.375,), model="m"), curve(p, FIXED, model="m"),
+                        oracle_curve(p, "m"), settled_curve(p, "m")], ignore_index=True)
+    g = halting_gains(curves, 2, quantiles=(0.375,)).iloc[0]
+    assert g["auc"] == pytest.approx(0.75) and math.isnan(g["closed"]) and math.isnan(g["closed_settled"])
+    assert share(0.1, 0.2) == pytest.approx(0.5) and math.isnan(share(0.1, 0.0)) and math.isnan(share(math.nan, 1.0))
 
 
 # ---------------------------------------------------------------- the references and the split

@@ -207,9 +207,17 @@ def test_cached_measures_read_as_measured_and_a_runs_hardware_comes_from_its_fol
     from frost_nb.repro.ladder import _hardware, measured
 
     result = SimpleNamespace(metrics={"test_accuracy": 0.4, "device": "cpu"}, checkpoint=None)
-    cache = {"g/a": json.loads(json.dumps({"stored_accuracy": 0.4, "gap": math.nan, "seed": 0}))}  # NaN -> null
-    rows, fresh = measured({"ladder32 frost seed 0": ("g/a", result)}, cache, lambda r: pytest.fail("measured again"))
-    assert math.isnan(rows[0]["gap"]) and rows[0]["size"] == "ladder32"
+    row = {"stored_accuracy": 0.4, "gap": math.nan, "seed": 0, "measured_with": "code-a"}
+    cache = {"g/a": json.loads(json.dumps(row))}  # NaN -> null
+    runs = {"ladder32 frost seed 0": ("g/a", result)}
+    rows, fresh = measured(runs, cache, lambda r: pytest.fail("measured again"), code="code-a")
+    assert math.isnan(rows[0]["gap"]) and rows[0]["size"] == "ladder32" and fresh["g/a"]["measured_with"] == "code-a"
+    # defect: a row was reused whenever the run's accuracy matched, so a change in how a measure is computed
+    # was never measured again; a row measured by other code is measured again
+    again = measured(runs, cache, lambda r: {"gap": 0.1, "seed": 0}, code="code-b")[0]
+    assert again[0]["gap"] == 0.1
+    from frost_nb.repro.ladder import measure_code
+    assert len(measure_code()) == 16 and measure_code() == measure_code()
     assert _hardware(result) == "cpu"  # no folder: the device
     (tmp_path / "metrics.json").write_text(json.dumps({"hardware": "cpu (x86_64, 1 threads)"}))
     assert _hardware(SimpleNamespace(metrics={"device": "cpu"}, checkpoint=tmp_path / "model.pt")) == \

@@ -1,6 +1,7 @@
 """The verdicts: every rule of frost_nb.repro.claims flips across its margin, the engine reads runs from
 provenance only, and the README's and docs/results.md's tables are the generated ones."""
 
+import math
 import json
 import shutil
 
@@ -587,3 +588,10 @@ def test_claim_8_takes_the_default_bundle_before_the_default_strength():
     assert V.summary_rows([older, ours])[7] is ours
     same = at("adopted", default, C.NOT)
     assert V.summary_rows([older, ours, same])[7] is same
+
+
+def test_a_cell_mean_never_averages_fewer_seeds_than_it_counts():
+    """Defect: _mean dropped nulls (a NaN in JSON), so a cell could average 2 seeds under a "3" seeds column.
+    A missing value makes the cell NaN."""
+    assert V._mean([0.1, 0.3]) == pytest.approx(0.2)
+    assert math.isnan(V._mean([0.1, None, 0.3])) and math.isnan(V._mean([]))

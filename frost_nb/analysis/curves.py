@@ -259,6 +259,12 @@ def split_summary(curves, steps: int, depths: Sequence[float] | None = None):
     return pd.DataFrame(rows, columns=["model", "rule", "depths", "gain", "spread", "ranking"])
 
 
+def share(part: float, whole: float) -> float:
+    """``part / whole``, NaN where ``whole`` is 0 (no gap to close: predictions that never change across
+    steps leave the oracle, the settled exit and a fixed depth level) or either is NaN."""
+    return part / whole if whole != 0 and not (math.isnan(part) or math.isnan(whole)) else math.nan
+
+
 def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], rule: str = FROST,
                   budgets: Sequence[float] | None = None):
     """One row per model of ``curves`` (``model_curves`` tables) for one ``rule`` (FROST's: its score
@@ -269,7 +275,7 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
     Claim 16's restated targets (docs/method.md section 14): ``ranking`` and ``spread``, the means over
     the budgets (a quantile rule's ``budgets``, default ``quantiles``; another rule's points strictly
     between depths 1 and T) of its accuracy - random exits of its depths and of those - a fixed
-    depth; ``depth_within`` and ``fixed_depth_within``, the mean depth each needs to come within
+    depth (each share NaN where its gap is 0: ``share``); ``depth_within`` and ``fixed_depth_within``, the mean depth each needs to come within
     WITHIN of full-depth accuracy, ``steps_saved`` their difference; ``settled_depth``, where the
     label-free ceiling reaches full-depth accuracy, and ``closed_settled``, the share of the gap from
     a fixed depth to that ceiling the rule closes over its depths up to ``settled_depth``. Also
@@ -282,7 +288,7 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
         lo, hi = reach(own)
         area = {name: curve_auc(c, steps, (lo, hi)) for name, c in
                 (("rule", own), ("fixed", fixed), ("oracle", oracle))}
-        closed = (area["rule"] - area["fixed"]) / (area["oracle"] - area["fixed"])
+        closed = share(area["rule"] - area["fixed"], area["oracle"] - area["fixed"])
         if closed > 1 + 1e-3:
             raise ValueError(f"{model}, {rule}: the share of the oracle gap closed is {closed:.4f} > 1; the oracle "
                              f"bounds every exit assignment, so the curves or their areas are wrong")
@@ -306,7 +312,7 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
                      "mean_gain": float(at["gain"].mean()), "depth_within": within["rule"],
                      "fixed_depth_within": within["fixed"], "steps_saved": within["fixed"] - within["rule"],
                      "settled_depth": settled_depth, "settled_auc": s_area["settled"],
-                     "closed_settled": (s_area["rule"] - s_area["fixed"]) / (s_area["settled"] - s_area["fixed"]),
+                     "closed_settled": share(s_area["rule"] - s_area["fixed"], s_area["settled"] - s_area["fixed"]),
                      **{f"gap_q{q:g}": float(gaps.get(q, math.nan)) for q in quantiles},
                      "worst_gap": float(gaps.min()) if len(gaps) else math.nan})
     return pd.DataFrame(rows)

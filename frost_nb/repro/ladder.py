@@ -102,19 +102,40 @@ def _hardware(result) -> str | None:
     return stored.get("hardware", result.metrics.get("hardware", result.metrics.get("device")))
 
 
-def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], measure) -> tuple[list[dict], dict]:
-    """(rows, cache) of ``results`` (label -> (run name, trained run), labels as ``ladder_runs``'): each run's measures, from ``cache`` (run name -> row, a notebook's metrics)
-    when it holds the run with the same recorded test accuracy, else ``measure(result)``."""
+def measure_code() -> str:
+    """A digest of the code that computes a run's measures (``run_measures`` and what it calls for them):
+    a cached row measured by other code is measured again."""
+    import hashlib
+    import inspect
+
+    from ..analysis import curves, fractal, halting_rules, ladder, trajectories
+    from .claims import product_rate
+
+    code = (run_measures, trajectory_measures, ladder.halting_measures, ladder.depth_to_keep, curves.curve,
+            curves.at_depths, curves.versus_fixed_depth, halting_rules.random_exit_accuracy,
+            trajectories.run_trajectories, trajectories.scale_consistency_rows, trajectories.run_jacobian_summary,
+            fractal.trajectory_dimensions, fractal.summarise_dimensions, fractal.box_counting_dimension, product_rate)
+    return hashlib.sha256("".join(inspect.getsource(f) for f in code).encode()).hexdigest()[:16]
+
+
+def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], measure,
+             code: str | None = None) -> tuple[list[dict], dict]:
+    """(rows, cache) of ``results`` (label -> (run name, trained run), labels as ``ladder_runs``'): each
+    run's measures, from ``cache`` (run name -> row, a notebook's metrics) when it holds the run with the
+    same recorded test accuracy measured by the same code (``code``, default ``measure_code()``), else
+    ``measure(result)``."""
+    code = measure_code() if code is None else code
     rows, fresh = [], {}
     for label, (name, result) in results.items():
         stored = result.metrics.get("test_accuracy")  # the run's own record: another value, another run
         row = cache.get(name)
-        if row is None or row.get("stored_accuracy") != stored:
+        if row is None or row.get("stored_accuracy") != stored or row.get("measured_with") != code:
             row = measure(result)
         else:  # JSON keeps NaN as null: a cached row reads as it was measured
             row = {k: math.nan if v is None else v for k, v in row.items()}
         # the rung from the label (ladder_runs'), not the config's size: smoke rungs share one size
-        fresh[name] = {**row, "size": label.split(" ", 1)[0], "name": name, "stored_accuracy": stored}
+        fresh[name] = {**row, "size": label.split(" ", 1)[0], "name": name, "stored_accuracy": stored,
+                       "measured_with": code}
         rows.append(fresh[name])
     return rows, fresh
 

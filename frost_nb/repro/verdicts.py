@@ -204,8 +204,9 @@ def row(claim: int, bundle: str, form_: str, dataset: str, seeds: int | None, pa
 
 
 def _mean(values) -> float:
-    """The mean of the numbers among ``values`` (a NaN is written as null: left out); NaN if none."""
-    values = [v for v in values if v is not None]
+    """The mean of ``values``, NaN if there are none or any is missing (a NaN is written as null): a cell
+    averages every seed its "seeds" column counts, or shows that it cannot."""
+    values = [float("nan") if v is None else v for v in values]
     return sum(values) / len(values) if values else float("nan")
 
 
