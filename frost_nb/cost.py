@@ -136,8 +136,7 @@ def _batch_bytes(model, config: RunConfig, teacher=None) -> tuple[int, int]:
 
 def _measured_rates(device_type: str) -> list[dict]:
     """Rows of the committed throughput benchmarks measured on ``device_type`` with a FLOP count."""
-    from .paths import DamagedInput, repo_root, restore_hint, shown_path
-    from .runs import one_line, skip_or_raise
+    from .paths import DamagedInput, one_line, repo_root, restore_hint, shown_path, skip_or_raise
 
     rows = []  # the committed measurements (not $FROST_OUTPUTS': a smoke run's are not this machine's)
     for path in sorted((repo_root() / "outputs" / "metrics").glob("bench_train_throughput*.json")):

@@ -17,6 +17,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 def repo_root() -> Path:
@@ -245,3 +246,32 @@ def atomic_path(path: str | os.PathLike, fix: str = "choose a writable place"):
     finally:
         if os.path.lexists(tmp):  # only when the write or the rename failed
             tmp.unlink()
+
+
+_SKIPPING: list[dict[str, None] | None] = []  # skip_damaged's stack: what each open one skipped (None: none)
+
+
+@contextmanager
+def skip_damaged(skip: bool = True) -> Iterator[dict[str, None]]:
+    """Within it (``skip``), a reader that meets a damaged file (``skip_or_raise``) leaves the file
+    out instead of stopping: the ``--skip-damaged`` of the command line. Yields what was left out,
+    one line each, filled as the readers go, for the caller to say so. ``skip=False`` makes every
+    reader stop again inside an outer one (what is published is never read with a file left out)."""
+    skipped: dict[str, None] = {}
+    _SKIPPING.append(skipped if skip else None)
+    try:
+        yield skipped
+    finally:
+        _SKIPPING.pop()
+
+
+def skip_or_raise(err: DamagedInput) -> None:
+    """Raise ``err``, a damaged input; inside ``skip_damaged()`` note it (once) and return instead."""
+    if not _SKIPPING or _SKIPPING[-1] is None:
+        raise err
+    _SKIPPING[-1][str(err)] = None
+
+
+def one_line(err: BaseException) -> str:
+    """``err`` as ``Type: message`` on one line (a damaged-input message quotes it)."""
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"

@@ -12,7 +12,6 @@ import logging
 import os
 import platform
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
@@ -23,8 +22,8 @@ import torch.distributed as dist
 
 from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model, save_checkpoint
 from .config import ConfigError, RunConfig, config_difference
-from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, restore_hint,
-                    run_stores, shown_path)
+from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, one_line,
+                    restore_hint, run_stores, shown_path, skip_damaged, skip_or_raise)
 from . import cost
 from .training import TrainResult, load_teacher, pick_device, train
 
@@ -34,7 +33,6 @@ INDEX_COLUMNS = ("run", "dataset", "model", "backbone", "update", "seed", "epoch
                  "minutes", "hardware")
 INDEX_FIX = "python -m frost_nb verdicts --write (it writes the index again from the runs)"
 _READ: dict[str, None] = {}  # run names handed out since the last take_read (what a metrics file read)
-_SKIPPING: list[dict[str, None] | None] = []  # skip_damaged's stack: what each open one skipped (None: none)
 
 
 @dataclass(frozen=True)
@@ -84,32 +82,6 @@ def file_stamp(path: Path) -> tuple[str, tuple[int, int]]:
     time and size): the arguments of a read cached with ``functools.lru_cache``."""
     st = path.stat()
     return str(path), (st.st_mtime_ns, st.st_size)
-
-
-@contextmanager
-def skip_damaged(skip: bool = True) -> Iterator[dict[str, None]]:
-    """Within it (``skip``), a reader that meets a damaged file (``skip_or_raise``) leaves the file
-    out instead of stopping: the ``--skip-damaged`` of the command line. Yields what was left out,
-    one line each, filled as the readers go, for the caller to say so. ``skip=False`` makes every
-    reader stop again inside an outer one (what is published is never read with a file left out)."""
-    skipped: dict[str, None] = {}
-    _SKIPPING.append(skipped if skip else None)
-    try:
-        yield skipped
-    finally:
-        _SKIPPING.pop()
-
-
-def skip_or_raise(err: DamagedInput) -> None:
-    """Raise ``err``, a damaged input; inside ``skip_damaged()`` note it (once) and return instead."""
-    if not _SKIPPING or _SKIPPING[-1] is None:
-        raise err
-    _SKIPPING[-1][str(err)] = None
-
-
-def one_line(err: BaseException) -> str:
-    """``err`` as ``Type: message`` on one line (a damaged-input message quotes it)."""
-    return f"{type(err).__name__}: {' '.join(str(err).split())}"
 
 
 def _run_fix(folder: Path) -> str:

@@ -114,9 +114,9 @@ def test_the_refusal_is_one_line_and_exit_status_2(monkeypatch, capsys):
 
 def test_an_unreadable_throughput_record_is_said_not_swallowed(tmp_path, monkeypatch):
     """Defect: _measured_rates skipped an unreadable benchmark file in silence. It now stops with one line
-    naming the file and how to write it again; --skip-damaged (runs.skip_damaged) leaves it out and says so."""
+    naming the file and how to write it again; --skip-damaged (paths.skip_damaged) leaves it out and says so."""
     from frost_nb import paths
-    from frost_nb.runs import skip_damaged
+    from frost_nb.paths import skip_damaged
 
     metrics = tmp_path / "outputs" / "metrics"
     metrics.mkdir(parents=True)

@@ -103,7 +103,7 @@ def test_a_damaged_metrics_file_stops_every_verdicts_command(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"left out (--skip-damaged): {damaged}" in err
     assert "--skip-damaged: 1 damaged input(s) left out" in err
-    with runs.skip_damaged() as skipped:
+    with paths.skip_damaged() as skipped:
         V.verdict_rows(folder)
     assert [line.split(":")[0] for line in skipped] == [str(damaged)]
 
@@ -152,7 +152,7 @@ def test_a_damaged_run_config_is_named_never_skipped_or_retrained(committed, cap
     assert _trained_here() == []  # not trained again in its place
     with pytest.raises(DamagedInput, match="unreadable run config"):
         runs.stored_runs(committed)
-    with runs.skip_damaged() as skipped:
+    with paths.skip_damaged() as skipped:
         assert runs.stored_runs(committed) == [] and len(skipped) == 1
     assert main(["config", *ARGS, "--skip-damaged"]) == 0  # asked for: left out, and said so
     out, err = capsys.readouterr()

@@ -14,7 +14,7 @@ A metrics file's runs and their settings (bundle, update form, seed, ...) come f
 missing file drops its rows; a damaged one (cut off, not JSON, lacking a field or a row a claim
 reads: ``MissingField``, ``MissingRow``) is a ``DamagedInput`` naming it and how to restore it, never a
 table without its rows; any other error in a claim's code surfaces as itself, a bug (inside
-``runs.skip_damaged()``, ``--skip-damaged``, that claim's rows are left out and the command says so). The
+``paths.skip_damaged()``, ``--skip-damaged``, that claim's rows are left out and the command says so). The
 command line: ``python -m frost_nb verdicts [--write | --check]`` (docs/testing.md).
 """
 
@@ -37,7 +37,8 @@ from ..config import LossConfig
 from ..paths import DamagedInput, repo_root, restore_hint, shown_path
 from ..repro import claims as C
 from .grids import CLAIM_K, family_of, slug
-from ..runs import one_line, read_metrics, skip_or_raise
+from ..paths import one_line, skip_or_raise
+from ..runs import read_metrics
 from .provenance import run_folder
 
 COLUMNS = ("claim", "title", "bundle", "form", "dataset", "seeds", "paper", "ours", "verdict", "notebook")
@@ -101,7 +102,7 @@ def default_metrics_dir() -> Path:
 
 class Metrics:
     """The metrics files of one folder, read on demand; a missing file reads as ``None``, a damaged
-    one is a ``DamagedInput`` naming it (inside ``runs.skip_damaged()``: ``None``, and noted there)."""
+    one is a ``DamagedInput`` naming it (inside ``paths.skip_damaged()``: ``None``, and noted there)."""
 
     def __init__(self, folder: str | os.PathLike | None = None):
         self.folder = Path(folder) if folder is not None else default_metrics_dir()
@@ -513,7 +514,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
         if not (side := path.with_suffix(".provenance.json")).is_file():
             continue  # a CSV without its provenance names no run
         if (record := m.json(side.stem)) is None or (rows := m.csv(path)) is None:
-            continue  # damaged, and skipped (runs.skip_damaged)
+            continue  # damaged, and skipped (paths.skip_damaged)
         prov = record["provenance"]
         if len(prov["runs"]) != 1 or not is_frost(st := prov["settings"][prov["runs"][0]]):
             continue
