@@ -69,8 +69,9 @@ browser: $(BROWSER_DEPS)
 
 # the data the committed notebooks use, each set prepared once into data/prepared/NAME/ (python -m
 # frost_nb.data.prepare; data/README.md): Fashion-MNIST from Debian's package (apt-get as root), else
-# torchvision's download; CIFAR-10 and CIFAR-100 from the shared copies, linked as sources
-# (data/cifar10 -> ../shared/data/cifar10) when they sit beside the checkout. The links are read
+# torchvision's download; CIFAR-10, CIFAR-100 and ETT (ETTh1, ETTh2: read as they are, checked against
+# SHA256SUMS) from the shared copies, linked as sources (data/cifar10 -> ../shared/data/cifar10) when
+# they sit beside the checkout. The links are read
 # only: the prepared files go to data/prepared/, never through them. A CIFAR set with no local copy
 # is left to its first use, which downloads and prepares it (load_dataset's download=True).
 # Never fails the demo (which needs only the bundled digits): a step that cannot run says so.
@@ -84,7 +85,7 @@ data: install
 	fi
 	@$(PY) -m frost_nb.data.prepare fashion-mnist \
 	  || echo "data: Fashion-MNIST not prepared (no root for apt-get, download failed): notebooks 02-06 need it" >&2
-	@for name in cifar10 cifar100; do \
+	@for name in cifar10 cifar100 ett; do \
 	  if [ -d ../shared/data/$$name ] && [ ! -e data/$$name ]; then \
 	    ln -s ../../shared/data/$$name data/$$name && echo "data: linked data/$$name -> ../shared/data/$$name"; fi; \
 	done
