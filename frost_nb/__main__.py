@@ -1,4 +1,4 @@
-"""Command line: ``python -m frost_nb {demo,config,train,grid,evaluate,sweep,export,verdicts} ...``.
+"""Command line: ``python -m frost_nb {demo,config,train,grid,evaluate,sweep,export,verdicts,forecast} ...``.
 
 ``demo`` is the project's main job: train FROST on the embedded default data set (scikit-learn's
 digits, no download), run the halting quantile sweep and write figures and metrics to
@@ -7,7 +7,8 @@ digits, no download), run the halting quantile sweep and write figures and metri
 ``evaluate`` runs adaptive inference of a checkpoint at one quantile (``--stream``: with
 continuous batching); ``sweep`` evaluates a
 checkpoint over the quantile grid of the paper's Table 2; ``verdicts`` prints (or writes into,
-or checks against, the README) the verdict table of the paper's claims.
+or checks against, the README) the verdict table of the paper's claims; ``forecast`` trains (or
+loads) a DF-Mamba or linear-baseline run on ETTh1/ETTh2 (frost_nb/dfmamba/training.py).
 
 A damaged input (a metrics file, a run's config or weights, the runs' index, a prepared data file) stops
 every command with one line naming the file, what is wrong and how to restore it, and exit status 2,
@@ -37,9 +38,9 @@ from .distributed import barrier, join_process_group, launched_world_size, leave
 from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
 from .inputs import ParameterError, check_split, number_in
 from .paths import (DamagedInput, OutputError, atomic_path, check_readable, check_writable, repo_root,
-                    shown_path)
+                    shown_path, skip_damaged, skip_or_raise)
 from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
-from .runs import discard_local, export_run, run_name, skip_damaged, skip_or_raise, stored_name, train_or_load
+from .runs import discard_local, export_run, run_name, stored_name, train_or_load
 
 
 def _config(args):
@@ -238,12 +239,27 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_forecast(args) -> int:
+    """Train (or load) one forecasting run (frost_nb/dfmamba/training.py)."""
+    from .dfmamba import training as forecasting
+
+    return forecasting.command(args)
+
+
 def cmd_export(args) -> int:
-    """Export a finished local run folder, lean, into outputs/runs/ (or --to) and its index."""
+    """Export a finished local run folder, lean, into outputs/runs/ (or --to) and its index; a
+    forecasting run into their forecast/ folder and its index."""
+    from .dfmamba import training as forecasting
+
     check_readable(args.run, "the run folder", "pass a finished run folder (<store>/<grid>/<label>/)",
                    folder=True, error=checkpoint.CheckpointError)
     check_writable(args.to or paths.committed_runs_dir(), "the runs folder", "pass another --to", folder=True)
-    folder = export_run(args.run, args.to)
+    if forecasting.is_forecast_run(args.run):
+        folder = forecasting.export_run(args.run, args.to, weights=args.weights or "float32")
+    elif args.weights is not None:
+        raise ParameterError("--weights is for forecasting runs: image runs are exported in float32")
+    else:
+        folder = export_run(args.run, args.to)
     index = folder.parent.parent / "index.csv"
     print(json.dumps({"exported": shown_path(folder), "index": shown_path(index)}))
     return 0
@@ -383,6 +399,23 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("export", help="copy a finished run folder, lean, into outputs/runs/ (and index it)")
     p.add_argument("run", help="the run folder, e.g. outputs/cache/cifar100-cifar-single/frost-resnet-seed0")
     p.add_argument("--to", default=None, help="the runs folder to export into (default: outputs/runs)")
+    p.add_argument("--weights", default=None, choices=("float32", "float16", "none"),
+                   help="forecasting runs: the weights as float32, rounded to float16 (the test metrics then "
+                        "those of the rounded weights), or left out (config and metrics only)")
+    p = sub.add_parser("forecast", help="train (or load from the stored runs) a forecasting run: DF-Mamba, "
+                                        "DLinear or RLinear on ETTh1/ETTh2")
+    p.add_argument("--dataset", default="etth2", help="etth1 or etth2")
+    p.add_argument("--model", default="dfmamba", help="dfmamba, dlinear or rlinear")
+    p.add_argument("--horizon", type=int, default=96, help="96, 192, 336 or 720 (look-back 336)")
+    p.add_argument("--epochs", type=int, default=None, help="the epoch cap (train.epochs)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--root", default=None, help="data root (default: $FROST_DATA, then data/)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="any field of the run's data, model or train section, e.g. --set train.lr=1e-3")
+    p.add_argument("--name", default=None, help="the run's name, GRID/LABEL, in the local store's forecast/ "
+                   "folder (default: DATASET-L336-HHORIZON/MODEL-seedN)")
+    p.add_argument("--retrain", action="store_true", help="train again, ignoring stored runs")
+    p.add_argument("--no-progress", action="store_true")
     p = sub.add_parser("verdicts", help="the verdict table of the paper's claims, from outputs/metrics/")
     p.add_argument("--metrics-dir", default=None,
                    help="metrics folder (default: the committed outputs/metrics)")
@@ -398,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     commands = {"demo": cmd_demo, "config": cmd_config, "train": cmd_train, "grid": cmd_grid,
-                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "export": cmd_export, "verdicts": cmd_verdicts}
+                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "export": cmd_export, "verdicts": cmd_verdicts,
+                "forecast": cmd_forecast}
     try:
         with skip_damaged(getattr(args, "skip_damaged", False)) as skipped:
             status = commands[args.command](args)

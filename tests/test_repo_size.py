@@ -1,7 +1,9 @@
 """The repository stays small: a clone is quick. (An upload to an offline GPU host carries only the
-checkout that scripts/gpu.py stages, never what is committed here.) Four budgets, each on what it
+checkout that scripts/gpu.py stages, never what is committed here.) Five budgets, each on what it
 counts:
 
+- DF-Mamba's files, matched first (its package, tests, docs/df-mamba.md, notebook 11, its runs under
+  ``outputs/runs/forecast/``, metrics, scan benchmark and figures): ``DFMAMBA_BUDGET`` (5 MiB);
 - everything tracked except the kinds below: ``COUNTED_BUDGET`` (20 MiB);
 - paper-size runs (``outputs/runs/<data set>-{paper,cifar,ladder256}-<grid>/``), the GPU's:
   ``PAPER_RUNS_BUDGET``, room for the four families at the ``cifar`` size, two more seeds of two of
@@ -25,14 +27,19 @@ MIB = 1 << 20
 COUNTED_BUDGET = 20 * MIB
 PAPER_RUNS_BUDGET = 32 * MIB
 LADDER_RUNS_BUDGET = 12 * MIB
+DFMAMBA_BUDGET = 5 * MIB
+DFMAMBA = re.compile(r"^(frost_nb/dfmamba/|tests/test_dfmamba|docs/df-mamba\.md$|notebooks/11_|outputs/runs/forecast/"
+                     r"|outputs/metrics/(11_|bench_[^/]*scan)|outputs/figures/11_)")
 PAPER_RUN = re.compile(r"^outputs/runs/[^/]+-(paper|cifar|ladder256)-[^/]+/")
 LADDER_RUN = re.compile(r"^outputs/runs/[^/]+-ladder\d+-[^/]+/")  # after PAPER_RUN: ladder256 is one
 BUDGETS = {"counted": COUNTED_BUDGET, "paper runs": PAPER_RUNS_BUDGET, "ladder runs": LADDER_RUNS_BUDGET,
-           "partial": PARTIAL_BUDGET}
+           "partial": PARTIAL_BUDGET, "df-mamba": DFMAMBA_BUDGET}
 
 
 def budget_of(path: str) -> str:
     """Which budget (``BUDGETS``) a tracked path counts against."""
+    if DFMAMBA.match(path):
+        return "df-mamba"
     if PAPER_RUN.match(path):
         return "paper runs"
     if LADDER_RUN.match(path):
@@ -79,6 +86,12 @@ def test_each_path_counts_against_one_budget():
     assert budget_of("outputs/runs/cifar100-demo-families/frost-seed0/model.pt") == "counted"
     assert budget_of("outputs/partial/cifar100-ladder128-ladder/x/model.pt") == "partial"
     assert budget_of("notebooks/05_halting.ipynb") == "counted"
+    for path in ("frost_nb/dfmamba/model.py", "tests/test_dfmamba_model.py", "docs/df-mamba.md",
+                 "notebooks/11_df_mamba.ipynb", "outputs/runs/forecast/etth2-dfmamba/dfmamba-h96-seed0/model.pt",
+                 "outputs/metrics/11_df_mamba.json", "outputs/metrics/bench_dfmamba_scan.json",
+                 "outputs/figures/11_forecasts.png"):
+        assert budget_of(path) == "df-mamba", path
+    assert budget_of("docs/method.md") == "counted" and budget_of("outputs/figures/10_x.png") == "counted"
 
 
 def test_the_message_names_the_largest_folders():

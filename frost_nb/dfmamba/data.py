@@ -1,0 +1,129 @@
+"""ETTh1 and ETTh2 under the usual long-term forecasting protocol (``../shared/data/ett/README.md``),
+read from ``<data root>/ett/`` (``make data`` links ``data/ett`` to the shared copy), checked
+against that folder's ``SHA256SUMS``. As Informer's ``Dataset_ETT_hour``, which DLinear's and
+RLinear's repositories copy: train rows 0-8,639, validation 8,640-11,519, test 11,520-14,399, a later
+split's windows starting ``lookback`` rows before its border; every column standardised with the
+training rows' mean and population standard deviation (ddof 0, as scikit-learn's
+``StandardScaler``), in float64. Every window counts (no batch dropped): 2,785 / 2,689 / 2,545 /
+2,161 test windows at horizons 96 / 192 / 336 / 720, 8,209 training windows at 96.
+``scale=f`` (DF-Mamba's Table 14): the standardised series averaged over non-overlapping blocks of
+``f`` rows from row 0, the borders divided by ``f``, windows of the same look-back and horizon at
+that scale (1,345 test windows at x2, 625 at x4). A split holds its rows once; a window is an offset.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..data.prepare import DataError, checked_data_root
+
+FILES = {"etth1": "ETTh1.csv", "etth2": "ETTh2.csv"}  # in <data root>/ett/
+COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
+BORDERS = (8640, 11520, 14400)  # ends of train, val, test: 12, 4 and 4 months of 30 days
+SPLITS = ("train", "val", "test")
+LOOKBACK, HORIZONS = 336, (96, 192, 336, 720)
+HOW_TO_GET = ("link the shared copy (make data links data/ett -> ../shared/data/ett), or put ETTh1.csv, "
+              "ETTh2.csv and their SHA256SUMS (zhouhaoyi/ETDataset, ETT-small/) in <data root>/ett/")
+
+
+@dataclass(frozen=True)
+class Series:
+    values: torch.Tensor  # (T, C) float32, standardised
+    mean: np.ndarray  # (C,) of the raw training rows
+    std: np.ndarray  # (C,) population standard deviation
+    sha256: str
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str, stamps: tuple) -> tuple[np.ndarray, str]:
+    """The raw (T, 7) float64 columns of the CSV ``path``, checked against its folder's SHA256SUMS
+    (``stamps``: both files' modification times and sizes: a changed one is read again)."""
+    file = Path(path)
+    try:
+        sums = dict(reversed(line.split()) for line in (file.parent / "SHA256SUMS").read_text().splitlines()
+                    if len(line.split()) == 2)
+    except OSError as err:
+        raise DataError(f"{file.parent / 'SHA256SUMS'} cannot be read ({err.strerror or err}); "
+                        f"{HOW_TO_GET}") from err
+    raw = file.read_bytes()
+    got, want = hashlib.sha256(raw).hexdigest(), sums.get(file.name, sums.get("*" + file.name))
+    if got != want:
+        raise DataError(f"{file} does not match its SHA256SUMS (sha256 {got[:12]}..., listed "
+                        f"{str(want)[:12]}...): a damaged or edited copy; replace it with the original "
+                        f"({HOW_TO_GET})")
+    header, *rows = raw.decode().splitlines()
+    if tuple(header.split(",")[1:]) != COLUMNS:
+        raise DataError(f"{file}: columns {header!r}, expected date,{','.join(COLUMNS)}; {HOW_TO_GET}")
+    return np.array([row.split(",")[1:] for row in rows if row], dtype=np.float64), got
+
+
+def load_series(name: str, root: str | Path | None = None) -> Series:
+    """The standardised series of ``name`` (etth1, etth2) from ``<root>/ett/`` (``root``: this, then
+    ``$FROST_DATA``, then ``<repo>/data``); a ``DataError``, one line, when missing or damaged."""
+    if name not in FILES:
+        raise DataError(f"dataset={name!r} is not a forecasting set: expected one of {', '.join(FILES)}.")
+    path = checked_data_root(root) / "ett" / FILES[name]
+    if not path.is_file():
+        raise DataError(f"data set {name!r} not found: no file {path}; {HOW_TO_GET}.")
+    stamps = tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in (path, path.parent / "SHA256SUMS")
+                   if p.exists())
+    raw, digest = _read(str(path), stamps)
+    if len(raw) < BORDERS[-1]:
+        raise DataError(f"{path} has {len(raw)} rows, the protocol reads {BORDERS[-1]}; {HOW_TO_GET}.")
+    mean, std = raw[: BORDERS[0]].mean(0), raw[: BORDERS[0]].std(0)  # ddof 0
+    return Series(torch.from_numpy(((raw - mean) / std).astype(np.float32)), mean, std, digest)
+
+
+def coarse(values: torch.Tensor, factor: int) -> torch.Tensor:
+    """(T, C) -> (T // factor, C): the means of non-overlapping blocks of ``factor`` rows from row 0."""
+    n = values.shape[0] // factor
+    return values[: n * factor].double().reshape(n, factor, -1).mean(1).float()
+
+
+class Windows:
+    """The windows of one split: ``series`` (T, C) its rows from ``lookback`` before its border;
+    ``batch(idx)`` -> x (B, L, C), y (B, H, C), gathered then (a batch's copy, no more)."""
+
+    def __init__(self, series: torch.Tensor, lookback: int, horizon: int, name: str = "") -> None:
+        self.series, self.lookback, self.horizon, self.name = series, lookback, horizon, name
+        self.channels, self.count = series.shape[1], series.shape[0] - lookback - horizon + 1
+        if self.count < 1:
+            raise DataError(f"{name}: {series.shape[0]} rows hold no window of {lookback} + {horizon} rows")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.series[idx[:, None] + torch.arange(self.lookback + self.horizon)]  # (B, L + H, C)
+        return w[:, : self.lookback], w[:, self.lookback:]
+
+    def batches(self, batch_size: int, order: torch.Tensor | None = None, drop_last: bool = False):
+        """(x, y) batches in ``order`` (default: time order), the last short one kept unless ``drop_last``."""
+        order = torch.arange(self.count) if order is None else order
+        stop = self.count - self.count % batch_size if drop_last else self.count
+        return (self.batch(order[i:i + batch_size]) for i in range(0, stop, batch_size))
+
+
+def split_rows(split: str, lookback: int, scale: int = 1) -> tuple[int, int]:
+    """(first, end) rows of ``split``'s windows at ``scale``: from ``lookback`` rows before its border."""
+    if split not in SPLITS or scale < 1 or any(b % scale for b in BORDERS):
+        raise DataError(f"split={split!r}, scale={scale!r}: expected one of {SPLITS} and a factor of "
+                        f"{BORDERS}.")
+    i = SPLITS.index(split)
+    return (0 if i == 0 else BORDERS[i - 1] // scale - lookback), BORDERS[i] // scale
+
+
+def windows(name: str, split: str, lookback: int = LOOKBACK, horizon: int = 96, *, scale: int = 1,
+            root: str | Path | None = None) -> Windows:
+    """The windows of ``split`` of the set ``name``; ``scale``: of the series pooled by that factor."""
+    first, end = split_rows(split, lookback, scale)  # checked before the file is read
+    values = load_series(name, root).values
+    values = coarse(values, scale) if scale != 1 else values
+    tag = f"{name} {split}" + (f" x{scale}" if scale != 1 else "")
+    return Windows(values[first:end], lookback, horizon, tag)

@@ -1,0 +1,466 @@
+"""Forecasting runs (``python -m frost_nb forecast``): DF-Mamba and the linear baselines on ETTh1/ETTh2,
+with one small loop and the library's conventions (``RunConfig`` and the image trainer are built for
+classifiers): sections validated on construction and ``--set section.field=value``, a stored run found
+by its config's identity, an atomic checkpoint after every epoch, resumed from, lean exports, the cost
+said first, tqdm bars. The runs live in ``forecast/`` of each store (``<FROST_CACHE>/forecast/GRID/LABEL``,
+``outputs/runs/forecast/...``), out of the image runs' way, with config.json, model.pt, metrics.json.
+
+The loop: AdamW (no decay on biases and norms, as ``training.make_optimizer``), the MSE (DF-Mamba's
+``total_loss`` adds its terms), shuffled batches, the last short one dropped; the MSE over every
+validation window after each epoch; early stopping after ``train.patience`` epochs without a lower one;
+the best validation epoch's weights kept and evaluated on every test window. ``PRESETS``, by model:
+- dfmamba, the paper's appendix A.10.1: AdamW, lr 1e-4, weight decay 0.05, clipping at 1.0, batch 64,
+  a linear warm-up over the first 10% of the epochs then a cosine decay (per step), patience 10; its
+  "up to 200 epochs" capped (``train.epochs``) to fit 45 minutes on one CPU thread;
+- dlinear, cure-lab/LTSF-Linear ``scripts/EXP-LongForecasting/Linear/etth2.sh`` and ``run_longExp.py``'s
+  defaults: Adam (AdamW without decay), lr 0.05, batch 32, 10 epochs, patience 3, ``lradj type1``
+  (the rate halved after each epoch from the second);
+- rlinear, plumprc/RTSF ``script.md`` (ETTh2) and ``run.py``'s defaults: Adam, lr 0.005, batch 256,
+  15 epochs, patience 10, ``lradj type1``.
+Both repositories average the validation loss over shuffled batches with the last one dropped (RTSF
+its test loss too); here every window counts once.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .. import training as image_training
+from ..checkpoint import CheckpointError, lean_state, load_checkpoint, save_checkpoint
+from ..config import ConfigError, _Validated, parse_settings
+from ..paths import atomic_path, cache_dir, check_writable, committed_runs_dir, shown_path
+from .data import COLUMNS, FILES, SPLITS, Windows, load_series, windows
+
+log = logging.getLogger("frost_nb")
+STORE, CONFIG, WEIGHTS, METRICS = "forecast", "config.json", "model.pt", "metrics.json"
+MODELS = ("dfmamba", "dlinear", "rlinear")
+WHERE_FIELDS = ("data.root", "train.eval_batch_size")  # not in a run's identity
+INDEX_COLUMNS = ("run", "dataset", "model", "horizon", "seed", "epochs_run", "best_epoch",
+                 "capped_before_convergence", "test_mse", "test_mae", "params", "minutes", "hardware")
+
+
+@dataclass(frozen=True)
+class DataSection(_Validated):
+    _section = "data"
+    name: str = "etth2"
+    root: str | None = None  # the data root: this, then $FROST_DATA, then <repo>/data
+    lookback: int = 336
+    horizon: int = 96
+
+    def validate(self) -> None:
+        self._check("name", self.name in FILES, f"one of {sorted(FILES)}")
+        self._check("lookback", self.lookback >= 1 and self.horizon >= 1, "positive look-back and horizon")
+
+
+@dataclass(frozen=True)
+class TrainSection(_Validated):
+    _section = "train"
+    epochs: int = 10  # the cap
+    batch_size: int = 64
+    lr: float = 1e-4
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0  # 0: off
+    schedule: str = "cosine"  # cosine: warm-up, cosine decay (per step); halve: lradj type1 (per epoch)
+    warmup: float = 0.1  # cosine: the share of the capped epochs warmed up
+    patience: int = 10
+    seed: int = 0
+    eval_batch_size: int = 256
+
+    def validate(self) -> None:
+        for name in ("epochs", "batch_size", "eval_batch_size", "patience"):
+            self._check(name, getattr(self, name) >= 1, "a positive integer")
+        self._check("lr", 0 < self.lr <= 10, "a learning rate in (0, 10]")
+        self._check("weight_decay", self.weight_decay >= 0 and self.grad_clip >= 0, "non-negative")
+        self._check("schedule", self.schedule in ("cosine", "halve"), "'cosine' or 'halve'")
+        self._check("warmup", 0 <= self.warmup <= 1, "a share of the epochs in [0, 1]")
+        self._check("seed", self.seed >= 0, "a non-negative seed")
+
+
+PRESETS = {"dfmamba": TrainSection(),  # epochs: a provisional cap, to be set from a measured epoch
+           "dlinear": TrainSection(epochs=10, batch_size=32, lr=0.05, weight_decay=0.0, grad_clip=0.0,
+                                   schedule="halve", patience=3),
+           "rlinear": TrainSection(epochs=15, batch_size=256, lr=0.005, weight_decay=0.0, grad_clip=0.0,
+                                   schedule="halve", patience=10)}
+
+
+def model_classes(name: str) -> tuple[type, type]:
+    if name == "dfmamba":
+        from .model import DFMamba, DFMambaConfig
+
+        return DFMamba, DFMambaConfig
+    from .baselines import DLinear, DLinearConfig, RLinear, RLinearConfig
+
+    return {"dlinear": (DLinear, DLinearConfig), "rlinear": (RLinear, RLinearConfig)}[name]
+
+
+@dataclass(frozen=True)
+class ForecastConfig:
+    """One run: ``data``, ``model`` (a name in MODELS), ``arch`` (that model's config; its lookback,
+    horizon and channels, where it has them, are the data's) and ``train``."""
+
+    data: DataSection
+    model: str
+    arch: Any
+    train: TrainSection
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": STORE, "data": dataclasses.asdict(self.data), "train": dataclasses.asdict(self.train),
+                "model": {"name": self.model, **dataclasses.asdict(self.arch)}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ForecastConfig:
+        model = dict(d.get("model", {}))
+        name = model.pop("name", None)
+        if d.get("kind") != STORE or name not in MODELS:
+            raise ConfigError(f"not a forecasting run's config: kind {d.get('kind')!r}, model {name!r} "
+                              f"(expected 'forecast' and one of {MODELS})")
+        try:
+            data = DataSection(**d.get("data", {}))
+            known = {f.name for f in dataclasses.fields(model_classes(name)[1])}
+            model |= {k: v for k, v in (("lookback", data.lookback), ("horizon", data.horizon),
+                                        ("channels", len(COLUMNS))) if k in known}
+            return cls(data, name, model_classes(name)[1](**model), TrainSection(**d.get("train", {})))
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as err:  # an unknown field; the model config's own checks
+            raise ConfigError(f"forecasting config: {err}") from err
+
+    def identity(self) -> str:
+        d = self.to_dict()
+        for section, _, name in (where.partition(".") for where in WHERE_FIELDS):
+            d[section].pop(name)
+        return json.dumps(d, sort_keys=True)
+
+    def replace(self, **overrides: Any) -> ForecastConfig:
+        """A copy with dotted overrides: ``data.horizon``, ``model.<field>``, ``train.lr``, ..."""
+        d = self.to_dict()
+        for dotted, value in overrides.items():
+            section, _, name = dotted.partition(".")
+            if name not in d.get(section, {}) or section == "kind":
+                raise ConfigError(f"override {dotted!r}: expected data.FIELD, model.FIELD or train.FIELD, "
+                                  f"with a known field")
+            d[section][name] = value
+        return ForecastConfig.from_dict(d)
+
+
+def make_forecast_config(dataset: str = "etth2", model: str = "dfmamba", horizon: int = 96,
+                         **overrides: Any) -> ForecastConfig:
+    """``model`` on ``dataset`` at ``horizon`` (look-back 336): its defaults, its ``PRESETS``, overrides."""
+    if model not in MODELS:
+        raise ConfigError(f"model={model!r} is invalid: expected one of {MODELS}.")
+    base = {"kind": STORE, "data": {"name": dataset, "horizon": horizon}, "model": {"name": model},
+            "train": dataclasses.asdict(PRESETS[model])}
+    return ForecastConfig.from_dict(base).replace(**overrides)
+
+
+def training_loss(cfg: ForecastConfig, forecast, target: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    if cfg.model == "dfmamba":
+        from .model import total_loss
+
+        return total_loss(forecast, target, cfg.arch)
+    mse = F.mse_loss(forecast.prediction, target)
+    return mse, {"task": mse}
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data: Windows, batch_size: int = 256) -> dict[str, float]:
+    """MSE and MAE over every window, step and variable of ``data``."""
+    model.eval()
+    sums = torch.zeros(2, dtype=torch.float64)
+    for x, y in data.batches(batch_size):
+        err = (model(x).prediction.float() - y).double()
+        sums += torch.stack([err.square().sum(), err.abs().sum()])
+    mse, mae = (sums / (len(data) * data.horizon * data.channels)).tolist()
+    return {"mse": mse, "mae": mae}
+
+
+@dataclass
+class ForecastResult:
+    model: torch.nn.Module | None  # None: a stored run kept without its weights
+    metrics: dict[str, Any]
+    config: ForecastConfig
+    history: dict[str, Any] = field(default_factory=dict)
+    folder: Path | None = None
+    from_store: bool = False
+
+
+class ForecastTrainer:
+    """Trains ``cfg``'s model on the CPU, checkpointing to ``checkpoint`` after every epoch (and
+    resuming from it when it holds the same unfinished run)."""
+
+    def __init__(self, cfg: ForecastConfig, checkpoint: str | Path | None = None,
+                 progress: bool | None = None) -> None:
+        d, t = cfg.data, cfg.train
+        self.cfg, self.progress, self.checkpoint = cfg, progress, checkpoint and Path(checkpoint)
+        if self.checkpoint:  # before any work
+            check_writable(self.checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
+        self.splits = {s: windows(d.name, s, d.lookback, d.horizon, root=d.root) for s in SPLITS}
+        torch.manual_seed(t.seed)
+        self.model = model_classes(cfg.model)[0](cfg.arch)
+        self.steps = max(1, len(self.splits["train"]) // t.batch_size)  # an epoch's; the short batch dropped
+        self.optimizer = image_training.make_optimizer(self.model, SimpleNamespace(
+            optimizer="adamw", lr=t.lr, weight_decay=t.weight_decay, momentum=0.0))
+        total = t.epochs * self.steps
+        factor = ((lambda s: 0.5 ** max(0, s // self.steps - 1)) if t.schedule == "halve" else
+                  (lambda s: image_training.lr_factor(s, round(t.warmup * total), total)))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+        self.generator = torch.Generator().manual_seed(t.seed)
+        self.epoch, self.best_epoch, self.best_val, self.bad_epochs, self.seconds = 0, 0, math.inf, 0, 0.0
+        self.best_model, self.stopped = None, None  # stopped: "early" or "cap"
+        self.history = {"val_mse": [], "train_loss": [], "seconds": [], "parts": {}}  # per epoch
+        if self.checkpoint is not None and self.checkpoint.exists():
+            self._resume(load_checkpoint(self.checkpoint))
+
+    def cost(self) -> str:
+        """Said before the run: its size, and a step's forward and backward pass timed on a new model."""
+        t, train, left = self.cfg.train, self.splits["train"], self.cfg.train.epochs - self.epoch
+        x, y = train.batch(torch.arange(min(t.batch_size, len(train))))
+        with torch.random.fork_rng(devices=[]):  # the run's random numbers stay as they are
+            model, times = self.model.__class__(self.cfg.arch), []
+            for _ in range(2):  # the first warms up
+                start = time.perf_counter()
+                training_loss(self.cfg, model(x), y)[0].backward()
+                times.append(time.perf_counter() - start)
+        return (f"cost: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
+                f"windows, {self.steps} steps of {t.batch_size} an epoch, at most {left} more epoch(s) "
+                f"(patience {t.patience}); {times[-1]:.3f} s a step here: at most "
+                f"{left * self.steps * times[-1] / 60:.1f} min of steps, and a validation pass each epoch")
+
+    def fit(self, until_epoch: int | None = None) -> ForecastResult:
+        """Train to the cap or the early stop (or to ``until_epoch``, as an interruption would); a
+        finished run's model is its best validation epoch's, with its test metrics."""
+        from tqdm.auto import tqdm
+
+        cfg, t, history = self.cfg, self.cfg.train, self.history
+        show = image_training.show_progress(self.progress)
+        bar = tqdm(total=t.epochs * self.steps, initial=self.epoch * self.steps, unit="step",
+                   desc=f"{cfg.model} on {cfg.data.name}-{cfg.data.horizon}",
+                   disable=not show or bool(self.stopped))
+        while self.stopped is None and self.epoch < (until_epoch or t.epochs):
+            start = time.perf_counter()
+            loss = self._train_epoch(bar)
+            val = evaluate(self.model, self.splits["val"], t.eval_batch_size)["mse"]
+            self.epoch, self.seconds = self.epoch + 1, self.seconds + time.perf_counter() - start
+            if val < self.best_val:
+                self.best_val, self.best_epoch, self.bad_epochs = val, self.epoch, 0
+                self.best_model = {k: v.clone() for k, v in self.model.state_dict().items()}
+            else:
+                self.bad_epochs += 1
+            self.stopped = ("early" if self.bad_epochs >= t.patience else "cap" if self.epoch >= t.epochs
+                            else None)
+            for key, value in (("val_mse", val), ("train_loss", loss), ("seconds", self.seconds)):
+                history[key].append(value)
+            line = (f"epoch {self.epoch}/{t.epochs}: train loss {loss:.4f}, val MSE {val:.4f} (best "
+                    f"{self.best_val:.4f}, epoch {self.best_epoch}), {self.seconds:.0f} s so far")
+            if show:
+                bar.write(line)
+            else:
+                log.info(line)
+            if self.stopped is None and self.checkpoint is not None:
+                save_checkpoint(self.checkpoint, self._state(complete=False))
+        bar.close()
+        if self.stopped is None:
+            return ForecastResult(self.model.eval(), {}, cfg, history)
+        if self.best_model is not None:  # None: resumed from a finished checkpoint, whose model is the best
+            self.model.load_state_dict(self.best_model)
+        test, val = evaluate(self.model, self.splits["test"], t.eval_batch_size), history["val_mse"]
+        metrics = {
+            "dataset": cfg.data.name, "model": cfg.model, "lookback": cfg.data.lookback,
+            "horizon": cfg.data.horizon, "seed": t.seed, "test_mse": test["mse"], "test_mae": test["mae"],
+            "test_windows": len(self.splits["test"]), "val_mse": self.best_val, "best_epoch": self.best_epoch,
+            "epochs_run": self.epoch, "epoch_cap": t.epochs,
+            "stopped": self.stopped, "val_mse_per_epoch": val, "train_seconds": self.seconds,
+            "minutes": round(self.seconds / 60, 2), "params": sum(p.numel() for p in self.model.parameters()),
+            # stopped by the cap while the validation MSE fell by more than 1% over the last two epochs
+            # (or before three epochs: nothing shows convergence then)
+            "capped_before_convergence": self.stopped == "cap" and (len(val) < 3 or val[-1] < 0.99 * val[-3]),
+            "data_sha256": load_series(cfg.data.name, cfg.data.root).sha256}
+        if self.checkpoint is not None:
+            save_checkpoint(self.checkpoint, self._state(complete=True, metrics=metrics))
+        log.info("%s on %s-%d: test MSE %.4f, MAE %.4f (best epoch %d of %d, %.1f min)", cfg.model,
+                 cfg.data.name, cfg.data.horizon, test["mse"], test["mae"], self.best_epoch, self.epoch,
+                 self.seconds / 60)
+        return ForecastResult(self.model.eval(), metrics, cfg, history)
+
+    def _train_epoch(self, bar) -> float:
+        cfg, t, model, parts = self.cfg, self.cfg.train, self.model.train(), {}
+        order = torch.randperm(len(self.splits["train"]), generator=self.generator)
+        for x, y in self.splits["train"].batches(t.batch_size, order, drop_last=len(order) >= t.batch_size):
+            loss, terms = training_loss(cfg, model(x), y)
+            for k, v in {"loss": loss, **terms}.items():
+                parts[k] = parts.get(k, 0.0) + float(torch.as_tensor(v).detach())
+            if not math.isfinite(parts["loss"]):
+                raise image_training.TrainingError(
+                    f"the loss became {float(loss)} in epoch {self.epoch + 1}; training stopped (the "
+                    f"checkpoint of epoch {self.epoch} is intact). Lower train.lr (now {t.lr}) or set "
+                    "train.grad_clip")
+            # looked up on its module when called: tests replace it
+            image_training.optimizer_step(model, self.optimizer, loss, t.grad_clip)
+            self.scheduler.step()
+            bar.update(1)
+        for k, v in parts.items():  # the mean of each term of the loss (DF-Mamba's auxiliary ones)
+            self.history["parts"].setdefault(k, []).append(v / self.steps)
+        return parts["loss"] / self.steps
+
+    _KEPT = ("epoch", "best_epoch", "best_val", "bad_epochs", "seconds", "best_model", "stopped", "history")
+
+    def _state(self, complete: bool, metrics: dict | None = None) -> dict[str, Any]:
+        return {"config": self.cfg.to_dict(), "model": self.model.state_dict(), "complete": complete,
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
+                "metrics": metrics or {}, **{k: getattr(self, k) for k in self._KEPT},
+                **({"best_model": None} if complete else {})}
+
+    def _resume(self, state: dict[str, Any]) -> None:
+        if state.get("lean") or ForecastConfig.from_dict(state["config"]).identity() != self.cfg.identity():
+            raise CheckpointError(f"checkpoint {self.checkpoint} is a lean export or belongs to another run: "
+                                  "it cannot be resumed; pass another path or delete it")
+        for part in ("model", "optimizer", "scheduler"):
+            getattr(self, part).load_state_dict(state[part])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.generator.set_state(state["rng"]["data"])
+        for key in self._KEPT:
+            setattr(self, key, state[key])
+        log.info("resumed %s after epoch %d of %d", self.checkpoint, self.epoch, self.cfg.train.epochs)
+
+
+# ---------------------------------------------------------------- the run store
+
+def stores() -> tuple[Path, Path]:
+    """The local store's forecast/ folder, then the committed runs' (what a fresh clone has)."""
+    return cache_dir() / STORE, committed_runs_dir() / STORE
+
+
+def is_forecast_run(folder: str | Path) -> bool:
+    try:
+        return json.loads((Path(folder) / CONFIG).read_text()).get("kind") == STORE
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_config(folder: Path) -> ForecastConfig:
+    try:
+        return ForecastConfig.from_dict(json.loads((folder / CONFIG).read_text()))
+    except (OSError, ValueError) as err:  # ConfigError is a ValueError
+        raise CheckpointError(f"{shown_path(folder / CONFIG)}: unreadable forecasting run config "
+                              f"({err})") from err
+
+
+def find_run(cfg: ForecastConfig, finished: bool = True) -> Path | None:
+    """The folder of ``cfg``'s stored run, the local store first; finished (metrics.json) unless not asked."""
+    for root in stores():
+        for path in sorted(root.glob(f"*/*/{CONFIG}")):
+            if read_config(path.parent).identity() == cfg.identity() and (
+                    not finished or (path.parent / METRICS).is_file()):
+                return path.parent
+    return None
+
+
+def train_or_load(cfg: ForecastConfig, *, name: str | None = None, retrain: bool = False,
+                  progress: bool | None = None) -> ForecastResult:
+    """``cfg``'s stored run, else trained now into the local store as ``name`` (GRID/LABEL; default
+    DATASET-L336-HHORIZON/MODEL-seedN), resuming its unfinished run; ``retrain``: train it again."""
+    from ..runs import check_name, hardware, write_json
+
+    found = None if retrain else find_run(cfg)
+    if found is not None:
+        model = None
+        if (found / WEIGHTS).is_file():
+            model = model_classes(cfg.model)[0](cfg.arch)
+            model.load_state_dict(load_checkpoint(found / WEIGHTS)["model"])
+        return ForecastResult(model and model.eval(), json.loads((found / METRICS).read_text()), cfg,
+                              folder=found, from_store=True)
+    folder = find_run(cfg, finished=False)
+    if folder is None or folder.parent.parent != stores()[0]:
+        d = cfg.data
+        label = check_name(name or f"{d.name}-L{d.lookback}-H{d.horizon}/{cfg.model}-seed{cfg.train.seed}")
+        taken = [root / label for root in stores() if (root / label / CONFIG).is_file()]
+        if taken and read_config(taken[0]).identity() != cfg.identity():
+            raise ConfigError(f"the run name {label} holds another run ({shown_path(taken[0])}): pass --name")
+        folder = stores()[0] / label
+    if retrain:
+        for file in (METRICS, WEIGHTS):
+            (folder / file).unlink(missing_ok=True)
+    write_json(folder / CONFIG, cfg.to_dict())
+    trainer = ForecastTrainer(cfg, folder / WEIGHTS, progress)
+    log.info("%s: %s", folder.relative_to(stores()[0]).as_posix(), trainer.cost())
+    result = trainer.fit()
+    result.metrics["hardware"] = hardware("cpu")
+    write_json(folder / METRICS, result.metrics)
+    result.folder = folder
+    return result
+
+
+def export_run(source: str | Path, target_root: str | Path | None = None, weights: str = "float32") -> Path:
+    """The finished run folder ``source``, lean and compressed, into ``<target_root>/forecast/<its name>``
+    (default root ``outputs/runs``), and that folder's ``index.csv``. ``weights``: float32; float16
+    (the test metrics then the rounded weights', float32's kept beside); none (config and metrics)."""
+    from ..runs import write_json
+
+    if weights not in ("float32", "float16", "none"):
+        raise ConfigError(f"weights={weights!r} is invalid: expected float32, float16 or none.")
+    source = Path(source).resolve()
+    if missing := [f for f in (CONFIG, WEIGHTS, METRICS) if not (source / f).is_file()]:
+        raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished forecasting run "
+                              "folder")
+    cfg, root = read_config(source), Path(target_root or committed_runs_dir()) / STORE
+    folder = root / source.parent.name / source.name
+    if (folder / CONFIG).is_file() and read_config(folder).identity() != cfg.identity():
+        raise CheckpointError(f"{folder} holds another run: train this one under another name (--name) to "
+                              "export it")
+    metrics, lean = json.loads((source / METRICS).read_text()), lean_state(load_checkpoint(source / WEIGHTS))
+    if weights == "float16":
+        lean["model"] = {k: v.half() if v.is_floating_point() else v for k, v in lean["model"].items()}
+        model = model_classes(cfg.model)[0](cfg.arch)
+        model.load_state_dict(lean["model"])  # widened back to float32
+        d = cfg.data
+        test = evaluate(model, windows(d.name, "test", d.lookback, d.horizon, root=d.root))
+        metrics |= {"test_mse_float32_weights": metrics["test_mse"], "test_mse": test["mse"],
+                    "test_mae_float32_weights": metrics["test_mae"], "test_mae": test["mae"]}
+        metrics["weights"] = "float16"
+        lean |= {"metrics": metrics, "weights": "float16"}
+    (folder / METRICS).unlink(missing_ok=True)  # until the export is whole it reads as unfinished
+    if weights == "none":
+        (folder / WEIGHTS).unlink(missing_ok=True)
+    else:
+        save_checkpoint(folder / WEIGHTS, lean, compress=True)
+    with atomic_path(folder / CONFIG) as tmp:
+        shutil.copyfile(source / CONFIG, tmp)
+    write_json(folder / METRICS, metrics)
+    out = io.StringIO()
+    rows = csv.writer(out, lineterminator="\n")
+    rows.writerow(INDEX_COLUMNS)
+    for path in sorted(root.glob(f"*/*/{METRICS}")):
+        m = {**json.loads(path.read_text()), "run": path.parent.relative_to(root).as_posix()}
+        rows.writerow([round(m[k], 4) if k in ("test_mse", "test_mae") else m.get(k) for k in INDEX_COLUMNS])
+    with atomic_path(root / "index.csv") as tmp:
+        tmp.write_text(out.getvalue())
+    return folder
+
+
+def command(args) -> int:
+    """``python -m frost_nb forecast``: train (or load) one run and print its summary as JSON."""
+    overrides = parse_settings(args.set) | {k: v for k, v in (("train.epochs", args.epochs), (
+        "train.seed", args.seed), ("data.root", args.root)) if v is not None}
+    cfg = make_forecast_config(args.dataset, args.model, args.horizon, **overrides)
+    result = train_or_load(cfg, name=args.name, retrain=args.retrain,
+                           progress=False if args.no_progress else None)
+    keys = ("dataset", "model", "horizon", "seed", "test_mse", "test_mae", "best_epoch", "epochs_run",
+            "capped_before_convergence", "params", "minutes", "hardware")
+    print(json.dumps({"run": shown_path(result.folder), **{k: result.metrics.get(k) for k in keys},
+                      "from_store": result.from_store}, indent=2))
+    return 0

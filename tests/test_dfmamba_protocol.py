@@ -1,0 +1,212 @@
+"""The forecasting protocol (frost_nb/dfmamba/data.py), the linear baselines and the forecasting
+trainer: window counts, borders and standardisation on the real ETTh2 (read from ../shared/data/ett,
+which CI has beside the clone), the closed-form least-squares pin that checks the protocol, DLinear's
+decomposition, the best validation epoch kept, resuming, and the command line on a generated series."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from frost_nb.__main__ import main
+from frost_nb.data.prepare import DataError
+from frost_nb.dfmamba import data
+from frost_nb.dfmamba import training as forecasting
+from frost_nb.dfmamba.baselines import DLinear, DLinearConfig, RLinear, RLinearConfig, least_squares
+from frost_nb.paths import repo_root
+
+SHARED = repo_root().parent / "shared" / "data"  # the data root holding ett/
+needs_ett = pytest.mark.skipif(not (SHARED / "ett" / "ETTh2.csv").is_file(),
+                               reason="../shared/data/ett is not beside this checkout")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One thread, as the runs train: these models are tiny, and a busy machine makes threads wait."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def write_ett(root, rows=data.BORDERS[-1] + 20, seed=0):
+    """A generated ETTh2.csv (daily cycles and noise in 7 columns) and its SHA256SUMS under ``root/ett``."""
+    g = np.random.default_rng(seed)
+    t = np.arange(rows)[:, None]
+    values = 5 * np.sin(2 * np.pi * t / 24 + np.arange(7)) + 0.001 * t + g.normal(0, 0.5, (rows, 7))
+    lines = ["date," + ",".join(data.COLUMNS)] + [f"t{i}," + ",".join(f"{v:.5f}" for v in row)
+                                                   for i, row in enumerate(values)]
+    folder = root / "ett"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ETTh2.csv").write_text("\n".join(lines) + "\n")
+    digest = hashlib.sha256((folder / "ETTh2.csv").read_bytes()).hexdigest()
+    (folder / "SHA256SUMS").write_text(f"{digest}  ETTh2.csv\n")
+    return root
+
+
+@needs_ett
+def test_window_counts_borders_and_standardisation():
+    counts = {h: len(data.windows("etth2", "test", horizon=h, root=SHARED)) for h in data.HORIZONS}
+    assert counts == {96: 2785, 192: 2689, 336: 2545, 720: 2161}  # every test window, none dropped
+    train, val = (data.windows("etth2", s, root=SHARED) for s in ("train", "val"))
+    assert (len(train), len(val)) == (8209, 2785)
+    series = data.load_series("etth2", SHARED)
+    z = series.values
+    x, y = data.windows("etth2", "test", root=SHARED).batch(torch.tensor([0, 2784]))
+    assert torch.equal(y[0, 0], z[11520]) and torch.equal(x[0, 0], z[11520 - 336])  # first target: the border
+    assert torch.equal(y[1, -1], z[14399])  # the last target: the last test row
+    x, y = train.batch(torch.tensor([0, 8208]))
+    assert torch.equal(x[0, 0], z[0]) and torch.equal(y[1, -1], z[8639])
+    # the training rows' mean and population std (ddof 0), as scikit-learn's StandardScaler
+    import pandas as pd
+    from sklearn.preprocessing import StandardScaler
+
+    raw = pd.read_csv(SHARED / "ett" / "ETTh2.csv").iloc[:, 1:].to_numpy()
+    scaler = StandardScaler().fit(raw[:8640])
+    np.testing.assert_allclose(series.mean, scaler.mean_, rtol=1e-12)
+    np.testing.assert_allclose(series.std, scaler.scale_, rtol=1e-12)
+    np.testing.assert_allclose(z.numpy(), scaler.transform(raw), atol=1e-5)
+    assert series.sha256 == "a3dc2c597b9218c7ce1cd55eb77b283fd459a1d09d753063f944967dd6b9218b"
+
+
+@needs_ett
+def test_coarse_series_borders_and_counts():
+    assert [data.split_rows(s, 336, 2) for s in data.SPLITS] == [(0, 4320), (3984, 5760), (5424, 7200)]
+    assert [data.split_rows(s, 336, 4) for s in data.SPLITS] == [(0, 2160), (1824, 2880), (2544, 3600)]
+    two, four = (data.windows("etth2", "test", scale=f, root=SHARED) for f in (2, 4))
+    assert (len(two), len(four)) == (1345, 625)
+    z = data.load_series("etth2", SHARED).values
+    pooled = data.coarse(z, 2)
+    assert pooled.shape == (8710, 7)
+    torch.testing.assert_close(pooled[2880], (z[5760] + z[5761]) / 2)  # blocks aligned to row 0
+    torch.testing.assert_close(data.coarse(z, 4)[1], z[4:8].mean(0))
+    x, y = two.batch(torch.tensor([0]))
+    assert torch.equal(y[0, 0], pooled[5760]) and torch.equal(x[0, 0], pooled[5760 - 336])
+
+
+@needs_ett
+def test_closed_form_least_squares_pins_the_protocol():
+    """The protocol check: the channel-independent least-squares map 336 -> 96 with a
+    bias, fitted on the 8,209 training windows x 7 variables, gives 0.302 / 0.365 on the test windows."""
+    model = least_squares(data.windows("etth2", "train", root=SHARED))
+    test = forecasting.evaluate(model, data.windows("etth2", "test", root=SHARED))
+    assert test["mse"] == pytest.approx(0.302, abs=0.002) and test["mae"] == pytest.approx(0.365, abs=0.002)
+
+
+def test_files_are_checked_against_their_sums(tmp_path):
+    root = write_ett(tmp_path)
+    (root / "ett" / "SHA256SUMS").write_text(f"{'0' * 64}  ETTh2.csv\n")
+    with pytest.raises(DataError) as err:
+        data.load_series("etth2", root)
+    message = str(err.value)
+    assert "\n" not in message and "make data" in message
+    assert "ETTh2.csv does not match its SHA256SUMS" in message
+    with pytest.raises(DataError, match=r"not found: no file .*ETTh1.csv; link the shared copy"):
+        data.load_series("etth1", root)
+
+
+def test_dlinear_decomposition_on_a_ramp_and_a_cycle():
+    t = torch.arange(48, dtype=torch.float64)
+    x = torch.stack([2.0 * t + 1.0, torch.sin(2 * np.pi * t / 25)], 1)[None]  # (1, 48, 2)
+    model = DLinear(DLinearConfig(lookback=48, horizon=4)).double()
+    remainder, trend = model.decompose(x)
+    torch.testing.assert_close(remainder + trend, x)
+    # reference: the ends repeated 12 times, then the mean of each 25 consecutive values
+    ends = np.repeat(x[0, :1].numpy(), 12, 0), np.repeat(x[0, -1:].numpy(), 12, 0)
+    padded = np.concatenate([ends[0], x[0].numpy(), ends[1]])
+    ref = np.stack([np.convolve(padded[:, c], np.ones(25) / 25, "valid") for c in range(2)], 1)
+    np.testing.assert_allclose(trend[0].numpy(), ref, atol=1e-12)
+    torch.testing.assert_close(trend[0, 12:36, 0], x[0, 12:36, 0])  # a ramp is its own centred mean inside
+    assert trend[0, 0, 0].item() == pytest.approx(1.0 + 2.0 * 78 / 25)  # at the start: 13 copies of x_0
+    assert trend[0, 12:36, 1].abs().max() < 1e-12  # a whole cycle of 25 steps averages out: all remainder
+    out = model(x).prediction  # one shared map each for the remainder and the trend
+    want = model.seasonal(remainder.transpose(1, 2)) + model.trend(trend.transpose(1, 2))
+    torch.testing.assert_close(out, want.transpose(1, 2))
+
+
+def test_rlinear_normalises_each_window():
+    torch.manual_seed(0)
+    model = RLinear(RLinearConfig(lookback=32, horizon=8, channels=3)).eval()
+    with torch.no_grad():
+        model.weight.uniform_(0.5, 2.0)
+        model.bias.normal_()
+    x = torch.randn(4, 32, 3)
+    torch.testing.assert_close(model(3 * x + 5).prediction, 3 * model(x).prediction + 5, rtol=1e-4, atol=1e-4)
+
+
+def tiny_config(root, model="dlinear", **overrides):
+    return forecasting.make_forecast_config("etth2", model, 4, **{
+        "data.root": str(root), "data.lookback": 16, "train.batch_size": 256, **overrides})
+
+
+def test_the_best_validation_epoch_is_kept(tmp_path, monkeypatch):
+    root = write_ett(tmp_path / "data")
+    real, snapshots = forecasting.evaluate, []
+
+    def scripted(model, windows, batch_size=256):  # the validation MSE of each epoch as written here
+        if "val" not in windows.name:
+            return real(model, windows, batch_size)
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return {"mse": [0.5, 0.3, 0.4, 0.45, 0.2][len(snapshots) - 1], "mae": 0.0}
+
+    monkeypatch.setattr(forecasting, "evaluate", scripted)
+    cfg = tiny_config(root, **{"train.epochs": 5, "train.patience": 2})
+    result = forecasting.ForecastTrainer(cfg, tmp_path / "run.pt").fit()
+    m = result.metrics
+    assert (m["best_epoch"], m["epochs_run"], m["stopped"], m["val_mse"]) == (2, 4, "early", 0.3)
+    assert not m["capped_before_convergence"] and len(snapshots) == 4
+    kept = result.model.state_dict()
+    assert all(torch.equal(kept[k], snapshots[1][k]) for k in kept)  # epoch 2's weights, not epoch 4's
+    assert not torch.equal(kept["seasonal.weight"], snapshots[3]["seasonal.weight"])
+    stored = forecasting.load_checkpoint(tmp_path / "run.pt")
+    assert stored["complete"]
+    assert torch.equal(stored["model"]["seasonal.weight"], snapshots[1]["seasonal.weight"])
+    # stopped by the cap while still falling by more than 1% over the last two epochs
+    snapshots.clear()
+    m = forecasting.ForecastTrainer(cfg.replace(**{"train.epochs": 3})).fit().metrics
+    assert (m["stopped"], m["best_epoch"], m["capped_before_convergence"]) == ("cap", 2, True)
+
+
+def test_a_run_interrupted_within_an_epoch_resumes_to_the_same_result(tmp_path, interrupted_after):
+    root = write_ett(tmp_path / "data")
+    cfg = tiny_config(root, "rlinear", **{"train.epochs": 3})  # dropout: the random state is resumed too
+    whole = forecasting.ForecastTrainer(cfg, tmp_path / "whole.pt").fit()
+    steps = forecasting.ForecastTrainer(cfg).steps
+    with interrupted_after(2 * steps + 5):  # within epoch 3, after epoch 2's checkpoint
+        forecasting.ForecastTrainer(cfg, tmp_path / "cut.pt").fit()
+    assert forecasting.load_checkpoint(tmp_path / "cut.pt")["epoch"] == 2
+    resumed = forecasting.ForecastTrainer(cfg, tmp_path / "cut.pt").fit()
+    assert resumed.metrics["test_mse"] == whole.metrics["test_mse"]
+    assert resumed.history["val_mse"] == whole.history["val_mse"]
+    assert all(torch.equal(v, whole.model.state_dict()[k]) for k, v in resumed.model.state_dict().items())
+
+
+def test_command_line_trains_loads_and_exports(tmp_path, capsys):
+    root = write_ett(tmp_path / "data")
+    args = ["forecast", "--model", "dlinear", "--horizon", "4", "--root", str(root), "--epochs", "2",
+            "--set", "data.lookback=16", "--set", "train.batch_size=256", "--no-progress"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["from_store"] is False and first["epochs_run"] == 2 and first["params"] == 2 * (16 * 4 + 4)
+    folder = tmp_path / "cache" / "forecast" / "etth2-L16-H4" / "dlinear-seed0"
+    assert {p.name for p in folder.iterdir()} >= {"config.json", "model.pt", "metrics.json"}
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["test_windows"] == 2880 - 4 + 1 and metrics["hardware"].startswith("cpu")
+    assert main(args) == 0  # the second time: from the store
+    again = json.loads(capsys.readouterr().out)
+    assert again["from_store"] is True and again["test_mse"] == first["test_mse"]
+    assert main(["export", str(folder), "--to", str(tmp_path / "runs"), "--weights", "float16"]) == 0
+    exported = tmp_path / "runs" / "forecast" / "etth2-L16-H4" / "dlinear-seed0"
+    lean = forecasting.load_checkpoint(exported / "model.pt")
+    assert lean["lean"] and "optimizer" not in lean and lean["model"]["trend.weight"].dtype == torch.float16
+    stored = json.loads((exported / "metrics.json").read_text())
+    assert stored["test_mse_float32_weights"] == first["test_mse"] and stored["weights"] == "float16"
+    index = (tmp_path / "runs" / "forecast" / "index.csv").read_text().splitlines()
+    assert index[0].startswith("run,dataset,model")
+    assert index[1].startswith("etth2-L16-H4/dlinear-seed0,etth2,dlinear")
+    (root / "ett" / "SHA256SUMS").write_text(f"{'0' * 64}  ETTh2.csv\n")
+    assert main([*args, "--retrain"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "SHA256SUMS" in err
