@@ -75,7 +75,7 @@ def test_depth_accuracy_figure_draws_the_curve_tables_it_is_given():
     assert list(xr) == [1.0, 3.0, 4.0] and list(yr) == [0.2, 0.6, 0.8]  # in order of depth
 
 
-def test_stored_figures_are_recompressed_without_changing_a_pixel():
+def test_stored_figures_are_256_colours_and_byte_stable():
     import io
 
     import matplotlib.pyplot as plt
@@ -88,9 +88,11 @@ def test_stored_figures_are_recompressed_without_changing_a_pixel():
     ax.legend()
     stored, live = figure_png(fig), figure_png(fig, compact=False)
     plt.close(fig)
-    pixels = [np.asarray(Image.open(io.BytesIO(b)).convert("RGBA")) for b in (stored, live)]
-    assert pixels[0].shape == pixels[1].shape and (pixels[0] == pixels[1]).all()
-    assert len(stored) < 0.9 * len(live), (len(stored), len(live))
+    pixels = [np.asarray(Image.open(io.BytesIO(b)).convert("RGB")).astype(int) for b in (stored, live)]
+    # 256 colours: the antialiased edges move by a few levels at most, in well under 5% of the pixels
+    assert pixels[0].shape == pixels[1].shape and np.abs(pixels[0] - pixels[1]).max() <= 8
+    assert (pixels[0] != pixels[1]).any(-1).mean() < 0.05
+    assert len(stored) < 0.6 * len(live), (len(stored), len(live))
     assert figure_png(plt.figure()) == figure_png(plt.figure())  # byte-stable
 
 

@@ -196,6 +196,8 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None,
                      "recovered": accuracy / teacher_accuracy, "scratch_accuracy": base,
                      "scratch_steps": _steps(same[0].config) if same else None,
                      "scratch_seed": same[0].config.train.seed if same else None, "gain": accuracy - base,
+                     # the share of the gap from the same k from scratch to the teacher that it closes
+                     "gap_closed": (accuracy - base) / (teacher_accuracy - base) if teacher_accuracy != base else math.nan,
                      "state_cosine_mean": mean(match["state_cosine"]),
                      "state_cosine_last": match["state_cosine"][-1],
                      "state_error_mean": mean(match["state_error"]), **match})
