@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -582,26 +583,94 @@ def test_split_gain_spread_and_ranking_add_up_and_have_known_signs():
         assert g["gain"] == pytest.approx(g["spread"] + g["ranking"])
 
 
+def _settled_by_loop(preds) -> list[int]:
+    """Per sample, the first step (1-based) from which every prediction equals the final one."""
+    out = []
+    for row in preds.tolist():
+        t = len(row)
+        while t > 1 and row[t - 2] == row[-1]:
+            t -= 1
+        out.append(t)
+    return out
+
+
+def _score(preds, labels, exits) -> Fraction:
+    """The accuracy of stopping sample i at step exits[i] (its prediction there against its label)."""
+    return Fraction(sum(int(preds[i, e - 1] == labels[i]) for i, e in enumerate(exits)), len(exits))
+
+
+def _cheapest_first_by_brute_force(preds, labels, total) -> Fraction:
+    """The first construction at total depth ``total`` (mean depth total / N), over every label-free
+    choice: each sample stops at step 1 or where it settles (cost e - 1), within the budget; the
+    cheapest first (no sample left out is cheaper, by settled step then sample order, than one taken),
+    as many as fit. Scored with the labels only once chosen."""
+    n = len(preds)
+    settled = _settled_by_loop(preds)
+    key = lambda i: (settled[i], i)
+    feasible = [taken for taken in itertools.product((False, True), repeat=n)
+                if sum(settled[i] - 1 for i in range(n) if taken[i]) <= total - n]
+    cheapest = [t for t in feasible if not any(key(j) < key(i) for i in range(n) if t[i] for j in range(n) if not t[j])]
+    best = max(cheapest, key=sum)
+    assert sum(best) == max(map(sum, feasible))  # cheapest first takes the most settled samples any choice can
+    return _score(preds, labels, [settled[i] if best[i] else 1 for i in range(n)])
+
+
+def _capped_by_brute_force(preds, labels, total) -> Fraction:
+    """The second construction at total depth ``total``: every sample stops at step s or where it settles
+    if that is earlier, for s = 1..T; between two neighbouring s, the straight line (a share of the
+    samples at the one, the rest at the other); beyond the last s, its accuracy."""
+    n, steps = preds.shape
+    settled = _settled_by_loop(preds)
+    points = []
+    for s in range(1, steps + 1):
+        exits = [min(e, s) for e in settled]
+        points.append((Fraction(sum(exits)), _score(preds, labels, exits)))
+    if total >= points[-1][0]:
+        return points[-1][1]
+    for (d0, a0), (d1, a1) in zip(points, points[1:]):
+        if d0 <= total <= d1:
+            return a0 if d1 == d0 else a0 + (a1 - a0) * (total - d0) / (d1 - d0)  # d1 == d0: the same exits
+    raise AssertionError(f"total depth {total} below {points[0][0]}")
+
+
 def test_settled_exits_and_the_label_free_ceiling_against_brute_force():
-    """Settled for good: the first step from which every prediction equals the final one. The
-    ceiling, over every label-free choice of which samples stop where they settle (the others at
-    step 1), at the same budget: the cheapest first is the largest count of settled samples, and
-    scoring it with the labels gives ``settled_ceiling_at``; at the mean settled depth it is full depth."""
+    """Settled for good: the first step from which every prediction equals the final one. The ceiling
+    at each budget is the better of two label-free constructions (``settled_ceiling_at``'s docstring),
+    each found here by enumerating every choice on tiny passes, with labels some right and some wrong
+    at step 1 and at the end; the labels only score the choice. At the mean settled depth it is full depth."""
     from frost_nb.analysis.halting_rules import settled_ceiling_at, settled_exits
 
     preds = torch.tensor([[0, 1, 1, 1], [2, 2, 2, 2], [0, 1, 0, 1], [3, 3, 1, 3]])
     labels = torch.tensor([1, 2, 0, 3])
-    assert settled_exits(preds).tolist() == [2, 1, 4, 4]
+    assert settled_exits(preds).tolist() == _settled_by_loop(preds) == [2, 1, 4, 4]
     full = (preds[:, -1] == labels).double().mean().item()  # 0.75
     assert settled_ceiling_at(preds, labels, [settled_exits(preds).double().mean().item()])[0] == pytest.approx(full)
-    # budget 1.25 (one extra step for 4 samples): sample 0 (cost 1) takes its final, right answer
-    first = (preds[:, 0] == labels).double()  # [0, 1, 1, 1]
-    assert settled_ceiling_at(preds, labels, [1.0, 1.25])[0] == pytest.approx(first.mean().item())
-    assert settled_ceiling_at(preds, labels, [1.25])[0] == pytest.approx((1 + 1 + 1 + 1) / 4)
-    # then sample 2 (cost 3; step-1 right, final wrong) at 2.0: 0.75
-    assert settled_ceiling_at(preds, labels, [2.0])[0] == pytest.approx(0.75)
-    # label-free: shuffling the labels moves the accuracy, never which samples are chosen
-    assert settled_ceiling_at(preds, torch.tensor([9, 9, 9, 9]), [1.25, 4.0]).tolist() == [0.0, 0.0]
+    # known answers. Budget 1.25 (one step beyond step 1 for 4 samples): sample 1 settles at step 1, sample 0
+    # (cost 1) takes its final, right answer: 4 of 4. At 2.0 sample 2 (cost 3, tied with sample 3 and first in
+    # order; right at step 1, wrong at the end) is taken: 3 of 4, though taking sample 3 would keep 4 of 4:
+    # the choice cannot look at the labels
+    assert settled_ceiling_at(preds, labels, [1.0, 1.25, 2.0]).tolist() == pytest.approx([0.75, 1.0, 0.75])
+    g = torch.Generator().manual_seed(15)
+    cases, won = [(preds, labels)], {"cheapest first": 0, "capped": 0}
+    while len(cases) < 12:
+        p, y = torch.randint(0, 3, (5, 4), generator=g), torch.randint(0, 3, (5,), generator=g)
+        if all(0 < int((p[:, t] == y).sum()) < 5 for t in (0, -1)):  # neither all right nor all wrong
+            cases.append((p, y))
+    for p, y in cases:
+        n, steps = p.shape
+        for labels_ in (y, torch.roll(y, 1), torch.flip(y, (0,))):  # other labels: the same choices, scored anew
+            totals = range(n, n * steps + 2)  # every whole total depth, 1 to past T
+            got = settled_ceiling_at(p, labels_, [t / n for t in totals])
+            for total, value in zip(totals, got):
+                first, capped = _cheapest_first_by_brute_force(p, labels_, total), _capped_by_brute_force(p, labels_, total)
+                assert value == pytest.approx(float(max(first, capped)), abs=1e-12), (p.tolist(), labels_.tolist(), total)
+                won["cheapest first"] += first > capped
+                won["capped"] += capped > first
+            half = Fraction(2 * n + 1, 2)  # between whole totals: on the capped construction's line
+            assert settled_ceiling_at(p, labels_, [float(half / n)])[0] == pytest.approx(
+                float(max(_cheapest_first_by_brute_force(p, labels_, half), _capped_by_brute_force(p, labels_, half))))
+    assert min(won.values()) > 0  # each construction is the better one somewhere: both are checked
+    assert np.isnan(settled_ceiling_at(preds, labels, [0.5])).all()  # below one step: no budget
 
 
 def test_settled_auroc_of_a_score_that_knows_and_of_one_that_does_not():

@@ -141,9 +141,13 @@ def test_halting_measures_split_the_gap_into_spread_and_ranking():
     # (acc(1) + acc(4)) / 2, a fixed depth at 2.5 the straight line between acc(2) and acc(3)
     random, fixed = (acc[0] + acc[3]) / 2, (acc[1] + acc[2]) / 2
     own = (correct[early, 0].float().sum() + correct[~early, 3].float().sum()) / n  # the samples' own exits
+    # by hand: random = (0.25 + 1) / 2 = 0.625 = fixed = (0.5 + 0.75) / 2; the early half (even i,
+    # first_right 0 or 2) is right at step 1 for i % 4 == 0 alone (100 of 200), the late half always
+    # at step 4 (200): own = 300 / 400 = 0.75. So the gap, halting minus fixed depth, is
+    # 0.75 - 0.625 = 0.125: spread 0, ranking 0.125
+    assert (m["gap"], m["spread"], m["ranking"]) == pytest.approx((0.125, 0.0, 0.125), abs=1e-9)
     assert m["spread"] == pytest.approx(float(random - fixed))
     assert m["ranking"] == pytest.approx(float(own - random))
-    assert m["gap"] == pytest.approx(m["spread"] + m["ranking"])
     # the sweep reaches mean depth 2.5 alone: the paper's depths lie beyond it, so no share is read
     # there (read_at would hold the curve's end value)
     assert all(math.isnan(m[f"halting_kept_{d}"]) for d in ladder.PAPER_DEPTHS)
@@ -164,16 +168,29 @@ def test_a_controls_means_pair_frost_with_basic_ssm_as_the_fit_does():
 
 
 def test_read_out_pairs_frost_with_basic_ssm_by_size_and_seed():
+    """Table 1's and claim 3's quantities are frost minus basic_ssm of the same size and seed: both
+    sides vary with size and seed (so a sum, or a pairing across seeds, reads another line), and a
+    frost run without its basic_ssm twin is left out of the pairs (not of frost's own quantities)."""
     rows = []
     for i, (size, params) in enumerate(zip(("ladder32", "ladder64", "ladder128"), SIZES)):
-        rows.append({"size": size, "model": "frost", "seed": 0, "params": params, "cosine": 0.5 + 0.1 * i,
-                     "box_dimension": 1.0, "full_depth": 0.3})
-        rows.append({"size": size, "model": "basic_ssm", "seed": 0, "params": params - 1, "cosine": 0.5,
-                     "box_dimension": 1.0})
+        for seed in (0, 1):
+            rows.append({"size": size, "model": "frost", "seed": seed, "params": params,
+                         "cosine": 0.5 + 0.1 * i + 0.01 * seed, "box_dimension": 1.0 + 0.2 * i, "full_depth": 0.3})
+            rows.append({"size": size, "model": "basic_ssm", "seed": seed, "params": params - 1,
+                         "cosine": 0.3 + 0.15 * i - 0.02 * seed, "box_dimension": 1.1 + 0.1 * i})
+    rows.append({"size": "ladder32", "model": "frost", "seed": 2, "params": SIZES[0], "cosine": 0.9,
+                 "box_dimension": 3.0, "full_depth": 0.3})  # no basic_ssm of seed 2: no pair
     table = {r["quantity"]: r for r in ladder.read_out(rows)}
-    assert table["table1"]["runs"] == 3 and table["table1"]["slope"] > 0
-    assert table["minkowski"]["slope"] == pytest.approx(0.0)
-    assert table["full_depth"]["runs"] == 3 and table["gap"]["runs"] == 0
+    x = np.log([n for n in SIZES for _ in (0, 1)])  # frost's parameters, by size then seed
+    # by hand, frost minus basic_ssm: cosine 0.2 - 0.05 i + 0.03 seed, box dimension -0.1 + 0.1 i
+    cosine = [0.20, 0.23, 0.15, 0.18, 0.10, 0.13]
+    box = [-0.1, -0.1, 0.0, 0.0, 0.1, 0.1]
+    for name, diffs in (("table1", cosine), ("minkowski", box)):
+        slope, intercept = np.polyfit(x, diffs, 1)
+        assert table[name]["runs"] == 6 and table[name]["rungs"] == 3
+        assert (table[name]["slope"], table[name]["intercept"]) == pytest.approx((slope, intercept), abs=1e-12)
+    assert table["table1"]["slope"] < 0 < table["minkowski"]["slope"]  # a sum would rise in both
+    assert table["full_depth"]["runs"] == 7 and table["gap"]["runs"] == 0
 
 
 def test_each_verdict_row_reads_its_quantities_trend():

@@ -166,7 +166,12 @@ def test_block_recurrent_notebook_reads_its_students_against_k(tmp_path, monkeyp
     two = [r for r in students if r["k"] == 2]
     for r in two:  # the k = 2 controls: scratch k=2 at seed 0, the same ranges
         assert r["gain"] == pytest.approx(r["accuracy"] - r["scratch_accuracy"]) and r["scratch_steps"] == r["branch_steps"]
-    assert metrics["verdict"] == str(C.block_recurrent([r["recovered"] for r in two]))
+    scores = {r["seed"]: r for r in metrics["ranges"] if r["k"] == 2}
+    assert metrics["verdict"] == str(C.block_recurrent([r["recovered"] for r in two],
+                                                       [scores[r["seed"]]["score"] for r in two],
+                                                       [scores[r["seed"]]["equal_score"] for r in two]))
+    for r in two:
+        assert r["gap_closed"] == pytest.approx(r["gain"] / (r["teacher_accuracy"] - r["scratch_accuracy"]))
     assert metrics["verdict"].endswith("(2 seeds)")  # fewer than 3: suggested or not, never decided
     per_k = {r["k"]: r for r in metrics["against_k"]}
     assert sorted(per_k) == [1, 2, 4] and per_k[2]["students"] == 2
@@ -199,41 +204,13 @@ def test_strip_execution_metadata(tmp_path):
     assert not strip_execution_metadata(path)  # nothing left to strip
 
 
-def _awaiting_runs(path: Path) -> str | None:
-    """Why a committed notebook cannot be executed yet at its committed parameters, or None: notebook
-    09's scale ladder trains for days on a CPU, notebook 10's block-recurrent students and controls for
-    hours, and until every run is committed a committed copy is the unexecuted source. The exemption
-    ends by itself once they are committed."""
-    if path.name.startswith("09_"):
-        from frost_nb.paths import committed_runs_dir
-        from frost_nb.repro.ladder import PRECISION_SEEDS, ladder_runs, precision_run
-        from frost_nb.runs import identity_key, stored_runs
-
-        committed = {run.identity for run in stored_runs(committed_runs_dir())}
-        wanted = {**ladder_runs(), **precision_run(seeds=len(PRECISION_SEEDS))}  # the fp32 runs too
-        missing = [label for label, (_, cfg) in wanted.items() if identity_key(cfg) not in committed]
-    elif path.name.startswith("10_"):
-        from frost_nb.repro.grids import block_recurrent_missing
-
-        missing = block_recurrent_missing("demo", "cifar100", (0, 1, 2))  # its committed parameters
-    else:
-        return None
-    return f"its runs are not all committed yet ({len(missing)} missing: {', '.join(missing[:3])}, ...)" \
-        if missing else None
-
-
-def test_notebook_10_awaits_its_runs_until_they_are_committed(tmp_path):
-    """The exemption names the missing runs and ends once every student and control is stored: the
-    runs are matched by data set, size, seed, branches and teacher, the teachers' ranges unread."""
+def test_notebook_10s_missing_runs_are_matched_by_what_they_are(tmp_path):
+    """``block_recurrent_missing`` names the students and controls not stored (finished) yet: the runs
+    are matched by data set, size, seed, branches and teacher, the teachers' ranges unread."""
     from frost_nb.config import make_config
     from frost_nb.repro.grids import TASK_ONLY, block_recurrent_missing
     from frost_nb.runs import write_json
 
-    committed = block_recurrent_missing("demo", "cifar100", (0, 1, 2))  # whatever is committed now
-    why = _awaiting_runs(NOTEBOOKS / "10_block_recurrent.ipynb")
-    assert (why is None) == (not committed)
-    assert not committed or f"{len(committed)} missing: {', '.join(committed[:3])}, ..." in why
-    assert _awaiting_runs(NOTEBOOKS / "08_beyond_the_paper.ipynb") is None
     root = tmp_path / "runs"
     runs = {"student-k-1-seed0": ("16", 0, True), "student-k-2-seed0": ("5,11", 0, True),
             "student-k-4-seed0": ("2,3,5,6", 0, True), "student-k-2-seed1": ("6,10", 1, True),
@@ -258,8 +235,6 @@ def test_notebook_10_awaits_its_runs_until_they_are_committed(tmp_path):
 
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9]*.ipynb")), ids=lambda p: p.name)
 def test_committed_notebooks_are_executed_and_clean(path):
-    if why := _awaiting_runs(path):
-        pytest.skip(why)
     nb = json.loads(path.read_text())
     assert nb["metadata"]["kernelspec"]["name"] == "python3" and "papermill" not in nb["metadata"]
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
@@ -277,8 +252,6 @@ def test_committed_notebooks_show_every_figure_they_save(path):
     with ``if <parameter> is not None:`` (or ``if params.<parameter> ...``) where the committed
     parameter is None (a section switched off, such as 05's comparison of bundles) saves nothing
     and is left out."""
-    if why := _awaiting_runs(path):
-        pytest.skip(why)
     import ast
 
     nb = json.loads(path.read_text())

@@ -545,34 +545,19 @@ def test_claim_19_reads_notebook_10s_k_2_students(tmp_path):
     assert claim19() == []
 
 
-def test_claim_19_is_in_the_full_table_only_not_yet_measured_until_notebook_10s_metrics_exist(tmp_path):
+def test_claim_19_is_in_the_full_table_only(tmp_path):
     """Claim 19 is not one of the README's rows (one per claim of ``CLAIMS``); docs/results.md's table
-    shows it after the benchmarks' 17 and 18, as one row "not yet measured" while notebook 10 awaits
-    its runs, replaced by its evidence once the file exists."""
+    shows its evidence after the benchmarks' 17 and 18, and no row at all without notebook 10's metrics."""
     folder = _copy(tmp_path, "bench_adaptive_inference_stream_fashion-mnist.json")
+    rows = V.verdict_rows(folder)
+    assert "| 19 |" not in V.markdown_table(rows) and "not yet measured" not in V.markdown_table(rows)
+    _notebook_10(folder, [0.97, 0.98, 0.975])
     rows = V.verdict_rows(folder)
     assert 19 not in {r["claim"] for r in V.summary_rows(rows)}
     assert "| 19. " not in V.markdown_summary(rows, folder) and len(V.summary_rows(rows)) == len(C.CLAIMS) == 16
     full = V.markdown_table(rows).splitlines()[2:]
     assert [int(line.split("|")[1]) for line in full][-2:] == [17, 19]  # after the benchmark's rows
-    assert full[-1] == ("| 19 | Block-recurrent rewrite: k = 2 recovers its teacher (ours, after Raptor) | n/a | n/a "
-                        "| CIFAR-100 | n/a | no claim; Raptor 0.96, linear probe | not yet measured "
-                        "| not yet measured | 10 |")
-    assert V.awaited_rows(rows) and not [r for r in rows if r["claim"] == 19]  # the table's, not a verdict row
-    _notebook_10(folder, [0.97, 0.98, 0.975])
-    rows = V.verdict_rows(folder)
-    assert V.awaited_rows(rows) == []
-    (line,) = [x for x in V.markdown_table(rows).splitlines() if x.startswith("| 19 |")]
-    assert "| 0.975 (45.58% of 46.75%)" in line and line.endswith(f"| {R} | 10 |") and "not yet measured" not in line
-    assert "| 19. " not in V.markdown_summary(rows, folder)
-
-
-def test_the_committed_results_show_claim_19_as_awaited_while_notebook_10_awaits_its_runs(committed_rows):
-    """While no notebook-10 metrics are committed, docs/results.md holds its row "not yet measured"."""
-    if any(r["claim"] == 19 for r in committed_rows):
-        pytest.skip("notebook 10's metrics are committed: its row is a verdict")
-    (line,) = [x for x in V.current_block(RESULTS.read_text(), "full").splitlines() if x.startswith("| 19 |")]
-    assert line.endswith("| not yet measured | not yet measured | 10 |")
+    assert "| 0.975 (45.58% of 46.75%)" in full[-1] and full[-1].endswith(f"| {R} | 10 |")
 
 
 def test_claim_8_takes_the_default_bundle_before_the_default_strength():

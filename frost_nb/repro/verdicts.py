@@ -6,8 +6,7 @@
 - the README's, one row per claim of ``claims.CLAIMS`` (16), its decisive evidence (``summary_rows``;
   ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named);
 - docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``), and the
-  benchmark and extension claims (17 to 19); a claim of ``AWAITED`` "not yet measured" until its
-  notebook's metrics exist (``awaited_rows``).
+  benchmark and extension claims (17 to 19).
 
 A metrics file's runs and their settings (bundle, update form, seed, ...) come from its ``provenance``
 (``frost_nb.repro.provenance``) and nowhere else; numbers whose run it does not name are left out. A
@@ -693,9 +692,6 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
 
 # 19 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
 RAPTOR_CELL = f"no claim; Raptor {C.RECOVERED_MARGIN:.2f}, linear probe"
-# claim -> (notebook, data set, paper cell) of a claim whose notebook awaits its runs: until its metrics exist,
-# docs/results.md shows one row for it, "not yet measured" (as the README's ladder column does)
-AWAITED = {19: ("10", "cifar100", RAPTOR_CELL)}
 
 
 def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
@@ -805,15 +801,6 @@ def summary_rows(rows: list[dict]) -> list[dict]:
             for c in C.CLAIMS]
 
 
-def awaited_rows(rows: list[dict]) -> list[dict]:
-    """One row "not yet measured" for each claim of ``AWAITED`` that ``rows`` hold none of."""
-    from .ladder import NOT_YET
-
-    held = {r["claim"] for r in rows}
-    return [row(claim, NA, NA, dataset, None, paper_, NOT_YET, NOT_YET, notebook)
-            for claim, (notebook, dataset, paper_) in AWAITED.items() if claim not in held]
-
-
 def _dataset_cell(r: dict) -> str:
     """The data set as the README shows it, with the bundle (and a variant's form) named."""
     name = DATASET_NAMES.get(r["dataset"], r["dataset"])
@@ -853,8 +840,7 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """docs/results.md's table: every row, and a claim of ``AWAITED`` without any as "not yet measured"."""
-    rows = sorted(rows + awaited_rows(rows), key=lambda r: r["claim"])  # stable: each claim's order kept
+    """docs/results.md's table: every row (``verdict_rows``: by claim)."""
     return _markdown(FULL_HEADER, ((r["claim"], r["title"], r["bundle"], r["form"],
                                     DATASET_NAMES.get(r["dataset"], r["dataset"]), r["seeds"], r["paper"],
                                     r["ours"], r["verdict"], r["notebook"]) for r in rows))
