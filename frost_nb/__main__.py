@@ -43,10 +43,10 @@ from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
 from .runs import discard_local, export_run, run_name, stored_name, train_or_load
 
 
-def _config(args):
-    """The config of a run command: size, data set, model, backbone, the --set overrides (JSON
-    values when they parse, else strings; a text setting keeps a number as written, so that
-    model.branch_steps=16 is "16"), then --epochs, --seed and --root."""
+def run_config(args):
+    """The config of a run command's parsed ``args`` (scripts/gpu.py builds them too): size, data set,
+    model, backbone, the --set overrides (JSON values when they parse, else strings; a text setting
+    keeps a number as written, so that model.branch_steps=16 is "16"), then --epochs, --seed, --root."""
     overrides = parse_settings(args.set)
     given = {"train.epochs": args.epochs, "train.seed": args.seed, "data.root": args.root}
     overrides |= {key: value for key, value in given.items() if value is not None}
@@ -77,14 +77,14 @@ def _single_process_only(command: str) -> None:
 
 def cmd_config(args) -> int:
     """Print the resolved config of a run and the name of its stored run (null when none), as JSON."""
-    config = _config(args)
+    config = run_config(args)
     print(json.dumps({"run": stored_name(config), **config.flat()}, indent=2))
     return 0
 
 
 def cmd_train(args) -> int:
     """Train one run; under torchrun every process runs this, with DDP (rank 0 writes and prints)."""
-    config = _config(args)
+    config = run_config(args)
     progress = False if args.no_progress else None
     setup, _ = join_process_group(training.pick_device(config.train.device))
     try:
@@ -218,7 +218,7 @@ def cmd_demo(args) -> int:
     from .notebook.plotting import plot_alpha, plot_halting_scores, plot_sweep, plot_training
 
     _single_process_only("demo")
-    config = _config(args)
+    config = run_config(args)
     for folder in ("figures", "metrics"):  # before training: the demo ends by writing there
         check_writable(paths.outputs_dir() / folder, f"{folder} folder",
                        "set FROST_OUTPUTS to a writable folder", folder=True)

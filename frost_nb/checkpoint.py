@@ -13,7 +13,7 @@ import pickle
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -185,6 +185,18 @@ def stored_config(path: str | os.PathLike, state: dict[str, Any]) -> RunConfig:
         return RunConfig.from_dict(state["config"])
     except (ConfigError, TypeError, AttributeError) as err:
         raise CheckpointError(f"checkpoint {path} has an unreadable config: {err}") from err
+
+
+class Progress(NamedTuple):
+    """How far the run of a checkpoint dict got (``progress_of``): epochs and optimiser steps completed
+    (a checkpoint saved within an epoch counts the steps of it done), and whether all its epochs are."""
+    epoch: int
+    step: int
+    complete: bool
+
+
+def progress_of(state: dict[str, Any]) -> Progress:
+    return Progress(state["epoch"], state["step"], bool(state.get("complete")))
 
 
 def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",

@@ -202,6 +202,29 @@ def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     return RunCost(params, flops, memory, seconds, basis)
 
 
+def checkpoint_bytes(config: RunConfig, train_images: int) -> int:
+    """Bytes of ``config``'s resumable checkpoint at its last epoch (``train_images`` training images):
+    ``Trainer.state`` after one optimiser step, a fed halting sketch and every step's history, written."""
+    import tempfile
+
+    from .checkpoint import save_checkpoint
+    from .models import create_model
+    from .training import Trainer
+
+    steps = max(1, train_images // config.train.batch_size)
+    trainer = Trainer(config, create_model(config.model), range(steps), val_set=())
+    trainer.generator = torch.Generator()  # the batches' own, saved in the state
+    for p in trainer.model.parameters():
+        p.grad = torch.zeros_like(p)
+    trainer.optimizer.step()
+    trainer.calibrator.update(torch.linspace(0, 1, 100_000, dtype=torch.float64).numpy())
+    trainer.epoch, trainer.step = config.train.epochs, config.train.epochs * steps
+    for part, n in (("steps", trainer.step), ("epochs", trainer.epoch)):
+        trainer.history[part] = {k: [0.123456789 * (i % 97) for i in range(n)] for k in trainer.history[part]}
+    with tempfile.TemporaryDirectory() as tmp:
+        return save_checkpoint(Path(tmp) / "full.pt", trainer.state(complete=False)).stat().st_size
+
+
 def free_memory(device: torch.device) -> int | None:
     """Bytes the device has free now (CUDA: the driver's count; CPU: MemAvailable), None if unknown."""
     if device.type == "cuda":

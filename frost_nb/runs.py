@@ -295,9 +295,34 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
     result = train(config, checkpoint=target, progress=progress)
     record_read(name)
     if main:  # metrics.json: the run's metrics and the hardware it ran on
-        write_json(folder / METRICS_FILE,
-                   {**result.metrics, "hardware": hardware(result.metrics.get("device", "cpu"))})
+        store_run(folder, {**result.metrics, "hardware": hardware(result.metrics.get("device", "cpu"))})
     return result
+
+
+def store_run(folder: Path, metrics: dict[str, Any], *, state: dict[str, Any] | None = None,
+              config_file: Path | None = None, files: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Store a finished run in ``folder`` (as ``train_or_load``, ``export_run`` and scripts/gpu.py do):
+    its checkpoint dict ``state`` (None: the trainer wrote it) with test metrics, evaluated here on the
+    CPU if it lacks them; a copy of ``config_file``, never over another run's; ``files`` (JSON); last
+    ``metrics.json`` (``metrics`` over the state's), which marks the run finished. Returns those."""
+    if config_file is not None and (folder / CONFIG_FILE).is_file():
+        theirs, ours = read_config(folder / CONFIG_FILE), read_config(config_file)
+        if identity_key(theirs) != identity_key(ours):
+            raise CheckpointError(f"{folder} holds another run ({config_difference(theirs, ours)}): store "
+                                  "this one under another name (--name GRID/LABEL) or move that one away")
+    (folder / METRICS_FILE).unlink(missing_ok=True)  # until the run is whole it reads as unfinished
+    if state is not None:
+        if "test_accuracy" not in state["metrics"]:
+            state = {**state, "metrics": {**state["metrics"], **_test_metrics(state)}}
+        metrics = {**state["metrics"], **metrics}
+        save_checkpoint(folder / MODEL_FILE, state, compress=bool(state.get("lean")))
+    if config_file is not None:
+        with atomic_path(folder / CONFIG_FILE) as tmp:
+            shutil.copyfile(config_file, tmp)
+    for name, data in (files or {}).items():
+        write_json(folder / name, data)
+    write_json(folder / METRICS_FILE, metrics)
+    return metrics
 
 
 def run_name(checkpoint: str | os.PathLike | None) -> str | None:
@@ -315,48 +340,39 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
     Every file it reads (the run's three, the runs already there) is read before the first write:
     a damaged one stops it with the target untouched. ``weights="bfloat16"`` stores the weights
     rounded (``lean_state``) and the test metrics of those stored weights, evaluated here (the float32
-    weights' accuracy kept beside them as ``test_accuracy_float32_weights``)."""
+    weights' accuracy kept beside them as ``test_accuracy_float32_weights``), unless the run holds
+    them rounded already (scripts/gpu.py fetch --commit stores it so): its metrics are theirs."""
     source = Path(source).resolve()
     if missing := [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]:
         raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "
                               "(<store>/<grid>/<label>/ with config.json, model.pt and metrics.json)")
     root = Path(target_root) if target_root is not None else committed_runs_dir()
     folder = root / source.parent.name / source.name
-    ours = read_config(source / CONFIG_FILE)
     metrics = read_metrics(source)
-    lean = lean_state(load_checkpoint(source / MODEL_FILE, map_location="cpu"), weights)
-    if (folder / CONFIG_FILE).is_file():
-        theirs = read_config(folder / CONFIG_FILE)
-        if identity_key(theirs) != identity_key(ours):
-            raise CheckpointError(f"{folder} holds another run ({config_difference(theirs, ours)}): "
-                                  "train this one under another name (--name GRID/LABEL) to export it")
+    state = load_checkpoint(source / MODEL_FILE, map_location="cpu")
+    lean = lean_state(state, weights)
     index_rows(root, but=f"{source.parent.name}/{source.name}")  # the index's other runs, before any write
-    if weights != "float32":
-        metrics = lean["metrics"] = _metrics_of_stored_weights(lean, ours, metrics)
-    (folder / METRICS_FILE).unlink(missing_ok=True)  # until the export is whole it reads as unfinished
-    save_checkpoint(folder / MODEL_FILE, lean, compress=True)
-    with atomic_path(folder / CONFIG_FILE) as tmp:
-        shutil.copyfile(source / CONFIG_FILE, tmp)
-    write_json(folder / METRICS_FILE, metrics)  # last: it marks the run finished
+    if lean.get("weights", "float32") != state.get("weights", "float32"):  # rounded here
+        metrics = lean["metrics"] = {**metrics, **_test_metrics(lean),
+                                     "test_accuracy_float32_weights": metrics.get("test_accuracy")}
+    store_run(folder, metrics, state=lean, config_file=source / CONFIG_FILE)
     write_index(root)
     return folder
 
 
-def _metrics_of_stored_weights(lean: dict[str, Any], config: RunConfig,
-                               metrics: dict[str, Any]) -> dict[str, Any]:
-    """``metrics`` with the test accuracy of ``lean``'s rounded weights (widened back to float32, as
-    ``load_model`` does), evaluated on this machine's CPU."""
+def _test_metrics(state: dict[str, Any]) -> dict[str, Any]:
+    """The test metrics of the weights in the checkpoint dict ``state`` (bf16 ones widened back to
+    float32, as ``load_model`` does), evaluated on this machine's CPU."""
     from .models import create_model
     from .training import evaluate, load_split, use_amp
 
+    config = RunConfig.from_dict(state["config"])
     model = create_model(config.model)
-    model.load_state_dict(lean["model"])
-    cpu = torch.device("cpu")
+    model.load_state_dict(state["model"])
     test = evaluate(model.eval(), load_split(config, "test"), batch_size=config.train.eval_batch_size,
-                    amp=use_amp(config, cpu))
-    return {**metrics, "test_accuracy": test.accuracy, "test_accuracy_per_step": test.accuracy_per_step(),
-            "test_accuracy_float32_weights": metrics.get("test_accuracy"), "weights": lean["weights"],
-            "test_evaluated_on": "cpu"}
+                    amp=use_amp(config, torch.device("cpu")))
+    return {"test_accuracy": test.accuracy, "test_accuracy_per_step": test.accuracy_per_step(),
+            "test_evaluated_on": "cpu", **({"weights": state["weights"]} if "weights" in state else {})}
 
 
 def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None) -> list[dict[str, Any]]:

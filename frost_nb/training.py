@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,8 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checkpoint import (CheckpointError, load_checkpoint, load_model, save_checkpoint, stored_config,
-                         weights_digest)
+from .checkpoint import (CheckpointError, load_checkpoint, load_model, progress_of, save_checkpoint,
+                         stored_config, weights_digest)
 from .config import ConfigError, RunConfig, config_difference, replace_model
 from .data.datasets import load_dataset, make_batches
 from .distributed import join_process_group, parallel, sum_over_ranks, summed_over_ranks
@@ -103,10 +104,12 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
 
 
 def make_optimizer(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
-    """No weight decay on norms, biases and the FROST scalars (alpha, H): decay would bias them."""
+    """No weight decay on norms, biases and the FROST scalars (alpha, H): decay would bias them; nor on a
+    parameter marked ``_no_weight_decay`` (Mamba's A and D)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.ndim > 1], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
+    decay = [p.ndim > 1 and not getattr(p, "_no_weight_decay", False) for p in params]
+    groups = [{"params": [p for p, d in zip(params, decay) if d], "weight_decay": cfg.weight_decay},
+              {"params": [p for p, d in zip(params, decay) if not d], "weight_decay": 0.0}]
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.momentum > 0)
     return torch.optim.AdamW(groups, lr=cfg.lr)
@@ -337,12 +340,14 @@ class Trainer:
         """Whether a pass can restart at a batch, as a mid-epoch checkpoint needs: in-memory data, one process."""
         return self.setup.world_size == 1 and hasattr(self.batches, "iterate")
 
-    def fit(self, until_epoch: int | None = None, deadline: float | None = None) -> TrainResult:
+    def fit(self, until_epoch: int | None = None, deadline: float | None = None,
+            on_epoch: Callable[[Trainer], None] | None = None) -> TrainResult:
         """Train to ``train.epochs``, or stop after ``until_epoch`` (as an interruption would), or
         before ``deadline`` (a ``time.monotonic()`` value): no epoch starts when the latest one
         would not end by then (the first starts unless the deadline has passed). A checkpoint is
         resumed on the first call only: later calls go on from this Trainer's own state. The
-        result's ``metrics`` stay empty until the run is complete (``self.epoch`` says how far)."""
+        result's ``metrics`` stay empty until the run is complete (``self.epoch`` says how far).
+        ``on_epoch(self)`` is called after every epoch trained, once its checkpoint is written."""
         from tqdm.auto import tqdm
 
         cfg, main = self.config, self.setup.is_main
@@ -353,7 +358,7 @@ class Trainer:
                           if self.within_epoch else "")
                 log.info("resumed %s after epoch %d of %d%s", self.checkpoint, self.epoch, cfg.train.epochs,
                          within)
-        model = self.model
+        model, first = self.model, self.epoch
         self.saved_at = time.monotonic()
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
         show = show_progress(self.progress) and main  # rank 0 alone shows progress and logs
@@ -400,11 +405,13 @@ class Trainer:
                 log.info(line)
             # the deadline reads it: a resumed epoch's rest, scaled to a whole epoch
             self.epoch_seconds = (time.monotonic() - started) * self.steps_per_epoch / (self.steps_per_epoch - done)
+            if on_epoch is not None and self.epoch < cfg.train.epochs:  # the last: once the run is saved
+                on_epoch(self)
         bar.close()
 
         metrics = {}
         if self.epoch >= cfg.train.epochs:
-            test = self._outputs(self.test_set) if self.test_set is not None else None
+            test = self._outputs(self.test_set) if self.test_set else None  # none or empty (gpu.py's host)
             if test is not None:
                 metrics = {"test_accuracy": test.accuracy, "test_accuracy_per_step": test.accuracy_per_step()}
             metrics |= {"train_seconds": self.train_seconds, "params": model.num_parameters(),
@@ -414,6 +421,8 @@ class Trainer:
             if test is not None and main:
                 log.info("test accuracy at full depth %.4f after %d epochs, %.0f s of training",
                          test.accuracy, self.epoch, self.train_seconds)
+            if on_epoch is not None and self.epoch > first:
+                on_epoch(self)
         model.eval()
         return TrainResult(model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
 
@@ -554,7 +563,7 @@ class Trainer:
         self.generator.set_state(state["rng"]["data"].cpu())
         if state["calibrator"]:
             self.calibrator = HaltingCalibrator.from_bytes(state["calibrator"])
-        self.history, self.epoch, self.step = state["history"], state["epoch"], state["step"]
+        self.history, (self.epoch, self.step, _) = state["history"], progress_of(state)
         self.within_epoch = state.get("within_epoch")  # None: saved at an epoch's end
         if self.within_epoch is not None and not self.restartable:
             raise CheckpointError(f"checkpoint {self.checkpoint} was saved within epoch {self.epoch + 1}, which "
@@ -562,13 +571,6 @@ class Trainer:
                                   f"(without torchrun; Trainer.fit(until_epoch={self.epoch + 1})), then go on")
         for key, v in _new_history()["diagnostics"].items():  # older checkpoints
             self.history.setdefault("diagnostics", {}).setdefault(key, v)
-        steps = self.history["steps"]  # older checkpoints of a student: its match was not logged
-        for key in self.logged_parts:
-            steps.setdefault(key, [NAN] * len(steps["step"]))
-        width = len(STEP_SUMS) + len(self.logged_parts) - len(LOGGED_PARTS)  # a student's sums: wider
-        if self.within_epoch is not None and (short := width - self.within_epoch["sums"].shape[1]) > 0:
-            sums = self.within_epoch["sums"]
-            self.within_epoch["sums"] = torch.cat([sums, sums.new_full((len(sums), short), NAN)], 1)
         self.train_seconds = state.get("train_seconds", 0.0)
         return True
 
@@ -621,9 +623,10 @@ def _save_or_rescue(path: Path, state: dict, complete: bool, epoch: int) -> None
 
 
 def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
-          progress: bool | None = None) -> TrainResult:
-    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run)."""
-    return build_trainer(config, checkpoint, progress).fit()
+          progress: bool | None = None, **fit: Any) -> TrainResult:
+    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run); ``fit``:
+    ``Trainer.fit``'s options."""
+    return build_trainer(config, checkpoint, progress).fit(**fit)
 
 
 def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None,

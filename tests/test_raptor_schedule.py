@@ -1,4 +1,4 @@
-"""Claim 19's student under Raptor's schedule (issue 68; ``loss.raptor``): the teacher-forced share tf, the
+"""Claim 19's student under Raptor's schedule (``loss.raptor``): the teacher-forced share tf, the
 teacher-forced states, and a loss that is tf x their state error + (1 - tf) x the free run's, no task
 loss and no KL, on a tiny constructed model (no data, no stored teacher)."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import hashlib
 import io
 import logging
 import math
@@ -82,6 +83,7 @@ DATASETS: dict[str, DatasetInfo] = {
 
 FORMAT = 1  # version of the prepared files: a file of another version is prepared again by hand
 PARTS = ("train", "test")
+SHEET, SHEET_COLS = 1000, 100  # write_sheets: images per WebP sheet, per row (WebP: 16,383 px a side)
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                          "Sneaker", "Bag", "Ankle boot")  # label order of the IDX files
 FIXED_ORDER_SEED = 0  # seed of every order that must not depend on split_seed
@@ -226,6 +228,49 @@ def read_prepared(name: str, root: str | Path, part: str) -> Part:
                         f"{', '.join(map(str, shape))}), y int64 (N,) below len(classes)); {fix}.")
     return Part(x, y, tuple(str(c) for c in classes), str(got["source"]), coarse,
                 None if coarse_classes is None else tuple(str(c) for c in coarse_classes))
+
+
+def write_sheets(part: Part, target: Path, *, method: int = 6, quality: int = 50) -> Path:
+    """``part`` in the file ``target`` as WebP lossless sheets (image j of a sheet at row j // SHEET_COLS,
+    column j % SHEET_COLS; scripts/gpu.py sends a training split so) with the pixels' SHA-256, checked."""
+    from PIL import Image
+
+    x = np.asarray(part.x).transpose(0, 2, 3, 1)  # (N, H, W, C)
+    n, h, w, c = x.shape
+    blobs = []
+    for chunk in (x[i:i + SHEET] for i in range(0, n, SHEET)):
+        tiles = np.concatenate([chunk, np.zeros((-len(chunk) % SHEET_COLS, h, w, c), np.uint8)])
+        sheet = tiles.reshape(-1, SHEET_COLS, h, w, c).transpose(0, 2, 1, 3, 4).reshape(-1, SHEET_COLS * w, c)
+        Image.fromarray(sheet.squeeze(-1) if c == 1 else sheet).save(
+            out := io.BytesIO(), format="WEBP", lossless=True, method=method, quality=quality)
+        blobs.append(np.frombuffer(out.getvalue(), np.uint8))
+    rest = {k: np.asarray(v) for k, v in part._asdict().items() if k != "x" and v is not None}
+    rest["sha256"] = np.array(hashlib.sha256(np.asarray(part.x).tobytes()).hexdigest())  # (N, C, H, W)'s
+    np.savez(buf := io.BytesIO(), webp=np.concatenate(blobs), offsets=np.cumsum([0, *map(len, blobs)]),
+             shape=np.array([n, c, h, w]), **rest)
+    read_sheets(io.BytesIO(buf.getvalue()))  # the exact pixels, or nothing is written
+    with atomic_path(target) as tmp:
+        tmp.write_bytes(buf.getvalue())
+    return Path(target)
+
+
+def read_sheets(source) -> Part:
+    """The ``Part`` in ``write_sheets``'s file (a path or a file object), its pixels checked."""
+    from PIL import Image
+
+    with np.load(source) as z:
+        got = {k: z[k] for k in z.files}
+    (n, c, h, w), sheets, edges = (int(v) for v in got["shape"]), [], got["offsets"]
+    for i in range(len(edges) - 1):
+        with Image.open(io.BytesIO(got["webp"][edges[i]:edges[i + 1]].tobytes())) as im:
+            sheet = np.asarray(im.convert("L" if c == 1 else "RGB")).reshape(-1, h, SHEET_COLS, w, c)
+        sheets.append(sheet.transpose(0, 2, 1, 3, 4).reshape(-1, h, w, c)[:min(SHEET, n - i * SHEET)])
+    x = np.ascontiguousarray(np.concatenate(sheets).transpose(0, 3, 1, 2))  # (N, C, H, W)
+    if hashlib.sha256(x.tobytes()).hexdigest() != got["sha256"].item():
+        raise DataError(f"{source}: the decoded images do not match their SHA-256 (damaged on the way): "
+                        "write and send them again")
+    strs = lambda key: tuple(str(k) for k in got[key]) if key in got else None
+    return Part(x, got["y"], strs("classes"), str(got["source"]), got.get("coarse_y"), strs("coarse_classes"))
 
 
 def _labels_fit(y: np.ndarray, k: int, coarse: np.ndarray | None = None, k_coarse: int = 0) -> bool:

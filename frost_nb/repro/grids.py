@@ -226,7 +226,7 @@ GRID_TABLES[("variant", None)] = {"frost": ADOPTED_BUNDLE, VARIANT_LABEL: VARIAN
 STUDENT_KS = (1, 2, 4)
 CLAIM_K = 2
 SCRATCH_KS = (2, 4)
-# claim 19's controls (issue 68): the first seed's CLAIM_K student but for its loss, last in the grid (the
+# claim 19's controls: the first seed's CLAIM_K student but for its loss, last in the grid (the
 # other runs keep their place in a shard): started from the teacher on the task loss alone, and Raptor's
 # schedule (training.forward_loss; no task loss, no KL, the classifier head frozen)
 CLAIM_CONTROLS = {f"warm k={CLAIM_K}": {"loss.teacher_state": 0.0, "loss.teacher_kl": 0.0},
