@@ -225,3 +225,18 @@ def test_channel_independence_and_instance_normalisation():
 def test_config_rejects_unknown_variant():
     with pytest.raises(ValueError, match="variant"):
         DFMambaConfig(variant="S9")
+
+
+def test_the_optimiser_spares_mambas_a_and_d_from_weight_decay():
+    """Mamba marks A_log and D ``_no_weight_decay``; the library's optimiser honours the mark (A_log is 2-D,
+    so the rule "no decay on 1-D parameters" alone would decay it)."""
+    from types import SimpleNamespace
+
+    from frost_nb.training import make_optimizer
+
+    model = DFMamba(DFMambaConfig(lookback=16, horizon=4, depth=1))
+    opt = make_optimizer(model, SimpleNamespace(weight_decay=0.05, optimizer="adamw", lr=1e-4))
+    decayed = {id(p) for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    block = model.blocks[0]
+    assert id(block.A_log) not in decayed and id(block.D) not in decayed
+    assert id(block.in_proj.weight) in decayed and id(block.dt_proj.bias) not in decayed

@@ -90,7 +90,11 @@ class TrainSection(_Validated):
         self._check("seed", self.seed >= 0, "a non-negative seed")
 
 
-PRESETS = {"dfmamba": TrainSection(),  # epochs: a provisional cap, to be set from a measured epoch
+# DF-Mamba's cap: each training within 45 minutes on one CPU thread. Measured with training paused
+# (docs/df-mamba.md): a step of batch 64 takes 7.2 s, an epoch (128 steps and the validation pass)
+# 17.3 minutes at H = 96 (14.4 at 720), the test pass 2.1: two epochs fit, three do not
+DFMAMBA_EPOCH_CAP = 2
+PRESETS = {"dfmamba": TrainSection(epochs=DFMAMBA_EPOCH_CAP),
            "dlinear": TrainSection(epochs=10, batch_size=32, lr=0.05, weight_decay=0.0, grad_clip=0.0,
                                    schedule="halve", patience=3),
            "rlinear": TrainSection(epochs=15, batch_size=256, lr=0.005, weight_decay=0.0, grad_clip=0.0,
