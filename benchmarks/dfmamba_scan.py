@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                          "dtype": "float32"},
               "repeats": a.repeats, "rows": rows, "check": check, "peak_rss_start_gib": peak_start,
               "peak_rss_fast_gib": peak_fast,
+              "provenance": {"commit": commit(), "runs": [], "settings": {}},  # synthetic inputs: no run
               "env": {"torch": torch.__version__, "python": platform.python_version(), "threads": a.threads,
                       "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                       "machine": platform.machine(), "commit": commit()}}
