@@ -172,7 +172,8 @@ def test_block_recurrent_notebook_reads_its_students_against_k(tmp_path, monkeyp
                                                        [scores[r["seed"]]["equal_score"] for r in two]))
     for r in two:
         assert r["gap_closed"] == pytest.approx(r["gain"] / (r["teacher_accuracy"] - r["scratch_accuracy"]))
-    assert metrics["verdict"].endswith("(2 seeds)")  # fewer than 3: suggested or not, never decided
+    # fewer than 3 seeds: suggested or not (or not testable without phases), never decided
+    assert not metrics["verdict"].startswith((C.REPRODUCED, C.NOT, C.INCONCLUSIVE))
     per_k = {r["k"]: r for r in metrics["against_k"]}
     assert sorted(per_k) == [1, 2, 4] and per_k[2]["students"] == 2
     assert per_k[2]["recovered"] == pytest.approx(sum(r["recovered"] for r in two) / 2)
