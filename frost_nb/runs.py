@@ -270,8 +270,8 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
                                       "trains it again in the local store instead)") from err
             _set_aside(found.checkpoint, err)  # then the next stored run, else training
             (found.folder / METRICS_FILE).unlink(missing_ok=True)
-    if config.loss.teacher is not None:  # a student: its teacher is there and fits, before any write
-        load_teacher(config)
+    # a student: its teacher is there and fits, before any write (loaded once, handed to the trainer)
+    teacher = load_teacher(config) if config.loss.teacher is not None else None
     if (root := cache_dir()).resolve() == committed_runs_dir().resolve():
         raise ConfigError(f"FROST_CACHE={root} is the committed runs' folder: point it at another folder "
                           "(training writes there, and committed runs are never touched)")
@@ -292,7 +292,7 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
     main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     if main:  # under torchrun rank 0 alone writes, as it writes the checkpoint
         write_json(folder / CONFIG_FILE, config.to_dict())
-    result = train(config, checkpoint=target, progress=progress)
+    result = train(config, checkpoint=target, progress=progress, teacher=teacher)
     record_read(name)
     if main:  # metrics.json: the run's metrics and the hardware it ran on
         store_run(folder, {**result.metrics, "hardware": hardware(result.metrics.get("device", "cpu"))})

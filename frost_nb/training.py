@@ -623,14 +623,14 @@ def _save_or_rescue(path: Path, state: dict, complete: bool, epoch: int) -> None
 
 
 def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
-          progress: bool | None = None, **fit: Any) -> TrainResult:
-    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run); ``fit``:
-    ``Trainer.fit``'s options."""
-    return build_trainer(config, checkpoint, progress).fit(**fit)
+          progress: bool | None = None, teacher: FrostNet | None = None, **fit: Any) -> TrainResult:
+    """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run); ``teacher``:
+    a student's, already loaded (``load_teacher``); ``fit``: ``Trainer.fit``'s options."""
+    return build_trainer(config, checkpoint, progress, teacher).fit(**fit)
 
 
 def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None,
-                  progress: bool | None = None) -> Trainer:
+                  progress: bool | None = None, teacher: FrostNet | None = None) -> Trainer:
     """The ``Trainer`` of ``config``: join the torchrun job if there is one, load the splits, build
     the model and the training batches (the one place that does)."""
     cfg, d = config, config.data
@@ -638,7 +638,10 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
     setup, device = join_process_group(pick_device(cfg.train.device))
     if checkpoint is not None and setup.is_main:  # before any work
         check_writable(checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
-    teacher = load_teacher(cfg, device) if cfg.loss.teacher is not None else None  # before any work too
+    if cfg.loss.teacher is not None:  # before any work too; loaded once (the caller's, when it has it)
+        teacher = load_teacher(cfg, device) if teacher is None else teacher.to(device)
+    else:
+        teacher = None
     train_set = load_split(cfg, "train")
     val_set = load_split(cfg, "val") if d.val_fraction > 0 else None
     test_set = load_split(cfg, "test")

@@ -528,3 +528,21 @@ def test_the_claim_controls_are_read_beside_never_among_the_students(teacher_sto
         write_json(folder / "metrics.json", {})
     assert block_recurrent_missing("demo", "cifar100", (0,), tmp_path / "runs") == [
         "student k=1", "student k=2", "student k=4", "scratch k=2", "scratch k=4"]
+
+
+def test_a_students_teacher_is_loaded_once(teacher_store, monkeypatch):
+    """Defect: train_or_load loaded the teacher to check it, and build_trainer loaded it again. Now once."""
+    from frost_nb import runs, training
+    from frost_nb.runs import train_or_load
+
+    calls = []
+    real = training.load_teacher
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training, "load_teacher", counted)
+    monkeypatch.setattr(runs, "load_teacher", counted)
+    train_or_load(_student(**{"train.epochs": 1}), name="students/once")
+    assert len(calls) == 1
