@@ -1,22 +1,14 @@
-"""The selective scan inside DF-Mamba's state-space block (DF-Mamba, ICML 2026, section 3.1; the block
-is Mamba's, Gu and Dao 2023), as a per-step reference loop and as a fast chunked scan.
-
-For every sequence n, channel e and state s, with a step dt_t > 0 and a diagonal A < 0:
+"""The selective scan inside DF-Mamba's state-space block (section 3.1; the block is Mamba's, Gu and Dao
+2023): per sequence n, channel e and state s, with a step dt_t > 0 and a diagonal A < 0,
 
     h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t        eq. (2)-(3): A by zero-order hold, B by Euler
     y_t = C_t . h_t + D x_t                          eq. (2), plus Mamba's D skip
 
-Eq. (3)-(4) write the exact zero-order hold for B as well, (exp(dt A) - 1) / A * B; section 3.1 also
-says the step "follows the standard Mamba parameterization", and Mamba's reference code (and mambapy,
-which the tests hold the block against) uses dt B. We use dt B: docs/df-mamba.md.
-
-``chunked_scan`` is the scan the model runs. A closed form inside chunks (segment sums of dt A, Mamba-2
-style) needs a (T x T) decay per channel and state here, since A is per (e, s): measured on one CPU
-thread it was 3x (T = 4) to 25x (T = 16) slower than the loop. What wins instead is a per-step loop
-over small tensors with a hand-written backward that recomputes each chunk's states from the state
-entering it (a checkpoint per ``chunk`` steps): no (N, L, E, S) tensor is ever held, only chunks of
-``block`` sequences x ``chunk`` steps, and no exponential of a cumulative sum is taken (every decay
-exp(dt A) lies in (0, 1]). Measured numbers: benchmarks/dfmamba_scan.py.
+(eq. (3)-(4) write the exact hold for B too; Mamba's code, and mambapy, which the tests hold the block
+against, use dt B: docs/df-mamba.md). ``sequential_scan`` is the reference loop; ``chunked_scan``, what
+the model runs, loops over small tensors with a hand-written backward that recomputes each chunk's
+states from the state entering it: no (N, L, E, S) tensor is held, and every decay lies in (0, 1]. A
+closed form inside chunks (Mamba-2's segment sums) measured 3x to 25x slower here, A being per (e, s).
 """
 
 from __future__ import annotations
@@ -26,8 +18,6 @@ import math
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
-
-__all__ = ["chunked_scan", "sequential_scan"]
 
 LOG2E = 1.0 / math.log(2.0)
 

@@ -1,41 +1,26 @@
-"""Forecasting runs (``python -m frost_nb forecast``): DF-Mamba and the linear baselines on ETTh1/ETTh2,
-with one small loop and the library's conventions (``RunConfig`` and the image trainer are built for
-classifiers): sections validated on construction and ``--set section.field=value``, a stored run found
-by its config's identity, an atomic checkpoint after every epoch, resumed from, lean exports, the cost
-said first, tqdm bars. The runs live in ``forecast/`` of each store (``<FROST_CACHE>/forecast/GRID/LABEL``,
-``outputs/runs/forecast/...``), out of the image runs' way, with config.json, model.pt, metrics.json.
-
-The loop: AdamW (no decay on biases and norms, as ``training.make_optimizer``), the MSE (DF-Mamba's
-``total_loss`` adds its terms), shuffled batches, the last short one dropped; the MSE over every
-validation window after each epoch; early stopping after ``train.patience`` epochs without a lower one;
-the best validation epoch's weights kept and evaluated on every test window. ``PRESETS``, by model:
-- dfmamba, the paper's appendix A.10.1: AdamW, lr 1e-4, weight decay 0.05, clipping at 1.0, batch 64,
-  a linear warm-up over the first 10% of the epochs then a cosine decay (per step), patience 10; its
-  "up to 200 epochs" capped (``train.epochs``) to fit 45 minutes on one CPU thread;
-- dlinear, cure-lab/LTSF-Linear ``scripts/EXP-LongForecasting/Linear/etth2.sh`` and ``run_longExp.py``'s
-  defaults: Adam (AdamW without decay), lr 0.05, batch 32, 10 epochs, patience 3, ``lradj type1``
-  (the rate halved after each epoch from the second);
-- rlinear, plumprc/RTSF ``script.md`` (ETTh2) and ``run.py``'s defaults: Adam, lr 0.005, batch 256,
-  15 epochs, patience 10, ``lradj type1``.
-Both repositories average the validation loss over shuffled batches with the last one dropped (RTSF
-its test loss too); here every window counts once.
-"""
+"""Forecasting runs (``python -m frost_nb forecast``): DF-Mamba and the linear baselines on ETTh1/ETTh2.
+Runs live in ``forecast/GRID/LABEL`` of each store (written with ``runs.py``'s helpers), found by their
+config's identity, checkpointed after every epoch and resumed. The loop: AdamW (no decay on biases,
+norms, Mamba's A and D), the MSE (DF-Mamba's ``total_loss`` adds its terms), shuffled batches with the
+last short one dropped, early stopping on the validation MSE over every window, the best validation
+epoch's weights evaluated on every test window. ``PRESETS``: dfmamba as appendix A.10.1 (AdamW, lr
+1e-4, decay 0.05, clipping 1.0, batch 64, 10% linear warm-up then cosine per step, patience 10; its
+200 epochs capped); dlinear and rlinear as their repositories' ETTh2 scripts (cure-lab/LTSF-Linear,
+plumprc/RTSF: Adam, the rate halved each epoch from the second, ``lradj type1``)."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import logging
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
@@ -43,11 +28,16 @@ from .. import training as image_training
 from ..checkpoint import CheckpointError, lean_state, load_checkpoint, save_checkpoint
 from ..config import ConfigError, _Validated, parse_settings
 from ..paths import atomic_path, cache_dir, check_writable, committed_runs_dir, shown_path
+from ..runs import check_name, hardware, read_metrics, store_run, write_json
+from .baselines import DLinear, DLinearConfig, RLinear, RLinearConfig
 from .data import COLUMNS, FILES, SPLITS, Windows, load_series, windows
+from .model import DFMamba, DFMambaConfig, total_loss
 
 log = logging.getLogger("frost_nb")
 STORE, CONFIG, WEIGHTS, METRICS = "forecast", "config.json", "model.pt", "metrics.json"
-MODELS = ("dfmamba", "dlinear", "rlinear")
+CLASSES = {"dfmamba": (DFMamba, DFMambaConfig), "dlinear": (DLinear, DLinearConfig),
+           "rlinear": (RLinear, RLinearConfig)}  # each model and its config
+MODELS = tuple(CLASSES)
 WHERE_FIELDS = ("data.root", "train.eval_batch_size")  # not in a run's identity
 INDEX_COLUMNS = ("run", "dataset", "model", "horizon", "seed", "epochs_run", "best_epoch",
                  "capped_before_convergence", "test_mse", "test_mae", "params", "minutes", "hardware")
@@ -83,32 +73,19 @@ class TrainSection(_Validated):
     def validate(self) -> None:
         for name in ("epochs", "batch_size", "eval_batch_size", "patience"):
             self._check(name, getattr(self, name) >= 1, "a positive integer")
+        for name in ("weight_decay", "grad_clip", "seed"):
+            self._check(name, getattr(self, name) >= 0, "non-negative")
         self._check("lr", 0 < self.lr <= 10, "a learning rate in (0, 10]")
-        self._check("weight_decay", self.weight_decay >= 0 and self.grad_clip >= 0, "non-negative")
         self._check("schedule", self.schedule in ("cosine", "halve"), "'cosine' or 'halve'")
         self._check("warmup", 0 <= self.warmup <= 1, "a share of the epochs in [0, 1]")
-        self._check("seed", self.seed >= 0, "a non-negative seed")
 
 
-# DF-Mamba's cap: each training within 45 minutes on one CPU thread. Measured with training paused
-# (docs/df-mamba.md): a step of batch 64 takes 7.2 s, an epoch (128 steps and the validation pass)
-# 17.3 minutes at H = 96 (14.4 at 720), the test pass 2.1: two epochs fit, three do not
+# DF-Mamba's cap: 45 minutes on one CPU thread; an epoch takes 17.3 min at H = 96 (docs/df-mamba.md)
 DFMAMBA_EPOCH_CAP = 2
+_LINEAR = dict(weight_decay=0.0, grad_clip=0.0, schedule="halve")
 PRESETS = {"dfmamba": TrainSection(epochs=DFMAMBA_EPOCH_CAP),
-           "dlinear": TrainSection(epochs=10, batch_size=32, lr=0.05, weight_decay=0.0, grad_clip=0.0,
-                                   schedule="halve", patience=3),
-           "rlinear": TrainSection(epochs=15, batch_size=256, lr=0.005, weight_decay=0.0, grad_clip=0.0,
-                                   schedule="halve", patience=10)}
-
-
-def model_classes(name: str) -> tuple[type, type]:
-    if name == "dfmamba":
-        from .model import DFMamba, DFMambaConfig
-
-        return DFMamba, DFMambaConfig
-    from .baselines import DLinear, DLinearConfig, RLinear, RLinearConfig
-
-    return {"dlinear": (DLinear, DLinearConfig), "rlinear": (RLinear, RLinearConfig)}[name]
+           "dlinear": TrainSection(epochs=10, batch_size=32, lr=0.05, patience=3, **_LINEAR),
+           "rlinear": TrainSection(epochs=15, batch_size=256, lr=0.005, patience=10, **_LINEAR)}
 
 
 @dataclass(frozen=True)
@@ -133,11 +110,10 @@ class ForecastConfig:
             raise ConfigError(f"not a forecasting run's config: kind {d.get('kind')!r}, model {name!r} "
                               f"(expected 'forecast' and one of {MODELS})")
         try:
-            data = DataSection(**d.get("data", {}))
-            known = {f.name for f in dataclasses.fields(model_classes(name)[1])}
+            data, arch = DataSection(**d.get("data", {})), CLASSES[name][1]
             model |= {k: v for k, v in (("lookback", data.lookback), ("horizon", data.horizon),
-                                        ("channels", len(COLUMNS))) if k in known}
-            return cls(data, name, model_classes(name)[1](**model), TrainSection(**d.get("train", {})))
+                                        ("channels", len(COLUMNS))) if k in arch.__dataclass_fields__}
+            return cls(data, name, arch(**model), TrainSection(**d.get("train", {})))
         except ConfigError:
             raise
         except (TypeError, ValueError) as err:  # an unknown field; the model config's own checks
@@ -156,9 +132,23 @@ class ForecastConfig:
             section, _, name = dotted.partition(".")
             if name not in d.get(section, {}) or section == "kind":
                 raise ConfigError(f"override {dotted!r}: expected data.FIELD, model.FIELD or train.FIELD, "
-                                  f"with a known field")
+                                  "with a known field")
             d[section][name] = value
         return ForecastConfig.from_dict(d)
+
+    @property
+    def variant(self) -> str:  # DF-Mamba's ablation (Table 2); "full" for every other model
+        return getattr(self.arch, "variant", "full")
+
+    def windows(self, split: str, scale: int = 1) -> Windows:
+        d = self.data
+        return windows(d.name, split, d.lookback, d.horizon, scale=scale, root=d.root)
+
+    def new_model(self, state: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
+        model = CLASSES[self.model][0](self.arch)
+        if state is not None:
+            model.load_state_dict(state)  # float16 weights widened back to float32
+        return model
 
 
 def make_forecast_config(dataset: str = "etth2", model: str = "dfmamba", horizon: int = 96,
@@ -173,23 +163,22 @@ def make_forecast_config(dataset: str = "etth2", model: str = "dfmamba", horizon
 
 def training_loss(cfg: ForecastConfig, forecast, target: torch.Tensor) -> tuple[torch.Tensor, dict]:
     if cfg.model == "dfmamba":
-        from .model import total_loss
-
         return total_loss(forecast, target, cfg.arch)
     mse = F.mse_loss(forecast.prediction, target)
     return mse, {"task": mse}
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, data: Windows, batch_size: int = 256) -> dict[str, float]:
-    """MSE and MAE over every window, step and variable of ``data``."""
-    model.eval()
-    sums = torch.zeros(2, dtype=torch.float64)
+def evaluate(model: torch.nn.Module, data: Windows, batch_size: int = 256, per_window: bool = False) -> dict:
+    """MSE and MAE over every window, step and variable of ``data``; ``per_window``: each window's MSE
+    too (what claim 20's block bootstrap resamples for a single seed)."""
+    sums, each = torch.zeros(2, dtype=torch.float64), []
     for x, y in data.batches(batch_size):
-        err = (model(x).prediction.float() - y).double()
+        err = (model.eval()(x).prediction.float() - y).double()
         sums += torch.stack([err.square().sum(), err.abs().sum()])
+        each += err.square().mean((1, 2)).tolist() if per_window else []
     mse, mae = (sums / (len(data) * data.horizon * data.channels)).tolist()
-    return {"mse": mse, "mae": mae}
+    return {"mse": mse, "mae": mae, **({"per_window": each} if per_window else {})}
 
 
 @dataclass
@@ -206,15 +195,17 @@ class ForecastTrainer:
     """Trains ``cfg``'s model on the CPU, checkpointing to ``checkpoint`` after every epoch (and
     resuming from it when it holds the same unfinished run)."""
 
+    _KEPT = ("epoch", "best_epoch", "best_val", "bad_epochs", "seconds", "best_model", "stopped", "history")
+
     def __init__(self, cfg: ForecastConfig, checkpoint: str | Path | None = None,
                  progress: bool | None = None) -> None:
-        d, t = cfg.data, cfg.train
+        t = cfg.train
         self.cfg, self.progress, self.checkpoint = cfg, progress, checkpoint and Path(checkpoint)
         if self.checkpoint:  # before any work
             check_writable(self.checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
-        self.splits = {s: windows(d.name, s, d.lookback, d.horizon, root=d.root) for s in SPLITS}
+        self.splits = {s: cfg.windows(s) for s in SPLITS}
         torch.manual_seed(t.seed)
-        self.model = model_classes(cfg.model)[0](cfg.arch)
+        self.model = cfg.new_model()
         self.steps = max(1, len(self.splits["train"]) // t.batch_size)  # an epoch's; the short batch dropped
         self.optimizer = image_training.make_optimizer(self.model, SimpleNamespace(
             optimizer="adamw", lr=t.lr, weight_decay=t.weight_decay, momentum=0.0))
@@ -234,7 +225,7 @@ class ForecastTrainer:
         t, train, left = self.cfg.train, self.splits["train"], self.cfg.train.epochs - self.epoch
         x, y = train.batch(torch.arange(min(t.batch_size, len(train))))
         with torch.random.fork_rng(devices=[]):  # the run's random numbers stay as they are
-            model, times = self.model.__class__(self.cfg.arch), []
+            model, times = self.cfg.new_model(), []
             for _ in range(2):  # the first warms up
                 start = time.perf_counter()
                 training_loss(self.cfg, model(x), y)[0].backward()
@@ -252,8 +243,7 @@ class ForecastTrainer:
         cfg, t, history = self.cfg, self.cfg.train, self.history
         show = image_training.show_progress(self.progress)
         bar = tqdm(total=t.epochs * self.steps, initial=self.epoch * self.steps, unit="step",
-                   desc=f"{cfg.model} on {cfg.data.name}-{cfg.data.horizon}",
-                   disable=not show or bool(self.stopped))
+                   desc=f"{cfg.model} on {cfg.data.name}-{cfg.data.horizon}", disable=not show or bool(self.stopped))
         while self.stopped is None and self.epoch < (until_epoch or t.epochs):
             start = time.perf_counter()
             loss = self._train_epoch(bar)
@@ -264,16 +254,12 @@ class ForecastTrainer:
                 self.best_model = {k: v.clone() for k, v in self.model.state_dict().items()}
             else:
                 self.bad_epochs += 1
-            self.stopped = ("early" if self.bad_epochs >= t.patience else "cap" if self.epoch >= t.epochs
-                            else None)
+            self.stopped = "early" if self.bad_epochs >= t.patience else "cap" if self.epoch >= t.epochs else None
             for key, value in (("val_mse", val), ("train_loss", loss), ("seconds", self.seconds)):
                 history[key].append(value)
-            line = (f"epoch {self.epoch}/{t.epochs}: train loss {loss:.4f}, val MSE {val:.4f} (best "
-                    f"{self.best_val:.4f}, epoch {self.best_epoch}), {self.seconds:.0f} s so far")
-            if show:
-                bar.write(line)
-            else:
-                log.info(line)
+            (bar.write if show else log.info)(
+                f"epoch {self.epoch}/{t.epochs}: train loss {loss:.4f}, val MSE {val:.4f} (best "
+                f"{self.best_val:.4f}, epoch {self.best_epoch}), {self.seconds:.0f} s so far")
             if self.stopped is None and self.checkpoint is not None:
                 save_checkpoint(self.checkpoint, self._state(complete=False))
         bar.close()
@@ -281,23 +267,22 @@ class ForecastTrainer:
             return ForecastResult(self.model.eval(), {}, cfg, history)
         if self.best_model is not None:  # None: resumed from a finished checkpoint, whose model is the best
             self.model.load_state_dict(self.best_model)
-        test, val = evaluate(self.model, self.splits["test"], t.eval_batch_size), history["val_mse"]
+        test, val, d = evaluate(self.model, self.splits["test"], t.eval_batch_size), history["val_mse"], cfg.data
         metrics = {
-            "dataset": cfg.data.name, "model": cfg.model, "lookback": cfg.data.lookback,
-            "horizon": cfg.data.horizon, "seed": t.seed, "test_mse": test["mse"], "test_mae": test["mae"],
+            "dataset": d.name, "model": cfg.model, "variant": cfg.variant, "lookback": d.lookback,
+            "horizon": d.horizon, "seed": t.seed, "test_mse": test["mse"], "test_mae": test["mae"],
             "test_windows": len(self.splits["test"]), "val_mse": self.best_val, "best_epoch": self.best_epoch,
-            "epochs_run": self.epoch, "epoch_cap": t.epochs,
-            "stopped": self.stopped, "val_mse_per_epoch": val, "train_seconds": self.seconds,
-            "minutes": round(self.seconds / 60, 2), "params": sum(p.numel() for p in self.model.parameters()),
+            "epochs_run": self.epoch, "epoch_cap": t.epochs, "stopped": self.stopped, "val_mse_per_epoch": val,
+            "train_seconds": self.seconds, "minutes": round(self.seconds / 60, 2),
+            "params": sum(p.numel() for p in self.model.parameters()),
             # stopped by the cap while the validation MSE fell by more than 1% over the last two epochs
             # (or before three epochs: nothing shows convergence then)
             "capped_before_convergence": self.stopped == "cap" and (len(val) < 3 or val[-1] < 0.99 * val[-3]),
-            "data_sha256": load_series(cfg.data.name, cfg.data.root).sha256}
+            "data_sha256": load_series(d.name, d.root).sha256}
         if self.checkpoint is not None:
             save_checkpoint(self.checkpoint, self._state(complete=True, metrics=metrics))
-        log.info("%s on %s-%d: test MSE %.4f, MAE %.4f (best epoch %d of %d, %.1f min)", cfg.model,
-                 cfg.data.name, cfg.data.horizon, test["mse"], test["mae"], self.best_epoch, self.epoch,
-                 self.seconds / 60)
+        log.info("%s on %s-%d: test MSE %.4f, MAE %.4f (best epoch %d of %d, %.1f min)", cfg.model, d.name,
+                 d.horizon, test["mse"], test["mae"], self.best_epoch, self.epoch, self.seconds / 60)
         return ForecastResult(self.model.eval(), metrics, cfg, history)
 
     def _train_epoch(self, bar) -> float:
@@ -312,15 +297,12 @@ class ForecastTrainer:
                     f"the loss became {float(loss)} in epoch {self.epoch + 1}; training stopped (the "
                     f"checkpoint of epoch {self.epoch} is intact). Lower train.lr (now {t.lr}) or set "
                     "train.grad_clip")
-            # looked up on its module when called: tests replace it
-            image_training.optimizer_step(model, self.optimizer, loss, t.grad_clip)
+            image_training.optimizer_step(model, self.optimizer, loss, t.grad_clip)  # tests replace it
             self.scheduler.step()
             bar.update(1)
         for k, v in parts.items():  # the mean of each term of the loss (DF-Mamba's auxiliary ones)
             self.history["parts"].setdefault(k, []).append(v / self.steps)
         return parts["loss"] / self.steps
-
-    _KEPT = ("epoch", "best_epoch", "best_val", "bad_epochs", "seconds", "best_model", "stopped", "history")
 
     def _state(self, complete: bool, metrics: dict | None = None) -> dict[str, Any]:
         return {"config": self.cfg.to_dict(), "model": self.model.state_dict(), "complete": complete,
@@ -360,38 +342,45 @@ def read_config(folder: Path) -> ForecastConfig:
     try:
         return ForecastConfig.from_dict(json.loads((folder / CONFIG).read_text()))
     except (OSError, ValueError) as err:  # ConfigError is a ValueError
-        raise CheckpointError(f"{shown_path(folder / CONFIG)}: unreadable forecasting run config "
-                              f"({err})") from err
+        raise CheckpointError(f"{shown_path(folder / CONFIG)}: unreadable forecasting run config ({err})") from err
+
+
+def stored_runs(finished: bool = True) -> list[Path]:
+    """The run folders of both stores, the local one's first; finished ones (metrics.json) unless not asked."""
+    return [p.parent for root in stores() for p in sorted(root.glob(f"*/*/{CONFIG}"))
+            if not finished or (p.parent / METRICS).is_file()]
 
 
 def find_run(cfg: ForecastConfig, finished: bool = True) -> Path | None:
-    """The folder of ``cfg``'s stored run, the local store first; finished (metrics.json) unless not asked."""
-    for root in stores():
-        for path in sorted(root.glob(f"*/*/{CONFIG}")):
-            if read_config(path.parent).identity() == cfg.identity() and (
-                    not finished or (path.parent / METRICS).is_file()):
-                return path.parent
-    return None
+    return next((f for f in stored_runs(finished) if read_config(f).identity() == cfg.identity()), None)
+
+
+def load_run(folder: str | Path) -> ForecastResult:
+    """The finished run in ``folder``: its config, metrics and (when kept) model, in eval mode."""
+    folder, cfg = Path(folder), read_config(Path(folder))
+    state = load_checkpoint(folder / WEIGHTS)["model"] if (folder / WEIGHTS).is_file() else None
+    model = None if state is None else cfg.new_model(state).eval()
+    return ForecastResult(model, read_metrics(folder), cfg, folder=folder, from_store=True)
+
+
+def default_name(cfg: ForecastConfig) -> str:
+    """DATASET-L336-HH/MODEL-seedN; an ablation DATASET-L336-HH-ablations/MODEL-VARIANT-seedN."""
+    d, v = cfg.data, cfg.variant
+    grid, label = f"{d.name}-L{d.lookback}-H{d.horizon}", cfg.model
+    if v != "full":
+        grid, label = f"{grid}-ablations", f"{label}-{v.lower()}"
+    return f"{grid}/{label}-seed{cfg.train.seed}"
 
 
 def train_or_load(cfg: ForecastConfig, *, name: str | None = None, retrain: bool = False,
                   progress: bool | None = None) -> ForecastResult:
     """``cfg``'s stored run, else trained now into the local store as ``name`` (GRID/LABEL; default
-    DATASET-L336-HHORIZON/MODEL-seedN), resuming its unfinished run; ``retrain``: train it again."""
-    from ..runs import check_name, hardware, write_json
-
-    found = None if retrain else find_run(cfg)
-    if found is not None:
-        model = None
-        if (found / WEIGHTS).is_file():
-            model = model_classes(cfg.model)[0](cfg.arch)
-            model.load_state_dict(load_checkpoint(found / WEIGHTS)["model"])
-        return ForecastResult(model and model.eval(), json.loads((found / METRICS).read_text()), cfg,
-                              folder=found, from_store=True)
+    ``default_name``), resuming its unfinished run; ``retrain``: train it again."""
+    if not retrain and (found := find_run(cfg)) is not None:
+        return load_run(found)
     folder = find_run(cfg, finished=False)
     if folder is None or folder.parent.parent != stores()[0]:
-        d = cfg.data
-        label = check_name(name or f"{d.name}-L{d.lookback}-H{d.horizon}/{cfg.model}-seed{cfg.train.seed}")
+        label = check_name(name or default_name(cfg))
         taken = [root / label for root in stores() if (root / label / CONFIG).is_file()]
         if taken and read_config(taken[0]).identity() != cfg.identity():
             raise ConfigError(f"the run name {label} holds another run ({shown_path(taken[0])}): pass --name")
@@ -403,68 +392,79 @@ def train_or_load(cfg: ForecastConfig, *, name: str | None = None, retrain: bool
     trainer = ForecastTrainer(cfg, folder / WEIGHTS, progress)
     log.info("%s: %s", folder.relative_to(stores()[0]).as_posix(), trainer.cost())
     result = trainer.fit()
-    result.metrics["hardware"] = hardware("cpu")
-    write_json(folder / METRICS, result.metrics)
-    result.folder = folder
+    result.metrics, result.folder = store_run(folder, {**result.metrics, "hardware": hardware("cpu")}), folder
     return result
+
+
+def zero_shot(run: str | Path | ForecastResult, scales: tuple[int, ...] = (1, 2, 4), *,
+              store: bool = True) -> dict[str, Any]:
+    """Table 14's protocol: the trained model, unchanged, on the test windows of the standardised series
+    average-pooled by each factor of ``scales`` (``data.windows(scale=)``: the borders divided by it, the
+    run's look-back and horizon at that scale). {"scales", "mse", "mae", "windows"}: lists in the order
+    of ``scales``; with 1 and 4 among them "ratio", r = MSE(x4) / MSE(x1) (claim 22). ``run``: a run
+    folder or a ``ForecastResult``; a stored run keeps the result in its metrics.json ("zero_shot",
+    written atomically) and gives it back from there while the scales asked are the same."""
+    result, scales = run if isinstance(run, ForecastResult) else load_run(run), [int(s) for s in scales]
+    if (kept := result.metrics.get("zero_shot", {})).get("scales") == scales:
+        return kept
+    if result.model is None:
+        raise CheckpointError(f"{shown_path(result.folder)} is stored without its weights: no zero-shot errors")
+    data = [result.config.windows("test", s) for s in scales]
+    errors = [evaluate(result.model, w, result.config.train.eval_batch_size) for w in data]
+    out = {"scales": scales, "mse": [e["mse"] for e in errors], "mae": [e["mae"] for e in errors],
+           "windows": [len(w) for w in data]}
+    if 1 in scales and 4 in scales:
+        out["ratio"] = out["mse"][scales.index(4)] / out["mse"][scales.index(1)]
+    if store and result.folder is not None and (result.folder / METRICS).is_file():
+        result.metrics = {**read_metrics(result.folder), "zero_shot": out}
+        write_json(result.folder / METRICS, result.metrics)
+    return out
 
 
 def export_run(source: str | Path, target_root: str | Path | None = None, weights: str = "float32") -> Path:
     """The finished run folder ``source``, lean and compressed, into ``<target_root>/forecast/<its name>``
     (default root ``outputs/runs``), and that folder's ``index.csv``. ``weights``: float32; float16
     (the test metrics then the rounded weights', float32's kept beside); none (config and metrics)."""
-    from ..runs import write_json
-
     if weights not in ("float32", "float16", "none"):
         raise ConfigError(f"weights={weights!r} is invalid: expected float32, float16 or none.")
     source = Path(source).resolve()
     if missing := [f for f in (CONFIG, WEIGHTS, METRICS) if not (source / f).is_file()]:
-        raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished forecasting run "
-                              "folder")
+        raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished forecasting run folder")
     cfg, root = read_config(source), Path(target_root or committed_runs_dir()) / STORE
     folder = root / source.parent.name / source.name
     if (folder / CONFIG).is_file() and read_config(folder).identity() != cfg.identity():
-        raise CheckpointError(f"{folder} holds another run: train this one under another name (--name) to "
-                              "export it")
-    metrics, lean = json.loads((source / METRICS).read_text()), lean_state(load_checkpoint(source / WEIGHTS))
+        raise CheckpointError(f"{folder} holds another run: train this one under another name (--name) to export it")
+    metrics, lean = read_metrics(source), lean_state(load_checkpoint(source / WEIGHTS))
     if weights == "float16":
         lean["model"] = {k: v.half() if v.is_floating_point() else v for k, v in lean["model"].items()}
-        model = model_classes(cfg.model)[0](cfg.arch)
-        model.load_state_dict(lean["model"])  # widened back to float32
-        d = cfg.data
-        test = evaluate(model, windows(d.name, "test", d.lookback, d.horizon, root=d.root))
-        metrics |= {"test_mse_float32_weights": metrics["test_mse"], "test_mse": test["mse"],
+        test = evaluate(cfg.new_model(lean["model"]), cfg.windows("test"))
+        metrics |= {"test_mse_float32_weights": metrics["test_mse"], "test_mse": test["mse"], "weights": "float16",
                     "test_mae_float32_weights": metrics["test_mae"], "test_mae": test["mae"]}
-        metrics["weights"] = "float16"
+        metrics.pop("zero_shot", None)  # the float32 weights': zero_shot() evaluates the stored ones
         lean |= {"metrics": metrics, "weights": "float16"}
     (folder / METRICS).unlink(missing_ok=True)  # until the export is whole it reads as unfinished
     if weights == "none":
         (folder / WEIGHTS).unlink(missing_ok=True)
     else:
         save_checkpoint(folder / WEIGHTS, lean, compress=True)
-    with atomic_path(folder / CONFIG) as tmp:
-        shutil.copyfile(source / CONFIG, tmp)
-    write_json(folder / METRICS, metrics)
-    out = io.StringIO()
-    rows = csv.writer(out, lineterminator="\n")
-    rows.writerow(INDEX_COLUMNS)
-    for path in sorted(root.glob(f"*/*/{METRICS}")):
-        m = {**json.loads(path.read_text()), "run": path.parent.relative_to(root).as_posix()}
-        rows.writerow([round(m[k], 4) if k in ("test_mse", "test_mae") else m.get(k) for k in INDEX_COLUMNS])
+    store_run(folder, metrics, files={CONFIG: cfg.to_dict()})  # metrics.json last: the run is whole
+    rows = [{**read_metrics(p.parent), "run": p.parent.relative_to(root).as_posix()}
+            for p in sorted(root.glob(f"*/*/{METRICS}"))]
     with atomic_path(root / "index.csv") as tmp:
-        tmp.write_text(out.getvalue())
+        pd.DataFrame(rows, columns=INDEX_COLUMNS).round({"test_mse": 4, "test_mae": 4}).to_csv(tmp, index=False)
     return folder
 
 
 def command(args) -> int:
-    """``python -m frost_nb forecast``: train (or load) one run and print its summary as JSON."""
+    """``python -m frost_nb forecast``: train (or load) one run and print its summary as JSON; with
+    ``--zero-shot``, its ``zero_shot`` errors too (kept in its metrics.json)."""
     overrides = parse_settings(args.set) | {k: v for k, v in (("train.epochs", args.epochs), (
         "train.seed", args.seed), ("data.root", args.root)) if v is not None}
     cfg = make_forecast_config(args.dataset, args.model, args.horizon, **overrides)
-    result = train_or_load(cfg, name=args.name, retrain=args.retrain,
-                           progress=False if args.no_progress else None)
-    keys = ("dataset", "model", "horizon", "seed", "test_mse", "test_mae", "best_epoch", "epochs_run",
+    result = train_or_load(cfg, name=args.name, retrain=args.retrain, progress=False if args.no_progress else None)
+    keys = ("dataset", "model", "variant", "horizon", "seed", "test_mse", "test_mae", "best_epoch", "epochs_run",
             "capped_before_convergence", "params", "minutes", "hardware")
+    extra = {"zero_shot": zero_shot(result)} if getattr(args, "zero_shot", False) else {}
     print(json.dumps({"run": shown_path(result.folder), **{k: result.metrics.get(k) for k in keys},
-                      "from_store": result.from_store}, indent=2))
+                      "from_store": result.from_store, **extra}, indent=2))
     return 0
