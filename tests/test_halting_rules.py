@@ -568,19 +568,25 @@ def test_random_exit_accuracy_is_the_mean_over_every_permutation_of_the_exits():
         random_exit_accuracy(correct, torch.tensor([0, 1, 2, 3, 3]))
 
 
-def test_split_gain_spread_and_ranking_add_up_and_have_known_signs():
+def test_gain_split_spread_and_ranking_add_up_and_have_known_signs():
     """Concave accuracy by step: spreading exits loses against a fixed depth (spread < 0); stopping
     exactly the samples already right wins over random exits of the same depths (ranking > 0)."""
-    from frost_nb.analysis.halting_rules import split_gain
+    from frost_nb.analysis.halting_rules import fixed_accuracy_at, gain_split, random_exit_accuracy
+
+    def split(correct, exits):  # one exit assignment against a fixed depth at its mean depth
+        own = correct.gather(1, (exits - 1)[:, None]).double().mean().item()
+        fixed = float(fixed_accuracy_at(correct, [exits.double().mean().item()])[0])
+        return gain_split(own, fixed, random_exit_accuracy(correct, exits))
 
     # samples 0-3 right from step 1, 4-5 from step 2, 6-7 never: accuracy 0.5, 0.75, 0.75 (concave)
     correct = torch.tensor([[1, 1, 1]] * 4 + [[0, 1, 1]] * 2 + [[0, 0, 0]] * 2).bool()
-    spread_only = split_gain(correct, torch.tensor([1, 3] * 4))  # depths 1 and 3 over samples at random-ish
+    spread_only = split(correct, torch.tensor([1, 3] * 4))  # depths 1 and 3 over samples at random-ish
     assert spread_only["spread"] == pytest.approx(0.5 * 0.5 + 0.5 * 0.75 - 0.75)  # fixed depth 2: 0.75
-    ranked = split_gain(correct, torch.tensor([1, 1, 1, 1, 3, 3, 3, 3]))  # the right ones stop at once
+    ranked = split(correct, torch.tensor([1, 1, 1, 1, 3, 3, 3, 3]))  # the right ones stop at once
     assert ranked["ranking"] == pytest.approx(0.75 - 0.625) and ranked["spread"] == pytest.approx(-0.125)
     for g in (spread_only, ranked):
         assert g["gain"] == pytest.approx(g["spread"] + g["ranking"])
+    assert gain_split(0.7, 0.6) == {"gain": pytest.approx(0.1)}  # no random exits: the gain alone
 
 
 def _settled_by_loop(preds) -> list[int]:

@@ -1,8 +1,8 @@
 """Accuracy against mean depth, read off cached full-depth passes (no model call): ``curve``, the
 one computation and table shape (``CURVE_COLUMNS``) for FROST's quantiles, a fixed depth and any
 rule of ``halting_rules`` (docs/method.md sections 8 and 10), the references (the oracle, the
-label-free ceiling, random exits of a rule's own depths), readings at matched depth, and the split of
-a rule's gain over a fixed depth into spread and ranking (``split_summary``, ``halting_gains``).
+label-free ceiling, random exits of a rule's own depths), readings at matched depth, and the gain
+over a fixed depth split into spread and ranking (``halting_rules.gain_split``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from .halting_rules import (
     curve_auc,
     depth_to_reach,
     fit_settled_probe,
+    gain_split,
     oracle_accuracy_at,
     oracle_exits,
     random_exit_accuracy,
@@ -190,11 +191,11 @@ def versus_fixed_depth(sweep, fixed, rival=None, rival_name: str = "rival"):
     curve), its accuracy there and the gain over it (``<rival_name>_accuracy``, ``gain_over_<rival_name>``)."""
     table = sweep[["quantile", "mean_depth", "accuracy"]].copy()
     table["fixed_depth_accuracy"] = read_at(fixed, table["mean_depth"])
-    table["gain"] = table["accuracy"] - table["fixed_depth_accuracy"]
-    if "random_accuracy" in sweep:  # the gain split: spread (random exits of its depths) + ranking
-        table["random_accuracy"] = sweep["random_accuracy"].to_numpy()
-        table["spread"] = table["random_accuracy"] - table["fixed_depth_accuracy"]
-        table["ranking"] = table["accuracy"] - table["random_accuracy"]
+    random = sweep["random_accuracy"].to_numpy() if "random_accuracy" in sweep else None
+    split = gain_split(table["accuracy"], table["fixed_depth_accuracy"], random)
+    table["gain"] = split["gain"]
+    if random is not None:
+        table["random_accuracy"], table["spread"], table["ranking"] = random, split["spread"], split["ranking"]
     if rival is not None:
         table[f"{rival_name}_accuracy"] = accuracy = read_at(rival, table["mean_depth"])
         table[f"gain_over_{rival_name}"] = table["accuracy"] - accuracy
@@ -252,10 +253,10 @@ def split_summary(curves, steps: int, depths: Sequence[float] | None = None):
         at = depths[(depths >= lo - 1e-9) & (depths <= hi + 1e-9)]
         if not at.size:
             continue
-        own, random = read_at(part, at), read_at(part.assign(accuracy=part["random_accuracy"]), at)
-        base = read_at(fixed, at)
-        rows.append({"model": model, "rule": rule, "depths": int(at.size), "gain": float(np.mean(own - base)),
-                     "spread": float(np.mean(random - base)), "ranking": float(np.mean(own - random))})
+        split = gain_split(read_at(part, at), read_at(fixed, at),
+                           read_at(part.assign(accuracy=part["random_accuracy"]), at))
+        rows.append({"model": model, "rule": rule, "depths": int(at.size),
+                     **{k: float(np.mean(v)) for k, v in split.items()}})
     return pd.DataFrame(rows, columns=["model", "rule", "depths", "gain", "spread", "ranking"])
 
 

@@ -287,17 +287,15 @@ def fixed_accuracy_at(correct: Tensor, depths) -> np.ndarray:
     return np.interp(np.asarray(depths, dtype=float), np.arange(1, acc.size + 1), acc)
 
 
-def split_gain(correct: Tensor, exits: Tensor) -> dict[str, float]:
-    """One exit assignment's gain over a fixed depth at its mean depth, split in two:
-    ``spread`` = random exits with its depth histogram - fixed depth (0 for a fixed depth, at most 0
-    when accuracy is concave in depth), ``ranking`` = its accuracy - those random exits (what its
-    choice of samples adds); ``gain`` = spread + ranking."""
-    depth = exits.double().mean().item()
-    own = correct.gather(1, (exits.long() - 1)[:, None]).double().mean().item()
-    random = random_exit_accuracy(correct, exits)
-    fixed = float(fixed_accuracy_at(correct, [depth])[0])
-    return {"mean_depth": depth, "accuracy": own, "random_accuracy": random, "fixed_depth_accuracy": fixed,
-            "gain": own - fixed, "spread": random - fixed, "ranking": own - random}
+def gain_split(accuracy, fixed_accuracy, random_accuracy=None) -> dict:
+    """The one split of a rule's gain over a fixed depth at the same mean depth (numbers or arrays):
+    ``gain`` = its accuracy - fixed depth; with its random exits (``random_exit_accuracy``), ``spread``
+    = random exits - fixed depth (at most 0 when accuracy is concave in depth) and ``ranking`` = its
+    accuracy - random exits (what its choice of samples adds), gain = spread + ranking."""
+    split = {"gain": accuracy - fixed_accuracy}
+    if random_accuracy is not None:
+        split.update(spread=random_accuracy - fixed_accuracy, ranking=accuracy - random_accuracy)
+    return split
 
 
 def settled_exits(preds: Tensor) -> Tensor:

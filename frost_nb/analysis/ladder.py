@@ -23,7 +23,7 @@ import numpy as np
 from .. import paper
 from ..halting import PAPER_QUANTILES
 from .curves import FIXED, at_depths, curve, versus_fixed_depth
-from .halting_rules import random_exit_accuracy, sorted_points
+from .halting_rules import sorted_points
 from .stats import CONFIDENCE, t_quantile, welch
 
 PAPER_DEPTHS = (4.37, 6.06, 8.30)  # Table 2's mean depths at q = 12.5%, 25%, 50%
@@ -79,24 +79,18 @@ def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUA
     at PAPER_DEPTHS by a fixed depth and by FROST's halting, and claim 14's gap over ``quantiles``
     (Table 2's, q < 1) with its spread and ranking parts (means over the quantiles). A depth outside
     the sweep's mean depths gives the halting's share there as NaN (no point of the fit)."""
-    from ..halting import exit_steps
-
     fixed = curve(outputs, FIXED)
     sweep = curve(outputs, calibrator=calibrator, quantiles=list(quantiles))
     kept = at_depths(sweep, fixed, PAPER_DEPTHS)
     depths = sorted_points(sweep)[0]  # read_at holds a curve's end outside its depths: not a reading
     kept.loc[(kept["mean_depth"] < depths.min()) | (kept["mean_depth"] > depths.max()), "kept"] = math.nan
-    gaps = versus_fixed_depth(sweep, fixed)
-    correct = outputs.correct  # (N, T)
-    random = [random_exit_accuracy(correct, exit_steps(outputs.scores, calibrator.threshold(q)))
-              for q in quantiles]
-    spread = np.asarray(random) - gaps["fixed_depth_accuracy"].to_numpy()
-    gap = gaps["gain"].to_numpy()
+    split = versus_fixed_depth(sweep, fixed)  # gain, spread and ranking per quantile
     return {"full_depth": float(outputs.accuracy_per_step()[-1]),
             "depth_99": float(depth_to_keep(outputs.accuracy_per_step())),
             **{f"fixed_kept_{d}": float(v) for d, v in zip(PAPER_DEPTHS, kept["fixed_kept"])},
             **{f"halting_kept_{d}": float(v) for d, v in zip(PAPER_DEPTHS, kept["kept"])},
-            "gap": float(gap.mean()), "spread": float(spread.mean()), "ranking": float((gap - spread).mean())}
+            "gap": float(split["gain"].to_numpy().mean()), "spread": float(split["spread"].to_numpy().mean()),
+            "ranking": float(split["ranking"].to_numpy().mean())}
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ def measure_code() -> str:
     from .claims import product_rate
 
     code = (run_measures, trajectory_measures, ladder.halting_measures, ladder.depth_to_keep, curves.curve,
-            curves.at_depths, curves.versus_fixed_depth, halting_rules.random_exit_accuracy,
+            curves.at_depths, curves.versus_fixed_depth, halting_rules.random_exit_accuracy, halting_rules.gain_split,
             trajectories.run_trajectories, trajectories.scale_consistency_rows, trajectories.run_jacobian_summary,
             fractal.trajectory_dimensions, fractal.summarise_dimensions, fractal.box_counting_dimension, product_rate)
     return hashlib.sha256("".join(inspect.getsource(f) for f in code).encode()).hexdigest()[:16]
