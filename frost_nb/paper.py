@@ -8,6 +8,7 @@ from __future__ import annotations
 
 # Table 1 (ImageNet-100): cos(GAP(h_t), GAP(h_T)), mean (std) over 10K samples; no recurrent row
 TABLE1_STEPS = (1, 3, 6, 9, 12, 15)
+TABLE1_STEP = 3  # the step claim 1 and the ladder read (the largest frost - basic_ssm gap)
 TABLE1 = {
     "vanilla": ((0.384, 0.11), (0.425, 0.11), (0.510, 0.11), (0.622, 0.13), (0.656, 0.13), (0.837, 0.11)),
     "basic_ssm": ((0.054, 0.24), (0.351, 0.19), (0.714, 0.10), (0.901, 0.04), (0.977, 0.01), (0.999, 0.00)),

@@ -11,6 +11,7 @@ from scipy.stats import linregress
 from scipy.stats import t as student_t
 
 from frost_nb.analysis import ladder
+from frost_nb.repro import ladder as measures
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.training import FullDepthPass
 
@@ -111,8 +112,8 @@ def test_flat_needs_the_whole_interval_inside_the_band_else_unresolved():
 
 
 def test_depth_to_keep_is_the_first_step_at_99_percent():
-    assert ladder.depth_to_keep([0.1, 0.2, 0.296, 0.298, 0.3]) == 4  # 0.99 x 0.3 = 0.297: not at step 3
-    assert ladder.depth_to_keep([0.1, 0.3, 0.29, 0.3]) == 2
+    assert measures.depth_to_keep([0.1, 0.2, 0.296, 0.298, 0.3]) == 4  # 0.99 x 0.3 = 0.297: not at step 3
+    assert measures.depth_to_keep([0.1, 0.3, 0.29, 0.3]) == 2
 
 
 def _pass(correct, scores):
@@ -134,7 +135,7 @@ def test_halting_measures_split_the_gap_into_spread_and_ranking():
     scores = torch.full((n, steps), 0.1)
     scores[early, 0] = 0.9
     calibrator = HaltingCalibrator().update(torch.tensor([0.5] * 100))  # every q < 1: tau = 0.5
-    m = ladder.halting_measures(_pass(correct, scores), calibrator, quantiles=[0.25, 0.5])
+    m = measures.halting_measures(_pass(correct, scores), calibrator, quantiles=[0.25, 0.5])
     acc = correct.float().mean(0)  # 0.25, 0.5, 0.75, 1.0
     assert m["full_depth"] == pytest.approx(1.0) and m["depth_99"] == 4
     # exits at 1 and 4 in equal shares: mean depth 2.5; random exits of that histogram score
@@ -194,7 +195,7 @@ def test_read_out_pairs_frost_with_basic_ssm_by_size_and_seed():
 
 
 def test_each_verdict_row_reads_its_quantities_trend():
-    from frost_nb.repro.ladder import NOT_YET, ladder_trends
+    from frost_nb.repro.verdicts import NOT_YET, ladder_trends
 
     assert ladder_trends(None)[14] == NOT_YET and ladder_trends(None)[4] == "-"  # alpha: no ladder quantity
     record = {"read_out": [{"quantity": "gap", "reading": ladder.AWAY},
@@ -210,7 +211,7 @@ def test_each_verdict_row_reads_its_quantities_trend():
 
 
 def test_meets_shows_from_which_size_in_the_trend_column():
-    from frost_nb.repro.ladder import ladder_trends
+    from frost_nb.repro.verdicts import ladder_trends
 
     row = {"quantity": "halting_kept_6.06", "reading": ladder.MEETS, "meets_params": 108877.0}
     assert ladder_trends({"read_out": [row]})[10].startswith("meets (from 0.11 M parameters) / ")

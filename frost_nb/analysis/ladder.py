@@ -1,15 +1,7 @@
-"""The scale ladder's read-out (docs/method.md section 15, fixed before any ladder run): what is
-measured on each run, the fit of each quantity against log(parameters), and its reading.
-
-``halting_measures`` turns one run's full-depth pass and calibrator into the section's halting
-quantities (``repro.ladder`` adds the trajectory ones and picks the runs); ``fit`` and ``reading``
-apply the rule: ordinary least squares of ``y = a + b ln N`` over the runs, the two-sided 95% t
-interval of ``b`` with n - 2 degrees of freedom, ``Delta = b ln(N_top / N_bottom)`` across the span
-of the runs fitted, and the reading. A quantity the paper gives a value for "meets" it (from the
-smallest size N where it does) when the fitted line's pointwise 95% confidence band holds that
-value somewhere in the span; otherwise, and for a bound or sign, "toward" / "away" by the slope's
-interval and the side of the paper's value, which the band at the top of the span lies wholly on;
-else "flat" inside the quantity's flat band, else "unresolved".
+"""The scale ladder's read-out (docs/method.md section 15, fixed before any ladder run): the
+quantities, the OLS fit of each against ln(parameters) with the slope's 95% t interval, its reading
+(``reading``), and the precision check of the bf16 rungs against fp32 twins. Each run's measures are
+``repro.ladder``'s.
 """
 
 from __future__ import annotations
@@ -21,14 +13,10 @@ from typing import Sequence
 import numpy as np
 
 from .. import paper
-from ..halting import PAPER_QUANTILES
-from .curves import FIXED, at_depths, curve, versus_fixed_depth
-from .halting_rules import sorted_points
-from .stats import CONFIDENCE, t_quantile, welch
+from ..paper import TABLE1_STEP
+from .stats import t_quantile, welch
 
 PAPER_DEPTHS = (4.37, 6.06, 8.30)  # Table 2's mean depths at q = 12.5%, 25%, 50%
-KEPT_SHARE = 0.99  # "the depth at which a fixed depth first reaches 99% of full-depth accuracy"
-TABLE1_STEP = 3  # claim 1's step (repro.claims.TABLE1_STEP)
 TOWARD, AWAY, FLAT, UNRESOLVED, NO_FIT = "toward", "away", "flat", "unresolved", "no fit"
 MEETS = "meets"  # the band holds the paper's value within the span (``Fit.meets_from`` says from where)
 RISES, FALLS = "rises", "falls"  # quantities without a paper value: the direction alone
@@ -65,32 +53,6 @@ QUANTITIES: dict[str, Quantity] = {
 
 
 FROST_SIDE = {"cosine": "table1", "box_dimension": "minkowski"}  # frost's side -> the paired quantity
-
-
-def depth_to_keep(accuracy_by_step: Sequence[float], share: float = KEPT_SHARE) -> int:
-    """The first step t (1-based) whose fixed-depth accuracy reaches ``share`` of the last step's."""
-    acc = np.asarray(accuracy_by_step, dtype=float)
-    return int(np.argmax(acc >= share * acc[-1])) + 1
-
-
-def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUANTILES[:-1]) -> dict[str, float]:
-    """The halting quantities of one run from its test split's full-depth pass (``outputs``, a
-    ``training.FullDepthPass``) and its calibrator: full-depth accuracy, ``depth_99``, the shares kept
-    at PAPER_DEPTHS by a fixed depth and by FROST's halting, and claim 14's gap over ``quantiles``
-    (Table 2's, q < 1) with its spread and ranking parts (means over the quantiles). A depth outside
-    the sweep's mean depths gives the halting's share there as NaN (no point of the fit)."""
-    fixed = curve(outputs, FIXED)
-    sweep = curve(outputs, calibrator=calibrator, quantiles=list(quantiles))
-    kept = at_depths(sweep, fixed, PAPER_DEPTHS)
-    depths = sorted_points(sweep)[0]  # read_at holds a curve's end outside its depths: not a reading
-    kept.loc[(kept["mean_depth"] < depths.min()) | (kept["mean_depth"] > depths.max()), "kept"] = math.nan
-    split = versus_fixed_depth(sweep, fixed)  # gain, spread and ranking per quantile
-    return {"full_depth": float(outputs.accuracy_per_step()[-1]),
-            "depth_99": float(depth_to_keep(outputs.accuracy_per_step())),
-            **{f"fixed_kept_{d}": float(v) for d, v in zip(PAPER_DEPTHS, kept["fixed_kept"])},
-            **{f"halting_kept_{d}": float(v) for d, v in zip(PAPER_DEPTHS, kept["kept"])},
-            "gap": float(split["gain"].to_numpy().mean()), "spread": float(split["spread"].to_numpy().mean()),
-            "ranking": float(split["ranking"].to_numpy().mean())}
 
 
 @dataclass(frozen=True)
@@ -137,16 +99,11 @@ class Fit:
         return math.exp(inside[0] + self.x_mean) if inside else None
 
     def crossing(self, value: float) -> float:
-        return line_crossing(self.intercept, self.slope, value)
-
-
-def line_crossing(intercept: float, slope: float, value: float) -> float:
-    """The parameter count at which the line ``intercept + slope ln N`` reaches ``value`` (inf where it
-    is flat or beyond a float's range)."""
-    try:
-        return math.exp((value - intercept) / slope) if slope else math.inf
-    except OverflowError:
-        return math.inf
+        """The size at which the line reaches ``value`` (inf where it is flat or beyond a float's range)."""
+        try:
+            return math.exp((value - self.intercept) / self.slope) if self.slope else math.inf
+        except OverflowError:
+            return math.inf
 
 
 def fit(params: Sequence[float], values: Sequence[float]) -> Fit | None:
@@ -207,9 +164,7 @@ def quantity_points(rows: list[dict]) -> dict[str, list[dict]]:
     frost = [r for r in rows if r["model"] == "frost"]
     points = {name: [{**r, "value": r[name]} for r in frost if name in r]
               for name in QUANTITIES if name not in FROST_SIDE.values()}
-    points["table1"] = paired_differences(rows, "cosine")
-    points["minkowski"] = paired_differences(rows, "box_dimension")
-    return points
+    return {**points, **{paired: paired_differences(rows, side) for side, paired in FROST_SIDE.items()}}
 
 
 def quantity_means(rows: list[dict]) -> dict[str, float]:
@@ -254,23 +209,33 @@ def _finite(rows: Sequence[dict], name: str) -> list[float]:
     return [float(r[name]) for r in rows if name in r and math.isfinite(r[name])]
 
 
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def _sd(values: Sequence[float]) -> float:
+    """The seeds' standard deviation (n - 1), NaN below two seeds."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
+
+
+def _band(name: str) -> float:
+    """The flat band of a quantity (of the paired quantity for frost's side)."""
+    return QUANTITIES[FROST_SIDE.get(name, name)].band
+
+
 def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dict]:
-    """One row per PRECISION_QUANTITIES entry: the fp32 run's value (``fp32``, a run's measures), the
-    bf16 run of the same ``seed`` among ``bf16`` (the rung's frost seeds), their difference, the bf16
-    seeds' standard deviation (n - 1) and whether the difference is within PRECISION_SDS of it (None
-    with fewer than two bf16 seeds: no spread to compare with). Beside it, for context and not part of
-    the rule: the quantity's flat band (the paired quantity's for frost's side) and whether the
-    difference lies inside it (a seed spread near 0 makes the rule's limit near 0)."""
+    """One row per PRECISION_QUANTITIES entry: the fp32 run's value (``fp32``, a run's measures), its
+    bf16 twin's (``seed`` among ``bf16``, the rung's frost seeds), their difference, the bf16 seeds' sd
+    and whether the difference is within PRECISION_SDS of it (None below two bf16 seeds). Beside it, as
+    context and not the rule: the quantity's flat band and whether the difference lies inside it."""
     twin = next((r for r in bf16 if r["seed"] == seed), None)
     if twin is None:
         raise ValueError(f"no bf16 run of seed {seed} among seeds {sorted(r['seed'] for r in bf16)}: "
                          "the precision check compares the fp32 run with its bf16 twin")
     out = []
     for name in PRECISION_QUANTITIES:
-        values = _finite(bf16, name)
-        sd = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
-        diff = fp32[name] - twin[name]  # NaN where either has no value (then undecided)
-        band = QUANTITIES[FROST_SIDE.get(name, name)].band
+        values, diff = _finite(bf16, name), fp32[name] - twin[name]  # NaN where either has no value
+        sd, band = _sd(values), _band(name)
         out.append({"quantity": name, "label": QUANTITIES[name].label if name in QUANTITIES else
                     {"cosine": f"frost's cosine at t = {TABLE1_STEP} (Table 1's frost side)",
                      "box_dimension": "frost's Minkowski estimate (claim 3's frost side)"}[name],
@@ -301,33 +266,22 @@ SHIFTED, NOT_SHIFTED, CANNOT_TELL = "shifted", "not shifted", "cannot tell"
 
 
 def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
-    """After the check (not part of section 15's rule; added once it failed on one fp32 run, to tell
-    a precision effect from a wider spread of draws): per PRECISION_QUANTITIES entry, the fp32 seeds'
-    mean minus the bf16 seeds' mean, its Welch 95% t interval, and ``shifted``, whether the interval
-    excludes 0 (None below two seeds on either side); beside them each side's seed sd (n - 1), whose
-    ratio says whether fp32's draws spread wider. A shifted quantity is precision-sensitive: the
-    ladder's bf16 rungs still compare sizes in one precision, but its level is bf16's. The test can
-    only see a shift larger than its half-width (``detectable``), so each quantity's ``margin`` (its
-    flat band: a smaller change does not matter) stands beside it, and ``precision`` reads "cannot
-    tell" where the detectable shift exceeds the margin, else "shifted" or "not shifted"."""
+    """After the check (not section 15's rule; added once it failed on one fp32 run, to tell a precision
+    effect from a wider spread of draws): per PRECISION_QUANTITIES entry, the fp32 seeds' mean minus the
+    bf16 seeds', its Welch 95% interval and ``shifted``, whether it excludes 0 (None below two seeds a
+    side), each side's seed sd beside. The test sees only a shift above its half-width (``detectable``):
+    ``precision`` reads "cannot tell" where that exceeds the quantity's ``margin`` (its flat band), else
+    "shifted" or "not shifted". A shifted quantity is precision-sensitive: its level is bf16's."""
     out = []
     for name in PRECISION_QUANTITIES:
-        a, b = np.array(_finite(bf16, name)), np.array(_finite(fp32, name))
-        diff = float(b.mean() - a.mean()) if len(a) and len(b) else math.nan
-        low = high = half = math.nan
-        if len(a) > 1 and len(b) > 1:
-            diff, half = welch(b, a)
-            low, high = diff - half, diff + half
-        sd = {k: float(v.std(ddof=1)) if len(v) > 1 else math.nan for k, v in (("bf16", a), ("fp32", b))}
-        out.append({"quantity": name, "bf16_mean": float(a.mean()) if len(a) else math.nan, "bf16_seeds": len(a),
-                    "bf16_sd": sd["bf16"], "fp32_mean": float(b.mean()) if len(b) else math.nan,
-                    "fp32_seeds": len(b), "fp32_sd": sd["fp32"],
-                    "shift": diff, "shift_low": low, "shift_high": high,
-                    "shifted": None if math.isnan(low) else bool(low > 0 or high < 0)})
-        margin = QUANTITIES[FROST_SIDE.get(name, name)].band
-        out[-1].update(detectable=half, margin=margin, precision=(
-            None if math.isnan(half) else SHIFTED if out[-1]["shifted"] else
-            CANNOT_TELL if half > margin else NOT_SHIFTED))
+        a, b = _finite(bf16, name), _finite(fp32, name)
+        diff, half = welch(b, a) if len(a) > 1 and len(b) > 1 else (_mean(b) - _mean(a), math.nan)
+        shifted = None if math.isnan(half) else bool(diff - half > 0 or diff + half < 0)
+        out.append({"quantity": name, "bf16_mean": _mean(a), "bf16_seeds": len(a), "bf16_sd": _sd(a),
+                    "fp32_mean": _mean(b), "fp32_seeds": len(b), "fp32_sd": _sd(b), "shift": diff,
+                    "shift_low": diff - half, "shift_high": diff + half, "shifted": shifted,
+                    "detectable": half, "margin": _band(name), "precision": None if shifted is None else
+                    SHIFTED if shifted else CANNOT_TELL if half > _band(name) else NOT_SHIFTED})
     return out
 
 

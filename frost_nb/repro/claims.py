@@ -45,6 +45,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 from .. import paper
+from ..paper import TABLE1_STEP
 from ..analysis.stats import (CONFIDENCE, IMAGE_RESAMPLES, block_bootstrap, image_bootstrap, interval, welch,
                               with_images)
 from ..analysis.halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE, FROST, REFERENCES
@@ -197,7 +198,6 @@ class Claim:
 
 # ------------------------------------------------------------------------------------------------
 # 1. Table 1: scale consistency
-TABLE1_STEP = 3  # the step shown (the paper's largest frost - basic_ssm gap)
 TABLE1_MARGIN = 0.0  # the paper states no margin: frost's cosine above basic_ssm's
 
 

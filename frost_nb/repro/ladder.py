@@ -1,15 +1,22 @@
 """The scale ladder's runs and their measures (docs/method.md section 15; notebook 09): which runs
 the ladder reads (the families grid at each rung, the demo control beside it), every quantity of one
 trained run, and the measures kept in the notebook's metrics so that no run is measured twice. The
-read-out itself (the quantities, the fit and its reading) is ``analysis.ladder``'s.
+read-out (the quantities, the fit and its reading) is ``analysis.ladder``'s.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Sequence
 
-from ..analysis.ladder import TABLE1_STEP, halting_measures
+import numpy as np
+
+from ..analysis.curves import FIXED, at_depths, curve, versus_fixed_depth
+from ..analysis.halting_rules import sorted_points
+from ..analysis.ladder import PAPER_DEPTHS
+from ..halting import PAPER_QUANTILES
+from ..paper import TABLE1_STEP
 
 RUNGS = ("ladder32", "ladder64", "ladder128")  # the CPU rungs
 GPU_RUNGS = ("ladder256",)  # a fourth rung of the fit once a GPU has trained it (its runs read when stored)
@@ -72,6 +79,34 @@ def precision_run(dataset: str = "cifar100", seeds: int = 1, smoke: bool = False
     return runs
 
 
+KEPT_SHARE = 0.99  # "the depth at which a fixed depth first reaches 99% of full-depth accuracy"
+
+
+def depth_to_keep(accuracy_by_step: Sequence[float], share: float = KEPT_SHARE) -> int:
+    """The first step t (1-based) whose fixed-depth accuracy reaches ``share`` of the last step's."""
+    acc = np.asarray(accuracy_by_step, dtype=float)
+    return int(np.argmax(acc >= share * acc[-1])) + 1
+
+
+def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUANTILES[:-1]) -> dict[str, float]:
+    """The halting quantities of one run from its test split's full-depth pass and calibrator: full-depth
+    accuracy, ``depth_99``, the shares kept at PAPER_DEPTHS by a fixed depth and by FROST's halting (NaN
+    at a depth outside the sweep's), and claim 14's gap over ``quantiles`` (Table 2's, q < 1) with its
+    spread and ranking (``versus_fixed_depth``), each the mean over the quantiles."""
+    fixed = curve(outputs, FIXED)
+    sweep = curve(outputs, calibrator=calibrator, quantiles=list(quantiles))
+    kept = at_depths(sweep, fixed, PAPER_DEPTHS)
+    depths = sorted_points(sweep)[0]  # read_at holds a curve's end outside its depths: not a reading
+    kept.loc[(kept["mean_depth"] < depths.min()) | (kept["mean_depth"] > depths.max()), "kept"] = math.nan
+    split = versus_fixed_depth(sweep, fixed)
+    return {"full_depth": float(outputs.accuracy_per_step()[-1]),
+            "depth_99": float(depth_to_keep(outputs.accuracy_per_step())),
+            **{f"fixed_kept_{d}": float(v) for d, v in zip(PAPER_DEPTHS, kept["fixed_kept"])},
+            **{f"halting_kept_{d}": float(v) for d, v in zip(PAPER_DEPTHS, kept["kept"])},
+            "gap": float(split["gain"].to_numpy().mean()), "spread": float(split["spread"].to_numpy().mean()),
+            "ranking": float(split["ranking"].to_numpy().mean())}
+
+
 def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
     """Every quantity of one trained run (``runs.train_or_load``'s result): who it is, its train and
     held-out accuracy after the last epoch (overfitting shows there), its fixed-depth accuracy by step,
@@ -108,10 +143,10 @@ def measure_code() -> str:
     import hashlib
     import inspect
 
-    from ..analysis import curves, fractal, halting_rules, ladder, trajectories
+    from ..analysis import curves, fractal, halting_rules, trajectories
     from .claims import product_rate
 
-    code = (run_measures, trajectory_measures, ladder.halting_measures, ladder.depth_to_keep, curves.curve,
+    code = (run_measures, trajectory_measures, halting_measures, depth_to_keep, curves.curve,
             curves.at_depths, curves.versus_fixed_depth, halting_rules.random_exit_accuracy, halting_rules.gain_split,
             trajectories.run_trajectories, trajectories.scale_consistency_rows, trajectories.run_jacobian_summary,
             fractal.trajectory_dimensions, fractal.summarise_dimensions, fractal.box_counting_dimension, product_rate)
@@ -173,45 +208,3 @@ def cached_measures(name: str) -> dict[str, dict]:
     if not isinstance(runs, dict):
         raise DamagedInput(f"{path}: 'runs' is not a mapping of run names; {restore_hint(path)}")
     return runs
-
-
-# the verdict rows that a ladder quantity speaks to (docs/method.md section 15), for the README's
-# trend column; claims 9 and 10 both read the halting's shares kept at the paper's depths 6.06 / 8.30
-CLAIM_QUANTITIES = {1: ("table1",), 2: ("product_rate",), 3: ("minkowski",),
-                    9: ("halting_kept_6.06", "halting_kept_8.3"), 10: ("halting_kept_6.06", "halting_kept_8.3"),
-                    14: ("gap",)}
-METRICS = "09_scale_ladder"  # notebook 09's metrics at its committed parameters
-NOT_YET = "not yet measured"
-SENSITIVE = "precision-sensitive"  # analysis.ladder.precision_sensitive: its level is bf16's
-
-
-def shown_reading(row: dict) -> str:
-    """A read-out row's reading as the README's column shows it: "meets" says from which size on the
-    ladder the band holds the paper's value (``meets_params``)."""
-    from ..analysis.ladder import MEETS
-
-    size = row.get("meets_params")
-    if row.get("reading") == MEETS and isinstance(size, (int, float)) and math.isfinite(size):
-        return f"{MEETS} (from {size / 1e6:.2f} M parameters)"
-    return row.get("reading", "no fit")
-
-
-def ladder_trends(record: dict | None) -> dict[int, str]:
-    """claim -> its trend over the ladder by the rule (notebook 09's ``read_out`` in ``record``, its
-    metrics; None: not executed from the ladder's runs yet), "-" for a claim no quantity speaks to;
-    a quantity marked precision-sensitive in the read-out is said to be so, and "meets" says from which
-    size (``shown_reading``)."""
-    from .claims import CLAIMS
-
-    if record is not None and "read_out" not in record:  # the measures alone, kept before the read-out
-        record = None
-    readings = {} if record is None else {  # a precision-sensitive quantity's reading says so
-        r["quantity"]: shown_reading(r)
-        + (f" ({SENSITIVE})" if r.get("precision_sensitive") is True else "")
-        for r in record.get("read_out", [])}
-    trends = {}
-    for claim in CLAIMS:
-        names = CLAIM_QUANTITIES.get(claim.number)
-        trends[claim.number] = ("-" if names is None else NOT_YET if record is None
-                                else " / ".join(readings.get(n, "no fit") for n in names))
-    return trends

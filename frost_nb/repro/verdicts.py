@@ -19,10 +19,10 @@ command line: ``python -m frost_nb verdicts [--write | --check]`` (docs/testing.
 
 from __future__ import annotations
 
-import functools
-
 import csv
+import functools
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .. import paper
+from ..analysis.ladder import MEETS
 from ..config import LossConfig
 from ..paths import DamagedInput, repo_root, restore_hint, shown_path
 from ..repro import claims as C
@@ -246,10 +247,10 @@ TABLE1_UPDATE = "Table 1 gap without the ranking losses (ours)"  # claims.table1
 
 
 def table1_rows(m: Metrics) -> Iterator[dict]:
-    step = paper.TABLE1_STEPS.index(C.TABLE1_STEP)
+    step = paper.TABLE1_STEPS.index(paper.TABLE1_STEP)
     shown = f"{paper.TABLE1['frost'][step][0]:.2f} vs {paper.TABLE1['basic_ssm'][step][0]:.2f}"
     for d in m.files("02_scale_consistency*"):
-        at = {(r["model"], r["seed"]): r["mean"] for r in d["table1"] if r["step"] == C.TABLE1_STEP}
+        at = {(r["model"], r["seed"]): r["mean"] for r in d["table1"] if r["step"] == paper.TABLE1_STEP}
         runs = {(r["model"], r["seed"]): run_of(d, r) for r in d["runs"]}
         basic = {s: v for (lab, s), v in at.items() if lab == "basic_ssm"}
         control = {s: v for (lab, s), v in at.items() if lab == "frost (no ranking)"}
@@ -826,13 +827,39 @@ def _markdown(header: tuple[str, ...], lines: Iterable[tuple]) -> str:
     return "\n".join(out)
 
 
+# the claims a ladder quantity speaks to (docs/method.md section 15), for the README's trend column;
+# claims 9 and 10 both read the halting's shares kept at the paper's depths 6.06 / 8.30
+CLAIM_QUANTITIES = {1: ("table1",), 2: ("product_rate",), 3: ("minkowski",),
+                    9: ("halting_kept_6.06", "halting_kept_8.3"), 10: ("halting_kept_6.06", "halting_kept_8.3"),
+                    14: ("gap",)}
+LADDER_METRICS = "09_scale_ladder"  # notebook 09's metrics at its committed parameters
+NOT_YET = "not yet measured"
+SENSITIVE = "precision-sensitive"  # analysis.ladder.precision_sensitive: its level is bf16's
+
+
+def shown_reading(row: dict) -> str:
+    """A read-out row's reading as the README shows it: "meets" says from which size on the ladder the
+    band holds the paper's value (``meets_params``); a precision-sensitive quantity says so."""
+    size, shown = row.get("meets_params"), row.get("reading", "no fit")
+    if shown == MEETS and isinstance(size, (int, float)) and math.isfinite(size):
+        shown = f"{MEETS} (from {size / 1e6:.2f} M parameters)"
+    return shown + (f" ({SENSITIVE})" if row.get("precision_sensitive") is True else "")
+
+
+def ladder_trends(record: dict | None) -> dict[int, str]:
+    """claim -> its trend over the ladder (notebook 09's ``read_out`` in its metrics ``record``; None, or
+    the measures alone: not read yet), "-" for a claim no quantity speaks to."""
+    readings = {r["quantity"]: shown_reading(r) for r in (record or {}).get("read_out", [])}
+    return {c.number: "-" if (names := CLAIM_QUANTITIES.get(c.number)) is None else
+            NOT_YET if record is None or "read_out" not in record else
+            " / ".join(readings.get(n, "no fit") for n in names) for c in C.CLAIMS}
+
+
 def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics | None = None) -> str:
     """The README's table: one row per claim, with its trend over the scale ladder by the rule of
-    docs/method.md section 15 (notebook 09's metrics in ``metrics_dir``, ``repro.ladder.ladder_trends``)."""
-    from .ladder import METRICS, ladder_trends
-
+    docs/method.md section 15 (notebook 09's metrics in ``metrics_dir``: ``ladder_trends``)."""
     metrics = metrics_dir if isinstance(metrics_dir, Metrics) else Metrics(metrics_dir)
-    trends = ladder_trends(metrics.json(METRICS))
+    trends = ladder_trends(metrics.json(LADDER_METRICS))
     return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r),
                                        r["seeds"], r["paper"], r["ours"], r["verdict"], trends.get(r["claim"], "-"),
                                        _notebook_cell(r))
