@@ -416,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
                    "folder (default: DATASET-L336-HHORIZON/MODEL-seedN)")
     p.add_argument("--retrain", action="store_true", help="train again, ignoring stored runs")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--zero-shot", action="store_true", help="then evaluate it unchanged on the test series "
+                   "average-pooled by 2 and 4 (Table 14), kept in its metrics.json")
     p = sub.add_parser("verdicts", help="the verdict table of the paper's claims, from outputs/metrics/")
     p.add_argument("--metrics-dir", default=None,
                    help="metrics folder (default: the committed outputs/metrics)")

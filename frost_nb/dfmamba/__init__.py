@@ -1,11 +1,5 @@
-"""DF-Mamba ("Dynamic Fractal Mamba: A Neural Renormalization Group Flow for Scale-Invariant Sequence
-Modeling", ICML 2026) for long-term forecasting on ETTh2: the model (``model``), its selective scan
-(``scan``), the data, the linear baselines and the trainer. docs/df-mamba.md describes what is built
-and what the paper's text leaves open.
-"""
+"""DF-Mamba ("Dynamic Fractal Mamba", ICML 2026) for forecasting on ETTh2: the model, its scan, the data,
+the linear baselines, the trainer and its runs, notebook 11's numbers and figures (docs/df-mamba.md)."""
 
-from .model import DFMamba, DFMambaConfig, Forecast, level_lengths, total_loss
-from .scan import chunked_scan, sequential_scan
-
-__all__ = ["DFMamba", "DFMambaConfig", "Forecast", "chunked_scan", "level_lengths", "sequential_scan",
-           "total_loss"]
+from .model import DFMamba, DFMambaConfig, Forecast, level_lengths, total_loss  # noqa: F401
+from .scan import chunked_scan, sequential_scan  # noqa: F401

@@ -1,16 +1,12 @@
-"""The linear baselines of DF-Mamba's Table 1, one map shared by every variable, and the closed-form
-least-squares map that checks the protocol; each returns the model's ``Forecast``, no auxiliary loss.
+"""The linear baselines of DF-Mamba's Table 1, one map shared by every variable, each returning the model's
+``Forecast`` (no auxiliary loss), and the closed-form least-squares map that checks the protocol.
 
-- ``DLinear`` (cure-lab/LTSF-Linear, ``models/DLinear.py``, ``individual=False``): the window's trend,
-  its 25-step moving average (the first and last values repeated 12 times at either end), and the
-  remainder, each through a Linear(look-back -> horizon), summed.
-- ``RLinear`` (plumprc/RTSF, ``models/RLinear.py``): RevIN, dropout, one Linear(look-back -> horizon),
-  RevIN undone. RTSF's ETTh2 script passes ``--rev``, and its RevIN defaults to ``affine=True`` (a
-  learnable weight and bias per variable; eps 1e-5; the window's mean and population variance,
-  detached): affine here too; dropout 0.1 is ``run.py``'s ``--drop`` default.
-- ``least_squares``: the Linear(look-back -> horizon) with a bias of least squared error over every
-  training window and variable, from the normal equations in float64.
-"""
+- ``DLinear`` (cure-lab/LTSF-Linear ``models/DLinear.py``, ``individual=False``): the window's trend, its
+  25-step moving average (the ends repeated 12 times), and the remainder, each through a Linear(look-back
+  -> horizon), summed.
+- ``RLinear`` (plumprc/RTSF ``models/RLinear.py``): RevIN, dropout, one Linear(look-back -> horizon), RevIN
+  undone; affine RevIN (RTSF's default, its ETTh2 script passing ``--rev``), eps 1e-5, the window's mean
+  and population variance detached; dropout 0.1 (``run.py``'s default)."""
 
 from __future__ import annotations
 
@@ -104,16 +100,13 @@ class SharedLinear(nn.Module):
 
 @torch.no_grad()
 def least_squares(train: Windows, batch_size: int = 1024) -> SharedLinear:
-    """The ``SharedLinear`` of least squared error over ``train``: the normal equations summed in
-    float64 a batch at a time, then solved."""
-    gram = torch.zeros(train.lookback + 1, train.lookback + 1, dtype=torch.float64)
-    cross = torch.zeros(train.lookback + 1, train.horizon, dtype=torch.float64)
+    """The ``SharedLinear`` (with a bias) of least squared error over every window and variable of
+    ``train``: the normal equations summed in float64 a batch at a time, then solved."""
+    gram = cross = 0
     for x, y in train.batches(batch_size):
-        a = x.transpose(1, 2).reshape(-1, train.lookback).double()  # (B C, L)
-        a = torch.cat([a, torch.ones(len(a), 1, dtype=torch.float64)], 1)  # the bias's column
-        gram += a.T @ a
-        cross += a.T @ y.transpose(1, 2).reshape(-1, train.horizon).double()
-    solution = torch.linalg.solve(gram, cross)  # (L + 1, H)
+        a = F.pad(x.transpose(1, 2).reshape(-1, train.lookback).double(), (0, 1), value=1.0)  # (B C, L + 1)
+        gram, cross = gram + a.T @ a, cross + a.T @ y.transpose(1, 2).reshape(-1, train.horizon).double()
+    solution = torch.linalg.solve(gram, cross)  # (L + 1, H): the weights, then the bias
     model = SharedLinear(train.lookback, train.horizon)
     model.linear.weight.copy_(solution[:-1].T)
     model.linear.bias.copy_(solution[-1])

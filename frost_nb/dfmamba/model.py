@@ -22,9 +22,6 @@ from torch import Tensor, nn
 from ..config import ConfigError
 from .scan import chunked_scan, sequential_scan
 
-__all__ = ["VARIANTS", "DFMamba", "DFMambaConfig", "Forecast", "MambaBlock", "flow_loss", "level_lengths",
-           "level_scale", "step_size", "total_loss"]
-
 VARIANTS = {  # Table 2's rows that change the model (L2/L3 drop one loss term: lambda_2 or lambda_1 = 0)
     "full": "the model of section 3",
     "S2": "K separate blocks stacked at full length: no recursion, coarse-graining, gate or auxiliary loss",

@@ -1,21 +1,19 @@
-"""Forecasting runs (``python -m frost_nb forecast``): DF-Mamba and the linear baselines on ETTh1/ETTh2.
-Runs live in ``forecast/GRID/LABEL`` of each store (written with ``runs.py``'s helpers), found by their
-config's identity, checkpointed after every epoch and resumed. The loop: AdamW (no decay on biases,
-norms, Mamba's A and D), the MSE (DF-Mamba's ``total_loss`` adds its terms), shuffled batches with the
-last short one dropped, early stopping on the validation MSE over every window, the best validation
-epoch's weights evaluated on every test window. ``PRESETS``: dfmamba as appendix A.10.1 (AdamW, lr
-1e-4, decay 0.05, clipping 1.0, batch 64, 10% linear warm-up then cosine per step, patience 10; its
-200 epochs capped); dlinear and rlinear as their repositories' ETTh2 scripts (cure-lab/LTSF-Linear,
-plumprc/RTSF: Adam, the rate halved each epoch from the second, ``lradj type1``)."""
+"""Forecasting runs (``python -m frost_nb forecast``): DF-Mamba and the linear baselines on ETTh1/ETTh2,
+stored in ``forecast/GRID/LABEL`` of each run store with ``runs.py``'s helpers, found by their config's
+identity, checkpointed after every epoch and resumed. The loop: AdamW (no decay on biases, norms, Mamba's
+A and D), the MSE (DF-Mamba's ``total_loss`` adds its terms), shuffled batches, the last short one
+dropped, early stopping on the validation MSE over every window, the best epoch's weights tested on every
+test window. ``PRESETS``: dfmamba as appendix A.10.1 (lr 1e-4, decay 0.05, clipping 1.0, batch 64, 10%
+warm-up then cosine per step, patience 10; its 200 epochs capped); dlinear and rlinear as their
+repositories' ETTh2 scripts (cure-lab/LTSF-Linear, plumprc/RTSF: Adam, the rate halved each epoch)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +34,7 @@ from .model import DFMamba, DFMambaConfig, total_loss
 log = logging.getLogger("frost_nb")
 STORE, CONFIG, WEIGHTS, METRICS = "forecast", "config.json", "model.pt", "metrics.json"
 CLASSES = {"dfmamba": (DFMamba, DFMambaConfig), "dlinear": (DLinear, DLinearConfig),
-           "rlinear": (RLinear, RLinearConfig)}  # each model and its config
+           "rlinear": (RLinear, RLinearConfig)}
 MODELS = tuple(CLASSES)
 WHERE_FIELDS = ("data.root", "train.eval_batch_size")  # not in a run's identity
 INDEX_COLUMNS = ("run", "dataset", "model", "horizon", "seed", "epochs_run", "best_epoch",
@@ -99,8 +97,8 @@ class ForecastConfig:
     train: TrainSection
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": STORE, "data": dataclasses.asdict(self.data), "train": dataclasses.asdict(self.train),
-                "model": {"name": self.model, **dataclasses.asdict(self.arch)}}
+        return {"kind": STORE, "data": asdict(self.data), "train": asdict(self.train),
+                "model": {"name": self.model, **asdict(self.arch)}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ForecastConfig:
@@ -114,9 +112,7 @@ class ForecastConfig:
             model |= {k: v for k, v in (("lookback", data.lookback), ("horizon", data.horizon),
                                         ("channels", len(COLUMNS))) if k in arch.__dataclass_fields__}
             return cls(data, name, arch(**model), TrainSection(**d.get("train", {})))
-        except ConfigError:
-            raise
-        except (TypeError, ValueError) as err:  # an unknown field; the model config's own checks
+        except TypeError as err:  # an unknown field (the sections' own checks raise ConfigError)
             raise ConfigError(f"forecasting config: {err}") from err
 
     def identity(self) -> str:
@@ -137,12 +133,12 @@ class ForecastConfig:
         return ForecastConfig.from_dict(d)
 
     @property
-    def variant(self) -> str:  # DF-Mamba's ablation (Table 2); "full" for every other model
+    def variant(self) -> str:  # DF-Mamba's ablation (Table 2); "full" for every model
         return getattr(self.arch, "variant", "full")
 
     def windows(self, split: str, scale: int = 1) -> Windows:
-        d = self.data
-        return windows(d.name, split, d.lookback, d.horizon, scale=scale, root=d.root)
+        return windows(self.data.name, split, self.data.lookback, self.data.horizon, scale=scale,
+                       root=self.data.root)
 
     def new_model(self, state: dict[str, torch.Tensor] | None = None) -> torch.nn.Module:
         model = CLASSES[self.model][0](self.arch)
@@ -157,7 +153,7 @@ def make_forecast_config(dataset: str = "etth2", model: str = "dfmamba", horizon
     if model not in MODELS:
         raise ConfigError(f"model={model!r} is invalid: expected one of {MODELS}.")
     base = {"kind": STORE, "data": {"name": dataset, "horizon": horizon}, "model": {"name": model},
-            "train": dataclasses.asdict(PRESETS[model])}
+            "train": asdict(PRESETS[model])}
     return ForecastConfig.from_dict(base).replace(**overrides)
 
 
@@ -225,25 +221,25 @@ class ForecastTrainer:
         t, train, left = self.cfg.train, self.splits["train"], self.cfg.train.epochs - self.epoch
         x, y = train.batch(torch.arange(min(t.batch_size, len(train))))
         with torch.random.fork_rng(devices=[]):  # the run's random numbers stay as they are
-            model, times = self.cfg.new_model(), []
+            model = self.cfg.new_model()
             for _ in range(2):  # the first warms up
                 start = time.perf_counter()
                 training_loss(self.cfg, model(x), y)[0].backward()
-                times.append(time.perf_counter() - start)
+        step = time.perf_counter() - start
         return (f"cost: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
-                f"windows, {self.steps} steps of {t.batch_size} an epoch, at most {left} more epoch(s) "
-                f"(patience {t.patience}); {times[-1]:.3f} s a step here: at most "
-                f"{left * self.steps * times[-1] / 60:.1f} min of steps, and a validation pass each epoch")
+                f"windows, {self.steps} steps of {t.batch_size} an epoch, at most {left} more epoch(s) (patience "
+                f"{t.patience}); {step:.3f} s a step here: at most {left * self.steps * step / 60:.1f} min of "
+                "steps, and a validation pass each epoch")
 
     def fit(self, until_epoch: int | None = None) -> ForecastResult:
         """Train to the cap or the early stop (or to ``until_epoch``, as an interruption would); a
         finished run's model is its best validation epoch's, with its test metrics."""
         from tqdm.auto import tqdm
 
-        cfg, t, history = self.cfg, self.cfg.train, self.history
+        cfg, t, d, history = self.cfg, self.cfg.train, self.cfg.data, self.history
         show = image_training.show_progress(self.progress)
         bar = tqdm(total=t.epochs * self.steps, initial=self.epoch * self.steps, unit="step",
-                   desc=f"{cfg.model} on {cfg.data.name}-{cfg.data.horizon}", disable=not show or bool(self.stopped))
+                   desc=f"{cfg.model} on {d.name}-{d.horizon}", disable=not show or bool(self.stopped))
         while self.stopped is None and self.epoch < (until_epoch or t.epochs):
             start = time.perf_counter()
             loss = self._train_epoch(bar)
@@ -267,7 +263,7 @@ class ForecastTrainer:
             return ForecastResult(self.model.eval(), {}, cfg, history)
         if self.best_model is not None:  # None: resumed from a finished checkpoint, whose model is the best
             self.model.load_state_dict(self.best_model)
-        test, val, d = evaluate(self.model, self.splits["test"], t.eval_batch_size), history["val_mse"], cfg.data
+        test, val = evaluate(self.model, self.splits["test"], t.eval_batch_size), history["val_mse"]
         metrics = {
             "dataset": d.name, "model": cfg.model, "variant": cfg.variant, "lookback": d.lookback,
             "horizon": d.horizon, "seed": t.seed, "test_mse": test["mse"], "test_mae": test["mae"],
@@ -294,9 +290,8 @@ class ForecastTrainer:
                 parts[k] = parts.get(k, 0.0) + float(torch.as_tensor(v).detach())
             if not math.isfinite(parts["loss"]):
                 raise image_training.TrainingError(
-                    f"the loss became {float(loss)} in epoch {self.epoch + 1}; training stopped (the "
-                    f"checkpoint of epoch {self.epoch} is intact). Lower train.lr (now {t.lr}) or set "
-                    "train.grad_clip")
+                    f"the loss became {float(loss)} in epoch {self.epoch + 1}; training stopped (the checkpoint "
+                    f"of epoch {self.epoch} is intact). Lower train.lr (now {t.lr}) or set train.grad_clip")
             image_training.optimizer_step(model, self.optimizer, loss, t.grad_clip)  # tests replace it
             self.scheduler.step()
             bar.update(1)
@@ -326,8 +321,7 @@ class ForecastTrainer:
 
 # ---------------------------------------------------------------- the run store
 
-def stores() -> tuple[Path, Path]:
-    """The local store's forecast/ folder, then the committed runs' (what a fresh clone has)."""
+def stores() -> tuple[Path, Path]:  # the local store's, then the committed runs' (what a clone has)
     return cache_dir() / STORE, committed_runs_dir() / STORE
 
 
@@ -345,8 +339,7 @@ def read_config(folder: Path) -> ForecastConfig:
         raise CheckpointError(f"{shown_path(folder / CONFIG)}: unreadable forecasting run config ({err})") from err
 
 
-def stored_runs(finished: bool = True) -> list[Path]:
-    """The run folders of both stores, the local one's first; finished ones (metrics.json) unless not asked."""
+def stored_runs(finished: bool = True) -> list[Path]:  # the local store's first
     return [p.parent for root in stores() for p in sorted(root.glob(f"*/*/{CONFIG}"))
             if not finished or (p.parent / METRICS).is_file()]
 
@@ -359,17 +352,15 @@ def load_run(folder: str | Path) -> ForecastResult:
     """The finished run in ``folder``: its config, metrics and (when kept) model, in eval mode."""
     folder, cfg = Path(folder), read_config(Path(folder))
     state = load_checkpoint(folder / WEIGHTS)["model"] if (folder / WEIGHTS).is_file() else None
-    model = None if state is None else cfg.new_model(state).eval()
-    return ForecastResult(model, read_metrics(folder), cfg, folder=folder, from_store=True)
+    return ForecastResult(state and cfg.new_model(state).eval(), read_metrics(folder), cfg, folder=folder,
+                          from_store=True)
 
 
 def default_name(cfg: ForecastConfig) -> str:
     """DATASET-L336-HH/MODEL-seedN; an ablation DATASET-L336-HH-ablations/MODEL-VARIANT-seedN."""
     d, v = cfg.data, cfg.variant
-    grid, label = f"{d.name}-L{d.lookback}-H{d.horizon}", cfg.model
-    if v != "full":
-        grid, label = f"{grid}-ablations", f"{label}-{v.lower()}"
-    return f"{grid}/{label}-seed{cfg.train.seed}"
+    ablation = "" if v == "full" else "-ablations"
+    return f"{d.name}-L{d.lookback}-H{d.horizon}{ablation}/{cfg.model}{ablation and '-' + v.lower()}-seed{cfg.train.seed}"
 
 
 def train_or_load(cfg: ForecastConfig, *, name: str | None = None, retrain: bool = False,
@@ -400,9 +391,9 @@ def zero_shot(run: str | Path | ForecastResult, scales: tuple[int, ...] = (1, 2,
               store: bool = True) -> dict[str, Any]:
     """Table 14's protocol: the trained model, unchanged, on the test windows of the standardised series
     average-pooled by each factor of ``scales`` (``data.windows(scale=)``: the borders divided by it, the
-    run's look-back and horizon at that scale). {"scales", "mse", "mae", "windows"}: lists in the order
-    of ``scales``; with 1 and 4 among them "ratio", r = MSE(x4) / MSE(x1) (claim 22). ``run``: a run
-    folder or a ``ForecastResult``; a stored run keeps the result in its metrics.json ("zero_shot",
+    run's look-back and horizon at that scale). {"scales", "mse", "mae", "windows"}, lists in the order
+    of ``scales``, and with 1 and 4 among them "ratio", r = MSE(x4) / MSE(x1) (claim 22). ``run``: a
+    run folder or a ``ForecastResult``; a stored run keeps the result in its metrics.json ("zero_shot",
     written atomically) and gives it back from there while the scales asked are the same."""
     result, scales = run if isinstance(run, ForecastResult) else load_run(run), [int(s) for s in scales]
     if (kept := result.metrics.get("zero_shot", {})).get("scales") == scales:
