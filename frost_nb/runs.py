@@ -160,6 +160,12 @@ def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
     return None
 
 
+def run_folder(name: str) -> Path | None:
+    """The folder of the stored run ``name`` (``GRID/LABEL``, its config written): the committed one
+    first (what metrics files name), then the local store's; None if neither holds it."""
+    return next((root / name for root in run_stores()[::-1] if (root / name / CONFIG_FILE).is_file()), None)
+
+
 def stored_name(config: RunConfig) -> str | None:
     """The name (``<grid>/<label>``) of ``config``'s finished stored run, or None."""
     return run.name if (run := find_run(config)) is not None else None

@@ -1,40 +1,11 @@
 """The paper's claims as rules: every verdict of the project is decided here, and only here.
 
-FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551) makes the claims listed in ``CLAIMS``; three
-more (14, 15 and 16) are ours, and so are those in docs/results.md only: the benchmarks
-(``BENCHMARK_CLAIMS``, 17 and 18) and a test of the paper's premise after another paper
-(``EXTENSION_CLAIMS``, 19, after Raptor). Each rule below takes numbers (per seed where the claim
-is about trained models) and returns a ``Verdict``; ``frost_nb.repro.verdicts`` reads the metrics files,
-finds the numbers and renders the tables. The paper's own numbers come from ``frost_nb.paper`` only.
-
-How a verdict is decided (the same for every rule about trained models):
-
-- a rule turns the measurements into one number per seed, oriented so that the claim holds
-  when it exceeds the rule's margin (a named constant beside the rule). A margin is the paper's
-  wording or 0 where the paper states none; a margin of ours says so, with its reason;
-- with fewer than ``MIN_SEEDS`` seeds the verdict is "suggested (N seeds)" when the mean is
-  above the margin, else "not suggested (N seeds)": never "reproduced" nor "not reproduced";
-- with ``MIN_SEEDS`` or more, the two-sided ``CONFIDENCE`` (95%) interval of the seed mean from
-  Student's t with n - 1 degrees of freedom (``interval``; t = 4.30 at 3 seeds): "reproduced"
-  when the whole interval lies above the margin, "not reproduced" when it lies below, else
-  "inconclusive". On differences taken seed by seed (``by_seed``) this is a paired t-test by seed
-  at the 5% level;
-- a difference between separately trained models (frost against basic_ssm, a variant against
-  FROST) shares no draw between its runs, so seed i of one is no pair of seed i of the other: it is
-  decided on the two seed means by Welch's interval (``welch``, ``decide_between``). A paired
-  interval (``by_seed``) only where the pairing is real: the same run measured two ways;
-- wherever one model decides a number, the 10,000 test images are a sample too: a bootstrap over
-  them (``image_bootstrap``, at least IMAGE_RESAMPLES resamples) gives its interval, read against
-  the margin as the seeds' is ("inconclusive (test images)" when it spans it). Where seeds exist the
-  half-width is sqrt(h_seeds^2 + h_images^2) (``with_images``), h_images the bootstrap half-width of
-  the seed mean with the images resampled jointly across seeds;
-- a claim of several parts is reproduced when every part is, partly when some are and some
-  are not, not reproduced when none is; a part our runs cannot test is named "not testable" with
-  the reason (``combine``). A guard (a precondition such as "full depth kept") is no part: when it
-  fails the claim is "not reproduced (guard failed)", whatever its parts say.
-
-Deterministic rows (parameters, FLOPs) and benchmark rows compare one number with the paper's
-against a relative tolerance; their seeds read "n/a".
+FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551) makes the claims in ``CLAIMS``; 14, 15 and 16 are
+ours, as are those in docs/results.md only (``BENCHMARK_CLAIMS``, ``EXTENSION_CLAIMS``). Each rule
+takes numbers (per seed for trained models) and returns a ``Verdict``; ``repro.verdicts`` finds the
+numbers. How a verdict is decided (margins, seeds, Welch's interval for separate runs, the test
+images' bootstrap, parts and guards): docs/method.md section 9.8. Deterministic and benchmark rows
+compare one number with the paper's against a relative tolerance.
 """
 
 from __future__ import annotations

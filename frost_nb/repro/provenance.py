@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 from ..config import RunConfig
 from ..paths import cache_dir, committed_runs_dir, repo_root
-from ..runs import read_config
+from ..runs import read_config, run_folder
 from ..runs import take_read as _take_read
 from .grids import bundle_of, family_of
 
@@ -41,12 +41,6 @@ def commit() -> str:
                               capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-
-
-def run_folder(name: str) -> Path | None:
-    """The folder of the stored run ``name`` (committed first, then the local store); None if none."""
-    return next((root / name for root in (committed_runs_dir(), cache_dir())
-                 if (root / name / "config.json").is_file()), None)
 
 
 def as_run_name(value: Any) -> str | None:

@@ -38,8 +38,7 @@ from ..paths import DamagedInput, repo_root, restore_hint, shown_path
 from ..repro import claims as C
 from .grids import CLAIM_K, family_of, slug
 from ..paths import one_line, skip_or_raise
-from ..runs import read_metrics
-from .provenance import run_folder
+from ..runs import read_metrics, run_folder
 
 COLUMNS = ("claim", "title", "bundle", "form", "dataset", "seeds", "paper", "ours", "verdict", "notebook")
 SUMMARY_HEADER = ("claim", "data set", "seeds", "paper", "ours", "verdict", "over the ladder", "notebook")
