@@ -143,6 +143,12 @@ def test_variant_parameter_counts():
     assert count(variant="C3") == FULL - GATE
     assert count(variant="S2") == FULL + 2 * (BLOCK + NORM) - ENCODER - DECODER - GATE
     assert [count(variant=v) for v in ("T2", "T3", "L4")] == [FULL] * 3
+    # the numbers docs/df-mamba.md gives, and each variant's count at K = 2, 3, 4 (S2 and S3 grow with K)
+    assert [count(variant=v) for v in ("S3", "C2", "C3", "S2")] == [196_577, 73_569, 90_209, 130_721]
+    for k in (2, 4):
+        assert [count(variant=v, depth=k) for v in ("full", "C2", "C3", "T2", "T3", "L4")] == \
+            [FULL, FULL - ENCODER - DECODER, FULL - GATE, FULL, FULL, FULL]
+        assert count(variant="S3", depth=k) == FULL + k * (BLOCK + NORM)
 
 
 def test_level_lengths_and_shapes():

@@ -82,8 +82,12 @@ def test_coarse_series_borders_and_counts():
     assert pooled.shape == (8710, 7)
     torch.testing.assert_close(pooled[2880], (z[5760] + z[5761]) / 2)  # blocks aligned to row 0
     torch.testing.assert_close(data.coarse(z, 4)[1], z[4:8].mean(0))
-    x, y = two.batch(torch.tensor([0]))
+    x, y = two.batch(torch.tensor([0, 1344]))  # targets inside the pooled test period, look-backs reach before
     assert torch.equal(y[0, 0], pooled[5760]) and torch.equal(x[0, 0], pooled[5760 - 336])
+    assert torch.equal(y[1, -1], pooled[7199])
+    x, y = four.batch(torch.tensor([0, 624]))
+    assert torch.equal(y[0, 0], data.coarse(z, 4)[2880]) and torch.equal(x[0, 0], data.coarse(z, 4)[2880 - 336])
+    assert torch.equal(y[1, -1], data.coarse(z, 4)[3599])
 
 
 @needs_ett

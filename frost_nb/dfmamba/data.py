@@ -38,9 +38,8 @@ class Series:
 
 
 @functools.lru_cache(maxsize=4)
-def _read(path: str, stamps: tuple) -> tuple[np.ndarray, str]:
-    """The raw (T, 7) float64 columns of the CSV ``path``, checked against its folder's SHA256SUMS
-    (``stamps``: both files' modification times and sizes: a changed one is read again)."""
+def _read(path: str, stamps: tuple) -> tuple[np.ndarray, str]:  # stamps: both files' times and sizes
+    """The raw (T, 7) float64 columns of the CSV ``path``, checked against its folder's SHA256SUMS."""
     file = Path(path)
     try:
         sums = dict(reversed(line.split()) for line in (file.parent / "SHA256SUMS").read_text().splitlines()
@@ -61,8 +60,8 @@ def _read(path: str, stamps: tuple) -> tuple[np.ndarray, str]:
 
 
 def load_series(name: str, root: str | Path | None = None) -> Series:
-    """The standardised series of ``name`` (etth1, etth2) from ``<root>/ett/`` (``root``: this, then
-    ``$FROST_DATA``, then ``<repo>/data``); a ``DataError``, one line, when missing or damaged."""
+    """The standardised series of ``name`` from ``<root>/ett/`` (``root``: this, then ``$FROST_DATA``,
+    then ``<repo>/data``); a one-line ``DataError`` when missing or damaged."""
     if name not in FILES:
         raise DataError(f"dataset={name!r} is not a forecasting set: expected one of {', '.join(FILES)}.")
     path = checked_data_root(root) / "ett" / FILES[name]
@@ -84,8 +83,8 @@ def coarse(values: torch.Tensor, factor: int) -> torch.Tensor:
 
 
 class Windows:
-    """The windows of one split: ``series`` (T, C) its rows from ``lookback`` before its border;
-    ``batch(idx)`` -> x (B, L, C), y (B, H, C), gathered then (a batch's copy, no more)."""
+    """One split's windows over ``series`` (T, C), its rows from ``lookback`` before its border; ``batch``
+    gathers x (B, L, C) and y (B, H, C) when asked (a batch's copy, no more)."""
 
     def __init__(self, series: torch.Tensor, lookback: int, horizon: int, name: str = "") -> None:
         self.series, self.lookback, self.horizon, self.name = series, lookback, horizon, name

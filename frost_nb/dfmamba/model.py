@@ -7,8 +7,7 @@ with a shared MLP (eq. 6-7), recurses, upsamples the coarser result (eq. 8) and 
 through a gate (eq. 9). Auxiliary losses: reconstruction (eq. 11), consistency (eq. 12), gate flow
 (Algorithm 1, line 28). Around it (not in the paper's text; docs/df-mamba.md): channel independence,
 per-window instance normalisation, a Linear(1 -> D) embedding and a head over time. ``variant`` selects
-the ablations of Table 2: see ``VARIANTS``.
-"""
+the ablations of Table 2: see ``VARIANTS``."""
 
 from __future__ import annotations
 
@@ -19,22 +18,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError
+from ..config import _Validated
 from .scan import chunked_scan, sequential_scan
 
-VARIANTS = {  # Table 2's rows that change the model (L2/L3 drop one loss term: lambda_2 or lambda_1 = 0)
-    "full": "the model of section 3",
-    "S2": "K separate blocks stacked at full length: no recursion, coarse-graining, gate or auxiliary loss",
-    "S3": "one block and norm per level k = 0..K; the coarse-graining and the gate still shared",
-    "T2": "step x (1 + k) instead of 2^k", "T3": "the same step at every level",
-    "C2": "the mean of each pair instead of the learned coarse-graining (no encoder, decoder, recon loss)",
-    "C3": "local + up instead of the gate (no gate, no flow loss)",
-    "L4": "the task loss alone",
-}
+# Table 2's rows that change the model (L2/L3 drop one loss term: lambda_2 or lambda_1 = 0). S2: K separate
+# blocks stacked at full length (no recursion, coarse-graining, gate or auxiliary loss); S3: one block and
+# norm per level; T2: step x (1 + k); T3: x 1; C2: pair means for the coarse-graining (no encoder, decoder,
+# recon loss); C3: local + up for the gate (no gate, no flow loss); L4: the task loss alone
+VARIANTS = ("full", "S2", "S3", "T2", "T3", "C2", "C3", "L4")
 
 
-@dataclass
-class DFMambaConfig:
+@dataclass(frozen=True)
+class DFMambaConfig(_Validated):
+    _section = "model"
     channels: int = 7  # variables; each is its own sequence (channel independence): only checked
     lookback: int = 336  # section 4.1, ETT
     horizon: int = 96
@@ -53,15 +49,14 @@ class DFMambaConfig:
     scan_impl: str = "chunked"  # "chunked" (fast) or "sequential" (the reference loop)
     norm_eps: float = 1e-5  # RMSNorm, and the instance normalisation's variance
 
-    def __post_init__(self):
-        if self.variant not in VARIANTS:
-            raise ConfigError(f"variant={self.variant!r} is invalid: expected one of {list(VARIANTS)}")
-        if self.scan_impl not in ("chunked", "sequential"):
-            raise ConfigError(f"scan_impl={self.scan_impl!r} is invalid: expected 'chunked' or 'sequential'")
-        sizes = ("channels", "lookback", "horizon", "d_model", "d_state", "expand", "d_conv", "dt_rank",
-                 "min_length")
-        if any(getattr(self, f) < 1 for f in sizes) or self.depth < 0 or self.step_clip <= 0:
-            raise ConfigError(f"{self}: sizes must be positive, depth >= 0, step_clip > 0")
+    def validate(self) -> None:
+        self._check("variant", self.variant in VARIANTS, f"one of {VARIANTS}")
+        self._check("scan_impl", self.scan_impl in ("chunked", "sequential"), "'chunked' or 'sequential'")
+        for name in ("channels", "lookback", "horizon", "d_model", "d_state", "expand", "d_conv", "dt_rank",
+                     "min_length"):
+            self._check(name, getattr(self, name) >= 1, "a positive size")
+        self._check("depth", self.depth >= 0, "a depth >= 0")
+        self._check("step_clip", self.step_clip > 0, "a positive clip")
 
     @property
     def d_inner(self) -> int:

@@ -21,10 +21,12 @@ RUN_COLUMNS = ("run", "label", "dataset", "model", "variant", "lookback", "horiz
 def structure(model: DFMamba, x: torch.Tensor) -> pd.DataFrame:
     """``x`` (B, L, C) through ``model``: the shape at each stage, each level's step factor and gate."""
     out, (b, length, c), d = model.eval()(x), x.shape, model.cfg.d_model
-    levels = [(f"level {k}", (b * c, n, d), f"step x {level_scale(model.cfg.variant, k):g}, gate "
-               f"{tuple(out.gates[k].shape) if k < len(out.gates) else None}") for k, n in enumerate(out.lengths)]
-    return pd.DataFrame([("input", (b, length, c), ""), ("tokens", (b * c, length, d), "a sequence per variable"),
-                         *levels, ("forecast", tuple(out.prediction.shape), "")], columns=["stage", "shape", "note"])
+    gates = [tuple(g.shape) for g in out.gates] + [None]  # the last level has none
+    rows = [("input", (b, length, c), ""), ("tokens", (b * c, length, d), "a sequence per variable")]
+    rows += [(f"level {k}", (b * c, n, d), f"step x {level_scale(model.cfg.variant, k):g}, gate {gates[k]}")
+             for k, n in enumerate(out.lengths)]
+    rows.append(("forecast", tuple(out.prediction.shape), ""))
+    return pd.DataFrame(rows, columns=["stage", "shape", "note"])
 
 
 @torch.no_grad()
@@ -54,7 +56,8 @@ def runs_frame(folders=None) -> pd.DataFrame:
         zs, d = m.get("zero_shot", {}), cfg.data
         rows.setdefault(name, (name, cfg.model if cfg.variant == "full" else cfg.variant, d.name, cfg.model,
                                cfg.variant, d.lookback, d.horizon, cfg.train.seed, m.get("test_mse"),
-                               m.get("test_mae"), m.get("params"), zs.get("scales"), zs.get("mse"), zs.get("ratio")))
+                               m.get("test_mae"), m.get("params"), zs.get("scales"), zs.get("mse"),
+                               zs.get("ratio")))
     return pd.DataFrame(list(rows.values()), columns=RUN_COLUMNS)
 
 
@@ -77,8 +80,8 @@ def table1(runs: pd.DataFrame, paper: dict = DFMAMBA_TABLE1_ETTH2) -> pd.DataFra
     ours = _mean_sd(runs[(runs.variant == "full") & (runs.dataset == "etth2") & (runs.lookback == 336)],
                     ["model", "horizon"])
     theirs = pd.DataFrame([(m, h, *v) for m, by in paper.items() for h, v in by.items()],
-                          columns=["model", "horizon", "paper_mse", "paper_mae"]).set_index(["model", "horizon"])
-    return theirs.join(ours, how="outer").reset_index()
+                          columns=["model", "horizon", "paper_mse", "paper_mae"])
+    return theirs.set_index(["model", "horizon"]).join(ours, how="outer").reset_index()
 
 
 def ablations(runs: pd.DataFrame, paper: dict = DFMAMBA_TABLE2_ETTM2) -> pd.DataFrame:
@@ -94,9 +97,10 @@ def ablations(runs: pd.DataFrame, paper: dict = DFMAMBA_TABLE2_ETTM2) -> pd.Data
 def zero_shot_table(runs: pd.DataFrame, paper: dict = DFMAMBA_TABLE14_ETTM2) -> pd.DataFrame:
     """Table 14: per label and pooling factor, the zero-shot test MSE of the runs at H = 96 over seeds
     (mean, sd), then the paper's (ETTm2) as "paper: MODEL"."""
-    kept = runs[(runs.horizon == 96) & runs.zs_mse.notna()]
-    long = pd.DataFrame([(r.label, r.seed, s, v) for r in kept.itertuples() for s, v in zip(r.zs_scales, r.zs_mse)],
+    kept = runs[(runs.horizon == 96) & runs.zs_mse.notna()].itertuples()
+    long = pd.DataFrame([(r.label, r.seed, s, v) for r in kept for s, v in zip(r.zs_scales, r.zs_mse)],
                         columns=["label", "seed", "scale", "test_mse"])
     theirs = pd.DataFrame([(f"paper: {m}", s, v) for m, by in paper.items() for s, v in by.items()],
                           columns=["label", "scale", "mse"])
-    return pd.concat([_mean_sd(long, ["label", "scale"], ("test_mse",)).reset_index(), theirs], ignore_index=True)
+    ours = _mean_sd(long, ["label", "scale"], ("test_mse",)).reset_index()
+    return pd.concat([ours, theirs], ignore_index=True)

@@ -227,9 +227,9 @@ class ForecastTrainer:
                 training_loss(self.cfg, model(x), y)[0].backward()
         step = time.perf_counter() - start
         return (f"cost: {sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training "
-                f"windows, {self.steps} steps of {t.batch_size} an epoch, at most {left} more epoch(s) (patience "
-                f"{t.patience}); {step:.3f} s a step here: at most {left * self.steps * step / 60:.1f} min of "
-                "steps, and a validation pass each epoch")
+                f"windows, {self.steps} steps of {t.batch_size} an epoch, at most {left} more epoch(s) "
+                f"(patience {t.patience}); {step:.3f} s a step here: at most "
+                f"{left * self.steps * step / 60:.1f} min of steps, and a validation pass each epoch")
 
     def fit(self, until_epoch: int | None = None) -> ForecastResult:
         """Train to the cap or the early stop (or to ``until_epoch``, as an interruption would); a
@@ -250,7 +250,8 @@ class ForecastTrainer:
                 self.best_model = {k: v.clone() for k, v in self.model.state_dict().items()}
             else:
                 self.bad_epochs += 1
-            self.stopped = "early" if self.bad_epochs >= t.patience else "cap" if self.epoch >= t.epochs else None
+            self.stopped = ("early" if self.bad_epochs >= t.patience else "cap" if self.epoch >= t.epochs
+                            else None)
             for key, value in (("val_mse", val), ("train_loss", loss), ("seconds", self.seconds)):
                 history[key].append(value)
             (bar.write if show else log.info)(
@@ -268,7 +269,8 @@ class ForecastTrainer:
             "dataset": d.name, "model": cfg.model, "variant": cfg.variant, "lookback": d.lookback,
             "horizon": d.horizon, "seed": t.seed, "test_mse": test["mse"], "test_mae": test["mae"],
             "test_windows": len(self.splits["test"]), "val_mse": self.best_val, "best_epoch": self.best_epoch,
-            "epochs_run": self.epoch, "epoch_cap": t.epochs, "stopped": self.stopped, "val_mse_per_epoch": val,
+            "epochs_run": self.epoch, "epoch_cap": t.epochs, "stopped": self.stopped,
+            "val_mse_per_epoch": val,
             "train_seconds": self.seconds, "minutes": round(self.seconds / 60, 2),
             "params": sum(p.numel() for p in self.model.parameters()),
             # stopped by the cap while the validation MSE fell by more than 1% over the last two epochs
@@ -290,8 +292,9 @@ class ForecastTrainer:
                 parts[k] = parts.get(k, 0.0) + float(torch.as_tensor(v).detach())
             if not math.isfinite(parts["loss"]):
                 raise image_training.TrainingError(
-                    f"the loss became {float(loss)} in epoch {self.epoch + 1}; training stopped (the checkpoint "
-                    f"of epoch {self.epoch} is intact). Lower train.lr (now {t.lr}) or set train.grad_clip")
+                    f"the loss became {float(loss)} in epoch {self.epoch + 1}; training stopped (the "
+                    f"checkpoint of epoch {self.epoch} is intact). Lower train.lr (now {t.lr}) or set "
+                    "train.grad_clip")
             image_training.optimizer_step(model, self.optimizer, loss, t.grad_clip)  # tests replace it
             self.scheduler.step()
             bar.update(1)
@@ -336,7 +339,8 @@ def read_config(folder: Path) -> ForecastConfig:
     try:
         return ForecastConfig.from_dict(json.loads((folder / CONFIG).read_text()))
     except (OSError, ValueError) as err:  # ConfigError is a ValueError
-        raise CheckpointError(f"{shown_path(folder / CONFIG)}: unreadable forecasting run config ({err})") from err
+        raise CheckpointError(f"{shown_path(folder / CONFIG)}: unreadable forecasting run config ({err})") \
+            from err
 
 
 def stored_runs(finished: bool = True) -> list[Path]:  # the local store's first
@@ -359,8 +363,10 @@ def load_run(folder: str | Path) -> ForecastResult:
 def default_name(cfg: ForecastConfig) -> str:
     """DATASET-L336-HH/MODEL-seedN; an ablation DATASET-L336-HH-ablations/MODEL-VARIANT-seedN."""
     d, v = cfg.data, cfg.variant
-    ablation = "" if v == "full" else "-ablations"
-    return f"{d.name}-L{d.lookback}-H{d.horizon}{ablation}/{cfg.model}{ablation and '-' + v.lower()}-seed{cfg.train.seed}"
+    grid, label = f"{d.name}-L{d.lookback}-H{d.horizon}", cfg.model
+    if v != "full":
+        grid, label = f"{grid}-ablations", f"{label}-{v.lower()}"
+    return f"{grid}/{label}-seed{cfg.train.seed}"
 
 
 def train_or_load(cfg: ForecastConfig, *, name: str | None = None, retrain: bool = False,
@@ -399,7 +405,7 @@ def zero_shot(run: str | Path | ForecastResult, scales: tuple[int, ...] = (1, 2,
     if (kept := result.metrics.get("zero_shot", {})).get("scales") == scales:
         return kept
     if result.model is None:
-        raise CheckpointError(f"{shown_path(result.folder)} is stored without its weights: no zero-shot errors")
+        raise CheckpointError(f"{shown_path(result.folder)} is stored without its weights: no zero-shot")
     data = [result.config.windows("test", s) for s in scales]
     errors = [evaluate(result.model, w, result.config.train.eval_batch_size) for w in data]
     out = {"scales": scales, "mse": [e["mse"] for e in errors], "mae": [e["mae"] for e in errors],
@@ -420,17 +426,18 @@ def export_run(source: str | Path, target_root: str | Path | None = None, weight
         raise ConfigError(f"weights={weights!r} is invalid: expected float32, float16 or none.")
     source = Path(source).resolve()
     if missing := [f for f in (CONFIG, WEIGHTS, METRICS) if not (source / f).is_file()]:
-        raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished forecasting run folder")
+        raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder")
     cfg, root = read_config(source), Path(target_root or committed_runs_dir()) / STORE
     folder = root / source.parent.name / source.name
     if (folder / CONFIG).is_file() and read_config(folder).identity() != cfg.identity():
-        raise CheckpointError(f"{folder} holds another run: train this one under another name (--name) to export it")
+        raise CheckpointError(f"{folder} holds another run: train this one under another name (--name)")
     metrics, lean = read_metrics(source), lean_state(load_checkpoint(source / WEIGHTS))
     if weights == "float16":
         lean["model"] = {k: v.half() if v.is_floating_point() else v for k, v in lean["model"].items()}
         test = evaluate(cfg.new_model(lean["model"]), cfg.windows("test"))
-        metrics |= {"test_mse_float32_weights": metrics["test_mse"], "test_mse": test["mse"], "weights": "float16",
-                    "test_mae_float32_weights": metrics["test_mae"], "test_mae": test["mae"]}
+        metrics |= {"test_mse_float32_weights": metrics["test_mse"], "test_mse": test["mse"],
+                    "test_mae_float32_weights": metrics["test_mae"], "test_mae": test["mae"],
+                    "weights": "float16"}
         metrics.pop("zero_shot", None)  # the float32 weights': zero_shot() evaluates the stored ones
         lean |= {"metrics": metrics, "weights": "float16"}
     (folder / METRICS).unlink(missing_ok=True)  # until the export is whole it reads as unfinished
@@ -441,8 +448,9 @@ def export_run(source: str | Path, target_root: str | Path | None = None, weight
     store_run(folder, metrics, files={CONFIG: cfg.to_dict()})  # metrics.json last: the run is whole
     rows = [{**read_metrics(p.parent), "run": p.parent.relative_to(root).as_posix()}
             for p in sorted(root.glob(f"*/*/{METRICS}"))]
+    index = pd.DataFrame(rows, columns=INDEX_COLUMNS).round({"test_mse": 4, "test_mae": 4})
     with atomic_path(root / "index.csv") as tmp:
-        pd.DataFrame(rows, columns=INDEX_COLUMNS).round({"test_mse": 4, "test_mae": 4}).to_csv(tmp, index=False)
+        index.to_csv(tmp, index=False)
     return folder
 
 
@@ -452,9 +460,9 @@ def command(args) -> int:
     overrides = parse_settings(args.set) | {k: v for k, v in (("train.epochs", args.epochs), (
         "train.seed", args.seed), ("data.root", args.root)) if v is not None}
     cfg = make_forecast_config(args.dataset, args.model, args.horizon, **overrides)
-    result = train_or_load(cfg, name=args.name, retrain=args.retrain, progress=False if args.no_progress else None)
-    keys = ("dataset", "model", "variant", "horizon", "seed", "test_mse", "test_mae", "best_epoch", "epochs_run",
-            "capped_before_convergence", "params", "minutes", "hardware")
+    result = train_or_load(cfg, name=args.name, retrain=args.retrain, progress=not args.no_progress and None)
+    keys = ("dataset", "model", "variant", "horizon", "seed", "test_mse", "test_mae", "best_epoch",
+            "epochs_run", "capped_before_convergence", "params", "minutes", "hardware")
     extra = {"zero_shot": zero_shot(result)} if getattr(args, "zero_shot", False) else {}
     print(json.dumps({"run": shown_path(result.folder), **{k: result.metrics.get(k) for k in keys},
                       "from_store": result.from_store, **extra}, indent=2))
