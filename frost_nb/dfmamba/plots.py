@@ -6,8 +6,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..notebook.plotting import _finish
 from .data import COLUMNS
+
+
+def _finish(fig: plt.Figure, ax=None, **legend) -> plt.Figure:
+    if ax is not None:
+        ax.legend(fontsize=7, **legend)
+    fig.tight_layout()
+    return fig
 
 
 def plot_forecasts(examples: dict) -> plt.Figure:
