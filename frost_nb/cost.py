@@ -1,21 +1,12 @@
 """What a run will cost, said before it starts: parameters, FLOPs per image, memory and time per epoch.
 
-Everything comes from the config alone: the model is built on PyTorch's ``meta`` device, which
-holds shapes and no storage, so nothing the size of the run is allocated. FLOPs are torch's
-``FlopCounterMode`` count of one image's full-depth forward pass (``flops_per_image``, which
-``analysis.complexity`` uses too). Memory
-is the weights, their gradients and the optimiser's state (AdamW: two moments, SGD: one momentum),
-plus the tensors the training forward pass keeps for the backward pass (counted by
-``saved_tensors_hooks`` on the meta device, in fp32: an upper bound under bf16 autocast) and the
-training split, which the trainer keeps on the device as uint8; a student (``loss.teacher``) adds its
-frozen teacher's weights and the states and logits of one batch its loss reads, and the teacher's
-forward pass on every training batch to the time. The time per epoch scales the
-training FLOP rate measured on this kind of machine (``benchmarks/train_throughput.py --metrics``,
-``outputs/metrics/bench_train_throughput*.json``) to the run's FLOPs: a best case, alone on the
-machine; beside other work a run takes longer (docs/scaling.md).
-
-``refuse_if_too_big`` stops a run whose estimate exceeds the memory the device has free, with one
-line, before the trainer allocates anything (``runs.train_or_load`` calls both).
+From the config alone, on PyTorch's ``meta`` device (shapes, no storage). FLOPs: torch's
+``FlopCounterMode`` count of one image's full-depth forward pass. Memory: weights, gradients, optimiser
+state, the tensors the forward pass keeps for the backward pass (``saved_tensors_hooks``, fp32: an upper
+bound under bf16), the device-resident training split, and a student's teacher. Time per epoch: the
+training FLOP rate measured on this kind of machine (``outputs/metrics/bench_train_throughput*.json``)
+scaled to the run, a best case alone on the machine (docs/scaling.md). ``refuse_if_too_big`` stops a
+run that would not fit the free memory before anything is allocated.
 """
 
 from __future__ import annotations

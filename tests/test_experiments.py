@@ -354,22 +354,6 @@ def test_strength_row_of_a_smoke_run():
         strength_row(ref, ref)  # the reference has no probes
 
 
-def test_loss_strength_figure_shows_every_family_and_the_collapse_counts():
-    import matplotlib.pyplot as plt
-
-    from frost_nb.notebook.plotting import plot_loss_strength
-
-    rows = [{"model": m, "lambda_rel": rel, "lambda_abs": a, "collapsed": (m == "vanilla" and s < 2),
-             "step_cosine_profile": [0.1 * s - 0.05, 0.2, -0.1]}
-            for m in ("vanilla", "frost") for rel, a in ((1.0, 0.1), (0.0, 3.0)) for s in range(3)]
-    fig = plot_loss_strength(rows)
-    axes = fig.axes
-    assert [ax.get_title() for ax in axes] == ["vanilla", "frost", "seeds collapsed"]
-    assert len(axes[0].get_lines()) == 2 + 1  # two strengths and the zero line
-    assert sorted(t.get_text() for t in axes[2].texts) == ["0/3", "0/3", "2/3", "2/3"]  # vanilla: 2 seeds each
-    plt.close(fig)
-
-
 def test_families_under_the_adopted_reading_share_the_task_only_baselines():
     from frost_nb.repro.grids import DECISIVE_STRENGTH, bundle_of, strength_label
 

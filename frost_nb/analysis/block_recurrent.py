@@ -1,24 +1,16 @@
 """The block-recurrent rewrite of a trained ``vanilla`` model, after Raptor (Jacobs et al., "Block-Recurrent
 Dynamics in Vision Transformers", arXiv 2512.19941): docs/method.md section 16.
 
-A student has k distinct branches, each applied over a contiguous range of the teacher's T steps
-(``model.branch_steps``; the same depth and compute). The ranges come from the teacher's step
+A student has k distinct branches, each over a contiguous range of the teacher's T steps
+(``model.branch_steps``). The ranges maximise, over contiguous splits R_1 .. R_k of the teacher's step
 similarity on the held-out split,
 
     S[s, t] = mean over samples of cos(GAP(h_s), GAP(h_t)),  s, t = 1..T       # eq. (sim)
-
-(``trajectories.similarity_matrix`` without h_0), as the contiguous split R_1 .. R_k that maximises
-
     J = sum_j (1 / |R_j|) sum_{s, t in R_j} S[s, t]                             # eq. (ranges)
 
-found exactly by dynamic programming over the T steps. T - J is the scatter of the unit pooled states
-about their range's mean, averaged over samples: the split is the exact k-segmentation of the
-trajectory (Fisher's), which neither rewards singletons nor forces equal ranges. Equal ranges
-(``equal_ranges``) are the control. Training (``loss.teacher``) is ``training.build_trainer``'s; what
-is read after it (``summary``): the accuracy recovered, the gain over the same k trained from scratch
-(one control per k, at the first seed), and the per-step state similarity to the teacher; claim 19's
-controls (``run_kind``: a warm start on the task loss alone, Raptor's schedule) read beside on request;
-``against_k`` and ``ranges_table`` are notebook 10's read-out of them.
+found exactly by dynamic programming (Fisher's k-segmentation of the unit pooled states); equal
+ranges (``equal_ranges``) are the control. ``summary``, ``against_k`` and ``ranges_table`` read the
+students out for notebook 10.
 """
 
 from __future__ import annotations
@@ -160,14 +152,11 @@ def _steps(cfg: RunConfig) -> str:
 
 def summary(results: dict, split: str = "test", max_samples: int | None = None,
             kinds: tuple[str, ...] = ("student",)) -> pd.DataFrame:
-    """One row per run among ``results`` whose ``run_kind`` is in ``kinds`` (label -> TrainResult,
-    ``grids.load_runs`` of the ``block-recurrent`` grid), by k then seed: its kind, ranges, test accuracy,
-    its teacher's (from the teacher run's metrics), ``recovered`` (student over teacher), the
-    from-scratch control among ``results`` (the same k, data set, size and epochs, no teacher; preferred
-    in turn: the student's ranges, its seed, the lowest seed; ``recurrent`` for k = 1), its accuracy,
-    ranges and seed (``scratch_*``) and ``gain`` over it, and ``state_match`` on ``split``; ``key`` is
-    the student's stored run (``runs.run_name``)
-    (``state_cosine`` and ``state_error`` per step, their means, the last step's cosine)."""
+    """One row per run among ``results`` (label -> TrainResult of the ``block-recurrent`` grid) whose
+    ``run_kind`` is in ``kinds``, by k then seed: ranges, test accuracy, its teacher's, ``recovered``
+    (student over teacher), the from-scratch control of the same k (preferring the student's ranges, then
+    its seed, then the lowest; ``recurrent`` for k = 1) as ``scratch_*`` and ``gain`` over it, and
+    ``state_match`` on ``split``; ``key``, the student's stored run."""
     rows, teachers = [], {}
     # from scratch: no teacher, and not one branch per step (the teachers themselves)
     scratch = [r for r in results.values() if r.config.loss.teacher is None
@@ -208,13 +197,9 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None,
 
 # ---------------------------------------------------------------- the read-out against k
 def against_k(table: pd.DataFrame) -> pd.DataFrame:
-    """``summary``'s students by k: how many (``students``, one per teacher seed), the mean over them of
-    ``accuracy``, ``teacher_accuracy``, ``recovered``, ``scratch_accuracy``, ``gain`` and
-    ``state_cosine_mean``, the sample standard deviation (ddof = 1; NaN for one student) of
-    ``recovered`` and ``gain``, the seeds of the controls the gains are over (``scratch_seeds``), and the
-    per-step ``state_cosine`` averaged over the students. With one control for several students (the
-    grid trains one per k), ``gain_sd`` is the students' spread alone, not the control's seed noise. A
-    student without its accuracy or its teacher's is refused: a mean over fewer seeds than counted."""
+    """``summary``'s students by k: their number, the means of their accuracies, ``recovered``, ``gain``
+    and state cosine (per step too), the sample sd (ddof = 1) of ``recovered`` and ``gain`` (one control
+    per k: the students' spread alone) and the controls' seeds. A student lacking an accuracy is refused."""
     rows = []
     for k, group in table.groupby("k", sort=True):
         if group["recovered"].isna().any():

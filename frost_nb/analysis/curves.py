@@ -1,9 +1,6 @@
-"""Accuracy against mean depth, read off cached full-depth passes (no model call): ``curve``, the
-one computation and table shape (``CURVE_COLUMNS``) for FROST's quantiles, a fixed depth and any
-rule of ``halting_rules`` (docs/method.md sections 8 and 10), the references (the oracle, the
-label-free ceiling, random exits of a rule's own depths), readings at matched depth, and the gain
-over a fixed depth split into spread and ranking (``halting_rules.gain_split``).
-"""
+"""Accuracy against mean depth off cached full-depth passes (docs/method.md sections 8 and 10):
+``curve``, one table shape (``CURVE_COLUMNS``) for FROST's quantiles, a fixed depth and every rule;
+the references; readings at matched depth; the gain over a fixed depth split (``gain_split``)."""
 
 from __future__ import annotations
 
@@ -107,33 +104,30 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
-def _reference(name: str, depths: np.ndarray, acc: np.ndarray, model: str, source: str):
-    order = np.argsort(depths, kind="stable")
+def _reference(name: str, test: FullDepthPass, accuracy_at, point: float, model: str, per_step: int,
+               source: str):
+    """A reference curve on ``test`` at mean depths 1, 1 + 1/per_step, ..., T and at its own ``point``."""
+    depths = np.append(np.linspace(1.0, test.steps, per_step * (test.steps - 1) + 1), point)
+    acc = accuracy_at(depths)
     rows = [{"rule": name, "model": model, "quantile": math.nan, "threshold": math.nan,
              "val_mean_depth": math.nan, "val_accuracy": math.nan, "mean_depth": float(depths[i]),
              "std_depth": math.nan, "accuracy": float(acc[i]), "random_accuracy": math.nan, "source": source}
-            for i in order]
+            for i in np.argsort(depths, kind="stable")]
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
 def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 16):
-    """The oracle's upper bound (a sample counts as right if any step is right) on test at mean
-    depths 1, 1 + 1/per_step, ..., T, and its own point."""
+    """The oracle's upper bound (a sample counts as right if any step is right) and its own point."""
     correct = test.correct
-    steps = correct.shape[1]
-    point = _read(oracle_exits(correct), correct)[0]  # on the bound's flat end
-    depths = np.append(np.linspace(1.0, steps, per_step * (steps - 1) + 1), point)
-    return _reference(ORACLE, depths, oracle_accuracy_at(correct, depths), model,
-                      "an upper bound: any step correct, the earliest correct step")
+    return _reference(ORACLE, test, lambda d: oracle_accuracy_at(correct, d), _read(oracle_exits(correct), correct)[0],
+                      model, per_step, "an upper bound: any step correct, the earliest correct step")
 
 
 def settled_curve(test: FullDepthPass, model: str = "", per_step: int = 16):
-    """The label-free ceiling (``settled_ceiling_at``) on test at mean depths 1, 1 + 1/per_step, ..., T,
-    and the depth where every sample stops as its prediction settles for good (full-depth accuracy)."""
-    steps = test.steps
-    point = settled_exits(test.preds).double().mean().item()
-    depths = np.append(np.linspace(1.0, steps, per_step * (steps - 1) + 1), point)
-    return _reference(SETTLED, depths, settled_ceiling_at(test.preds, test.y, depths), model,
+    """The label-free ceiling (``settled_ceiling_at``) and the depth where every sample stops as its
+    prediction settles for good (full-depth accuracy)."""
+    return _reference(SETTLED, test, lambda d: settled_ceiling_at(test.preds, test.y, d),
+                      settled_exits(test.preds).double().mean().item(), model, per_step,
                       "label-free ceiling: stop where the prediction has settled for good")
 
 
@@ -185,10 +179,8 @@ def summarise_sweeps(tables: dict[Any, Any]):
 
 def versus_fixed_depth(sweep, fixed, rival=None, rival_name: str = "rival"):
     """Each row of a FROST curve beside the fixed-depth curve read at its mean depth (``read_at``):
-    ``gain`` > 0 where halting beats stopping everyone at once, split (with the curve's
-    ``random_accuracy``) into ``spread`` = random exits of its depths - fixed and ``ranking`` = its
-    accuracy - those random exits. With ``rival`` (another rule's
-    curve), its accuracy there and the gain over it (``<rival_name>_accuracy``, ``gain_over_<rival_name>``)."""
+    ``gain``, with the curve's ``random_accuracy`` split into ``spread`` and ``ranking`` (``gain_split``);
+    with ``rival`` (another rule's curve), ``<rival_name>_accuracy`` and ``gain_over_<rival_name>``."""
     table = sweep[["quantile", "mean_depth", "accuracy"]].copy()
     table["fixed_depth_accuracy"] = read_at(fixed, table["mean_depth"])
     random = sweep["random_accuracy"].to_numpy() if "random_accuracy" in sweep else None
@@ -239,10 +231,9 @@ def side_by_side(groups: dict[str, dict[Any, Any]], rivals: dict[str, dict[Any, 
 
 
 def split_summary(curves, steps: int, depths: Sequence[float] | None = None):
-    """Each rule's gain over a fixed depth split into spread and ranking, matched by mean depth: per
-    (model, rule) of ``curves`` (``model_curves`` tables) its accuracy and its random exits' read at
-    the mean ``depths`` (default the whole steps 2..T-1) that it reaches (never extended), against the
-    fixed-depth curve there; the means over those depths, and how many there were (``depths``)."""
+    """Per (model, rule) of ``curves`` (``model_curves`` tables), ``gain_split`` of its curve and its random
+    exits against the fixed depth, read at the mean ``depths`` (default 2..T-1) it reaches (never
+    extended): the means over those depths, and how many there were."""
     depths = np.arange(2.0, steps) if depths is None else np.asarray(depths, dtype=float)
     rows = []
     for (model, rule), part in curves.groupby(["model", "rule"], sort=False):
@@ -268,19 +259,14 @@ def share(part: float, whole: float) -> float:
 
 def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], rule: str = FROST,
                   budgets: Sequence[float] | None = None):
-    """One row per model of ``curves`` (``model_curves`` tables) for one ``rule`` (FROST's: its score
-    at the calibrated quantiles). Each area is the mean accuracy over the mean depths the rule
-    reaches (``curve_auc``, never extended). Against the oracle (any step correct), over the rule's
-    depths: ``auc``, ``fixed_auc``, ``oracle_auc`` and ``closed``, the share of the gap closed
-    (at most 1: the oracle bounds every exit assignment; above it is a bug, and raises).
-    Claim 16's restated targets (docs/method.md section 14): ``ranking`` and ``spread``, the means over
-    the budgets (a quantile rule's ``budgets``, default ``quantiles``; another rule's points strictly
-    between depths 1 and T) of its accuracy - random exits of its depths and of those - a fixed
-    depth (each share NaN where its gap is 0: ``share``); ``depth_within`` and ``fixed_depth_within``, the mean depth each needs to come within
-    WITHIN of full-depth accuracy, ``steps_saved`` their difference; ``settled_depth``, where the
-    label-free ceiling reaches full-depth accuracy, and ``closed_settled``, the share of the gap from
-    a fixed depth to that ceiling the rule closes over its depths up to ``settled_depth``. Also
-    ``gap_q<q>`` (gain at each of ``quantiles``, Table 2's but q = 1), ``worst_gap`` and ``mean_gain``."""
+    """One row per model of ``curves`` (``model_curves`` tables) for ``rule``; areas are ``curve_auc`` over
+    the depths the rule reaches. ``closed``: the share of the fixed-depth-to-oracle gap closed (above 1
+    is a bug, and raises). Claim 16's targets (docs/method.md section 14): ``ranking`` and ``spread``
+    (``versus_fixed_depth``), means over the budgets (a quantile rule's ``budgets``, default
+    ``quantiles``; another rule's points between depths 1 and T); ``steps_saved``, the fixed depth's
+    minus the rule's ``depth_within`` (WITHIN of full depth); ``closed_settled``, the share of the gap
+    to the label-free ceiling closed up to its ``settled_depth``. Shares are NaN where the gap is 0
+    (``share``). Also ``gap_q<q>`` per quantile, ``worst_gap`` and ``mean_gain``."""
     rows = []
     for model, part in curves.groupby("model", sort=False):
         own, fixed, oracle, settled = (part[part["rule"] == name] for name in (rule, FIXED, ORACLE, SETTLED))
@@ -321,11 +307,10 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
 
 # ---------------------------------------------------------------- what the score knows
 def settled_summary(passes: dict[Any, FullDepthPass], steps_shown: Sequence[int] | None = None):
-    """Per model (label -> its test pass): full-depth accuracy; ``settled_depth``, the mean step from
-    which the predictions have settled for good (where the label-free ceiling reaches full depth);
-    a fixed depth's accuracy there; and the AUROC of the halting score and of the confidence for
-    "settled for good by t", their means over t < T weighted by the samples not yet settled
-    (``halting_rules.settled_auroc``). Returns (summary, per-step AUROC table)."""
+    """Per model (label -> its test pass): full-depth accuracy, ``settled_depth`` (the mean step from which
+    predictions have settled for good), a fixed depth's accuracy there, and the AUROC of the halting
+    score and of the confidence for "settled for good by t" (``settled_auroc``). Returns (summary,
+    per-step AUROC table)."""
     from .halting_rules import confidence_signal, fixed_accuracy_at, settled_auroc
 
     rows, per_step = [], []
@@ -369,21 +354,22 @@ def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], gr
     return pd.concat(parts, ignore_index=True)
 
 
-def bootstrap_area_gap(test: FullDepthPass, own: tuple[Rule, Sequence[float]], rival: tuple[Rule, Sequence[float]],
-                       steps: int, window: tuple[float, float] = (1.0, math.inf), draws: int = 500,
-                       seed: int = 0) -> tuple[float, float, float]:
-    """Test-set noise of one model's area gap: the area of rule ``own`` minus ``rival``'s (each a
-    (rule, thresholds) pair; their exits on ``test`` held fixed) over the depths both reach within
-    ``window``, on ``draws`` resamples of the test images with replacement. Returns the estimate on
-    the test split and the 2.5% and 97.5% percentiles (a 95% percentile interval)."""
-    n = len(test)
-
-    def read(rule: Rule, thresholds: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-        shift, signal = (0.5 if rule is FIXED_RULE else 0.0), rule.signal(test)
-        exits = torch.stack([rule_exits(rule, signal, float(t) - shift) for t in thresholds])  # (J, N)
-        return exits.double().numpy(), test.correct.gather(1, (exits - 1).T).T.double().numpy()
-
-    parts = [read(*own), read(*rival)]
+def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, model: str, steps: int,
+                       rule: str = FROST, draws: int = 500, seed: int = 0) -> dict[str, Any]:
+    """Test-set noise of one model's area gap: ``rule``'s area minus its best rival's (``summary``'s
+    ``table``: the largest area but the references'), over the table's window, with the thresholds of
+    ``curves`` (the settled probe fitted again on ``val``) and the exits on ``test`` held fixed, on
+    ``draws`` resamples of the test images: the estimate and its 95% percentile interval."""
+    own = table[table["model"] == model].set_index("rule")
+    rival = own["auc"].drop([rule, *REFERENCES], errors="ignore").idxmax()
+    named = {FIXED: FIXED_RULE, PROBE: fit_settled_probe(val) if rival == PROBE else None, **RULES}
+    window = (float(own["window_lo"].iloc[0]), float(own["window_hi"].iloc[0]))
+    n, parts = len(test), []
+    for r in (rule, rival):
+        shift, signal = (0.5 if named[r] is FIXED_RULE else 0.0), named[r].signal(test)
+        thresholds = curves[(curves["model"] == model) & (curves["rule"] == r)]["threshold"].to_numpy()
+        exits = torch.stack([rule_exits(named[r], signal, float(t) - shift) for t in thresholds])  # (J, N)
+        parts.append((exits.double().numpy(), test.correct.gather(1, (exits - 1).T).T.double().numpy()))
 
     def gap(w: np.ndarray) -> float:  # w (N,): each image's share of the resample
         curves = [pd.DataFrame({"mean_depth": depth @ w, "accuracy": hit @ w}) for depth, hit in parts]
@@ -393,23 +379,9 @@ def bootstrap_area_gap(test: FullDepthPass, own: tuple[Rule, Sequence[float]], r
 
     g = np.random.default_rng(seed)
     values = [gap(np.bincount(g.integers(0, n, n), minlength=n) / n) for _ in range(draws)]
-    return gap(np.full(n, 1.0 / n)), float(np.nanpercentile(values, 2.5)), float(np.nanpercentile(values, 97.5))
-
-
-def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, model: str, steps: int,
-                       rule: str = FROST, draws: int = 500) -> dict[str, Any]:
-    """``bootstrap_area_gap`` of ``rule`` against the best other rule of one model (``summary``'s
-    ``table``: the largest area but the references'), over the table's window, with the thresholds
-    of ``curves``; the settled probe is fitted again on ``val`` (deterministic). For a row decided on
-    one trained model: how much of the gap is test-set noise."""
-    own = table[table["model"] == model].set_index("rule")
-    rival = own["auc"].drop([rule, *REFERENCES], errors="ignore").idxmax()
-    named = {FIXED: FIXED_RULE, PROBE: fit_settled_probe(val) if rival == PROBE else None, **RULES}
-    pair = [(named[r], curves[(curves["model"] == model) & (curves["rule"] == r)]["threshold"].to_numpy())
-            for r in (rule, rival)]
-    window = (float(own["window_lo"].iloc[0]), float(own["window_hi"].iloc[0]))
-    gap, lo, hi = bootstrap_area_gap(test, pair[0], pair[1], steps, window, draws)
-    return {"model": model, "rule": rule, "rival": rival, "gap": gap, "low": lo, "high": hi, "draws": draws}
+    return {"model": model, "rule": rule, "rival": rival, "gap": gap(np.full(n, 1.0 / n)),
+            "low": float(np.nanpercentile(values, 2.5)), "high": float(np.nanpercentile(values, 97.5)),
+            "draws": draws}
 
 
 # ---------------------------------------------------------------- stored by column

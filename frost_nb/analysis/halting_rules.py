@@ -1,15 +1,7 @@
-"""Halting rules of related work, applied to the same trained models (docs/method.md section 10,
-notebook 07), offline on a ``training.FullDepthPass`` or online (``OnlineRule``). A signal
-undefined at a step is NaN there and never fires (nor counts as a hit): the second-order steps
-and the KL at t = 1, a relative step of a state of norm 0 (0 / 0; x / 0 is +inf, never "< eps").
-
-Three references beside the rules (docs/method.md section 10), none of them a rule one could run:
-the oracle (``oracle_accuracy_at``: a sample counts as right if any step is right, an upper bound
-of every exit assignment), the label-free ceiling (``settled_ceiling_at``: each sample stops where
-its prediction has settled for good on its final one, so it returns the final answer), and random
-exits with a rule's own depth histogram (``random_exit_accuracy``), which split a rule's gain over
-a fixed depth into spread (how its exits spread over depths) and ranking (which samples it stops
-where). ``settled_auroc`` asks whether a score knows when a prediction has settled.
+"""Halting rules of related work (docs/method.md section 10, notebook 07), offline on a
+``training.FullDepthPass`` or online (``OnlineRule``), and the references beside them: the oracle, the
+label-free ceiling and random exits of a rule's own depths (``gain_split``). A signal undefined at a
+step (the second-order steps and the KL at t = 1, 0 / 0) is NaN there and never fires.
 """
 
 from __future__ import annotations
@@ -132,10 +124,9 @@ def _norms(v: Tensor) -> Tensor:
 
 
 class OnlineRule:
-    """A rule of ``RULES`` applied while ``halting.adaptive_predict(rule=...)`` or ``stream_predict`` runs
-    (docs/method.md section 10): step t's signal on the rows still running, from h_t, the readout and a
-    per-row memory (``ONLINE``), against ``threshold`` as in ``rule_exits`` (NaN never fires). Each row
-    has its own step index t; with ``hits`` > 1 the memory also counts each row's consecutive hits."""
+    """A rule of ``RULES`` applied while ``halting.adaptive_predict(rule=...)`` or ``stream_predict`` runs:
+    step t's signal on the rows still running from h_t, the readout and a per-row memory (``ONLINE``),
+    against ``threshold`` as in ``rule_exits``; with ``hits`` > 1 the memory counts consecutive hits."""
 
     def __init__(self, rule: Rule | str, threshold: float):
         name = rule if isinstance(rule, str) else rule.name
@@ -266,11 +257,8 @@ def oracle_accuracy_at(correct: Tensor, depths: Sequence[float] | np.ndarray) ->
 
 
 def random_exit_accuracy(correct: Tensor, exits: Tensor) -> float:
-    """The exact expected accuracy of random exits with the depth histogram of ``exits``: each sample
-    stops at a depth drawn from that histogram, whatever the sample, sum_d p_d acc(d), with p_d the
-    share of ``exits`` equal to d and acc(d) the mean of ``correct[:, d - 1]``. ``correct`` (N, T)
-    bool, ``exits`` (N,) int in 1..T. Against a fixed depth at the same mean depth it measures the
-    spread of the exits; a rule's own accuracy against it, its ranking of the samples."""
+    """The exact expected accuracy of random exits with the depth histogram of ``exits`` (N,) in 1..T:
+    sum_d p_d acc(d), p_d the share of exits at d, acc(d) the mean of ``correct[:, d - 1]``."""
     n, steps = correct.shape
     if exits.shape != (n,) or exits.dtype.is_floating_point:
         raise ValueError(f"exits must be ({n},) integer steps, got {tuple(exits.shape)} {exits.dtype}")
@@ -367,9 +355,6 @@ def settled_auroc(scores: Tensor, preds: Tensor) -> tuple[np.ndarray, float]:
 
 
 # ---------------------------------------------------------------- a rule of ours: the settled probe
-PROBE_FEATURES = ("step", "run", "confidence", "margin", "kl", "score")
-
-
 def probe_features(traj: FullDepthPass) -> Tensor:
     """(N, T, 6) what a label-free probe sees at step t: t / T, the run of the prediction
     (``patience_signal`` / T), the top softmax probability, the top-two margin, the KL to the
@@ -434,11 +419,9 @@ def common_window(curves: Sequence, steps: int) -> tuple[float, float]:
 
 
 def curve_auc(curve, steps: int, window: tuple[float, float] | None = None) -> float:
-    """Mean accuracy over mean depths ``window`` (default 1..T): the area under the curve, its points
-    in order of depth joined by straight lines (points at one depth averaged, as ``curves.read_at``),
-    divided by the window's width. Never extended: NaN when the curve does not reach the whole window
-    (compare curves over the depths each reaches, ``common_window``; an extended curve can pass the
-    oracle's). A window of one depth gives the curve's accuracy there."""
+    """Mean accuracy over mean depths ``window`` (default 1..T): the area under the curve's points joined
+    by straight lines (as ``curves.read_at``) over the window's width. Never extended: NaN when the curve
+    does not reach the whole window (``common_window``). A window of one depth: the accuracy there."""
     if steps < 2:
         raise ValueError(f"steps={steps}: the depth range 1..T needs T >= 2")
     lo, hi = (1.0, float(steps)) if window is None else (float(window[0]), float(window[1]))
@@ -466,11 +449,9 @@ def depth_to_reach(curve, target: float) -> float:
 
 
 def summary(curves, steps: int):
-    """One row per (rule, model): ``auc``, the mean accuracy over the mean depths that every rule of
-    the model reaches (``common_window`` of its rules and fixed depth; ``window_lo``..``window_hi``),
-    the references over the same window; ``random_auc``, that of random exits with the rule's own
-    depths (a rule's ``random_accuracy``; its area minus fixed depth's is the spread, ``auc`` minus it
-    the ranking); ``depth_at_99pct``, the depth reaching 99% of the model's full-depth accuracy."""
+    """One row per (rule, model): ``auc`` over the mean depths every rule of the model reaches
+    (``common_window``: ``window_lo``..``window_hi``), ``random_auc`` of its random exits, and
+    ``depth_at_99pct``, the depth reaching 99% of the model's full-depth accuracy."""
     full = curves[(curves["rule"] == FIXED) & (curves["mean_depth"] == steps)]
     full = dict(zip(full["model"], full["accuracy"]))
     rows = []

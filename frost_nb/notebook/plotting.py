@@ -286,35 +286,14 @@ def plot_complexity_ratios(table, title: str = "") -> plt.Figure:
     return _finish(fig, title=title or "cost relative to vanilla (same backbone)")
 
 
-def _model_panels(models, lines, height: float, title: str) -> plt.Figure:
-    """Test accuracy against mean depth, one panel per model, each line from ``lines(model)``:
-    (rows with mean_depth and accuracy, label, plot style); one legend for every panel."""
-    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), height), sharey=True, squeeze=False)
-    for ax, model in zip(axes[0], models):
-        for part, label, style in lines(model):
-            part = part.sort_values("mean_depth", kind="stable")
-            ax.plot(part["mean_depth"], part["accuracy"], label=label, **style)
-        ax.set(title=model, xlabel="mean depth (steps)")
-    axes[0][0].set(ylabel="test accuracy")
-    handles = {}
-    for ax in axes[0]:
-        for h, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, h)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.legend(handles.values(), handles.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    return fig
-
-
 FIXED_STYLE, ORACLE_STYLE = dict(ls="--", color="k", lw=1), dict(ls=":", color="grey", lw=1)
 SETTLED_STYLE = dict(ls="-.", color="grey", lw=1)
 
 
 def plot_rule_curves(curves, fixed, oracle, title: str = "", settled=None, random_of: str | None = "frost") -> plt.Figure:
-    """Accuracy against mean depth of every halting rule (``curves.curve`` tables), one
-    panel per model: a line per rule, the fixed-depth curve (all samples stop at step t,
-    dashed), the oracle's bound (any step correct, dotted), the label-free ceiling (``settled``,
-    dash-dot) and random exits with rule ``random_of``'s own depths (thin, in its colour)."""
+    """Accuracy against mean depth of every halting rule (``curves.curve`` tables), one panel per model:
+    a line per rule, the fixed depth (dashed), the oracle's bound (dotted), the label-free ceiling
+    (``settled``, dash-dot) and random exits with rule ``random_of``'s own depths (thin); one legend."""
     colours = {rule: f"C{i}" for i, rule in enumerate(dict.fromkeys(curves["rule"]))}
 
     def lines(model):
@@ -328,8 +307,20 @@ def plot_rule_curves(curves, fixed, oracle, title: str = "", settled=None, rando
         if settled is not None:
             yield settled[settled["model"] == model], "label-free ceiling (settled)", SETTLED_STYLE
 
-    return _model_panels(list(dict.fromkeys(curves["model"])), lines, 3.6,
-                         title or "halting rules: accuracy against mean depth")
+    models = list(dict.fromkeys(curves["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.6), sharey=True, squeeze=False)
+    handles = {}
+    for ax, model in zip(axes[0], models):
+        for part, label, style in lines(model):
+            part = part.sort_values("mean_depth", kind="stable")
+            ax.plot(part["mean_depth"], part["accuracy"], label=label, **style)
+        ax.set(title=model, xlabel="mean depth (steps)")
+        handles.update((lab, h) for h, lab in zip(*ax.get_legend_handles_labels()) if lab not in handles)
+    axes[0][0].set(ylabel="test accuracy")
+    fig.suptitle(title or "halting rules: accuracy against mean depth")
+    fig.tight_layout()
+    fig.legend(handles.values(), handles.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
 
 
 def plot_gain_split(split, auroc, title: str = "", curves=None) -> plt.Figure:
@@ -409,59 +400,6 @@ def plot_collapse(table, title: str = "") -> plt.Figure:
         ax.set_xticks(range(len(families)), families)
         ax.legend(fontsize=7)
     return _finish(fig, title=title or "the ranking losses on the non-fractal families")
-
-
-def plot_head_refit(curves, title: str = "") -> plt.Figure:
-    """Test accuracy against mean depth, one panel per frozen backbone: the trained halting head,
-    each refitted head (``head_refit.HEADS``), confidence, fixed depth (dashed) and the oracle's
-    bound (dotted). ``curves``: ``head_refit.refit_curves`` rows of every backbone."""
-    rules = [r for r in dict.fromkeys(curves["rule"]) if r not in ("fixed depth", "oracle")]
-    styles = {**{r: dict(marker="o", ms=2, lw=1, color=f"C{i}") for i, r in enumerate(rules)},
-              "fixed depth": FIXED_STYLE, "oracle": ORACLE_STYLE}
-
-    def lines(model):
-        for rule in styles:
-            part = curves[(curves["model"] == model) & (curves["rule"] == rule)]
-            if len(part):
-                yield part, rule, styles[rule]
-
-    return _model_panels(list(dict.fromkeys(curves["model"])), lines, 3.4,
-                         title or "halting heads refitted on frozen backbones")
-
-
-def plot_loss_strength(runs: list[dict], title: str = "") -> plt.Figure:
-    """Experiment (c): per family, the per-step gradient conflict (Definition D.1: cosine of the
-    task gradient with step t's own ranking gradient, late-training probes) against the step, one
-    line per loss strength (mean over seeds); and, per family and strength, the seeds collapsed.
-    ``runs``: ``fidelity.strength_row`` rows."""
-    families = list(dict.fromkeys(r["model"] for r in runs))
-    strengths = sorted({(r["lambda_rel"], r["lambda_abs"]) for r in runs})
-    names = [f"abs {a:g} only" if rel == 0 else f"rel {rel:g} abs {a:g}" for rel, a in strengths]
-    fig, axes = plt.subplots(1, len(families) + 1, figsize=(3.3 * (len(families) + 1), 3.3), squeeze=False)
-    for ax, family in zip(axes[0], families):
-        for i, (strength, name) in enumerate(zip(strengths, names)):
-            rs = [r for r in runs if r["model"] == family and (r["lambda_rel"], r["lambda_abs"]) == strength]
-            if rs:
-                profile = np.mean([r["step_cosine_profile"] for r in rs], axis=0)
-                ax.plot(np.arange(1, len(profile) + 1), profile, marker="o", ms=2, lw=1, color=f"C{i}", label=name)
-        ax.axhline(0, color="k", lw=0.6)
-        ax.set(title=family, xlabel="step t", ylim=(-1, 1))
-    axes[0][0].set(ylabel="cos(task grad, step-t ranking grad)")
-    axes[0][0].legend(fontsize=6)
-    ax = axes[0][-1]
-    grid = np.full((len(families), len(strengths)), np.nan)
-    for r in runs:
-        i, j = families.index(r["model"]), strengths.index((r["lambda_rel"], r["lambda_abs"]))
-        grid[i, j] = (0 if np.isnan(grid[i, j]) else grid[i, j]) + bool(r["collapsed"])
-    seeds = max(sum(1 for r in runs if r["model"] == families[0] and
-                    (r["lambda_rel"], r["lambda_abs"]) == strengths[0]), 1)
-    ax.imshow(grid, cmap="Reds", vmin=0, vmax=seeds, aspect="auto")
-    for (i, j), v in np.ndenumerate(grid):
-        ax.text(j, i, "" if np.isnan(v) else f"{int(v)}/{seeds}", ha="center", va="center", fontsize=8)
-    ax.set(title="seeds collapsed", xticks=range(len(names)), yticks=range(len(families)))
-    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
-    ax.set_yticklabels(families, fontsize=8)
-    return _finish(fig, title=title or "halting-loss strength: per-step gradient conflict and collapse")
 
 
 def plot_stream_throughput(table, title: str = "") -> plt.Figure:

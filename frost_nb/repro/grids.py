@@ -1,22 +1,11 @@
 """The runs behind the analysis notebooks: named grids of configs, fixed before measuring.
 
 Every grid is a table ``label -> overrides of make_config`` (GRID_TABLES, one per bundle for
-BUNDLE_GRIDS) that ``grid`` makes configs of; notebooks train or load each run from the
-trained-model cache (``load_runs``), and the command line fills the cache ahead of time, in
-parallel shards (``python -m frost_nb grid hurst --shard 0/2``). The grids: ``families``
-(notebooks 02 and 03; the paper's Table 1 setting; ONCE labels at the first seed only); notebook
-04's ablations (``hurst``, ``loss``, ``update``, ``tuning``, ``conflict``, ``adopted``: each arm
-one change from its bundle's reference run, docs/results.md "The ablations of notebook 04");
-notebook 07's ``ponder`` and ``collapse``; the fidelity experiments' ``update_forms`` (b) and
-``loss_strength`` (c) (claims.EXPERIMENT_RULES; docs/fidelity.md); ``vit`` (the ViT family at a
-CPU-feasible budget); ``rank_frac`` (the size of the adopted, global ranking sets);
-``block-recurrent`` (vanilla rewritten with k branches, docs/method.md section 16: not a table, its
-ranges read off its trained teachers).
-
-The selection rule for ``tuning`` and ``update`` is fixed here, before any run: the score is
-the mean held-out accuracy over the quantile grid of Table 2 (each run's own calibrator),
-and a setting replaces the default only if it beats the reference by more than
-``ADOPT_MARGIN`` (in accuracy, a fraction) -- one seed per arm cannot resolve less.
+BUNDLE_GRIDS) that ``grid`` makes configs of; ``block-recurrent`` reads its ranges off its trained
+teachers (docs/method.md section 16). Notebooks load each run (``load_runs``); the command line
+trains them ahead, in shards (``python -m frost_nb grid hurst --shard 0/2``). The selection rule of
+``tuning`` and ``update``, fixed before any run: a setting replaces the default only if its mean
+held-out accuracy over Table 2's quantiles beats the reference's by more than ``ADOPT_MARGIN``.
 """
 
 from __future__ import annotations

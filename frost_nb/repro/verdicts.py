@@ -1,20 +1,10 @@
-"""The verdict tables: the paper's claims decided from the committed metrics files.
+"""The verdict tables: the paper's claims decided (``repro.claims``) from the committed metrics files.
 
-``frost_nb.repro.claims`` holds every rule; this module finds the numbers each rule needs in
-``outputs/metrics/`` and renders two tables from the same rows:
-
-- the README's, one row per claim of ``claims.CLAIMS`` (16), its decisive evidence (``summary_rows``;
-  ``_rank``: CIFAR-100 under the adopted bundle where such runs exist, else the best committed, named);
-- docs/results.md's, every row: every bundle, update form and data set (``verdict_rows``), and the
-  benchmark and extension claims (17 to 19).
-
-A metrics file's runs and their settings (bundle, update form, seed, ...) come from its ``provenance``
-(``frost_nb.repro.provenance``) and nowhere else; numbers whose run it does not name are left out. A
-missing file drops its rows; a damaged one (cut off, not JSON, lacking a field or a row a claim
-reads: ``MissingField``, ``MissingRow``) is a ``DamagedInput`` naming it and how to restore it, never a
-table without its rows; any other error in a claim's code surfaces as itself, a bug (inside
-``paths.skip_damaged()``, ``--skip-damaged``, that claim's rows are left out and the command says so). The
-command line: ``python -m frost_nb verdicts [--write | --check]`` (docs/testing.md).
+Two tables from the same rows: the README's, one row per claim of ``claims.CLAIMS``, its decisive
+evidence (``summary_rows``, ``_rank``); docs/results.md's, every row (``verdict_rows``). A file's runs and
+their settings come from its ``provenance`` alone. A damaged file (``MissingField``, ``MissingRow``) is a
+``DamagedInput`` naming it and its fix, never a table without its rows (``--skip-damaged``: left out,
+and said so); any other error is a bug and surfaces as itself.
 """
 
 from __future__ import annotations
