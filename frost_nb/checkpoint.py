@@ -78,13 +78,9 @@ def _torch_reason(err: BaseException) -> str:
 
 
 def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any]:
-    """A finished run's checkpoint dict without what only resuming needs, its per-step history
-    thinned to ``LEAN_STEP_POINTS`` evenly spaced steps (the first, the last, and those where alpha
-    and H reach their extremes, so the alpha tables read the same values).
-
-    ``weights="bfloat16"`` stores the floating-point weights rounded to bf16 (half the bytes),
-    marked ``weights``; ``load_model`` widens them back. The stored metrics stay those of the
-    float32 weights until the caller re-evaluates the rounded model (runs.export_run does)."""
+    """A finished run's checkpoint dict without what only resuming needs, its per-step history thinned
+    to ``LEAN_STEP_POINTS`` steps (the first, the last, and alpha's and H's extremes). ``weights="bfloat16"``
+    rounds the floating-point weights (``load_model`` widens them back; the metrics stay the caller's)."""
     if not state.get("complete"):
         raise CheckpointError("only a finished run can be exported lean (this one would need resuming)")
     if weights not in LEAN_WEIGHTS:

@@ -1,8 +1,5 @@
-"""Checks of what a user hands to the public entry points: raw numbers, images, data splits.
-
-Entry points call ``check_images`` or ``check_split`` once, the model's ``forward`` never (the check
-is a pass over the batch and a host sync). Integer images are refused, not converted: a ModelConfig
-does not name its data set. The number validators apply the config's own checks and messages.
+"""Checks of what a user hands to the public entry points: raw numbers, images, data splits. Entry
+points call them once, the model's ``forward`` never; integer images are refused, not converted.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Losses of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551) and of PonderNet (Banino et al.,
-2021), the baseline halting loss that replaces the ranking losses: docs/method.md sections 6.2
-(eq. (task), (rel), (abs), (total)) and 10 (eq. (ponder)); the gradient conflict of section 9.6;
-a block-recurrent student's match to its teacher, section 16 (eq. (state), (match)).
-
-Pure functions: no printing, no I/O, no state. Everything touching the halting score is computed
-from the logit in float32 (BCE with logits: the probability form is unstable and refused under
-bf16 autocast); PonderNet's loss in log space, so saturated logits give finite losses.
+"""Losses of FROST (Yu and Hwang, ICML 2026) and of PonderNet (Banino et al., 2021): docs/method.md
+sections 6.2 (eq. (task), (rel), (abs), (total)) and 10 (eq. (ponder)); the gradient conflict of 9.6; a
+block-recurrent student's match to its teacher, section 16 (eq. (state), (match)). Pure functions; the
+halting terms from the logit in float32 (BCE with logits), PonderNet's in log space.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
 
-Families, branches, heads: ``docs/method.md`` section 3; scaled operators, H and alpha: section 4;
-the update forms (``model.update``: a method each, chosen once per model from ``_UPDATES``): section 5;
-vanilla's generalisation to k branches, each over a range of steps (``model.branch_steps``): section 16.
-
-``A`` is a residual *branch only*; the update supplies the skip. The classifier reads
-``Linear(LayerNorm(r_t))``: the residual state is not normalised and grows with t, the
-LayerNorm makes every step's readout scale-free.
+Families, branches, heads: docs/method.md section 3; scaled operators, H and alpha: section 4; the
+update forms (``model.update``, chosen once per model from ``_UPDATES``): section 5; k branches over
+ranges of steps (``model.branch_steps``): section 16. ``A`` is a residual branch only (the update
+supplies the skip); the classifier reads ``Linear(LayerNorm(r_t))``, scale-free at every step.
 """
 
 from __future__ import annotations

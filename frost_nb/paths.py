@@ -1,12 +1,7 @@
-"""Folders of the project, resolved from the package location (never the working directory).
-
-Environment variables move them (each function names its own); ``FROST_OFFLINE=1`` refuses every
-download; smoke runs (``FROST_SMOKE=1``) write to a temporary folder unless ``FROST_OUTPUTS`` is set,
-never over the committed outputs.
-
-Every path read or written goes through one diagnosis, ``path_problem``, which ``check_writable``
-and ``check_readable`` raise before the work as one line naming the path, the cause and the fix,
-and ``atomic_path`` when a write fails anyway. Nothing here raises ``PermissionError``.
+"""Folders of the project, resolved from the package location (never the working directory), moved by
+environment variables (each function names its own); ``FROST_OFFLINE=1`` refuses every download; smoke
+runs write to a temporary folder. Every path goes through one diagnosis, ``path_problem``, raised before
+the work as one line naming the path, the cause and the fix (``check_writable``, ``check_readable``).
 """
 
 from __future__ import annotations

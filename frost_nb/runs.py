@@ -341,13 +341,10 @@ def run_name(checkpoint: str | os.PathLike | None) -> str | None:
 
 def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None = None, *,
                weights: str = "float32") -> Path:
-    """Copy the finished local run folder ``source``, lean, into ``target_root/<same name>`` (default
-    ``outputs/runs/``, what gets committed), regenerate the index there; return the new folder.
-    Every file it reads (the run's three, the runs already there) is read before the first write:
-    a damaged one stops it with the target untouched. ``weights="bfloat16"`` stores the weights
-    rounded (``lean_state``) and the test metrics of those stored weights, evaluated here (the float32
-    weights' accuracy kept beside them as ``test_accuracy_float32_weights``), unless the run holds
-    them rounded already (scripts/gpu.py fetch --commit stores it so): its metrics are theirs."""
+    """Copy the finished run folder ``source``, lean, into ``target_root/<same name>`` (default
+    ``outputs/runs/``) and regenerate the index there, everything read before the first write; return
+    the new folder. ``weights="bfloat16"`` stores the weights rounded (``lean_state``) with the test
+    metrics of those weights (the float32 ones' accuracy kept as ``test_accuracy_float32_weights``)."""
     source = Path(source).resolve()
     if missing := [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]:
         raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "

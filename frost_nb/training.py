@@ -1,14 +1,9 @@
 """The training loop: final-step task loss plus the ranking halting losses (docs/method.md section 6),
-or PonderNet's loss (``loss.ponder``, section 10); API and reporting: docs/architecture.md,
-"Training" and "Multi-process training".
+or PonderNet's loss (section 10); API, checkpoints and reporting: docs/architecture.md, "Training".
 
-No framework: a plain loop over device-resident batches; a checkpoint every epoch (atomic, checked
-before any work, rescued to the temporary folder when the write is refused), and every
-``MID_EPOCH_SECONDS`` within a long epoch too (one process, in-memory data); a NaN guard that stops
-before the last good checkpoint is touched; per optimiser step, the data of the paper's figures 1
-(alpha) and 2 (halting scores, median threshold). Inside an epoch nothing waits for the device: each
-step's numbers and halting scores stay there and are read once, at the epoch's end (the training
-forward pass is compiled with torch.compile on CUDA).
+No framework: a plain loop over device-resident batches that never waits for the device inside an
+epoch (each step's numbers are read once, at its end, where the NaN guards run); a checkpoint every
+epoch and every ``MID_EPOCH_SECONDS`` of a long one; per optimiser step, the data of figures 1 and 2.
 """
 
 from __future__ import annotations
@@ -150,12 +145,9 @@ def teacher_forced_states(model: torch.nn.Module, teacher_states: Tensor) -> Ten
 def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: RunConfig, *,
                  amp: bool, channels_last: bool, teacher: torch.nn.Module | None = None,
                  forced: Tensor | None = None):
-    """One training forward pass: the model's outputs, the total loss and its parts. With a
-    ``teacher`` (frozen, run on the batch here) the loss adds the student's match to it
-    (``losses.teacher_losses``; docs/method.md section 16), and the part "loss" says so. With
-    ``loss.raptor`` the match replaces the task loss, its state error tf x that of
-    ``teacher_forced_states`` + (1 - tf) x the free run's; tf = ``forced`` (``teacher_forced_share``),
-    None for 0."""
+    """One training forward pass: the outputs, the total loss and its parts. A ``teacher`` adds the
+    student's match to it (docs/method.md section 16); with ``loss.raptor`` the match replaces the task
+    loss, its state error tf x the teacher-forced one + (1 - tf) x the free run's (tf = ``forced``)."""
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
@@ -342,12 +334,10 @@ class Trainer:
 
     def fit(self, until_epoch: int | None = None, deadline: float | None = None,
             on_epoch: Callable[[Trainer], None] | None = None) -> TrainResult:
-        """Train to ``train.epochs``, or stop after ``until_epoch`` (as an interruption would), or
-        before ``deadline`` (a ``time.monotonic()`` value): no epoch starts when the latest one
-        would not end by then (the first starts unless the deadline has passed). A checkpoint is
-        resumed on the first call only: later calls go on from this Trainer's own state. The
-        result's ``metrics`` stay empty until the run is complete (``self.epoch`` says how far).
-        ``on_epoch(self)`` is called after every epoch trained, once its checkpoint is written."""
+        """Train to ``train.epochs``, or stop after ``until_epoch``, or before ``deadline`` (a
+        ``time.monotonic()`` value: no epoch starts that would end after it). The checkpoint is resumed
+        on the first call only; ``metrics`` stay empty until the run is complete. ``on_epoch(self)``
+        runs after every epoch trained, once its checkpoint is written."""
         from tqdm.auto import tqdm
 
         cfg, main = self.config, self.setup.is_main
@@ -427,12 +417,9 @@ class Trainer:
         return TrainResult(model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
 
     def _train_epoch(self, bar, start: float) -> tuple[float, float, float, HaltingCalibrator]:
-        """One epoch of optimiser steps (the rest of an unfinished one after a mid-epoch resume).
-        Nothing in the loop waits for the device (unless ``train.diagnostics_every`` asks for
-        gradient probes, or ``MID_EPOCH_SECONDS`` for a checkpoint): each step's sums, alpha and H
-        and halting scores are kept there, and read once at the end, where the guards run and the
-        history gets its rows. ``start``: the epoch's ``perf_counter`` start. Returns the epoch's
-        loss sum, correct and seen counts (all ranks) and its calibrator (this rank's training scores)."""
+        """One epoch of optimiser steps (the rest of one after a mid-epoch resume), its numbers kept on
+        the device and read once at the end (``_guarded``). Returns the loss sum, correct and seen counts
+        (all ranks) and the epoch's calibrator (this rank's training scores)."""
         cfg, model, history = self.config, self.model, self.history
         every = cfg.train.diagnostics_every
         model.train()

@@ -48,11 +48,9 @@ def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
 
 def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, batch_size: int = 8,
                       repeats: int = 3, warmup: int = 1) -> tuple[float, float]:
-    """Measured wall time per image (fixed part, one step) on random input: each timed round runs
-    the full-depth pass (``trajectory``, nothing kept), its prologue (up to h_0) and its T steps
-    with their readouts timed apart; medians over ``repeats`` rounds, the steps' time over T.
-    Timing the parts inside one round (not the full pass minus a prologue timed in rounds of its
-    own) keeps a step's time positive when the machine is busy."""
+    """Measured wall time per image (fixed part, one step) on random input: each round times the prologue
+    and the T steps of one full-depth pass apart (a step's time stays positive on a busy machine);
+    medians over ``repeats`` rounds, the steps' time over T."""
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"batch_size={batch_size} and repeats={repeats} must be >= 1, warmup={warmup} >= 0")
     device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU

@@ -1,12 +1,6 @@
-"""Where each sample exits at a quantile, read off one cached full-depth pass (notebook 05).
-
-``ExitCache`` keeps one full-depth pass over a split with the model's KLL calibrator; ``at(q)``
-is then arithmetic on its tensors (notebook 05's widgets never run the model again). Exits
-follow eq. (exit) as ``adaptive_predict`` takes them (``halting.exit_steps``).
-
->>> cache = ExitCache.from_model(model, calibrator, load_split(config, "test"))
->>> e = cache.at(0.5)
->>> e.accuracy, e.mean_depth, e.histogram()      # fraction, steps, samples per exit step
+"""Where each sample exits at a quantile, read off one cached full-depth pass (notebook 05): ``ExitCache``
+keeps the pass and the model's calibrator; ``at(q)`` is arithmetic on its tensors, the exits those of
+``halting.exit_steps`` (eq. (exit)), as ``adaptive_predict`` takes them.
 """
 
 from __future__ import annotations

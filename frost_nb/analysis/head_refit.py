@@ -1,9 +1,6 @@
-"""Refit the halting head of a frozen backbone (fidelity experiment 3(a), docs/fidelity.md section 3):
-is FROST's score weak by its training (docs/method.md section 6.2) or by the backbone's early
-steps? A linear head ``z_t = w . GAP(h_t) + b`` is refitted on the frozen pooled states four ways
-(``HEADS``, their objectives tabulated in that section: the ranking losses of eq. (rel), (abs) over the
-N x T matrix or within each step, or BCE on "this step is correct", the best a linear head can do).
-The verdict is ``claims.head_refit`` over ``margins`` (a rule fixed before any run).
+"""Refit the halting head of a frozen backbone (fidelity experiment 3(a), docs/fidelity.md section 3): a
+linear head ``z_t = w . GAP(h_t) + b`` refitted on the frozen pooled states four ways (``HEADS``); the
+verdict is ``claims.head_refit`` over ``margins``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Measurements behind the paper's geometric claims (FROST, Yu and Hwang, ICML 2026), docs/method.md
-section 9: scale consistency (Table 1, section 9.1), contraction fitted from the step sizes
-(section 9.3) and from the Jacobian along each sample's own trajectory: the one-step norm
-sigma_t = ||d h_{t+1} / d h_t||_2 and the k-step product's ||d h_{t+k} / d h_t||_2, whose growth
-rate per step decides appendix B's claim (products bounded by kappa^k, kappa < 1; the step sizes
-are only a proxy for it, and a one-step norm bounds a product from above only).
-Pure functions over a ``FullDepthPass`` (``training.evaluate``, the one pass that runs a model).
+"""Measurements behind the paper's geometric claims (docs/method.md section 9): scale consistency
+(Table 1), contraction from the step sizes and from the Jacobian along each sample's trajectory: the
+one-step norm and the k-step product's, whose growth rate per step decides appendix B's claim. Pure
+functions over a ``FullDepthPass``.
 """
 
 from __future__ import annotations
@@ -86,12 +83,9 @@ def contraction_summary(traj: FullDepthPass) -> dict:
 
 def jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, steps: int = 1, *, iters: int = 20,
                   generator: torch.Generator | None = None) -> Tensor:
-    """(N,) spectral norm of d h_{t+steps} / d h_t for each sample, at the states ``h`` (N, *state):
-    the product of the step Jacobians t .. t+steps-1 along the sample's trajectory (steps = 1: the
-    one-step norm). Power iteration on J^T J, batched (the steps map every sample on its own, so
-    the Jacobian is block-diagonal) and normalised per sample. A lower bound rising towards
-    sigma_max, error like (sigma_2 / sigma_max)^(2 iters). Attention runs on the math kernel: the
-    fused CPU kernel has no forward mode."""
+    """(N,) spectral norm of d h_{t+steps} / d h_t at the states ``h`` (N, *state), the product of the
+    step Jacobians along each sample's trajectory: power iteration on J^T J, batched and normalised per
+    sample (a lower bound rising towards sigma_max). Attention on the math kernel (forward mode)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     if iters < 1 or steps < 1:

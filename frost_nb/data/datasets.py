@@ -1,8 +1,6 @@
-"""Data sets by name, the held-out split, per-image augmentation and device-resident batches:
-docs/architecture.md's "Data" section; where each set is read from: data/README.md; the sets'
-facts (`DATASETS`): prepare.py. "test" is the set's own test split (digits: a fixed stratified
-20%, seed 0), "val" a seeded ``val_fraction`` of the training split (stratified for CIFAR-100:
-``_split_indices``), "train" the rest; "val" calibrates the halting threshold (docs/method.md 7).
+"""Data sets by name, the held-out split, per-image augmentation and device-resident batches
+(docs/architecture.md, "Data"; sources: data/README.md). "val" is a seeded ``val_fraction`` of the
+training split (stratified for CIFAR-100), "train" the rest; "val" calibrates the halting threshold.
 """
 
 from __future__ import annotations
@@ -174,13 +172,9 @@ class _Passes:
 
 
 class Batches(_Passes):
-    """Device-resident batches of an in-memory set (the cifar10-airbench recipe).
-
-    The whole split is moved to the device once; a pass gathers batches with a permutation, so there
-    is no per-image Python work. Each pass draws one ``epoch_seed`` from the generator and derives
-    everything else from it, so the generator advances by the same amount however many batches are
-    consumed, and ``iterate(epoch_seed, start)`` resumes a pass exactly at batch ``start``.
-    """
+    """Device-resident batches of an in-memory set (the cifar10-airbench recipe): the split moved to the
+    device once, batches gathered by a permutation. Each pass draws one ``epoch_seed`` and derives the rest
+    from it; ``iterate(epoch_seed, start)`` resumes a pass exactly at batch ``start``."""
 
     def __init__(self, ds: ImageData, batch_size: int, **kwargs: Any) -> None:
         super().__init__(ds, batch_size, **kwargs)
@@ -238,12 +232,8 @@ def random_flip(x: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
 
 
 class FolderBatches(_Passes):
-    """Batches of a folder set through a DataLoader (JPEG decoding needs worker processes).
-
-    Same interface and reproducibility as `Batches`: the order and each image's random
-    transform come from a per-pass ``epoch_seed`` (each image's transform is seeded from it
-    and the image's position), so results do not depend on ``num_workers``.
-    """
+    """Batches of a folder set through a DataLoader (JPEG decoding needs workers), as reproducible as
+    ``Batches``: order and transforms seeded from a per-pass ``epoch_seed``, whatever ``num_workers``."""
 
     def __init__(self, ds: ImageData, batch_size: int, **kwargs: Any) -> None:
         super().__init__(ds, batch_size, **kwargs)
@@ -282,12 +272,8 @@ class _SeededImages(Dataset):
 # --- Splits -----------------------------------------------------------------------------------
 
 def _split_indices(y: torch.Tensor, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train, val) indices: of each class c in `y`, the first ``round(val_fraction * n_c)`` images
-    in a seeded permutation are val (labels all equal: a plain seeded split).
-
-    Both stay in permuted order, so `limit` keeps a random subset rather than (for sets stored
-    sorted by class) the first classes. Val sets of one seed are nested in val_fraction.
-    """
+    """(train, val) indices: of each class in `y`, the first ``round(val_fraction * n_c)`` images of a
+    seeded permutation are val. Both stay permuted, so `limit` keeps a random subset, not the first classes."""
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))  # (n,)
     labels = y[perm]
     is_val = torch.zeros(len(y), dtype=torch.bool)

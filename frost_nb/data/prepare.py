@@ -1,8 +1,6 @@
-"""The data sets' facts, and each set prepared once: whichever source exists, in one format.
-
-``prepare(name)`` converts the first source found (`_PLACES`; data/README.md tabulates them) into
-``<root>/prepared/<name>/{train,test}.npz`` (docs/architecture.md's "Data" section, version `FORMAT`),
-as nanoGPT's ``data/*/prepare.py`` does. Images keep the loader's order, so splits do not move.
+"""The data sets' facts, and each set prepared once from whichever source exists (`_PLACES`;
+data/README.md) into ``<root>/prepared/<name>/{train,test}.npz`` (format `FORMAT`), as nanoGPT's
+``data/*/prepare.py`` does; images keep the loader's order, so splits do not move.
 """
 
 from __future__ import annotations

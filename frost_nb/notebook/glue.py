@@ -99,17 +99,11 @@ COMMITTED_SIZE = "demo"
 
 def output_suffix(notebook: str, dataset: str | None = None, bundle: str = "adopted",
                   size: str | None = None) -> str:
-    """What a notebook appends to its figure and metrics names: ``_<dataset>`` when ``dataset``
-    is not the one its committed outputs are on (COMMITTED_DATASETS), ``_<size>`` when ``size``
-    is not COMMITTED_SIZE (None: the committed one, either), then ``_<bundle>`` for a bundle of
-    defaults other than the adopted one (the verdict table's further rows).
+    """What a notebook appends to its figure and metrics names: ``_<dataset>`` off its committed data set
+    (COMMITTED_DATASETS), ``_<size>`` off COMMITTED_SIZE, then ``_<bundle>`` off the adopted bundle.
 
-    >>> output_suffix("05", "cifar100"), output_suffix("05", "fashion-mnist", "residual")
-    ('', '_fashion-mnist_residual')
-    >>> output_suffix("05", "cifar100", "per-step")
-    '_per-step'
-    >>> output_suffix("05", "cifar100", size="cifar"), output_suffix("05", "digits", size="smoke")
-    ('_cifar', '_digits_smoke')
+    >>> output_suffix("05", "cifar100"), output_suffix("05", "digits", "residual", size="smoke")
+    ('', '_digits_smoke_residual')
     """
     given = {"dataset": dataset, "size": size}
     validate_params(bundle=bundle, **{k: v for k, v in given.items() if v is not None})
@@ -125,14 +119,8 @@ def metrics_name(base: str, bundle: str, dataset: str | None = None, size: str |
 
 
 def validate_params(**params: Any) -> dict[str, Any]:
-    """Check notebook parameters by name (``_RULES``), type and range; returns them unchanged.
-    A wrong type is named too (``examples='8'``: "..., not a str").
-
-    >>> validate_params(quantile=1.5)
-    Traceback (most recent call last):
-    ...
-    frost_nb.inputs.ParameterError: parameter quantile=1.5 is invalid: expected a quantile in [0, 1]
-    """
+    """Check notebook parameters by name (``_RULES``), type and range (a wrong type is named too);
+    returns them unchanged, else a ``ParameterError`` naming the parameter and what it expects."""
     for name, value in params.items():
         if name not in _RULES:
             raise ParameterError(f"unknown parameter {name!r}; known: {sorted(_RULES)}")
@@ -157,11 +145,8 @@ SMOKE_CAPS = {"02": {"seeds": 1, "jvp_samples": 8}, "03": {"seeds": 1, "samples"
 
 
 def setup(notebook: str, **params: Any) -> SimpleNamespace:
-    """The one preamble of every notebook: its parameters checked (``validate_params``), then,
-    under ``FROST_SMOKE=1``, shrunk to a smoke run (``SMOKE_VALUES``, ``SMOKE_CAPS``). Returns
-    them as attributes, plus ``smoke`` (whether smoke mode is on) and ``notebook``: a notebook
-    reads ``params.size``, ``params.seeds``, never its raw parameters after this.
-    """
+    """The one preamble of every notebook: its parameters checked (``validate_params``), then, under
+    ``FROST_SMOKE=1``, shrunk (``SMOKE_VALUES``, ``SMOKE_CAPS``); returned as attributes with ``smoke``."""
     validate_params(**params)
     if "sections" in params:  # notebook 04: "alpha,loss" -> ("alpha", "loss")
         params["sections"] = tuple(p.strip() for p in params["sections"].split(","))
@@ -245,13 +230,9 @@ def metrics_text(record: dict[str, Any]) -> str:
 
 def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None,
                   runs: Iterable[str] | dict[str, str | None] = ()) -> Path:
-    """Write ``outputs/metrics/<name>.json`` atomically (``metrics_text``), with the environment under
-    ``env`` and the runs it was computed from under ``provenance`` (``repro.provenance.make``: the runs
-    ``metrics`` names, ``runs``, and those ``train_or_load`` handed out since the last write).
-    Strict JSON: a non-finite number (the threshold +inf of q = 1, a NaN) is written as null.
-    A file that already holds the same results keeps its record, environment included (stored as
-    ``metrics_text`` writes it), so that loading a committed run again (a re-executed notebook)
-    leaves the working tree clean."""
+    """Write ``outputs/metrics/<name>.json`` atomically (``metrics_text``; non-finite numbers as null) with
+    the environment (``env``) and the runs it was computed from (``provenance.make``). A file that holds
+    the same results already keeps its record, so a re-executed notebook leaves the tree clean."""
     record = _finite_or_null({**metrics, "provenance": provenance.make(metrics, runs), "env": environment(device)})
     path = outputs_dir() / "metrics" / f"{name}.json"
     if path.is_file():

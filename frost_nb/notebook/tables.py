@@ -17,13 +17,9 @@ from ..training import evaluate, load_split
 
 
 def run_summary(result, sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the ablation tables show about one trained run (a ``TrainResult``).
-
-    Per split (val, test): accuracy at full depth, at q = 0.125 and q = 0.5 (with the mean depth there)
-    and the selection score (mean accuracy over Table 2's quantile grid); plus the final
-    alpha and H and the last logged easy / hard halting scores and median threshold.
-    ``sweeps``, when given, receives each split's FROST curve (split -> ``curves.curve`` table).
-    """
+    """What the ablation tables show of one trained run: per split (val, test) accuracy at full depth and
+    at q = 0.125 and 0.5 (with the mean depth) and the selection score (mean over Table 2's quantiles); the
+    final alpha, H and halting scores. ``sweeps``, when given, receives each split's FROST curve."""
     cfg, steps = result.config, result.history["steps"]
     row: dict[str, Any] = {"key": run_name(result.checkpoint), "epochs": cfg.train.epochs,
                            "seed": cfg.train.seed}  # and the last logged value of each series:

@@ -1,14 +1,7 @@
-"""Live exploration of the halting threshold in JupyterLab (notebook 05).
-
-``HaltingExplorer``: a model selector and a quantile slider over ``ExitCache`` objects computed
-once (moving a slider never runs a model), with the summary line, a histogram of exit steps, the
-exit depth per class and the test images that exit earliest and latest. Given held-out caches
-(``budgets``), a second slider asks for a mean depth and sets the quantile that meets it there.
-Headless runs keep no widget state: ``show_static``, or the figures of ``plotting``.
-
-The figures go to ``Image`` widgets as PNG bytes, not through ``Output`` widgets and
-``display(fig)``: in JupyterLab a kernel started with ``MPLBACKEND=Agg`` (as ``make test`` sets
-it) showed ``<Figure size ...>`` text in place of all three views (``tests/test_browser.py``).
+"""Live exploration of the halting threshold in JupyterLab (notebook 05): ``HaltingExplorer``, a model
+selector and a quantile (or mean-depth budget) slider over ``ExitCache`` objects computed once. Figures go
+to ``Image`` widgets as PNG bytes: ``display(fig)`` in ``Output`` widgets showed ``<Figure size ...>``
+text under ``MPLBACKEND=Agg`` (``tests/test_browser.py``).
 """
 
 from __future__ import annotations

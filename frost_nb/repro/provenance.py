@@ -1,17 +1,7 @@
-"""Which runs a metrics file was computed from: the ``provenance`` record of ``outputs/metrics/``.
-
-Every metrics file carries, at its top level (a CSV in a sidecar ``<stem>.provenance.json``):
-
-    "provenance": {
-        "commit": "27fde73-dirty",                     # git describe --always --dirty
-        "runs": ["fashion-mnist-demo-families-per-step/frost-seed0", ...],   # <grid>/<label>, sorted
-        "settings": {"<run>": {"label": ..., "bundle": ..., "model": ..., "update": ..., ...}}
-    }
-
-``settings`` holds what tells the runs apart (``SETTINGS``; ``bundle`` is the bundle of ``grids.bundle_of``).
-``frost_nb.repro.verdicts`` reads a run's settings here and nowhere else. The runs are those the metrics name
-(a ``key``, ``checkpoint`` or ``name`` field holding a run name or a run's ``model.pt``) and those
-``runs.train_or_load`` handed out since the last write (``runs.take_read``).
+"""Which runs a metrics file was computed from: its top-level ``provenance`` record (a CSV's in a sidecar
+``<stem>.provenance.json``): ``commit`` (git describe), ``runs`` (``<grid>/<label>``, sorted) and
+``settings`` per run (``SETTINGS`` and its bundle), the only place ``repro.verdicts`` reads them. The runs
+are those the metrics name (``RUN_FIELDS``) and those ``runs.train_or_load`` handed out since the last write.
 """
 
 from __future__ import annotations
