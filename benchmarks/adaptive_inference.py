@@ -165,19 +165,20 @@ def timed_stream(model, x: torch.Tensor, tau: float, slots: int, refill_at: int,
     prediction, and each image's latency from entering the stream (before its stem runs) to its
     exit (seconds, (N,) float64)."""
     n = x.shape[0]
-    admitted, exited = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
-    depth, pred = torch.zeros(n, dtype=torch.int64), torch.zeros(n, dtype=torch.int64)
+    admits, exits = [], []  # (event, time): put in input order once, at the end, as stream_predict does
     start = time.perf_counter()
     for event in stream_steps(model, x, tau, slots=slots, refill_at=refill_at, embed_batch=embed_batch):
-        now = time.perf_counter()  # CPU: the step that reported these exits is done
-        if event.kind == "admit":
-            admitted[event.rows] = now
-        else:
-            exited[event.rows] = now
-            depth[event.rows] = event.depth
-            pred[event.rows] = event.logits.argmax(1)
-    return {"seconds": time.perf_counter() - start, "depth": depth, "pred": pred,
-            "latency": exited - admitted}
+        (admits if event.kind == "admit" else exits).append((event, time.perf_counter()))  # CPU: done
+    rows = torch.cat([e.rows for e, _ in exits])  # (N,) each image once
+    depth, pred = torch.empty(n, dtype=torch.int64), torch.empty(n, dtype=torch.int64)
+    depth[rows] = torch.cat([e.depth for e, _ in exits])
+    pred[rows] = torch.cat([e.logits for e, _ in exits]).argmax(1)
+    seconds = time.perf_counter() - start
+    at = lambda events: torch.tensor([now for e, now in events], dtype=torch.float64).repeat_interleave(
+        torch.tensor([e.rows.numel() for e, _ in events]))  # each image's time, in event order
+    admitted, exited = torch.empty(n, dtype=torch.float64), torch.empty(n, dtype=torch.float64)
+    admitted[torch.cat([e.rows for e, _ in admits])], exited[rows] = at(admits), at(exits)
+    return {"seconds": seconds, "depth": depth, "pred": pred, "latency": exited - admitted}
 
 
 def _embed_batch(text: str) -> int | None:

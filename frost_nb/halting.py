@@ -354,22 +354,25 @@ class StreamEvent(NamedTuple):
 class _Feed:
     """The stream's images, embedded (``prologue``) ``ahead`` at a time before their admission, so
     admitting a few rows is a row copy, not a stem call at the small-batch price (docs/scaling.md).
-    Each batch is checked (``inputs.check_images``, naming the batch) when it is first reached."""
+    Each batch is checked (``inputs.check_images``, naming the batch) when it is first reached.
+    A chunk of embedded rows holds what a running row holds: (input position, depth 0, h_0,
+    context, rule memory from ``start``)."""
 
-    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int) -> None:
-        self.model, self.allow_other_size, self.ahead = model, allow_other_size, ahead
+    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int,
+                 start: Any) -> None:
+        self.model, self.allow_other_size, self.ahead, self.start = model, allow_other_size, ahead, start
         self.batches = enumerate([images] if isinstance(images, (Tensor, np.ndarray)) else images)
         self.rest: Tensor | None = None  # the rest of the batch being taken
         self.shape: tuple[int, ...] | None = None  # (C, H, W) of the first batch
         self.offset = 0  # input position of the next image
         self.unread = True  # the stream may hold more images
-        self.buffer: tuple[Tensor, Any, Any] | None = None  # embedded: input positions, h_0, context
-        self.at = self.n = 0  # the next buffered row; the rows buffered
+        self.chunks: list[tuple] = []  # embedded, not yet taken
+        self.at = self.n = 0  # the first chunk's next row; the rows embedded and not yet taken
         self.pending: tuple[Tensor, Tensor] | None = None  # taken by fetch, not yet embedded
 
     @property
     def more(self) -> bool:
-        return self.at < self.n or self.unread
+        return self.n > 0 or self.unread
 
     def _next_batch(self) -> Tensor | None:
         for i, x in self.batches:
@@ -387,11 +390,11 @@ class _Feed:
         return None
 
     def fetch(self, k: int) -> Tensor | None:
-        """Take the next images from the stream when fewer than ``k`` are buffered (``ahead`` of
+        """Take the next images from the stream when fewer than ``k`` are embedded (``ahead`` of
         them, or ``k`` if more); their input positions, before they are embedded (``embed``)."""
-        if self.n - self.at >= k or not self.unread:
+        if self.n >= k or not self.unread:
             return None
-        want, parts, a = max(self.ahead, k) - (self.n - self.at), [], 0
+        want, parts, a = max(self.ahead, k) - self.n, [], 0
         while a < want and self.unread:
             if self.rest is None or self.rest.shape[0] == 0:
                 self.rest = self._next_batch()
@@ -408,30 +411,42 @@ class _Feed:
         return self.pending[1]
 
     def embed(self) -> None:
-        """Embed what ``fetch`` took, after the rows still buffered."""
+        """Embed what ``fetch`` took, a chunk after the rows still embedded (no copy of those)."""
         x, rows = self.pending
         self.pending = None
-        new = (rows, *prologue(self.model, x))
-        left = self.n - self.at
-        if left:  # the rows still buffered, then the new ones
-            new = _join(_span(self.buffer, self.at, self.n, self.n), new, left, rows.numel())
-        self.buffer, self.at, self.n = new, 0, left + rows.numel()
+        h0, ctx0 = prologue(self.model, x)
+        self.chunks.append((rows, torch.zeros_like(rows), h0, ctx0, self.start(h0)))
+        self.n += rows.numel()
 
-    def take(self, k: int) -> tuple[Tensor, Any, Any] | None:
-        """Up to ``k`` buffered rows: (input positions, h_0, context); None if none is buffered."""
-        a = min(k, self.n - self.at)
-        if a == 0:
-            return None
-        self.at += a  # views: the buffer is never written in place, only replaced by embed
-        return _span(self.buffer, self.at - a, self.at, self.n)
+    def take(self, k: int) -> list[tuple[tuple, int, int]]:
+        """Up to ``k`` embedded rows, from one chunk or two: (chunk, first row, end), never written."""
+        parts = []
+        while k and self.chunks:
+            size = self.chunks[0][0].numel()
+            a = min(k, size - self.at)
+            parts.append((self.chunks[0], self.at, self.at + a))
+            self.at, self.n, k = self.at + a, self.n - a, k - a
+            if self.at == size:
+                self.chunks.pop(0)
+                self.at = 0
+        return parts
 
 
-def _put(obj: Any, pos: Tensor, new: Any, n: int) -> Any:
-    """Write the rows of ``new`` into the rows ``pos`` of ``obj`` (``n`` rows), in place; returns ``obj``."""
-    if obj is not None:
-        _rowwise(lambda u, v: u.index_copy_(0, pos, _like(v, u, v.shape[0]).to(u.dtype)), (obj, new),
-                 (n, pos.numel()), "stream_predict cannot write rows into a {} context: " + _STREAM_FIX)
-    return obj
+def _put(obj: Any, pos: Tensor, new: Any, lo: int, n: int, n_new: int) -> None:
+    """Write rows ``lo``, ``lo + 1``, ... of ``new`` (``n_new`` rows) into the rows ``pos`` of ``obj``
+    (``n`` rows), in place."""
+    k = pos.numel()
+    _rowwise(lambda u, v: u.index_copy_(0, pos, _like(v[lo:lo + k], u, k).to(u.dtype)), (obj, new),
+             (n, n_new), "stream_predict cannot write rows into a {} context: " + _STREAM_FIX)
+
+
+def _compact(obj: Any, free: Tensor, n: int, n_left: int) -> Any:
+    """The ``n_left`` rows of ``obj`` (``n`` rows) not ``free`` as its first rows: the running rows
+    past them move into the free rows before them (a copy of those rows only), then views."""
+    holes = free[:n_left].nonzero().squeeze(1)  # (r,) the free rows that stay
+    movers = (~free[n_left:]).nonzero().squeeze(1) + n_left  # (r,) the running rows past them
+    move = lambda v: v.index_copy_(0, holes, v.index_select(0, movers))[:n_left]
+    return _rowwise(move, (obj,), (n,), "stream_predict cannot move the rows of a {} context: " + _STREAM_FIX)
 
 
 def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
@@ -440,9 +455,9 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     """Continuous batching, step by step (docs/method.md section 8; ``stream_predict`` collects it):
     up to ``slots`` samples stepped together whatever their depth; once ``refill_at`` slots are
     free (or none runs), the next images, embedded ``embed_batch`` (default ``slots``) at a time
-    ahead, take the freed rows in place, and rows left free are dropped (a row copy). Yields an
-    "admit" event when images are taken from the stream, before their stem runs, and an "exit"
-    event after each step where samples exit."""
+    ahead, take the freed rows in place, and rows left free are filled by the last running rows
+    (a copy of those only). Yields an "admit" event when images are taken from the stream, before
+    their stem runs, and an "exit" event after each step where samples exit."""
     halting = _halting(tau, rule, "stream_predict")
     slots = number_in("slots", slots, 1, 2**31, integer=True, hint=": the number of samples stepped together")
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
@@ -456,58 +471,51 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
                          f"{getattr(config, 'name', type(model).__name__)}'s step depends on t, so "
                          "rows at different depths cannot share a step call; use adaptive_predict")
     steps = int(model.config.steps)
-    feed = _Feed(model, images, allow_other_size, embed_batch)
+    start = (lambda h0: None) if isinstance(halting, float) else halting.start  # the rule's memory
+    feed = _Feed(model, images, allow_other_size, embed_batch, start)
 
-    def admit(k: int):  # up to k new samples: (input rows, h_0, context, rule memory, depth 0)
+    def admit(k: int):  # up to k new samples: (chunk, first row, end) of one chunk or two
         entering = feed.fetch(k)
         if entering is not None:
             yield StreamEvent("admit", entering)  # (timed from here: before their stem runs)
             feed.embed()
-        got = feed.take(k)
-        if got is None:
-            return None
-        rows, h0, ctx0 = got
-        mem0 = None if isinstance(halting, float) else halting.start(h0)
-        return rows, h0, ctx0, mem0, torch.zeros(rows.numel(), dtype=torch.int64, device=rows.device)
+        return feed.take(k)
 
     with torch.no_grad():
-        new = yield from admit(slots)  # the first images fill the slots; later ones only freed slots
-        if new is None:
+        parts = yield from admit(slots)  # the first images fill the slots; later ones only freed slots
+        if not parts:
             return
-        # the running rows' input row (a copy: written in place later), state, context, rule memory, depth
-        idx, h, ctx, memory, t = new[0].clone(), *new[1:]
-        n_live = idx.numel()
+        # the running rows, none yet: (input row, depth, state, context, rule memory)
+        running, n = _span(parts[0][0], 0, 0, parts[0][0][0].numel()), 0
+        exit_pos = done = running[0]  # no exit yet
         while True:
+            m, filled = exit_pos.numel(), 0  # new samples take the rows just freed, in place
+            for chunk, lo, hi in parts:
+                size, k = chunk[0].numel(), min(hi - lo, m - filled)
+                if k:
+                    _put(running, exit_pos[filled:filled + k], chunk, lo, n, size)
+                    filled += k
+                if hi - lo > k:  # more slots free than rows just freed: the rest is appended (a copy)
+                    rest = _span(chunk, lo + k, hi, size)
+                    running, n = _join(running, rest, n, hi - lo - k), n + hi - lo - k
+            if filled < m:  # rows left free: the last running rows move into them
+                if n == m - filled:  # the stream is spent: a refill takes every freed slot it can
+                    return
+                done.index_fill_(0, exit_pos[:filled], False)
+                running, n = _compact(running, done, n, n - m + filled), n - m + filled
+            idx, t, h, ctx, memory = running
             h, logits, halt_logit, p = _step_readout(model, h, ctx, 0)  # weight-tied: any t is step t
-            t = t + 1  # (n_live,) each row's depth now
+            t += 1  # (n,) each row's depth now
             done, memory = _exit_test(halting, t, h, logits, halt_logit, p, memory)
             done |= t >= steps  # at T every sample stops
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step, as adaptive_predict
-            m = exit_pos.numel()
+            running, m, parts = (idx, t, h, ctx, memory), exit_pos.numel(), ()
             if m == 0:
                 continue
             yield StreamEvent("exit", *(v.index_select(0, exit_pos) for v in (idx, logits, t, p)))
-            free = slots - n_live + m
-            refill = feed.more and (free >= refill_at or n_live == m)
-            new = (yield from admit(free)) if refill else None  # first into the rows just freed, in place
-            if new is not None:
-                a = new[0].numel()
-                k = min(a, m)
-                pos = exit_pos[:k]
-                for state, fresh in zip((idx, h, ctx, memory, t), new):
-                    _put(state, pos, _span(fresh, 0, k, a), n_live)
-                if a > m:  # more slots were free than rows just freed: the rest is appended
-                    running, rest = (idx, h, ctx, memory, t), (_span(v, m, a, a) for v in new)
-                    idx, h, ctx, memory, t = (_join(u, v, n_live, a - m) for u, v in zip(running, rest))
-                    n_live += a - m
-                if a >= m:
-                    continue  # every freed row taken again: no row copy of the running ones
-                done.index_fill_(0, pos, False)
-            keep = (~done).nonzero().squeeze(1)  # (n_live - m + a,) ascending
-            idx, h, ctx, memory, t = (_select(v, keep, n_live) for v in (idx, h, ctx, memory, t))
-            n_live = keep.numel()
-            if n_live == 0:  # the stream is spent: a refill takes every freed slot it can
-                return
+            free = slots - n + m
+            if feed.more and (free >= refill_at or n == m):
+                parts = yield from admit(free)
 
 
 def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,

@@ -802,9 +802,9 @@ def test_stream_keeps_the_slots_full_and_does_the_work_of_the_exits_only(monkeyp
         tau = float(torch.sigmoid(model(x).halt_logits.float()).quantile(0.4))
     steps = model.config.steps
     counter = _Counting(model)
-    copies: list[int] = []  # the step count at each row copy of the running rows
-    select = halting._select
-    monkeypatch.setattr(halting, "_select", lambda *a: copies.append(len(counter.sizes)) or select(*a))
+    copies: list[int] = []  # the step count at each row move of the running rows
+    compact = halting._compact
+    monkeypatch.setattr(halting, "_compact", lambda *a: copies.append(len(counter.sizes)) or compact(*a))
     res = stream_predict(model, x, tau, slots=16)
     sizes = list(counter.sizes)
     assert sum(sizes) == int(res.depth.sum())  # every step call is on running samples only
