@@ -42,7 +42,8 @@ from frost_nb.config import SIZES, make_config, parse_settings
 from frost_nb.halting import HaltingCalibrator
 from frost_nb.models import create_model
 from frost_nb.repro.verdicts import _markdown
-from frost_nb.training import Trainer, load_teacher, pick_device, running_medians
+from frost_nb.runs import load_teacher
+from frost_nb.training import Trainer, pick_device, running_medians
 
 # the printed table's columns and their formats (the metrics keep every column)
 TABLE = {"size": "{}", "model": "{}", "backbone": "{}", "amp_bf16": "{}", "compile": "{}", "channels_last": "{}", "images_per_s": "{:,.0f}",

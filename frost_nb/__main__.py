@@ -40,7 +40,7 @@ from .inputs import ParameterError, check_split, number_in
 from .paths import (DamagedInput, OutputError, atomic_path, check_readable, check_writable, repo_root,
                     shown_path, skip_damaged, skip_or_raise)
 from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
-from .runs import discard_local, export_run, run_name, stored_name, train_or_load
+from .runs import discard_local, export_run, load_teacher, run_name, stored_name, train_or_load
 
 
 def run_config(args):
@@ -94,7 +94,9 @@ def cmd_train(args) -> int:
             if setup.is_main:
                 discard_local(config)
             barrier()
-        result = (training.train(config, checkpoint=args.checkpoint, progress=progress) if args.checkpoint
+        teacher = load_teacher(config) if args.checkpoint and config.loss.teacher is not None else None
+        result = (training.train(config, checkpoint=args.checkpoint, progress=progress, teacher=teacher)
+                  if args.checkpoint
                   else train_or_load(config, name=args.name, progress=progress, retrain=args.retrain))
     finally:
         leave_process_group()
@@ -412,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", default=None, help="data root (default: $FROST_DATA, then data/)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="any field of the run's data, model or train section, e.g. --set train.lr=1e-3")
-    p.add_argument("--name", default=None, help="the run's name, GRID/LABEL, in the local store's forecast/ "
-                   "folder (default: DATASET-L336-HHORIZON/MODEL-seedN)")
+    p.add_argument("--name", default=None, help="GRID/LABEL in the local store's forecast/ folder (default: "
+                   "DATASET-L336-HH/MODEL-seedN; ablations: DATASET-L336-HH-ablations/dfmamba-VARIANT-seedN)")
     p.add_argument("--retrain", action="store_true", help="train again, ignoring stored runs")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--zero-shot", action="store_true", help="then evaluate it unchanged on the test series "

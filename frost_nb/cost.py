@@ -92,7 +92,7 @@ def _meta_model(model_config: ModelConfig):
 
 def _meta_teacher(config: RunConfig):
     """A student's teacher on the meta device (the student's model with one branch per step, as
-    ``training.load_teacher`` requires), or None for a run without ``loss.teacher``."""
+    ``runs.load_teacher`` requires), or None for a run without ``loss.teacher``."""
     if config.loss.teacher is None:
         return None
     return _meta_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False)

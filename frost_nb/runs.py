@@ -21,11 +21,12 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model, save_checkpoint
-from .config import ConfigError, RunConfig, config_difference
+from .config import ConfigError, RunConfig, config_difference, replace_model
+from .models import FrostNet
 from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, one_line,
                     restore_hint, run_stores, shown_path, skip_damaged, skip_or_raise)
 from . import cost
-from .training import TrainResult, load_teacher, pick_device, train
+from .training import TrainingError, TrainResult, pick_device, train
 
 log = logging.getLogger("frost_nb")
 CONFIG_FILE, MODEL_FILE, METRICS_FILE = "config.json", "model.pt", "metrics.json"
@@ -160,10 +161,42 @@ def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
     return None
 
 
-def run_folder(name: str) -> Path | None:
-    """The folder of the stored run ``name`` (``GRID/LABEL``, its config written): the committed one
-    first (what metrics files name), then the local store's; None if neither holds it."""
-    return next((root / name for root in run_stores()[::-1] if (root / name / CONFIG_FILE).is_file()), None)
+def run_folder(name: str, *, finished: bool = False, local_first: bool = False) -> Path | None:
+    """The folder of the stored run ``name`` (``GRID/LABEL``, its config written, or its metrics when
+    ``finished``): the committed one first (what metrics files name), then the local store's, or the
+    other way round when ``local_first`` (a run trained here wins); None if neither holds it."""
+    roots, marker = run_stores()[::1 if local_first else -1], METRICS_FILE if finished else CONFIG_FILE
+    return next((root / name for root in roots if (root / name / marker).is_file()), None)
+
+
+def teacher_folder(config: RunConfig) -> Path:
+    """The run folder of ``config``'s teacher (``loss.teacher``, GRID/LABEL): a finished run of that
+    name in the local store, else among the committed runs; TrainingError, one line, when neither has it."""
+    name = config.loss.teacher
+    if (folder := run_folder(name, finished=True, local_first=True)) is not None:
+        return folder
+    raise TrainingError(f"loss.teacher={name!r}: no finished run of that name in the local store "
+                        f"({shown_path(cache_dir())}) or in outputs/runs/; train the teacher first (a "
+                        "vanilla run of the student's model config, e.g. python -m frost_nb grid families "
+                        "--labels vanilla ...) or set loss.teacher to a finished run")
+
+
+def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> FrostNet:
+    """The frozen teacher (eval mode, no gradient) of the student ``config`` (docs/method.md section 16):
+    ``teacher_folder``'s model, checked to be vanilla with the student's model config but one branch
+    per step; one line naming the problem and its fix when it is missing, unreadable or does not fit."""
+    folder = teacher_folder(config)
+    try:
+        teacher, _ = load_model(folder, device=device)
+    except CheckpointError as err:
+        raise TrainingError(f"loss.teacher={config.loss.teacher!r} cannot be loaded: {err}") from err
+    want = replace_model(config.model, branch_steps="")
+    if differ := [f"model.{k} {v!r} -> {getattr(want, k)!r}" for k, v in teacher.config.__dict__.items()
+                  if getattr(want, k) != v]:
+        raise ConfigError(f"loss.teacher={config.loss.teacher!r} is not the student's model with one "
+                          f"branch per step ({', '.join(differ[:3])}): name a vanilla run of the student's "
+                          "model config")
+    return teacher.eval().requires_grad_(False)
 
 
 def stored_name(config: RunConfig) -> str | None:

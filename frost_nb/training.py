@@ -25,15 +25,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checkpoint import (CheckpointError, load_checkpoint, load_model, progress_of, save_checkpoint,
-                         stored_config, weights_digest)
-from .config import ConfigError, RunConfig, config_difference, replace_model
+from .checkpoint import (CheckpointError, load_checkpoint, progress_of, save_checkpoint, stored_config,
+                         weights_digest)
+from .config import ConfigError, RunConfig, config_difference
 from .data.datasets import load_dataset, make_batches
 from .distributed import join_process_group, parallel, sum_over_ranks, summed_over_ranks
 from .halting import HaltingCalibrator
 from .losses import gradient_conflict, teacher_losses, total_loss
 from .models import FrostNet, create_model, gap, init_from_teacher
-from .paths import OutputError, cache_dir, check_writable, run_stores, shown_path
+from .paths import OutputError, check_writable
 
 log = logging.getLogger("frost_nb")
 
@@ -242,41 +242,10 @@ def _new_history(student: bool = False) -> dict[str, Any]:
             "diagnostics": {k: [] for k in DIAGNOSTICS}}
 
 
-def teacher_folder(config: RunConfig) -> Path:
-    """The run folder of ``config``'s teacher (``loss.teacher``, GRID/LABEL): a finished run of that
-    name in the local store, else among the committed runs; TrainingError, one line, when neither has it."""
-    name = config.loss.teacher
-    for folder in (root / name for root in run_stores()):
-        if (folder / "metrics.json").is_file():  # written last: the run is finished (runs.py)
-            return folder
-    raise TrainingError(f"loss.teacher={name!r}: no finished run of that name in the local store "
-                        f"({shown_path(cache_dir())}) or in outputs/runs/; train the teacher first (a "
-                        "vanilla run of the student's model config, e.g. python -m frost_nb grid families "
-                        "--labels vanilla ...) or set loss.teacher to a finished run")
-
-
-def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> FrostNet:
-    """The frozen teacher (eval mode, no gradient) of the student ``config`` (docs/method.md section 16):
-    ``teacher_folder``'s model, checked to be vanilla with the student's model config but one branch
-    per step; one line naming the problem and its fix when it is missing, unreadable or does not fit."""
-    folder = teacher_folder(config)
-    try:
-        teacher, _ = load_model(folder, device=device)
-    except CheckpointError as err:
-        raise TrainingError(f"loss.teacher={config.loss.teacher!r} cannot be loaded: {err}") from err
-    want = replace_model(config.model, branch_steps="")
-    if differ := [f"model.{k} {v!r} -> {getattr(want, k)!r}" for k, v in teacher.config.__dict__.items()
-                  if getattr(want, k) != v]:
-        raise ConfigError(f"loss.teacher={config.loss.teacher!r} is not the student's model with one "
-                          f"branch per step ({', '.join(differ[:3])}): name a vanilla run of the student's "
-                          "model config")
-    return teacher.eval().requires_grad_(False)
-
-
 class Trainer:
     """Trains ``model`` (on its device) on ``batches``, the global batches of one epoch with their
     own ``generator`` (saved for resuming); ``val_set`` and ``test_set`` may be None. A student
-    (``loss.teacher``) needs its ``teacher`` (``load_teacher``), run forward on every batch."""
+    (``loss.teacher``) needs its ``teacher`` (``runs.load_teacher``), run forward on every batch."""
 
     def __init__(self, config: RunConfig, model: torch.nn.Module, batches, *, val_set=None,
                  test_set=None, checkpoint: str | os.PathLike | None = None,
@@ -284,8 +253,8 @@ class Trainer:
         cfg = self.config = config
         if (teacher is None) != (cfg.loss.teacher is None):
             raise TrainingError(f"loss.teacher={cfg.loss.teacher!r} but the Trainer got "
-                                f"{'no' if teacher is None else 'a'} teacher: pass teacher=load_teacher("
-                                "config) with loss.teacher set, none without it (build_trainer does both)")
+                                f"{'no' if teacher is None else 'a'} teacher: pass teacher=runs.load_teacher("
+                                "config) with loss.teacher set, none without it")
         self.teacher = teacher
         # what the checkpoint records of the teacher: a resumed student refuses other weights
         self.teacher_digest = None if teacher is None else weights_digest(teacher)
@@ -612,7 +581,7 @@ def _save_or_rescue(path: Path, state: dict, complete: bool, epoch: int) -> None
 def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
           progress: bool | None = None, teacher: FrostNet | None = None, **fit: Any) -> TrainResult:
     """Train ``config`` (resuming from ``checkpoint`` when it holds the same unfinished run); ``teacher``:
-    a student's, already loaded (``load_teacher``); ``fit``: ``Trainer.fit``'s options."""
+    a student's, already loaded (``runs.load_teacher``); ``fit``: ``Trainer.fit``'s options."""
     return build_trainer(config, checkpoint, progress, teacher).fit(**fit)
 
 
@@ -625,10 +594,10 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
     setup, device = join_process_group(pick_device(cfg.train.device))
     if checkpoint is not None and setup.is_main:  # before any work
         check_writable(checkpoint, "checkpoint", "pass the path of a .pt file in a writable folder")
-    if cfg.loss.teacher is not None:  # before any work too; loaded once (the caller's, when it has it)
-        teacher = load_teacher(cfg, device) if teacher is None else teacher.to(device)
-    else:
-        teacher = None
+    if cfg.loss.teacher is not None and teacher is None:  # before any work too
+        raise TrainingError(f"loss.teacher={cfg.loss.teacher!r}: a student trains against its teacher: "
+                            "pass teacher=runs.load_teacher(config)")
+    teacher = teacher.to(device) if cfg.loss.teacher is not None else None
     train_set = load_split(cfg, "train")
     val_set = load_split(cfg, "val") if d.val_fraction > 0 else None
     test_set = load_split(cfg, "test")

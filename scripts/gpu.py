@@ -351,7 +351,7 @@ def train(config, name: str, *, out: Path, limit_s: float, stop_s: float, piece_
                        f"{status['damaged'] or 'none'}); a host that started bare needs every upload again")
     import torch
 
-    from frost_nb.runs import CONFIG_FILE, MODEL_FILE, hardware, write_json
+    from frost_nb.runs import CONFIG_FILE, MODEL_FILE, hardware, load_teacher, write_json
     from frost_nb.training import train as fit
 
     folder, partial, local = Path(out) / name, repo / PARTIAL / name, repo / RUN / name / MODEL_FILE
@@ -373,7 +373,8 @@ def train(config, name: str, *, out: Path, limit_s: float, stop_s: float, piece_
         write_json(folder / CALLS, [*calls, record])
 
     print(f"{name}: {deadline - time.monotonic():.0f} s to train", flush=True)
-    fit(config, local, progress=False, deadline=deadline, on_epoch=returned)  # the test split: here, by fetch
+    fit(config, local, progress=False, deadline=deadline, on_epoch=returned,  # the test split: here, by fetch
+        teacher=load_teacher(config) if config.loss.teacher is not None else None)  # a student's
     return record
 
 

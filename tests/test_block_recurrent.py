@@ -29,7 +29,8 @@ from frost_nb.data.datasets import make_batches
 from frost_nb.losses import teacher_losses
 from frost_nb.models import create_model, init_from_teacher
 from frost_nb.repro.grids import CLAIM_CONTROLS, TASK_ONLY, grid
-from frost_nb.training import TrainingError, build_trainer, forward_loss, load_split, load_teacher
+from frost_nb.runs import load_teacher
+from frost_nb.training import TrainingError, build_trainer, forward_loss, load_split
 
 TEACHER = "digits-smoke-families/vanilla-seed0"  # the families grid's vanilla at smoke size, as stored
 
@@ -223,8 +224,8 @@ def _student(k_steps="1,3", **overrides):
 
 def test_a_student_trains_saves_and_resumes(teacher_store, tmp_path):
     cfg = _student()
-    whole = build_trainer(cfg, tmp_path / "whole.pt")
     teacher = load_teacher(cfg)
+    whole = build_trainer(cfg, tmp_path / "whole.pt", teacher=teacher)
     assert whole.teacher is not None and not any(p.requires_grad for p in whole.teacher.parameters())
     # the student starts from its teacher: branch 0 from step 0, branch 1 from step 1 + 3 // 2 = 2
     assert torch.equal(whole.model.branches[1].conv1.weight, teacher.branches[2].conv1.weight)
@@ -250,10 +251,10 @@ def test_a_student_trains_saves_and_resumes(teacher_store, tmp_path):
     assert len(steps["teacher_state"]) == len(steps["step"]) and min(steps["teacher_state"]) > 0
     assert not torch.equal(done.model.branches[1].conv1.weight, teacher.branches[2].conv1.weight)  # trained
 
-    cut = build_trainer(cfg, tmp_path / "cut.pt")
+    cut = build_trainer(cfg, tmp_path / "cut.pt", teacher=teacher)
     cut.fit(until_epoch=1)
     assert (tmp_path / "cut.pt").is_file()
-    resumed = build_trainer(cfg, tmp_path / "cut.pt")
+    resumed = build_trainer(cfg, tmp_path / "cut.pt", teacher=teacher)
     again = resumed.fit()
     assert resumed.resumed and again.history["epochs"]["epoch"] == [1, 2]
     for (name, a), b in zip(done.model.state_dict().items(), again.model.state_dict().values()):
@@ -266,7 +267,8 @@ def test_a_student_trains_saves_and_resumes(teacher_store, tmp_path):
     # (the teacher's stem and, for step 0, its branch 0: the same h_1); at step 2 it runs teacher branch 2
     same = state_match(teacher, teacher, load_split(cfg, "test"), max_samples=64)
     assert same["state_cosine"] == pytest.approx([1.0] * 4, abs=1e-6) and same["state_error"] == [0.0] * 4
-    start = state_match(build_trainer(cfg).model, teacher, load_split(cfg, "test"), max_samples=64)
+    start = state_match(build_trainer(cfg, teacher=teacher).model, teacher, load_split(cfg, "test"),
+                        max_samples=64)
     assert start["state_cosine"][0] == pytest.approx(1.0, abs=1e-6) and start["state_error"][0] == 0.0
     assert start["state_error"][1] > 0
 
@@ -275,9 +277,9 @@ def test_a_student_refuses_to_resume_against_other_teacher_weights(teacher_store
     from frost_nb.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, weights_digest
 
     cfg = _student()
-    cut = build_trainer(cfg, tmp_path / "cut.pt")
+    cut = build_trainer(cfg, tmp_path / "cut.pt", teacher=load_teacher(cfg))
     cut.fit(until_epoch=1)
-    assert load_checkpoint(tmp_path / "cut.pt")["teacher_digest"] == weights_digest(load_teacher(cfg))
+    assert load_checkpoint(tmp_path / "cut.pt")["teacher_digest"] == weights_digest(cut.teacher)
     stored = os.path.join(teacher_store, TEACHER, "model.pt")
     state = load_checkpoint(stored)
     name = next(iter(state["model"]))
@@ -285,7 +287,7 @@ def test_a_student_refuses_to_resume_against_other_teacher_weights(teacher_store
     save_checkpoint(stored, state)
     with pytest.raises(CheckpointError, match=r"cut\.pt was trained against other weights of its teacher "
                                               r"loss\.teacher=.*delete the checkpoint"):
-        build_trainer(cfg, tmp_path / "cut.pt").fit()
+        build_trainer(cfg, tmp_path / "cut.pt", teacher=load_teacher(cfg)).fit()
     assert load_checkpoint(tmp_path / "cut.pt")["epoch"] == 1  # nothing lost
 
 
@@ -305,6 +307,9 @@ def test_a_missing_or_unfit_teacher_stops_before_anything_is_written(teacher_sto
         train_or_load(_student(**{"loss.teacher": "broken/vanilla-seed0"}), name="students/broken")
     with pytest.raises(ConfigError, match=r"not the student's model .*model\.width 16 -> 32"):
         train_or_load(_student(**{"model.width": 32}), name="students/wider")
+    with pytest.raises(TrainingError, match=rf"^loss\.teacher='{TEACHER}': a student trains against its "
+                                            r"teacher: pass teacher=runs\.load_teacher\(config\)$"):
+        build_trainer(_student(), tmp_path / "none.pt")  # the trainer loads no teacher: its caller does
     assert sorted(p.relative_to(cache) for p in cache.rglob("*") if "broken" not in p.parts) == before
 
 
@@ -448,8 +453,9 @@ def test_the_warm_start_control_starts_as_a_student_on_the_task_loss_alone(teach
     """Claim 19's warm-start control: the student's model, started from the teacher by the students' own
     path (build_trainer's init_from_teacher), on the task loss alone; its match to the teacher logged."""
     cfg = _student(**CLAIM_CONTROLS["warm k=2"])
-    warm, student = build_trainer(cfg, tmp_path / "warm.pt"), build_trainer(_student())
     teacher = load_teacher(cfg)
+    warm = build_trainer(cfg, tmp_path / "warm.pt", teacher=teacher)
+    student = build_trainer(_student(), teacher=teacher)
     expected = create_model(cfg.model)
     picked = init_from_teacher(expected, teacher)
     for (name, a), b, c in zip(warm.model.state_dict().items(), student.model.state_dict().values(),
@@ -472,8 +478,8 @@ def test_the_raptor_student_keeps_the_teachers_readout_follows_its_schedule_and_
     from frost_nb.training import teacher_forced_share
 
     cfg = _student(**CLAIM_CONTROLS["raptor k=2"])
-    whole = build_trainer(cfg, tmp_path / "whole.pt")
     teacher = load_teacher(cfg)
+    whole = build_trainer(cfg, tmp_path / "whole.pt", teacher=teacher)
     readout = [n for n, _ in whole.model.named_parameters() if n.startswith(("head.", "head_norm."))]
     assert readout and all(not p.requires_grad for n, p in whole.model.named_parameters() if n in readout)
     done = whole.fit()
@@ -490,12 +496,12 @@ def test_the_raptor_student_keeps_the_teachers_readout_follows_its_schedule_and_
         [steps["teacher_state"][i] for i in free], rel=1e-5)
     assert steps["loss"][0] != pytest.approx(steps["teacher_state"][0], rel=1e-3)  # teacher-forced at step 0
     # resumed after an epoch, and within one: the uninterrupted run, to the bit
-    cut = build_trainer(cfg, tmp_path / "cut.pt")
+    cut = build_trainer(cfg, tmp_path / "cut.pt", teacher=teacher)
     cut.fit(until_epoch=1)
     with interrupted_after(1):
-        build_trainer(cfg, tmp_path / "mid.pt").fit()
+        build_trainer(cfg, tmp_path / "mid.pt", teacher=teacher).fit()
     for path in ("cut.pt", "mid.pt"):
-        again = build_trainer(cfg, tmp_path / path).fit()
+        again = build_trainer(cfg, tmp_path / path, teacher=teacher).fit()
         for (name, a), b in zip(done.model.state_dict().items(), again.model.state_dict().values()):
             assert torch.equal(a, b), (path, name)
 
@@ -532,17 +538,16 @@ def test_the_claim_controls_are_read_beside_never_among_the_students(teacher_sto
 
 def test_a_students_teacher_is_loaded_once(teacher_store, monkeypatch):
     """Defect: train_or_load loaded the teacher to check it, and build_trainer loaded it again. Now once."""
-    from frost_nb import runs, training
+    from frost_nb import runs
     from frost_nb.runs import train_or_load
 
     calls = []
-    real = training.load_teacher
+    real = runs.load_teacher
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(training, "load_teacher", counted)
     monkeypatch.setattr(runs, "load_teacher", counted)
     train_or_load(_student(**{"train.epochs": 1}), name="students/once")
     assert len(calls) == 1

@@ -28,8 +28,8 @@ from ..checkpoint import checkpoint_config, load_model
 from ..config import RunConfig
 from ..data.datasets import make_batches
 from ..models import gap
-from ..runs import file_stamp, read_metrics, run_name
-from ..training import first_batches, load_split, load_teacher, teacher_folder
+from ..runs import file_stamp, load_teacher, read_metrics, run_name, teacher_folder
+from ..training import first_batches, load_split
 from .trajectories import model_trajectories, similarity_matrix
 
 Ranges = tuple[tuple[int, int], ...]  # (start, stop) per branch: 0-based steps start..stop-1
