@@ -283,3 +283,42 @@ def test_table_1_beside_the_paper_spreads_seeds_by_the_sample_standard_deviation
                           for s, m in enumerate((0.80, 0.85, 0.90))])
     (row,) = beside_paper_table1(table, steps=[3]).to_dict("records")
     assert row["spread over seeds"] == pytest.approx(0.05) and row["mean"] == pytest.approx(0.85)
+
+
+def _constant_exit_cache(n: int = 2000, steps: int = 4, right_early: float = 0.5) -> ExitCache:
+    """Every image the same scores (rising with the step), so every quantile exits all of them at one
+    step; before the last step the first ``right_early`` of the images are right, at the last all."""
+    from frost_nb.training import FullDepthPass
+
+    scores = torch.arange(1, steps + 1, dtype=torch.float32).div(steps + 1).repeat(n, 1)  # (N, T)
+    y = torch.zeros(n, dtype=torch.long)
+    logits = torch.zeros(n, steps, 2)
+    logits[:, :, 1] = 1.0  # class 1: wrong ...
+    logits[: int(right_early * n), :, 0] = 2.0  # ... but for these, right at every step
+    logits[:, -1, 0] = 2.0  # and at the last step all are right
+    calibrator = HaltingCalibrator(200)
+    calibrator.update(scores)
+    return ExitCache(FullDepthPass(scores, torch.logit(scores), logits, y), calibrator)
+
+
+def test_the_image_halves_of_table_2_are_the_binomial_interval_and_resample_the_seeds_jointly():
+    """Every image exits at one step d_q, so the share kept at q is the accuracy at d_q over 1 (all right
+    at full depth): a proportion p = 0.5 below the last step (half-width 1.96 sqrt(p (1 - p) / n)), exactly
+    1 at it (half-width 0); a halting rule that exits everyone at one step gains nothing over that fixed
+    depth on any resample (0). Two seeds holding the same images keep the one-seed half-width: the
+    images are resampled jointly (separately, the mean of two would shrink it by sqrt 2)."""
+    from frost_nb.analysis.exits import sweep_image_halves
+
+    cache, n = _constant_exit_cache(), 2000
+    quantiles = (0.0, 0.25, 0.5, 0.75, 1.0)
+    early = [q for q in quantiles if cache.at(q).mean_depth < cache.steps]
+    assert early and cache.at(1.0).mean_depth == cache.steps
+    shown = (early[0], 1.0)
+    depths = {early[0]: cache.at(early[0]).mean_depth, 1.0: float(cache.steps)}
+    binomial = 1.96 * math.sqrt(0.25 / n)
+    for caches in ({"seed 0": cache}, {"seed 0": cache, "seed 1": cache}):
+        halves = sweep_image_halves(caches, quantiles, shown, depths)
+        assert halves["kept_at_quantile"][early[0]] == pytest.approx(binomial, rel=0.15)
+        assert halves["kept_at_depth"][early[0]] == pytest.approx(binomial, rel=0.15)
+        assert halves["kept_at_quantile"][1.0] == 0.0 and halves["kept_at_depth"][1.0] == 0.0
+        assert halves["gain_over_fixed"] == pytest.approx(0.0, abs=1e-12) and halves["resamples"] == 1000

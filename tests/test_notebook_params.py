@@ -253,7 +253,8 @@ def test_committed_data_set_of_each_notebook_is_its_committed_runs():
         checkpoint = defaults.get("checkpoint")
         dataset = checkpoint_config(checkpoint).data.name if checkpoint else defaults["dataset"]
         assert dataset == COMMITTED_DATASETS[number], path.name
-        assert output_suffix(number, dataset) == ""
+        size = checkpoint_config(checkpoint).size if checkpoint else defaults.get("size")
+        assert output_suffix(number, dataset) == "" and output_suffix(number, dataset, size=size) == "", path.name
         assert output_suffix(number, "digits" if dataset != "digits" else "cifar100") != ""
     # notebook 07's collapse section: its own committed data set, its parameter collapse_dataset
     collapse = _defaults(next(p for p in NOTEBOOKS if p.name.startswith("07")))["collapse_dataset"]
@@ -266,13 +267,16 @@ def test_output_names_of_another_data_set_size_reading_or_sections():
     writes over a committed file it does not reproduce."""
     from frost_nb.notebook.glue import ABLATION_SECTIONS, metrics_name, output_suffix, sections_suffix
 
-    assert metrics_name("05_halting", "adopted", "cifar100", "demo") == "05_halting"
+    assert metrics_name("05_halting", "adopted", "cifar100", "ladder64") == "05_halting"  # committed at ladder64
+    assert metrics_name("05_halting", "adopted", "cifar100", "demo") == "05_halting_demo"
+    assert metrics_name("05_halting", "per-step", "fashion-mnist", "demo") == "05_halting_fashion-mnist_per-step"
     assert metrics_name("05_halting", "residual", "fashion-mnist") == "05_halting_fashion-mnist_residual"
     assert metrics_name("05_halting", "adopted", "cifar100", "cifar") == "05_halting_cifar"
     assert metrics_name("07_halting_baselines", "adopted", "fashion-mnist") == "07_halting_baselines_fashion-mnist"
     # 02 and 03 are committed on CIFAR-100 (issue 31); their Fashion-MNIST files stay beside, renamed
     assert metrics_name("02_scale_consistency", "residual") == "02_scale_consistency_residual"
     assert metrics_name("02_scale_consistency", "adopted", "cifar100") == "02_scale_consistency"
+    assert metrics_name("02_scale_consistency", "adopted", "cifar100", "demo") == "02_scale_consistency_demo"
     assert metrics_name("02_scale_consistency", "residual", "fashion-mnist") == \
         "02_scale_consistency_fashion-mnist_residual"
     assert metrics_name("03_minkowski", "per-step", "fashion-mnist", "demo") == "03_minkowski_fashion-mnist_per-step"

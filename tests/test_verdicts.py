@@ -83,17 +83,35 @@ def test_rows_are_complete_and_name_their_bundle(committed_rows):
 def test_readme_switches_to_cifar100_under_the_adopted_bundle(tmp_path):
     """Constructed: 05's CIFAR-100 sweep relabelled as a run of the adopted bundle; the README's
     Table 2 rows then show it, ahead of the 3-seed per-step Fashion-MNIST evidence."""
-    folder = _copy(tmp_path, "05_halting_per-step.json")
+    folder = _copy(tmp_path, "05_halting_demo_per-step.json")
     summary = {r["claim"]: r for r in V.summary_rows(V.verdict_rows(folder))}
-    assert V._dataset_cell(summary[9]) == "CIFAR-100, per-step"
+    assert V._dataset_cell(summary[9]) == "CIFAR-100 demo, per-step"
 
     def adopted(d):
         for s in d["provenance"]["settings"].values():
             s["bundle"] = "adopted"
-    _edit(folder, "05_halting_per-step.json", adopted)
+    _edit(folder, "05_halting_demo_per-step.json", adopted)
     summary = {r["claim"]: r for r in V.summary_rows(V.verdict_rows(folder))}
-    assert V._dataset_cell(summary[9]) == "CIFAR-100, adopted" and summary[9]["seeds"] == "3"
-    assert V._dataset_cell(summary[13]) == "CIFAR-100, adopted"
+    assert V._dataset_cell(summary[9]) == "CIFAR-100 demo, adopted" and summary[9]["seeds"] == "3"
+    assert V._dataset_cell(summary[13]) == "CIFAR-100 demo, adopted"
+
+
+def test_the_paper_structure_decides_before_the_demo_size(tmp_path):
+    """05 at ladder64 (3 seeds) and at demo (3 seeds), both CIFAR-100 under the adopted bundle: the
+    README's Table 2 rows name ladder64; the demo rows stay in the full table as the control. With the
+    ladder64 file relabelled demo, the order falls back to the rest of the rule (either may lead)."""
+    folder = _copy(tmp_path, "05_halting.json", "05_halting_demo.json")
+    rows = V.verdict_rows(folder)
+    summary = {r["claim"]: r for r in V.summary_rows(rows)}
+    for claim in (9, 10, 14):
+        assert V._dataset_cell(summary[claim]) == "CIFAR-100 ladder64, adopted" and summary[claim]["seeds"] == "3"
+        assert {r["size"] for r in rows if r["claim"] == claim} == {"ladder64", "demo"}
+
+    def as_demo(d):
+        for s in d["provenance"]["settings"].values():
+            s["size"] = "demo"
+    _edit(folder, "05_halting.json", as_demo)
+    assert {r["size"] for r in V.verdict_rows(folder) if r["claim"] == 9} == {"demo"}
 
 
 def test_cli_check_and_write(tmp_path, capsys):

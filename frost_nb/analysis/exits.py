@@ -134,3 +134,45 @@ class ExitCache:
             table["class"] = [classes[int(c)] for c in table["class"]]
         return table
 
+
+
+def sweep_image_halves(caches: dict, quantiles, shown, depths, resamples: int | None = None,
+                       seed: int = 0) -> dict[str, dict[float, float] | float]:
+    """The test images' bootstrap half-widths (``stats.image_bootstrap``: the images resampled jointly
+    across seeds) of Table 2's seed means, for the rule that adds them to the seeds' interval in
+    quadrature: per quantile of ``shown``, the share of full-depth accuracy kept at q
+    (``kept_at_quantile``) and at the mean depth ``depths[q]`` read off the sweep over ``quantiles``
+    (``kept_at_depth``, linear between the sweep's points, as the verdicts read it); and the gain over
+    a fixed depth averaged over the quantiles below 1 (``gain_over_fixed``). ``caches``: seed label ->
+    ExitCache of the test split, all over the same images."""
+    from .stats import IMAGE_RESAMPLES, image_bootstrap
+
+    first = next(iter(caches.values()))
+    n, steps = first.outputs.correct.shape
+    quantiles = sorted(float(q) for q in quantiles)
+    below = [i for i, q in enumerate(quantiles) if q < 1.0]
+    seeds = []  # per seed (N, Q) exit depths and correctness at the exit, and (N, T) correctness per step
+    for cache in caches.values():
+        if cache.outputs.correct.shape != (n, steps):
+            raise ValueError("sweep_image_halves: every seed's pass must cover the same test images")
+        exits = [cache.at(q) for q in quantiles]
+        seeds.append((torch.stack([e.depth for e in exits], 1).double().numpy(),
+                      torch.stack([e.correct for e in exits], 1).double().numpy(),
+                      cache.outputs.correct.double().numpy()))
+    at = {q: quantiles.index(float(q)) for q in shown}
+
+    def statistic(index: np.ndarray) -> np.ndarray:
+        values = []
+        for depth, correct, per_step in seeds:
+            d, a, f = depth[index].mean(0), correct[index].mean(0), per_step[index].mean(0)  # (Q,), (Q,), (T,)
+            order = np.argsort(d, kind="stable")
+            values.append([a[at[q]] / f[-1] for q in shown]
+                          + [np.interp(depths[q], d[order], a[order]) / f[-1] for q in shown]
+                          + [np.mean([a[i] - np.interp(d[i], np.arange(1, steps + 1), f) for i in below])])
+        return np.mean(values, axis=0)  # the seed mean of each number
+
+    _, half = image_bootstrap(statistic, n, resamples or IMAGE_RESAMPLES, seed)
+    k = len(shown)
+    return {"kept_at_quantile": dict(zip(map(float, shown), half[:k].tolist())),
+            "kept_at_depth": dict(zip(map(float, shown), half[k:2 * k].tolist())),
+            "gain_over_fixed": float(half[-1]), "resamples": resamples or IMAGE_RESAMPLES}

@@ -56,13 +56,14 @@ def image_bootstrap(statistic: Callable[[np.ndarray], float], n_images: int, res
     number from the images ``index`` (an int array of length ``n_images``; a seed mean resamples the
     same images for every seed, jointly), its value on all images, and the half-width of the
     central CONFIDENCE percentile interval of ``resamples`` (at least IMAGE_RESAMPLES) resamples
-    with replacement."""
+    with replacement. A statistic of several numbers (a 1-d array) gives arrays of each."""
     if resamples < IMAGE_RESAMPLES:
         raise ValueError(f"{resamples} resamples: the rule asks for at least {IMAGE_RESAMPLES}")
     rng = np.random.default_rng(seed)
     draws = np.array([statistic(rng.integers(0, n_images, n_images)) for _ in range(resamples)], dtype=float)
-    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    return float(statistic(np.arange(n_images))), float(high - low) / 2
+    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2], axis=0)
+    value, half = np.asarray(statistic(np.arange(n_images)), dtype=float), (high - low) / 2
+    return (float(value), float(half)) if value.ndim == 0 else (value, half)
 
 
 MOVING_BLOCK = 432  # windows a block: the forecast windows overlap (look-back 336 + horizon), so the

@@ -74,6 +74,8 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "compare_bundle": ((str, type(None)), lambda v: v is None or v in BUNDLES,
                         f"one of {BUNDLES} to set beside the model's own bundle, or None"),
     "sections": (str, lambda v: _sections_ok(v), f"a comma-separated subset of {ABLATION_SECTIONS}"),
+    "models": ((str, type(None)), lambda v: v is None or all(p.strip() for p in v.split(",")),
+               "comma-separated model families of the grid (e.g. 'frost,basic_ssm'), or None for all"),
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                        "the path of a ViT frost checkpoint file (.pt), or None"),
     "examples": (int, lambda v: 1 <= v <= EXAMPLES_MAX, f"a number of images from 1 to {EXAMPLES_MAX}"),
@@ -87,28 +89,32 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
 }
 
 
-# The data set each notebook's committed outputs are on, all at COMMITTED_SIZE. A run on another data set
-# or size writes its figures and metrics beside them, named <name>_<dataset>_<size>, not over them.
+# The data set and size each notebook's committed outputs are on (another one's are written beside them).
 # Notebook 07's collapse section has its own ("07 collapse", its parameter collapse_dataset): its
 # 18 runs stay on digits when the rules move to another data set.
 COMMITTED_DATASETS = {"02": "cifar100", "03": "cifar100", "04": "fashion-mnist", "05": "cifar100",
                       "07": "cifar100", "07 collapse": "digits", "08": "cifar100", "09": "cifar100",
                       "10": "cifar100"}
 COMMITTED_SIZE = "demo"
+COMMITTED_SIZES = {"02": "ladder64", "05": "ladder64"}  # at the paper's structure; demo elsewhere
 
 
 def output_suffix(notebook: str, dataset: str | None = None, bundle: str = "adopted",
                   size: str | None = None) -> str:
     """What a notebook appends to its figure and metrics names: ``_<dataset>`` off its committed data set
-    (COMMITTED_DATASETS), ``_<size>`` off COMMITTED_SIZE, then ``_<bundle>`` off the adopted bundle.
+    (COMMITTED_DATASETS), ``_<size>`` off its committed size there (COMMITTED_SIZES, else
+    COMMITTED_SIZE), then ``_<bundle>`` off the adopted bundle.
 
     >>> output_suffix("05", "cifar100"), output_suffix("05", "digits", "residual", size="smoke")
     ('', '_digits_smoke_residual')
+    >>> output_suffix("05", "cifar100", size="demo"), output_suffix("05", "cifar100", size="ladder64")
+    ('_demo', '')
     """
     given = {"dataset": dataset, "size": size}
     validate_params(bundle=bundle, **{k: v for k, v in given.items() if v is not None})
     other = dataset is not None and dataset != COMMITTED_DATASETS.get(notebook, dataset)
-    return (f"_{dataset}" if other else "") + (f"_{size}" if size not in (None, COMMITTED_SIZE) else "") \
+    committed = COMMITTED_SIZE if other else COMMITTED_SIZES.get(notebook, COMMITTED_SIZE)
+    return (f"_{dataset}" if other else "") + (f"_{size}" if size not in (None, committed) else "") \
         + ("" if bundle == "adopted" else f"_{bundle}")
 
 

@@ -360,10 +360,13 @@ PAPER_KEPT = {q: a / paper.TABLE2["accuracy"][-1]
 PAPER_DEPTH = dict(zip(paper.TABLE2["quantile"], paper.TABLE2["mean_depth"]))
 
 
-def kept(shares: dict[float, Sequence[float]]) -> Verdict:
+def kept(shares: dict[float, Sequence[float]], image_half: dict[float, float] | None = None) -> Verdict:
     """Per quantile shown (KEPT_SHOWN) and seed, our share of full-depth accuracy minus the
-    paper's, against -KEPT_CLOSE; every quantile must hold."""
-    return combine([decide([s - PAPER_KEPT[q] for s in shares[q]], -KEPT_CLOSE) for q in KEPT_SHOWN])
+    paper's, against -KEPT_CLOSE; every quantile must hold. ``image_half``: per quantile, the test
+    images' bootstrap half-width of the seed mean (``decide``), where it was measured."""
+    half = image_half or {}
+    return combine([decide([s - PAPER_KEPT[q] for s in shares[q]], -KEPT_CLOSE, half.get(q, 0.0))
+                    for q in KEPT_SHOWN])
 
 
 # 11, 12. Table 3: cost ratios to vanilla (deterministic or benchmark numbers)
@@ -419,10 +422,10 @@ FIXED_GAIN = 0.005  # ours: half a point of accuracy above a fixed depth at the 
 # what a halting rule must add to be worth its calibration
 
 
-def fixed_depth(gain: Sequence[float]) -> Verdict:
+def fixed_depth(gain: Sequence[float], image_half: float = 0.0) -> Verdict:
     """Per seed, the mean over q < 1 of (accuracy at q - fixed-depth accuracy at that mean
-    depth), against FIXED_GAIN."""
-    return decide(gain, FIXED_GAIN)
+    depth), against FIXED_GAIN (``image_half``: as in ``decide``)."""
+    return decide(gain, FIXED_GAIN, image_half)
 
 
 # 15 (ours). FROST's score against the other halting rules

@@ -236,6 +236,17 @@ class Grid(dict):
     def run_name(self, label: str) -> str:
         return f"{self.folder}/{slug(family_of(label))}-seed{self[label].train.seed}"
 
+    def only(self, families: str | None) -> Grid:
+        """The runs of the comma-separated ``families`` ("frost,basic_ssm"; None: all of them), in
+        the grid's order; a family the grid lacks is a ValueError naming the ones it has."""
+        if families is None:
+            return self
+        wanted, have = [f.strip() for f in families.split(",")], {family_of(label) for label in self}
+        if missing := [f for f in wanted if f not in have]:
+            raise ValueError(f"models={families!r}: the grid has no {', '.join(missing)}; it has "
+                             f"{', '.join(sorted(have))}")
+        return Grid({label: cfg for label, cfg in self.items() if family_of(label) in wanted}, self.folder)
+
 
 def family_of(label: str) -> str:
     """What a grid label names, without its seed tag: the model family as the tables show it

@@ -30,7 +30,7 @@ from .grids import CLAIM_K, family_of, slug
 from ..paths import one_line, skip_or_raise
 from ..runs import read_metrics, run_folder
 
-COLUMNS = ("claim", "title", "bundle", "form", "dataset", "seeds", "paper", "ours", "verdict", "notebook")
+COLUMNS = ("claim", "title", "bundle", "form", "dataset", "size", "seeds", "paper", "ours", "verdict", "notebook")
 SUMMARY_HEADER = ("claim", "data set", "seeds", "paper", "ours", "verdict", "over the ladder", "notebook")
 FULL_HEADER = ("#", "claim", "bundle", "form", "data set", "seeds", "paper", "ours", "verdict", "notebook")
 NA = "n/a"
@@ -42,6 +42,7 @@ DATASET_NAMES = {"cifar100": "CIFAR-100", "imagenet100": "ImageNet-100", "fashio
 # (the paper's first), bundle, the bundle's own frost before a variant, and seeds
 DATASET_RANK = ("cifar100", "imagenet100", "fashion-mnist", "cifar10", "digits")
 BUNDLE_RANK = ("adopted", "per-step", "residual", NA)
+SIZE_RANK = ("ladder64", "demo")  # the paper's structure (100,102 parameters) decides; demo, its control
 # where a row's numbers come from: a notebook, or the command that wrote the file
 SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06", "07": "07", "08": "08",
            "10": "10", "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
@@ -187,9 +188,10 @@ def own_form(s: dict) -> bool:
 
 
 def row(claim: int, bundle: str, form_: str, dataset: str, seeds: int | None, paper_: str, ours: str,
-        verdict: str, notebook: str, title: str = "", primary: bool = True) -> dict[str, Any]:
+        verdict: str, notebook: str, title: str = "", primary: bool = True, size: str | None = None) -> dict[str, Any]:
+    """One verdict row; ``size``, the runs' size preset where the rows of a claim come at several."""
     return {"claim": claim, "title": title or C.CLAIM[claim].title, "bundle": bundle, "form": form_,
-            "dataset": dataset, "seeds": NA if seeds is None else str(seeds), "paper": paper_, "ours": ours,
+            "dataset": dataset, "size": size or NA, "seeds": NA if seeds is None else str(seeds), "paper": paper_, "ours": ours,
             "verdict": str(verdict), "notebook": SOURCES.get(notebook, notebook), "primary": primary}
 
 
@@ -253,12 +255,12 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
             st = found[0][1]
             yield row(1, st["bundle"], form(st), d["dataset"], min(len(frost), len(basic)), shown,
                       f"{_mean(frost):.2f} vs {_mean(basic.values()):.2f}",
-                      C.table1(frost, list(basic.values())), "02", primary=label == "frost")
+                      C.table1(frost, list(basic.values())), "02", primary=label == "frost", size=st.get("size"))
             if label == "frost" and control:  # ours, beside
                 yield row(1, st["bundle"], form(st), d["dataset"], min(len(control), len(basic)), "no claim",
                           f"no ranking {_mean(control.values()):.2f} vs {_mean(basic.values()):.2f}",
                           C.table1_update(list(control.values()), list(basic.values())), "02",
-                          title=TABLE1_UPDATE, primary=False)
+                          title=TABLE1_UPDATE, primary=False, size=st.get("size"))
     for name in m.names("15_update_forms*"):
         d = m.json(name)
         basic = d["basic_ssm cos t=3"]
@@ -289,7 +291,7 @@ def contraction_rows(m: Metrics) -> Iterator[dict]:
             st = runs[(frost[0]["model"], frost[0]["seed"])]
             ours, rates = _contraction_cells(frost, [kappa[(r["model"], r["seed"])] for r in frost])
             yield row(2, st["bundle"], form(st), d["dataset"], len(frost), "kappa < 1", ours,
-                      C.contraction(rates), "02")
+                      C.contraction(rates), "02", size=st.get("size"))
     for d in m.files("15_update_forms*"):
         for runs, st, primary in _forms(d):
             ours, rates = _contraction_cells(runs, [r["kappa"] for r in runs])
@@ -492,13 +494,13 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
         if not all(is_frost(s) for s in sts):
             continue
         yield "05", sts[0], d["dataset"], [[r for r in d["sweep"] if r["seed"] == s] for s in seeds], \
-            [d.get("fixed_depth", {}).get(f"seed {s}") for s in seeds]
+            [d.get("fixed_depth", {}).get(f"seed {s}") for s in seeds], d.get("image_halves")
     for name in m.names("01_training*") + m.names("demo_*"):
         d = m.json(name)
         runs = (d.get("provenance") or {}).get("runs", [])
         if "sweep" not in d or len(runs) != 1 or not is_frost(st := settings(d, runs[0])):
             continue
-        yield _source(name), st, d["dataset"], [d["sweep"]], [d.get("accuracy_per_step") or _run_curve(runs[0])]
+        yield _source(name), st, d["dataset"], [d["sweep"]], [d.get("accuracy_per_step") or _run_curve(runs[0])], None
     for path in sorted(m.folder.glob("sweep_*.csv")):
         if not (side := path.with_suffix(".provenance.json")).is_file():
             continue  # a CSV without its provenance names no run
@@ -508,7 +510,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
         if len(prov["runs"]) != 1 or not is_frost(st := prov["settings"][prov["runs"][0]]):
             continue
         sweep = [{k: float(v) for k, v in r.items()} for r in rows]
-        yield "sweep", st, st["dataset"], [sweep], [_run_curve(prov["runs"][0])]
+        yield "sweep", st, st["dataset"], [sweep], [_run_curve(prov["runs"][0])], None
 
 
 def _run_curve(name: str) -> list[float] | None:
@@ -524,22 +526,25 @@ def _run_curve(name: str) -> list[float] | None:
 
 def table2_rows(m: Metrics) -> Iterator[dict]:
     shown = " / ".join(f"{C.PAPER_KEPT[q]:.2f}" for q in C.KEPT_SHOWN)
-    for source, st, dataset, sweeps, fixed in _sweeps(m):
+    for source, st, dataset, sweeps, fixed, halves in _sweeps(m):
+        halves = halves or {}  # the test images' half-widths of the seed means (notebook 05), where measured
+        image = {key: {float(q): h for q, h in halves.get(key, {}).items()} for key in ("kept_at_quantile", "kept_at_depth")}
         at_q = {q: [_first(r["accuracy"] for r in s if r["quantile"] == q) / _first(
             r["accuracy"] for r in s if r["quantile"] == 1.0) for s in sweeps] for q in C.KEPT_SHOWN}
         curves = [np.array(sorted((r["mean_depth"], r["accuracy"]) for r in s)).T for s in sweeps]
         at_depth = {q: [float(np.interp(C.PAPER_DEPTH[q] * depth[-1] / 16, depth, acc)) / acc[-1]
                         for depth, acc in curves] for q in C.KEPT_SHOWN}
         at = (st["bundle"], form(st), dataset, len(sweeps), shown)
-        for claim, kept in ((9, at_q), (10, at_depth)):
-            yield row(claim, *at, " / ".join(f"{_mean(kept[q]):.2f}" for q in C.KEPT_SHOWN), C.kept(kept),
-                      source, primary=own_form(st))
+        for claim, kept, key in ((9, at_q, "kept_at_quantile"), (10, at_depth, "kept_at_depth")):
+            yield row(claim, *at, " / ".join(f"{_mean(kept[q]):.2f}" for q in C.KEPT_SHOWN),
+                      C.kept(kept, image[key]), source, primary=own_form(st), size=st.get("size"))
         # per seed with a fixed-depth curve (accuracy at depth 1..T): the mean gain over q < 1
         gain = [_mean(r["accuracy"] - float(np.interp(r["mean_depth"], list(range(1, len(f) + 1)), f))
                       for r in s if r["quantile"] < 1.0) for s, f in zip(sweeps, fixed) if f]
         if gain:
             yield row(14, st["bundle"], form(st), dataset, len(gain), "no claim",
-                      f"{100 * _mean(gain):+.1f} points", C.fixed_depth(gain), source, primary=own_form(st))
+                      f"{100 * _mean(gain):+.1f} points", C.fixed_depth(gain, halves.get("gain_over_fixed", 0.0)),
+                      source, primary=own_form(st), size=st.get("size"))
 
 
 # 13. Table 3's ViT exit depth (05)
@@ -557,7 +562,8 @@ def vit_rows(m: Metrics) -> Iterator[dict]:
         v, r = at["vit"], at["resnet"]
         yield row(13, st["bundle"], form(st), vit["dataset"], 1, shown,
                   f"{v['mean_depth']:.2f} of {vit['steps']}; {v['fraction']:.2f} vs {r['fraction']:.2f}",
-                  C.vit_depth([v["mean_depth"]], vit["steps"], [v["fraction"]], [r["fraction"]]), "05")
+                  C.vit_depth([v["mean_depth"]], vit["steps"], [v["fraction"]], [r["fraction"]]), "05",
+                  size=st.get("size"))
 
 
 # 11, 12. Table 3 (06: shapes at the paper's settings; benchmarks: throughput per regime)
@@ -755,13 +761,15 @@ CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
 
 def _rank(r: dict) -> tuple:
     """The order in which a claim's rows are evidence, the README's stated rule: CIFAR-100 under the
-    default bundle first; then rows that test something, on MIN_SEEDS seeds; then the data set and the
+    default bundle first; then rows that test something, at the paper's structure (SIZE_RANK: a row
+    naming no size is demo's), on MIN_SEEDS seeds; then the data set and the
     bundle; only then the claim's own setting over a variant of it (another loss strength, protocol or
     rule: claim 8's default strength comes after its bundle), the primary row and more seeds."""
     data, seeds = r["dataset"], r["seeds"]
     place = lambda ranks, x: ranks.index(x) if x in ranks else len(ranks)  # unranked last
     return (not (data == "cifar100" and r["bundle"] == "adopted"),
-            r["verdict"].startswith(C.NOT_TESTABLE), not seeds.isdigit() or int(seeds) < C.MIN_SEEDS,
+            r["verdict"].startswith(C.NOT_TESTABLE), place(SIZE_RANK, "demo" if r.get("size", NA) == NA else r["size"]),
+            not seeds.isdigit() or int(seeds) < C.MIN_SEEDS,
             place(DATASET_RANK, data), place(BUNDLE_RANK, r["bundle"]),
             r["title"] != C.CLAIM[r["claim"]].title, not r["primary"], -int(seeds) if seeds.isdigit() else 0)
 
@@ -793,7 +801,7 @@ def summary_rows(rows: list[dict]) -> list[dict]:
 
 def _dataset_cell(r: dict) -> str:
     """The data set as the README shows it, with the bundle (and a variant's form) named."""
-    name = DATASET_NAMES.get(r["dataset"], r["dataset"])
+    name = DATASET_NAMES.get(r["dataset"], r["dataset"]) + (f" {r['size']}" if r.get("size", NA) != NA else "")
     if r["claim"] in (11, 12):
         return f"{name} (shapes)"
     tail = r["bundle"] if r["form"] in (NA, "leaky") or r["bundle"] == NA else f"{r['bundle']}, {r['form']}"
@@ -858,7 +866,8 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
 def markdown_table(rows: list[dict]) -> str:
     """docs/results.md's table: every row (``verdict_rows``: by claim)."""
     return _markdown(FULL_HEADER, ((r["claim"], r["title"], r["bundle"], r["form"],
-                                    DATASET_NAMES.get(r["dataset"], r["dataset"]), r["seeds"], r["paper"],
+                                    DATASET_NAMES.get(r["dataset"], r["dataset"]) + (
+                                        f" {r['size']}" if r.get("size", NA) != NA else ""), r["seeds"], r["paper"],
                                     r["ours"], r["verdict"], r["notebook"]) for r in rows))
 
 
