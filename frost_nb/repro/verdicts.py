@@ -316,7 +316,7 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
         base = {b: [v for (lab, _), v in sorted(dims.items()) if lab == b] for b in BASELINES}
         yield row(3, st["bundle"], form(st), d["dataset"], min(len(v) for v in (frost, *base.values())),
                   MINKOWSKI_PAPER, f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
-                  C.minkowski(frost, base, _resolution()), "03")
+                  C.minkowski(frost, base, _resolution()), "03", size=st.get("size"))
         if d.get("protocol_runs"):  # notebook 03 measures experiment (d)'s protocols too
             yield from _protocol_rows(d, d["protocol_runs"], "03")
     for d in m.files("15_minkowski_protocols"):
@@ -623,7 +623,8 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
                 if noise.get("model") == model and noise.get("rival") == best_rule else ""
             yield row(15, st["bundle"], form(st), d["dataset"], 1, "no claim",
                       f"{area[(model, 'frost')]:.3f} vs {best:.3f} ({best_rule}){shown}",
-                      C.halting_rules([area[(model, "frost")]], [best]), "07", primary=own_form(st))
+                      C.halting_rules([area[(model, "frost")]], [best]), "07", primary=own_form(st),
+                      size=st.get("size"))
     for d in m.files("08_beyond_the_paper*"):  # every rule on FROST's seeds
         area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
         models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"}, key=_seed)
@@ -641,7 +642,7 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
         yield row(15, st["bundle"], form(st), d["dataset"], len(models), "no claim",
                   f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
                   C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), "08",
-                  primary=own_form(st))
+                  primary=own_form(st), size=st.get("size"))
     for d in m.files("15_head_refit"):
         margins = d.get("margin_per_backbone", {})
         for group in _by([(k, settings(d, b["key"])) for k, b in d["backbones"].items()],
@@ -681,7 +682,7 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
                       f"point; closes {_mean(closed):.2f} of the ceiling gap; full depth "
                       f"{_mean(full) - _mean(frost_full):+.3f}",
                       C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
-                      primary=main,
+                      primary=main, size=st.get("size"),
                       title="" if main else f"Our rule ({rule}) on {'the variant' if family == d['variant'] else 'FROST'}"
                       f"'s models, by claim 16's targets (ours)")
 
