@@ -276,7 +276,6 @@ def test_output_names_of_another_data_set_size_reading_or_sections():
     # 02 and 03 are committed on CIFAR-100 (issue 31); their Fashion-MNIST files stay beside, renamed
     assert metrics_name("02_scale_consistency", "residual") == "02_scale_consistency_residual"
     assert metrics_name("02_scale_consistency", "adopted", "cifar100") == "02_scale_consistency"
-    assert metrics_name("02_scale_consistency", "adopted", "cifar100", "demo") == "02_scale_consistency_demo"
     assert metrics_name("02_scale_consistency", "residual", "fashion-mnist") == \
         "02_scale_consistency_fashion-mnist_residual"
     assert metrics_name("03_minkowski", "per-step", "fashion-mnist", "demo") == "03_minkowski_fashion-mnist_per-step"
