@@ -800,9 +800,14 @@ def summary_rows(rows: list[dict]) -> list[dict]:
             for c in C.CLAIMS]
 
 
+def _data_name(r: dict) -> str:
+    """The row's data set as the tables name it, with the runs' size where the row states one."""
+    return DATASET_NAMES.get(r["dataset"], r["dataset"]) + (f" {r['size']}" if r.get("size", NA) != NA else "")
+
+
 def _dataset_cell(r: dict) -> str:
     """The data set as the README shows it, with the bundle (and a variant's form) named."""
-    name = DATASET_NAMES.get(r["dataset"], r["dataset"]) + (f" {r['size']}" if r.get("size", NA) != NA else "")
+    name = _data_name(r)
     if r["claim"] in (11, 12):
         return f"{name} (shapes)"
     tail = r["bundle"] if r["form"] in (NA, "leaky") or r["bundle"] == NA else f"{r['bundle']}, {r['form']}"
@@ -867,8 +872,7 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
 def markdown_table(rows: list[dict]) -> str:
     """docs/results.md's table: every row (``verdict_rows``: by claim)."""
     return _markdown(FULL_HEADER, ((r["claim"], r["title"], r["bundle"], r["form"],
-                                    DATASET_NAMES.get(r["dataset"], r["dataset"]) + (
-                                        f" {r['size']}" if r.get("size", NA) != NA else ""), r["seeds"], r["paper"],
+                                    _data_name(r), r["seeds"], r["paper"],
                                     r["ours"], r["verdict"], r["notebook"]) for r in rows))
 
 
