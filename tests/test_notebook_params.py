@@ -151,6 +151,7 @@ BAD = {
     "batch_size": [0, 257, "4", 4.0],
     "repeats": [0, 21, 1.5, -1],
     "sections": ["", "alpha,nope", "loss,loss", "Loss", None, 3],
+    "models": ["", "frost,,basic_ssm", 3],
     "vit_checkpoint": ["", " ", 3, False],
     "throughput_dataset": ["mnist", None, 3],
     "throughput_samples": [0, -1, 1.5, None],
@@ -164,6 +165,7 @@ GOOD = {
     "compare_bundle": [None, "per-step", "adopted"],
     "examples": [1, 64], "batch_size": [1, 256], "repeats": [1, 20],
     "sections": ["loss", "alpha, loss", "alpha,hurst,loss,tuning,update,conflict,adopted"],
+    "models": [None, "frost", "frost,basic_ssm"],
     "vit_checkpoint": [None, "vit.pt"],
     "throughput_dataset": ["fashion-mnist"], "throughput_samples": [1, 512], "throughput_repeats": [1, 20],
 }
@@ -276,10 +278,11 @@ def test_output_names_of_another_data_set_size_reading_or_sections():
     # 02 and 03 are committed on CIFAR-100 (issue 31); their Fashion-MNIST files stay beside, renamed
     assert metrics_name("02_scale_consistency", "residual") == "02_scale_consistency_residual"
     assert metrics_name("02_scale_consistency", "adopted", "cifar100") == "02_scale_consistency"
+    assert metrics_name("02_scale_consistency", "adopted", "cifar100", "demo") == "02_scale_consistency_demo"
     assert metrics_name("02_scale_consistency", "residual", "fashion-mnist") == \
         "02_scale_consistency_fashion-mnist_residual"
     assert metrics_name("03_minkowski", "per-step", "fashion-mnist", "demo") == "03_minkowski_fashion-mnist_per-step"
-    assert output_suffix("02", "cifar100", "per-step", "demo") == "_per-step"
+    assert output_suffix("02", "cifar100", "per-step", "demo") == "_demo_per-step"
     assert output_suffix("03", "fashion-mnist") == "_fashion-mnist"
     assert output_suffix("04", "digits", "adopted", "smoke") == "_digits_smoke"
     assert sections_suffix(ABLATION_SECTIONS) == "" and sections_suffix(("alpha", "loss")) == "_alpha-loss"

@@ -74,6 +74,8 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "compare_bundle": ((str, type(None)), lambda v: v is None or v in BUNDLES,
                         f"one of {BUNDLES} to set beside the model's own bundle, or None"),
     "sections": (str, lambda v: _sections_ok(v), f"a comma-separated subset of {ABLATION_SECTIONS}"),
+    "models": ((str, type(None)), lambda v: v is None or all(p.strip() for p in v.split(",")),
+               "comma-separated model families of the grid (e.g. 'frost,basic_ssm'), or None for all"),
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                        "the path of a ViT frost checkpoint file (.pt), or None"),
     "examples": (int, lambda v: 1 <= v <= EXAMPLES_MAX, f"a number of images from 1 to {EXAMPLES_MAX}"),
@@ -94,7 +96,7 @@ COMMITTED_DATASETS = {"02": "cifar100", "03": "cifar100", "04": "fashion-mnist",
                       "07": "cifar100", "07 collapse": "digits", "08": "cifar100", "09": "cifar100",
                       "10": "cifar100"}
 COMMITTED_SIZE = "demo"
-COMMITTED_SIZES = {"05": "ladder64"}  # at the paper's structure; demo elsewhere
+COMMITTED_SIZES = {"02": "ladder64", "05": "ladder64"}  # at the paper's structure; demo elsewhere
 
 
 def output_suffix(notebook: str, dataset: str | None = None, bundle: str = "adopted",
