@@ -1,14 +1,7 @@
 """Command line: ``python -m frost_nb {demo,config,train,grid,evaluate,sweep,export,verdicts,forecast} ...``.
 
-``demo`` is the project's main job: train FROST on the embedded default data set (scikit-learn's
-digits, no download), run the halting quantile sweep and write figures and metrics to
-``outputs/``. ``config`` prints the resolved config of a run and the stored run that holds it;
-``train`` trains (or loads from the stored runs) any model on any data set and size;
-``evaluate`` runs adaptive inference of a checkpoint at one quantile (``--stream``: with
-continuous batching); ``sweep`` evaluates a
-checkpoint over the quantile grid of the paper's Table 2; ``verdicts`` prints (or writes into,
-or checks against, the README) the verdict table of the paper's claims; ``forecast`` trains (or
-loads) a DF-Mamba or linear-baseline run on ETTh1/ETTh2 (frost_nb/dfmamba/training.py).
+``demo`` is the project's main job: train FROST on the embedded digits, run the halting quantile
+sweep and write figures and metrics to ``outputs/``; each command's ``--help`` says what it does.
 
 A damaged input (a metrics file, a run's config or weights, the runs' index, a prepared data file) stops
 every command with one line naming the file, what is wrong and how to restore it, and exit status 2,
@@ -45,8 +38,7 @@ from .runs import discard_local, export_run, load_teacher, run_name, stored_name
 
 def run_config(args):
     """The config of a run command's parsed ``args`` (scripts/gpu.py builds them too): size, data set,
-    model, backbone, the --set overrides (JSON values when they parse, else strings; a text setting
-    keeps a number as written, so that model.branch_steps=16 is "16"), then --epochs, --seed, --root."""
+    model, backbone, the --set overrides (``parse_settings``), then --epochs, --seed, --root."""
     overrides = parse_settings(args.set)
     given = {"train.epochs": args.epochs, "train.seed": args.seed, "data.root": args.root}
     overrides |= {key: value for key, value in given.items() if value is not None}
@@ -54,9 +46,8 @@ def run_config(args):
 
 
 def _summary(result, where: bool = True) -> dict[str, Any]:
-    """What a run is and what it reached, the same whether it was trained now or loaded; ``where`` adds
-    where the model came from this time (printed only: metrics files must not change because a run was
-    loaded rather than trained)."""
+    """What a run is and what it reached, the same trained or loaded; ``where`` adds where the model came
+    from this time (printed only: metrics files must not depend on it)."""
     c, metrics = result.config, result.metrics
     return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
             "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed,
@@ -268,10 +259,8 @@ def cmd_export(args) -> int:
 
 
 def cmd_verdicts(args) -> int:
-    """The verdict tables of the paper's claims from the metrics files (frost_nb/repro/verdicts.py):
-    the README's one row per claim, docs/results.md's every row; without a FILE, --write and --check
-    cover the committed runs' index (outputs/runs/index.csv) too. Everything is read before the
-    first write: a damaged input leaves every file as it was."""
+    """The verdict tables of the paper's claims from the metrics files (and, without a FILE, the runs'
+    index), everything read before the first write: a damaged input leaves every file as it was."""
     from .repro.verdicts import MARKERS, TARGETS, Metrics, current_block, replace_block, tables
     from .runs import index_text, read_index
 

@@ -1,7 +1,5 @@
 """Where trained runs live (docs/architecture.md, "Runs"), and ``train_or_load``: the one way the
-notebooks, the command line and the grids get a trained model. Above ``checkpoint.py`` and
-``training.py``, so neither imports the other's caller.
-"""
+notebooks, the command line and the grids get a trained model."""
 
 from __future__ import annotations
 
@@ -55,8 +53,7 @@ class StoredRun:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """``data`` as JSON at ``path``, atomically: keys sorted, no spaces, a dict one line per key (a
-    diff still names the keys that changed)."""
+    """``data`` as JSON at ``path``, atomically: keys sorted, no spaces, a dict one line per key."""
     dump = lambda v: json.dumps(v, separators=(",", ":"), sort_keys=True)
     text = dump(data) if not isinstance(data, dict) else \
         "{\n" + ",\n".join(f"{dump(k)}:{dump(v)}" for k, v in sorted(data.items())) + "\n}"
@@ -65,8 +62,7 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def hardware(device: torch.device | str) -> str:
-    """What a run trained on, as ``metrics.json`` and the index say it: the GPU's name, else the CPU's
-    and its threads."""
+    """What a run trained on (``metrics.json``, the index): the GPU's name, else the CPU's and its threads."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -79,29 +75,23 @@ def identity_key(config: RunConfig) -> str:
 
 
 def file_stamp(path: Path) -> tuple[str, tuple[int, int]]:
-    """``path`` as a string and what tells a rewritten file from the one read before (modification
-    time and size): the arguments of a read cached with ``functools.lru_cache``."""
+    """``path`` as a string and its modification time and size: the key of a read cached with lru_cache."""
     st = path.stat()
     return str(path), (st.st_mtime_ns, st.st_size)
-
-
-def _run_fix(folder: Path) -> str:
-    """How to restore a damaged file of the run folder ``folder`` (``restore_hint``'s regenerate)."""
-    if folder.parent.parent.resolve() == cache_dir().resolve():
-        return f"delete the local run {shown_path(folder)} (it trains again on its next use)"
-    return "train the run again and export it (python -m frost_nb export RUN_FOLDER)"
 
 
 def damaged_run_file(path: Path, problem: str) -> DamagedInput:
     """The ``DamagedInput`` of ``path``, a file of a run folder (or the folder itself)."""
     folder = path.parent if path.name in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) else path
-    return DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, _run_fix(folder))}")
+    fix = (f"delete the local run {shown_path(folder)} (it trains again on its next use)"
+           if folder.parent.parent.resolve() == cache_dir().resolve()
+           else "train the run again and export it (python -m frost_nb export RUN_FOLDER)")
+    return DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, fix)}")
 
 
 @functools.lru_cache(maxsize=4096)
 def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str]:
-    """The config in ``path`` and its identity, read again when ``stamp`` (``file_stamp``) changes;
-    ``DamagedInput`` naming the file when this code cannot read it (never cached)."""
+    """The config in ``path`` and its identity, read again when ``stamp`` changes; else DamagedInput."""
     try:
         config = RunConfig.from_dict(json.loads(Path(path).read_text()))
     except (ConfigError, AttributeError, TypeError, ValueError, OSError) as err:
@@ -110,14 +100,12 @@ def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str]:
 
 
 def read_config(path: str | os.PathLike) -> RunConfig:
-    """The run config in the file ``path`` (a run's ``config.json``); ``DamagedInput`` naming it
-    when it cannot be read."""
+    """The run config in the file ``path`` (a run's ``config.json``); else ``DamagedInput``."""
     return _read_config(*file_stamp(Path(path)))[0]
 
 
 def read_metrics(folder: str | os.PathLike) -> dict[str, Any]:
-    """The ``metrics.json`` of the run folder ``folder``, a dict; ``DamagedInput`` naming the file
-    when it is missing or cannot be read."""
+    """The ``metrics.json`` of the run folder ``folder``, a dict; else ``DamagedInput``."""
     path = Path(folder) / METRICS_FILE
     try:
         metrics = json.loads(path.read_text())
@@ -129,9 +117,8 @@ def read_metrics(folder: str | os.PathLike) -> dict[str, Any]:
 
 
 def stored_runs(root: Path) -> list[StoredRun]:
-    """Every run folder under ``root`` (``<root>/<grid>/<label>/config.json``), by name; a
-    config this code cannot read is a ``DamagedInput`` naming the file (inside ``skip_damaged()``:
-    the run is left out, and said so)."""
+    """Every run folder under ``root`` (``<root>/<grid>/<label>/config.json``), by name; an unreadable
+    config is a ``DamagedInput`` (inside ``skip_damaged()``: left out, and said so)."""
     found = []  # sorted by name as a string (Path order differs between Python versions)
     for path in sorted(root.glob(f"*/*/{CONFIG_FILE}"), key=lambda p: p.relative_to(root).as_posix()):
         try:
@@ -143,10 +130,8 @@ def stored_runs(root: Path) -> list[StoredRun]:
 
 
 def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
-    """The stored run of ``config``: the local store first (a run trained here wins), then the
-    committed runs (what a fresh clone has); only finished ones unless ``finished=False``. A
-    committed run of ``config`` that lacks its weights or metrics is a ``DamagedInput``: it is
-    never trained again in its place unless the caller skips damaged inputs."""
+    """The stored run of ``config``, local store first (only finished ones unless ``finished=False``);
+    a committed one lacking weights or metrics is a ``DamagedInput``, never silently retrained."""
     want = identity_key(config)
     for root in run_stores():
         for run in stored_runs(root):
@@ -162,16 +147,14 @@ def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
 
 
 def run_folder(name: str, *, finished: bool = False, local_first: bool = False) -> Path | None:
-    """The folder of the stored run ``name`` (``GRID/LABEL``, its config written, or its metrics when
-    ``finished``): the committed one first (what metrics files name), then the local store's, or the
-    other way round when ``local_first`` (a run trained here wins); None if neither holds it."""
+    """The folder of the stored run ``name`` (``GRID/LABEL``; with ``finished``, its metrics written):
+    the committed one first, or the local one when ``local_first``; None if neither holds it."""
     roots, marker = run_stores()[::1 if local_first else -1], METRICS_FILE if finished else CONFIG_FILE
     return next((root / name for root in roots if (root / name / marker).is_file()), None)
 
 
 def teacher_folder(config: RunConfig) -> Path:
-    """The run folder of ``config``'s teacher (``loss.teacher``, GRID/LABEL): a finished run of that
-    name in the local store, else among the committed runs; TrainingError, one line, when neither has it."""
+    """The finished run folder of ``config``'s teacher (``loss.teacher``), local first; else TrainingError."""
     name = config.loss.teacher
     if (folder := run_folder(name, finished=True, local_first=True)) is not None:
         return folder
@@ -182,9 +165,8 @@ def teacher_folder(config: RunConfig) -> Path:
 
 
 def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> FrostNet:
-    """The frozen teacher (eval mode, no gradient) of the student ``config`` (docs/method.md section 16):
-    ``teacher_folder``'s model, checked to be vanilla with the student's model config but one branch
-    per step; one line naming the problem and its fix when it is missing, unreadable or does not fit."""
+    """The frozen teacher of the student ``config`` (docs/method.md section 16), checked to be the
+    student's model with one branch per step."""
     folder = teacher_folder(config)
     try:
         teacher, _ = load_model(folder, device=device)
@@ -237,9 +219,8 @@ def _taken(name: str, config: RunConfig) -> bool:
 
 
 def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
-    """Where ``config`` trains: its unfinished local run (it resumes), else ``name`` in the local
-    store (default: its committed run's name, so a retrained run keeps it, else ``default_name``),
-    with a suffix when another config holds that name, here or among the committed runs."""
+    """Where ``config`` trains: its unfinished local run, else ``name`` (default: its committed run's,
+    else ``default_name``) in the local store, with a suffix when another config holds that name."""
     unfinished = find_run(config, finished=False)
     if unfinished is not None and _is_local(unfinished):
         return unfinished.name, unfinished.folder
@@ -268,8 +249,7 @@ def _set_aside(checkpoint: Path, err: Exception) -> None:
 
 
 def discard_local(config: RunConfig) -> None:
-    """Delete the checkpoint and metrics of ``config``'s run in the local store (before training
-    it again); its folder and config stay. Committed runs are never touched."""
+    """Delete the checkpoint and metrics of ``config``'s local run (committed runs are never touched)."""
     run = find_run(config, finished=False)
     if run is not None and _is_local(run):
         (run.folder / METRICS_FILE).unlink(missing_ok=True)
@@ -291,9 +271,8 @@ def take_read() -> list[str]:
 
 def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool | None = None,
                   retrain: bool = False) -> TrainResult:
-    """A trained model (``TrainResult``) for ``config``: from the store when it was trained before,
-    else trained now into the local store as ``name`` (``<grid>/<label>``; default ``default_name``),
-    with a checkpoint every epoch, so an interrupted run resumes."""
+    """A trained model (``TrainResult``) for ``config``: from the store, else trained now into the local
+    store as ``name`` (``<grid>/<label>``) with a checkpoint every epoch, so an interrupted run resumes."""
     if name is not None:
         check_name(name)  # before any work
     while (found := None if retrain else find_run(config)) is not None:
@@ -340,10 +319,8 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
 
 def store_run(folder: Path, metrics: dict[str, Any], *, state: dict[str, Any] | None = None,
               config_file: Path | None = None, files: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Store a finished run in ``folder`` (as ``train_or_load``, ``export_run`` and scripts/gpu.py do):
-    its checkpoint dict ``state`` (None: the trainer wrote it) with test metrics, evaluated here on the
-    CPU if it lacks them; a copy of ``config_file``, never over another run's; ``files`` (JSON); last
-    ``metrics.json`` (``metrics`` over the state's), which marks the run finished. Returns those."""
+    """Store a finished run in ``folder``: its checkpoint ``state`` (tested on the CPU if it lacks test
+    metrics), ``config_file``, ``files`` (JSON), last ``metrics.json``, which marks it finished (returned)."""
     if config_file is not None and (folder / CONFIG_FILE).is_file():
         theirs, ours = read_config(folder / CONFIG_FILE), read_config(config_file)
         if identity_key(theirs) != identity_key(ours):
@@ -374,10 +351,8 @@ def run_name(checkpoint: str | os.PathLike | None) -> str | None:
 
 def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None = None, *,
                weights: str = "float32") -> Path:
-    """Copy the finished run folder ``source``, lean, into ``target_root/<same name>`` (default
-    ``outputs/runs/``) and regenerate the index there, everything read before the first write; return
-    the new folder. ``weights="bfloat16"`` stores the weights rounded (``lean_state``) with the test
-    metrics of those weights (the float32 ones' accuracy kept as ``test_accuracy_float32_weights``)."""
+    """Copy the finished run folder ``source``, lean, into ``target_root`` (default ``outputs/runs/``)
+    and index it; ``weights="bfloat16"`` stores rounded weights with their own test metrics."""
     source = Path(source).resolve()
     if missing := [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]:
         raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "
@@ -397,8 +372,7 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
 
 
 def _test_metrics(state: dict[str, Any]) -> dict[str, Any]:
-    """The test metrics of the weights in the checkpoint dict ``state`` (bf16 ones widened back to
-    float32, as ``load_model`` does), evaluated on this machine's CPU."""
+    """The test metrics of the weights in the checkpoint dict ``state``, evaluated on the CPU."""
     from .models import create_model
     from .training import evaluate, load_split, use_amp
 
@@ -412,9 +386,8 @@ def _test_metrics(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None) -> list[dict[str, Any]]:
-    """The rows of ``root``'s index (INDEX_COLUMNS; default root ``outputs/runs/``), the run ``but``
-    left out; every run read whole: a damaged or unfinished one is a ``DamagedInput``, never a row
-    with gaps (and never left out, even inside ``skip_damaged()``)."""
+    """The rows of ``root``'s index (INDEX_COLUMNS), ``but`` left out; a damaged or unfinished run is a
+    ``DamagedInput``, even inside ``skip_damaged()``."""
     root = Path(root) if root is not None else committed_runs_dir()
     rows = []
     with skip_damaged(False):
@@ -440,9 +413,7 @@ def index_text(root: str | os.PathLike | None = None) -> str:
 
 
 def write_index(root: str | os.PathLike | None = None) -> Path:
-    """``index.csv`` of the runs under ``root`` (default ``outputs/runs/``): one row per run
-    (INDEX_COLUMNS; minutes of training, test accuracy at full depth), sorted by name. Every run is
-    read before the file is replaced: a damaged one leaves it as it was (``index_rows``)."""
+    """Write ``index_text(root)`` to ``root/index.csv`` (default ``outputs/runs/``), read whole first."""
     root = Path(root) if root is not None else committed_runs_dir()
     text = index_text(root)
     with atomic_path(root / "index.csv") as tmp:
@@ -451,10 +422,8 @@ def write_index(root: str | os.PathLike | None = None) -> Path:
 
 
 def read_index(root: str | os.PathLike | None = None) -> pd.DataFrame:
-    """``root``'s ``index.csv`` (default ``outputs/runs/``), checked against its runs: the header
-    INDEX_COLUMNS, every row whole, one row per run folder and no other. A file that fails is a
-    ``DamagedInput`` naming it, what is wrong and how to restore it. Its values may still be stale:
-    ``index_text(root)`` is what they should read."""
+    """``root``'s ``index.csv``, checked against its runs (header, whole rows, one per run folder; not
+    its values); else a ``DamagedInput``."""
     root = Path(root) if root is not None else committed_runs_dir()
     path = root / "index.csv"
 

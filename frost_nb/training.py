@@ -1,10 +1,6 @@
 """The training loop: final-step task loss plus the ranking halting losses (docs/method.md section 6),
 or PonderNet's loss (section 10); API, checkpoints and reporting: docs/architecture.md, "Training".
-
-No framework: a plain loop over device-resident batches that never waits for the device inside an
-epoch (each step's numbers are read once, at its end, where the NaN guards run); a checkpoint every
-epoch and every ``MID_EPOCH_SECONDS`` of a long one; per optimiser step, the data of figures 1 and 2.
-"""
+No framework: device-resident batches, read once per epoch (where the NaN guards run)."""
 
 from __future__ import annotations
 
@@ -46,9 +42,8 @@ STEP_SUMS = ("loss", "correct", "seen", "bad_scores", *LOGGED_PARTS)
 # train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
 DIAGNOSTICS = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
 NAN = float("nan")
-# A one-process run on in-memory data also checkpoints within an epoch once this many seconds have
-# passed since its last save, so that an interrupted long epoch (the ladder's top rung on a CPU:
-# half an hour) loses at most this much; it resumes at the next batch, to the same weights.
+# a one-process run on in-memory data also checkpoints within an epoch this often (seconds): an
+# interrupted long epoch loses at most this much, and resumes at the next batch to the same weights
 MID_EPOCH_SECONDS = 600.0
 # loss.raptor: the teacher-forced share of the state error falls from 1 to 0 over this share of the steps
 RAPTOR_FORCED_SPAN = 0.25
@@ -116,9 +111,8 @@ def use_amp(cfg: RunConfig, device: torch.device) -> bool:
 
 
 def use_channels_last(cfg: RunConfig, device: torch.device) -> bool:
-    """channels_last layout for a ResNet: only with ``train.channels_last`` "on". "auto" leaves it
-    off: beside GroupNorm eager torch converts the layout at every norm, and no GPU measurement has
-    shown a gain yet (benchmarks/train_throughput.py measures it side by side)."""
+    """channels_last layout for a ResNet: only with ``train.channels_last`` "on" ("auto" leaves it off:
+    no measurement has shown a gain beside GroupNorm; benchmarks/train_throughput.py)."""
     return cfg.model.backbone == "resnet" and cfg.train.channels_last == "on"
 
 
@@ -145,9 +139,8 @@ def teacher_forced_states(model: torch.nn.Module, teacher_states: Tensor) -> Ten
 def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: RunConfig, *,
                  amp: bool, channels_last: bool, teacher: torch.nn.Module | None = None,
                  forced: Tensor | None = None):
-    """One training forward pass: the outputs, the total loss and its parts. A ``teacher`` adds the
-    student's match to it (docs/method.md section 16); with ``loss.raptor`` the match replaces the task
-    loss, its state error tf x the teacher-forced one + (1 - tf) x the free run's (tf = ``forced``)."""
+    """One training forward pass: the outputs, the total loss and its parts; a ``teacher`` adds the
+    student's match (docs/method.md section 16), which ``loss.raptor`` makes the whole loss."""
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
@@ -173,9 +166,8 @@ def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: 
 def train_forward(model: torch.nn.Module, x: Tensor, y: Tensor, cfg: RunConfig, *, amp: bool,
                   channels_last: bool, teacher: torch.nn.Module | None = None,
                   forced: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """The training forward pass as the trainer runs (and compiles) it: the loss, the halting scores
-    (B, T) and the batch's STEP_SUMS, then a student's TEACHER_PARTS (float32, one value each), all
-    left on the device."""
+    """The forward pass the trainer runs (and compiles): the loss, the halting scores (B, T) and the
+    batch's STEP_SUMS then a student's TEACHER_PARTS (float32), all left on the device."""
     out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last, teacher=teacher,
                                     forced=forced)
     scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
@@ -243,9 +235,8 @@ def _new_history(student: bool = False) -> dict[str, Any]:
 
 
 class Trainer:
-    """Trains ``model`` (on its device) on ``batches``, the global batches of one epoch with their
-    own ``generator`` (saved for resuming); ``val_set`` and ``test_set`` may be None. A student
-    (``loss.teacher``) needs its ``teacher`` (``runs.load_teacher``), run forward on every batch."""
+    """Trains ``model`` on ``batches`` (one epoch's, with their own ``generator``, saved for resuming);
+    a student (``loss.teacher``) needs its ``teacher`` (``runs.load_teacher``)."""
 
     def __init__(self, config: RunConfig, model: torch.nn.Module, batches, *, val_set=None,
                  test_set=None, checkpoint: str | os.PathLike | None = None,
@@ -303,10 +294,8 @@ class Trainer:
 
     def fit(self, until_epoch: int | None = None, deadline: float | None = None,
             on_epoch: Callable[[Trainer], None] | None = None) -> TrainResult:
-        """Train to ``train.epochs``, or stop after ``until_epoch``, or before ``deadline`` (a
-        ``time.monotonic()`` value: no epoch starts that would end after it). The checkpoint is resumed
-        on the first call only; ``metrics`` stay empty until the run is complete. ``on_epoch(self)``
-        runs after every epoch trained, once its checkpoint is written."""
+        """Train to ``train.epochs``, ``until_epoch`` or the ``time.monotonic()`` ``deadline``, resuming
+        the checkpoint on the first call; ``on_epoch(self)`` runs once each epoch's checkpoint is written."""
         from tqdm.auto import tqdm
 
         cfg, main = self.config, self.setup.is_main
@@ -386,9 +375,8 @@ class Trainer:
         return TrainResult(model, self.calibrator, self.history, metrics, cfg, self.checkpoint)
 
     def _train_epoch(self, bar, start: float) -> tuple[float, float, float, HaltingCalibrator]:
-        """One epoch of optimiser steps (the rest of one after a mid-epoch resume), its numbers kept on
-        the device and read once at the end (``_guarded``). Returns the loss sum, correct and seen counts
-        (all ranks) and the epoch's calibrator (this rank's training scores)."""
+        """One epoch of optimiser steps (or its rest after a mid-epoch resume): the loss sum, correct and
+        seen counts (all ranks) and the epoch's calibrator (this rank's training scores)."""
         cfg, model, history = self.config, self.model, self.history
         every = cfg.train.diagnostics_every
         model.train()
@@ -456,10 +444,8 @@ class Trainer:
         return loss_total, correct_total, seen_total, sketch
 
     def _guarded(self, sums: list[Tensor], scalars: list[Tensor]) -> list[list[float]]:
-        """The epoch's steps so far as host rows (``STEP_SUMS`` summed over the ranks, alpha, H) in one
-        read of the device, after the guards: a non-finite loss, halting score or weight stops
-        training (``_stop``), so that no checkpoint ever holds them. One all-reduce, so that the
-        guards stop every rank at once (a rank stopping alone would leave the others waiting)."""
+        """The epoch's steps so far as host rows (``STEP_SUMS`` over the ranks, alpha, H) in one read; a
+        non-finite loss, score or weight stops every rank at once (``_stop``), before any checkpoint."""
         first_step = self.step - len(sums)
         table = torch.cat([summed_over_ranks(torch.stack(sums)), torch.stack(scalars)], 1).tolist()
         for i, (loss_sum, correct, seen, bad_scores, *part_sums, _, _) in enumerate(table):
@@ -587,8 +573,8 @@ def train(config: RunConfig, checkpoint: str | os.PathLike | None = None,
 
 def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None,
                   progress: bool | None = None, teacher: FrostNet | None = None) -> Trainer:
-    """The ``Trainer`` of ``config``: join the torchrun job if there is one, load the splits, build
-    the model and the training batches (the one place that does)."""
+    """The ``Trainer`` of ``config`` (the one place that builds one): joins a torchrun job, loads the
+    splits, builds the model and the training batches."""
     cfg, d = config, config.data
     # under torchrun: join the job's process group (each CUDA process takes its own GPU)
     setup, device = join_process_group(pick_device(cfg.train.device))
@@ -629,9 +615,8 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
 # ---------------------------------------------------------------- the full-depth pass
 @dataclass
 class FullDepthPass:
-    """One full-depth pass of a model over a split, per sample and step (float32, on the CPU;
-    ``full_depth_pass``): halting scores, class logits and labels always; the reductions of its
-    states (the trajectory) when the pass was asked for them, else None."""
+    """One full-depth pass of a model over a split, per sample and step (float32, on the CPU): scores,
+    logits and labels, and the reductions of its states when asked for (else None)."""
 
     # (N, T) halting scores sigmoid(halt_logits), taken batch by batch (a sigmoid over the whole
     # split can differ in the last bit): exits read off any pass of a model then agree to the bit
@@ -693,10 +678,8 @@ def first_batches(batches, max_samples: int | None):
 @torch.no_grad()
 def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = False, amp: bool = False,
                     max_samples: int | None = None) -> FullDepthPass:
-    """The ``FullDepthPass`` of ``model`` over ``batches`` ((x, y) pairs; the first ``max_samples``
-    samples), under bf16 autocast with ``amp``; with ``trajectories`` also the reductions of its
-    states. Reads ``model.trajectory``, the loop its forward runs; full states are reduced to norms
-    batch by batch, so memory stays O(N T D) (every state of a CIFAR-size split: about 11 GB)."""
+    """The ``FullDepthPass`` of ``model`` over the first ``max_samples`` of ``batches`` ((x, y) pairs);
+    states are reduced batch by batch, so memory stays O(N T D) (every state: 11 GB at CIFAR size)."""
     model.eval()
     parts: dict[str, list[Tensor]] = defaultdict(list)
     for x, y in first_batches(batches, max_samples):

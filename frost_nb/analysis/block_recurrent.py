@@ -58,10 +58,8 @@ def _check(similarity: Tensor, k: int) -> int:
 
 
 def best_ranges(similarity: Tensor, k: int) -> Ranges:
-    """The contiguous split of the T steps into k ranges that maximises J (eq. (ranges)), exactly:
-    best[m][j], the best J of the first j steps in m ranges, is max over i of best[m-1][i] plus the
-    range i..j-1's term; a tie keeps the earliest i at each step of the backtrack. O(k T^2) terms,
-    each a block sum."""
+    """The contiguous split of the T steps into k ranges that maximises J (eq. (ranges)), by dynamic
+    programming over best[m][j] (the first j steps in m ranges); a tie keeps the earliest start."""
     steps = _check(similarity, k)
     s = similarity.double()
     term = [[s[i:j, i:j].sum().item() / (j - i) if j > i else -math.inf for j in range(steps + 1)]
@@ -116,9 +114,8 @@ def teacher_ranges(checkpoint: str | Path, k: int) -> Ranges:
 @torch.no_grad()
 def state_match(student: torch.nn.Module, teacher: torch.nn.Module, dataset, *, batch_size: int = 512,
                 max_samples: int | None = None) -> dict[str, list[float]]:
-    """Per step t = 1..T, the mean over samples of cos(GAP(h_t), GAP(h'_t)) of the student's and the
-    teacher's states (``state_cosine``) and of eq. (state)'s ||h_t - h'_t||^2 / ||h'_t||^2
-    (``state_error``), each model running on its own states, on the models' device."""
+    """Per step t = 1..T, the sample means of cos(GAP(h_t), GAP(h'_t)) (``state_cosine``) and of eq.
+    (state)'s error (``state_error``) of the student against its teacher, each running free."""
     student.eval(), teacher.eval()
     device = next(student.parameters()).device
     batches = make_batches(dataset, batch_size, shuffle=False, augment=False, device=device)
@@ -136,9 +133,8 @@ def state_match(student: torch.nn.Module, teacher: torch.nn.Module, dataset, *, 
 
 
 def run_kind(cfg: RunConfig) -> str | None:
-    """What a run with a teacher is: "student" (distilled, eq. (match)), "raptor" (``loss.raptor``: Raptor's
-    schedule) or "warm" (started from its teacher as a student, on the task loss alone: both weights 0,
-    claim 19's warm-start control); None without a teacher."""
+    """What a run with a teacher is: "student" (eq. (match)), "raptor" (``loss.raptor``) or "warm" (task
+    loss alone: claim 19's warm-start control); None without a teacher."""
     loss = cfg.loss
     if loss.teacher is None:
         return None
@@ -152,11 +148,8 @@ def _steps(cfg: RunConfig) -> str:
 
 def summary(results: dict, split: str = "test", max_samples: int | None = None,
             kinds: tuple[str, ...] = ("student",)) -> pd.DataFrame:
-    """One row per run among ``results`` (label -> TrainResult of the ``block-recurrent`` grid) whose
-    ``run_kind`` is in ``kinds``, by k then seed: ranges, test accuracy, its teacher's, ``recovered``
-    (student over teacher), the from-scratch control of the same k (preferring the student's ranges, then
-    its seed, then the lowest; ``recurrent`` for k = 1) as ``scratch_*`` and ``gain`` over it, and
-    ``state_match`` on ``split``; ``key``, the student's stored run."""
+    """One row per run of ``kinds`` among ``results`` (the ``block-recurrent`` grid's), by k then seed:
+    accuracies, ``recovered`` (over the teacher), ``gain`` over the from-scratch control, ``state_match``."""
     rows, teachers = [], {}
     # from scratch: no teacher, and not one branch per step (the teachers themselves)
     scratch = [r for r in results.values() if r.config.loss.teacher is None
@@ -197,9 +190,8 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None,
 
 # ---------------------------------------------------------------- the read-out against k
 def against_k(table: pd.DataFrame) -> pd.DataFrame:
-    """``summary``'s students by k: their number, the means of their accuracies, ``recovered``, ``gain``
-    and state cosine (per step too), the sample sd (ddof = 1) of ``recovered`` and ``gain`` (one control
-    per k: the students' spread alone) and the controls' seeds. A student lacking an accuracy is refused."""
+    """``summary``'s students by k: their number, means (accuracies, ``recovered``, ``gain``, state
+    cosine), the sample sd of ``recovered`` and ``gain``, and the controls' seeds."""
     rows = []
     for k, group in table.groupby("k", sort=True):
         if group["recovered"].isna().any():
@@ -218,9 +210,8 @@ def against_k(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def ranges_table(results: dict) -> pd.DataFrame:
-    """One row per student (``run_kind``) among ``results``: its teacher, k, the ranges it was given
-    (``branch_steps``, from the teacher's step similarity) and the equal ranges of the control, with J of
-    eq. (ranges) for both on that teacher's similarity (``run_similarity``: computed once per teacher)."""
+    """One row per student among ``results``: its teacher, k, its ranges and the control's equal ones,
+    with J of eq. (ranges) for both on that teacher's similarity."""
     rows = []
     for label, r in results.items():
         cfg = r.config

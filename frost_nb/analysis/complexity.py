@@ -1,8 +1,6 @@
 """Compute cost of FROST inference (Yu and Hwang, ICML 2026, arXiv 2601.19551), in FLOPs and time:
-the cost model C(d) = C_fixed + d * C_step and S_ideal of docs/method.md section 8. FLOPs are
-``FlopCounterMode``'s (2 per multiply-add of convolutions, linear maps and matrix products); the
-memory-bound work it leaves out can keep a wall-clock speed-up below ``S_ideal``.
-"""
+the cost model C(d) = C_fixed + d * C_step and S_ideal of docs/method.md section 8; FLOPs are
+``FlopCounterMode``'s (2 per multiply-add), which leaves memory-bound work out."""
 
 from __future__ import annotations
 
@@ -48,9 +46,8 @@ def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
 
 def seconds_per_image(model: torch.nn.Module, input_shape: Sequence[int], *, batch_size: int = 8,
                       repeats: int = 3, warmup: int = 1) -> tuple[float, float]:
-    """Measured wall time per image (fixed part, one step) on random input: each round times the prologue
-    and the T steps of one full-depth pass apart (a step's time stays positive on a busy machine);
-    medians over ``repeats`` rounds, the steps' time over T."""
+    """Measured wall time per image (fixed part, one step) on random input: medians over ``repeats``
+    rounds, each timing the prologue and the T steps of one full-depth pass apart."""
     if batch_size < 1 or repeats < 1 or warmup < 0:
         raise ValueError(f"batch_size={batch_size} and repeats={repeats} must be >= 1, warmup={warmup} >= 0")
     device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
@@ -90,10 +87,8 @@ def relative_to_vanilla(table):
 
 def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size: int, repeats: int,
                         device: str) -> pd.DataFrame:
-    """Notebook 06's table (pandas): every family on both backbones at ``size`` ("paper": the
-    paper's ImageNet-100 settings), initialised with seed 0: parameters (with and without the
-    heads), FLOPs per image and images/s (``seconds_per_image``) at full depth, and for frost also
-    at the paper's mean depth (Table 3) and at each of ``frost_depths`` (label -> fraction of T)."""
+    """Notebook 06's table: every family on both backbones at ``size`` (seed 0): parameters, FLOPs and
+    images/s at full depth, and frost's at Table 3's mean depth and at ``frost_depths`` (share of T)."""
     rows = []
     for backbone in BACKBONES:
         for name in MODELS:
@@ -120,10 +115,8 @@ def table3_measurements(size: str, frost_depths: dict[str, float], *, batch_size
 
 
 def rule_settings(val, rules: Sequence[str], *, calibrator=None, count: int = 6) -> list[tuple[str, float]]:
-    """(rule, threshold) pairs to time, chosen on the held-out trajectories ``val`` only: ``count``
-    inner quantiles of each rule's signal there (notebook 07's protocol less its extremes), FROST's
-    calibrator's tau_q at ``count`` inner quantiles, ``FIXED`` as ``count`` depths over 1..T (fewer
-    where the signal has fewer distinct values or T is small)."""
+    """(rule, threshold) pairs to time, chosen on the held-out ``val`` only: ``count`` inner quantiles
+    of each rule's signal (FROST's: tau_q), ``FIXED`` as ``count`` depths over 1..T (fewer if fewer)."""
     if FROST in rules and calibrator is None:
         raise ValueError("rule 'frost' needs the run's calibrator: "
                          "rule_settings(..., calibrator=result.calibrator)")
@@ -144,10 +137,8 @@ def rule_settings(val, rules: Sequence[str], *, calibrator=None, count: int = 6)
 
 def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequence[tuple[str, float]], *,
                     batch_size: int = 256, rounds: int = 5, stream: bool = True) -> pd.DataFrame:
-    """Accuracy against images/s (median over ``rounds``, with min and max) for every (rule,
-    threshold) of ``settings`` (notebook 07), the rule's signal work in the time: ``stream_predict``
-    with ``slots=batch_size`` (``stream=False``, or vanilla: ``adaptive_predict`` in batches).
-    Rounds interleave the settings, so slow spells of a shared machine spread over all of them."""
+    """Accuracy against images/s (median, min and max over ``rounds``, which interleave the settings)
+    of every (rule, threshold) of ``settings``, by ``stream_predict`` (or ``adaptive_predict``)."""
     if rounds < 1 or batch_size < 1:
         raise ValueError(f"rounds and batch_size must be positive, got {rounds} and {batch_size}")
     stream = stream and getattr(model.config, "name", None) != "vanilla"
@@ -183,10 +174,8 @@ def rule_throughput(model: torch.nn.Module, x: Tensor, y: Tensor, settings: Sequ
 
 
 def throughput_at_accuracy(throughput: pd.DataFrame, reference: str = FIXED) -> pd.DataFrame:
-    """Images/s at matched accuracy: for each accuracy the ``reference`` rule reaches (one row per
-    reference setting, by mean depth), each rule's fastest measured setting at that accuracy or
-    above (``rule_throughput`` rows; no interpolation) and its speed-up over the reference's
-    setting. A rule none of whose settings is that accurate gets NaN."""
+    """Per setting of the ``reference`` rule, each rule's fastest measured setting at least as accurate
+    (no interpolation; NaN if none) and its speed-up over the reference's."""
     ref = throughput[throughput["rule"] == reference].sort_values("mean_depth")
     if ref.empty:
         raise ValueError(f"no {reference!r} rows to match accuracies against")
@@ -203,9 +192,8 @@ def throughput_at_accuracy(throughput: pd.DataFrame, reference: str = FIXED) -> 
 
 def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,
                           batch_size: int = 256, threads: int = 1, rules: Sequence[str] | None = None) -> pd.DataFrame:
-    """``rule_throughput`` (CPU, ``threads`` threads, the first ``samples`` test images) of every rule
-    that applies to one trained run (as ``run_rule_curves``), or of those of ``rules`` that apply,
-    thresholds from the held-out split."""
+    """``rule_throughput`` (CPU, ``threads`` threads, the first ``samples`` test images) of the rules
+    (of ``rules``) that apply to one trained run, thresholds from the held-out split."""
     cfg = result.config
     applies = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.score_halting + ["ponder"] * cfg.loss.ponder
     rules = applies if rules is None else [rule for rule in applies if rule in rules]

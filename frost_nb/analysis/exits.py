@@ -1,7 +1,5 @@
-"""Where each sample exits at a quantile, read off one cached full-depth pass (notebook 05): ``ExitCache``
-keeps the pass and the model's calibrator; ``at(q)`` is arithmetic on its tensors, the exits those of
-``halting.exit_steps`` (eq. (exit)), as ``adaptive_predict`` takes them.
-"""
+"""Where each sample exits at a quantile, read off one cached full-depth pass (notebook 05): the exits
+of ``ExitCache.at(q)`` are ``halting.exit_steps``' (eq. (exit)), as ``adaptive_predict`` takes them."""
 
 from __future__ import annotations
 
@@ -108,10 +106,8 @@ class ExitCache:
         return self._memo[q]
 
     def quantile_for_depth(self, depth: float, *, rounds: int = 50) -> DepthBudget:
-        """The quantile whose mean exit depth on this split is closest to ``depth`` (a compute
-        budget in steps, in [1, T]): bisection on q, as the mean depth never falls when q rises
-        (tau_q rises with q, and a higher threshold exits no sample earlier). Exits move in
-        whole steps, so the depth reached can differ from the budget; it is reported."""
+        """The quantile whose mean exit depth on this split is closest to ``depth`` (in [1, T]), by
+        bisection on q (the mean depth never falls as q rises); the depth reached is reported."""
         depth = number_in("depth", depth, 1.0, float(self.steps),
                           hint=f": a mean depth in steps, from 1 to this model's T = {self.steps}")
         low, high = 0.0, 1.0  # mean depth at q = 1 is T >= depth
@@ -138,13 +134,9 @@ class ExitCache:
 
 def sweep_image_halves(caches: dict, quantiles, shown, depths, resamples: int | None = None,
                        seed: int = 0) -> dict[str, dict[float, float] | float]:
-    """The test images' bootstrap half-widths (``stats.image_bootstrap``: the images resampled jointly
-    across seeds) of Table 2's seed means, for the rule that adds them to the seeds' interval in
-    quadrature: per quantile of ``shown``, the share of full-depth accuracy kept at q
-    (``kept_at_quantile``) and at the mean depth ``depths[q]`` read off the sweep over ``quantiles``
-    (``kept_at_depth``, linear between the sweep's points, as the verdicts read it); and the gain over
-    a fixed depth averaged over the quantiles below 1 (``gain_over_fixed``). ``caches``: seed label ->
-    ExitCache of the test split, all over the same images."""
+    """The test images' bootstrap half-widths (``stats.image_bootstrap``, jointly across the seeds'
+    ``caches``) of Table 2's seed means: per quantile of ``shown``, the share kept at q and at the mean
+    depth ``depths[q]`` (as the verdicts read it), and the mean gain over a fixed depth below q = 1."""
     from .stats import IMAGE_RESAMPLES, image_bootstrap
 
     first = next(iter(caches.values()))

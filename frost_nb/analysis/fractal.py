@@ -1,9 +1,6 @@
 """Fractal dimension of point sets and of latent trajectories (docs/method.md section 9.2): box counting
-over shifted grids and Grassberger-Procaccia on sets normalised to the unit cube, a least-squares slope over
-given sides (radii) or over the ``stable_range`` of candidates. The estimators, their validation on sets of
-known dimension (``tests/test_fractal.py``) and the numbers the constants carry: docs/fidelity.md section 1;
-PROTOCOLS: its section 2.
-"""
+over shifted grids and Grassberger-Procaccia on sets normalised to the unit cube; the estimators, their
+validation and the constants: docs/fidelity.md section 1; PROTOCOLS: its section 2."""
 
 from __future__ import annotations
 
@@ -139,9 +136,8 @@ def _check_scales(scales, name: str) -> tuple[float, ...]:
 
 def stable_range(x, y, width: float = FIT_WIDTH, tolerance: float = FIT_TOLERANCE,
                  min_span: float = FIT_MIN_SPAN) -> np.ndarray:
-    """Mask of the points of the longest range of x (octaves, log2 of the scale, any order) over which
-    the slope of y is stable, covering the widths of its local slopes (docs/fidelity.md section 1; ties:
-    the finest scales). None stable: every point (a lacunar set's log-log curve wobbles everywhere)."""
+    """Mask of the longest range of x (octaves) over which the slope of y is stable (docs/fidelity.md
+    section 1; ties: the finest scales); none stable: every point."""
     order = np.argsort(x, kind="stable")
     x, y = np.asarray(x, dtype=np.float64)[order], np.asarray(y, dtype=np.float64)[order]
     if len(x) < 3 or x[-1] - x[0] < min_span - 1e-9:
@@ -289,9 +285,7 @@ def _has_extent(points: np.ndarray) -> bool:
 def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
                           projection=None, dims: int = 2, scales=None) -> np.ndarray:
     """Per-sample dimension (N,) of the polylines through h_0 .. h_T on ``dims`` principal components
-    (or ``projection``), over the fixed window ``scales`` (default BOX_SCALES, or CORRELATION_SCALES
-    for "correlation"); ``n_points`` along each keep the spacing below half the smallest box for
-    curves up to 16 times longer than their extent."""
+    (or ``projection``), over the fixed window ``scales``, each resampled to ``n_points``."""
     if method not in ("box", "correlation"):
         raise ValueError(f"method must be 'box' or 'correlation', got {method!r}")
     planar = project(states, projection, dims)  # (N, T+1, k)
@@ -306,10 +300,8 @@ def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
 
 
 def resolution(states: int = 17) -> tuple[float, float]:
-    """The estimator's resolution at ``states`` points (claim 3: a trajectory h_0 .. h_T has T + 1):
-    (Koch, line), the estimates of ``trajectory_dimensions`` on the Koch curve after the refinements
-    that give exactly ``states`` vertices (4^level + 1; dimension 1.26) and on a ``states``-point line
-    (1.0), each as one trajectory."""
+    """The estimator's resolution at ``states`` points (claim 3): (Koch, line), ``trajectory_dimensions``
+    of a Koch curve of ``states`` vertices (4^level + 1; dimension 1.26) and of a ``states``-point line."""
     level = round(math.log(states - 1, 4))
     if states < 5 or 4 ** level + 1 != states:
         raise ValueError(f"{states} states: a Koch curve has 4^level + 1 vertices (5, 17, 65, ...)")
@@ -331,10 +323,8 @@ def window_dimensions(counts) -> dict[str, float]:
 
 def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS,
                         seed: int = 0) -> dict[str, dict]:
-    """Box dimension of the trajectories ``states`` (N, T+1, D) under each of the PROTOCOLS
-    (module docstring): the counts over PROTOCOL_SCALES are computed once per point set and
-    number of components, then fitted over each window. Returns protocol name -> {"point_set",
-    "dims", "window", "dimension"} plus, for polylines, "per_sample" (``summarise_dimensions``)."""
+    """Box dimension of the trajectories ``states`` (N, T+1, D) under each of the PROTOCOLS: name ->
+    {"point_set", "dims", "window", "dimension"} plus, for polylines, "per_sample"."""
     scales = np.asarray(PROTOCOL_SCALES)
     out: dict[str, dict] = {}
     for dims in sorted({d for _, d, _ in PROTOCOLS}):
