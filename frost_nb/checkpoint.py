@@ -1,7 +1,5 @@
 """Checkpoints: the file format, atomic saves, loading, and the lean exports that ``outputs/runs/``
-commits (no optimiser, schedule or RNG state: they load and evaluate, but do not resume), all as
-docs/architecture.md, "Checkpoints" describes; the KLL sketch is stored as bytes (it cannot be pickled).
-"""
+commits (they load and evaluate, but do not resume), as docs/architecture.md, "Checkpoints" describes."""
 
 from __future__ import annotations
 
@@ -78,9 +76,8 @@ def _torch_reason(err: BaseException) -> str:
 
 
 def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any]:
-    """A finished run's checkpoint dict without what only resuming needs, its per-step history thinned
-    to ``LEAN_STEP_POINTS`` steps (the first, the last, and alpha's and H's extremes). ``weights="bfloat16"``
-    rounds the floating-point weights (``load_model`` widens them back; the metrics stay the caller's)."""
+    """A finished run's checkpoint dict without what only resuming needs, its history thinned to
+    ``LEAN_STEP_POINTS`` steps; ``weights="bfloat16"`` rounds the weights (``load_model`` widens them)."""
     if not state.get("complete"):
         raise CheckpointError("only a finished run can be exported lean (this one would need resuming)")
     if weights not in LEAN_WEIGHTS:

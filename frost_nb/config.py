@@ -1,8 +1,5 @@
 """Run configuration: one dataclass per concept, validated on construction (docs/architecture.md).
-
-Every default of docs/method.md section 13 is a field here, never a constant in the code that
-uses it; the field defaults together are the demo on digits (``make_config("demo", "digits")``).
-"""
+Every default of docs/method.md section 13 is a field here; together they are the demo on digits."""
 
 from __future__ import annotations
 
@@ -557,8 +554,7 @@ def preset(size: str, dataset: str, backbone: str = "resnet") -> dict[str, Any]:
 
 def make_config(size: str = "demo", dataset: str | None = None, model: str = "frost",
                 backbone: str = "resnet", **overrides: Any) -> RunConfig:
-    """The config of one size, data set, model and backbone (its PRESETS row and the data set's
-    facts), with dotted overrides.
+    """The config of one size, data set, model and backbone (its PRESETS row), with dotted overrides.
 
     >>> make_config("smoke").model.steps
     4

@@ -1,13 +1,7 @@
-"""What a run will cost, said before it starts: parameters, FLOPs per image, memory and time per epoch.
-
-From the config alone, on PyTorch's ``meta`` device (shapes, no storage). FLOPs: torch's
-``FlopCounterMode`` count of one image's full-depth forward pass. Memory: weights, gradients, optimiser
-state, the tensors the forward pass keeps for the backward pass (``saved_tensors_hooks``, fp32: an upper
-bound under bf16), the device-resident training split, and a student's teacher. Time per epoch: the
-training FLOP rate measured on this kind of machine (``outputs/metrics/bench_train_throughput*.json``)
-scaled to the run, a best case alone on the machine (docs/scaling.md). ``refuse_if_too_big`` stops a
-run that would not fit the free memory before anything is allocated.
-"""
+"""What a run will cost, said before it starts: parameters, FLOPs per image, memory and time per epoch,
+from the config alone on PyTorch's ``meta`` device. Memory counts weights, gradients, optimiser state,
+the tensors saved for the backward pass (fp32: an upper bound under bf16), the device-resident split and
+a teacher; time scales the FLOP rate measured on this kind of machine (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -68,9 +62,8 @@ def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
 
 
 def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple[int, int]:
-    """(C_fixed, C_step) of one image of shape ``input_shape`` (C, H, W), without batch axis:
-    ``prologue``, then step t = 0 and its readout (every step has the same shapes, so the same
-    cost, vanilla's distinct branches too). No gradient, the model's device and mode."""
+    """(C_fixed, C_step) of one image of shape ``input_shape`` (C, H, W): ``prologue``, then step 0 and
+    its readout (every step costs the same); no gradient, the model's device and mode."""
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or min(shape) < 1:
         raise ValueError(f"input_shape={input_shape!r} must be (C, H, W) of one image, "

@@ -1,7 +1,5 @@
 """Multi-process training with torch's DistributedDataParallel (DDP), started by torchrun
-(docs/architecture.md, "Multi-process training"). Without torchrun every function here is a no-op:
-rank 0 of 1.
-"""
+(docs/architecture.md, "Multi-process training"); without torchrun every function is a no-op."""
 
 from __future__ import annotations
 
@@ -69,9 +67,8 @@ def join_process_group(device: torch.device) -> tuple[DistributedSetup, torch.de
 
 
 def leave_process_group() -> None:
-    """Destroy the process group, if there is one. On gloo the ranks first wait for each other (at
-    most LEAVE_TIMEOUT): a rank tearing down while another still finished was seen to abort
-    that one at exit ("terminate called without an active exception", 2 in 4 test runs)."""
+    """Destroy the process group, if there is one; on gloo the ranks first wait for each other (at most
+    LEAVE_TIMEOUT): one tearing down early was seen to abort another at exit."""
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() > 1 and dist.get_backend() == "gloo":
             with contextlib.suppress(RuntimeError):  # a rank is gone: tear down anyway
@@ -104,9 +101,8 @@ def sum_over_ranks(values: Sequence[torch.Tensor | float], device: torch.device)
 
 @functools.cache
 def _let_ddp_see_model_outputs() -> None:
-    """DDP finds the forward's output tensors through torch's pytree, which knows no dataclasses:
-    an opaque ``ModelOutput`` would, with ``find_unused_parameters``, stop it with "Expected to
-    have finished reduction" (waiting for gradients of the halting logits the loss ignores)."""
+    """Register ``ModelOutput`` with torch's pytree: DDP finds the forward's outputs through it, and
+    with ``find_unused_parameters`` an opaque one stops it ("Expected to have finished reduction")."""
     from torch.export import register_dataclass
 
     with contextlib.suppress(ValueError):  # registered already (elsewhere in this process)
@@ -114,10 +110,8 @@ def _let_ddp_see_model_outputs() -> None:
 
 
 def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
-    """``(parallel_model, its_batches, setup)`` (docs/architecture.md, "Multi-process training"); the
-    wrapper is for the training forward only: checkpoints do not change. ``find_unused_parameters``:
-    some parameters get no gradient. DDP's warning that it "did not find any unused parameters" is a
-    false positive (it searches from every output, not the loss): turning the flag off fails."""
+    """``(parallel_model, its_batches, setup)``, the wrapper for the training forward only;
+    ``find_unused_parameters``: some get no gradient (DDP's warning otherwise is a false positive)."""
     device = next(model.parameters()).device
     setup, rank_device = join_process_group(device)
     if not setup.is_distributed:

@@ -1,9 +1,6 @@
 """Halting of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551): the score, the KLL threshold tau_q
-(eq. (tau)) and adaptive inference (eq. (exit)) as ``docs/method.md`` sections 6-8 define them.
-
-``adaptive_predict`` really skips the work of exited samples; ``analysis.curves.curve`` reads the
-same exits off cached full-depth outputs without calling the model (the two agree; see the tests).
-"""
+(eq. (tau)) and adaptive inference (eq. (exit)) as ``docs/method.md`` sections 6-8 define them;
+``adaptive_predict`` really skips the work of exited samples."""
 
 from __future__ import annotations
 
@@ -24,10 +21,8 @@ PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid
 
 
 class HaltingCalibrator:
-    """KLL quantile sketch of halting scores, and the thresholds read from it (its API:
-    docs/architecture.md, "Halting"). Not deterministic (unseeded coin flips: runs differ by up to
-    about twice ``rank_error`` in rank; docs/method.md section 7). Pickled through ``to_bytes()``,
-    as checkpoints store it."""
+    """KLL quantile sketch of halting scores and the thresholds read from it (docs/architecture.md,
+    "Halting"); not deterministic (docs/method.md section 7), pickled through ``to_bytes()``."""
 
     def __init__(self, k: int = 200) -> None:
         k = number_in("sketch size k", k, 8, 65535, integer=True, hint=" (default 200)")
@@ -35,9 +30,8 @@ class HaltingCalibrator:
 
     # --- feeding -----------------------------------------------------------------------
     def update(self, scores: Any) -> HaltingCalibrator:
-        """Add scores of any shape (torch tensor on any device, numpy array, sequence), each a
-        probability in [0, 1]; with a NaN, an infinite or an out-of-range value nothing is added
-        (one would poison the sketch's quantiles: after one +inf, ``threshold(0.99)`` is inf)."""
+        """Add scores of any shape (tensor, array, sequence), each in [0, 1]; with a NaN, an infinite or
+        an out-of-range value nothing is added (one would poison the sketch's quantiles)."""
         if isinstance(scores, Tensor):  # numpy has no bf16: to float32 on the tensor's side first
             arr = scores.detach().reshape(-1).to(dtype=torch.float32).cpu().numpy()
         else:
@@ -65,9 +59,8 @@ class HaltingCalibrator:
         return out
 
     def merge_across_ranks(self, shared: HaltingCalibrator | None = None) -> HaltingCalibrator:
-        """Pool the sketches of a DDP job's ranks (each rank's scores once, and ``shared`` once) into
-        every rank: a collective, rank 0 merging (KLL merging flips unseeded coins) and sending the
-        result to all. Without a process group it merges ``shared`` only."""
+        """Pool the sketches of a DDP job's ranks, and ``shared`` once, into every rank (rank 0 merges:
+        KLL merging flips unseeded coins); without a process group it merges ``shared`` only."""
         if shared is not None and (not in_process_group() or torch.distributed.get_rank() == 0):
             self.merge(shared)
         if not in_process_group():
@@ -174,9 +167,8 @@ def _per_sample_fields(obj: Any, n: int | None) -> dict[str, Tensor | None] | No
 
 
 def _rowwise(op: Any, objs: tuple, ns: tuple, other: Any) -> Any:
-    """``op`` on the tensors of ``objs``, states or contexts alike of ``ns`` rows each: tensors,
-    dataclasses of per-sample tensors, tuples and lists (None stays None). Anything else:
-    ``other(*objs)``, or a TypeError with ``other`` (a message) naming the type."""
+    """``op`` on the tensors of ``objs`` (tensors, dataclasses of per-sample tensors, tuples, lists) of
+    ``ns`` rows each; anything else: ``other(*objs)``, or a TypeError if ``other`` is a message."""
     a = objs[0]
     if all(o is None for o in objs):
         return None
@@ -216,9 +208,8 @@ def _like(v: Tensor, u: Tensor, rows: int) -> Tensor:
 
 
 def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
-    """(h_0, ctx): embed, context and init_state, what every forward runs once before step 1:
-    ``FrostNet.prologue``, or for another model with the step-wise API the same calls (``ctx``
-    is the stem output itself for a model without ``context``)."""
+    """(h_0, ctx), what every forward runs once before step 1: ``FrostNet.prologue``, or the same calls
+    on another model with the step-wise API (``ctx``: the stem output where it has no ``context``)."""
     if callable(getattr(model, "prologue", None)):
         return model.prologue(x)
     e = model.embed(x)
@@ -284,14 +275,9 @@ class _Exits:
 def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None, *,
                      return_scores: bool = False, allow_other_size: bool = False,
                      compact_below: float = 1.0, rule: Any = None) -> AdaptiveResult:
-    """Run the model step by step, dropping each sample from the batch once it exits
-    (docs/method.md section 8), without gradient in the model's mode (call ``model.eval()``).
-
-    ``x`` is checked once (``inputs.check_images``; ``allow_other_size``: the ResNet family at
-    another image size). ``tau``: any real number but NaN (+inf: full depth); or ``rule``, a
-    ``halting_rules.OnlineRule`` (section 10), its per-row memory compacted with the rows.
-    ``compact_below`` in [0, 1]: compact only once the running samples are at most this share of
-    the rows carried (1: at every exit; 0: never); exits do not depend on it (docs/scaling.md)."""
+    """Run the model step by step, dropping each sample once it exits at ``tau`` or by ``rule``
+    (docs/method.md section 8), without gradient (call ``model.eval()``); ``compact_below``: the
+    running share of the rows carried at which they are compacted (docs/scaling.md)."""
     steps = int(model.config.steps)
     halting = _halting(tau, rule, "adaptive_predict")
     compact_below = number_in("compact_below", compact_below, 0.0, 1.0)
@@ -352,11 +338,8 @@ class StreamEvent(NamedTuple):
 
 
 class _Feed:
-    """The stream's images, embedded (``prologue``) ``ahead`` at a time before their admission, so
-    admitting a few rows is a row copy, not a stem call at the small-batch price (docs/scaling.md).
-    Each batch is checked (``inputs.check_images``, naming the batch) when it is first reached.
-    A chunk of embedded rows holds what a running row holds: (input position, depth 0, h_0,
-    context, rule memory from ``start``)."""
+    """The stream's images, checked and embedded (``prologue``) ``ahead`` at a time before admission,
+    so admitting a few rows is a row copy (docs/scaling.md); a chunk holds what a running row holds."""
 
     def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int,
                  start: Any) -> None:
@@ -452,12 +435,8 @@ def _compact(obj: Any, free: Tensor, n: int, n_left: int) -> Any:
 def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
                  rule: Any = None, refill_at: int = 1, embed_batch: int | None = None,
                  allow_other_size: bool = False) -> Iterator[StreamEvent]:
-    """Continuous batching, step by step (docs/method.md section 8; ``stream_predict`` collects it):
-    up to ``slots`` samples stepped together whatever their depth; once ``refill_at`` slots are
-    free (or none runs), the next images, embedded ``embed_batch`` (default ``slots``) at a time
-    ahead, take the freed rows in place, and rows left free are filled by the last running rows
-    (a copy of those only). Yields an "admit" event when images are taken from the stream, before
-    their stem runs, and an "exit" event after each step where samples exit."""
+    """Continuous batching, step by step (docs/method.md section 8): ``slots`` samples stepped together,
+    the next images taking freed rows once ``refill_at`` are free; yields "admit" and "exit" events."""
     halting = _halting(tau, rule, "stream_predict")
     slots = number_in("slots", slots, 1, 2**31, integer=True, hint=": the number of samples stepped together")
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
@@ -521,11 +500,8 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
 def stream_predict(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
                    rule: Any = None, return_scores: bool = False, refill_at: int = 1,
                    embed_batch: int | None = None, allow_other_size: bool = False) -> AdaptiveResult:
-    """``adaptive_predict`` with continuous batching (``stream_steps``; docs/method.md section 8):
-    the slots that exits free are refilled, so no batch ends with late steps on a few rows.
-    ``images``: a tensor (N, C, H, W) or an iterable of such batches (any sizes, one image shape),
-    each checked as it is admitted. Returns an ``AdaptiveResult`` in input order. ``tau`` or
-    ``rule`` as in ``adaptive_predict``; weight-tied families only. Call ``model.eval()``."""
+    """``adaptive_predict`` with continuous batching (``stream_steps``) over ``images``, a tensor or an
+    iterable of batches; weight-tied families only. An ``AdaptiveResult`` in input order."""
     exits = _Exits(return_scores)
     device = next(model.parameters(), torch.empty(0)).device  # read only for an empty stream
     for event in stream_steps(model, images, tau, slots=slots, rule=rule, refill_at=refill_at,

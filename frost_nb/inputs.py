@@ -1,6 +1,5 @@
-"""Checks of what a user hands to the public entry points: raw numbers, images, data splits. Entry
-points call them once, the model's ``forward`` never; integer images are refused, not converted.
-"""
+"""Checks of what a user hands to the public entry points (raw numbers, images, data splits), called
+once there, never in the model's ``forward``; integer images are refused, not converted."""
 
 from __future__ import annotations
 
@@ -95,9 +94,8 @@ def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_oth
 
 def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = False,
                  name: str = "x") -> Tensor:
-    """``x`` as the model's input: a float tensor of the weights' dtype, every pixel finite, shaped
-    (N, C, H, W) as the model's config says (other sizes only for resnet with ``allow_other_size``);
-    a numpy array goes to the weights' device. TypeError for integer images, else ValueError."""
+    """``x`` as the model's input: finite floats of the weights' dtype and device, (N, C, H, W) as its
+    config says (other sizes for resnet with ``allow_other_size``); else TypeError or ValueError."""
     weights = next(model.parameters(), None)
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biuf":

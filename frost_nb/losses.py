@@ -1,8 +1,6 @@
 """Losses of FROST (Yu and Hwang, ICML 2026) and of PonderNet (Banino et al., 2021): docs/method.md
 sections 6.2 (eq. (task), (rel), (abs), (total)) and 10 (eq. (ponder)); the gradient conflict of 9.6; a
-block-recurrent student's match to its teacher, section 16 (eq. (state), (match)). Pure functions; the
-halting terms from the logit in float32 (BCE with logits), PonderNet's in log space.
-"""
+student's match to its teacher, section 16 (eq. (state), (match)). Pure functions, float32 halting terms."""
 
 from __future__ import annotations
 
@@ -63,12 +61,8 @@ def set_size(numel: int, rank_frac: float) -> int:
 
 def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
                    margin: float = 0.2, pairs: str = "global") -> RankingLosses:
-    """L_rel and L_abs of the halting logits (N, T) over the easy and hard sets of ``losses`` (N, T,
-    ``step_losses``: only ranked, never differentiated), ranked all together ("global") or each step
-    on its own ("per_step"). The sort is stable: ties go to the lower flat (row-major) index.
-
-    The hinge is averaged over the full E x D (x T) matrix: at N = 256, T = 16 about 4 MiB (plus as
-    much for autograd), so it is materialised rather than chunked."""
+    """L_rel and L_abs of the halting logits (N, T) over the easy and hard sets of the detached
+    ``losses`` (N, T), ranked all together ("global") or per step; a stable sort breaks ties."""
     if halt_logits.shape != losses.shape or halt_logits.dim() != 2:
         raise ValueError(f"halt_logits and losses must both be (N, T); got "
                          f"{tuple(halt_logits.shape)} and {tuple(losses.shape)}")
@@ -131,10 +125,8 @@ def log_geometric_prior(lambda_p: float, steps: int) -> Tensor:
 
 def ponder_loss(logits: Tensor, halt_logits: Tensor, y: Tensor, prior: float = 0.125,
                 beta: float = 0.01, label_smoothing: float = 0.0) -> PonderLosses:
-    """PonderNet's loss: the halting-weighted per-step cross-entropy plus beta KL(p || p_G).
-
-    ``logits`` (N, T, K) and ``halt_logits`` (N, T) both receive gradient (unlike the ranking
-    losses, whose loss matrix is detached); ``prior`` is lambda_p. Float32 under autocast."""
+    """PonderNet's loss: the halting-weighted per-step cross-entropy plus beta KL(p || p_G), ``prior``
+    lambda_p; ``logits`` (N, T, K) and ``halt_logits`` (N, T) both receive gradient."""
     ce = _per_step_ce(logits, y, label_smoothing)  # (N, T)
     n, t = ce.shape
     if halt_logits.shape != (n, t):
@@ -150,9 +142,8 @@ def ponder_loss(logits: Tensor, halt_logits: Tensor, y: Tensor, prior: float = 0
 # --- beyond the paper: deep supervision, self-distillation, a directly trained halting head ---------
 
 def halt_targets(logits: Tensor, y: Tensor, target: str) -> Tensor:
-    """The halting head's per-step binary target (N, T) float32, read off the detached readouts
-    (docs/method.md section 14, eq. (target)): "correct", c_t = [argmax y_t = y]; "settled", [argmax
-    y_t = argmax y_T]; "safe", c_t or no step s >= t is correct (stopping at t loses nothing)."""
+    """The halting head's per-step binary target (N, T) float32 off the detached readouts
+    (docs/method.md section 14, eq. (target)): "correct", "settled" or "safe"."""
     _check_logits(logits, y)
     with torch.no_grad():
         preds = logits.detach().argmax(-1)  # (N, T)
@@ -181,9 +172,7 @@ def distill_loss(logits: Tensor) -> Tensor:
 def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
                cfg: LossConfig) -> tuple[Tensor, dict[str, Tensor]]:
     """L = L_task + lambda_rel L_rel + lambda_abs L_abs (cfg.ranking), PonderNet's loss (cfg.ponder),
-    else L_task. Returns ``(loss, parts)``: detached scalars loss, task (the final step's CE), rel, abs,
-    easy_score, hard_score (no GPU sync here); the ranking terms are reported without ``cfg.ranking``
-    too (without gradient, a diagnostic of the halting head), NaN when ``halt_logits`` is None."""
+    else L_task; ``(loss, parts)``, parts detached (the ranking terms reported even when not trained)."""
     task = task_loss(logits, y, cfg.label_smoothing)
     nan = torch.full((), float("nan"), device=task.device)
     if halt_logits is None:
@@ -224,11 +213,8 @@ class TeacherLosses(NamedTuple):
 
 def teacher_losses(states: Tensor, logits: Tensor, teacher_states: Tensor, teacher_logits: Tensor,
                    w_state: float = 1.0, w_kl: float = 1.0, eps: float = 1e-12) -> TeacherLosses:
-    """The student's match to its frozen teacher (primed): at every step t = 1..T the squared error
-    of its own state h_t (the student runs free) to the teacher's, normalised per sample by
-    ||h'_t||^2 (eq. (state)), and the KL of the final-step softmax (eq. (match)). ``states`` and
-    ``teacher_states`` (N, T+1, *state) hold h_0..h_T, ``logits`` and ``teacher_logits`` (N, T, K);
-    the teacher's are detached. Float32 under autocast."""
+    """The student's match to its frozen teacher: eq. (state)'s normalised state error at t = 1..T and
+    the final-step KL of eq. (match), from states (N, T+1, *state) and logits (N, T, K); float32."""
     if states.shape != teacher_states.shape or states.dim() < 3:
         raise ValueError(f"states and teacher_states must both be (N, T+1, *state), got "
                          f"{tuple(states.shape)} and {tuple(teacher_states.shape)}")
@@ -246,10 +232,8 @@ def teacher_losses(states: Tensor, logits: Tensor, teacher_states: Tensor, teach
 
 def gradient_conflict(model: torch.nn.Module, x: Tensor, y: Tensor, loss: LossConfig,
                       per_step: bool = False) -> dict:
-    """Cosine between the gradients of L_task and of lambda_rel L_rel + lambda_abs L_abs as training
-    with ``loss`` computes them, over the parameters both reach (docs/method.md section 9.6): cosine,
-    both norms and the parameter count; with ``per_step`` also ``step_cosines``, t = 1..T (step t's
-    ranking loss with its sets within that step; T more backward passes)."""
+    """Cosine between the gradients of L_task and of the weighted ranking losses over the parameters both
+    reach (docs/method.md section 9.6), norms and count; ``per_step``: also ``step_cosines``, t = 1..T."""
     was_training = model.training
     model.train()
     out = model(x, detach_halt_input=not loss.rank_grad_to_backbone)

@@ -1,9 +1,7 @@
 """The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
 
 Families, branches, heads: docs/method.md section 3; scaled operators, H and alpha: section 4; the
-update forms (``model.update``, chosen once per model from ``_UPDATES``): section 5; k branches over
-ranges of steps (``model.branch_steps``): section 16. ``A`` is a residual branch only (the update
-supplies the skip); the classifier reads ``Linear(LayerNorm(r_t))``, scale-free at every step.
+update forms (``model.update``, from ``_UPDATES``): section 5; k branches (``model.branch_steps``): 16.
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ class Step:
 @dataclass
 class StepContext:
     """What the steps need from the stem, once per forward: e, (N, C, H, W) or (N, L, D), and for
-    basic_ssm and frost B(e) like e and GAP(D(e)) (N, D). e is init-only (only ``init_state`` reads
-    it): adaptive inference, which compacts the batch at nearly every step, copies the others only."""
+    basic_ssm and frost B(e) like e and GAP(D(e)) (N, D); only ``init_state`` reads e."""
 
     e: InitVar[Tensor | None] = None
     be: Tensor | None = None
@@ -382,10 +379,8 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
 
 @torch.no_grad()
 def init_from_teacher(student: FrostNet, teacher: FrostNet) -> list[int]:
-    """Start a block-recurrent student from its teacher (docs/method.md section 16): every weight
-    outside the branches (stem, heads, and B, C, D, alpha where the family has them) copied, and
-    branch i from the teacher's branch of the step in the middle of its range, t = start + len // 2
-    (0-based; the later of the two middle steps of an even range). Returns the teacher branch of each."""
+    """Start a block-recurrent student from its teacher (docs/method.md section 16): every weight outside
+    the branches copied, branch i from the teacher branch of step start + len // 2 (returned, each)."""
     ours, theirs = student.state_dict(), teacher.state_dict()
     shared = [k for k in ours if not k.startswith("branches.")]
     bad = [k for k in shared if k not in theirs or theirs[k].shape != ours[k].shape]

@@ -1,8 +1,5 @@
-"""The paper's published numbers (FROST, Yu and Hwang, ICML 2026), for side-by-side tables.
-
-Transcribed from the paper, as listed in ``docs/method.md`` section 11. Reference data only: nothing in the
-library compares against these to decide anything; notebooks print them beside ours.
-"""
+"""The paper's published numbers (FROST, Yu and Hwang, ICML 2026; ``docs/method.md`` section 11), for
+side-by-side tables only: nothing in the library decides anything by them."""
 
 from __future__ import annotations
 

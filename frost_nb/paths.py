@@ -1,8 +1,6 @@
-"""Folders of the project, resolved from the package location (never the working directory), moved by
-environment variables (each function names its own); ``FROST_OFFLINE=1`` refuses every download; smoke
-runs write to a temporary folder. Every path goes through one diagnosis, ``path_problem``, raised before
-the work as one line naming the path, the cause and the fix (``check_writable``, ``check_readable``).
-"""
+"""Folders of the project, resolved from the package location and moved by environment variables;
+``FROST_OFFLINE=1`` refuses every download. Every path goes through one diagnosis, ``path_problem``,
+raised before the work as one line naming the path, the cause and the fix."""
 
 from __future__ import annotations
 
@@ -58,10 +56,8 @@ class OutputError(OSError):
 
 
 class DamagedInput(Exception):
-    """A file that a result or a verdict is read from cannot be read (cut off, not of its format,
-    lacking what its reader needs); the message names the file, what is wrong and how to restore
-    it (``restore_hint``). Not an ``OSError`` or ``ValueError``: no handler of those may take it
-    for a missing or empty input and carry on without it."""
+    """A file a result or a verdict is read from cannot be read; the message names it, what is wrong and
+    how to restore it. Not an ``OSError`` or ``ValueError``, so no handler takes it for a missing input."""
 
 
 def restore_hint(path: str | os.PathLike, regenerate: str | None = None) -> str:
@@ -117,9 +113,8 @@ def _unwritable(folder: Path) -> str | None:
 
 def path_problem(path: str | os.PathLike, *, folder: bool = False, write: bool = True,
                  must_exist: bool = False) -> str | None:
-    """Why ``path``, a file (with ``folder``: a folder) to write (``write``: missing ones can be made)
-    or to read (``must_exist``), cannot serve, in words naming the place at fault, or None when it
-    can. Each folder on the way is looked at from the top. Makes nothing; never raises."""
+    """Why ``path`` (a file, or with ``folder`` a folder) cannot be written or read, naming the place at
+    fault, or None when it can; makes nothing, never raises."""
     path = Path(os.path.abspath(Path(path).expanduser()))
     chain = [*reversed(path.parents), path]
     for parent, place in zip(chain, chain[1:]):
@@ -196,9 +191,8 @@ def check_writable(path: str | os.PathLike, what: str, fix: str, *, folder: bool
 
 def check_readable(path: str | os.PathLike, what: str, fix: str, *, folder: bool = False,
                    must_exist: bool = True, error: type[Exception] | None = None) -> Path:
-    """Raise ``error`` (default ``OutputError``; naming ``what``, saying ``fix``) unless the file
-    ``path`` (with ``folder``: the folder) can be read (``path_problem``); without ``must_exist``
-    a missing one passes (its reader says what is missing)."""
+    """Raise ``error`` (naming ``what``, saying ``fix``) unless ``path`` can be read (``path_problem``);
+    without ``must_exist`` a missing one passes."""
     path = Path(path).expanduser()
     if (problem := path_problem(path, folder=folder, write=False, must_exist=must_exist)) is not None:
         raise (error or OutputError)(f"cannot read {what} {path}: {problem}; {fix}")
@@ -248,10 +242,8 @@ _SKIPPING: list[dict[str, None] | None] = []  # skip_damaged's stack: what each 
 
 @contextmanager
 def skip_damaged(skip: bool = True) -> Iterator[dict[str, None]]:
-    """Within it (``skip``), a reader that meets a damaged file (``skip_or_raise``) leaves the file
-    out instead of stopping: the ``--skip-damaged`` of the command line. Yields what was left out,
-    one line each, filled as the readers go, for the caller to say so. ``skip=False`` makes every
-    reader stop again inside an outer one (what is published is never read with a file left out)."""
+    """Within it (``skip``), a reader meeting a damaged file leaves it out instead of stopping (the
+    ``--skip-damaged`` option); yields the lines left out. ``skip=False`` stops again inside an outer one."""
     skipped: dict[str, None] = {}
     _SKIPPING.append(skipped if skip else None)
     try:

@@ -1,7 +1,5 @@
 """Refit the halting head of a frozen backbone (fidelity experiment 3(a), docs/fidelity.md section 3): a
-linear head ``z_t = w . GAP(h_t) + b`` refitted on the frozen pooled states four ways (``HEADS``); the
-verdict is ``claims.head_refit`` over ``margins``.
-"""
+linear head ``z_t = w . GAP(h_t) + b`` on the frozen pooled states, four ways (``HEADS``)."""
 
 from __future__ import annotations
 
@@ -160,9 +158,8 @@ def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibr
 
 
 def margins(table) -> dict:
-    """What claims.EXPERIMENT_RULES["head_refit"] reads from a ``summary`` table over the backbones:
-    per backbone, the per-step LayerNorm head's gain over the global-pairs refit and the correctness
-    head's margin over the better of fixed depth and confidence (``claims.head_refit`` decides)."""
+    """What claims.EXPERIMENT_RULES["head_refit"] reads of a ``summary`` table: per backbone, the per-step
+    head's gain over the global refit and the correctness head's margin over fixed depth and confidence."""
     auc = table.pivot(index="model", columns="rule", values="auc")
     gain = auc[PER_STEP_NORM] - auc[GLOBAL]  # per backbone
     margin = auc[CORRECTNESS] - np.maximum(auc[FIXED], auc[CONFIDENCE])
@@ -187,8 +184,7 @@ def subsample(dataset, count: int, seed: int = 0):
 def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
                    settings: RefitSettings | None = None):
     """All four refits of one trained run (on a seeded subsample of its training split): (curves, {head:
-    head module}, diagnostics). The diagnostics, per score (the trained head, each refit, the confidence):
-    test ``within_step_auc``, the AUC over all N x T test entries, and for the refits the final objective."""
+    module}, diagnostics: per score, its test AUCs and, for the refits, the final objective)."""
     settings = settings or RefitSettings()
     cfg = result.config
     splits = {"train": subsample(load_split(cfg, "train"), train_samples, cfg.data.split_seed),

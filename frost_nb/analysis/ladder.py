@@ -1,8 +1,5 @@
-"""The scale ladder's read-out (docs/method.md section 15, fixed before any ladder run): the
-quantities, the OLS fit of each against ln(parameters) with the slope's 95% t interval, its reading
-(``reading``), and the precision check of the bf16 rungs against fp32 twins. Each run's measures are
-``repro.ladder``'s.
-"""
+"""The scale ladder's read-out (docs/method.md section 15, fixed before any ladder run): the quantities,
+their OLS fits against ln(parameters) and ``reading``, and the precision check of the bf16 rungs."""
 
 from __future__ import annotations
 
@@ -85,9 +82,8 @@ class Fit:
         return self.t * self.residual_sd * np.sqrt(1.0 / self.n + (x - self.x_mean) ** 2 / self.sxx)
 
     def meets_from(self, value: float) -> float | None:
-        """The smallest size in the span where the band holds ``value`` (None where it holds it
-        nowhere): with u = ln N - mean, the band holds it where (c + b u)^2 <= k (1/n + u^2 / Sxx),
-        c the line at the mean minus ``value``, k = (t s)^2: a quadratic in u, solved exactly."""
+        """The smallest size in the span where the band holds ``value`` (None: nowhere), solving
+        (c + b u)^2 <= (t s)^2 (1/n + u^2 / Sxx) in u = ln N - mean exactly."""
         c, b, k = self.intercept + self.slope * self.x_mean - value, self.slope, (self.t * self.residual_sd) ** 2
         quad, lin, const = b * b - k / self.sxx, 2 * c * b, c * c - k / self.n
         f = lambda u: (quad * u + lin) * u + const
@@ -130,11 +126,8 @@ def fit(params: Sequence[float], values: Sequence[float]) -> Fit | None:
 
 
 def reading(quantity: Quantity, result: Fit | None) -> str:
-    """The rule's reading of one quantity's fit: "meets" where the paper gives a value and the
-    band holds it somewhere in the span (``Fit.meets_from``); else "toward" or "away" (the paper)
-    when the interval of the change across the span excludes 0, on the paper's side (the band at
-    the top of the span lies wholly on one side of a value) or the other ("rises" or "falls"
-    without a paper value); else "flat" inside the quantity's band, else "unresolved"."""
+    """Section 15's reading of one quantity's fit: "meets", "toward" or "away" (the paper's value),
+    "rises" or "falls" (none), "flat" inside the quantity's band, else "unresolved"."""
     if result is None:
         return NO_FIT
     if quantity.direction == "value" and result.meets_from(quantity.paper) is not None:
@@ -174,11 +167,8 @@ def quantity_means(rows: list[dict]) -> dict[str, float]:
 
 
 def read_out(rows: list[dict]) -> list[dict]:
-    """One row per quantity: its fit over the ladder runs in ``rows`` (dicts with size, model,
-    seed, params and the measures; runs of other sizes, e.g. demo, are left to the caller), the
-    change across the ladder with its interval, the reading, and the crossing where the paper gives
-    a value and the reading is "toward" (``meets_params``: the smallest size where the band holds the
-    paper's value, for "meets")."""
+    """One row per quantity: its fit over the ladder runs ``rows`` (dicts of measures), the change
+    across the ladder with its interval, the reading, and where the paper's value is met or crossed."""
     out = []
     for name, points in quantity_points(rows).items():
         q = QUANTITIES[name]
@@ -224,10 +214,8 @@ def _band(name: str) -> float:
 
 
 def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dict]:
-    """One row per PRECISION_QUANTITIES entry: the fp32 run's value (``fp32``, a run's measures), its
-    bf16 twin's (``seed`` among ``bf16``, the rung's frost seeds), their difference, the bf16 seeds' sd
-    and whether the difference is within PRECISION_SDS of it (None below two bf16 seeds). Beside it, as
-    context and not the rule: the quantity's flat band and whether the difference lies inside it."""
+    """One row per PRECISION_QUANTITIES entry: the fp32 run's value, its bf16 twin's, their difference
+    and whether it is within PRECISION_SDS bf16 sds (None below two seeds); its flat band as context."""
     twin = next((r for r in bf16 if r["seed"] == seed), None)
     if twin is None:
         raise ValueError(f"no bf16 run of seed {seed} among seeds {sorted(r['seed'] for r in bf16)}: "
@@ -247,9 +235,8 @@ def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dic
 
 
 def precision_reading(rows: Sequence[dict]) -> tuple[bool | None, str]:
-    """(adequate, one line) of ``precision_check``'s rows: None while undecided (fewer than two bf16
-    seeds); a failed check names the quantities outside the limit and, as context, those of them that
-    lie inside their flat band."""
+    """(adequate, one line) of ``precision_check``'s rows (None while undecided), naming the quantities
+    outside the limit."""
     if undecided := [r["quantity"] for r in rows if r["within"] is None]:
         return None, (f"precision check undecided: {min(r['seeds'] for r in rows)} bf16 seed(s) (it needs 2) "
                       f"or no value for {', '.join(undecided)}")
@@ -266,12 +253,9 @@ SHIFTED, NOT_SHIFTED, CANNOT_TELL = "shifted", "not shifted", "cannot tell"
 
 
 def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
-    """After the check (not section 15's rule; added once it failed on one fp32 run, to tell a precision
-    effect from a wider spread of draws): per PRECISION_QUANTITIES entry, the fp32 seeds' mean minus the
-    bf16 seeds', its Welch 95% interval and ``shifted``, whether it excludes 0 (None below two seeds a
-    side), each side's seed sd beside. The test sees only a shift above its half-width (``detectable``):
-    ``precision`` reads "cannot tell" where that exceeds the quantity's ``margin`` (its flat band), else
-    "shifted" or "not shifted". A shifted quantity is precision-sensitive: its level is bf16's."""
+    """After the check (added once it failed, not section 15's rule): per PRECISION_QUANTITIES entry, the
+    fp32 seeds' mean minus the bf16 seeds' with its Welch interval, and ``precision``: "shifted", "not
+    shifted" or "cannot tell" (the detectable shift exceeds the quantity's flat band)."""
     out = []
     for name in PRECISION_QUANTITIES:
         a, b = _finite(bf16, name), _finite(fp32, name)
@@ -286,9 +270,7 @@ def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
 
 
 def precision_sensitive(shift: Sequence[dict]) -> dict[str, bool | None]:
-    """read-out quantity -> whether ``precision_shift`` found it shifted (frost's side standing for
-    its paired quantity; None: undecided, or a test that cannot tell a shift at the margin), for the
-    read-out's column beside each reading."""
+    """read-out quantity -> whether ``precision_shift`` found it shifted (None: it cannot tell)."""
     return {FROST_SIDE.get(r["quantity"], r["quantity"]): None if r.get("precision") == CANNOT_TELL
             else r["shifted"] for r in shift}
 

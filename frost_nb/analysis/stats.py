@@ -1,7 +1,5 @@
 """The intervals every reading uses (docs/method.md, "How a verdict is decided"): the t interval of a
-seed mean, Welch's interval of a difference between separately trained models, and the test images'
-bootstrap, which adds the noise of the test set where one model, or a few, decide a number.
-"""
+seed mean, Welch's interval of a difference of models, and the test images' bootstrap."""
 
 from __future__ import annotations
 
@@ -30,9 +28,8 @@ def interval(values: Sequence[float]) -> tuple[float, float]:
 
 
 def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """(mean(a) - mean(b), half-width) of Welch's two-sided CONFIDENCE t interval of the difference of
-    two means from separate runs (each side's sample variance, ddof = 1; Welch-Satterthwaite degrees of
-    freedom); needs two values or more a side. Two sides without any spread give a half-width of 0."""
+    """(mean(a) - mean(b), half-width) of Welch's two-sided CONFIDENCE t interval (ddof = 1,
+    Welch-Satterthwaite degrees of freedom); two values or more a side."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"Welch's interval needs two values or more a side, got {len(a)} and {len(b)}")
@@ -52,11 +49,8 @@ def with_images(h_seeds: float, h_images: float) -> float:
 
 def image_bootstrap(statistic: Callable[[np.ndarray], float], n_images: int, resamples: int = IMAGE_RESAMPLES,
                     seed: int = 0) -> tuple[float, float]:
-    """(value, half-width) of ``statistic`` over the test images: ``statistic(index)`` computes the
-    number from the images ``index`` (an int array of length ``n_images``; a seed mean resamples the
-    same images for every seed, jointly), its value on all images, and the half-width of the
-    central CONFIDENCE percentile interval of ``resamples`` (at least IMAGE_RESAMPLES) resamples
-    with replacement. A statistic of several numbers (a 1-d array) gives arrays of each."""
+    """(value, half-width) of ``statistic(index)`` (the number from the images ``index``, an int array
+    of length ``n_images``): its central CONFIDENCE percentile interval over ``resamples`` resamples."""
     if resamples < IMAGE_RESAMPLES:
         raise ValueError(f"{resamples} resamples: the rule asks for at least {IMAGE_RESAMPLES}")
     rng = np.random.default_rng(seed)
@@ -73,9 +67,7 @@ MOVING_BLOCK = 432  # windows a block: the forecast windows overlap (look-back 3
 def block_bootstrap(values: Sequence[float], block: int = MOVING_BLOCK, resamples: int = IMAGE_RESAMPLES,
                     seed: int = 0) -> tuple[float, float]:
     """(mean, half-width) of the mean of ``values`` (one per test window, in time order) by the moving-
-    block bootstrap: each resample joins blocks of ``block`` consecutive windows, their starts drawn
-    uniformly, cut to the series' length; the half-width is that of the central CONFIDENCE
-    percentile interval of ``resamples`` (at least IMAGE_RESAMPLES) resampled means."""
+    block bootstrap over blocks of ``block`` windows (central CONFIDENCE percentile interval)."""
     v = np.asarray(values, dtype=float)
     if resamples < IMAGE_RESAMPLES:
         raise ValueError(f"{resamples} resamples: the rule asks for at least {IMAGE_RESAMPLES}")

@@ -1,8 +1,5 @@
 """Measurements behind the paper's geometric claims (docs/method.md section 9): scale consistency
-(Table 1), contraction from the step sizes and from the Jacobian along each sample's trajectory: the
-one-step norm and the k-step product's, whose growth rate per step decides appendix B's claim. Pure
-functions over a ``FullDepthPass``.
-"""
+(Table 1), contraction from the step sizes and from the Jacobian along each sample's trajectory."""
 
 from __future__ import annotations
 
@@ -83,9 +80,8 @@ def contraction_summary(traj: FullDepthPass) -> dict:
 
 def jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, steps: int = 1, *, iters: int = 20,
                   generator: torch.Generator | None = None) -> Tensor:
-    """(N,) spectral norm of d h_{t+steps} / d h_t at the states ``h`` (N, *state), the product of the
-    step Jacobians along each sample's trajectory: power iteration on J^T J, batched and normalised per
-    sample (a lower bound rising towards sigma_max). Attention on the math kernel (forward mode)."""
+    """(N,) spectral norm of d h_{t+steps} / d h_t at the states ``h`` (N, *state), by batched power
+    iteration on J^T J (a lower bound rising towards sigma_max)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     if iters < 1 or steps < 1:
@@ -115,9 +111,8 @@ def jacobian_norm(model: torch.nn.Module, h: Tensor, ctx, t: int, steps: int = 1
 
 def jacobian_norms(model: torch.nn.Module, batches, *, steps: int = 1, start: int = 0, iters: int = 20,
                    max_samples: int | None = None, seed: int = 0) -> Tensor:
-    """(N, W) ||d h_{t+steps} / d h_t||_2 (``jacobian_norm``) for t = start .. T-steps, along the
-    model's own trajectory (CPU): by default (steps 1, start 0) sigma_t for t = 0..T-1, (N, T);
-    with start = T - steps the one product from h_start to h_T, (N, 1)."""
+    """(N, W) ||d h_{t+steps} / d h_t||_2 (``jacobian_norm``) for t = start .. T-steps along the model's
+    own trajectory (CPU); start = T - steps: the one product to h_T, (N, 1)."""
     model.eval()
     last = model.config.steps - steps  # the last t whose product ends at h_T
     if not 0 <= start <= last:
@@ -141,9 +136,8 @@ def jacobian_norms(model: torch.nn.Module, batches, *, steps: int = 1, start: in
 
 
 def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
-    """Contraction read off the Jacobian norms (N, T) at steps t >= first_step (0-based): quartiles
-    of sigma, the share of entries and of samples (appendix B's condition) below 1, and kappa_jvp,
-    the median over samples of each one's largest sigma (the rate appendix B's bound would use)."""
+    """Contraction read off the Jacobian norms (N, T) at steps t >= first_step: quartiles of sigma, the
+    shares of entries and of samples below 1, and kappa_jvp (the median of each sample's largest)."""
     if norms.dim() != 2 or not 0 <= first_step < norms.shape[1]:
         raise ValueError(f"norms must be (N, T) and first_step in 0..T-1, got {tuple(norms.shape)}, "
                          f"{first_step}")
@@ -171,9 +165,8 @@ def product_summary(norms: Tensor, steps: int) -> dict:
 
 
 def run_jacobian_summary(result, max_samples: int = JVP_SAMPLES) -> dict:
-    """``jacobian_summary`` of a trained run over the late steps (LATE_STEP on), and the
-    ``product_summary`` of d h_T / d h_t0 (t0 = PRODUCT_START), on the first ``max_samples`` test
-    images, on the CPU (the forward-mode passes run there)."""
+    """``jacobian_summary`` of a trained run from LATE_STEP and the ``product_summary`` of d h_T / d h_t0
+    (t0 = PRODUCT_START), on its first ``max_samples`` test images, on the CPU."""
     cfg = result.config
     batches = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False,
                            augment=False, device="cpu")

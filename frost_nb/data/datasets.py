@@ -1,7 +1,5 @@
 """Data sets by name, the held-out split, per-image augmentation and device-resident batches
-(docs/architecture.md, "Data"; sources: data/README.md). "val" is a seeded ``val_fraction`` of the
-training split (stratified for CIFAR-100), "train" the rest; "val" calibrates the halting threshold.
-"""
+(docs/architecture.md, "Data"; sources: data/README.md)."""
 
 from __future__ import annotations
 
@@ -68,9 +66,8 @@ class ImageData:
 
 def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_fraction: float = 0.1,
                  split_seed: int = 0, download: bool = True, limit: int | None = None) -> ImageData:
-    """One split of the data set `name` (docs/architecture.md's "Data" section); ``root``: this, then
-    ``$FROST_DATA``, then ``<repo>/data``. Raises `DataError` when the data is missing (listing every
-    place looked in) or unreadable."""
+    """One split of the data set `name` from ``root``, else ``$FROST_DATA``, else ``<repo>/data``;
+    `DataError` when missing (listing every place looked in) or unreadable."""
     _check("name", name, name in DATASETS, "one of " + ", ".join(map(repr, DATASETS)))
     _check("split", split, split in SPLITS, "one of " + ", ".join(map(repr, SPLITS)))
     _check("val_fraction", val_fraction, _is_number(val_fraction, float) and 0.0 <= val_fraction < 1.0,
@@ -109,9 +106,8 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
 
 
 def available_datasets(root: str | Path | None = None) -> dict[str, str]:
-    """name -> where `load_dataset` reads it from (or would prepare it from), relative to the
-    repository when inside it (``paths.shown_path``), or ``"missing: <how to get it>"``. Only checks
-    that the files exist: nothing is read or written."""
+    """name -> where `load_dataset` reads (or would prepare) it from, or ``"missing: <how to get it>"``;
+    only checks that the files exist."""
     base = checked_data_root(root)
     found = {}
     for name, info in DATASETS.items():
@@ -129,9 +125,8 @@ def available_datasets(root: str | Path | None = None) -> dict[str, str]:
 
 
 def clear_cache() -> None:
-    """Forget loaded arrays and scanned folders (e.g. after replacing files on disk). A prepared
-    copy does not notice a changed source: prepare it again (``python -m frost_nb.data.prepare NAME
-    --force``), then call this."""
+    """Forget loaded arrays and scanned folders (after replacing files on disk; a changed source needs
+    ``python -m frost_nb.data.prepare NAME --force`` first)."""
     _load_part.cache_clear()
     _scan_image_folder.cache_clear()
 
@@ -139,9 +134,8 @@ def clear_cache() -> None:
 def make_batches(ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool,
                  device: str | torch.device, generator: torch.Generator | None = None,
                  drop_last: bool = False, num_workers: int = 0) -> Batches | FolderBatches:
-    """Batches ``(x, y)`` of `ds` on `device` (docs/architecture.md's "Data" section). All randomness (order,
-    augmentation) comes from `generator` (a CPU ``torch.Generator``; None: torch's global one), one draw
-    per pass: the same generator state gives the same pass. ``num_workers``: folder sets (a DataLoader)."""
+    """Batches ``(x, y)`` of `ds` on `device`; all randomness comes from `generator` (None: torch's
+    global one), one draw per pass. ``num_workers``: folder sets (a DataLoader)."""
     _check("batch_size", batch_size, _is_number(batch_size, int) and batch_size >= 1, "a positive integer")
     return (Batches if ds.x is not None else FolderBatches)(
         ds, batch_size, shuffle=shuffle, augment=augment, device=device, generator=generator,
@@ -172,9 +166,8 @@ class _Passes:
 
 
 class Batches(_Passes):
-    """Device-resident batches of an in-memory set (the cifar10-airbench recipe): the split moved to the
-    device once, batches gathered by a permutation. Each pass draws one ``epoch_seed`` and derives the rest
-    from it; ``iterate(epoch_seed, start)`` resumes a pass exactly at batch ``start``."""
+    """Device-resident batches of an in-memory set (cifar10-airbench's recipe); each pass draws one
+    ``epoch_seed``, and ``iterate(epoch_seed, start)`` resumes a pass exactly at batch ``start``."""
 
     def __init__(self, ds: ImageData, batch_size: int, **kwargs: Any) -> None:
         super().__init__(ds, batch_size, **kwargs)
@@ -214,10 +207,8 @@ class Batches(_Passes):
 
 
 def random_crop(x: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, pad: int) -> torch.Tensor:
-    """Per-image crop of the zero-padded images: image i is shifted by (dy[i]-pad, dx[i]-pad).
-
-    x (B, C, H, W), dy and dx (B,) integers in [0, 2*pad]. Two gathers, no Python loop.
-    """
+    """Per-image crop of the zero-padded x (B, C, H, W): image i shifted by (dy[i]-pad, dx[i]-pad), dy
+    and dx (B,) integers in [0, 2*pad]; two gathers, no Python loop."""
     b, c, h, w = x.shape
     xp = F.pad(x, (pad, pad, pad, pad))  # (B, C, H+2p, W+2p), zeros
     rows = dy[:, None] + torch.arange(h, device=x.device)  # (B, H) rows of the padded image

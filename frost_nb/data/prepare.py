@@ -1,7 +1,5 @@
 """The data sets' facts, and each set prepared once from whichever source exists (`_PLACES`;
-data/README.md) into ``<root>/prepared/<name>/{train,test}.npz`` (format `FORMAT`), as nanoGPT's
-``data/*/prepare.py`` does; images keep the loader's order, so splits do not move.
-"""
+data/README.md) into ``<root>/prepared/<name>/{train,test}.npz``, in the loader's order."""
 
 from __future__ import annotations
 
@@ -146,10 +144,8 @@ def is_prepared(name: str, root: str | Path) -> bool:
 
 def prepare(name: str, root: str | Path | None = None, *, source: str | Path | None = None,
             download: bool = True, force: bool = False) -> Path:
-    """``<root>/prepared/<name>/`` made from `name`'s source, ``source`` or the first of `_PLACES`
-    (docs/architecture.md's "Data" section). Raises `DataError` when no source is found (listing
-    every place looked in) or one is unreadable, ``paths.OutputError`` when the prepared folder
-    cannot be written (a read-only data root is refused even for root)."""
+    """``<root>/prepared/<name>/`` made from ``source`` or the first of `_PLACES`; `DataError` when no
+    source is found or one is unreadable, ``paths.OutputError`` when it cannot be written."""
     if name not in _PLACES:
         raise DataError(f"name={name!r} is not prepared: expected one of {', '.join(map(repr, _PLACES))} "
                         "(digits comes with scikit-learn, imagenet100 is read from its class folders).")
@@ -375,9 +371,8 @@ def _read_idx(path: Path, ndim: int) -> np.ndarray:
 
 
 def _from_packed(folder: Path, name: str, part: str) -> Part:
-    """The packed format: all image files concatenated (JPEG for CIFAR-10, PNG for CIFAR-100; Pillow
-    tells them apart), image i is jpeg[offsets[i]:offsets[i+1]]; optional ``coarse_labels`` and
-    ``coarse_classes`` (CIFAR-100's superclasses)."""
+    """The packed format: all image files (JPEG or PNG) concatenated, image i jpeg[offsets[i]:offsets[i+1]];
+    optional ``coarse_labels`` and ``coarse_classes`` (CIFAR-100's superclasses)."""
     from PIL import Image
 
     path = folder / f"{part}.npz"

@@ -17,9 +17,8 @@ from ..training import evaluate, load_split
 
 
 def run_summary(result, sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the ablation tables show of one trained run: per split (val, test) accuracy at full depth and
-    at q = 0.125 and 0.5 (with the mean depth) and the selection score (mean over Table 2's quantiles); the
-    final alpha, H and halting scores. ``sweeps``, when given, receives each split's FROST curve."""
+    """What the ablation tables show of one trained run: per split, accuracies (full depth, q = 0.125 and
+    0.5) and the selection score; final alpha, H and scores. ``sweeps`` receives each split's curve."""
     cfg, steps = result.config, result.history["steps"]
     row: dict[str, Any] = {"key": run_name(result.checkpoint), "epochs": cfg.train.epochs,
                            "seed": cfg.train.seed}  # and the last logged value of each series:
@@ -74,10 +73,8 @@ def alpha_series(results: dict[str, Any], every: int = 25) -> list[dict[str, Any
 
 
 def conflict_summary(results: dict[str, Any]) -> pd.DataFrame:
-    """The gradient-conflict probes of each run (``train.diagnostics_every``): mean cosine between the
-    task and ranking gradients over training, in its first and second half, the share of negative
-    probes, the per-step cosine of Definition D.1 (NaN where the run did not log it), test accuracy;
-    ``key``, the stored run (its provenance label is the model beside it)."""
+    """The gradient-conflict probes of each run (``train.diagnostics_every``): mean cosines over training
+    and its halves, the share of negative probes, Definition D.1's per-step cosine, test accuracy."""
     rows = []
     for label, r in results.items():
         d = pd.DataFrame(r.history["diagnostics"])
@@ -99,10 +96,8 @@ def conflict_series(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def trajectory_dimension_table(results: dict[str, Any], samples: int | None) -> tuple[pd.DataFrame, dict]:
-    """Notebook 03's measurement: for each run the box-counting dimension of the trajectories of
-    its first ``samples`` test images (``fractal.trajectory_dimensions``, summarised), and for
-    seed 0 also the correlation dimension (a second opinion; it costs 5 times as much) and the
-    planar projection drawn in the figure. Returns (one row per run, model -> projected states)."""
+    """Notebook 03's measurement: each run's box-counting dimension on its first ``samples`` test images,
+    and at seed 0 the correlation dimension; (one row per run, model -> projected states)."""
     planar, rows = {}, []
     for label, r in results.items():
         states = run_trajectories(r, "test", samples).pooled.numpy()  # (n, T+1, D)

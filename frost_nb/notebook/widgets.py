@@ -1,8 +1,6 @@
 """Live exploration of the halting threshold in JupyterLab (notebook 05): ``HaltingExplorer``, a model
-selector and a quantile (or mean-depth budget) slider over ``ExitCache`` objects computed once. Figures go
-to ``Image`` widgets as PNG bytes: ``display(fig)`` in ``Output`` widgets showed ``<Figure size ...>``
-text under ``MPLBACKEND=Agg`` (``tests/test_browser.py``).
-"""
+selector and a quantile (or mean-depth budget) slider over ``ExitCache`` objects computed once; figures go
+to ``Image`` widgets as PNG bytes (``Output`` widgets showed text under ``MPLBACKEND=Agg``)."""
 
 from __future__ import annotations
 

@@ -23,10 +23,8 @@ from .grids import LOSS_STRENGTHS, family_of, grid, load_runs, require_trained
 
 
 def collapse_row(result, reference) -> dict[str, Any]:
-    """The collapse verdict (``halting_rules.collapsed``) of a run trained with the ranking
-    losses against its task-only ``reference``, on the test split, with the gradient-conflict
-    cosine (``losses.gradient_conflict``, the ranking loss as the run trains it) of both
-    models on the first training batch's worth of the held-out split."""
+    """The collapse verdict (``halting_rules.collapsed``) of a run with the ranking losses against its
+    task-only ``reference`` on the test split, and both models' gradient-conflict cosine."""
     cfg = result.config
     test = load_split(cfg, "test")
     cache = ExitCache.from_model(result.model, result.calibrator, test, batch_size=cfg.train.eval_batch_size)
@@ -43,10 +41,8 @@ def collapse_row(result, reference) -> dict[str, Any]:
 
 
 def strength_row(result, reference) -> dict[str, Any]:
-    """What experiment (c) measures on one run of the ``loss_strength`` grid: its collapse row
-    against its task-only ``reference`` (``collapse_row``) and, from the training-time probes of
-    the second half of training, the gradient conflict overall and per step (Definition D.1) and
-    the ranking/task gradient-norm ratio."""
+    """Experiment (c) on one run of the ``loss_strength`` grid: its ``collapse_row`` and, from the probes
+    of training's second half, the gradient conflict (overall, per step) and the norm ratio."""
     cfg = result.config
     row = {"model": cfg.model.name, "lambda_rel": cfg.loss.lambda_rel, "lambda_abs": cfg.loss.lambda_abs,
            "key": run_name(result.checkpoint), **collapse_row(result, reference)}
@@ -66,9 +62,8 @@ def strength_row(result, reference) -> dict[str, Any]:
 def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
                              seeds: tuple[int, ...] = (0, 1, 2),
                              rows: list[dict] | None = None) -> dict[str, Any]:
-    """Experiment (c) from trained runs only (``require_trained``): a ``strength_row`` per run of
-    the ``loss_strength`` grid with the ranking losses, against its family's task-only run; what
-    ``write_metrics("15_loss_strength", ...)`` records."""
+    """Experiment (c) from trained runs only: a ``strength_row`` per run of the ``loss_strength`` grid
+    with the ranking losses (the record of ``15_loss_strength``)."""
     require_trained(grid("loss_strength", size, dataset, seeds), retrain=False)
     if rows is None:
         arms = {seed: grid("loss_strength", size, dataset, (seed,)) for seed in seeds}
@@ -84,9 +79,8 @@ UPDATE_FORM_STEPS = (1, 3, 6, 9)  # the steps of Table 1 that experiment (b) rep
 
 
 def update_form_row(result, *, jvp_samples: int = trajectories.JVP_SAMPLES) -> dict[str, Any]:
-    """What experiment (b) measures on one trained run (claims.EXPERIMENT_RULES["update_forms"]), on
-    the test split: both contraction measures, Table 1's cosine at UPDATE_FORM_STEPS, accuracy per
-    fixed depth, alpha over training and the areas of FROST's rule and of a fixed depth."""
+    """Experiment (b) on one trained run, test split: contraction, Table 1's cosine at UPDATE_FORM_STEPS,
+    accuracy per depth, alpha and the areas of FROST's rule and of a fixed depth."""
     cfg = result.config
     traj = trajectories.run_trajectories(result, "test")
     cosine = trajectories.cosine_to_final(traj.pooled).mean(0)  # (T+1,) over samples
@@ -107,10 +101,8 @@ def update_form_row(result, *, jvp_samples: int = trajectories.JVP_SAMPLES) -> d
 def update_forms_experiment(size: str = "demo", dataset: str | None = "digits",
                             seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None,
                             jvp_samples: int = 100) -> dict[str, Any]:
-    """Experiment (b) from trained runs only (``require_trained``): a ``update_form_row`` per run of
-    the ``update_forms`` grid (``rows`` when computed already, e.g. in parallel shards), basic_ssm's
-    Table 1 cosine at t = 3 on the same seeds (task-only families runs); what
-    ``write_metrics("15_update_forms", ...)`` records."""
+    """Experiment (b) from trained runs only: an ``update_form_row`` per run of the ``update_forms`` grid
+    (or ``rows``) and basic_ssm's Table 1 cosine at t = 3 (the record of ``15_update_forms``)."""
     runs = grid("update_forms", size, dataset, seeds)
     families = {s: grid("families", size, dataset, (s,))["basic_ssm"] for s in seeds}
     require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)
@@ -140,9 +132,8 @@ def minkowski_protocol_rows(results: dict[str, Any], samples: int | None) -> lis
 
 
 def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
-    """What experiment 3(d) records beside its ``rows`` (``minkowski_protocol_rows``): the
-    protocols, the sets of known dimension measured under each window, and per protocol and seed
-    whether frost lies above vanilla and basic_ssm (frost_nb.repro.claims decides)."""
+    """What experiment 3(d) records beside its ``rows``: the protocols, the sets of known dimension under
+    each window, and per protocol and seed whether frost lies above vanilla and basic_ssm."""
     protocols = {fractal.protocol_name(*p): p for p in fractal.PROTOCOLS}
     tables: dict[str, dict[str, dict[int, float]]] = {name: {} for name in protocols}
     for r in rows:  # protocol -> family -> seed -> dimension
@@ -164,10 +155,8 @@ def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
 def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
                             seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
                             retrain: bool = False) -> dict:
-    """Fidelity experiment 3(d) (docs/fidelity.md section 2): every protocol's dimension on the
-    first ``samples`` test images of each run of the residual families grid (inference only;
-    ``require_trained``), and per protocol and seed whether frost lies above vanilla and basic_ssm:
-    the metrics record (frost_nb.repro.claims decides). Notebook 03 measures the same on its own runs."""
+    """Fidelity experiment 3(d) (docs/fidelity.md section 2) on the first ``samples`` test images of each
+    run of the residual families grid: its metrics record."""
     runs = grid("families", size, dataset, seeds=seeds, bundle="residual")
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)
@@ -179,9 +168,8 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
 def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
                    seeds: tuple[int, ...] = (0, 1, 2), train_samples: int = TRAIN_SAMPLES,
                    settings: RefitSettings | None = None, retrain: bool = False):
-    """Experiment 3(a) on the frost backbones the rule names: the families grid's frost at
-    ``seeds`` and "frost (adopted defaults)" at the first seed (stops with ``RunsNotTrained``
-    unless each is committed or cached, or ``retrain``). Returns (metrics record, curves)."""
+    """Experiment 3(a) on the families grid's frost at ``seeds`` and "frost (adopted defaults)" at the
+    first: (metrics record, curves)."""
     settings = settings or RefitSettings()
     families = grid("families", size, dataset, seeds=seeds, bundle="residual")
     runs = {label: cfg for family in ("frost", "frost (adopted defaults)")

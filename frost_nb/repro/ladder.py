@@ -1,8 +1,5 @@
-"""The scale ladder's runs and their measures (docs/method.md section 15; notebook 09): which runs
-the ladder reads (the families grid at each rung, the demo control beside it), every quantity of one
-trained run, and the measures kept in the notebook's metrics so that no run is measured twice. The
-read-out (the quantities, the fit and its reading) is ``analysis.ladder``'s.
-"""
+"""The scale ladder's runs and their measures (docs/method.md section 15; notebook 09): which runs it
+reads, every quantity of one trained run, and the measures the notebook's metrics keep."""
 
 from __future__ import annotations
 
@@ -27,11 +24,8 @@ SMOKE_WIDTHS = {"ladder32": 8, "ladder64": 16, "ladder128": 32}  # FROST_SMOKE: 
 
 
 def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) -> dict[str, tuple[str, object]]:
-    """label -> (run name, RunConfig) of every run notebook 09 reads: frost at FROST_SEEDS (at most
-    ``seeds`` each) and BASELINE at seed 0 per rung, the demo control's frost and BASELINE beside them
-    (the families grid of each size, so a run is the one the grid trains). ``smoke``: the smoke size on
-    digits, its width set per rung (SMOKE_WIDTHS), so that CI reads a ladder of its own in seconds.
-    GPU_RUNGS' runs are included where they are stored (found by config), never in smoke."""
+    """label -> (run name, RunConfig) of every run notebook 09 reads: frost at FROST_SEEDS and BASELINE
+    at seed 0 per rung and at the demo control (``smoke``: CI's ladder on digits, SMOKE_WIDTHS)."""
     from ..runs import find_run
     from .grids import grid
 
@@ -63,9 +57,8 @@ PRECISION_NAME = "{dataset}-ladder32-precision/frost-fp32-seed{seed}"  # as expo
 
 
 def precision_run(dataset: str = "cifar100", seeds: int = 1, smoke: bool = False) -> dict[str, tuple[str, object]]:
-    """label -> (run name, RunConfig) of the precision check's fp32 runs: ``ladder_runs``' frost run at
-    PRECISION's rung and each of the first ``seeds`` PRECISION_SEEDS with bf16 autocast off (its rule's
-    twin, seed 0, first; ``smoke``: their smoke twins on digits)."""
+    """label -> (run name, RunConfig) of the precision check's fp32 runs: frost at PRECISION's rung at
+    the first ``seeds`` PRECISION_SEEDS with bf16 autocast off."""
     size = PRECISION[0]
     chosen = PRECISION_SEEDS[:seeds]
     bf16 = ladder_runs(dataset, seeds=max(chosen) + 1, smoke=smoke)
@@ -89,10 +82,8 @@ def depth_to_keep(accuracy_by_step: Sequence[float], share: float = KEPT_SHARE) 
 
 
 def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUANTILES[:-1]) -> dict[str, float]:
-    """The halting quantities of one run from its test split's full-depth pass and calibrator: full-depth
-    accuracy, ``depth_99``, the shares kept at PAPER_DEPTHS by a fixed depth and by FROST's halting (NaN
-    at a depth outside the sweep's), and claim 14's gap over ``quantiles`` (Table 2's, q < 1) with its
-    spread and ranking (``versus_fixed_depth``), each the mean over the quantiles."""
+    """The halting quantities of one run from its test pass and calibrator: accuracy, ``depth_99``, the
+    shares kept at PAPER_DEPTHS and claim 14's gap over ``quantiles`` (``versus_fixed_depth``)."""
     fixed = curve(outputs, FIXED)
     sweep = curve(outputs, calibrator=calibrator, quantiles=list(quantiles))
     kept = at_depths(sweep, fixed, PAPER_DEPTHS)
@@ -108,10 +99,8 @@ def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUA
 
 
 def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
-    """Every quantity of one trained run (``runs.train_or_load``'s result): who it is, its train and
-    held-out accuracy after the last epoch (overfitting shows there), its fixed-depth accuracy by step,
-    the halting measures (frost) and the trajectory measures, all from one full-depth pass over the
-    test split (with its trajectory)."""
+    """Every quantity of one trained run: who it is, its last epoch's accuracies, accuracy by depth, the
+    halting (frost) and trajectory measures, from one full-depth pass over the test split."""
     from ..analysis.trajectories import run_trajectories
 
     cfg = result.config
@@ -155,10 +144,8 @@ def measure_code() -> str:
 
 def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], measure,
              code: str | None = None) -> tuple[list[dict], dict]:
-    """(rows, cache) of ``results`` (label -> (run name, trained run), labels as ``ladder_runs``'): each
-    run's measures, from ``cache`` (run name -> row, a notebook's metrics) when it holds the run with the
-    same recorded test accuracy measured by the same code (``code``, default ``measure_code()``), else
-    ``measure(result)``."""
+    """(rows, cache) of ``results`` (label -> (run name, run)): each run's measures from ``cache`` when it
+    holds them at the same test accuracy and ``code``, else ``measure(result)``."""
     code = measure_code() if code is None else code
     rows, fresh = [], {}
     for label, (name, result) in results.items():
@@ -176,11 +163,8 @@ def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], mea
 
 
 def trajectory_measures(result, pooled, samples: int = 300, jvp_samples: int = 100) -> dict[str, float]:
-    """A run's own trajectory quantities (its side of claims 1, 2 and 3, as notebooks 02 and 03
-    measure them), from ``pooled`` (N, T+1, D), GAP(h_t) of its test split: the cosine of GAP(h_t)
-    with GAP(h_T) at TABLE1_STEP, the
-    8-step Jacobian product rate (median over ``jvp_samples`` test images) and the mean box-counting
-    dimension of the first ``samples`` test images' trajectories."""
+    """A run's side of claims 1, 2 and 3 from ``pooled`` (N, T+1, D): Table 1's cosine at TABLE1_STEP,
+    the 8-step Jacobian product rate and the mean box-counting dimension of its trajectories."""
     from ..analysis.fractal import summarise_dimensions, trajectory_dimensions
     from ..analysis.trajectories import run_jacobian_summary, scale_consistency_rows
     from .claims import product_rate

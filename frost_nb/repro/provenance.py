@@ -1,8 +1,5 @@
-"""Which runs a metrics file was computed from: its top-level ``provenance`` record (a CSV's in a sidecar
-``<stem>.provenance.json``): ``commit`` (git describe), ``runs`` (``<grid>/<label>``, sorted) and
-``settings`` per run (``SETTINGS`` and its bundle), the only place ``repro.verdicts`` reads them. The runs
-are those the metrics name (``RUN_FIELDS``) and those ``runs.train_or_load`` handed out since the last write.
-"""
+"""Which runs a metrics file was computed from: its ``provenance`` record (a CSV's in a sidecar), with
+``commit``, ``runs`` (named in ``RUN_FIELDS`` or handed out since the last write) and their ``settings``."""
 
 from __future__ import annotations
 
