@@ -17,21 +17,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from ..paths import downloads_allowed, shown_path
-from .prepare import (
-    DATASETS,
-    FIXED_ORDER_SEED,
-    DataError,
-    DatasetInfo,
-    Part,
-    checked_data_root,
-    find_source,
-    fixed_order,
-    is_prepared,
-    missing_data_error,
-    prepare_at,
-    prepared_dir,
-    read_prepared,
-)
+from .prepare import (DATASETS, FIXED_ORDER_SEED, DataError, DatasetInfo, Part, checked_data_root, find_source,
+                      fixed_order, is_prepared, missing_data_error, prepare_at, prepared_dir, read_prepared)
 
 SPLITS = ("train", "val", "test")
 DIGITS_TEST_FRACTION = 0.2  # load_digits has no test split: a fixed stratified one (seed 0)

@@ -23,16 +23,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..paths import (
-    OutputError,
-    atomic_path,
-    check_readable,
-    check_writable,
-    data_root,
-    downloads_allowed,
-    nearest_existing,
-    system_data_dir,
-)
+from ..paths import (OutputError, atomic_path, check_readable, check_writable, data_root, downloads_allowed,
+                     nearest_existing, system_data_dir)
 
 log = logging.getLogger("frost_nb")
 
