@@ -325,14 +325,16 @@ def main(argv: list[str] | None = None) -> int:
                        help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
         p.add_argument("--model", default="frost", help="vanilla, recurrent, basic_ssm, frost")
         p.add_argument("--backbone", default="resnet", help="resnet or vit")
-        p.add_argument("--epochs", type=int, default=None)
+        training_options(p, "any config field, e.g. --set train.lr=0.1 (repeatable)")
+        skip_option(p)
+
+    def training_options(p, set_help, epochs_help=None):
+        p.add_argument("--epochs", type=int, default=None, help=epochs_help)
         p.add_argument("--seed", type=int, default=None)
         p.add_argument("--root", default=None, help="data root (default: $FROST_DATA, then data/)")
-        p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                       help="any config field, e.g. --set train.lr=0.1 (repeatable)")
+        p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE", help=set_help)
         p.add_argument("--retrain", action="store_true", help="train again, ignoring stored runs")
         p.add_argument("--no-progress", action="store_true")
-        skip_option(p)
 
     def skip_option(p):
         p.add_argument("--skip-damaged", action="store_true",
@@ -398,15 +400,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", default="etth2", help="etth1 or etth2")
     p.add_argument("--model", default="dfmamba", help="dfmamba, dlinear or rlinear")
     p.add_argument("--horizon", type=int, default=96, help="96, 192, 336 or 720 (look-back 336)")
-    p.add_argument("--epochs", type=int, default=None, help="the epoch cap (train.epochs)")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--root", default=None, help="data root (default: $FROST_DATA, then data/)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="any field of the run's data, model or train section, e.g. --set train.lr=1e-3")
+    training_options(p, "any field of the run's data, model or train section, e.g. --set train.lr=1e-3",
+                     epochs_help="the epoch cap (train.epochs)")
     p.add_argument("--name", default=None, help="GRID/LABEL in the local store's forecast/ folder (default: "
                    "DATASET-L336-HH/MODEL-seedN; ablations: DATASET-L336-HH-ablations/dfmamba-VARIANT-seedN)")
-    p.add_argument("--retrain", action="store_true", help="train again, ignoring stored runs")
-    p.add_argument("--no-progress", action="store_true")
     p.add_argument("--zero-shot", action="store_true", help="then evaluate it unchanged on the test series "
                    "average-pooled by 2 and 4 (Table 14), kept in its metrics.json")
     p = sub.add_parser("verdicts", help="the verdict table of the paper's claims, from outputs/metrics/")
