@@ -285,7 +285,9 @@ def _has_extent(points: np.ndarray) -> bool:
 def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
                           projection=None, dims: int = 2, scales=None) -> np.ndarray:
     """Per-sample dimension (N,) of the polylines through h_0 .. h_T on ``dims`` principal components
-    (or ``projection``), over the fixed window ``scales``, each resampled to ``n_points``."""
+    (or ``projection``), over the fixed window ``scales`` (default BOX_SCALES, or CORRELATION_SCALES
+    for "correlation"); ``n_points`` along each keep the spacing below half the smallest box for
+    curves up to 16 times longer than their extent."""
     if method not in ("box", "correlation"):
         raise ValueError(f"method must be 'box' or 'correlation', got {method!r}")
     planar = project(states, projection, dims)  # (N, T+1, k)

@@ -165,8 +165,9 @@ def product_summary(norms: Tensor, steps: int) -> dict:
 
 
 def run_jacobian_summary(result, max_samples: int = JVP_SAMPLES) -> dict:
-    """``jacobian_summary`` of a trained run from LATE_STEP and the ``product_summary`` of d h_T / d h_t0
-    (t0 = PRODUCT_START), on its first ``max_samples`` test images, on the CPU."""
+    """``jacobian_summary`` of a trained run over the late steps (LATE_STEP on), and the
+    ``product_summary`` of d h_T / d h_t0 (t0 = PRODUCT_START), on the first ``max_samples`` test
+    images, on the CPU (the forward-mode passes run there)."""
     cfg = result.config
     batches = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False,
                            augment=False, device="cpu")

@@ -82,8 +82,10 @@ def depth_to_keep(accuracy_by_step: Sequence[float], share: float = KEPT_SHARE) 
 
 
 def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUANTILES[:-1]) -> dict[str, float]:
-    """The halting quantities of one run from its test pass and calibrator: accuracy, ``depth_99``, the
-    shares kept at PAPER_DEPTHS and claim 14's gap over ``quantiles`` (``versus_fixed_depth``)."""
+    """The halting quantities of one run from its test split's full-depth pass and calibrator: full-depth
+    accuracy, ``depth_99``, the shares kept at PAPER_DEPTHS by a fixed depth and by FROST's halting (NaN
+    at a depth outside the sweep's), and claim 14's gap over ``quantiles`` (Table 2's, q < 1) with its
+    spread and ranking (``versus_fixed_depth``), each the mean over the quantiles."""
     fixed = curve(outputs, FIXED)
     sweep = curve(outputs, calibrator=calibrator, quantiles=list(quantiles))
     kept = at_depths(sweep, fixed, PAPER_DEPTHS)
@@ -99,8 +101,10 @@ def halting_measures(outputs, calibrator, quantiles: Sequence[float] = PAPER_QUA
 
 
 def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
-    """Every quantity of one trained run: who it is, its last epoch's accuracies, accuracy by depth, the
-    halting (frost) and trajectory measures, from one full-depth pass over the test split."""
+    """Every quantity of one trained run (``runs.train_or_load``'s result): who it is, its train and
+    held-out accuracy after the last epoch (overfitting shows there), its fixed-depth accuracy by step,
+    the halting measures (frost) and the trajectory measures, all from one full-depth pass over the
+    test split (with its trajectory)."""
     from ..analysis.trajectories import run_trajectories
 
     cfg = result.config
@@ -163,8 +167,11 @@ def measured(results: dict[str, tuple[str, object]], cache: dict[str, dict], mea
 
 
 def trajectory_measures(result, pooled, samples: int = 300, jvp_samples: int = 100) -> dict[str, float]:
-    """A run's side of claims 1, 2 and 3 from ``pooled`` (N, T+1, D): Table 1's cosine at TABLE1_STEP,
-    the 8-step Jacobian product rate and the mean box-counting dimension of its trajectories."""
+    """A run's own trajectory quantities (its side of claims 1, 2 and 3, as notebooks 02 and 03
+    measure them), from ``pooled`` (N, T+1, D), GAP(h_t) of its test split: the cosine of GAP(h_t)
+    with GAP(h_T) at TABLE1_STEP, the
+    8-step Jacobian product rate (median over ``jvp_samples`` test images) and the mean box-counting
+    dimension of the first ``samples`` test images' trajectories."""
     from ..analysis.fractal import summarise_dimensions, trajectory_dimensions
     from ..analysis.trajectories import run_jacobian_summary, scale_consistency_rows
     from .claims import product_rate
