@@ -1,17 +1,7 @@
 """The block-recurrent rewrite of a trained ``vanilla`` model, after Raptor (Jacobs et al., "Block-Recurrent
-Dynamics in Vision Transformers", arXiv 2512.19941): docs/method.md section 16.
-
-A student has k distinct branches, each over a contiguous range of the teacher's T steps
-(``model.branch_steps``). The ranges maximise, over contiguous splits R_1 .. R_k of the teacher's step
-similarity on the held-out split,
-
-    S[s, t] = mean over samples of cos(GAP(h_s), GAP(h_t)),  s, t = 1..T       # eq. (sim)
-    J = sum_j (1 / |R_j|) sum_{s, t in R_j} S[s, t]                             # eq. (ranges)
-
-found exactly by dynamic programming (Fisher's k-segmentation of the unit pooled states); equal
-ranges (``equal_ranges``) are the control. ``summary``, ``against_k`` and ``ranges_table`` read the
-students out for notebook 10.
-"""
+Dynamics in Vision Transformers", arXiv 2512.19941): docs/method.md section 16. A student's k branches
+cover the contiguous ranges of the teacher's steps that maximise J (eq. (ranges)) over its step similarity
+S (eq. (sim)), found exactly by dynamic programming; equal ranges are the control."""
 
 from __future__ import annotations
 
