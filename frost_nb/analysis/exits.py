@@ -131,7 +131,6 @@ class ExitCache:
         return table
 
 
-
 def sweep_image_halves(caches: dict, quantiles, shown, depths, resamples: int | None = None,
                        seed: int = 0) -> dict[str, dict[float, float] | float]:
     """The test images' bootstrap half-widths (``stats.image_bootstrap``, jointly across the seeds'
