@@ -80,6 +80,7 @@ def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
     z = halt_logits.float().reshape(loss_cols.shape)  # (M, C) float32 even under bf16 autocast
     z_easy, z_hard = z.gather(0, easy_idx), z.gather(0, hard_idx)  # (E, C), (D, C)
     p_easy, p_hard = torch.sigmoid(z_easy), torch.sigmoid(z_hard)
+    # the hinge over the full E x D (x T) matrix: about 4 MiB at N = 256, T = 16, so never chunked
     rel = F.relu(margin - (p_easy[:, None, :] - p_hard[None, :, :])).mean()  # eq. (rel) or (rel-t), (E, D, C)
     abs_ = (F.binary_cross_entropy_with_logits(z_easy, torch.ones_like(z_easy))  # eq. (abs)
             + F.binary_cross_entropy_with_logits(z_hard, torch.zeros_like(z_hard)))
