@@ -674,12 +674,12 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
             if family == "frost" and rule == "frost":
                 continue  # FROST's own rule is claims 14 and 15
             gs = sorted(gs, key=lambda g: _seed(g["model"]))
-            ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_settled"))
+            ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_hindsight"))
             full, frost_full = [g["full_depth"] for g in gs], [g["full_depth"] for g in frost.values()]
             main = family == d["variant"] and rule == "frost"
             yield row(16, st["bundle"], form(st), d["dataset"], len(gs), "no claim",
                       f"ranking {100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a "
-                      f"point; closes {_mean(closed):.2f} of the ceiling gap; full depth "
+                      f"point; closes {_mean(closed):.2f} of the hindsight gap; full depth "
                       f"{_mean(full) - _mean(frost_full):+.3f}",
                       C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
                       primary=main, size=st.get("size"),
