@@ -772,3 +772,22 @@ def test_rule_curves_stored_by_column_come_back_whole():
     assert back[["rule", "model", "accuracy"]].equals(table[["rule", "model", "accuracy"]])
     assert back["threshold"].isna().sum() == 40 and back["threshold"][40:].tolist() == table["threshold"][40:].tolist()
     assert from_columns({"a": [1, 2]}).equals(pd.DataFrame({"a": [1, 2]}))  # a plain dict of lists reads as it is
+
+
+def test_rival_gap_bootstrap_draws_the_test_images_jointly_across_seeds():
+    """Claim 15's interval over seeds: every seed's gap is resampled with the same test images, so two
+    seeds that are the same model give the seed mean exactly one seed's interval (drawn independently,
+    the mean's half-width would shrink by about sqrt 2); each seed's interval is its own."""
+    from frost_nb.analysis.curves import area_gap_bootstrap, rival_gap_bootstrap
+    from frost_nb.analysis.halting_rules import summary
+
+    val, test = _traj(300, seed=1), _traj(300, seed=2)
+    calibrator = HaltingCalibrator(200).update(val.scores)
+    curves = pd.concat([model_curves(val, test, m, calibrator=calibrator, probe=False) for m in ("a", "b")],
+                       ignore_index=True)
+    table = summary(curves, T)
+    each, half = rival_gap_bootstrap(curves, table, {"a": test, "b": test}, {"a": val, "b": val}, T, draws=200)
+    one = area_gap_bootstrap(curves, table, test, val, "a", T, draws=200)
+    assert half == pytest.approx((one["high"] - one["low"]) / 2, abs=1e-12) and half > 0
+    assert each["a"] == {k: v for k, v in one.items() if k != "values"} and each["a"]["low"] <= each["a"]["gap"]
+    assert "values" not in each["b"] and each["b"]["model"] == "b"

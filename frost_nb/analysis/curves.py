@@ -355,11 +355,12 @@ def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], gr
 
 
 def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, model: str, steps: int,
-                       rule: str = FROST, draws: int = 500, seed: int = 0) -> dict[str, Any]:
+                       rule: str = FROST, draws: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Test-set noise of one model's area gap: ``rule``'s area minus its best rival's (``summary``'s
     ``table``: the largest area but the references'), over the table's window, with the thresholds of
     ``curves`` (the settled probe fitted again on ``val``) and the exits on ``test`` held fixed, on
-    ``draws`` resamples of the test images: the estimate and its 95% percentile interval."""
+    ``draws`` resamples of the test images (drawn from ``seed``: models of one test split share
+    them): the estimate, its 95% percentile interval and the resampled gaps (``values``)."""
     own = table[table["model"] == model].set_index("rule")
     rival = own["auc"].drop([rule, *REFERENCES], errors="ignore").idxmax()
     named = {FIXED: FIXED_RULE, PROBE: fit_settled_probe(val) if rival == PROBE else None, **RULES}
@@ -378,10 +379,21 @@ def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, m
         return curve_auc(curves[0], steps, (lo, hi)) - curve_auc(curves[1], steps, (lo, hi))
 
     g = np.random.default_rng(seed)
-    values = [gap(np.bincount(g.integers(0, n, n), minlength=n) / n) for _ in range(draws)]
+    values = np.array([gap(np.bincount(g.integers(0, n, n), minlength=n) / n) for _ in range(draws)])
     return {"model": model, "rule": rule, "rival": rival, "gap": gap(np.full(n, 1.0 / n)),
             "low": float(np.nanpercentile(values, 2.5)), "high": float(np.nanpercentile(values, 97.5)),
-            "draws": draws}
+            "draws": draws, "values": values}
+
+
+def rival_gap_bootstrap(curves, table, tests: dict, vals: dict, steps: int, rule: str = FROST,
+                        draws: int = 1000) -> tuple[dict[str, dict], float]:
+    """Claim 15 on several seeds of one model (label -> test and held-out pass): per label
+    ``area_gap_bootstrap`` without its draws, and the bootstrap half-width of the seeds' mean gap with
+    the test images resampled jointly across seeds (the same draws for every label)."""
+    each = {label: area_gap_bootstrap(curves, table, tests[label], vals[label], label, steps, rule, draws)
+            for label in tests}
+    mean = np.mean([b.pop("values") for b in each.values()], axis=0)
+    return each, float(np.diff(np.nanpercentile(mean, [2.5, 97.5]))[0] / 2)
 
 
 # ---------------------------------------------------------------- stored by column
