@@ -302,7 +302,7 @@ def test_margins_are_the_papers_zero_or_named_as_ours():
 
 def test_variant_holds_only_when_all_three_targets_hold():
     """Claim 16 (ours), restated: ranking above random exits of its depths, fewer steps than its fixed
-    depth to come within half a point of full depth, half the gap to the label-free ceiling closed;
+    depth to come within half a point of full depth, half the gap to the hindsight exit closed;
     each part on the seeds' 95% t interval, full depth against FROST's a guard."""
     ranks, saves, closes, keeps = [0.010, 0.012, 0.011], [1.0, 1.2, 0.9], [0.62, 0.58, 0.66], FULL_KEPT
     assert C.variant(ranks, saves, closes, *keeps).status == C.REPRODUCED

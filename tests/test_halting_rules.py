@@ -272,7 +272,7 @@ def test_no_rule_beats_the_oracle():
     bound = oracle_accuracy_at(test.correct, rules["mean_depth"].to_numpy())
     assert (rules["accuracy"].to_numpy() <= bound + 1e-12).all()
     assert set(curves["rule"]) == {*SIGNAL_RULES, "ponder", "frost", "settled probe", "fixed depth", "oracle",
-                                   "settled ceiling"}
+                                   "hindsight exit"}
 
 
 # --- the threshold protocol ------------------------------------------------------------------
@@ -406,7 +406,7 @@ def test_rules_on_a_tiny_trained_model():
     result = train_or_load(cfg, progress=False)
     val, test = run_trajectories(result, "val"), run_trajectories(result, "test")
     curves = model_curves(val, test, "frost", calibrator=result.calibrator)
-    assert set(curves["rule"]) == {*SIGNAL_RULES, "frost", "settled probe", "fixed depth", "oracle", "settled ceiling"}
+    assert set(curves["rule"]) == {*SIGNAL_RULES, "frost", "settled probe", "fixed depth", "oracle", "hindsight exit"}
     assert curves["mean_depth"].between(1, cfg.model.steps).all()
     full = curves[curves["rule"] == "fixed depth"]["accuracy"].iloc[-1]
     assert full == pytest.approx(result.metrics["test_accuracy"])
@@ -530,11 +530,11 @@ def test_halting_gains_known_answers():
 
 
 def test_halting_gains_shares_are_nan_where_there_is_no_gap_to_close():
-    """Defect: predictions that never change across steps leave the oracle, the settled exit and a fixed
+    """Defect: predictions that never change across steps leave the oracle, the hindsight exit and a fixed
     depth level, and halting_gains divided by their difference (ZeroDivisionError). Each share is NaN."""
     import pandas as pd
 
-    from frost_nb.analysis.curves import curve, halting_gains, oracle_curve, settled_curve, share
+    from frost_nb.analysis.curves import curve, halting_gains, hindsight_curve, oracle_curve, share
     from frost_nb.analysis.halting_rules import FIXED
     from frost_nb.halting import HaltingCalibrator
     from frost_nb.training import FullDepthPass
@@ -545,9 +545,9 @@ def test_halting_gains_shares_are_nan_where_there_is_no_gap_to_close():
     p = FullDepthPass(scores, torch.logit(scores), logits, y)
     calibrator = HaltingCalibrator(200).update(scores)
     curves = pd.concat([curve(p, calibrator=calibrator, quantiles=(0.375,), model="m"), curve(p, FIXED, model="m"),
-                        oracle_curve(p, "m"), settled_curve(p, "m")], ignore_index=True)
+                        oracle_curve(p, "m"), hindsight_curve(p, p, "m")], ignore_index=True)
     g = halting_gains(curves, 2, quantiles=(0.375,)).iloc[0]
-    assert g["auc"] == pytest.approx(0.75) and math.isnan(g["closed"]) and math.isnan(g["closed_settled"])
+    assert g["auc"] == pytest.approx(0.75) and math.isnan(g["closed"]) and math.isnan(g["closed_hindsight"])
     assert share(0.1, 0.2) == pytest.approx(0.5) and math.isnan(share(0.1, 0.0)) and math.isnan(share(math.nan, 1.0))
 
 
@@ -639,23 +639,25 @@ def _capped_by_brute_force(preds, labels, total) -> Fraction:
     raise AssertionError(f"total depth {total} below {points[0][0]}")
 
 
-def test_settled_exits_and_the_label_free_ceiling_against_brute_force():
-    """Settled for good: the first step from which every prediction equals the final one. The ceiling
-    at each budget is the better of two label-free constructions (``settled_ceiling_at``'s docstring),
-    each found here by enumerating every choice on tiny passes, with labels some right and some wrong
-    at step 1 and at the end; the labels only score the choice. At the mean settled depth it is full depth."""
-    from frost_nb.analysis.halting_rules import settled_ceiling_at, settled_exits
+def test_settled_exits_and_the_hindsight_exit_against_brute_force():
+    """Settled for good: the first step from which every prediction equals the final one. The hindsight
+    exit's two constructions (``hindsight_constructions``), each found here by enumerating every choice
+    on tiny passes, with labels some right and some wrong at step 1 and at the end; the labels only
+    score the choice. Chosen on the test pass itself, the exit is the better of the two; at the mean
+    settled depth it is full depth."""
+    from frost_nb.analysis.halting_rules import hindsight_constructions, hindsight_exit_at, settled_exits
 
+    own = lambda p, y, depths: hindsight_exit_at(p, y, depths, p, y)  # the choice made on the same pass
     preds = torch.tensor([[0, 1, 1, 1], [2, 2, 2, 2], [0, 1, 0, 1], [3, 3, 1, 3]])
     labels = torch.tensor([1, 2, 0, 3])
     assert settled_exits(preds).tolist() == _settled_by_loop(preds) == [2, 1, 4, 4]
     full = (preds[:, -1] == labels).double().mean().item()  # 0.75
-    assert settled_ceiling_at(preds, labels, [settled_exits(preds).double().mean().item()])[0] == pytest.approx(full)
+    assert own(preds, labels, [settled_exits(preds).double().mean().item()])[0] == pytest.approx(full)
     # known answers. Budget 1.25 (one step beyond step 1 for 4 samples): sample 1 settles at step 1, sample 0
     # (cost 1) takes its final, right answer: 4 of 4. At 2.0 sample 2 (cost 3, tied with sample 3 and first in
     # order; right at step 1, wrong at the end) is taken: 3 of 4, though taking sample 3 would keep 4 of 4:
     # the choice cannot look at the labels
-    assert settled_ceiling_at(preds, labels, [1.0, 1.25, 2.0]).tolist() == pytest.approx([0.75, 1.0, 0.75])
+    assert own(preds, labels, [1.0, 1.25, 2.0]).tolist() == pytest.approx([0.75, 1.0, 0.75])
     g = torch.Generator().manual_seed(15)
     cases, won = [(preds, labels)], {"cheapest first": 0, "capped": 0}
     while len(cases) < 12:
@@ -665,18 +667,37 @@ def test_settled_exits_and_the_label_free_ceiling_against_brute_force():
     for p, y in cases:
         n, steps = p.shape
         for labels_ in (y, torch.roll(y, 1), torch.flip(y, (0,))):  # other labels: the same choices, scored anew
-            totals = range(n, n * steps + 2)  # every whole total depth, 1 to past T
-            got = settled_ceiling_at(p, labels_, [t / n for t in totals])
-            for total, value in zip(totals, got):
-                first, capped = _cheapest_first_by_brute_force(p, labels_, total), _capped_by_brute_force(p, labels_, total)
-                assert value == pytest.approx(float(max(first, capped)), abs=1e-12), (p.tolist(), labels_.tolist(), total)
-                won["cheapest first"] += first > capped
-                won["capped"] += capped > first
-            half = Fraction(2 * n + 1, 2)  # between whole totals: on the capped construction's line
-            assert settled_ceiling_at(p, labels_, [float(half / n)])[0] == pytest.approx(
-                float(max(_cheapest_first_by_brute_force(p, labels_, half), _capped_by_brute_force(p, labels_, half))))
+            totals = [*range(n, n * steps + 2), Fraction(2 * n + 1, 2)]  # every whole total depth, 1 to past T;
+            depths = [float(t / n) for t in totals]  # between whole totals: on the capped construction's line
+            got = np.stack(hindsight_constructions(p, labels_, depths), 1)  # (depths, 2)
+            for total, (cheapest, capped), best in zip(totals, got, own(p, labels_, depths)):
+                first, line = _cheapest_first_by_brute_force(p, labels_, total), _capped_by_brute_force(p, labels_, total)
+                assert (cheapest, capped, best) == pytest.approx((float(first), float(line), float(max(first, line))),
+                                                                 abs=1e-12), (p.tolist(), labels_.tolist(), total)
+                won["cheapest first"] += first > line
+                won["capped"] += line > first
     assert min(won.values()) > 0  # each construction is the better one somewhere: both are checked
-    assert np.isnan(settled_ceiling_at(preds, labels, [0.5])).all()  # below one step: no budget
+    assert np.isnan(own(preds, labels, [0.5])).all()  # below one step: no budget
+    assert np.isnan(hindsight_constructions(preds, labels, [0.5])).all()
+
+
+def test_the_hindsight_exit_picks_its_construction_on_the_held_out_pass():
+    """Defect: the hindsight exit took, at each depth, the better of its two constructions by test
+    accuracy, a choice that read the test labels. The held-out pass now picks one per depth and the
+    test pass only scores it. At mean depth 1.25, cheapest first wins on ``a`` (1.0 against capped's
+    0.75), capped on ``b`` (0.25 against 0.0: every sample right at step 2 but settled only at 4);
+    a tie (``level``: no prediction ever changes) goes to capped."""
+    from frost_nb.analysis.halting_rules import hindsight_constructions, hindsight_exit_at
+
+    a = torch.tensor([[0, 1, 1, 1], [2, 2, 2, 2], [0, 1, 0, 1], [3, 3, 1, 3]]), torch.tensor([1, 2, 0, 3])
+    b = torch.tensor([[9, c, 5, c] for c in range(4)]), torch.arange(4)
+    level = torch.zeros(4, 4, dtype=torch.long), torch.tensor([0, 0, 1, 1])
+    assert np.stack(hindsight_constructions(*a, [1.25])).ravel().tolist() == pytest.approx([1.0, 0.75])
+    assert np.stack(hindsight_constructions(*b, [1.25])).ravel().tolist() == pytest.approx([0.0, 0.25])
+    assert hindsight_exit_at(*a, [1.25], *b)[0] == pytest.approx(0.75)  # capped, not test's better 1.0
+    assert hindsight_exit_at(*b, [1.25], *a)[0] == pytest.approx(0.0)  # cheapest first, not test's better 0.25
+    assert hindsight_exit_at(*a, [1.25], *level)[0] == pytest.approx(0.75)  # a tie on val: capped
+    assert hindsight_exit_at(*a, [1.25], *a)[0] == pytest.approx(1.0)
 
 
 def test_settled_auroc_of_a_score_that_knows_and_of_one_that_does_not():
@@ -751,3 +772,22 @@ def test_rule_curves_stored_by_column_come_back_whole():
     assert back[["rule", "model", "accuracy"]].equals(table[["rule", "model", "accuracy"]])
     assert back["threshold"].isna().sum() == 40 and back["threshold"][40:].tolist() == table["threshold"][40:].tolist()
     assert from_columns({"a": [1, 2]}).equals(pd.DataFrame({"a": [1, 2]}))  # a plain dict of lists reads as it is
+
+
+def test_rival_gap_bootstrap_draws_the_test_images_jointly_across_seeds():
+    """Claim 15's interval over seeds: every seed's gap is resampled with the same test images, so two
+    seeds that are the same model give the seed mean exactly one seed's interval (drawn independently,
+    the mean's half-width would shrink by about sqrt 2); each seed's interval is its own."""
+    from frost_nb.analysis.curves import area_gap_bootstrap, rival_gap_bootstrap
+    from frost_nb.analysis.halting_rules import summary
+
+    val, test = _traj(300, seed=1), _traj(300, seed=2)
+    calibrator = HaltingCalibrator(200).update(val.scores)
+    curves = pd.concat([model_curves(val, test, m, calibrator=calibrator, probe=False) for m in ("a", "b")],
+                       ignore_index=True)
+    table = summary(curves, T)
+    each, half = rival_gap_bootstrap(curves, table, {"a": test, "b": test}, {"a": val, "b": val}, T, draws=200)
+    one = area_gap_bootstrap(curves, table, test, val, "a", T, draws=200)
+    assert half == pytest.approx((one["high"] - one["low"]) / 2, abs=1e-12) and half > 0
+    assert each["a"] == {k: v for k, v in one.items() if k != "values"} and each["a"]["low"] <= each["a"]["gap"]
+    assert "values" not in each["b"] and each["b"]["model"] == "b"

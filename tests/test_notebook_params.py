@@ -137,6 +137,7 @@ BAD = {
     "model": ["frosty", None],
     "backbone": ["mlp"],
     "size": ["huge", "Demo"],
+    "twin_size": ["ladder", None],
     "epochs": [0, -3, 2.5, True, "10"],
     "seed": [-1, SEED_MAX + 1, 1.0, None],
     "quantile": [1.5, -0.1, math.nan, math.inf, "0.5", True, None],
@@ -159,7 +160,7 @@ BAD = {
 }
 GOOD = {
     "dataset": ["digits", "fashion-mnist"], "collapse_dataset": ["digits"], "model": ["vanilla", "frost"],
-    "backbone": ["vit"], "size": ["smoke", "paper"], "epochs": [1, None], "seed": [0, SEED_MAX],
+    "backbone": ["vit"], "size": ["smoke", "paper"], "twin_size": ["demo"], "epochs": [1, None], "seed": [0, SEED_MAX],
     "quantile": [0, 0.25, 1.0], "retrain": [True, False], "checkpoint": [None, "run.pt"],
     "seeds": [1, 10], "samples": [1, None], "jvp_samples": [1, 10_000], "bundle": ["adopted", "residual"],
     "compare_bundle": [None, "per-step", "adopted"],

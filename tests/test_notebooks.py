@@ -315,7 +315,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
         rows = [r for r in curves if r["model"] == model]
         by_rule = {rule: [r for r in rows if r["rule"] == rule] for rule in {r["rule"] for r in rows}}
         learned = {"frost": {"frost"}, "frost (ponder)": {"ponder"}}.get(model, set())
-        assert set(by_rule) == signal_rules | learned | {"settled probe", "fixed depth", "oracle", "settled ceiling"}, model
+        assert set(by_rule) == signal_rules | learned | {"settled probe", "fixed depth", "oracle", "hindsight exit"}, model
         fixed = by_rule["fixed depth"]
         assert [r["mean_depth"] for r in fixed] == list(range(1, steps + 1))
         full = fixed[-1]["accuracy"]
@@ -324,7 +324,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
         assert oracle[0][0] == 1 and oracle[-1][0] == steps
         for rule, points in by_rule.items():
             assert all(1 <= r["mean_depth"] <= steps and 0 <= r["accuracy"] <= 1 for r in points)
-            if rule in ("oracle", "settled ceiling"):  # the references: bounds, not rules
+            if rule in ("oracle", "hindsight exit"):  # the references: no rule of their own
                 continue
             for r in points:
                 above = next(a for d, a in oracle if d >= r["mean_depth"] - 1e-9)

@@ -447,11 +447,11 @@ def test_alpha_below_one_and_recovery_are_not_testable_by_construction():
 
 def _notebook_08(tmp_path, variant_parts, frost_full=0.333, variant_full=0.33, areas=None):
     """A constructed notebook-08 record: the variant's gains on 3 seeds (ranking, steps saved, share
-    of the ceiling gap closed), FROST's beside it, and a summary of areas per (model, rule)."""
+    of the hindsight gap closed), FROST's beside it, and a summary of areas per (model, rule)."""
     from frost_nb.repro.grids import VARIANT_LABEL
 
     def gains(model, rule, ranking, saved, closed, full):
-        return {"model": model, "rule": rule, "ranking": ranking, "steps_saved": saved, "closed_settled": closed,
+        return {"model": model, "rule": rule, "ranking": ranking, "steps_saved": saved, "closed_hindsight": closed,
                 "full_depth": full}
 
     settings = {"label": VARIANT_LABEL, "bundle": "adopted", "dataset": "cifar100", "model": "frost",
@@ -472,7 +472,7 @@ def _notebook_08(tmp_path, variant_parts, frost_full=0.333, variant_full=0.33, a
 
 def test_the_variant_row_reads_notebook_08s_restated_targets(tmp_path):
     """Claim 16 from a constructed notebook-08 file, by its restated targets (ranking, steps saved,
-    share of the label-free ceiling's gap), full depth against FROST's a guard. Flips: every part
+    share of the hindsight exit's gap), full depth against FROST's a guard. Flips: every part
     holding -> reproduced; the same parts with the variant's full depth 3 points below FROST's ->
     not reproduced (guard failed); all parts failing with the guard holding -> not reproduced."""
     holds = [(0.01 + s / 1000, 1.0 + s / 10, 0.6 + s / 100) for s in range(3)]
@@ -488,10 +488,10 @@ def test_the_variant_row_reads_notebook_08s_restated_targets(tmp_path):
 
 def test_claim_15_reads_every_rule_on_frosts_three_seeds_in_notebook_08(tmp_path):
     """Defect: claim 15 was decided on 1 seed (notebook 07) while notebook 08 held every rule on
-    FROST's 3 seeds. The references (fixed depth, oracle, settled exit) are no rival (claims.rivals).
+    FROST's 3 seeds. The references (fixed depth, oracle, hindsight exit) are no rival (claims.rivals).
     Flip: FROST's area 0.04 below the best rival -> not reproduced; 0.01 above it -> reproduced; a fixed
     depth above every rule decides nothing."""
-    areas = {"frost": 0.26, "fixed depth": 0.33, "confidence": 0.30, "oracle": 0.45, "settled ceiling": 0.40}
+    areas = {"frost": 0.26, "fixed depth": 0.33, "confidence": 0.30, "oracle": 0.45, "hindsight exit": 0.40}
     _notebook_08(tmp_path, [(0.01, 1.0, 0.6)] * 3, areas=areas)
     (row,) = [r for r in V.verdict_rows(tmp_path) if r["claim"] == 15]
     assert row["seeds"] == "3" and row["verdict"] == N and row["ours"] == "0.260 vs 0.300 (confidence)"

@@ -21,11 +21,11 @@ from .halting_rules import (
     FIXED_RULE,
     FROST,
     FROST_QUANTILES,
+    HINDSIGHT,
     ORACLE,
     PROBE,
     REFERENCES,
     RULES,
-    SETTLED,
     SIGNAL_RULES,
     THRESHOLDS,
     WITHIN,
@@ -36,12 +36,12 @@ from .halting_rules import (
     depth_to_reach,
     fit_settled_probe,
     gain_split,
+    hindsight_exit_at,
     oracle_accuracy_at,
     oracle_exits,
     random_exit_accuracy,
     reach,
     rule_exits,
-    settled_ceiling_at,
     settled_exits,
     sorted_points,
 )
@@ -123,12 +123,12 @@ def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 16):
                       model, per_step, "an upper bound: any step correct, the earliest correct step")
 
 
-def settled_curve(test: FullDepthPass, model: str = "", per_step: int = 16):
-    """The label-free ceiling (``settled_ceiling_at``) and the depth where every sample stops as its
-    prediction settles for good (full-depth accuracy)."""
-    return _reference(SETTLED, test, lambda d: settled_ceiling_at(test.preds, test.y, d),
+def hindsight_curve(val: FullDepthPass, test: FullDepthPass, model: str = "", per_step: int = 16):
+    """The hindsight exit on ``test`` (``hindsight_exit_at``: its construction per depth chosen on
+    ``val``) and the depth where every sample stops as its prediction settles for good (full depth)."""
+    return _reference(HINDSIGHT, test, lambda d: hindsight_exit_at(test.preds, test.y, d, val.preds, val.y),
                       settled_exits(test.preds).double().mean().item(), model, per_step,
-                      "label-free ceiling: stop where the prediction has settled for good")
+                      "hindsight: stop where the prediction equals the final one from then on")
 
 
 def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
@@ -136,14 +136,14 @@ def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
                  count: int = THRESHOLDS, probe: bool = True):
     """Every curve of one model: the signal rules, FROST's (given its ranking-trained calibrator),
     PonderNet's (``ponder``: a model trained with PonderNet's loss), our settled probe (``probe``:
-    fitted on ``val``), fixed depth, the oracle and the label-free ceiling."""
+    fitted on ``val``), fixed depth, the oracle and the hindsight exit."""
     names = list(SIGNAL_RULES) + (["ponder"] if ponder else [])
     parts = [curve(test, name, val=val, count=count, model=model) for name in names]
     if probe:
         parts.append(curve(test, fit_settled_probe(val), val=val, count=count, model=model))
     if calibrator is not None:
         parts.append(curve(test, val=val, calibrator=calibrator, quantiles=FROST_QUANTILES, model=model))
-    parts += [curve(test, FIXED, val=val, model=model), oracle_curve(test, model), settled_curve(test, model)]
+    parts += [curve(test, FIXED, val=val, model=model), oracle_curve(test, model), hindsight_curve(val, test, model)]
     return pd.concat(parts, ignore_index=True)
 
 
@@ -253,7 +253,7 @@ def split_summary(curves, steps: int, depths: Sequence[float] | None = None):
 
 def share(part: float, whole: float) -> float:
     """``part / whole``, NaN where ``whole`` is 0 (no gap to close: predictions that never change across
-    steps leave the oracle, the settled exit and a fixed depth level) or either is NaN."""
+    steps leave the oracle, the hindsight exit and a fixed depth level) or either is NaN."""
     return part / whole if whole != 0 and not (math.isnan(part) or math.isnan(whole)) else math.nan
 
 
@@ -264,12 +264,12 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
     is a bug, and raises). Claim 16's targets (docs/method.md section 14): ``ranking`` and ``spread``
     (``versus_fixed_depth``), means over the budgets (a quantile rule's ``budgets``, default
     ``quantiles``; another rule's points between depths 1 and T); ``steps_saved``, the fixed depth's
-    minus the rule's ``depth_within`` (WITHIN of full depth); ``closed_settled``, the share of the gap
-    to the label-free ceiling closed up to its ``settled_depth``. Shares are NaN where the gap is 0
+    minus the rule's ``depth_within`` (WITHIN of full depth); ``closed_hindsight``, the share of the gap
+    to the hindsight exit closed up to its full-accuracy depth, ``hindsight_depth``. Shares are NaN where the gap is 0
     (``share``). Also ``gap_q<q>`` per quantile, ``worst_gap`` and ``mean_gain``."""
     rows = []
     for model, part in curves.groupby("model", sort=False):
-        own, fixed, oracle, settled = (part[part["rule"] == name] for name in (rule, FIXED, ORACLE, SETTLED))
+        own, fixed, oracle, hindsight = (part[part["rule"] == name] for name in (rule, FIXED, ORACLE, HINDSIGHT))
         if own.empty:
             continue
         lo, hi = reach(own)
@@ -288,18 +288,18 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
         else:
             at = table[(table["mean_depth"] > 1) & (table["mean_depth"] < steps)]
         gaps = table[with_q].set_index("quantile")["gain"]
-        settled_depth = depth_to_reach(settled, full - 1e-12) if len(settled) else math.nan
-        window = (lo, min(hi, settled_depth))
-        s_area = {name: curve_auc(c, steps, window) if window[0] < window[1] else math.nan
-                  for name, c in (("rule", own), ("fixed", fixed), ("settled", settled))}
+        hindsight_depth = depth_to_reach(hindsight, full - 1e-12) if len(hindsight) else math.nan
+        window = (lo, min(hi, hindsight_depth))
+        h_area = {name: curve_auc(c, steps, window) if window[0] < window[1] else math.nan
+                  for name, c in (("rule", own), ("fixed", fixed), ("hindsight", hindsight))}
         within = {name: depth_to_reach(c, full - WITHIN) for name, c in (("rule", own), ("fixed", fixed))}
         rows.append({"model": model, "rule": rule, "auc": area["rule"], "fixed_auc": area["fixed"],
                      "oracle_auc": area["oracle"], "closed": closed, "full_depth": full,
                      "spread": float(at["spread"].mean()), "ranking": float(at["ranking"].mean()),
                      "mean_gain": float(at["gain"].mean()), "depth_within": within["rule"],
                      "fixed_depth_within": within["fixed"], "steps_saved": within["fixed"] - within["rule"],
-                     "settled_depth": settled_depth, "settled_auc": s_area["settled"],
-                     "closed_settled": share(s_area["rule"] - s_area["fixed"], s_area["settled"] - s_area["fixed"]),
+                     "hindsight_depth": hindsight_depth, "hindsight_auc": h_area["hindsight"],
+                     "closed_hindsight": share(h_area["rule"] - h_area["fixed"], h_area["hindsight"] - h_area["fixed"]),
                      **{f"gap_q{q:g}": float(gaps.get(q, math.nan)) for q in quantiles},
                      "worst_gap": float(gaps.min()) if len(gaps) else math.nan})
     return pd.DataFrame(rows)
@@ -355,11 +355,12 @@ def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], gr
 
 
 def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, model: str, steps: int,
-                       rule: str = FROST, draws: int = 500, seed: int = 0) -> dict[str, Any]:
+                       rule: str = FROST, draws: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Test-set noise of one model's area gap: ``rule``'s area minus its best rival's (``summary``'s
     ``table``: the largest area but the references'), over the table's window, with the thresholds of
     ``curves`` (the settled probe fitted again on ``val``) and the exits on ``test`` held fixed, on
-    ``draws`` resamples of the test images: the estimate and its 95% percentile interval."""
+    ``draws`` resamples of the test images (drawn from ``seed``: models of one test split share
+    them): the estimate, its 95% percentile interval and the resampled gaps (``values``)."""
     own = table[table["model"] == model].set_index("rule")
     rival = own["auc"].drop([rule, *REFERENCES], errors="ignore").idxmax()
     named = {FIXED: FIXED_RULE, PROBE: fit_settled_probe(val) if rival == PROBE else None, **RULES}
@@ -378,10 +379,21 @@ def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, m
         return curve_auc(curves[0], steps, (lo, hi)) - curve_auc(curves[1], steps, (lo, hi))
 
     g = np.random.default_rng(seed)
-    values = [gap(np.bincount(g.integers(0, n, n), minlength=n) / n) for _ in range(draws)]
+    values = np.array([gap(np.bincount(g.integers(0, n, n), minlength=n) / n) for _ in range(draws)])
     return {"model": model, "rule": rule, "rival": rival, "gap": gap(np.full(n, 1.0 / n)),
             "low": float(np.nanpercentile(values, 2.5)), "high": float(np.nanpercentile(values, 97.5)),
-            "draws": draws}
+            "draws": draws, "values": values}
+
+
+def rival_gap_bootstrap(curves, table, tests: dict, vals: dict, steps: int, rule: str = FROST,
+                        draws: int = 1000) -> tuple[dict[str, dict], float]:
+    """Claim 15 on several seeds of one model (label -> test and held-out pass): per label
+    ``area_gap_bootstrap`` without its draws, and the bootstrap half-width of the seeds' mean gap with
+    the test images resampled jointly across seeds (the same draws for every label)."""
+    each = {label: area_gap_bootstrap(curves, table, tests[label], vals[label], label, steps, rule, draws)
+            for label in tests}
+    mean = np.mean([b.pop("values") for b in each.values()], axis=0)
+    return each, float(np.diff(np.nanpercentile(mean, [2.5, 97.5]))[0] / 2)
 
 
 # ---------------------------------------------------------------- stored by column

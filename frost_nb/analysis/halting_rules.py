@@ -1,6 +1,6 @@
 """Halting rules of related work (docs/method.md section 10, notebook 07), offline on a
 ``training.FullDepthPass`` or online (``OnlineRule``), and the references beside them: the oracle, the
-label-free ceiling and random exits of a rule's own depths (``gain_split``). A signal undefined at a
+hindsight exit and random exits of a rule's own depths (``gain_split``). A signal undefined at a
 step (the second-order steps and the KL at t = 1, 0 / 0) is NaN there and never fires.
 """
 
@@ -25,9 +25,9 @@ FROST_QUANTILES = tuple(i / 32 for i in range(33))  # 0, 1/32, ..., 1
 REACH_FRACTION = 0.99  # depth_at_99pct: the depth at which a curve reaches 99% of full depth
 WITHIN = 0.005  # half a point: "stays within WITHIN of full-depth accuracy" (claim 16's depth target)
 FIXED, ORACLE, FROST = "fixed depth", "oracle", "frost"
-SETTLED = "settled ceiling"  # the label-free ceiling: stop where the prediction has settled for good
+HINDSIGHT = "hindsight exit"  # stop where the prediction equals its final one from then on: needs step T
 PATIENCE, PROBE = "patience", "settled probe"  # PABEE's rule; ours (``fit_settled_probe``)
-REFERENCES = (FIXED, ORACLE, SETTLED)  # curves that are no rule of their own
+REFERENCES = (FIXED, ORACLE, HINDSIGHT)  # curves that are no rule of their own
 
 # Collapse (notebook 07; docs/method.md section 9.7), fixed before any run: see ``collapsed``.
 COLLAPSE_ACCURACY_RATIO = 0.5
@@ -294,16 +294,14 @@ def settled_exits(preds: Tensor) -> Tensor:
     return exit_steps(for_good.float(), 0.5)
 
 
-def settled_ceiling_at(preds: Tensor, labels: Tensor, depths: Sequence[float] | np.ndarray) -> np.ndarray:
-    """The label-free ceiling at each mean depth B of ``depths``: ``oracle_accuracy_at``'s construction
-    with "has settled for good on its final prediction" in place of "is correct". A sample whose
-    prediction settles at e costs e - 1 steps beyond step 1; the cheapest are stopped there first
-    (ties in sample order) until the budget N (B - 1) is spent, every other sample at step 1. As the
-    others then answer with step 1's readout, that alone falls below a fixed depth at small budgets,
-    so the ceiling is never below the second construction either: stop every sample at step s, or
-    earlier where its prediction has settled for good (a fixed depth s's accuracy at a smaller mean
-    depth; linear between s and s + 1). The choice needs no label; ``labels`` only score it. Both
-    reach full-depth accuracy at the mean of ``settled_exits``, where every sample stops as it settles."""
+def hindsight_constructions(preds: Tensor, labels: Tensor, depths: Sequence[float] | np.ndarray):
+    """(cheapest, capped): the hindsight exit's two constructions, their accuracy at each mean depth B of
+    ``depths`` (NaN below 1). Cheapest first is ``oracle_accuracy_at``'s with "settled for good on its final
+    prediction" for "correct": a sample settling at e costs e - 1 steps beyond step 1, the cheapest stop
+    there first (ties in sample order) within the budget N (B - 1), the rest at step 1 with its readout
+    (below a fixed depth at small budgets). Capped: stop at step s, or earlier where settled (a fixed depth
+    s's accuracy at a smaller mean depth; linear between s and s + 1). No label chooses (``labels`` only
+    score); both need the final step and reach full-depth accuracy at the mean of ``settled_exits``."""
     n, steps = preds.shape
     exits = settled_exits(preds)
     order = torch.argsort(exits, stable=True)
@@ -311,19 +309,21 @@ def settled_ceiling_at(preds: Tensor, labels: Tensor, depths: Sequence[float] | 
     spent = np.concatenate([[0], np.cumsum((exits[order] - 1).numpy())])  # cost of the k cheapest
     right = first.sum().item() + np.concatenate([[0], np.cumsum((final[order].int() - first[order].int()).numpy())])
     budget = n * (np.asarray(depths, dtype=float) - 1.0) + 1e-6
-    k = np.searchsorted(spent, budget, side="right") - 1
-    cheapest = right[np.maximum(k, 0)] / n
-    capped_depth, capped_acc = [], []  # stop at s, or where settled before it: s = 1..T
-    for s in range(1, steps + 1):
-        stop = torch.clamp(exits, max=s)
-        hit = torch.where(exits <= s, final, preds[:, s - 1] == labels)
-        capped_depth.append(stop.double().mean().item())
-        capped_acc.append(hit.double().mean().item())
-    at, index = np.unique(capped_depth, return_inverse=True)  # one depth, the best accuracy at it
-    best = np.full(at.size, -np.inf)
-    np.maximum.at(best, index, capped_acc)
-    capped = np.interp(np.asarray(depths, dtype=float), at, best)
-    return np.where(budget >= 0, np.maximum(cheapest, capped), np.nan)
+    cheapest = right[np.maximum(np.searchsorted(spent, budget, side="right") - 1, 0)] / n
+    s = torch.arange(1, steps + 1)  # capped at s = 1..T: stop at s, or where settled before it
+    hit = torch.where(exits[:, None] <= s, final[:, None], preds == labels[:, None])  # (N, T)
+    # a mean depth repeats only from the s on which every sample has settled, at full-depth accuracy
+    at, first_s = np.unique(torch.minimum(exits[:, None], s).double().mean(0).numpy(), return_index=True)
+    capped = np.interp(np.asarray(depths, dtype=float), at, hit.double().mean(0).numpy()[first_s])
+    return tuple(np.where(budget >= 0, c, np.nan) for c in (cheapest, capped))
+
+
+def hindsight_exit_at(preds: Tensor, labels: Tensor, depths, val_preds: Tensor, val_labels: Tensor) -> np.ndarray:
+    """The hindsight exit on a test pass (``preds``, ``labels``) at mean ``depths``: per depth, the one of
+    ``hindsight_constructions`` more accurate on the held-out pass (``val_preds``, ``val_labels``; a tie,
+    capped). No rule (it needs step T), no bound on label-free rules (which may stop on answers that flip)."""
+    val_cheapest, val_capped = hindsight_constructions(val_preds, val_labels, depths)
+    return np.where(val_cheapest > val_capped, *hindsight_constructions(preds, labels, depths))
 
 
 def auroc(score: Tensor, positive: Tensor) -> float:
@@ -457,7 +457,7 @@ def summary(curves, steps: int):
     rows = []
     for model, part in curves.groupby("model", sort=False):
         groups = list(part.groupby("rule", sort=False))
-        window = common_window([c for rule, c in groups if rule not in (ORACLE, SETTLED)], steps)
+        window = common_window([c for rule, c in groups if rule not in (ORACLE, HINDSIGHT)], steps)
         for rule, c in groups:
             random = c.assign(accuracy=c["random_accuracy"]) if "random_accuracy" in c else c.iloc[:0]
             rows.append({"rule": rule, "model": model, "auc": curve_auc(c, steps, window),

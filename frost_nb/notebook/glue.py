@@ -58,6 +58,7 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "model": (str, lambda v: v in MODELS, f"one of {MODELS}"),
     "backbone": (str, lambda v: v in BACKBONES, f"one of {BACKBONES}"),
     "size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
+    "twin_size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
     "epochs": ((int, type(None)), lambda v: v is None or v >= 1,
                "a positive number of epochs, or None for the size's default"),
     "seed": (int, lambda v: 0 <= v <= SEED_MAX, f"a seed from 0 to {SEED_MAX} (2**64 - 1)"),
@@ -96,7 +97,7 @@ COMMITTED_DATASETS = {"02": "cifar100", "03": "cifar100", "04": "fashion-mnist",
                       "07": "cifar100", "07 collapse": "digits", "08": "cifar100", "09": "cifar100",
                       "10": "cifar100"}
 COMMITTED_SIZE = "demo"
-COMMITTED_SIZES = {"02": "ladder64", "05": "ladder64"}  # at the paper's structure; demo elsewhere
+COMMITTED_SIZES = {"02": "ladder64", "05": "ladder64", "07": "ladder64"}  # at the paper's structure; demo elsewhere
 
 
 def output_suffix(notebook: str, dataset: str | None = None, bundle: str = "adopted",
@@ -141,7 +142,7 @@ def validate_params(**params: Any) -> dict[str, Any]:
 
 # What FROST_SMOKE=1 sets whatever a notebook's parameters say (a smoke run: seconds, digits
 # only, as CI has no other data set) ...
-SMOKE_VALUES = {"size": "smoke", "dataset": "digits", "collapse_dataset": "digits",
+SMOKE_VALUES = {"size": "smoke", "twin_size": "smoke", "dataset": "digits", "collapse_dataset": "digits",
                 "throughput_dataset": "digits", "epochs": None}  # epochs: the smoke size's own
 # ... and the counts it caps, per notebook (None, "all of them", is capped too)
 SMOKE_CAPS = {"02": {"seeds": 1, "jvp_samples": 8}, "03": {"seeds": 1, "samples": 40}, "04": {"seeds": 1},

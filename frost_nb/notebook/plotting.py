@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..analysis.halting_rules import sorted_points
+from ..analysis.halting_rules import HINDSIGHT, sorted_points
 
 
 def _smooth(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -287,13 +287,13 @@ def plot_complexity_ratios(table, title: str = "") -> plt.Figure:
 
 
 FIXED_STYLE, ORACLE_STYLE = dict(ls="--", color="k", lw=1), dict(ls=":", color="grey", lw=1)
-SETTLED_STYLE = dict(ls="-.", color="grey", lw=1)
+HINDSIGHT_STYLE = dict(ls="-.", color="grey", lw=1)
 
 
-def plot_rule_curves(curves, fixed, oracle, title: str = "", settled=None, random_of: str | None = "frost") -> plt.Figure:
+def plot_rule_curves(curves, fixed, oracle, title: str = "", hindsight=None, random_of: str | None = "frost") -> plt.Figure:
     """Accuracy against mean depth of every halting rule (``curves.curve`` tables), one panel per model:
-    a line per rule, the fixed depth (dashed), the oracle's bound (dotted), the label-free ceiling
-    (``settled``, dash-dot) and random exits with rule ``random_of``'s own depths (thin); one legend."""
+    a line per rule, the fixed depth (dashed), the oracle's bound (dotted), the hindsight exit
+    (``hindsight``, dash-dot) and random exits with rule ``random_of``'s own depths (thin); one legend."""
     colours = {rule: f"C{i}" for i, rule in enumerate(dict.fromkeys(curves["rule"]))}
 
     def lines(model):
@@ -304,8 +304,8 @@ def plot_rule_curves(curves, fixed, oracle, title: str = "", settled=None, rando
                     dict(lw=0.8, ls=(0, (1, 1)), color=colours[rule])
         yield fixed[fixed["model"] == model], "fixed depth", FIXED_STYLE
         yield oracle[oracle["model"] == model], "oracle (any step correct: bound)", ORACLE_STYLE
-        if settled is not None:
-            yield settled[settled["model"] == model], "label-free ceiling (settled)", SETTLED_STYLE
+        if hindsight is not None:
+            yield hindsight[hindsight["model"] == model], "hindsight exit (needs step T: no rule)", HINDSIGHT_STYLE
 
     models = list(dict.fromkeys(curves["model"]))
     fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.6), sharey=True, squeeze=False)
@@ -328,12 +328,12 @@ def plot_gain_split(split, auroc, title: str = "", curves=None) -> plt.Figure:
     one ``group`` each, e.g. a model family) as spread and ranking against the quantile's mean depth,
     bars from the least to the largest seed; ``auroc`` (``settled_summary``'s per-step table, a
     ``group`` column) as the score's and the confidence's AUROC for "settled for good by t". With
-    ``curves`` (one model's rule, fixed depth, oracle and settled ceiling), a first panel draws them
+    ``curves`` (one model's rule, fixed depth, oracle and hindsight exit), a first panel draws them
     and random exits with the rule's depths."""
     fig, axes = plt.subplots(1, 2 + (curves is not None), figsize=(5 * (2 + (curves is not None)), 3.6))
     ax1, ax2 = axes[-2:]
     if curves is not None:
-        styles = {"fixed depth": FIXED_STYLE, "oracle": ORACLE_STYLE, "settled ceiling": SETTLED_STYLE}
+        styles = {"fixed depth": FIXED_STYLE, "oracle": ORACLE_STYLE, HINDSIGHT: HINDSIGHT_STYLE}
         for i, (rule, part) in enumerate(curves.groupby("rule", sort=False)):
             part = part.sort_values("mean_depth", kind="stable")
             axes[0].plot(part["mean_depth"], part["accuracy"], label=rule,

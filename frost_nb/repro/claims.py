@@ -432,7 +432,7 @@ def fixed_depth(gain: Sequence[float], image_half: float = 0.0) -> Verdict:
 AREA_TIE = 0.005  # ours: areas under accuracy-depth closer than this are a tie (half a point)
 # FROST's rivals are the rules one could run: never FROST itself nor one of halting_rules.REFERENCES,
 # curves that are no rule of their own (the fixed depth is claim 14's comparison; the oracle needs the
-# label; the exit where the prediction has settled needs the final step's prediction: hindsight)
+# label; the hindsight exit needs the final step's prediction)
 
 
 def rivals(areas: dict[str, float]) -> dict[str, float]:
@@ -473,7 +473,7 @@ def head_refit(margin: Sequence[float]) -> Verdict:
 VARIANT_QUANTILES = (0.25, 0.375, 0.5, 0.625, 0.75, 0.875)  # the budgets: quantiles of its own score
 VARIANT_RANKING = 0.0  # ours: its exits beat random exits of the same depths (the ranking term above 0)
 VARIANT_STEPS_SAVED = 0.0  # ours: fewer mean steps than its fixed depth to come within WITHIN of full depth
-VARIANT_CLOSED = 0.5  # ours: at least half of the fixed-depth-to-label-free-ceiling gap in area
+VARIANT_CLOSED = 0.5  # ours: at least half of the fixed-depth-to-hindsight-exit gap in area
 VARIANT_FULL_DEPTH = 0.01  # ours: the guard, full-depth accuracy at most one point below FROST's of the seed
 
 
@@ -482,8 +482,8 @@ def variant(ranking: Sequence[float], steps_saved: Sequence[float], closed: Sequ
     """Three parts, each per seed: the ranking term (accuracy - random exits of its depths), mean over
     VARIANT_QUANTILES, above VARIANT_RANKING; the mean steps a fixed depth needs to come within
     halting_rules.WITHIN of full-depth accuracy minus the rule's, above VARIANT_STEPS_SAVED; the
-    share of the fixed-depth-to-label-free-ceiling gap in area closed over mean depths up to the
-    ceiling's full-accuracy depth, above VARIANT_CLOSED. Guard: full-depth accuracy minus FROST's
+    share of the fixed-depth-to-hindsight-exit gap in area closed over mean depths up to the
+    hindsight exit's full-accuracy depth, above VARIANT_CLOSED. Guard: full-depth accuracy minus FROST's
     above -VARIANT_FULL_DEPTH: Welch's on separate runs, by seed where ``same_runs`` (a rule of ours
     read on FROST's own models)."""
     guard = (decide(by_seed(full_depth, frost_full_depth), -VARIANT_FULL_DEPTH) if same_runs else
@@ -634,7 +634,7 @@ CLAIMS = (
     Claim(16, "Beyond the paper: a variant's halting beats a fixed depth (ours)", "no such claim in the paper",
           f"mean over q = {VARIANT_QUANTILES[0]:g}..{VARIANT_QUANTILES[-1]:g}: ranking above random exits of its "
           f"depths; fewer steps than its fixed depth to come within half a point of full depth; closes > "
-          f"{VARIANT_CLOSED:g} of its fixed-depth-to-label-free-ceiling area gap (three parts); guard: full "
+          f"{VARIANT_CLOSED:g} of its fixed-depth-to-hindsight-exit area gap (three parts); guard: full "
           f"depth within {VARIANT_FULL_DEPTH} of FROST's"),
 )
 # beside the 16, in docs/results.md only: the benchmarks of our adaptive inference

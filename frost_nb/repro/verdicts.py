@@ -605,44 +605,31 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
                       title="" if gpu else f"Table 3 throughput ({BACKBONE_NAMES[backbone]}, {device})", primary=gpu)
 
 
-# 15. FROST's score against its rivals (07: seed 0; 08: every rule on FROST's seeds; claims.rivals, the
+# 15. FROST's score against its rivals (07 and 08: every rule on FROST's seeds; claims.rivals, the
 # references never) and refitted heads (15_head_refit)
 
 
 def halting_rule_rows(m: Metrics) -> Iterator[dict]:
-    for d in m.files("07_halting_baselines*"):
-        area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
-        for model in sorted({mod for mod, rule in area if rule == "frost"}):
-            st = settings(d, d.get("keys", {}).get(model))
-            areas = {rule: a for (mod, rule), a in area.items() if mod == model}
-            if not is_frost(st) or not C.rivals(areas):
+    for source, pattern in (("07", "07_halting_baselines*"), ("08", "08_beyond_the_paper*")):
+        for d in m.files(pattern):  # every rule on FROST's seeds
+            area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
+            models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"},
+                            key=_seed)
+            areas = [{rule: a for (mod, rule), a in area.items() if mod == model} for model in models]
+            if not models or not all(is_frost(settings(d, d["keys"][model])) for model in models) or not all(
+                    C.rivals(a) for a in areas):
                 continue
-            best_rule, best = C.best_rival(areas)
-            noise = d.get("bootstrap") or {}  # one model decides: the test images' 95% interval beside
-            shown = f"; test-image bootstrap 95% [{noise['low']:+.3f}, {noise['high']:+.3f}]" \
-                if noise.get("model") == model and noise.get("rival") == best_rule else ""
-            yield row(15, st["bundle"], form(st), d["dataset"], 1, "no claim",
-                      f"{area[(model, 'frost')]:.3f} vs {best:.3f} ({best_rule}){shown}",
-                      C.halting_rules([area[(model, "frost")]], [best]), "07", primary=own_form(st),
-                      size=st.get("size"))
-    for d in m.files("08_beyond_the_paper*"):  # every rule on FROST's seeds
-        area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
-        models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"}, key=_seed)
-        areas = [{rule: a for (mod, rule), a in area.items() if mod == model} for model in models]
-        if not models or not all(is_frost(settings(d, d["keys"][model])) for model in models) or not all(
-                C.rivals(a) for a in areas):
-            continue
-        st = settings(d, d["keys"][models[0]])
-        own = [area[(model, "frost")] for model in models]
-        best = [C.best_rival(a) for a in areas]
-        named = sorted({rule for rule, _ in best})
-        noise = d.get("rival_bootstrap") or {}  # per seed: FROST minus its best rival over the test images
-        shown = "".join(f"; seed {_seed(m)} [{noise[m]['low']:+.3f}, {noise[m]['high']:+.3f}]"
-                        for m in models if m in noise)
-        yield row(15, st["bundle"], form(st), d["dataset"], len(models), "no claim",
-                  f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
-                  C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), "08",
-                  primary=own_form(st), size=st.get("size"))
+            st = settings(d, d["keys"][models[0]])
+            own = [area[(model, "frost")] for model in models]
+            best = [C.best_rival(a) for a in areas]
+            named = sorted({rule for rule, _ in best})
+            noise = d.get("rival_bootstrap") or {}  # per seed: FROST minus its best rival over the test images
+            shown = "".join(f"; seed {_seed(m)} [{noise[m]['low']:+.3f}, {noise[m]['high']:+.3f}]"
+                            for m in models if m in noise)
+            yield row(15, st["bundle"], form(st), d["dataset"], len(models), "no claim",
+                      f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
+                      C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), source,
+                      primary=own_form(st), size=st.get("size"))
     for d in m.files("15_head_refit"):
         margins = d.get("margin_per_backbone", {})
         for group in _by([(k, settings(d, b["key"])) for k, b in d["backbones"].items()],
@@ -674,12 +661,12 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
             if family == "frost" and rule == "frost":
                 continue  # FROST's own rule is claims 14 and 15
             gs = sorted(gs, key=lambda g: _seed(g["model"]))
-            ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_settled"))
+            ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_hindsight"))
             full, frost_full = [g["full_depth"] for g in gs], [g["full_depth"] for g in frost.values()]
             main = family == d["variant"] and rule == "frost"
             yield row(16, st["bundle"], form(st), d["dataset"], len(gs), "no claim",
                       f"ranking {100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a "
-                      f"point; closes {_mean(closed):.2f} of the ceiling gap; full depth "
+                      f"point; closes {_mean(closed):.2f} of the hindsight gap; full depth "
                       f"{_mean(full) - _mean(frost_full):+.3f}",
                       C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
                       primary=main, size=st.get("size"),
