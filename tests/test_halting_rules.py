@@ -775,19 +775,24 @@ def test_rule_curves_stored_by_column_come_back_whole():
 
 
 def test_rival_gap_bootstrap_draws_the_test_images_jointly_across_seeds():
-    """Claim 15's interval over seeds: every seed's gap is resampled with the same test images, so two
-    seeds that are the same model give the seed mean exactly one seed's interval (drawn independently,
-    the mean's half-width would shrink by about sqrt 2); each seed's interval is its own."""
+    """Claim 15's interval over seeds: every seed's gap is resampled with the same test images (draw d
+    of one seed and draw d of another weigh the images alike), so the seeds' mean gap has the
+    percentile interval of the per-draw means; each seed's own interval is its own; fewer draws than
+    the rule's minimum are refused."""
     from frost_nb.analysis.curves import area_gap_bootstrap, rival_gap_bootstrap
     from frost_nb.analysis.halting_rules import summary
 
-    val, test = _traj(300, seed=1), _traj(300, seed=2)
-    calibrator = HaltingCalibrator(200).update(val.scores)
-    curves = pd.concat([model_curves(val, test, m, calibrator=calibrator, probe=False) for m in ("a", "b")],
-                       ignore_index=True)
+    passes = {m: (_traj(300, seed=1 + 2 * i), _traj(300, seed=2 + 2 * i)) for i, m in enumerate("ab")}
+    curves = pd.concat([model_curves(val, test, m, calibrator=HaltingCalibrator(200).update(val.scores), probe=False)
+                        for m, (val, test) in passes.items()], ignore_index=True)
     table = summary(curves, T)
-    each, half = rival_gap_bootstrap(curves, table, {"a": test, "b": test}, {"a": val, "b": val}, T, draws=200)
-    one = area_gap_bootstrap(curves, table, test, val, "a", T, draws=200)
-    assert half == pytest.approx((one["high"] - one["low"]) / 2, abs=1e-12) and half > 0
-    assert each["a"] == {k: v for k, v in one.items() if k != "values"} and each["a"]["low"] <= each["a"]["gap"]
-    assert "values" not in each["b"] and each["b"]["model"] == "b"
+    tests, vals = ({m: p[i] for m, p in passes.items()} for i in (1, 0))
+    each, half = rival_gap_bootstrap(curves, table, tests, vals, T)
+    own = {m: area_gap_bootstrap(curves, table, tests[m], vals[m], m, T, draws=1000) for m in "ab"}
+    mean = (own["a"]["values"] + own["b"]["values"]) / 2  # draw by draw: the same images for both seeds
+    assert half == pytest.approx(np.diff(np.nanpercentile(mean, [2.5, 97.5]))[0] / 2, abs=1e-12) and half > 0
+    alone = [(own[m]["high"] - own[m]["low"]) / 2 for m in "ab"]
+    assert half < max(alone)  # two different models: the mean's interval is not either seed's
+    assert all(each[m] == {k: v for k, v in own[m].items() if k != "values"} for m in "ab")
+    with pytest.raises(ValueError, match="at least 1000"):
+        rival_gap_bootstrap(curves, table, tests, vals, T, draws=200)

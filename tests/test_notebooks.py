@@ -306,7 +306,9 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
 
     assert {"rule", "model", "threshold", "mean_depth", "accuracy", "random_accuracy"} <= set(metrics["curves"])
     curves = from_columns(metrics["curves"]).to_dict("records")  # stored by column (by_column)
-    models = {"frost", "basic_ssm", "recurrent", "vanilla", "frost (ponder)"}
+    # FROST's seeds (two in smoke mode) and the other families' seed 0 at `size`; PonderNet's twin beside
+    # frost at `twin_size` (both smoke here)
+    models = {"frost seed 0", "frost seed 1", "basic_ssm seed 0", "vanilla seed 0", "frost (smoke)", "ponder (smoke)"}
     assert {r["model"] for r in curves} == models
     from frost_nb.analysis.halting_rules import SIGNAL_RULES
 
@@ -314,7 +316,7 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     for model in models:
         rows = [r for r in curves if r["model"] == model]
         by_rule = {rule: [r for r in rows if r["rule"] == rule] for rule in {r["rule"] for r in rows}}
-        learned = {"frost": {"frost"}, "frost (ponder)": {"ponder"}}.get(model, set())
+        learned = {"frost": {"frost"}, "ponder": {"ponder"}}.get(model.split(" ")[0], set())
         assert set(by_rule) == signal_rules | learned | {"settled probe", "fixed depth", "oracle", "hindsight exit"}, model
         fixed = by_rule["fixed depth"]
         assert [r["mean_depth"] for r in fixed] == list(range(1, steps + 1))
@@ -332,8 +334,13 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
             if rule != "fixed depth":  # a threshold that never fires: full depth, full-depth accuracy
                 deepest = max(points, key=lambda r: r["mean_depth"])
                 assert deepest["mean_depth"] == steps and deepest["accuracy"] == pytest.approx(full)
-    frost = [r["mean_depth"] for r in curves if r["rule"] == "frost"]  # rows in the order of q
-    assert frost == sorted(frost) and frost[-1] == steps
+    frost = [r["mean_depth"] for r in curves if r["rule"] == "frost" and r["model"] == "frost seed 0"]
+    assert frost == sorted(frost) and frost[-1] == steps  # rows in the order of q
+    # claim 15 on each FROST seed: its gap to its best rival with the test images' interval, and the
+    # half-width of the seeds' mean gap (the images drawn jointly)
+    boot = metrics["rival_bootstrap"]
+    assert set(boot) == {"frost seed 0", "frost seed 1"} and metrics["rival_image_half"] >= 0
+    assert all(b["low"] <= b["gap"] <= b["high"] and b["draws"] >= 1000 for b in boot.values())
     summary = metrics["summary"]
     assert {(r["rule"], r["model"]) for r in summary} == {(r["rule"], r["model"]) for r in curves}
     assert all(0 <= r["auc"] <= 1 for r in summary)

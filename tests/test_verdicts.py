@@ -500,6 +500,27 @@ def test_claim_15_reads_every_rule_on_frosts_three_seeds_in_notebook_08(tmp_path
     assert row["verdict"] == R and row["notebook"] == "08"
 
 
+def test_claim_15_adds_the_test_images_noise_and_shows_each_seeds_interval(tmp_path):
+    """Claim 15's per-seed test-image intervals (``rival_bootstrap``) are shown only against the rival
+    that decides, and the half-width of the seeds' mean gap (``rival_image_half``) widens the interval.
+    Flip: FROST 0.01 above its rival on every seed reads reproduced without image noise, inconclusive
+    with a half-width of 0.02 (the interval then spans -AREA_TIE). Notebook 07's file reads the same."""
+    areas = {"frost": 0.31, "fixed depth": 0.33, "confidence": 0.30, "oracle": 0.45}
+    record = _notebook_08(tmp_path, [(0.01, 1.0, 0.6)] * 3, areas=areas)
+    noise = {f"frost seed {s}": {"rival": "confidence" if s else "step size", "low": 0.005, "high": 0.015}
+             for s in range(3)}
+    for half, verdict in ((0.0, R), (0.02, "inconclusive")):
+        (tmp_path / "08_beyond_the_paper.json").write_text(json.dumps(
+            {**record, "rival_bootstrap": noise, "rival_image_half": half}))
+        (row,) = [r for r in V.verdict_rows(tmp_path) if r["claim"] == 15]
+        assert row["verdict"].startswith(verdict) and row["notebook"] == "08"
+        assert row["ours"] == ("0.310 vs 0.300 (confidence); seed 1 [+0.005, +0.015]; "
+                               "seed 2 [+0.005, +0.015]")  # seed 0's interval is against another rule
+    (tmp_path / "08_beyond_the_paper.json").rename(tmp_path / "07_halting_baselines.json")
+    (row,) = [r for r in V.verdict_rows(tmp_path) if r["claim"] == 15]
+    assert row["notebook"] == "07" and row["verdict"].startswith("inconclusive")
+
+
 def test_a_bug_in_a_claims_code_surfaces_as_itself_not_as_a_damaged_file(tmp_path, monkeypatch):
     """Defect: any KeyError or TypeError raised in a claim's code read as a damaged file (with a
     git checkout hint). A field the file lacks is still a damaged file; the code's own error is raised."""

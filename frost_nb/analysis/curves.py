@@ -45,6 +45,7 @@ from .halting_rules import (
     settled_exits,
     sorted_points,
 )
+from .stats import IMAGE_RESAMPLES
 from .trajectories import run_trajectories
 
 # one row per threshold; quantile: FROST's q (else NaN); val_*: NaN when no held-out pass was given;
@@ -389,7 +390,10 @@ def rival_gap_bootstrap(curves, table, tests: dict, vals: dict, steps: int, rule
                         draws: int = 1000) -> tuple[dict[str, dict], float]:
     """Claim 15 on several seeds of one model (label -> test and held-out pass): per label
     ``area_gap_bootstrap`` without its draws, and the bootstrap half-width of the seeds' mean gap with
-    the test images resampled jointly across seeds (the same draws for every label)."""
+    the test images resampled jointly across seeds (the same draws for every label); at least
+    ``stats.IMAGE_RESAMPLES`` draws, since the half-width feeds claim 15's verdict."""
+    if draws < IMAGE_RESAMPLES:
+        raise ValueError(f"{draws} draws: the rule asks for at least {IMAGE_RESAMPLES}")
     each = {label: area_gap_bootstrap(curves, table, tests[label], vals[label], label, steps, rule, draws)
             for label in tests}
     mean = np.mean([b.pop("values") for b in each.values()], axis=0)

@@ -625,7 +625,7 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
             named = sorted({rule for rule, _ in best})
             noise = d.get("rival_bootstrap") or {}  # per seed: FROST minus its best rival over the test images
             shown = "".join(f"; seed {_seed(m)} [{noise[m]['low']:+.3f}, {noise[m]['high']:+.3f}]"
-                            for m in models if m in noise)
+                            for m, (rival, _) in zip(models, best) if noise.get(m, {}).get("rival") == rival)
             yield row(15, st["bundle"], form(st), d["dataset"], len(models), "no claim",
                       f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
                       C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), source,
