@@ -110,8 +110,9 @@ def _let_ddp_see_model_outputs() -> None:
 
 
 def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
-    """``(parallel_model, its_batches, setup)``, the wrapper for the training forward only;
-    ``find_unused_parameters``: some get no gradient (DDP's warning otherwise is a false positive)."""
+    """``(parallel_model, its_batches, setup)``, the wrapper for the training forward only. Some parameters
+    get no gradient (``find_unused_parameters``): DDP's warning that it "did not find any unused parameters"
+    is a false positive (it searches from every output, not the loss); turning the flag off fails."""
     device = next(model.parameters()).device
     setup, rank_device = join_process_group(device)
     if not setup.is_distributed:

@@ -277,7 +277,8 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
                      compact_below: float = 1.0, rule: Any = None) -> AdaptiveResult:
     """Run the model step by step, dropping each sample once it exits at ``tau`` or by ``rule``
     (docs/method.md section 8), without gradient (call ``model.eval()``); ``compact_below``: the
-    running share of the rows carried at which they are compacted (docs/scaling.md)."""
+    running share of the rows carried at which they are compacted (1: at every exit; 0: never), which
+    the exits do not depend on (docs/scaling.md)."""
     steps = int(model.config.steps)
     halting = _halting(tau, rule, "adaptive_predict")
     compact_below = number_in("compact_below", compact_below, 0.0, 1.0)

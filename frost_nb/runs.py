@@ -320,7 +320,8 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
 def store_run(folder: Path, metrics: dict[str, Any], *, state: dict[str, Any] | None = None,
               config_file: Path | None = None, files: dict[str, Any] | None = None) -> dict[str, Any]:
     """Store a finished run in ``folder``: its checkpoint ``state`` (tested on the CPU if it lacks test
-    metrics), ``config_file``, ``files`` (JSON), last ``metrics.json``, which marks it finished (returned)."""
+    metrics), ``config_file`` (never over another run's: CheckpointError), ``files`` (JSON), last
+    ``metrics.json`` (``metrics`` over the state's), which marks it finished (returned)."""
     if config_file is not None and (folder / CONFIG_FILE).is_file():
         theirs, ours = read_config(folder / CONFIG_FILE), read_config(config_file)
         if identity_key(theirs) != identity_key(ours):
@@ -352,7 +353,8 @@ def run_name(checkpoint: str | os.PathLike | None) -> str | None:
 def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None = None, *,
                weights: str = "float32") -> Path:
     """Copy the finished run folder ``source``, lean, into ``target_root`` (default ``outputs/runs/``)
-    and index it; ``weights="bfloat16"`` stores rounded weights with their own test metrics."""
+    and index it; ``weights="bfloat16"`` stores rounded weights with their own test metrics (the float32
+    weights' test accuracy kept as ``test_accuracy_float32_weights``)."""
     source = Path(source).resolve()
     if missing := [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]:
         raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "

@@ -1,6 +1,6 @@
 """The training loop: final-step task loss plus the ranking halting losses (docs/method.md section 6),
 or PonderNet's loss (section 10); API, checkpoints and reporting: docs/architecture.md, "Training".
-No framework: device-resident batches, read once per epoch (where the NaN guards run)."""
+No framework: device-resident batches, read at each epoch's end and mid-epoch save (the NaN guards)."""
 
 from __future__ import annotations
 
@@ -678,8 +678,9 @@ def first_batches(batches, max_samples: int | None):
 @torch.no_grad()
 def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = False, amp: bool = False,
                     max_samples: int | None = None) -> FullDepthPass:
-    """The ``FullDepthPass`` of ``model`` over the first ``max_samples`` of ``batches`` ((x, y) pairs);
-    states are reduced batch by batch, so memory stays O(N T D) (every state: 11 GB at CIFAR size)."""
+    """The ``FullDepthPass`` of ``model`` over the first ``max_samples`` of ``batches`` ((x, y) pairs), under
+    bf16 autocast with ``amp``; ``trajectories`` adds the states' GAP (N, T+1, D) and norms, reduced batch
+    by batch so memory stays O(N T D) (keeping every state instead: about 11 GB at CIFAR size)."""
     model.eval()
     parts: dict[str, list[Tensor]] = defaultdict(list)
     for x, y in first_batches(batches, max_samples):

@@ -134,8 +134,9 @@ class ExitCache:
 def sweep_image_halves(caches: dict, quantiles, shown, depths, resamples: int | None = None,
                        seed: int = 0) -> dict[str, dict[float, float] | float]:
     """The test images' bootstrap half-widths (``stats.image_bootstrap``, jointly across the seeds'
-    ``caches``) of Table 2's seed means: per quantile of ``shown``, the share kept at q and at the mean
-    depth ``depths[q]`` (as the verdicts read it), and the mean gain over a fixed depth below q = 1."""
+    ``caches``, all over the same images) of Table 2's seed means, which the claims add to the seeds' in
+    quadrature: per quantile of ``shown``, the share kept at q and at the mean depth ``depths[q]`` (as the
+    verdicts read it), and the mean gain over a fixed depth below q = 1."""
     from .stats import IMAGE_RESAMPLES, image_bootstrap
 
     first = next(iter(caches.values()))

@@ -300,7 +300,7 @@ def hindsight_constructions(preds: Tensor, labels: Tensor, depths: Sequence[floa
     prediction" for "correct": a sample settling at e costs e - 1 steps beyond step 1, the cheapest stop
     there first (ties in sample order) within the budget N (B - 1), the rest at step 1 with its readout
     (below a fixed depth at small budgets). Capped: stop at step s, or earlier where settled (a fixed depth
-    s's accuracy at a smaller mean depth; linear between s and s + 1). No label chooses (``labels`` only
+    s's accuracy at a smaller mean depth; linear between s and s + 1). No test label chooses (``labels`` only
     score); both need the final step and reach full-depth accuracy at the mean of ``settled_exits``."""
     n, steps = preds.shape
     exits = settled_exits(preds)

@@ -159,7 +159,8 @@ def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibr
 
 def margins(table) -> dict:
     """What claims.EXPERIMENT_RULES["head_refit"] reads of a ``summary`` table: per backbone, the per-step
-    head's gain over the global refit and the correctness head's margin over fixed depth and confidence."""
+    head's gain over the global refit and the correctness head's margin over the better of fixed depth and
+    confidence."""
     auc = table.pivot(index="model", columns="rule", values="auc")
     gain = auc[PER_STEP_NORM] - auc[GLOBAL]  # per backbone
     margin = auc[CORRECTNESS] - np.maximum(auc[FIXED], auc[CONFIDENCE])

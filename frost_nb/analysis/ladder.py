@@ -270,7 +270,8 @@ def precision_shift(bf16: Sequence[dict], fp32: Sequence[dict]) -> list[dict]:
 
 
 def precision_sensitive(shift: Sequence[dict]) -> dict[str, bool | None]:
-    """read-out quantity -> whether ``precision_shift`` found it shifted (None: it cannot tell)."""
+    """read-out quantity -> whether ``precision_shift`` found it shifted (None: it cannot tell, or
+    fewer than two seeds a side)."""
     return {FROST_SIDE.get(r["quantity"], r["quantity"]): None if r.get("precision") == CANNOT_TELL
             else r["shifted"] for r in shift}
 

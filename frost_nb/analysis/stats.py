@@ -29,7 +29,7 @@ def interval(values: Sequence[float]) -> tuple[float, float]:
 
 def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
     """(mean(a) - mean(b), half-width) of Welch's two-sided CONFIDENCE t interval (ddof = 1,
-    Welch-Satterthwaite degrees of freedom); two values or more a side."""
+    Welch-Satterthwaite degrees of freedom); two values or more a side; no spread gives a half-width of 0."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"Welch's interval needs two values or more a side, got {len(a)} and {len(b)}")
@@ -49,8 +49,9 @@ def with_images(h_seeds: float, h_images: float) -> float:
 
 def image_bootstrap(statistic: Callable[[np.ndarray], float], n_images: int, resamples: int = IMAGE_RESAMPLES,
                     seed: int = 0) -> tuple[float, float]:
-    """(value, half-width) of ``statistic(index)`` (the number from the images ``index``, an int array
-    of length ``n_images``): its central CONFIDENCE percentile interval over ``resamples`` resamples."""
+    """(value, half-width) of ``statistic(index)`` (the number from the images ``index``, n_images ints;
+    a seed mean draws the same images for every seed): its central CONFIDENCE percentile interval over
+    ``resamples`` (ValueError below IMAGE_RESAMPLES) draws with replacement; a 1-d statistic gives arrays."""
     if resamples < IMAGE_RESAMPLES:
         raise ValueError(f"{resamples} resamples: the rule asks for at least {IMAGE_RESAMPLES}")
     rng = np.random.default_rng(seed)

@@ -25,7 +25,8 @@ SMOKE_WIDTHS = {"ladder32": 8, "ladder64": 16, "ladder128": 32}  # FROST_SMOKE: 
 
 def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) -> dict[str, tuple[str, object]]:
     """label -> (run name, RunConfig) of every run notebook 09 reads: frost at FROST_SEEDS and BASELINE
-    at seed 0 per rung and at the demo control (``smoke``: CI's ladder on digits, SMOKE_WIDTHS)."""
+    at seed 0 per rung and at the demo control (``smoke``: CI's ladder on digits, SMOKE_WIDTHS);
+    GPU_RUNGS' runs where they are stored, never in smoke."""
     from ..runs import find_run
     from .grids import grid
 
