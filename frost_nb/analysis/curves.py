@@ -144,7 +144,8 @@ def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
         parts.append(curve(test, fit_settled_probe(val), val=val, count=count, model=model))
     if calibrator is not None:
         parts.append(curve(test, val=val, calibrator=calibrator, quantiles=FROST_QUANTILES, model=model))
-    parts += [curve(test, FIXED, val=val, model=model), oracle_curve(test, model), hindsight_curve(val, test, model)]
+    parts += [curve(test, FIXED, val=val, model=model), oracle_curve(test, model),
+              hindsight_curve(val, test, model)]
     return pd.concat(parts, ignore_index=True)
 
 
@@ -266,11 +267,12 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
     (``versus_fixed_depth``), means over the budgets (a quantile rule's ``budgets``, default
     ``quantiles``; another rule's points between depths 1 and T); ``steps_saved``, the fixed depth's
     minus the rule's ``depth_within`` (WITHIN of full depth); ``closed_hindsight``, the share of the gap
-    to the hindsight exit closed up to its full-accuracy depth, ``hindsight_depth``. Shares are NaN where the gap is 0
-    (``share``). Also ``gap_q<q>`` per quantile, ``worst_gap`` and ``mean_gain``."""
+    to the hindsight exit closed up to its full-accuracy depth, ``hindsight_depth``. Shares are NaN
+    where the gap is 0 (``share``). Also ``gap_q<q>`` per quantile, ``worst_gap`` and ``mean_gain``."""
     rows = []
     for model, part in curves.groupby("model", sort=False):
-        own, fixed, oracle, hindsight = (part[part["rule"] == name] for name in (rule, FIXED, ORACLE, HINDSIGHT))
+        own, fixed, oracle, hindsight = (part[part["rule"] == name]
+                                         for name in (rule, FIXED, ORACLE, HINDSIGHT))
         if own.empty:
             continue
         lo, hi = reach(own)
@@ -300,7 +302,8 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
                      "mean_gain": float(at["gain"].mean()), "depth_within": within["rule"],
                      "fixed_depth_within": within["fixed"], "steps_saved": within["fixed"] - within["rule"],
                      "hindsight_depth": hindsight_depth, "hindsight_auc": h_area["hindsight"],
-                     "closed_hindsight": share(h_area["rule"] - h_area["fixed"], h_area["hindsight"] - h_area["fixed"]),
+                     "closed_hindsight": share(h_area["rule"] - h_area["fixed"],
+                                               h_area["hindsight"] - h_area["fixed"]),
                      **{f"gap_q{q:g}": float(gaps.get(q, math.nan)) for q in quantiles},
                      "worst_gap": float(gaps.min()) if len(gaps) else math.nan})
     return pd.DataFrame(rows)

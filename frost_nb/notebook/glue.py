@@ -97,7 +97,8 @@ COMMITTED_DATASETS = {"02": "cifar100", "03": "cifar100", "04": "fashion-mnist",
                       "07": "cifar100", "07 collapse": "digits", "08": "cifar100", "09": "cifar100",
                       "10": "cifar100"}
 COMMITTED_SIZE = "demo"
-COMMITTED_SIZES = {"02": "ladder64", "05": "ladder64", "07": "ladder64"}  # at the paper's structure; demo elsewhere
+# at the paper's structure; demo elsewhere
+COMMITTED_SIZES = {"02": "ladder64", "05": "ladder64", "07": "ladder64"}
 
 
 def output_suffix(notebook: str, dataset: str | None = None, bundle: str = "adopted",

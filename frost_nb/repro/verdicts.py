@@ -623,7 +623,8 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
             own = [area[(model, "frost")] for model in models]
             best = [C.best_rival(a) for a in areas]
             named = sorted({rule for rule, _ in best})
-            noise = d.get("rival_bootstrap") or {}  # per seed: FROST minus its best rival over the test images
+            # per seed: FROST minus its best rival over the test images
+            noise = d.get("rival_bootstrap") or {}
             shown = "".join(f"; seed {_seed(m)} [{noise[m]['low']:+.3f}, {noise[m]['high']:+.3f}]"
                             for m, (rival, _) in zip(models, best) if noise.get(m, {}).get("rival") == rival)
             yield row(15, st["bundle"], form(st), d["dataset"], len(models), "no claim",
