@@ -381,10 +381,13 @@ def test_claim_20_reads_ours_against_the_papers_mse_with_its_interval():
     assert C.forecast_against_paper([0.300, 0.302, 0.298], 0.232) == N
     assert C.forecast_against_paper([0.240, 0.242, 0.238], 0.232) == R
     assert C.forecast_against_paper([0.250, 0.254, 0.252], 0.232) == C.CANNOT_TELL
+    from frost_nb.analysis.stats import block_bootstrap
+
     windows = np.random.default_rng(0).normal(0.30, 0.2, 2785)
-    assert C.forecast_against_paper([0.30], 0.232, windows) == N
-    assert C.forecast_against_paper([0.30], windows.mean() - 0.02, windows) == C.CANNOT_TELL  # at the line
-    assert C.forecast_against_paper([0.30], 0.232).status == C.NOT_TESTABLE  # one seed, no windows
+    assert C.forecast_against_paper([0.30], 0.232, block_bootstrap(windows)) == N
+    assert C.forecast_against_paper([0.30], windows.mean() - 0.02, block_bootstrap(windows)) == C.CANNOT_TELL  # at the line
+    assert C.forecast_against_paper([0.30], 0.232) == "not testable: 1 seed without its test windows' bootstrap: no interval"
+    assert C.forecast_against_paper([0.30, 0.31], 0.232) == "not testable: 2 seeds: no interval under 3"
 
 
 def test_claim_20_against_a_baseline_is_welch_lower_is_better():

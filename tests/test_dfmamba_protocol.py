@@ -3,7 +3,6 @@ trainer: window counts, borders and standardisation on the real ETTh2 (read from
 which CI has beside the clone), the closed-form least-squares pin that checks the protocol, DLinear's
 decomposition, the best validation epoch kept, resuming, and the command line on a generated series."""
 
-import hashlib
 import json
 
 import numpy as np
@@ -33,17 +32,7 @@ def one_thread():
 
 def write_ett(root, rows=data.BORDERS[-1] + 20, seed=0):
     """A generated ETTh2.csv (daily cycles and noise in 7 columns) and its SHA256SUMS under ``root/ett``."""
-    g = np.random.default_rng(seed)
-    t = np.arange(rows)[:, None]
-    values = 5 * np.sin(2 * np.pi * t / 24 + np.arange(7)) + 0.001 * t + g.normal(0, 0.5, (rows, 7))
-    lines = ["date," + ",".join(data.COLUMNS)] + [f"t{i}," + ",".join(f"{v:.5f}" for v in row)
-                                                   for i, row in enumerate(values)]
-    folder = root / "ett"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "ETTh2.csv").write_text("\n".join(lines) + "\n")
-    digest = hashlib.sha256((folder / "ETTh2.csv").read_bytes()).hexdigest()
-    (folder / "SHA256SUMS").write_text(f"{digest}  ETTh2.csv\n")
-    return root
+    return data.write_generated(root, rows, seed)
 
 
 @needs_ett

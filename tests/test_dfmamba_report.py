@@ -13,6 +13,7 @@ from frost_nb.__main__ import main
 from frost_nb.dfmamba import data, plots, report
 from frost_nb.dfmamba import training as forecasting
 from frost_nb.dfmamba.model import DFMamba, DFMambaConfig
+from frost_nb.inputs import ParameterError
 from frost_nb.paper import DFMAMBA_TABLE1_ETTH2, DFMAMBA_TABLE2_ETTM2
 from frost_nb.repro import claims
 from frost_nb.runs import write_json
@@ -143,3 +144,25 @@ def test_tables_and_claim_inputs_from_run_folders(tmp_path):
     assert claims.ablation(report.per_seed(runs, "S3"), report.per_seed(runs, "dfmamba")).status == claims.HOLDS
     for figure in (plots.plot_ablations(report.ablations(runs)), plots.plot_zero_shot(report.zero_shot_table(runs))):
         assert isinstance(figure, matplotlib.figure.Figure)
+
+
+def test_window_bootstraps_evaluate_a_one_seed_horizon_again(tmp_path):
+    """Claim 20's interval at a horizon with one DF-Mamba seed (what notebook 11's metrics keep for the
+    verdicts): that run's test windows evaluated again and block-bootstrapped; none at a horizon with 3
+    seeds, nor for a run stored without its weights; the run shown needs its weights."""
+    from frost_nb.analysis.stats import block_bootstrap
+
+    store = tmp_path / "cache" / "forecast"  # the local store (tests' FROST_CACHE)
+    one = forecasting.train_or_load(tiny_config(write_ett(tmp_path / "data"), "dfmamba", **TINY), progress=False)
+    folders = [one.folder, fake_run(store, "etth2-L336-H720/dfmamba-seed0", "dfmamba", 0, 0.5, horizon=720)]
+    folders += [fake_run(store, f"etth2-L336-H96/dfmamba-seed{s}", "dfmamba", s, 0.24) for s in range(3)]
+    runs = report.runs_frame(folders)
+    (got,) = report.window_bootstraps(runs)
+    errors = forecasting.evaluate(one.model, one.config.windows("test"), per_window=True)["per_window"]
+    mean, half = block_bootstrap(errors)
+    assert got == {"run": "etth2-L16-H4/dfmamba-seed0", "horizon": 4, "mean": pytest.approx(mean),
+                   "half": pytest.approx(half), "windows": 2877, "block": 432}
+    assert mean == pytest.approx(one.metrics["test_mse"], rel=1e-5) and half > 0
+    refused = r"^parameter seed=0 is invalid: .*with its weights \(stored: \[0, 1, 2\]\)"
+    with pytest.raises(ParameterError, match=refused):
+        report.shown_run(runs, 0)  # generated folders hold no model.pt

@@ -76,6 +76,20 @@ def load_series(name: str, root: str | Path | None = None) -> Series:
     return Series(torch.from_numpy(((raw - mean) / std).astype(np.float32)), mean, std, digest)
 
 
+def write_generated(root: str | Path, rows: int = BORDERS[-1] + 20, seed: int = 0) -> Path:
+    """A generated ETTh2.csv (a daily cycle per variable, a slow trend, noise) and its SHA256SUMS in
+    ``<root>/ett/``, returning ``root``: the series of the tests and of notebook 11's smoke runs."""
+    t, noise = np.arange(rows)[:, None], np.random.default_rng(seed).normal(0, 0.5, (rows, len(COLUMNS)))
+    values = 5 * np.sin(2 * np.pi * t / 24 + np.arange(len(COLUMNS))) + 0.001 * t + noise
+    text = "\n".join(["date," + ",".join(COLUMNS)] + [f"t{i}," + ",".join(f"{v:.5f}" for v in row)
+                                                      for i, row in enumerate(values)]) + "\n"
+    folder = Path(root) / "ett"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FILES["etth2"]).write_text(text)
+    (folder / "SHA256SUMS").write_text(f"{hashlib.sha256(text.encode()).hexdigest()}  {FILES['etth2']}\n")
+    return Path(root)
+
+
 def coarse(values: torch.Tensor, factor: int) -> torch.Tensor:
     """(T, C) -> (T // factor, C): the means of non-overlapping blocks of ``factor`` rows from row 0."""
     n = values.shape[0] // factor

@@ -1,20 +1,34 @@
 """Notebook 11's numbers (``plots`` draws them): one input's shapes, forecasts (Figure 4), the gate
 (Figure 2), and the stored runs as Table 1, 2 and 14 beside the paper's; ``per_seed`` gives the lists
-that ``repro.claims`` decides claims 20-22 on."""
+that ``repro.claims`` decides claims 20-22 on (``repro.verdicts.forecast_rows`` reads them from the
+notebook's metrics, with ``window_bootstraps``). ``read_runs`` finds the runs (at smoke size,
+``smoke_runs`` trains tiny ones on a generated series in seconds)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ..analysis.stats import MOVING_BLOCK, block_bootstrap
+from ..inputs import ParameterError
 from ..paper import DFMAMBA_TABLE1_ETTH2, DFMAMBA_TABLE2_ETTM2, DFMAMBA_TABLE14_ETTM2
-from .data import COLUMNS
+from .data import COLUMNS, LOOKBACK, write_generated
 from .model import DFMamba, level_scale
-from .training import ForecastResult, read_config, read_metrics, stored_runs
+from .training import (METRICS, MODELS, WEIGHTS, ForecastResult, evaluate, load_run, make_forecast_config,
+                       read_config, read_metrics, stored_runs, stores, train_or_load, zero_shot)
 
 RUN_COLUMNS = ("run", "label", "dataset", "model", "variant", "lookback", "horizon", "seed", "test_mse",
                "test_mae", "params", "zs_scales", "zs_mse", "ratio")
+ZERO_SHOT_LABELS = ("dfmamba", "dlinear", "rlinear", "S2")  # claim 22's models: Table 14's curve here
+# smoke size (FROST_SMOKE=1): look-back 16, one epoch, DF-Mamba at 2 levels of width 4 (seconds a run), and
+# of the ablations only those claims 21 and 22 read
+SMOKE = {"data.lookback": 16, "train.epochs": 1, "train.batch_size": 1024}
+SMOKE_VARIANTS = ("S2", "S3", "T3")
+SMOKE_DFMAMBA = {"model.d_model": 4, "model.d_state": 2, "model.expand": 1, "model.dt_rank": 1,
+                 "model.depth": 2, "model.min_length": 2}
 
 
 @torch.no_grad()
@@ -61,11 +75,13 @@ def runs_frame(folders=None) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()), columns=RUN_COLUMNS)
 
 
-def per_seed(runs: pd.DataFrame, label: str, horizon: int = 96, key: str = "test_mse") -> list[float]:
-    """``key`` of ``label``'s runs on ETTh2 (look-back 336) at ``horizon``, by seed: e.g.
-    ``claims.zero_shot(per_seed(runs, "dfmamba", key="ratio"), {b: per_seed(runs, b, key="ratio") ...})``."""
+def per_seed(runs: pd.DataFrame, label: str, horizon: int = 96, key: str = "test_mse",
+             lookback: int = LOOKBACK) -> list[float]:
+    """``key`` ("run": their names) of ``label``'s runs on ETTh2 at ``lookback`` and ``horizon``, by
+    seed: e.g. ``claims.zero_shot(per_seed(runs, "dfmamba", key="ratio"), {b: per_seed(runs, b, key="ratio")
+    ...})``."""
     rows = runs[(runs.label == label) & (runs.horizon == horizon) & (runs.dataset == "etth2")
-                & (runs.lookback == 336)].dropna(subset=[key])
+                & (runs.lookback == lookback)].dropna(subset=[key])
     return rows.sort_values("seed")[key].tolist()
 
 
@@ -74,10 +90,10 @@ def _mean_sd(runs: pd.DataFrame, by: list[str], keys=("test_mse", "test_mae")) -
                                                           for s, f in (("", "mean"), ("_sd", "std"))})
 
 
-def table1(runs: pd.DataFrame, paper: dict = DFMAMBA_TABLE1_ETTH2) -> pd.DataFrame:
-    """Table 1 (ETTh2, look-back 336): per model and horizon, our test MSE and MAE over seeds (mean, sd;
-    full models), and the paper's."""
-    ours = _mean_sd(runs[(runs.variant == "full") & (runs.dataset == "etth2") & (runs.lookback == 336)],
+def table1(runs: pd.DataFrame, paper: dict = DFMAMBA_TABLE1_ETTH2, lookback: int = LOOKBACK) -> pd.DataFrame:
+    """Table 1 (ETTh2, look-back ``lookback``): per model and horizon, our test MSE and MAE over seeds
+    (mean, sd; full models), and the paper's."""
+    ours = _mean_sd(runs[(runs.variant == "full") & (runs.dataset == "etth2") & (runs.lookback == lookback)],
                     ["model", "horizon"])
     theirs = pd.DataFrame([(m, h, *v) for m, by in paper.items() for h, v in by.items()],
                           columns=["model", "horizon", "paper_mse", "paper_mae"])
@@ -104,3 +120,59 @@ def zero_shot_table(runs: pd.DataFrame, paper: dict = DFMAMBA_TABLE14_ETTM2) -> 
                           columns=["label", "scale", "mse"])
     ours = _mean_sd(long, ["label", "scale"], ("test_mse",)).reset_index()
     return pd.concat([ours, theirs], ignore_index=True)
+
+
+def _folder(name: str) -> Path:
+    """The stored run ``name`` (GRID/LABEL) that ``runs_frame`` read: the local store's first."""
+    return next(root / name for root in stores() if (root / name / METRICS).is_file())
+
+
+def smoke_runs() -> list[Path]:
+    """Notebook 11's runs at smoke size (``SMOKE``), trained (or loaded) into the local store on the series of
+    ``data.write_generated`` (in the store's ``generated/``): DF-Mamba, DLinear and RLinear at H = 96, seeds
+    0 and 1, and at H = 192, seed 0 (one seed: claim 20's bootstrap); ``SMOKE_VARIANTS`` at H = 96, seed 0."""
+    root = write_generated(stores()[0] / "generated")  # no run folder: the store's runs are GRID/LABEL/
+    plan = [(m, h, s, "full") for h, seeds in ((96, (0, 1)), (192, (0,))) for m in MODELS for s in seeds]
+    plan += [("dfmamba", 96, 0, v) for v in SMOKE_VARIANTS]
+    arch = lambda m, v: {**SMOKE_DFMAMBA, "model.variant": v} if m == "dfmamba" else {}
+    return [train_or_load(make_forecast_config("etth2", m, h, **SMOKE, **arch(m, v), **{
+        "data.root": str(root), "train.seed": s}), progress=False).folder for m, h, s, v in plan]
+
+
+def read_runs(smoke: bool = False) -> pd.DataFrame:
+    """``runs_frame`` of notebook 11's runs: every finished stored run on ETTh2 at look-back 336 (smoke:
+    ``smoke_runs``, at 16), after ``training.zero_shot`` on each run of ``ZERO_SHOT_LABELS`` at H = 96 that
+    has its weights (x1, x2, x4, kept in its metrics.json: computed once)."""
+    runs = runs_frame(smoke_runs() if smoke else None)
+    lookback = SMOKE["data.lookback"] if smoke else LOOKBACK
+    runs = runs[(runs.dataset == "etth2") & (runs.lookback == lookback)]
+    folders = [_folder(name) for name in runs.run]
+    for folder, r in zip(folders, runs.itertuples()):
+        if r.label in ZERO_SHOT_LABELS and r.horizon == 96 and (folder / WEIGHTS).is_file():
+            zero_shot(folder)
+    return runs_frame(folders)
+
+
+def shown_run(runs: pd.DataFrame, seed: int) -> ForecastResult:
+    """The DF-Mamba run of ``runs`` at H = 96 and ``seed``, with its weights (Figures 2 and 4)."""
+    rows = runs[(runs.label == "dfmamba") & (runs.horizon == 96)]
+    result = load_run(_folder(rows.run[rows.seed == seed].iloc[0])) if (rows.seed == seed).any() else None
+    if result is None or result.model is None:
+        raise ParameterError(f"parameter seed={seed} is invalid: expected the seed of a stored DF-Mamba run "
+                             f"at H = 96 with its weights (stored: {sorted(rows.seed.tolist()) or 'none'})")
+    return result
+
+
+def window_bootstraps(runs: pd.DataFrame) -> list[dict]:
+    """Claim 20's interval at each horizon of ``runs`` with one DF-Mamba seed (the rule's, for one seed): that
+    run evaluated again per test window, ``stats.block_bootstrap`` of those MSEs as "mean" and "half" (the
+    verdicts read it from the metrics: they evaluate nothing); none for a run stored without its weights."""
+    out = []
+    for h, rows in runs[runs.label == "dfmamba"].groupby("horizon"):
+        result = load_run(_folder(rows.run.iloc[0])) if len(rows) == 1 else None
+        if result is not None and result.model is not None:
+            errors = evaluate(result.model, result.config.windows("test"), per_window=True)["per_window"]
+            mean, half = block_bootstrap(errors)
+            out.append({"run": rows.run.iloc[0], "horizon": int(h), "mean": mean, "half": half,
+                        "windows": len(errors), "block": MOVING_BLOCK})
+    return out

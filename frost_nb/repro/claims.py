@@ -17,8 +17,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from .. import paper
 from ..paper import TABLE1_STEP
-from ..analysis.stats import (CONFIDENCE, IMAGE_RESAMPLES, block_bootstrap, image_bootstrap, interval, welch,
-                              with_images)
+from ..analysis.stats import CONFIDENCE, IMAGE_RESAMPLES, image_bootstrap, interval, welch, with_images
 from ..analysis.halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE, FROST, REFERENCES
 
 REPRODUCED, PARTLY, NOT = "reproduced", "partly reproduced", "not reproduced"
@@ -533,20 +532,23 @@ HOLDS, REVERSED, NOT_SHOWN = "holds", "reversed", "not shown"
 FORECAST_CLOSE = 0.02  # ours: our mean MSE at most this above the paper's reads as its number
 
 
-def forecast_against_paper(mse: Sequence[float], paper_mse: float, windows: Sequence[float] | None = None) -> Verdict:
+def forecast_against_paper(mse: Sequence[float], paper_mse: float,
+                           bootstrap: tuple[float, float] | None = None) -> Verdict:
     """Claim 20, ours against the paper at one horizon: "reproduced" where the 95% interval of our mean
     MSE lies wholly below the paper's + FORECAST_CLOSE, "not reproduced" where wholly above it, else
-    "cannot tell". The interval: over 3+ seeds Student's t; over one, a moving-block bootstrap of the
-    per-window MSEs ``windows`` (test windows overlap; ``block_bootstrap``); none without them."""
+    "cannot tell". The interval: over 3+ seeds Student's t; over one, ``bootstrap``, the (mean, half-width)
+    of ``analysis.stats.block_bootstrap`` over that run's per-window MSEs (test windows overlap: blocks of
+    them are resampled; notebook 11 computes it, its metrics keep it); none without it."""
     v = _finite_values(mse)
     if not v:
         return untestable("no runs")
     if len(v) >= MIN_SEEDS:
         mean, half = interval(v)
-    elif len(v) == 1 and windows is not None:
-        mean, half = block_bootstrap(windows)
+    elif len(v) == 1 and bootstrap is not None:
+        mean, half = bootstrap
     else:
-        return untestable(f"{len(v)} seeds and no per-window errors: no interval")
+        return untestable("1 seed without its test windows' bootstrap: no interval" if len(v) == 1 else
+                          f"{len(v)} seeds: no interval under {MIN_SEEDS}")
     d = paper_mse + FORECAST_CLOSE - mean
     return Verdict(CANNOT_TELL if abs(d) <= half else REPRODUCED if d > 0 else NOT, len(v))
 

@@ -1,10 +1,12 @@
 """The verdict tables: the paper's claims decided (``repro.claims``) from the committed metrics files.
 
-Two tables from the same rows: the README's, one row per claim of ``claims.CLAIMS``, its decisive
-evidence (``summary_rows``, ``_rank``); docs/results.md's, every row (``verdict_rows``). A file's runs and
-their settings come from its ``provenance`` alone. A damaged file (``MissingField``, ``MissingRow``) is a
-``DamagedInput`` naming it and its fix, never a table without its rows (``--skip-damaged``: left out,
-and said so); any other error is a bug and surfaces as itself.
+Two tables from the same rows: the README's, one row per claim of ``claims.CLAIMS`` (then DF-Mamba's
+claim 20 once it has rows), its decisive evidence (``summary_rows``, ``_rank``); docs/results.md's,
+every row (``verdict_rows``). A file's runs and their settings come from its ``provenance`` alone
+(notebook 11's forecasting runs, which it does not hold: from the run keys of its records). A damaged
+file (``MissingField``, ``MissingRow``) is a ``DamagedInput`` naming it and its fix, never a table
+without its rows (``--skip-damaged``: left out, and said so); any other error is a bug and surfaces as
+itself.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ NA = "n/a"
 MARKERS = {"summary": ("<!-- verdicts:start -->", "<!-- verdicts:end -->"),
            "full": ("<!-- verdicts-full:start -->", "<!-- verdicts-full:end -->")}
 DATASET_NAMES = {"cifar100": "CIFAR-100", "imagenet100": "ImageNet-100", "fashion-mnist": "Fashion-MNIST",
-                 "cifar10": "CIFAR-10", "digits": "digits"}
+                 "cifar10": "CIFAR-10", "digits": "digits", "etth2": "ETTh2"}
 # the evidence a README row shows: CIFAR-100 under the adopted bundle first, then by data set
 # (the paper's first), bundle, the bundle's own frost before a variant, and seeds
 DATASET_RANK = ("cifar100", "imagenet100", "fashion-mnist", "cifar10", "digits")
@@ -45,7 +47,8 @@ BUNDLE_RANK = ("adopted", "per-step", "residual", NA)
 SIZE_RANK = ("ladder64", "demo")  # the paper's structure (100,102 parameters) decides; demo, its control
 # where a row's numbers come from: a notebook, or the command that wrote the file
 SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06", "07": "07", "08": "08",
-           "10": "10", "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
+           "10": "10", "11": "11", "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI",
+           "bench": "benchmarks/"}
 DEFAULT_STRENGTH = (LossConfig().lambda_rel, LossConfig().lambda_abs)
 
 
@@ -710,6 +713,76 @@ def _range_scores(d: dict, students: list[dict]) -> tuple[list[float] | None, li
     return [scores[r["seed"]]["score"] for r in students], [scores[r["seed"]]["equal_score"] for r in students]
 
 
+# 20-22 (DF-Mamba, notebook 11): its "runs", one record per stored run (its key "run", label, horizon, seed,
+# test MSE, the zero-shot MSEs by scale), and "bootstrap", claim 20's interval at a horizon with one seed
+FORECAST_NAMES = {"dfmamba": "DF-Mamba", "dlinear": "DLinear", "rlinear": "RLinear"}
+S2_TITLE = "DF-Mamba Table 14: r against the flat stack S2 (ETTh2, ours)"
+
+
+def _forecast_runs(d: dict, label: str, horizon: int = 96, key: str = "test_mse") -> list[dict]:
+    """The run records of ``label`` at ``horizon`` that hold ``key`` (null: not measured), by seed."""
+    found = [r for r in d["runs"] if r["label"] == label and r["horizon"] == horizon]
+    return sorted((r for r in found if r.get(key) is not None), key=lambda r: r["seed"])
+
+
+def _zero_shot_ratio(r: dict) -> float:
+    """r = MSE(x4) / MSE(x1) of one run's zero-shot errors (claim 22)."""
+    return r["zs_mse"][r["zs_scales"].index(4)] / r["zs_mse"][r["zs_scales"].index(1)]
+
+
+def _paper_cell(runs: list[dict], boot: dict | None) -> str:
+    """Claim 20's "ours" against the paper: the mean MSE of ``runs``, their seeds, and at one seed the
+    half-width of its test windows' bootstrap (``boot``, None where the file has none)."""
+    mse, seeds = [r["test_mse"] for r in runs], ", ".join(str(r["seed"]) for r in runs)
+    spread = f"sd {np.std(mse, ddof=1):.3f}; " if len(mse) > 1 else ""
+    tail = f"; +- {boot['half']:.3f}, block bootstrap of {boot['windows']:,} test windows" if boot else ""
+    return f"{_mean(mse):.3f} ({spread}seed{'s' * (len(mse) > 1)} {seeds}{tail})"
+
+
+def _forecast_row(d: dict, claim: int, seeds: int, paper_: str, ours: str, verdict: str, **kw) -> dict:
+    """A row of notebook 11's file ``d``: ETTh2, sized by its look-back (no bundle: not a FROST run)."""
+    return row(claim, NA, NA, "etth2", seeds, paper_, ours, verdict, "11", size=f"look-back {d['lookback']}",
+               **kw)
+
+
+def forecast_rows(m: Metrics) -> Iterator[dict]:
+    """Claims 20-22 from notebook 11's per-seed numbers; a part whose runs are missing yields no row.
+    20: per horizon, DF-Mamba's MSE against the paper's (one seed: the file's block bootstrap of that
+    run's test windows), then against each of our baselines; 21: S3 and T3 against the full model (H = 96);
+    22: r_DF-Mamba against DLinear's and RLinear's together, and against the flat stack S2's beside."""
+    t1, t2, t14 = paper.DFMAMBA_TABLE1_ETTH2, paper.DFMAMBA_TABLE2_ETTM2, paper.DFMAMBA_TABLE14_ETTM2
+    for d in m.files("11_df_mamba*"):
+        at = functools.partial(_forecast_row, d)
+        for h in paper.DFMAMBA_HORIZONS:
+            if not (ours := _forecast_runs(d, "dfmamba", h)):
+                continue
+            mse, theirs = [r["test_mse"] for r in ours], t1["dfmamba"][h][0]
+            boot = next((b for b in d["bootstrap"] if len(ours) == 1 and b["run"] == ours[0]["run"]), None)
+            yield at(20, len(mse), f"H = {h}: {theirs:.3f}", _paper_cell(ours, boot),
+                     C.forecast_against_paper(mse, theirs, boot and (boot["mean"], boot["half"])))
+            for b in ("dlinear", "rlinear"):
+                if base := [r["test_mse"] for r in _forecast_runs(d, b, h)]:
+                    yield at(20, min(len(mse), len(base)), f"H = {h}: {theirs:.3f} vs {t1[b][h][0]:.3f}",
+                             f"{_mean(mse):.3f} vs {_mean(base):.3f}", C.forecast_against_baseline(mse, base),
+                             title=f"DF-Mamba Table 1: below our {FORECAST_NAMES[b]} (ETTh2)", primary=False)
+        full = [r["test_mse"] for r in _forecast_runs(d, "dfmamba")]
+        for v in ("S3", "T3"):
+            if full and (var := [r["test_mse"] for r in _forecast_runs(d, v)]):
+                yield at(21, min(len(var), len(full)), f"{v} {t2[v][0]:.3f} vs full {t2['full'][0]:.3f} "
+                         f"(ETTm2)", f"{v} {_mean(var):.3f} vs full {_mean(full):.3f}", C.ablation(var, full))
+        ratio = {label: [_zero_shot_ratio(r) for r in _forecast_runs(d, label, key="zs_mse")]
+                 for label in ("dfmamba", "dlinear", "rlinear", "S2")}
+        r_of = lambda model: t14[model][4] / t14[model][1]
+        theirs = f"r {r_of('dfmamba'):.3f} vs Affirm's {r_of('affirm'):.3f} (ETTm2)"
+        for part, title in ((("dlinear", "rlinear"), ""), (("S2",), S2_TITLE)):
+            if ratio["dfmamba"] and all(ratio[b] for b in part):
+                ours = ", ".join(f"{FORECAST_NAMES.get(b, b)} {_mean(ratio[b]):.3f}" for b in part)
+                yield at(22, min(len(ratio[x]) for x in ("dfmamba", *part)), "no claim" if title else theirs,
+                         f"r {_mean(ratio['dfmamba']):.3f} vs {ours}",
+                         C.zero_shot(ratio["dfmamba"], {b: ratio[b] for b in part}), title=title,
+                         primary=not title)
+
+
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
 def benchmark_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("bench_*"):
@@ -742,7 +815,7 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
 CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
     table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows,
     collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows,
-    block_recurrent_rows)
+    block_recurrent_rows, forecast_rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -781,11 +854,16 @@ def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str,
     return list(unique.values())
 
 
+SUMMARY_EXTRA = (20,)  # DF-Mamba's Table 1: a README row once notebook 11's metrics decide it
+
+
 def summary_rows(rows: list[dict]) -> list[dict]:
-    """One row per claim of ``claims.CLAIMS``: its decisive evidence, or "no committed run"."""
-    return [min(mine, key=_rank) if (mine := [r for r in rows if r["claim"] == c.number]) else
+    """One row per claim of ``claims.CLAIMS``: its decisive evidence, or "no committed run"; then that of
+    each claim of ``SUMMARY_EXTRA`` that has rows (none: no row)."""
+    decisive = lambda n: min(mine, key=_rank) if (mine := [r for r in rows if r["claim"] == n]) else None
+    return [decisive(c.number) or
             row(c.number, NA, NA, "", None, "", "no committed run", f"{C.NOT_TESTABLE}: no metrics", "-")
-            for c in C.CLAIMS]
+            for c in C.CLAIMS] + [r for n in SUMMARY_EXTRA if (r := decisive(n)) is not None]
 
 
 def _data_name(r: dict) -> str:
