@@ -46,14 +46,6 @@ class RLinearConfig(_Validated):
         self._check("dropout", 0.0 <= self.dropout < 1.0, "a probability in [0, 1)")
 
 
-def moving_average(x: torch.Tensor, kernel: int) -> torch.Tensor:
-    """(B, L, C) -> (B, L, C): the centred mean over ``kernel`` steps, the ends repeated (kernel - 1) / 2
-    times."""
-    pad = (kernel - 1) // 2
-    padded = torch.cat([x[:, :1].expand(-1, pad, -1), x, x[:, -1:].expand(-1, pad, -1)], 1)
-    return F.avg_pool1d(padded.transpose(1, 2), kernel, stride=1).transpose(1, 2)
-
-
 class DLinear(nn.Module):
     def __init__(self, cfg: DLinearConfig) -> None:
         super().__init__()
@@ -61,8 +53,11 @@ class DLinear(nn.Module):
         self.seasonal, self.trend = nn.Linear(cfg.lookback, cfg.horizon), nn.Linear(cfg.lookback, cfg.horizon)
 
     def decompose(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, L, C) -> the remainder and the trend, each (B, L, C)."""
-        trend = moving_average(x, self.cfg.kernel)
+        """(B, L, C) -> the remainder and the trend, each (B, L, C): the trend the centred mean over
+        ``kernel`` steps, the ends repeated (kernel - 1) / 2 times."""
+        k = self.cfg.kernel
+        padded = torch.cat([x[:, :1].expand(-1, k // 2, -1), x, x[:, -1:].expand(-1, k // 2, -1)], 1)
+        trend = F.avg_pool1d(padded.transpose(1, 2), k, stride=1).transpose(1, 2)
         return x - trend, trend
 
     def forward(self, x: torch.Tensor) -> Forecast:

@@ -58,10 +58,6 @@ class DFMambaConfig(_Validated):
         self._check("depth", self.depth >= 0, "a depth >= 0")
         self._check("step_clip", self.step_clip > 0, "a positive clip")
 
-    @property
-    def d_inner(self) -> int:
-        return self.expand * self.d_model
-
 
 @dataclass
 class Forecast:
@@ -73,10 +69,8 @@ class Forecast:
 
 def level_lengths(cfg: DFMambaConfig) -> list[int]:
     """The sequence length at each level: [336, 168, 84, 42] at the defaults (Algorithm 1, line 7)."""
-    if cfg.variant == "S2":
-        return [cfg.lookback]
-    lengths = [cfg.lookback]
-    while len(lengths) - 1 < cfg.depth and lengths[-1] >= cfg.min_length:
+    lengths = [cfg.lookback]  # S2: no recursion
+    while cfg.variant != "S2" and len(lengths) <= cfg.depth and lengths[-1] >= cfg.min_length:
         lengths.append(math.ceil(lengths[-1] / 2))
     return lengths
 
@@ -87,8 +81,7 @@ def level_scale(variant: str, k: int) -> float:
 
 
 def step_size(raw: Tensor, k: int, cfg: DFMambaConfig) -> Tensor:
-    """Delta_k = min(softplus(raw) * scale_k, clip): eq. (5) with appendix A.14's clip. The clip has no
-    gradient where it binds."""
+    """Delta_k = min(softplus(raw) * scale_k, clip), eq. (5); A.14's clip has no gradient where it binds."""
     return torch.clamp(F.softplus(raw) * level_scale(cfg.variant, k), max=cfg.step_clip)
 
 
@@ -107,7 +100,7 @@ class MambaBlock(nn.Module):
     def __init__(self, cfg: DFMambaConfig):
         super().__init__()
         self.cfg = cfg
-        d, e, s, r = cfg.d_model, cfg.d_inner, cfg.d_state, cfg.dt_rank
+        d, e, s, r = cfg.d_model, cfg.expand * cfg.d_model, cfg.d_state, cfg.dt_rank
         self.in_proj = nn.Linear(d, 2 * e, bias=False)
         self.conv1d = nn.Conv1d(e, e, cfg.d_conv, groups=e, padding=cfg.d_conv - 1)
         self.x_proj = nn.Linear(e, r + 2 * s, bias=False)
@@ -182,8 +175,7 @@ class DFMamba(nn.Module):
             coarse = self.encoder(pairs)  # (N, L/2, D)  eq. (7)
             aux["recon"].append(F.mse_loss(self.decoder(coarse), pairs.detach()))  # eq. (11)
         deep = self.level(coarse, k + 1, aux, gates, lengths)  # (N, L/2, D)
-        up = F.interpolate(deep.transpose(1, 2), size=L, mode="linear", align_corners=False)  # eq. (8)
-        up = up.transpose(1, 2)  # (N, L, D)
+        up = F.interpolate(deep.transpose(1, 2), size=L, mode="linear").transpose(1, 2)  # (N, L, D) eq. (8)
         aux["consist"].append(F.mse_loss(up, local.detach()))  # eq. (12)
         if cfg.variant == "C3":
             return local + up
@@ -192,8 +184,7 @@ class DFMamba(nn.Module):
         return (1 - g) * local + g * up  # eq. (9)
 
     def forward(self, x: Tensor) -> Forecast:
-        cfg = self.cfg
-        b, L, c = x.shape
+        cfg, (b, L, c) = self.cfg, x.shape
         if (L, c) != (cfg.lookback, cfg.channels):
             raise ValueError(f"input (B, {L}, {c}): expected (B, {cfg.lookback}, {cfg.channels}), "
                              "(batch, lookback, channels)")
@@ -212,20 +203,16 @@ class DFMamba(nn.Module):
         out = self.head_time(h.transpose(1, 2))  # (N, D, H)
         out = self.head_out(out.transpose(1, 2)).squeeze(-1)  # (N, H)
         pred = out.view(b, c, cfg.horizon).transpose(1, 2) * std + mean  # (B, H, C)
-        zero = h.new_zeros(())
-        sums = {name: torch.stack(t).sum() if t else zero for name, t in aux.items()}
-        sums["flow"] = flow_loss(gates).to(h) if gates else zero
+        sums = {name: torch.stack(t).sum() if t else h.new_zeros(()) for name, t in aux.items()}
+        sums["flow"] = flow_loss(gates).to(h)
         return Forecast(pred, sums, [g.view(b, c, *g.shape[1:]) for g in gates], lengths)
 
 
 def total_loss(forecast: Forecast, target: Tensor, cfg: DFMambaConfig) -> tuple[Tensor, dict[str, float]]:
-    """L = L_task + lambda_1 L_recon + lambda_2 L_consist + lambda_3 L_flow (section 3.3); L4: L_task.
-    Every squared norm is a mean over its elements (the task's an MSE). Returns the loss and its
-    unweighted terms as floats."""
+    """L = L_task + lambda_1 L_recon + lambda_2 L_consist + lambda_3 L_flow (section 3.3); L4: L_task. Each
+    squared norm a mean over its elements (the task's an MSE). Returns L and its unweighted terms as floats."""
     task = F.mse_loss(forecast.prediction, target)
     weights = {"recon": cfg.lambda_recon, "consist": cfg.lambda_consist, "flow": cfg.lambda_flow}
-    if cfg.variant == "L4":
-        weights = dict.fromkeys(weights, 0.0)
-    loss = task + sum(w * forecast.aux[name] for name, w in weights.items() if w)
+    loss = task + sum(w * forecast.aux[name] for name, w in weights.items() if w and cfg.variant != "L4")
     parts = {"loss": loss, "task": task, **forecast.aux}
     return loss, {name: float(v.detach()) for name, v in parts.items()}

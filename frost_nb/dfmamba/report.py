@@ -77,9 +77,8 @@ def runs_frame(folders=None) -> pd.DataFrame:
 
 def per_seed(runs: pd.DataFrame, label: str, horizon: int = 96, key: str = "test_mse",
              lookback: int = LOOKBACK) -> list[float]:
-    """``key`` ("run": their names) of ``label``'s runs on ETTh2 at ``lookback`` and ``horizon``, by
-    seed: e.g. ``claims.zero_shot(per_seed(runs, "dfmamba", key="ratio"), {b: per_seed(runs, b, key="ratio")
-    ...})``."""
+    """``key`` ("run": their names) of ``label``'s ETTh2 runs at ``lookback`` and ``horizon``, by seed: e.g.
+    ``claims.zero_shot(per_seed(runs, "dfmamba", key="ratio"), {b: per_seed(runs, b, key="ratio") ...})``."""
     rows = runs[(runs.label == label) & (runs.horizon == horizon) & (runs.dataset == "etth2")
                 & (runs.lookback == lookback)].dropna(subset=[key])
     return rows.sort_values("seed")[key].tolist()

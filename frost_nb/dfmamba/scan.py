@@ -8,8 +8,7 @@
 against, use dt B: docs/df-mamba.md). ``sequential_scan`` is the reference loop; ``chunked_scan``, what
 the model runs, loops over small tensors with a hand-written backward that recomputes each chunk's
 states from the state entering it: no (N, L, E, S) tensor is held, and every decay lies in (0, 1]. A
-closed form inside chunks (Mamba-2's segment sums) measured 3x to 25x slower here, A being per (e, s).
-"""
+closed form inside chunks (Mamba-2's segment sums) measured 3x to 25x slower here, A being per (e, s)."""
 
 from __future__ import annotations
 
@@ -45,17 +44,14 @@ def chunked_scan(x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, D: Tens
     return _forward(x, dt, A, B, C, D, chunk, block, keep_starts=False)[0]
 
 
-def _decay(out: Tensor, dt: Tensor, A2: Tensor) -> Tensor:
-    """out (n, N, E, S) <- exp(dt A) = 2^(dt A log2 e). exp2 is about 6x faster than exp in this torch
-    on the CPU; the exponent is floored at the smallest normal number's, since denormal results are
-    several times slower still (the change is below 1e-38)."""
-    torch.mul(dt[..., None], A2, out=out)
-    out.clamp_(min=math.log2(torch.finfo(out.dtype).smallest_normal))
-    return out.exp2_()
-
-
-def _states(h: Tensor, decay: Tensor, u: Tensor) -> Tensor:
-    """In place, u[t] <- decay[t] * h_{t-1} + u[t], from h_{-1} = h: eq. (2) over one chunk."""
+def _states(h: Tensor, decay: Tensor, u: Tensor, dt: Tensor, v: Tensor, B: Tensor, A2: Tensor) -> Tensor:
+    """Eq. (2) over one chunk, in place, from h_{-1} = h: decay[t] <- exp(dt_t A) = 2^(dt_t A log2 e), u[t]
+    <- decay[t] * h_{t-1} + v_t B_t (v = dt x); returns the last state. exp2 is about 6x faster than exp in
+    this torch on the CPU; the exponent is floored at the smallest normal number's, since denormal results
+    are several times slower still (the change is below 1e-38)."""
+    torch.mul(dt[..., None], A2, out=decay)
+    decay.clamp_(min=math.log2(torch.finfo(decay.dtype).smallest_normal)).exp2_()
+    torch.mul(v[..., None], B[:, :, None, :], out=u)  # dt B x
     for t in range(len(u)):
         h = u[t].addcmul_(decay[t], h)
     return h
@@ -65,14 +61,10 @@ def _view(flat: Tensor, *shape: int) -> Tensor:
     return flat[:math.prod(shape)].view(shape)  # a contiguous (n, m, E, S) out of a reused buffer
 
 
-def _time_major(*ts: Tensor) -> list[Tensor]:
-    return [t.transpose(0, 1) for t in ts]  # (N, L, .) -> (L, N, .) views: copies cost more than they save
-
-
 def _forward(x, dt, A, B, C, D, chunk, block, keep_starts):
     """y, and (keep_starts) the state entering every chunk: the checkpoints the backward starts from."""
     (N, L, E), S = x.shape, A.shape[1]
-    xt, dtt, Bt, Ct = _time_major(x, dt, B, C)
+    xt, dtt, Bt, Ct = (z.transpose(0, 1) for z in (x, dt, B, C))  # (L, N, .) views: a copy costs more
     vt, A2 = dtt * xt, A * LOG2E  # (L, N, E): the input dt x, eq. (2)
     n_chunks = -(-L // chunk)
     starts = x.new_empty(n_chunks if keep_starts else 1, N, E, S)  # the state entering each chunk
@@ -89,9 +81,7 @@ def _forward(x, dt, A, B, C, D, chunk, block, keep_starts):
                 h = starts[i, nb].copy_(h)  # before uc, which holds h, is overwritten
             elif i:
                 h = h.clone()
-            _decay(ac, dtt[t, nb], A2)
-            torch.mul(vt[t, nb, :, None], Bt[t, nb, None, :], out=uc)  # dt B x
-            h = _states(h, ac, uc)  # uc: the states h_t
+            h = _states(h, ac, uc, dtt[t, nb], vt[t, nb], Bt[t, nb], A2)  # uc: the states h_t
             y[t, nb] = torch.mul(uc, Ct[t, nb, None, :], out=ac).sum(-1)  # C . h, eq. (2)
     return torch.addcmul(y.transpose(0, 1), D, x), starts
 
@@ -112,7 +102,7 @@ class _ChunkedScan(torch.autograd.Function):
         x, dt, A, B, C, D, starts = ctx.saved_tensors
         chunk, block = ctx.sizes
         (N, L, E), S = x.shape, A.shape[1]
-        xt, dtt, Bt, Ct, gyt = _time_major(x, dt, B, C, gy.contiguous())  # gy may be expanded
+        xt, dtt, Bt, Ct, gyt = (z.transpose(0, 1) for z in (x, dt, B, C, gy.contiguous()))  # gy may be expanded
         vt, A2 = dtt * xt, A * LOG2E
         gv, gdt = x.new_empty(2, L, N, E)  # dL/d(dt x) and dL/dt through the decay
         gB, gC = x.new_empty(2, L, N, S)
@@ -129,10 +119,8 @@ class _ChunkedScan(torch.autograd.Function):
                 n = len(range(L)[t])
                 ac, gc, gac = (_view(z, n, m, E, S) for z in (a, g, ga))
                 hc = _view(hs, n + 1, m, E, S)
-                _decay(ac, dtt[t, nb], A2)
                 hc[0] = starts[i, nb]
-                torch.mul(vt[t, nb, :, None], Bt[t, nb, None, :], out=hc[1:])
-                _states(hc[0], ac, hc[1:])
+                _states(hc[0], ac, hc[1:], dtt[t, nb], vt[t, nb], Bt[t, nb], A2)
                 # contractions over E as batched row-vector products (bmm is fast in this shape only)
                 gC[t, nb] = torch.bmm(gyt[t, nb].reshape(n * m, 1, E), hc[1:].view(n * m, E, S)).view(n, m, S)
                 for s in reversed(range(n)):
