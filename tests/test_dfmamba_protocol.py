@@ -8,12 +8,14 @@ import json
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from frost_nb.__main__ import main
 from frost_nb.data.prepare import DataError
 from frost_nb.dfmamba import data
 from frost_nb.dfmamba import training as forecasting
-from frost_nb.dfmamba.baselines import DLinear, DLinearConfig, RLinear, RLinearConfig, least_squares
+from frost_nb.dfmamba.baselines import DLinear, DLinearConfig, RLinear, RLinearConfig
+from frost_nb.dfmamba.model import Forecast
 from frost_nb.paths import repo_root
 
 SHARED = repo_root().parent / "shared" / "data"  # the data root holding ett/
@@ -77,6 +79,30 @@ def test_coarse_series_borders_and_counts():
     x, y = four.batch(torch.tensor([0, 624]))
     assert torch.equal(y[0, 0], data.coarse(z, 4)[2880]) and torch.equal(x[0, 0], data.coarse(z, 4)[2880 - 336])
     assert torch.equal(y[1, -1], data.coarse(z, 4)[3599])
+
+
+class SharedLinear(torch.nn.Module):
+    def __init__(self, lookback, horizon):
+        super().__init__()
+        self.linear = torch.nn.Linear(lookback, horizon)
+
+    def forward(self, x):
+        return Forecast(self.linear(x.transpose(1, 2)).transpose(1, 2), {})
+
+
+@torch.no_grad()
+def least_squares(train, batch_size=1024):
+    """The ``SharedLinear`` (with a bias) of least squared error over every window and variable of
+    ``train``: the normal equations summed in float64 a batch at a time, then solved."""
+    gram = cross = 0
+    for x, y in train.batches(batch_size):
+        a = F.pad(x.transpose(1, 2).reshape(-1, train.lookback).double(), (0, 1), value=1.0)  # (B C, L + 1)
+        gram, cross = gram + a.T @ a, cross + a.T @ y.transpose(1, 2).reshape(-1, train.horizon).double()
+    solution = torch.linalg.solve(gram, cross)  # (L + 1, H): the weights, then the bias
+    model = SharedLinear(train.lookback, train.horizon)
+    model.linear.weight.copy_(solution[:-1].T)
+    model.linear.bias.copy_(solution[-1])
+    return model.eval()
 
 
 @needs_ett

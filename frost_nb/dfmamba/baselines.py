@@ -1,5 +1,5 @@
 """The linear baselines of DF-Mamba's Table 1, one map shared by every variable, each returning the model's
-``Forecast`` (no auxiliary loss), and the closed-form least-squares map that checks the protocol.
+``Forecast`` (no auxiliary loss).
 
 - ``DLinear`` (cure-lab/LTSF-Linear ``models/DLinear.py``, ``individual=False``): the window's trend, its
   25-step moving average (the ends repeated 12 times), and the remainder, each through a Linear(look-back
@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import _Validated
-from .data import Windows
 from .model import Forecast
 
 
@@ -82,27 +81,3 @@ class RLinear(nn.Module):
         z = self.linear(self.dropout(z).transpose(1, 2)).transpose(1, 2)  # (B, H, C)
         z = (z - self.bias) / (self.weight + cfg.eps * cfg.eps) if cfg.affine else z
         return Forecast(z * std + mean, {})
-
-
-class SharedLinear(nn.Module):
-    def __init__(self, lookback: int, horizon: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(lookback, horizon)
-
-    def forward(self, x: torch.Tensor) -> Forecast:
-        return Forecast(self.linear(x.transpose(1, 2)).transpose(1, 2), {})
-
-
-@torch.no_grad()
-def least_squares(train: Windows, batch_size: int = 1024) -> SharedLinear:
-    """The ``SharedLinear`` (with a bias) of least squared error over every window and variable of
-    ``train``: the normal equations summed in float64 a batch at a time, then solved."""
-    gram = cross = 0
-    for x, y in train.batches(batch_size):
-        a = F.pad(x.transpose(1, 2).reshape(-1, train.lookback).double(), (0, 1), value=1.0)  # (B C, L + 1)
-        gram, cross = gram + a.T @ a, cross + a.T @ y.transpose(1, 2).reshape(-1, train.horizon).double()
-    solution = torch.linalg.solve(gram, cross)  # (L + 1, H): the weights, then the bias
-    model = SharedLinear(train.lookback, train.horizon)
-    model.linear.weight.copy_(solution[:-1].T)
-    model.linear.bias.copy_(solution[-1])
-    return model.eval()

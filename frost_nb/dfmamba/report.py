@@ -15,9 +15,10 @@ import torch
 from ..analysis.stats import MOVING_BLOCK, block_bootstrap
 from ..inputs import ParameterError
 from ..paper import DFMAMBA_TABLE1_ETTH2, DFMAMBA_TABLE2_ETTM2, DFMAMBA_TABLE14_ETTM2
+from ..runs import run_folder
 from .data import COLUMNS, LOOKBACK, write_generated
 from .model import DFMamba, level_scale
-from .training import (METRICS, MODELS, WEIGHTS, ForecastResult, evaluate, load_run, make_forecast_config,
+from .training import (MODELS, STORE, WEIGHTS, ForecastResult, evaluate, load_run, make_forecast_config,
                        read_config, read_metrics, stored_runs, stores, train_or_load, zero_shot)
 
 RUN_COLUMNS = ("run", "label", "dataset", "model", "variant", "lookback", "horizon", "seed", "test_mse",
@@ -123,7 +124,7 @@ def zero_shot_table(runs: pd.DataFrame, paper: dict = DFMAMBA_TABLE14_ETTM2) -> 
 
 def _folder(name: str) -> Path:
     """The stored run ``name`` (GRID/LABEL) that ``runs_frame`` read: the local store's first."""
-    return next(root / name for root in stores() if (root / name / METRICS).is_file())
+    return run_folder(f"{STORE}/{name}", finished=True, local_first=True)
 
 
 def smoke_runs() -> list[Path]:

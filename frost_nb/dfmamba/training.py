@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from .. import training as image_training
 from ..checkpoint import CheckpointError, lean_state, load_checkpoint, save_checkpoint
 from ..config import ConfigError, _Validated, parse_settings
-from ..paths import atomic_path, cache_dir, check_writable, committed_runs_dir, shown_path
-from ..runs import check_name, hardware, read_metrics, store_run, write_json
+from ..paths import atomic_path, check_writable, committed_runs_dir, run_stores, shown_path
+from ..runs import check_name, hardware, read_metrics, run_folder, store_run, write_json
 from .baselines import DLinear, DLinearConfig, RLinear, RLinearConfig
 from .data import COLUMNS, FILES, SPLITS, Windows, load_series, windows
 from .model import DFMamba, DFMambaConfig, total_loss
@@ -324,8 +324,8 @@ class ForecastTrainer:
 
 # ---------------------------------------------------------------- the run store
 
-def stores() -> tuple[Path, Path]:  # the local store's, then the committed runs' (what a clone has)
-    return cache_dir() / STORE, committed_runs_dir() / STORE
+def stores() -> tuple[Path, ...]:  # the local store's, then the committed runs' (what a clone has)
+    return tuple(root / STORE for root in run_stores())
 
 
 def is_forecast_run(folder: str | Path) -> bool:
@@ -378,9 +378,9 @@ def train_or_load(cfg: ForecastConfig, *, name: str | None = None, retrain: bool
     folder = find_run(cfg, finished=False)
     if folder is None or folder.parent.parent != stores()[0]:
         label = check_name(name or default_name(cfg))
-        taken = [root / label for root in stores() if (root / label / CONFIG).is_file()]
-        if taken and read_config(taken[0]).identity() != cfg.identity():
-            raise ConfigError(f"the run name {label} holds another run ({shown_path(taken[0])}): pass --name")
+        taken = run_folder(f"{STORE}/{label}", local_first=True)
+        if taken and read_config(taken).identity() != cfg.identity():
+            raise ConfigError(f"the run name {label} holds another run ({shown_path(taken)}): pass --name")
         folder = stores()[0] / label
     if retrain:
         for file in (METRICS, WEIGHTS):
