@@ -270,8 +270,7 @@ class ForecastTrainer:
             "horizon": d.horizon, "seed": t.seed, "test_mse": test["mse"], "test_mae": test["mae"],
             "test_windows": len(self.splits["test"]), "val_mse": self.best_val, "best_epoch": self.best_epoch,
             "epochs_run": self.epoch, "epoch_cap": t.epochs, "stopped": self.stopped,
-            "val_mse_per_epoch": val,
-            "train_seconds": self.seconds, "minutes": round(self.seconds / 60, 2),
+            "val_mse_per_epoch": val, "train_seconds": self.seconds, "minutes": round(self.seconds / 60, 2),
             "params": sum(p.numel() for p in self.model.parameters()),
             # stopped by the cap while the validation MSE fell by more than 1% over the last two epochs
             # (or before three epochs: nothing shows convergence then)
@@ -393,8 +392,7 @@ def train_or_load(cfg: ForecastConfig, *, name: str | None = None, retrain: bool
     return result
 
 
-def zero_shot(run: str | Path | ForecastResult, scales: tuple[int, ...] = (1, 2, 4), *,
-              store: bool = True) -> dict[str, Any]:
+def zero_shot(run: str | Path | ForecastResult, scales: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
     """Table 14's protocol: the trained model, unchanged, on the test windows of the standardised series
     average-pooled by each factor of ``scales`` (``data.windows(scale=)``: the borders divided by it, the
     run's look-back and horizon at that scale). {"scales", "mse", "mae", "windows"}, lists in the order
@@ -412,7 +410,7 @@ def zero_shot(run: str | Path | ForecastResult, scales: tuple[int, ...] = (1, 2,
            "windows": [len(w) for w in data]}
     if 1 in scales and 4 in scales:
         out["ratio"] = out["mse"][scales.index(4)] / out["mse"][scales.index(1)]
-    if store and result.folder is not None and (result.folder / METRICS).is_file():
+    if result.folder is not None and (result.folder / METRICS).is_file():
         result.metrics = {**read_metrics(result.folder), "zero_shot": out}
         write_json(result.folder / METRICS, result.metrics)
     return out
