@@ -26,10 +26,8 @@ IMAGE_NOISE = "inconclusive (test images)"  # fewer than MIN_SEEDS seeds: the te
 SUGGESTED, NOT_SUGGESTED = "suggested", "not suggested"
 NOT_TESTABLE = "not testable"
 PROTOCOL_DEPENDENT = "protocol-dependent"
-MIN_SEEDS = 3  # seeds needed for "reproduced" or "not reproduced" on a trained-model claim
-
-
 GUARD_FAILED = "guard failed"
+MIN_SEEDS = 3  # seeds needed for "reproduced" or "not reproduced" on a trained-model claim
 
 
 class Verdict(str):
@@ -72,9 +70,7 @@ def _verdict(d: float, half: float, n: int) -> Verdict:
 def _few(d: float, n: int, image_half: float) -> Verdict:
     """Fewer than MIN_SEEDS seeds: suggested by the mean's side of the margin, unless the test
     images' interval (``image_half`` > 0, measured) spans the margin."""
-    if image_half > 0 and abs(d) <= image_half:
-        return Verdict(IMAGE_NOISE, n)
-    return suggested(n, d > 0)
+    return Verdict(IMAGE_NOISE, n) if image_half > 0 and abs(d) <= image_half else suggested(n, d > 0)
 
 
 def _finite_values(values: Iterable[float]) -> list[float]:
@@ -120,28 +116,22 @@ def combine(parts: Sequence[Verdict], guard: Verdict | None = None) -> Verdict:
     tested = [p for p in parts if p.status != NOT_TESTABLE]
     reasons = list(dict.fromkeys(r for p in parts for r in p.reasons))  # each reason once
     if guard is not None and guard.status in (NOT, NOT_SUGGESTED):
-        counts = [p.seeds for p in (*tested, guard) if p.seeds is not None]
-        seeds = min(counts) if counts else None
+        seeds = min((p.seeds for p in (*tested, guard) if p.seeds is not None), default=None)
         few = guard.status == NOT_SUGGESTED or any(p.status in (SUGGESTED, NOT_SUGGESTED) for p in tested)
         return Verdict(NOT_SUGGESTED if few else NOT, seeds, reasons, note=GUARD_FAILED)
     if not tested:
         return Verdict(NOT_TESTABLE, reasons=reasons)
-    counts = [p.seeds for p in tested if p.seeds is not None]
-    seeds = min(counts) if counts else None
+    seeds = min((p.seeds for p in tested if p.seeds is not None), default=None)
     status = [p.status for p in tested]
     few = (SUGGESTED, NOT_SUGGESTED, IMAGE_NOISE)
     if any(s in few for s in status):  # a part on fewer than MIN_SEEDS seeds
         main = (SUGGESTED if all(s in (SUGGESTED, REPRODUCED) for s in status) else
                 NOT_SUGGESTED if NOT_SUGGESTED in status or NOT in status else IMAGE_NOISE)
         seeds = min(p.seeds for p in tested if p.status in few)
-    elif all(s == REPRODUCED for s in status):
-        main = REPRODUCED
-    elif PARTLY in status or (REPRODUCED in status and NOT in status):
-        main = PARTLY
-    elif NOT in status:  # a part fails and none holds: the claim (every part) fails
-        main = NOT
-    else:
-        main = INCONCLUSIVE
+    else:  # NOT: a part fails and none holds, so the claim (every part) fails
+        main = (REPRODUCED if all(s == REPRODUCED for s in status) else
+                PARTLY if PARTLY in status or (REPRODUCED in status and NOT in status) else
+                NOT if NOT in status else INCONCLUSIVE)
     if guard is not None and guard.status == INCONCLUSIVE and main in (REPRODUCED, PARTLY):
         main = INCONCLUSIVE  # the parts hold, but whether their precondition does is open
     if guard is not None and guard.status == SUGGESTED and main == REPRODUCED:
@@ -339,15 +329,10 @@ def collapse(scores: dict[str, Sequence[float]]) -> Verdict:
     """Per baseline ("consistently": every one), whether more than COLLAPSE_FREQUENT of its
     seeds collapse (``collapse_score`` > 0; "frequent"): every baseline -> reproduced, none -> not
     reproduced, some -> partly; a baseline on fewer than MIN_SEEDS seeds only suggests."""
-    parts = []
-    for runs in scores.values():
-        if not runs:
-            parts.append(untestable("no runs"))
-            continue
-        frequent = sum(s > 0 for s in runs) / len(runs) > COLLAPSE_FREQUENT
-        parts.append(suggested(len(runs), frequent) if len(runs) < MIN_SEEDS else
-                     Verdict(REPRODUCED if frequent else NOT, len(runs)))
-    return combine(parts)
+    frequent = lambda runs: sum(s > 0 for s in runs) / len(runs) > COLLAPSE_FREQUENT
+    return combine([untestable("no runs") if not runs else suggested(len(runs), frequent(runs))
+                    if len(runs) < MIN_SEEDS else Verdict(REPRODUCED if frequent(runs) else NOT, len(runs))
+                    for runs in scores.values()])
 
 
 # 9, 10. Table 2: accuracy kept at q and at the paper's depths
@@ -441,8 +426,7 @@ def rivals(areas: dict[str, float]) -> dict[str, float]:
 
 def best_rival(areas: dict[str, float]) -> tuple[str, float]:
     """(rule, area) of FROST's best rival among ``areas`` (``rivals``); the first named in a tie."""
-    found = rivals(areas)
-    if not found:
+    if not (found := rivals(areas)):
         raise ValueError(f"no rival among {sorted(areas)}: the references {REFERENCES} are none")
     return max(found.items(), key=lambda kv: kv[1])
 
@@ -508,8 +492,7 @@ def phase_structure(chosen: Sequence[float], equal: Sequence[float]) -> bool:
     """Whether the teachers show phases: per teacher the chosen ranges' score over equal ranges' (the
     search's objective, higher is better), at least 1 + PHASE_MARGIN on more than
     len - PHASE_TEACHERS of them (absent when PHASE_TEACHERS or more fall short)."""
-    short = sum(c < (1 + PHASE_MARGIN) * e for c, e in zip(chosen, equal, strict=True))
-    return short < PHASE_TEACHERS
+    return sum(c < (1 + PHASE_MARGIN) * e for c, e in zip(chosen, equal, strict=True)) < PHASE_TEACHERS
 
 
 def block_recurrent(recovered: Sequence[float], chosen: Sequence[float] | None = None,
@@ -529,6 +512,7 @@ def block_recurrent(recovered: Sequence[float], chosen: Sequence[float] | None =
 # which is not here). Fixed before any DF-Mamba result. An MSE is lower-is-better: each rule orients it
 CANNOT_TELL = "cannot tell"
 HOLDS, REVERSED, NOT_SHOWN = "holds", "reversed", "not shown"
+_ORIENTED = {REPRODUCED: HOLDS, NOT: REVERSED, INCONCLUSIVE: NOT_SHOWN}  # claims 21 and 22's words for a side
 FORECAST_CLOSE = 0.02  # ours: our mean MSE at most this above the paper's reads as its number
 
 
@@ -565,18 +549,15 @@ def ablation(variant_mse: Sequence[float], full_mse: Sequence[float]) -> Verdict
     its seeds: "holds" where Welch's 95% interval of variant minus full MSE lies wholly above 0,
     "reversed" wholly below, "not shown" otherwise; with fewer than MIN_SEEDS a side, suggested."""
     v = decide_between(variant_mse, full_mse)
-    status = {REPRODUCED: HOLDS, NOT: REVERSED, INCONCLUSIVE: NOT_SHOWN}.get(v.status)
-    return v if status is None else Verdict(status, v.seeds)
+    return Verdict(_ORIENTED[v.status], v.seeds, v.reasons) if v.status in _ORIENTED else v
 
 
 def zero_shot(dfmamba_ratio: Sequence[float], baselines: dict[str, Sequence[float]]) -> Verdict:
     """Claim 22 (Table 14): r = MSE at inputs coarsened x4 over MSE at the native scale, per seed;
     "holds" where Welch's interval of r_DF-Mamba minus r_baseline lies wholly below 0 for every baseline
     (each a part; DLinear and RLinear at 3 seeds, the flat stack S2 at 1, which only suggests)."""
-    parts = [decide_between(r, dfmamba_ratio) for r in baselines.values()]
-    v = combine(parts)
-    status = {REPRODUCED: HOLDS, NOT: REVERSED, INCONCLUSIVE: NOT_SHOWN}.get(v.status)
-    return v if status is None else Verdict(status, v.seeds, v.reasons)
+    v = combine([decide_between(r, dfmamba_ratio) for r in baselines.values()])
+    return Verdict(_ORIENTED[v.status], v.seeds, v.reasons) if v.status in _ORIENTED else v
 
 
 # Benchmarks beside the tables (ours)

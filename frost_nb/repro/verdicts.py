@@ -26,10 +26,9 @@ import pandas as pd
 from .. import paper
 from ..analysis.ladder import MEETS
 from ..config import LossConfig
-from ..paths import DamagedInput, repo_root, restore_hint, shown_path
+from ..paths import DamagedInput, one_line, repo_root, restore_hint, shown_path, skip_or_raise
 from ..repro import claims as C
 from .grids import CLAIM_K, family_of, slug
-from ..paths import one_line, skip_or_raise
 from ..runs import read_metrics, run_folder
 
 COLUMNS = ("claim", "title", "bundle", "form", "dataset", "size", "seeds", "paper", "ours", "verdict", "notebook")
@@ -117,12 +116,11 @@ class Metrics:
         path = self.folder / f"{name}.json"
         self.current = path
         if name not in self._json:
-            self._json[name] = self._read(path, lambda text: _records(json.loads(text))) if path.is_file() else None
-            if self._json[name] is not None and not isinstance(self._json[name], dict):
-                self._json[name] = skip_or_raise(self.damaged(path, "not a JSON object"))
-            elif self._json[name] is not None and not isinstance(self._json[name].get("provenance"), dict):
-                self._json[name] = skip_or_raise(self.damaged(  # every writer records one (provenance.make)
-                    path, "no provenance record (which runs its numbers come from)"))
+            d = self._read(path, lambda text: _records(json.loads(text))) if path.is_file() else None
+            problem = (None if d is None else "not a JSON object" if not isinstance(d, dict) else
+                       None if isinstance(d.get("provenance"), dict) else  # every writer's (provenance.make)
+                       "no provenance record (which runs its numbers come from)")
+            self._json[name] = skip_or_raise(self.damaged(path, problem)) if problem else d
         return self._json[name]
 
     def csv(self, path: Path) -> list[dict[str, str]] | None:
@@ -246,24 +244,21 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("02_scale_consistency*"):
         at = {(r["model"], r["seed"]): r["mean"] for r in d["table1"] if r["step"] == paper.TABLE1_STEP}
         runs = {(r["model"], r["seed"]): run_of(d, r) for r in d["runs"]}
-        basic = {s: v for (lab, s), v in at.items() if lab == "basic_ssm"}
-        control = {s: v for (lab, s), v in at.items() if lab == "frost (no ranking)"}
+        basic = [v for (lab, _), v in at.items() if lab == "basic_ssm"]
+        control = [v for (lab, _), v in at.items() if lab == "frost (no ranking)"]
         for label in sorted({lab for lab, _ in at}):
             found = [(s, runs.get((label, s))) for (lab, s) in at if lab == label]
-            if not all(is_frost(st) for _, st in found):
-                continue
-            if not basic:
+            if not basic or not all(is_frost(st) for _, st in found):
                 continue
             frost = [at[(label, s)] for s, _ in sorted(found)]  # separate runs: every seed of each side
             st = found[0][1]
             yield row(1, st["bundle"], form(st), d["dataset"], min(len(frost), len(basic)), shown,
-                      f"{_mean(frost):.2f} vs {_mean(basic.values()):.2f}",
-                      C.table1(frost, list(basic.values())), "02", primary=label == "frost", size=st.get("size"))
+                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "02",
+                      primary=label == "frost", size=st.get("size"))
             if label == "frost" and control:  # ours, beside
                 yield row(1, st["bundle"], form(st), d["dataset"], min(len(control), len(basic)), "no claim",
-                          f"no ranking {_mean(control.values()):.2f} vs {_mean(basic.values()):.2f}",
-                          C.table1_update(list(control.values()), list(basic.values())), "02",
-                          title=TABLE1_UPDATE, primary=False, size=st.get("size"))
+                          f"no ranking {_mean(control):.2f} vs {_mean(basic):.2f}", C.table1_update(control, basic),
+                          "02", title=TABLE1_UPDATE, primary=False, size=st.get("size"))
     for name in m.names("15_update_forms*"):
         d = m.json(name)
         basic = d["basic_ssm cos t=3"]
@@ -279,10 +274,9 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
 # ||d h_T / d h_t0||_2, over "product_steps" steps); the one-step norm and the step ratio are shown
 def _contraction_cells(rs: list[dict], kappa: list[float]) -> tuple[str, list[float] | None]:
     rates = [C.product_rate(r["product_norm"], r["product_steps"]) for r in rs if "product_norm" in r]
-    shown = f"{rs[0]['product_steps']}-step product rate {_mean(rates):.3f}" if len(rates) == len(rs) \
-        else "k-step product not measured"
-    return (f"{shown}; one-step norm {_mean(r['jvp_norm'] for r in rs):.2f}; step ratio {_mean(kappa):.3f}",
-            rates if len(rates) == len(rs) else None)
+    rates = rates if len(rates) == len(rs) else None
+    shown = f"{rs[0]['product_steps']}-step product rate {_mean(rates):.3f}" if rates else "k-step product not measured"
+    return f"{shown}; one-step norm {_mean(r['jvp_norm'] for r in rs):.2f}; step ratio {_mean(kappa):.3f}", rates
 
 
 def contraction_rows(m: Metrics) -> Iterator[dict]:
@@ -361,10 +355,10 @@ ALPHA_FIELDS = ("start", "min", "end", "max", "min at (fraction of training)")  
 def alpha_rows(m: Metrics) -> Iterator[dict]:
     for name in m.names("*"):
         d = m.json(name)
-        if not isinstance(d, dict) or not isinstance(d.get("alpha_trajectory"), dict):
+        if not isinstance(d.get("alpha_trajectory"), dict):  # names() reads objects only
             continue
-        runs = [(r, run_of(d, r)) for r in d["alpha_trajectory"]["summary"]]
-        for group in _by([(r, s) for r, s in runs if is_frost(s)], lambda rs: form(rs[1])).values():
+        runs = [(r, s) for r in d["alpha_trajectory"]["summary"] if is_frost(s := run_of(d, r))]
+        for group in _by(runs, lambda rs: form(rs[1])).values():
             st = group[0][1]
             v = {k: [r[k] for r, _ in group] for k in ALPHA_FIELDS}
             yield row(4, st["bundle"], form(st), d["dataset"], len(group), "drops, recovers, < 1",
@@ -375,10 +369,9 @@ def alpha_rows(m: Metrics) -> Iterator[dict]:
 # 5, 6, 7. notebook 04's ablations
 def hurst_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("04_alpha_H_ablation*"):
-        runs = [(r, run_of(d, r)) for r in d.get("hurst_sweep", [])]
         # H reaches the leaky bracket only with the scaled operators inside (the reference beside)
-        runs = [(r, s) for r, s in runs if s is not None and (s["scaled_inside"] or s["update"] not in
-                                                              ("leaky", "leaky_gated"))]
+        runs = [(r, s) for r in d.get("hurst_sweep", []) if (s := run_of(d, r)) is not None
+                and (s["scaled_inside"] or s["update"] not in ("leaky", "leaky_gated"))]
         fixed = {s["hurst"]: [r["alpha"]] for r, s in runs if not s["learn_hurst"]}
         learned = [(r["hurst"], s) for r, s in runs if s["learn_hurst"]]
         if len(fixed) < 2:
@@ -414,8 +407,7 @@ def loss_rows(m: Metrics) -> Iterator[dict]:
         yield row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours, verdict,
                   "04")
         for lam, a in sorted(arms["abs"].items()):  # the other equal strengths, shown beside
-            b = arms["both"].get(lam)
-            if lam == DEFAULT_STRENGTH[1] or b is None:
+            if lam == DEFAULT_STRENGTH[1] or (b := arms["both"].get(lam)) is None:
                 continue
             yield row(6, st["bundle"], form(st), d["dataset"], 1, "L_abs collapses",
                       f"L_abs alone {100 * a['test_accuracy']:.2f}% vs both (rel {b['lambda_rel']:g}) "
