@@ -151,9 +151,8 @@ def _bundle_tables(bundle: str, defaults: dict[str, Any], halting: dict[str, Any
         "conflict": arms["conflict"],
         # PonderNet's loss in place of the ranking losses: the sets reach nothing, as in NO_RANKING
         "ponder": {"frost (ponder)": {**NO_RANKING, "loss.ponder": True}},
-        "collapse": {
-            label: row for m in FAMILIES[:3] for label, row in (
-                (m, TASK_ONLY[m]), (f"{m} (ranking)", _strength_arm(m, *DECISIVE_STRENGTH, halting)))},
+        "collapse": {label: row for m in FAMILIES[:3] for label, row in (
+            (m, TASK_ONLY[m]), (f"{m} (ranking)", _strength_arm(m, *DECISIVE_STRENGTH, halting)))},
     }
     return {(name, bundle): table for name, table in tables.items()}
 
@@ -165,28 +164,23 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
     ("families", "residual"): {**TASK_ONLY, "frost": RESIDUAL_BUNDLE,
                                "frost (no ranking)": {**RESIDUAL_BUNDLE, "loss.ranking": False},
                                "frost (adopted defaults)": RESIDUAL_SELECTION},
-    ("hurst", "residual"): {
-        **{f"H = {h}": {**RESIDUAL_REF, "model.hurst": h} for h in HURST_VALUES},
-        "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
+    ("hurst", "residual"): {**{f"H = {h}": {**RESIDUAL_REF, "model.hurst": h} for h in HURST_VALUES},
+                            "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
     ("update", "residual"): {u: {**RESIDUAL_REF, "model.update": u} for u in UPDATE_FORMS[:3]},
     # the selected defaults together, against the reference they beat
     ("adopted", "residual"): {"reference": RESIDUAL_REF,
                               "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
     # "frost (adopted defaults)" of the residual families
-    ("ponder", "residual"): {
-        "frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
-    ("collapse", "residual"): {
-        label: row for m in FAMILIES[:3] for label, row in (
-            (m, TASK_ONLY[m]),
-            (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
+    ("ponder", "residual"): {"frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
+    ("collapse", "residual"): {label: row for m in FAMILIES[:3] for label, row in (
+        (m, TASK_ONLY[m]), (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
     # the set size of the adopted (global) sets, chosen on the held-out split by the
     # tuning rule (RANK_FRAC_VALUES, fixed before the runs), each value spelled out
     ("rank_frac", None): {f"rank_frac = {v}": {**ADOPTED_REF, "loss.rank_frac": v} for v in RANK_FRAC_VALUES},
     # experiment (c); its task-only references are the baselines' families runs, frost's without ranking
-    ("loss_strength", None): {
-        label: row for m in FAMILIES for label, row in (
-            (f"{m} (task only)", TASK_ONLY.get(m, NO_RANKING)),
-            *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
+    ("loss_strength", None): {label: row for m in FAMILIES for label, row in (
+        (f"{m} (task only)", TASK_ONLY.get(m, NO_RANKING)),
+        *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
     # on digits (UPDATE_FORMS_CHECK elsewhere); alpha's map is each form's default
     ("update_forms", None): {
         f"{u}, h0 = {init}": {**PER_STEP_HALTING, "model.update": u, "model.init_state": init}
@@ -277,9 +271,9 @@ def grid(name: str, size: str = "demo", dataset: str | None = "fashion-mnist",
     if name == "update_forms" and make_config(size, dataset).data.name != "digits":
         table = UPDATE_FORMS_CHECK
     budget = {"train.epochs": VIT_EPOCHS} if name == "vit" and size == "demo" else {}
-    tag = (lambda seed: f" seed {seed}") if len(seeds) > 1 else (lambda seed: "")
+    tag = " seed {}" if len(seeds) > 1 else ""  # labels carry the seed where there are several
     # a ONCE label runs at the first seed only: a reference, not a result
-    runs = {label + tag(seed): _run({**row, **budget}, size, dataset, seed) for seed in seeds
+    runs = {label + tag.format(seed): _run({**row, **budget}, size, dataset, seed) for seed in seeds
             for label, row in table.items() if label not in ONCE or seed == seeds[0]}
     # the runs' folder: <data set>-<size>-<grid><bundle suffix> (BUNDLE_SUFFIX) for BUNDLE_GRIDS
     suffix = BUNDLE_SUFFIX[bundle] if name in BUNDLE_GRIDS else ""
@@ -293,8 +287,7 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
     CLAIM_CONTROLS."""
     from ..analysis.block_recurrent import branch_steps, teacher_ranges
 
-    tag = (lambda seed: f" seed {seed}") if len(seeds) > 1 else (lambda seed: "")
-    vanilla, runs, controls = TASK_ONLY["vanilla"], {}, {}
+    vanilla, runs, controls, tag = TASK_ONLY["vanilla"], {}, {}, " seed {}" if len(seeds) > 1 else ""
     for seed in seeds:
         teacher = _run(vanilla, size, dataset, seed)
         if (found := find_run(teacher)) is None:
@@ -311,8 +304,8 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
                 **{f"student k={k}": student[k] for k in (STUDENT_KS if first else (CLAIM_K,))},
                 **{f"scratch k={k}": {**vanilla, "model.branch_steps": steps[k]}
                    for k in (SCRATCH_KS if first else ())}}
-        runs |= {label + tag(seed): _run(row, size, dataset, seed) for label, row in rows.items()}
-        controls |= {label + tag(seed): _run({**student[CLAIM_K], **row}, size, dataset, seed)
+        runs |= {label + tag.format(seed): _run(row, size, dataset, seed) for label, row in rows.items()}
+        controls |= {label + tag.format(seed): _run({**student[CLAIM_K], **row}, size, dataset, seed)
                      for label, row in CLAIM_CONTROLS.items() if first}
     return Grid(runs | controls, f"{make_config(size, dataset).data.name}-{size}-block-recurrent")
 
@@ -324,9 +317,7 @@ def block_recurrent_runs(size: str = "demo", dataset: str | None = "cifar100", s
     ``families`` grid's vanilla of each seed, whose step similarity the grid reads its ranges off, then
     the grid, CLAIM_CONTROLS only with ``controls``. ``require_trained`` stops before either when runs
     are neither committed nor cached and ``retrain`` is False (a smoke run trains them: seconds)."""
-    families = grid("families", size, dataset, seeds)
-    teachers = Grid({label: cfg for label, cfg in families.items() if family_of(label) == "vanilla"},
-                    families.folder)
+    teachers = grid("families", size, dataset, seeds).only("vanilla")
     require_trained(teachers, retrain)
     load_runs(teachers, progress)
     runs = grid("block-recurrent", size, dataset, seeds)
@@ -351,11 +342,11 @@ def block_recurrent_missing(size: str = "demo", dataset: str | None = "cifar100"
             for r in stored_runs(root if root is not None else committed_runs_dir())
             if r.finished and r.config.model.name == "vanilla" and (r.config.data.name, r.config.size) == (data, size)
             and len(r.config.model.branch_ranges) < r.config.model.steps}
-    tag = (lambda seed: f" seed {seed}") if len(seeds) > 1 else (lambda seed: "")
     want = [(f"student k={k}", seed, k, "student") for seed in seeds
             for k in (STUDENT_KS if seed == seeds[0] else (CLAIM_K,))]
     want += [(f"scratch k={k}", seeds[0], k, None) for k in SCRATCH_KS]
-    return [label + tag(seed) for label, seed, k, student in want if (seed, k, student) not in have]
+    tag = " seed {}" if len(seeds) > 1 else ""
+    return [label + tag.format(seed) for label, seed, k, student in want if (seed, k, student) not in have]
 
 
 def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:

@@ -31,11 +31,9 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
     from .grids import grid
 
     runs = {}
-    for size in (*RUNGS, *GPU_RUNGS, CONTROL):
+    for size in RUNGS if smoke else (*RUNGS, *GPU_RUNGS, CONTROL):
         frost_seeds = tuple(range(seeds)) if size == CONTROL else FROST_SEEDS[size][:seeds]
-        wanted = {(m, s) for m in ("frost", BASELINE) for s in (frost_seeds if m == "frost" else (0,))}
-        if smoke and size in (CONTROL, *GPU_RUNGS):
-            continue
+        wanted = {("frost", s) for s in frost_seeds} | {(BASELINE, 0)}
         g = grid("families", "smoke" if smoke else size, "digits" if smoke else dataset, seeds=(0, 1, 2))
         for label, cfg in g.items():
             model, seed = label.rsplit(" seed ", 1)[0], cfg.train.seed
@@ -60,15 +58,13 @@ PRECISION_NAME = "{dataset}-ladder32-precision/frost-fp32-seed{seed}"  # as expo
 def precision_run(dataset: str = "cifar100", seeds: int = 1, smoke: bool = False) -> dict[str, tuple[str, object]]:
     """label -> (run name, RunConfig) of the precision check's fp32 runs: frost at PRECISION's rung at
     the first ``seeds`` PRECISION_SEEDS with bf16 autocast off."""
-    size = PRECISION[0]
-    chosen = PRECISION_SEEDS[:seeds]
+    size, chosen = PRECISION[0], PRECISION_SEEDS[:seeds]
     bf16 = ladder_runs(dataset, seeds=max(chosen) + 1, smoke=smoke)
     runs = {}
     for seed in chosen:
         name, cfg = bf16[f"{size} frost seed {seed}"]
-        fp32_name = PRECISION_NAME.format(dataset=dataset, seed=seed)
-        if smoke:
-            fp32_name = name.replace("-families/", "-precision/").replace("frost-", "frost-fp32-")
+        fp32_name = name.replace("-families/", "-precision/").replace("frost-", "frost-fp32-") if smoke else \
+            PRECISION_NAME.format(dataset=dataset, seed=seed)
         runs[f"{size} frost fp32 seed {seed}"] = (fp32_name, cfg.replace(**{"train.amp": "off"}))
     return runs
 

@@ -56,7 +56,7 @@ def config_of(name: str) -> RunConfig:
     return read_config(folder / "config.json")
 
 
-def named_runs(record: Any, label: str | None = None) -> dict[str, str | None]:
+def named_runs(record: Any) -> dict[str, str | None]:
     """run name -> label of every run ``record`` names (walking dicts and lists); the label is
     the ``run`` or ``model`` field beside the name, without its seed tag."""
     found: dict[str, str | None] = {}

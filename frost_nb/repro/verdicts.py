@@ -138,7 +138,7 @@ class Metrics:
         return [stem for stem in stems if self.json(stem) is not None]
 
     def files(self, pattern: str) -> Iterator[dict]:
-        return (d for d in map(self.json, self.names(pattern)) if isinstance(d, dict))
+        return map(self.json, self.names(pattern))  # names() keeps the readable objects only
 
 
 def _runs(d: dict) -> dict[str, dict]:
@@ -177,9 +177,8 @@ def is_frost(s: dict | None) -> bool:
 
 
 def form(s: dict | None) -> str:
-    if s is None or s["model"] != "frost":
-        return NA
-    return s["update"] + ("" if s["init_state"] == "embedding" else ", h0 = 0")
+    return NA if s is None or s["model"] != "frost" else \
+        s["update"] + ("" if s["init_state"] == "embedding" else ", h0 = 0")
 
 
 def own_form(s: dict) -> bool:
@@ -259,8 +258,7 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
                 yield row(1, st["bundle"], form(st), d["dataset"], min(len(control), len(basic)), "no claim",
                           f"no ranking {_mean(control):.2f} vs {_mean(basic):.2f}", C.table1_update(control, basic),
                           "02", title=TABLE1_UPDATE, primary=False, size=st.get("size"))
-    for name in m.names("15_update_forms*"):
-        d = m.json(name)
+    for d in m.files("15_update_forms*"):
         basic = d["basic_ssm cos t=3"]
         for runs, st, primary in _forms(d):
             frost = [r["cos t=3"] for r in runs]
@@ -404,8 +402,7 @@ def loss_rows(m: Metrics) -> Iterator[dict]:
         ours = f"gap {gap(rel):.2f} vs {gap(both):.2f}" if rel else "no L_rel run"
         if alone:
             ours += f"; L_abs alone {100 * alone['test_accuracy']:.2f}% vs {100 * both['test_accuracy']:.2f}%"
-        yield row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours, verdict,
-                  "04")
+        yield row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours, verdict, "04")
         for lam, a in sorted(arms["abs"].items()):  # the other equal strengths, shown beside
             if lam == DEFAULT_STRENGTH[1] or (b := arms["both"].get(lam)) is None:
                 continue
@@ -422,12 +419,10 @@ def conflict_rows(m: Metrics) -> Iterator[dict]:
         found = labelled(d, "both") or labelled(d, "frost")
         if "frost" not in summary or not found:
             continue
-        st = found[0][1]
-        base = {k: [v] for k, v in summary.items() if k != "frost"}
-        yield row(7, st["bundle"], form(st), d["dataset"], 1, "> 0 vs < 0",
-                  f"{summary['frost']:+.2f} vs {min(v[0] for v in base.values()):+.2f}.."
-                  f"{max(v[0] for v in base.values()):+.2f}", C.gradient_conflict([summary["frost"]], base),
-                  "04", primary=False)
+        st, base = found[0][1], {k: [v] for k, v in summary.items() if k != "frost"}
+        yield row(7, st["bundle"], form(st), d["dataset"], 1, "> 0 vs < 0", f"{summary['frost']:+.2f} vs "
+                  f"{min(v[0] for v in base.values()):+.2f}..{max(v[0] for v in base.values()):+.2f}",
+                  C.gradient_conflict([summary["frost"]], base), "04", primary=False)
     for d in m.files("15_loss_strength"):
         for strength, rs in _by(d["runs"], lambda r: (r["lambda_rel"], r["lambda_abs"])).items():
             per = {k: [r["step_cosine"] for r in sorted(v, key=lambda r: r["seed"])] for k, v in _by(rs, "model").items()}
@@ -435,11 +430,9 @@ def conflict_rows(m: Metrics) -> Iterator[dict]:
                 continue
             st = run_of(d, _first(r for r in rs if r["model"] == "frost"))
             base = {k: v for k, v in per.items() if k != "frost"}
-            yield row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
-                      f"frost {_mean(per['frost']):+.3f}; "
-                      + ", ".join(f"{k} {_mean(v):+.3f}" for k, v in base.items()),
-                      C.gradient_conflict(per["frost"], base),
-                      "15", title="" if strength == DEFAULT_STRENGTH else
+            yield row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0", f"frost "
+                      f"{_mean(per['frost']):+.3f}; " + ", ".join(f"{k} {_mean(v):+.3f}" for k, v in base.items()),
+                      C.gradient_conflict(per["frost"], base), "15", title="" if strength == DEFAULT_STRENGTH else
                       f"Gradient conflict (rel {strength[0]:g}, abs {strength[1]:g})")
 
 
@@ -457,11 +450,9 @@ def _collapse(d: dict, runs: list[dict], run_of_: Callable[[dict, dict], dict | 
         fell = ", ".join(f"{k} {sum(s > 0 for s in v)}/{len(v)}" for k, v in scores.items())
         bundles = [s["bundle"] for s in _runs(d).values() if is_frost(s)]  # of the file's FROST runs
         bundle = max(sorted(set(bundles)), key=bundles.count) if bundles else NA  # the most common one
-        yield row(8, bundle, NA, d.get("collapse_dataset", d["dataset"]),
-                  min(len(v) for v in scores.values()), "all collapse",
-                  f"seeds collapsed at rel {strength[0]:g}, abs {strength[1]:g}: {fell}", C.collapse(scores),
-                  notebook,
-                  title="" if strength == DEFAULT_STRENGTH else
+        yield row(8, bundle, NA, d.get("collapse_dataset", d["dataset"]), min(len(v) for v in scores.values()),
+                  "all collapse", f"seeds collapsed at rel {strength[0]:g}, abs {strength[1]:g}: {fell}",
+                  C.collapse(scores), notebook, title="" if strength == DEFAULT_STRENGTH else
                   f"Collapse of the baselines (rel {strength[0]:g}, abs {strength[1]:g})")
 
 
@@ -479,8 +470,7 @@ def collapse_rows(m: Metrics) -> Iterator[dict]:
 def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list[list[float] | None]]]:
     """(source, settings, dataset, per-seed sweeps, per-seed fixed-depth curves) of every Table 2
     sweep of FROST with its ranking losses, each run named by the file's provenance."""
-    for name in m.names("05_halting*"):
-        d = m.json(name)
+    for d in m.files("05_halting*"):
         seeds = sorted({r["seed"] for r in d["sweep"]})
         # the file's own key names its seed's run; the others by label and seed, of its bundle
         # (the file may set another bundle's runs beside them: notebook 05's compare_bundle)
@@ -510,8 +500,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
 
 def _run_curve(name: str) -> list[float] | None:
     """A committed run's test accuracy at each fixed depth (its metrics.json)."""
-    folder = run_folder(name)
-    if folder is None or not (folder / "metrics.json").is_file():
+    if (folder := run_folder(name)) is None or not (folder / "metrics.json").is_file():
         return None
     try:
         return read_metrics(folder).get("test_accuracy_per_step")
