@@ -273,7 +273,8 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
 def _contraction_cells(rs: list[dict], kappa: list[float]) -> tuple[str, list[float] | None]:
     rates = [C.product_rate(r["product_norm"], r["product_steps"]) for r in rs if "product_norm" in r]
     rates = rates if len(rates) == len(rs) else None
-    shown = f"{rs[0]['product_steps']}-step product rate {_mean(rates):.3f}" if rates else "k-step product not measured"
+    shown = f"{rs[0]['product_steps']}-step product rate {_mean(rates):.3f}" if rates else \
+        "k-step product not measured"
     return f"{shown}; one-step norm {_mean(r['jvp_norm'] for r in rs):.2f}; step ratio {_mean(kappa):.3f}", rates
 
 
@@ -591,14 +592,11 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
 
 # 15. FROST's score against its rivals (07 and 08: every rule on FROST's seeds; claims.rivals, the
 # references never) and refitted heads (15_head_refit)
-
-
 def halting_rule_rows(m: Metrics) -> Iterator[dict]:
     for source, pattern in (("07", "07_halting_baselines*"), ("08", "08_beyond_the_paper*")):
         for d in m.files(pattern):  # every rule on FROST's seeds
             area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
-            models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"},
-                            key=_seed)
+            models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"}, key=_seed)
             areas = [{rule: a for (mod, rule), a in area.items() if mod == model} for model in models]
             if not models or not all(is_frost(settings(d, d["keys"][model])) for model in models) or not all(
                     C.rivals(a) for a in areas):
@@ -622,9 +620,8 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
             st = group[0][1]
             values = [margins[k] for k, _ in group if k in margins]
             yield row(15, st["bundle"], form(st), d["dataset"], len(values), "no claim",
-                      f"best linear head {_mean(values):+.3f} area over fixed depth / confidence",
-                      C.head_refit(values), "15", title="A learned head can beat fixed depth (refit)",
-                      primary=False)
+                      f"best linear head {_mean(values):+.3f} area over fixed depth / confidence", C.head_refit(values),
+                      "15", title="A learned head can beat fixed depth (refit)", primary=False)
 
 
 # Beyond the paper (notebook 08): the variant against its own fixed depth and oracle, and FROST
@@ -649,14 +646,12 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
             ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_hindsight"))
             full, frost_full = [g["full_depth"] for g in gs], [g["full_depth"] for g in frost.values()]
             main = family == d["variant"] and rule == "frost"
-            yield row(16, st["bundle"], form(st), d["dataset"], len(gs), "no claim",
-                      f"ranking {100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a "
-                      f"point; closes {_mean(closed):.2f} of the hindsight gap; full depth "
-                      f"{_mean(full) - _mean(frost_full):+.3f}",
+            yield row(16, st["bundle"], form(st), d["dataset"], len(gs), "no claim", f"ranking "
+                      f"{100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a point; closes "
+                      f"{_mean(closed):.2f} of the hindsight gap; full depth {_mean(full) - _mean(frost_full):+.3f}",
                       C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
-                      primary=main, size=st.get("size"),
-                      title="" if main else f"Our rule ({rule}) on {'the variant' if family == d['variant'] else 'FROST'}"
-                      f"'s models, by claim 16's targets (ours)")
+                      primary=main, size=st.get("size"), title="" if main else f"Our rule ({rule}) on "
+                      f"{'the variant' if family == d['variant'] else 'FROST'}'s models, by claim 16's targets (ours)")
 
 
 # 19 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
@@ -676,22 +671,17 @@ def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
         recovered = [r["recovered"] for r in students]
         gain = _mean(r["gain"] for r in students)
         controls = " / ".join(dict.fromkeys(str(r["scratch_seed"]) for r in students if r.get("scratch_seed") is not None))
+        # per teacher, the chosen ranges' score and equal ranges' (notebook 10's "ranges"; None without them)
+        scores = {r["seed"]: r for r in d.get("ranges", []) if r.get("k") == CLAIM_K and "equal_score" in r}
+        ranges = ([[scores[r["seed"]][k] for r in students] for k in ("score", "equal_score")]
+                  if all(r["seed"] in scores for r in students) else (None, None))
         yield row(19, NA, NA, d["dataset"], len(students), RAPTOR_CELL,
                   f"{_mean(recovered):.3f} ({100 * _mean(r['accuracy'] for r in students):.2f}% of "
                   f"{100 * _mean(r['teacher_accuracy'] for r in students):.2f}%); "
                   + ("" if gain != gain else f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch"
                      f"{f' (seed {controls})' if controls else ''}; ")
                   + f"state cosine {_mean(r['state_cosine_mean'] for r in students):.2f}",
-                  C.block_recurrent(recovered, *_range_scores(d, students)), "10")
-
-
-def _range_scores(d: dict, students: list[dict]) -> tuple[list[float] | None, list[float] | None]:
-    """Per teacher of ``students``, the chosen ranges' score and equal ranges' (notebook 10's
-    ``ranges``, k = CLAIM_K; (None, None) where the file lacks them)."""
-    scores = {r["seed"]: r for r in d.get("ranges", []) if r.get("k") == CLAIM_K and "equal_score" in r}
-    if not all(r["seed"] in scores for r in students):
-        return None, None
-    return [scores[r["seed"]]["score"] for r in students], [scores[r["seed"]]["equal_score"] for r in students]
+                  C.block_recurrent(recovered, *ranges), "10")
 
 
 # 20-22 (DF-Mamba, notebook 11): its "runs", one record per stored run (its key "run", label, horizon, seed,
@@ -704,11 +694,6 @@ def _forecast_runs(d: dict, label: str, horizon: int = 96, key: str = "test_mse"
     """The run records of ``label`` at ``horizon`` that hold ``key`` (null: not measured), by seed."""
     found = [r for r in d["runs"] if r["label"] == label and r["horizon"] == horizon]
     return sorted((r for r in found if r.get(key) is not None), key=lambda r: r["seed"])
-
-
-def _zero_shot_ratio(r: dict) -> float:
-    """r = MSE(x4) / MSE(x1) of one run's zero-shot errors (claim 22)."""
-    return r["zs_mse"][r["zs_scales"].index(4)] / r["zs_mse"][r["zs_scales"].index(1)]
 
 
 def _paper_cell(runs: list[dict], boot: dict | None) -> str:
@@ -751,9 +736,10 @@ def forecast_rows(m: Metrics) -> Iterator[dict]:
             if full and (var := [r["test_mse"] for r in _forecast_runs(d, v)]):
                 yield at(21, min(len(var), len(full)), f"{v} {t2[v][0]:.3f} vs full {t2['full'][0]:.3f} "
                          f"(ETTm2)", f"{v} {_mean(var):.3f} vs full {_mean(full):.3f}", C.ablation(var, full))
-        ratio = {label: [_zero_shot_ratio(r) for r in _forecast_runs(d, label, key="zs_mse")]
+        r_of = lambda model: t14[model][4] / t14[model][1]  # r = MSE(x4) / MSE(x1): the paper's, and a run's
+        zero_shot = lambda r: r["zs_mse"][r["zs_scales"].index(4)] / r["zs_mse"][r["zs_scales"].index(1)]
+        ratio = {label: [zero_shot(r) for r in _forecast_runs(d, label, key="zs_mse")]
                  for label in ("dfmamba", "dlinear", "rlinear", "S2")}
-        r_of = lambda model: t14[model][4] / t14[model][1]
         theirs = f"r {r_of('dfmamba'):.3f} vs Affirm's {r_of('affirm'):.3f} (ETTm2)"
         for part, title in ((("dlinear", "rlinear"), ""), (("S2",), S2_TITLE)):
             if ratio["dfmamba"] and all(ratio[b] for b in part):
