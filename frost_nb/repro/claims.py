@@ -305,10 +305,9 @@ CONFLICT_MARGIN = 0.0  # the sign is the claim
 
 
 def gradient_conflict(frost: Sequence[float], baselines: dict[str, Sequence[float]]) -> Verdict:
-    """Two parts: (a) per seed, frost's task-ranking gradient cosine above CONFLICT_MARGIN (the
-    gradients agree); (b) per baseline, minus its cosine above CONFLICT_MARGIN on its own seeds
-    (every baseline's conflict). One part holding is "partly
-    reproduced"."""
+    """Two parts: (a) per seed, frost's task-ranking gradient cosine above CONFLICT_MARGIN (the gradients
+    agree); (b) per baseline, minus its cosine above CONFLICT_MARGIN on its own seeds (every baseline's
+    conflict). One part holding is "partly reproduced"."""
     return combine([decide(frost, CONFLICT_MARGIN),
                     combine([decide([-c for c in v], CONFLICT_MARGIN) for v in baselines.values()])])
 
@@ -464,11 +463,10 @@ def variant(ranking: Sequence[float], steps_saved: Sequence[float], closed: Sequ
             full_depth: Sequence[float], frost_full_depth: Sequence[float], same_runs: bool = False) -> Verdict:
     """Three parts, each per seed: the ranking term (accuracy - random exits of its depths), mean over
     VARIANT_QUANTILES, above VARIANT_RANKING; the mean steps a fixed depth needs to come within
-    halting_rules.WITHIN of full-depth accuracy minus the rule's, above VARIANT_STEPS_SAVED; the
-    share of the fixed-depth-to-hindsight-exit gap in area closed over mean depths up to the
-    hindsight exit's full-accuracy depth, above VARIANT_CLOSED. Guard: full-depth accuracy minus FROST's
-    above -VARIANT_FULL_DEPTH: Welch's on separate runs, by seed where ``same_runs`` (a rule of ours
-    read on FROST's own models)."""
+    halting_rules.WITHIN of full-depth accuracy minus the rule's, above VARIANT_STEPS_SAVED; the share of the
+    fixed-depth-to-hindsight-exit gap in area closed over mean depths up to the hindsight exit's full-accuracy
+    depth, above VARIANT_CLOSED. Guard: full-depth accuracy minus FROST's above -VARIANT_FULL_DEPTH: Welch's
+    on separate runs, by seed where ``same_runs`` (a rule of ours read on FROST's own models)."""
     guard = (decide(by_seed(full_depth, frost_full_depth), -VARIANT_FULL_DEPTH) if same_runs else
              decide_between(full_depth, frost_full_depth, -VARIANT_FULL_DEPTH))
     return combine([decide(ranking, VARIANT_RANKING), decide(steps_saved, VARIANT_STEPS_SAVED),
@@ -575,6 +573,7 @@ def kll_overhead(share: float) -> Verdict:
 
 _T1 = paper.TABLE1_STEPS.index(TABLE1_STEP)
 _VIT, _RESNET = paper.table3_frost_depth("vit"), paper.table3_frost_depth("resnet")
+NO_CLAIM = "no such claim in the paper"
 CLAIMS = (
     Claim(1, "Table 1 scale-consistency", f"FROST's GAP(h_t) is close to GAP(h_T) early "
           f"({paper.TABLE1['frost'][_T1][0]} at t = {TABLE1_STEP}), basic_ssm's is not "
@@ -582,10 +581,9 @@ CLAIMS = (
           f"frost - basic_ssm cosine at t = {TABLE1_STEP} > 0 (Welch's 95% interval of the seed means)"),
     Claim(2, "Appendix B contraction", "products of step Jacobians are bounded by kappa^t, kappa < 1",
           "growth rate per step of the late steps' Jacobian product < 1 (one-step norm shown, not deciding)"),
-    Claim(3, "Minkowski dimension", f"vanilla and basic_ssm close to the Koch curve's "
-          f"{paper.KOCH_DIMENSION:.2f}, FROST significantly higher",
-          f"frost - each baseline > {DIMENSION_MARGIN} (ours: the estimators' error; Welch), where the "
-          "estimator resolves the Koch curve from a line at 17 states"),
+    Claim(3, "Minkowski dimension", f"vanilla and basic_ssm close to the Koch curve's {paper.KOCH_DIMENSION:.2f}, "
+          "FROST significantly higher", f"frost - each baseline > {DIMENSION_MARGIN} (ours: the estimators' error; "
+          "Welch), where the estimator resolves the Koch curve from a line at 17 states"),
     Claim(4, "Figure 1 alpha", "alpha first drops, then recovers, and stays below 1",
           f"fall > {ALPHA_FALL}; recovery > {ALPHA_RECOVERY} of the fall (both ours); max < 1"),
     Claim(5, "H sweep", "a small H drives alpha up; a learnable H runs away above 1",
@@ -609,12 +607,10 @@ CLAIMS = (
     Claim(13, "ViT exits earlier (Table 3 depths)", f"ViT frost exits at {_VIT['mean_depth']} of {_VIT['steps']} "
           f"steps, ResNet's at {_RESNET['mean_depth']} of {_RESNET['steps']}",
           f"depth within {VIT_DEPTH_CLOSE} step (ours); depth / T below ResNet's"),
-    Claim(14, "Halting beats a fixed depth (ours)", "no such claim in the paper",
-          f"mean gain over q < 1 above {FIXED_GAIN}"),
-    Claim(15, "FROST's score against other halting rules (ours)", "no such claim in the paper",
-          f"area within {AREA_TIE} of its best rival (a rule one can run; fixed depth, oracle and hindsight "
-          "exit are references)"),
-    Claim(16, "Beyond the paper: a variant's halting beats a fixed depth (ours)", "no such claim in the paper",
+    Claim(14, "Halting beats a fixed depth (ours)", NO_CLAIM, f"mean gain over q < 1 above {FIXED_GAIN}"),
+    Claim(15, "FROST's score against other halting rules (ours)", NO_CLAIM, f"area within {AREA_TIE} of its best "
+          "rival (a rule one can run; fixed depth, oracle and hindsight exit are references)"),
+    Claim(16, "Beyond the paper: a variant's halting beats a fixed depth (ours)", NO_CLAIM,
           f"mean over q = {VARIANT_QUANTILES[0]:g}..{VARIANT_QUANTILES[-1]:g}: ranking above random exits of its "
           f"depths; fewer steps than its fixed depth to come within half a point of full depth; closes > "
           f"{VARIANT_CLOSED:g} of its fixed-depth-to-hindsight-exit area gap (three parts); guard: full "
@@ -622,15 +618,13 @@ CLAIMS = (
 )
 # beside the 16, in docs/results.md only: the benchmarks of our adaptive inference
 BENCHMARK_CLAIMS = (
-    Claim(17, "Adaptive inference speed-up (ours)", "no such claim in the paper",
-          f"measured / ideal speed-up at least {SPEED_CLOSE}"),
-    Claim(18, "KLL threshold cost (ours)", "no such claim in the paper",
-          f"sketch updates below {KLL_CHEAP} of a training step"),
+    Claim(17, "Adaptive inference speed-up (ours)", NO_CLAIM, f"measured / ideal speed-up at least {SPEED_CLOSE}"),
+    Claim(18, "KLL threshold cost (ours)", NO_CLAIM, f"sketch updates below {KLL_CHEAP} of a training step"),
 )
 # and after them, in docs/results.md only: claims of ours that test the paper's premise after another paper
 EXTENSION_CLAIMS = (
     Claim(19, "Block-recurrent rewrite: k = 2 recovers its teacher (ours, after Raptor)",
-          f"no such claim in the paper; Raptor's 2 blocks recover {RECOVERED_MARGIN:.0%} of DINOv2's "
+          f"{NO_CLAIM}; Raptor's 2 blocks recover {RECOVERED_MARGIN:.0%} of DINOv2's "
           "linear-probe accuracy (its abstract)",
           f"k = 2 student's test accuracy / its vanilla teacher's above {RECOVERED_MARGIN}, per teacher "
           f"seed, where the teachers show phases (chosen ranges at least {PHASE_MARGIN:.0%} above equal)"),
@@ -660,33 +654,32 @@ CLAIM = {c.number: c for c in CLAIMS + BENCHMARK_CLAIMS + EXTENSION_CLAIMS + DFM
 # collapse), and docs/fidelity.md reports both where they differ.
 EXPERIMENT_RULES = {
     "head_refit": (
-        "Frozen committed Fashion-MNIST frost backbones (families' frost seeds 0-2, the adopted-"
-        "defaults frost seed 0); only the halting head is refitted, four ways: global pairs, per-step "
-        "pairs, per-step pairs on a LayerNorm-ed input, BCE on 'this step's prediction is correct'. "
-        "Rule: the score's design is at fault when the per-step normalised head beats the global-pairs "
-        "refit by at least 0.01 area (mean over backbones); the backbone's early steps are at fault when "
-        "even the correctness head beats the better of fixed depth and confidence by less than 0.01."),
+        "Frozen committed Fashion-MNIST frost backbones (families' frost seeds 0-2, the adopted-defaults "
+        "frost seed 0); only the halting head is refitted, four ways: global pairs, per-step pairs, per-step "
+        "pairs on a LayerNorm-ed input, BCE on 'this step's prediction is correct'. Rule: the score's design "
+        "is at fault when the per-step normalised head beats the global-pairs refit by at least 0.01 area "
+        "(mean over backbones); the backbone's early steps are at fault when even the correctness head beats "
+        "the better of fixed depth and confidence by less than 0.01."),
     "update_forms": (
-        "canonical, convex, gated, leaky, leaky_gated, each with model.init_state 'embedding' and "
-        "'zeros'; digits at demo size, seeds 0-2; then Fashion-MNIST at 5 epochs, seed 0, for leaky and "
-        "gated. Rule: a form contracts when its median JVP norm over steps 8..T is below 1 and at least "
-        "half the samples satisfy the appendix-B bound; Table 1 is reproduced for a form when frost's "
-        "cosine at t = 3 exceeds basic_ssm's (same seeds) by more than the spread over seeds."),
+        "canonical, convex, gated, leaky, leaky_gated, each with model.init_state 'embedding' and 'zeros'; "
+        "digits at demo size, seeds 0-2; then Fashion-MNIST at 5 epochs, seed 0, for leaky and gated. Rule: "
+        "a form contracts when its median JVP norm over steps 8..T is below 1 and at least half the samples "
+        "satisfy the appendix-B bound; Table 1 is reproduced for a form when frost's cosine at t = 3 exceeds "
+        "basic_ssm's (same seeds) by more than the spread over seeds."),
     "loss_strength": (
-        "vanilla, recurrent, basic_ssm, frost with (lambda_rel, lambda_abs) in (1, 0.1), (3, 1), "
-        "(10, 3), and L_abs alone at lambda_abs 1 and 3; digits, seeds 0-2. Rule: collapse as "
+        "vanilla, recurrent, basic_ssm, frost with (lambda_rel, lambda_abs) in (1, 0.1), (3, 1), (10, 3), "
+        "and L_abs alone at lambda_abs 1 and 3; digits, seeds 0-2. Rule: collapse as "
         "halting_rules.collapsed; the collapse claim holds when a baseline collapses on at least 2 of 3 "
-        "seeds at some strength where frost does not; the L_abs claim holds when L_abs alone collapses. "
-        "Made precise before the runs: frost 'does not' collapse at a strength when it collapses on at "
-        "most 1 of 3 seeds; 'L_abs alone collapses' means frost with L_abs alone collapses on at least 2 "
-        "of 3 seeds at some lambda_abs. Gradient conflict (appendix D, Definition D.1 'at iteration t'): "
-        "per probe the cosine between the task gradient and step t's own ranking gradient, averaged over "
-        "t = 1..T and over the probes of the second half of training; the claim holds at a strength when "
-        "frost's is positive on every seed and each baseline's is negative on at least 2 of 3 seeds. The "
-        "ranking/task gradient-norm ratio (same probes) is reported, not graded."),
+        "seeds at some strength where frost does not; the L_abs claim holds when L_abs alone collapses. Made "
+        "precise before the runs: frost 'does not' collapse at a strength when it collapses on at most 1 of "
+        "3 seeds; 'L_abs alone collapses' means frost with L_abs alone collapses on at least 2 of 3 seeds at "
+        "some lambda_abs. Gradient conflict (appendix D, Definition D.1 'at iteration t'): per probe the "
+        "cosine between the task gradient and step t's own ranking gradient, averaged over t = 1..T and over "
+        "the probes of the second half of training; the claim holds at a strength when frost's is positive "
+        "on every seed and each baseline's is negative on at least 2 of 3 seeds. The ranking/task "
+        "gradient-norm ratio (same probes) is reported, not graded."),
     "minkowski_protocols": (
-        "Committed Fashion-MNIST families (3 seeds x 4 families), inference only: polyline vs point "
-        "cloud of all states, 2-D vs 3-D PCA projection, coarse (1/4..1/32) vs fine (1/8..1/128) box "
-        "ranges. Rule: 'protocol-dependent' unless one protocol orders frost above vanilla and "
-        "basic_ssm on every seed."),
+        "Committed Fashion-MNIST families (3 seeds x 4 families), inference only: polyline vs point cloud of "
+        "all states, 2-D vs 3-D PCA projection, coarse (1/4..1/32) vs fine (1/8..1/128) box ranges. Rule: "
+        "'protocol-dependent' unless one protocol orders frost above vanilla and basic_ssm on every seed."),
 }

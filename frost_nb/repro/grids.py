@@ -30,9 +30,8 @@ TUNING_VALUES = {"loss.lambda_rel": (0.3, 3.0), "loss.lambda_abs": (0.03, 0.3),
 # under the adopted bundle rank_frac's reference is 0.5, the most it can be: both moves go down
 ADOPTED_TUNING_VALUES = {**TUNING_VALUES, "loss.rank_frac": (0.125, 0.25)}
 ADOPT_MARGIN = 0.01
-# the adopted sets' size, fixed before the runs (Fashion-MNIST, ABLATION_EPOCHS, seed 0): the best
-# held-out value replaces RANK_FRAC_REFERENCE (the per-step bundle's) only if it beats it by more
-# than ADOPT_MARGIN
+# the adopted sets' size, fixed before the runs (Fashion-MNIST, ABLATION_EPOCHS, seed 0): the best held-out
+# value replaces RANK_FRAC_REFERENCE (the per-step bundle's) only if it beats it by more than ADOPT_MARGIN
 RANK_FRAC_VALUES = (0.125, 0.25, 0.5)
 RANK_FRAC_REFERENCE = 0.5
 FAMILIES = ("vanilla", "recurrent", "basic_ssm", "frost")
@@ -64,9 +63,8 @@ BUNDLE_SUFFIX = {"adopted": "", "per-step": "-per-step", "residual": "-residual"
 ADOPTED_HALTING = {"model.halt_norm": True, "loss.rank_pairs": "global", "halting.sketch_window": "run",
                    "loss.rank_frac": 0.5}
 ADOPTED_BUNDLE = {"model.update": "leaky", "model.alpha_param": "sigmoid", **ADOPTED_HALTING}
-# The per-step bundle: the adopted bundle with the sets taken within each step, the default until
-# the global sets were adopted; every committed run made under it keeps that identity
-# (docs/method.md section 5.5)
+# The per-step bundle: the adopted bundle with the sets taken within each step, the default until the
+# global sets were adopted; every committed run made under it keeps that identity (docs/method.md section 5.5)
 PER_STEP_HALTING = {**ADOPTED_HALTING, "loss.rank_pairs": "per_step", "loss.rank_frac": 0.5}
 PER_STEP_BUNDLE = {**ADOPTED_BUNDLE, **PER_STEP_HALTING}
 # The residual bundle: the defaults when the families and ablation grids were fixed and run; and
@@ -292,14 +290,12 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
         teacher = _run(vanilla, size, dataset, seed)
         if (found := find_run(teacher)) is None:
             name = teacher.data.name
-            raise ValueError(f"grid 'block-recurrent' reads its teachers' step similarity, but vanilla "
-                             f"seed {seed} ({name}, {size}) is not trained: train it first with python -m "
-                             f"frost_nb grid families --size {size} --dataset {name} --labels vanilla "
-                             f"--seeds {seed}")
+            raise ValueError(f"grid 'block-recurrent' reads its teachers' step similarity, but vanilla seed "
+                             f"{seed} ({name}, {size}) is not trained: train it first with python -m frost_nb grid "
+                             f"families --size {size} --dataset {name} --labels vanilla --seeds {seed}")
         first = seed == seeds[0]
         steps = {k: branch_steps(teacher_ranges(found.checkpoint, k)) for k in STUDENT_KS + SCRATCH_KS}
-        student = {k: {**vanilla, "model.branch_steps": steps[k], "loss.teacher": found.name}
-                   for k in STUDENT_KS}
+        student = {k: {**vanilla, "model.branch_steps": steps[k], "loss.teacher": found.name} for k in STUDENT_KS}
         rows = {"vanilla": vanilla, **({"recurrent": TASK_ONLY["recurrent"]} if first else {}),
                 **{f"student k={k}": student[k] for k in (STUDENT_KS if first else (CLAIM_K,))},
                 **{f"scratch k={k}": {**vanilla, "model.branch_steps": steps[k]}
@@ -321,8 +317,7 @@ def block_recurrent_runs(size: str = "demo", dataset: str | None = "cifar100", s
     require_trained(teachers, retrain)
     load_runs(teachers, progress)
     runs = grid("block-recurrent", size, dataset, seeds)
-    runs = Grid({k: v for k, v in runs.items() if controls or family_of(k) not in CLAIM_CONTROLS},
-                runs.folder)
+    runs = Grid({k: v for k, v in runs.items() if controls or family_of(k) not in CLAIM_CONTROLS}, runs.folder)
     require_trained(runs, retrain)
     return load_runs(runs, progress)
 

@@ -1,12 +1,11 @@
 """The verdict tables: the paper's claims decided (``repro.claims``) from the committed metrics files.
 
-Two tables from the same rows: the README's, one row per claim of ``claims.CLAIMS`` (then DF-Mamba's
-claim 20 once it has rows), its decisive evidence (``summary_rows``, ``_rank``); docs/results.md's,
-every row (``verdict_rows``). A file's runs and their settings come from its ``provenance`` alone
-(notebook 11's forecasting runs, which it does not hold: from the run keys of its records). A damaged
-file (``MissingField``, ``MissingRow``) is a ``DamagedInput`` naming it and its fix, never a table
-without its rows (``--skip-damaged``: left out, and said so); any other error is a bug and surfaces as
-itself.
+Two tables from the same rows: the README's, one row per claim of ``claims.CLAIMS`` (then DF-Mamba's claim 20
+once it has rows), its decisive evidence (``summary_rows``, ``_rank``); docs/results.md's, every row
+(``verdict_rows``). A file's runs and their settings come from its ``provenance`` alone (notebook 11's
+forecasting runs, which it does not hold: from the run keys of its records). A damaged file (``MissingField``,
+``MissingRow``) is a ``DamagedInput`` naming it and its fix, never a table without its rows
+(``--skip-damaged``: left out, and said so); any other error is a bug and surfaces as itself.
 """
 
 from __future__ import annotations
@@ -45,9 +44,8 @@ DATASET_RANK = ("cifar100", "imagenet100", "fashion-mnist", "cifar10", "digits")
 BUNDLE_RANK = ("adopted", "per-step", "residual", NA)
 SIZE_RANK = ("ladder64", "demo")  # the paper's structure (100,102 parameters) decides; demo, its control
 # where a row's numbers come from: a notebook, or the command that wrote the file
-SOURCES = {"01": "01", "02": "02", "03": "03", "04": "04", "05": "05", "06": "06", "07": "07", "08": "08",
-           "10": "10", "11": "11", "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI",
-           "bench": "benchmarks/"}
+SOURCES = {**{n: n for n in ("01", "02", "03", "04", "05", "06", "07", "08", "10", "11")}, "15": "docs/fidelity.md",
+           "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
 DEFAULT_STRENGTH = (LossConfig().lambda_rel, LossConfig().lambda_abs)
 
 
