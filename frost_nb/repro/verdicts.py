@@ -261,8 +261,7 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
         for runs, st, primary in _forms(d):
             frost = [r["cos t=3"] for r in runs]
             yield row(1, st["bundle"], form(st), d["dataset"], min(len(runs), len(basic)), shown,
-                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15",
-                      primary=primary)
+                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15", primary=primary)
 
 
 # 2. Appendix B (02: FROST among the families; 15_update_forms: every form). The growth rate of
@@ -744,8 +743,7 @@ def forecast_rows(m: Metrics) -> Iterator[dict]:
                 ours = ", ".join(f"{FORECAST_NAMES.get(b, b)} {_mean(ratio[b]):.3f}" for b in part)
                 yield at(22, min(len(ratio[x]) for x in ("dfmamba", *part)), "no claim" if title else theirs,
                          f"r {_mean(ratio['dfmamba']):.3f} vs {ours}",
-                         C.zero_shot(ratio["dfmamba"], {b: ratio[b] for b in part}), title=title,
-                         primary=not title)
+                         C.zero_shot(ratio["dfmamba"], {b: ratio[b] for b in part}), title=title, primary=not title)
 
 
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
@@ -761,9 +759,8 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
-                yield row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
-                          f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
-                          C.speed(w["ratio"]), "bench")
+                yield row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells (B {w['batch_size']}, "
+                          f"q {w['quantile']:g}; 1 thread, {device})", C.speed(w["ratio"]), "bench")
             batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
             largest = max(r["batch_size"] for r in batch)
             worst = min(r["ratio"] for r in batch if r["batch_size"] == largest)
@@ -778,9 +775,9 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
 
 
 CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
-    table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows,
-    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows,
-    block_recurrent_rows, forecast_rows)
+    table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows, collapse_rows,
+    table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows, block_recurrent_rows,
+    forecast_rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -794,10 +791,9 @@ def _rank(r: dict) -> tuple:
     rule: claim 8's default strength comes after its bundle), the primary row and more seeds."""
     data, seeds = r["dataset"], r["seeds"]
     place = lambda ranks, x: ranks.index(x) if x in ranks else len(ranks)  # unranked last
-    return (not (data == "cifar100" and r["bundle"] == "adopted"),
-            r["verdict"].startswith(C.NOT_TESTABLE), place(SIZE_RANK, "demo" if r.get("size", NA) == NA else r["size"]),
-            not seeds.isdigit() or int(seeds) < C.MIN_SEEDS,
-            place(DATASET_RANK, data), place(BUNDLE_RANK, r["bundle"]),
+    return (not (data == "cifar100" and r["bundle"] == "adopted"), r["verdict"].startswith(C.NOT_TESTABLE),
+            place(SIZE_RANK, "demo" if r.get("size", NA) == NA else r["size"]),
+            not seeds.isdigit() or int(seeds) < C.MIN_SEEDS, place(DATASET_RANK, data), place(BUNDLE_RANK, r["bundle"]),
             r["title"] != C.CLAIM[r["claim"]].title, not r["primary"], -int(seeds) if seeds.isdigit() else 0)
 
 
@@ -863,9 +859,8 @@ def _markdown(header: tuple[str, ...], lines: Iterable[tuple]) -> str:
 
 # the claims a ladder quantity speaks to (docs/method.md section 15), for the README's trend column;
 # claims 9 and 10 both read the halting's shares kept at the paper's depths 6.06 / 8.30
-CLAIM_QUANTITIES = {1: ("table1",), 2: ("product_rate",), 3: ("minkowski",),
-                    9: ("halting_kept_6.06", "halting_kept_8.3"), 10: ("halting_kept_6.06", "halting_kept_8.3"),
-                    14: ("gap",)}
+CLAIM_QUANTITIES = {1: ("table1",), 2: ("product_rate",), 3: ("minkowski",), 14: ("gap",),
+                    **dict.fromkeys((9, 10), ("halting_kept_6.06", "halting_kept_8.3"))}
 LADDER_METRICS = "09_scale_ladder"  # notebook 09's metrics at its committed parameters
 NOT_YET = "not yet measured"
 SENSITIVE = "precision-sensitive"  # analysis.ladder.precision_sensitive: its level is bf16's
@@ -894,17 +889,15 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
     docs/method.md section 15 (notebook 09's metrics in ``metrics_dir``: ``ladder_trends``)."""
     metrics = metrics_dir if isinstance(metrics_dir, Metrics) else Metrics(metrics_dir)
     trends = ladder_trends(metrics.json(LADDER_METRICS))
-    return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r),
-                                       r["seeds"], r["paper"], r["ours"], r["verdict"], trends.get(r["claim"], "-"),
-                                       _notebook_cell(r))
-                                      for r in summary_rows(rows)))
+    return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r), r["seeds"],
+                                       r["paper"], r["ours"], r["verdict"], trends.get(r["claim"], "-"),
+                                       _notebook_cell(r)) for r in summary_rows(rows)))
 
 
 def markdown_table(rows: list[dict]) -> str:
     """docs/results.md's table: every row (``verdict_rows``: by claim)."""
-    return _markdown(FULL_HEADER, ((r["claim"], r["title"], r["bundle"], r["form"],
-                                    _data_name(r), r["seeds"], r["paper"],
-                                    r["ours"], r["verdict"], r["notebook"]) for r in rows))
+    return _markdown(FULL_HEADER, ((r["claim"], r["title"], r["bundle"], r["form"], _data_name(r), r["seeds"],
+                                    r["paper"], r["ours"], r["verdict"], r["notebook"]) for r in rows))
 
 
 def verdict_table(notebook: str | None = None, metrics_dir: str | os.PathLike | None = None):
