@@ -119,8 +119,7 @@ def _one_change(ref: dict[str, Any], tuning: dict[str, tuple]) -> dict[str, dict
                  "rel only": {**ref, "loss.lambda_abs": 0.0}, "neither": {**ref, "loss.ranking": False}},
         "tuning": {"reference": ref, **{f"{field.split('.')[1]} = {v}": {**ref, field: v}
                                         for field, values in tuning.items() for v in values}},
-        "conflict": {**{m: {**ref, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]},
-                     "frost": ref}}
+        "conflict": {**{m: {**ref, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]}, "frost": ref}}
 
 
 def _bundle_tables(bundle: str, defaults: dict[str, Any], halting: dict[str, Any]) -> dict:

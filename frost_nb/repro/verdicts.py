@@ -58,20 +58,11 @@ class MissingRow(IndexError):
 
 
 class Record(dict):
-    """A metrics record as read from its file: a missing field is a ``MissingField`` (a KeyError of
-    the file's, told apart from one of the code's)."""
+    """A metrics record as read from its file (each of its JSON objects): a missing field is a
+    ``MissingField`` (a KeyError of the file's, told apart from one of the code's)."""
 
     def __missing__(self, key):
         raise MissingField(key)
-
-
-def _records(value: Any) -> Any:
-    """``value`` (parsed JSON) with every object a ``Record``."""
-    if isinstance(value, dict):
-        return Record({k: _records(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return [_records(v) for v in value]
-    return value
 
 
 def _first(rows: Iterator) -> Any:
@@ -114,7 +105,7 @@ class Metrics:
         path = self.folder / f"{name}.json"
         self.current = path
         if name not in self._json:
-            d = self._read(path, lambda text: _records(json.loads(text))) if path.is_file() else None
+            d = self._read(path, lambda text: json.loads(text, object_hook=Record)) if path.is_file() else None
             problem = (None if d is None else "not a JSON object" if not isinstance(d, dict) else
                        None if isinstance(d.get("provenance"), dict) else  # every writer's (provenance.make)
                        "no provenance record (which runs its numbers come from)")
