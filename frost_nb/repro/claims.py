@@ -193,9 +193,8 @@ def contraction(rate: Sequence[float] | None) -> Verdict:
     """Per seed, 1 minus the median (over samples) growth rate per step of the product of the
     step Jacobians over the late steps (``product_rate``), against CONTRACTION_MARGIN; "not
     testable" while the products are not measured."""
-    if not rate:
-        return untestable("k-step Jacobian products not measured")
-    return decide([1.0 - r for r in rate], CONTRACTION_MARGIN)
+    return decide([1.0 - r for r in rate], CONTRACTION_MARGIN) if rate else \
+        untestable("k-step Jacobian products not measured")
 
 
 # 3. Minkowski dimension
@@ -249,11 +248,9 @@ def alpha(start: Sequence[float], low: Sequence[float], end: Sequence[float], hi
     fall, testable only when every minimum comes before ALPHA_RECOVERY_BY of training under a schedule that
     decays to zero; (c) max below 1, testable only when alpha's map can exceed 1 (not "sigmoid")."""
     fall = decide(by_seed(start, low), ALPHA_FALL)
-    if schedule_to_zero and max(low_at) > ALPHA_RECOVERY_BY:
-        recovery = untestable(f"alpha's minimum at {max(low_at):.0%} of training, under a learning rate "
-                              "decaying to 0")
-    else:
-        recovery = decide([e - m - ALPHA_RECOVERY * (s - m) for s, m, e in zip(start, low, end)])
+    recovery = (untestable(f"alpha's minimum at {max(low_at):.0%} of training, under a learning rate "
+                           "decaying to 0") if schedule_to_zero and max(low_at) > ALPHA_RECOVERY_BY else
+                decide([e - m - ALPHA_RECOVERY * (s - m) for s, m, e in zip(start, low, end)]))
     below = untestable("alpha = sigmoid(.) < 1 by construction") if alpha_param == "sigmoid" \
         else decide([1.0 - h for h in high])
     return combine([fall, recovery, below])
@@ -270,12 +267,9 @@ def hurst(alpha_by_h: dict[float, Sequence[float]], learned_h: Sequence[float] |
     ("runs away above 1"), testable only with ``hurst_param="free"`` (a sigmoid H cannot leave (0, 1))."""
     hs = sorted(alpha_by_h)
     small = combine([decide_between(alpha_by_h[hs[0]], alpha_by_h[h], HURST_ALPHA_MARGIN) for h in hs[1:]])
-    if not learned_h:
-        runaway = untestable("no learnable-H run")
-    elif hurst_param != "free":
-        runaway = untestable(f"learnable H is {hurst_param}(.), inside (0, 1) by construction")
-    else:
-        runaway = decide([h - 1.0 for h in learned_h])
+    runaway = (untestable("no learnable-H run") if not learned_h else decide([h - 1.0 for h in learned_h])
+               if hurst_param == "free" else
+               untestable(f"learnable H is {hurst_param}(.), inside (0, 1) by construction"))
     return combine([small, runaway])
 
 
@@ -371,10 +365,8 @@ def throughput(errors: Sequence[float], device: str) -> Verdict:
     """Claim 12 at one batch size: ``ratio`` of a GPU's measurement. The paper's throughput ratios
     follow its mean depths as an overhead-bound device's do (benchmarks/table3_regime.py); a CPU's
     are compute-bound, so they decide nothing."""
-    if not device.startswith("cuda"):
-        return untestable(f"measured on a {device.upper() or 'unnamed device'} only; needs a GPU's "
-                          f"outputs/metrics/{GPU_TABLE}.json")
-    return ratio(errors)
+    return ratio(errors) if device.startswith("cuda") else untestable(
+        f"measured on a {device.upper() or 'unnamed device'} only; needs a GPU's outputs/metrics/{GPU_TABLE}.json")
 
 
 def throughput_batches(errors_by_batch: dict[int, Sequence[float]], device: str) -> Verdict:

@@ -98,8 +98,7 @@ class Metrics:
         try:
             return parse(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError, csv.Error) as err:
-            skip_or_raise(self.damaged(path, f"unreadable ({one_line(err)})"))
-            return None
+            return skip_or_raise(self.damaged(path, f"unreadable ({one_line(err)})"))
 
     def json(self, name: str) -> dict[str, Any] | None:
         path = self.folder / f"{name}.json"
@@ -122,9 +121,8 @@ class Metrics:
     def names(self, pattern: str) -> list[str]:
         """Stems of the metrics JSON files matching ``pattern`` (no sidecars), sorted; each is read
         here, so a damaged one stops the tables before any row (or, skipped, is not named)."""
-        stems = sorted(p.stem for p in self.folder.glob(f"{pattern}.json")
-                       if not p.stem.endswith(".provenance"))
-        return [stem for stem in stems if self.json(stem) is not None]
+        return [stem for stem in sorted(p.stem for p in self.folder.glob(f"{pattern}.json"))
+                if not stem.endswith(".provenance") and self.json(stem) is not None]
 
     def files(self, pattern: str) -> Iterator[dict]:
         return map(self.json, self.names(pattern))  # names() keeps the readable objects only
