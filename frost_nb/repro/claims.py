@@ -24,9 +24,7 @@ REPRODUCED, PARTLY, NOT = "reproduced", "partly reproduced", "not reproduced"
 INCONCLUSIVE = "inconclusive (95% interval spans the margin)"
 IMAGE_NOISE = "inconclusive (test images)"  # fewer than MIN_SEEDS seeds: the test images' interval spans the margin
 SUGGESTED, NOT_SUGGESTED = "suggested", "not suggested"
-NOT_TESTABLE = "not testable"
-PROTOCOL_DEPENDENT = "protocol-dependent"
-GUARD_FAILED = "guard failed"
+NOT_TESTABLE, PROTOCOL_DEPENDENT, GUARD_FAILED = "not testable", "protocol-dependent", "guard failed"
 MIN_SEEDS = 3  # seeds needed for "reproduced" or "not reproduced" on a trained-model claim
 
 
