@@ -691,12 +691,6 @@ def _paper_cell(runs: list[dict], boot: dict | None) -> str:
     return f"{_mean(mse):.3f} ({spread}seed{'s' * (len(mse) > 1)} {seeds}{tail})"
 
 
-def _forecast_row(d: dict, claim: int, seeds: int, paper_: str, ours: str, verdict: str, **kw) -> dict:
-    """A row of notebook 11's file ``d``: ETTh2, sized by its look-back (no bundle: not a FROST run)."""
-    return row(claim, NA, NA, "etth2", seeds, paper_, ours, verdict, "11", size=f"look-back {d['lookback']}",
-               **kw)
-
-
 def forecast_rows(m: Metrics) -> Iterator[dict]:
     """Claims 20-22 from notebook 11's per-seed numbers; a part whose runs are missing yields no row.
     20: per horizon, DF-Mamba's MSE against the paper's (one seed: the file's block bootstrap of that
@@ -704,7 +698,9 @@ def forecast_rows(m: Metrics) -> Iterator[dict]:
     22: r_DF-Mamba against DLinear's and RLinear's together, and against the flat stack S2's beside."""
     t1, t2, t14 = paper.DFMAMBA_TABLE1_ETTH2, paper.DFMAMBA_TABLE2_ETTM2, paper.DFMAMBA_TABLE14_ETTM2
     for d in m.files("11_df_mamba*"):
-        at = functools.partial(_forecast_row, d)
+        # a row of the file, on ETTh2 and sized by its look-back (no bundle: not a FROST run)
+        at = lambda claim, *cells, **kw: row(claim, NA, NA, "etth2", *cells, "11",
+                                             size=f"look-back {d['lookback']}", **kw)
         for h in paper.DFMAMBA_HORIZONS:
             if not (ours := _forecast_runs(d, "dfmamba", h)):
                 continue
