@@ -135,9 +135,7 @@ def _bundle_tables(bundle: str, defaults: dict[str, Any], halting: dict[str, Any
             **{f"H = {h}": {**ref, "model.scaled_inside": True, "model.hurst": h} for h in HURST_VALUES},
             "H learnable": {**ref, "model.scaled_inside": True, "model.learn_hurst": True},
             "reference (plain A, B)": ref},
-        "loss": {
-            **arms["loss"],
-            # experiment (c)'s arms at the strength it found decisive (DECISIVE_STRENGTH)
+        "loss": {**arms["loss"],  # and experiment (c)'s arms at DECISIVE_STRENGTH, the strength it found decisive
             "rel 10 abs 3": {**ref, "loss.lambda_rel": 10.0, "loss.lambda_abs": 3.0},
             "abs 3 only": {**ref, "loss.lambda_rel": 0.0, "loss.lambda_abs": 3.0}},
         # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
@@ -165,23 +163,21 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
                             "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
     ("update", "residual"): {u: {**RESIDUAL_REF, "model.update": u} for u in UPDATE_FORMS[:3]},
     # the selected defaults together, against the reference they beat
-    ("adopted", "residual"): {"reference": RESIDUAL_REF,
-                              "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
+    ("adopted", "residual"): {"reference": RESIDUAL_REF, "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
     # "frost (adopted defaults)" of the residual families
     ("ponder", "residual"): {"frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
     ("collapse", "residual"): {label: row for m in FAMILIES[:3] for label, row in (
         (m, TASK_ONLY[m]), (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
-    # the set size of the adopted (global) sets, chosen on the held-out split by the
-    # tuning rule (RANK_FRAC_VALUES, fixed before the runs), each value spelled out
+    # the set size of the adopted (global) sets, chosen on the held-out split by the tuning rule
+    # (RANK_FRAC_VALUES, fixed before the runs), each value spelled out
     ("rank_frac", None): {f"rank_frac = {v}": {**ADOPTED_REF, "loss.rank_frac": v} for v in RANK_FRAC_VALUES},
     # experiment (c); its task-only references are the baselines' families runs, frost's without ranking
     ("loss_strength", None): {label: row for m in FAMILIES for label, row in (
         (f"{m} (task only)", TASK_ONLY.get(m, NO_RANKING)),
         *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
     # on digits (UPDATE_FORMS_CHECK elsewhere); alpha's map is each form's default
-    ("update_forms", None): {
-        f"{u}, h0 = {init}": {**PER_STEP_HALTING, "model.update": u, "model.init_state": init}
-        for u in UPDATE_FORMS for init in ("embedding", "zeros")},
+    ("update_forms", None): {f"{u}, h0 = {init}": {**PER_STEP_HALTING, "model.update": u, "model.init_state": init}
+                             for u in UPDATE_FORMS for init in ("embedding", "zeros")},
     ("vit", None): {
         # the defaults when the grid was fixed (the per-step bundle), spelled out
         m: {"model.name": m, "model.backbone": "vit", "model.steps": VIT_STEPS, **PER_STEP_BUNDLE}

@@ -826,11 +826,6 @@ def _dataset_cell(r: dict) -> str:
     return f"{name}, {tail}" if r["bundle"] != NA else name
 
 
-def _notebook_cell(r: dict) -> str:
-    nb = r["notebook"]
-    return nb if not nb.isdigit() else f"[{nb}](notebooks/{next(iter(_notebook_names(nb)), nb)})"
-
-
 def _notebook_names(number: str) -> list[str]:
     return sorted(p.name for p in (repo_root() / "notebooks").glob(f"{number}_*.ipynb"))
 
@@ -874,9 +869,10 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
     docs/method.md section 15 (notebook 09's metrics in ``metrics_dir``: ``ladder_trends``)."""
     metrics = metrics_dir if isinstance(metrics_dir, Metrics) else Metrics(metrics_dir)
     trends = ladder_trends(metrics.json(LADDER_METRICS))
+    link = lambda nb: f"[{nb}](notebooks/{next(iter(_notebook_names(nb)), nb)})" if nb.isdigit() else nb
     return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r), r["seeds"],
                                        r["paper"], r["ours"], r["verdict"], trends.get(r["claim"], "-"),
-                                       _notebook_cell(r)) for r in summary_rows(rows)))
+                                       link(r["notebook"])) for r in summary_rows(rows)))
 
 
 def markdown_table(rows: list[dict]) -> str:
