@@ -114,12 +114,11 @@ def _strength_arm(model: str, lambda_rel: float, lambda_abs: float,
 
 def _one_change(ref: dict[str, Any], tuning: dict[str, tuple]) -> dict[str, dict[str, dict[str, Any]]]:
     """The ``loss``, ``tuning`` and ``conflict`` tables of one bundle: each arm one change from ``ref``."""
-    return {
-        "loss": {"both": ref, "abs only": {**ref, "loss.lambda_rel": 0.0},
-                 "rel only": {**ref, "loss.lambda_abs": 0.0}, "neither": {**ref, "loss.ranking": False}},
-        "tuning": {"reference": ref, **{f"{field.split('.')[1]} = {v}": {**ref, field: v}
-                                        for field, values in tuning.items() for v in values}},
-        "conflict": {**{m: {**ref, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]}, "frost": ref}}
+    return {"loss": {"both": ref, "abs only": {**ref, "loss.lambda_rel": 0.0},
+                     "rel only": {**ref, "loss.lambda_abs": 0.0}, "neither": {**ref, "loss.ranking": False}},
+            "tuning": {"reference": ref, **{f"{field.split('.')[1]} = {v}": {**ref, field: v}
+                                            for field, values in tuning.items() for v in values}},
+            "conflict": {**{m: {**ref, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]}, "frost": ref}}
 
 
 def _bundle_tables(bundle: str, defaults: dict[str, Any], halting: dict[str, Any]) -> dict:

@@ -654,20 +654,18 @@ def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
                           key=lambda r: r["seed"])
         if not students:
             continue
-        recovered = [r["recovered"] for r in students]
-        gain = _mean(r["gain"] for r in students)
+        avg = lambda key: _mean(r[key] for r in students)
+        recovered, gain = [r["recovered"] for r in students], avg("gain")
         controls = " / ".join(dict.fromkeys(str(r["scratch_seed"]) for r in students if r.get("scratch_seed") is not None))
         # per teacher, the chosen ranges' score and equal ranges' (notebook 10's "ranges"; None without them)
         scores = {r["seed"]: r for r in d.get("ranges", []) if r.get("k") == CLAIM_K and "equal_score" in r}
         ranges = ([[scores[r["seed"]][k] for r in students] for k in ("score", "equal_score")]
                   if all(r["seed"] in scores for r in students) else (None, None))
+        scratch = "" if gain != gain else (f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch"
+                                           f"{f' (seed {controls})' if controls else ''}; ")
         yield row(19, NA, NA, d["dataset"], len(students), RAPTOR_CELL,
-                  f"{_mean(recovered):.3f} ({100 * _mean(r['accuracy'] for r in students):.2f}% of "
-                  f"{100 * _mean(r['teacher_accuracy'] for r in students):.2f}%); "
-                  + ("" if gain != gain else f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch"
-                     f"{f' (seed {controls})' if controls else ''}; ")
-                  + f"state cosine {_mean(r['state_cosine_mean'] for r in students):.2f}",
-                  C.block_recurrent(recovered, *ranges), "10")
+                  f"{_mean(recovered):.3f} ({100 * avg('accuracy'):.2f}% of {100 * avg('teacher_accuracy'):.2f}%); "
+                  f"{scratch}state cosine {avg('state_cosine_mean'):.2f}", C.block_recurrent(recovered, *ranges), "10")
 
 
 # 20-22 (DF-Mamba, notebook 11): its "runs", one record per stored run (its key "run", label, horizon, seed,
