@@ -330,8 +330,7 @@ def collapse(scores: dict[str, Sequence[float]]) -> Verdict:
 KEPT_CLOSE = 0.05  # ours: the paper reports one run without a spread; a share of full-depth
 # accuracy 5 points below its own still reads as the same halting curve
 KEPT_SHOWN = (0.25, 0.5)
-PAPER_KEPT = {q: a / paper.TABLE2["accuracy"][-1]
-              for q, a in zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"])}
+PAPER_KEPT = {q: a / paper.TABLE2["accuracy"][-1] for q, a in zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"])}
 PAPER_DEPTH = dict(zip(paper.TABLE2["quantile"], paper.TABLE2["mean_depth"]))
 
 
@@ -339,8 +338,7 @@ def kept(shares: dict[float, Sequence[float]], image_half: dict[float, float] | 
     """Per quantile shown (KEPT_SHOWN) and seed, our share of full-depth accuracy minus the
     paper's, against -KEPT_CLOSE; every quantile must hold. ``image_half``: per quantile, the test
     images' bootstrap half-width of the seed mean (``decide``), where it was measured."""
-    half = image_half or {}
-    return combine([decide([s - PAPER_KEPT[q] for s in shares[q]], -KEPT_CLOSE, half.get(q, 0.0))
+    return combine([decide([s - PAPER_KEPT[q] for s in shares[q]], -KEPT_CLOSE, (image_half or {}).get(q, 0.0))
                     for q in KEPT_SHOWN])
 
 
