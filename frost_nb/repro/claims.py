@@ -126,7 +126,7 @@ def combine(parts: Sequence[Verdict], guard: Verdict | None = None) -> Verdict:
         main = (SUGGESTED if all(s in (SUGGESTED, REPRODUCED) for s in status) else
                 NOT_SUGGESTED if NOT_SUGGESTED in status or NOT in status else IMAGE_NOISE)
         seeds = min(p.seeds for p in tested if p.status in few)
-    else:  # NOT: a part fails and none holds, so the claim (every part) fails
+    else:  # not reproduced when a part fails and none holds: the claim (every part) fails
         main = (REPRODUCED if all(s == REPRODUCED for s in status) else
                 PARTLY if PARTLY in status or (REPRODUCED in status and NOT in status) else
                 NOT if NOT in status else INCONCLUSIVE)
@@ -265,8 +265,8 @@ def hurst(alpha_by_h: dict[float, Sequence[float]], learned_h: Sequence[float] |
     ("runs away above 1"), testable only with ``hurst_param="free"`` (a sigmoid H cannot leave (0, 1))."""
     hs = sorted(alpha_by_h)
     small = combine([decide_between(alpha_by_h[hs[0]], alpha_by_h[h], HURST_ALPHA_MARGIN) for h in hs[1:]])
-    runaway = (untestable("no learnable-H run") if not learned_h else decide([h - 1.0 for h in learned_h])
-               if hurst_param == "free" else
+    runaway = (untestable("no learnable-H run") if not learned_h else
+               decide([h - 1.0 for h in learned_h]) if hurst_param == "free" else
                untestable(f"learnable H is {hurst_param}(.), inside (0, 1) by construction"))
     return combine([small, runaway])
 
@@ -321,9 +321,9 @@ def collapse(scores: dict[str, Sequence[float]]) -> Verdict:
     seeds collapse (``collapse_score`` > 0; "frequent"): every baseline -> reproduced, none -> not
     reproduced, some -> partly; a baseline on fewer than MIN_SEEDS seeds only suggests."""
     frequent = lambda runs: sum(s > 0 for s in runs) / len(runs) > COLLAPSE_FREQUENT
-    return combine([untestable("no runs") if not runs else suggested(len(runs), frequent(runs))
-                    if len(runs) < MIN_SEEDS else Verdict(REPRODUCED if frequent(runs) else NOT, len(runs))
-                    for runs in scores.values()])
+    return combine([untestable("no runs") if not runs else
+                    suggested(len(runs), frequent(runs)) if len(runs) < MIN_SEEDS else
+                    Verdict(REPRODUCED if frequent(runs) else NOT, len(runs)) for runs in scores.values()])
 
 
 # 9, 10. Table 2: accuracy kept at q and at the paper's depths
@@ -612,8 +612,7 @@ BENCHMARK_CLAIMS = (
 # and after them, in docs/results.md only: claims of ours that test the paper's premise after another paper
 EXTENSION_CLAIMS = (
     Claim(19, "Block-recurrent rewrite: k = 2 recovers its teacher (ours, after Raptor)",
-          f"{NO_CLAIM}; Raptor's 2 blocks recover {RECOVERED_MARGIN:.0%} of DINOv2's "
-          "linear-probe accuracy (its abstract)",
+          f"{NO_CLAIM}; Raptor's 2 blocks recover {RECOVERED_MARGIN:.0%} of DINOv2's linear-probe accuracy (its abstract)",
           f"k = 2 student's test accuracy / its vanilla teacher's above {RECOVERED_MARGIN}, per teacher "
           f"seed, where the teachers show phases (chosen ranges at least {PHASE_MARGIN:.0%} above equal)"),
 )
