@@ -136,16 +136,14 @@ def teacher_forced_states(model: torch.nn.Module, teacher_states: Tensor) -> Ten
     return torch.stack([h[:, 0], *(model.step(h[:, t], h[:, 0], t) for t in range(h.shape[1] - 1))], 1)
 
 
-def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: RunConfig, *,
-                 amp: bool, channels_last: bool, teacher: torch.nn.Module | None = None,
-                 forced: Tensor | None = None):
+def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: RunConfig, *, amp: bool,
+                 channels_last: bool, teacher: torch.nn.Module | None = None, forced: Tensor | None = None):
     """One training forward pass: the outputs, the total loss and its parts; a ``teacher`` adds the
     student's match (docs/method.md section 16), which ``loss.raptor`` makes the whole loss."""
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
-        out = model(x, return_states=teacher is not None,
-                    detach_halt_input=not cfg.loss.rank_grad_to_backbone)
+        out = model(x, return_states=teacher is not None, detach_halt_input=not cfg.loss.rank_grad_to_backbone)
         loss, parts = total_loss(out.logits, out.halt_logits, y, cfg.loss)
         if teacher is not None:
             with torch.no_grad():
@@ -171,9 +169,8 @@ def train_forward(model: torch.nn.Module, x: Tensor, y: Tensor, cfg: RunConfig, 
     out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last, teacher=teacher,
                                     forced=forced)
     scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
-    student = teacher is not None
     sums = (loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
-            (~torch.isfinite(scores)).sum(), *(parts[k] for k in logged_parts(student)))
+            (~torch.isfinite(scores)).sum(), *(parts[k] for k in logged_parts(teacher is not None)))
     # float32: MPS has no float64; the sums of one batch (and the counts) fit it exactly enough
     return loss, scores, torch.stack([torch.as_tensor(v, dtype=torch.float32, device=x.device).reshape(())
                                       for v in sums])
@@ -183,13 +180,8 @@ def running_medians(sketch: HaltingCalibrator, step_scores: list[Tensor]) -> lis
     """Feed ``sketch`` the halting scores of an epoch's steps in order, and return its median after
     each step (figure 2's ``threshold_median``): one copy to the host for the whole epoch."""
     sizes = [s.numel() for s in step_scores]
-    flat = torch.cat([s.reshape(-1) for s in step_scores]).cpu().numpy() if step_scores else []
-    medians, start = [], 0
-    for size in sizes:
-        sketch.update(flat[start:start + size])
-        medians.append(sketch.threshold(0.5))
-        start += size
-    return medians
+    parts = torch.cat([s.reshape(-1) for s in step_scores]).cpu().split(sizes) if step_scores else ()
+    return [sketch.update(part.numpy()).threshold(0.5) for part in parts]
 
 
 def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
@@ -201,9 +193,8 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, los
     optimizer.step()
 
 
-def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512, amp: bool = False,
-             num_workers: int = 0, trajectories: bool = False,
-             max_samples: int | None = None) -> FullDepthPass:
+def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512, amp: bool = False, num_workers: int = 0,
+             trajectories: bool = False, max_samples: int | None = None) -> FullDepthPass:
     """``full_depth_pass`` over an ImageData split on the model's device (bf16 autocast with ``amp``)."""
     batches = make_batches(dataset, batch_size, shuffle=False, augment=False,
                            device=next(model.parameters()).device, num_workers=num_workers)
@@ -276,8 +267,7 @@ class Trainer:
         self.steps_per_epoch = len(self.batches)
         total = self.total_steps = cfg.train.epochs * self.steps_per_epoch
         warmup = round(cfg.train.warmup_epochs * self.steps_per_epoch)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(s, warmup, total))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, warmup, total))
         self.calibrator = HaltingCalibrator(cfg.halting.sketch_k)
         self.logged_parts = logged_parts(teacher is not None)
         self.history = _new_history(teacher is not None)
@@ -302,10 +292,9 @@ class Trainer:
         if not self.resumed:
             self.resumed = True
             if self._resume() and main:  # every rank reads the same checkpoint
-                within = (f" and {self.within_epoch['done']} of its next {self.steps_per_epoch} steps"
-                          if self.within_epoch else "")
                 log.info("resumed %s after epoch %d of %d%s", self.checkpoint, self.epoch, cfg.train.epochs,
-                         within)
+                         f" and {self.within_epoch['done']} of its next {self.steps_per_epoch} steps"
+                         if self.within_epoch else "")
         model, first = self.model, self.epoch
         self.saved_at = time.monotonic()
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
@@ -322,8 +311,7 @@ class Trainer:
                 break
             started, start = time.monotonic(), time.perf_counter()
             done = self.within_epoch["done"] if self.within_epoch is not None else 0
-            if done:  # the part of the epoch trained before the interruption counts too
-                start -= self.within_epoch["seconds"]
+            start -= self.within_epoch["seconds"] if done else 0.0  # what an interrupted epoch trained counts
             loss_total, correct, seen, sketch = self._train_epoch(bar, start)
             # the epoch's calibrator: each rank's training scores, and once the scores every rank holds
             # alike (the run's sketch so far, restored on resume; the held-out pass)
@@ -403,9 +391,8 @@ class Trainer:
                     history["diagnostics"][key].append(v)
             tf = teacher_forced_share(self.step, self.total_steps) if cfg.loss.raptor else 0.0
             forced = torch.full((), tf, device=x.device) if tf else None  # a tensor: compiled once
-            loss, step_scores, step_sums = self.forward(self.parallel_model, x, y, cfg, amp=self.amp,
-                                                        channels_last=self.channels_last,
-                                                        teacher=self.teacher, forced=forced)
+            loss, step_scores, step_sums = self.forward(self.parallel_model, x, y, cfg, amp=self.amp, forced=forced,
+                                                        channels_last=self.channels_last, teacher=self.teacher)
             optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
             self.scheduler.step()
             self.step += 1
@@ -426,22 +413,17 @@ class Trainer:
                 self._save(complete=False)
                 self.within_epoch = None
 
-        first_step = self.step - len(sums)
         table = self._guarded(sums, scalars)  # the epoch's one read of the device
         medians += running_medians(sketch, scores)  # this epoch's training scores (this rank's); figure 2
-        loss_total, correct_total, seen_total = 0.0, 0.0, 0.0
-        for i, (row, lr, median) in enumerate(zip(table, lrs, medians)):
+        for step, (row, lr, median) in enumerate(zip(table, lrs, medians), self.step - len(sums) + 1):
             loss_sum, correct, seen, _, *part_sums, alpha, hurst = row
-            loss_total, correct_total = loss_total + loss_sum, correct_total + correct
-            seen_total += seen
             # mean over ranks
             parts = {k: v / self.setup.world_size for k, v in zip(self.logged_parts, part_sums)}
-            values = {"step": first_step + i + 1, "epoch": self.epoch, "lr": lr, "loss": loss_sum / seen,
-                      **parts, "accuracy": correct / seen, "alpha": alpha, "hurst": hurst,
-                      "threshold_median": median}
+            values = {"step": step, "epoch": self.epoch, "lr": lr, "loss": loss_sum / seen, **parts,
+                      "accuracy": correct / seen, "alpha": alpha, "hurst": hurst, "threshold_median": median}
             for key, v in values.items():
                 history["steps"][key].append(int(v) if key in ("step", "epoch") else float(v))
-        return loss_total, correct_total, seen_total, sketch
+        return sum(r[0] for r in table), sum(r[1] for r in table), sum(r[2] for r in table), sketch
 
     def _guarded(self, sums: list[Tensor], scalars: list[Tensor]) -> list[list[float]]:
         """The epoch's steps so far as host rows (``STEP_SUMS`` over the ranks, alpha, H) in one read; a
@@ -522,9 +504,9 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
                 "calibrator": None if self.calibrator.is_empty else self.calibrator.to_bytes(),
-                "history": self.history, "epoch": self.epoch, "step": self.step,
-                "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {},
-                "within_epoch": self.within_epoch, "teacher_digest": self.teacher_digest}
+                "history": self.history, "epoch": self.epoch, "step": self.step, "train_seconds": self.train_seconds,
+                "complete": complete, "metrics": metrics or {}, "within_epoch": self.within_epoch,
+                "teacher_digest": self.teacher_digest}
 
     def _save(self, complete: bool, metrics: dict | None = None) -> None:
         """Rank 0 checkpoints the run (``_save_or_rescue``); every rank learns whether that worked, so
@@ -606,8 +588,7 @@ def build_trainer(config: RunConfig, checkpoint: str | os.PathLike | None = None
     # the data order and augmentation come from this generator alone (saved for resuming)
     batches = make_batches(train_set, cfg.train.batch_size, shuffle=True, augment=d.augment, device=device,
                            generator=torch.Generator().manual_seed(cfg.train.seed),
-                           drop_last=len(train_set) > cfg.train.batch_size,
-                           num_workers=cfg.train.num_workers)
+                           drop_last=len(train_set) > cfg.train.batch_size, num_workers=cfg.train.num_workers)
     return Trainer(cfg, model, batches, val_set=val_set, test_set=test_set, checkpoint=checkpoint,
                    progress=progress, teacher=teacher)
 
@@ -632,8 +613,7 @@ class FullDepthPass:
 
     def __post_init__(self) -> None:
         s, z, lg, y = self.scores, self.halt_logits, self.logits, self.y
-        if s.dim() != 2 or z.shape != s.shape or lg.dim() != 3 or lg.shape[:2] != s.shape \
-                or y.shape != s.shape[:1]:
+        if s.dim() != 2 or z.shape != s.shape or lg.dim() != 3 or lg.shape[:2] != s.shape or y.shape != s.shape[:1]:
             raise ValueError(f"a full-depth pass holds scores and halt_logits (N, T), logits (N, T, K) and "
                              f"labels y (N,), got {tuple(s.shape)}, {tuple(z.shape)}, {tuple(lg.shape)} "
                              f"and {tuple(y.shape)}")
