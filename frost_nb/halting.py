@@ -28,7 +28,6 @@ class HaltingCalibrator:
         k = number_in("sketch size k", k, 8, 65535, integer=True, hint=" (default 200)")
         self._sketch = kll_floats_sketch(k)
 
-    # --- feeding -----------------------------------------------------------------------
     def update(self, scores: Any) -> HaltingCalibrator:
         """Add scores of any shape (tensor, array, sequence), each in [0, 1]; with a NaN, an infinite or
         an out-of-range value nothing is added (one would poison the sketch's quantiles)."""
@@ -78,7 +77,6 @@ class HaltingCalibrator:
         self._sketch = kll_floats_sketch(self.k)
         return self
 
-    # --- reading -----------------------------------------------------------------------
     @property
     def k(self) -> int:
         return int(self._sketch.k)
@@ -112,7 +110,6 @@ class HaltingCalibrator:
     def thresholds(self, qs: Sequence[float]) -> list[float]:
         return [self.threshold(q) for q in qs]
 
-    # --- serialisation -----------------------------------------------------------------
     def to_bytes(self) -> bytes:
         return bytes(self._sketch.serialize())
 
@@ -262,14 +259,9 @@ class _Exits:
             self.add(torch.empty(0, dtype=torch.int64, device=device),
                      torch.empty((0, num_classes), device=device), 0, torch.empty(0, device=device))
         rows, logits, depth, p = zip(*self.parts)
-        rows = torch.cat(rows)  # (n,) every input row once
-
-        def in_input_order(parts):
-            v = torch.cat(parts)  # (n, ...) in the order of the exits
-            return v.new_empty(v.shape).index_copy_(0, rows, v)
-
-        return AdaptiveResult(in_input_order(logits), in_input_order(depth),
-                              in_input_order(p) if self.return_scores else None)
+        order = torch.argsort(torch.cat(rows))  # rows: every input row once, in the order of the exits
+        return AdaptiveResult(torch.cat(logits)[order], torch.cat(depth)[order],
+                              torch.cat(p)[order] if self.return_scores else None)
 
 
 def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None, *,
@@ -342,8 +334,7 @@ class _Feed:
     """The stream's images, checked and embedded (``prologue``) ``ahead`` at a time before admission,
     so admitting a few rows is a row copy (docs/scaling.md); a chunk holds what a running row holds."""
 
-    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int,
-                 start: Any) -> None:
+    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int, start: Any) -> None:
         self.model, self.allow_other_size, self.ahead, self.start = model, allow_other_size, ahead, start
         self.batches = enumerate([images] if isinstance(images, (Tensor, np.ndarray)) else images)
         self.rest: Tensor | None = None  # the rest of the batch being taken
@@ -360,14 +351,12 @@ class _Feed:
 
     def _next_batch(self) -> Tensor | None:
         for i, x in self.batches:
-            x = check_images(self.model, x, allow_other_size=self.allow_other_size,
-                             name=f"batch {i} of the stream")
+            x = check_images(self.model, x, allow_other_size=self.allow_other_size, name=f"batch {i} of the stream")
             if self.shape is None:
                 self.shape = tuple(x.shape[1:])
             elif tuple(x.shape[1:]) != self.shape:
-                raise ValueError(f"batch {i} of the stream holds images of shape {tuple(x.shape[1:])}, "
-                                 f"the first batch {self.shape}: every batch of a stream must hold "
-                                 f"images of one shape")
+                raise ValueError(f"batch {i} of the stream holds images of shape {tuple(x.shape[1:])}, the first "
+                                 f"batch {self.shape}: every batch of a stream must hold images of one shape")
             if x.shape[0]:
                 return x
         self.unread = False
@@ -396,8 +385,7 @@ class _Feed:
 
     def embed(self) -> None:
         """Embed what ``fetch`` took, a chunk after the rows still embedded (no copy of those)."""
-        x, rows = self.pending
-        self.pending = None
+        (x, rows), self.pending = self.pending, None
         h0, ctx0 = prologue(self.model, x)
         self.chunks.append((rows, torch.zeros_like(rows), h0, ctx0, self.start(h0)))
         self.n += rows.numel()
@@ -443,8 +431,7 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
                           hint=f": admit new images once this many of the {slots} slots are free")
     embed_batch = slots if embed_batch is None else number_in(
-        "embed_batch", embed_batch, 1, 2**31, integer=True,
-        hint=": the images embedded together ahead of admission")
+        "embed_batch", embed_batch, 1, 2**31, integer=True, hint=": the images embedded together ahead of admission")
     config = getattr(model, "config", None)  # rows at different depths share a step: weight-tied only
     if getattr(config, "name", None) == "vanilla" or not getattr(model, "weight_tied", True):
         raise ValueError("stream_predict needs a weight-tied step (recurrent, basic_ssm, frost): "
