@@ -216,16 +216,14 @@ class ModelConfig(_Validated):
                      if self.backbone == "resnet" else (("width", "heads"), ("image_size", "patch_size")))
         for name, of in multiples:
             self._check(name, getattr(self, name) % getattr(self, of) == 0, f"a multiple of model.{of}")
-        sizes = parse_branch_steps(self.branch_steps)
-        half = self.steps // 2
+        sizes, half = parse_branch_steps(self.branch_steps), self.steps // 2
         self._check("branch_steps", sizes == () or sizes is not None and sum(sizes) == self.steps,
                     f"step counts >= 1 separated by commas that sum to model.steps={self.steps}, e.g. "
                     f"'{half},{self.steps - half}', or '' for one branch per step")
         self._check("branch_steps", self.name == "vanilla" or not self.branch_steps,
                     "'' unless model.name is 'vanilla' (the weight-tied families have one branch)")
         # one spelling per model, so that identity() compares models: all ones is vanilla's ""
-        canonical = "" if set(sizes) == {1} else ",".join(map(str, sizes))
-        object.__setattr__(self, "branch_steps", canonical)
+        object.__setattr__(self, "branch_steps", "" if set(sizes) == {1} else ",".join(map(str, sizes)))
 
     @property
     def branch_ranges(self) -> tuple[tuple[int, int], ...]:
@@ -241,12 +239,8 @@ class ModelConfig(_Validated):
 def parse_branch_steps(text: str) -> tuple[int, ...] | None:
     """``model.branch_steps`` as step counts ("5,11" -> (5, 11); "" -> ()), None when it is not
     a list of positive integers."""
-    if not text.strip():
-        return ()
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() and int(p) >= 1 for p in parts):
-        return None
-    return tuple(int(p) for p in parts)
+    parts = [p.strip() for p in text.split(",")] if text.strip() else []
+    return tuple(map(int, parts)) if all(p.isdigit() and int(p) >= 1 for p in parts) else None
 
 
 def _is_run_name(text: str) -> bool:
@@ -375,10 +369,9 @@ class TrainConfig(_Validated):
         self._check("warmup_epochs", 0 <= self.warmup_epochs <= self.epochs, "between 0 and train.epochs")
         self._check("grad_clip", self.grad_clip >= 0, "0 (off) or a positive norm")
         check_non_negative_int("train.seed", self.seed, what="a seed", high=SEED_MAX)
-        self._check("device", self.device in ("auto", "cpu", "cuda", "mps"), "auto, cpu, cuda or mps")
-        self._check("amp", self.amp in ("auto", "bf16", "off"), "auto, bf16 or off")
-        self._check("channels_last", self.channels_last in ("auto", "on", "off"), "auto, on or off")
-        self._check("compile", self.compile in ("auto", "on", "off"), "auto, on or off")
+        for name, choices in (("device", ("auto", "cpu", "cuda", "mps")), ("amp", ("auto", "bf16", "off")),
+                              ("channels_last", ("auto", "on", "off")), ("compile", ("auto", "on", "off"))):
+            self._check(name, getattr(self, name) in choices, f"{', '.join(choices[:-1])} or {choices[-1]}")
         self._check("num_workers", self.num_workers >= 0, "a non-negative count")
         self._check("diagnostics_every", self.diagnostics_every >= 0, "0 (off) or a step count")
 
@@ -454,19 +447,13 @@ class RunConfig:
         return RunConfig.from_dict(d)
 
 
-def text_settings() -> frozenset[str]:
-    """The dotted settings that hold text (``str`` or ``str | None``), "size" among them."""
-    sections = _field_types(RunConfig)
-    return frozenset({"size"} | {f"{section}.{name}" for section, cls in sections.items() if section != "size"
-                                 for name, hint in _field_types(cls).items() if hint in (str, str | None)})
-
-
 def parse_settings(pairs) -> dict[str, Any]:
     """``--set SECTION.FIELD=VALUE`` pairs as overrides: JSON values when they parse, else strings; a
     text setting keeps a number as written (``model.branch_steps=16`` is "16")."""
     import json
 
-    overrides, text = {}, text_settings()
+    overrides, text = {}, {"size"} | {f"{s}.{name}" for s, cls in _field_types(RunConfig).items() if s != "size"
+                                      for name, hint in _field_types(cls).items() if hint in (str, str | None)}
     for pair in pairs:
         key, sep, value = (part.strip() for part in pair.partition("="))
         if not sep:
