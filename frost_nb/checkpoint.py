@@ -96,8 +96,7 @@ def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any
     history["steps"] = {k: _as_tensor(v) for k, v in steps.items()}
     lean = {k: v for k, v in state.items() if k not in _RESUME_ONLY and k != "format"}
     if weights == "bfloat16":
-        lean["model"] = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
-                         for k, v in state["model"].items()}
+        lean["model"] = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state["model"].items()}
         lean["weights"] = weights
     return {**lean, "history": history, "lean": True}
 
@@ -151,8 +150,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             state = torch.load(data, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError,
             lzma.LZMAError) as err:
+        hint = restore_hint(path)  # git's copy of a committed checkpoint, else a new training
+        fix = hint if "git checkout" in hint else "delete it and train again"
         raise CheckpointError(f"checkpoint {path} is damaged or not a frost_nb checkpoint "
-                              f"({type(err).__name__}: {_torch_reason(err)}); {_damage_fix(path)}") from err
+                              f"({type(err).__name__}: {_torch_reason(err)}); {fix}") from err
     if not isinstance(state, dict) or "config" not in state or "model" not in state:
         raise CheckpointError(f"checkpoint {path} is not a frost_nb checkpoint (no config or weights)")
     if state.get("format") != FORMAT:
@@ -163,12 +164,6 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         state["history"] = {**state["history"], "steps": {
             k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in steps.items()}}
     return state
-
-
-def _damage_fix(path: Path) -> str:
-    """How to replace a damaged checkpoint: git's copy of a committed one, else a new training."""
-    hint = restore_hint(path)
-    return hint if "git checkout" in hint else "delete it and train again"
 
 
 def stored_config(path: str | os.PathLike, state: dict[str, Any]) -> RunConfig:

@@ -8,7 +8,7 @@ import errno
 import os
 import stat
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
@@ -67,12 +67,10 @@ def restore_hint(path: str | os.PathLike, regenerate: str | None = None) -> str:
 
     path, root = Path(os.path.abspath(path)), repo_root()
     tracked = False
-    if path.is_relative_to(root):
-        try:  # any file tracked at or under path (a run folder counts)
+    if path.is_relative_to(root):  # any file tracked at or under path (a run folder counts)
+        with suppress(OSError, subprocess.SubprocessError):
             tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "--", str(path)], cwd=root,
                                      capture_output=True, timeout=10).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            tracked = False
     ways = ([f"git checkout -- {path.relative_to(root).as_posix()}"] if tracked else []) + \
         ([regenerate] if regenerate else [])
     return "restore it: " + " or ".join(ways) if ways else "replace it with a good copy"

@@ -175,9 +175,8 @@ def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> Frost
     want = replace_model(config.model, branch_steps="")
     if differ := [f"model.{k} {v!r} -> {getattr(want, k)!r}" for k, v in teacher.config.__dict__.items()
                   if getattr(want, k) != v]:
-        raise ConfigError(f"loss.teacher={config.loss.teacher!r} is not the student's model with one "
-                          f"branch per step ({', '.join(differ[:3])}): name a vanilla run of the student's "
-                          "model config")
+        raise ConfigError(f"loss.teacher={config.loss.teacher!r} is not the student's model with one branch "
+                          f"per step ({', '.join(differ[:3])}): name a vanilla run of the student's model config")
     return teacher.eval().requires_grad_(False)
 
 
@@ -400,9 +399,8 @@ def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None)
                 raise damaged_run_file(run.checkpoint, f"run {run.name} lacks its {MODEL_FILE}")
             m, c = read_metrics(run.folder), run.config
             accuracy = m.get("test_accuracy")
-            rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
-                         "backbone": c.model.backbone, "update": c.model.update, "seed": c.train.seed,
-                         "epochs": c.train.epochs,
+            rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
+                         "update": c.model.update, "seed": c.train.seed, "epochs": c.train.epochs,
                          "test_accuracy": None if accuracy is None else round(accuracy, 4),
                          "minutes": round(m["train_seconds"] / 60, 1) if "train_seconds" in m else None,
                          "hardware": m.get("hardware", m.get("device"))})
@@ -428,10 +426,7 @@ def read_index(root: str | os.PathLike | None = None) -> pd.DataFrame:
     its values); else a ``DamagedInput``."""
     root = Path(root) if root is not None else committed_runs_dir()
     path = root / "index.csv"
-
-    def damaged(problem: str) -> DamagedInput:
-        return DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, INDEX_FIX)}")
-
+    damaged = lambda problem: DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, INDEX_FIX)}")
     try:
         lines = list(csv.reader(path.read_text().splitlines(), strict=True))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
