@@ -49,12 +49,11 @@ def _summary(result, where: bool = True) -> dict[str, Any]:
     """What a run is and what it reached, the same trained or loaded; ``where`` adds where the model came
     from this time (printed only: metrics files must not depend on it)."""
     c, metrics = result.config, result.metrics
-    return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
-            "size": c.size, "epochs": c.train.epochs, "seed": c.train.seed,
-            "name": run_name(result.checkpoint), "params": result.model.num_parameters(),
-            "accuracy": metrics.get("test_accuracy"), "train_seconds": metrics.get("train_seconds"),
-            **({"checkpoint": shown_path(result.checkpoint), "from_cache": result.from_cache}
-               if where else {})}
+    return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone, "size": c.size,
+            "epochs": c.train.epochs, "seed": c.train.seed, "name": run_name(result.checkpoint),
+            "params": result.model.num_parameters(), "accuracy": metrics.get("test_accuracy"),
+            "train_seconds": metrics.get("train_seconds"),
+            **({"checkpoint": shown_path(result.checkpoint), "from_cache": result.from_cache} if where else {})}
 
 
 def _single_process_only(command: str) -> None:
@@ -253,8 +252,7 @@ def cmd_export(args) -> int:
         raise ParameterError("--weights is for forecasting runs: image runs are exported in float32")
     else:
         folder = export_run(args.run, args.to)
-    index = folder.parent.parent / "index.csv"
-    print(json.dumps({"exported": shown_path(folder), "index": shown_path(index)}))
+    print(json.dumps({"exported": shown_path(folder), "index": shown_path(folder.parent.parent / "index.csv")}))
     return 0
 
 
@@ -319,10 +317,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def run_options(p, size="demo", dataset=None):
-        p.add_argument("--size", default=size, choices=SIZES)
-        p.add_argument("--dataset", default=dataset,
-                       help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
+    def run_options(p, dataset=None):
+        p.add_argument("--size", default="demo", choices=SIZES)
+        p.add_argument("--dataset", default=dataset, help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
         p.add_argument("--model", default="frost", help="vanilla, recurrent, basic_ssm, frost")
         p.add_argument("--backbone", default="resnet", help="resnet or vit")
         training_options(p, "any config field, e.g. --set train.lr=0.1 (repeatable)")
@@ -337,16 +334,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--no-progress", action="store_true")
 
     def skip_option(p):
-        p.add_argument("--skip-damaged", action="store_true",
-                       help="leave a damaged stored run or metrics file out (and say so) instead of "
-                            "stopping; a committed run left out may be trained again")
+        p.add_argument("--skip-damaged", action="store_true", help="leave a damaged stored run or metrics file "
+                       "out (and say so) instead of stopping; a committed run left out may be trained again")
 
-    run_options(sub.add_parser("demo", help="the main job: FROST on digits + halting sweep"),
-                dataset="digits")
+    run_options(sub.add_parser("demo", help="the main job: FROST on digits + halting sweep"), dataset="digits")
     run_options(sub.add_parser("config", help="print the resolved config of a run and its stored run "
                                               "(trains nothing)"))
-    p = sub.add_parser("train", help="train a model (or load it from the stored runs)")
-    run_options(p)
+    run_options(p := sub.add_parser("train", help="train a model (or load it from the stored runs)"))
     p.add_argument("--checkpoint", default=None, help="write/resume this checkpoint instead of a run folder")
     p.add_argument("--name", default=None, help="the run's name, GRID/LABEL, in the local store "
                    "(default: DATASET-SIZE-single/MODEL-BACKBONE-seedN)")
@@ -407,8 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zero-shot", action="store_true", help="then evaluate it unchanged on the test series "
                    "average-pooled by 2 and 4 (Table 14), kept in its metrics.json")
     p = sub.add_parser("verdicts", help="the verdict table of the paper's claims, from outputs/metrics/")
-    p.add_argument("--metrics-dir", default=None,
-                   help="metrics folder (default: the committed outputs/metrics)")
+    p.add_argument("--metrics-dir", default=None, help="metrics folder (default: the committed outputs/metrics)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--write", metavar="FILE", nargs="?", const="",
                        help="replace the tables between the verdicts markers of FILE (default: README.md "

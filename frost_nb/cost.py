@@ -83,14 +83,6 @@ def _meta_model(model_config: ModelConfig):
         return create_model(model_config)
 
 
-def _meta_teacher(config: RunConfig):
-    """A student's teacher on the meta device (the student's model with one branch per step, as
-    ``runs.load_teacher`` requires), or None for a run without ``loss.teacher``."""
-    if config.loss.teacher is None:
-        return None
-    return _meta_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False)
-
-
 def _batch_bytes(model, config: RunConfig, teacher=None) -> tuple[int, int]:
     """(bytes of the tensors one training batch's forward pass keeps for the backward pass, bytes of
     the frozen ``teacher``'s outputs the student's loss reads), fp32, as ``training.forward_loss``."""
@@ -157,10 +149,9 @@ def _epoch_seconds(config: RunConfig, flops: int, device: torch.device, amp: boo
     held_out = n * config.data.val_fraction
     # a student's teacher runs forward on every training batch: a third of a step at its FLOPs
     seconds = ((n - held_out) * (flops + teacher_flops * FORWARD_SHARE) + held_out * FORWARD_SHARE * flops) / rate
-    how = (f"scaled from {best['size']} {'bf16' if best.get('amp_bf16') else 'fp32'} "
-           f"{'compiled' if best.get('compile') else 'eager'} at {measured_threads} thread(s), "
-           f"{best['images_per_s']:.0f} images/s")
-    return seconds, how
+    return seconds, (f"scaled from {best['size']} {'bf16' if best.get('amp_bf16') else 'fp32'} "
+                     f"{'compiled' if best.get('compile') else 'eager'} at {measured_threads} thread(s), "
+                     f"{best['images_per_s']:.0f} images/s")
 
 
 def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
@@ -168,7 +159,10 @@ def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     from .training import pick_device, use_amp, use_compile
 
     device = device or pick_device(config.train.device)
-    model, teacher = _meta_model(config.model), _meta_teacher(config)
+    model = _meta_model(config.model)
+    # a student's teacher: the student's model with one branch per step, as runs.load_teacher requires
+    teacher = (None if config.loss.teacher is None
+               else _meta_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False))
     params = sum(p.numel() for p in model.parameters())
     m = config.model
     fixed, per_step = flops_per_image(model, (m.in_channels, m.image_size, m.image_size))

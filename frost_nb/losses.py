@@ -43,8 +43,7 @@ def _per_step_ce(logits: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Ten
     n, t, k = logits.shape
     flat = logits.float().reshape(n * t, k)  # (N*T, K)
     target = y[:, None].expand(n, t).reshape(n * t)  # (N*T,)
-    return F.cross_entropy(flat, target, reduction="none",
-                           label_smoothing=label_smoothing).view(n, t)  # (N, T)
+    return F.cross_entropy(flat, target, reduction="none", label_smoothing=label_smoothing).view(n, t)  # (N, T)
 
 
 def step_losses(logits: Tensor, y: Tensor) -> Tensor:
@@ -166,8 +165,7 @@ def distill_loss(logits: Tensor) -> Tensor:
         raise ValueError(f"logits must be (N, T, K) with T >= 2, got shape {tuple(logits.shape)}")
     logp = F.log_softmax(logits.float(), dim=-1)  # (N, T, K)
     target = logp[:, -1:].detach()  # (N, 1, K)
-    kl = (target.exp() * (target - logp[:, :-1])).sum(-1)  # (N, T-1)
-    return kl.mean()
+    return (target.exp() * (target - logp[:, :-1])).sum(-1).mean()  # the mean of (N, T-1)
 
 
 def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
@@ -183,8 +181,7 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
         rank = RankingLosses(nan, nan, None, None, nan, nan)  # type: ignore[arg-type]
     else:
         with torch.set_grad_enabled(cfg.ranking and torch.is_grad_enabled()):
-            rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin,
-                                  cfg.rank_pairs)
+            rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin, cfg.rank_pairs)
     if cfg.ranking:
         loss = task + cfg.lambda_rel * rank.rel + cfg.lambda_abs * rank.abs  # eq. (total)
     elif cfg.ponder:

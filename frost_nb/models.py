@@ -338,8 +338,7 @@ class FrostNet(nn.Module):
             h = self.step(h, ctx, t)
             yield Step(t + 1, h, *self.readout(h, ctx, detach_halt_input))
 
-    def forward(self, x: Tensor, return_states: bool = False,
-                detach_halt_input: bool = False) -> ModelOutput:
+    def forward(self, x: Tensor, return_states: bool = False, detach_halt_input: bool = False) -> ModelOutput:
         """All T steps. ``detach_halt_input``: the halting head sees GAP(h_t).detach()."""
         states, logits, halts, pooled = [], [], [], []
         for s in self.trajectory(x, detach_halt_input):
