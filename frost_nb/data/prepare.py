@@ -48,26 +48,22 @@ class DatasetInfo:
 
 
 _DOWNLOAD = "or allow torchvision's download (data.download=True)"
-DATASETS: dict[str, DatasetInfo] = {
-    "digits": DatasetInfo("digits", 1, 8, 10, (0.3,), (0.38,), "shift", True,
-                          "bundled with scikit-learn: pip install scikit-learn"),
-    "fashion-mnist": DatasetInfo(
-        "fashion-mnist", 1, 28, 10, (0.286,), (0.353,), "crop_flip", True,
-        "apt-get install dataset-fashion-mnist (Debian), or put the four IDX .gz files in "
-        f"<root>/fashion-mnist/, {_DOWNLOAD}"),
-    "cifar10": DatasetInfo(
-        "cifar10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "crop_flip", True,
-        "put train.npz/test.npz (packed JPEG format) or torchvision's cifar-10-batches-py in "
-        f"<root>/cifar10/, {_DOWNLOAD}"),
-    "cifar100": DatasetInfo(
-        "cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "crop_flip", True,
-        f"put train.npz/test.npz (packed PNG format) or torchvision's cifar-100-python in <root>/cifar100/ "
-        f"(make data links ../shared/data/cifar100 there), {_DOWNLOAD}", stratified_val=True),
-    "imagenet100": DatasetInfo(
-        "imagenet100", 3, 224, 100, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), "resized_crop_flip",
-        False, "put the ImageNet-100 class folders in <root>/imagenet100/train/ and .../val/ "
-        "(100 ImageNet classes; no automatic download exists)"),
-}
+DATASETS: dict[str, DatasetInfo] = {info.name: info for info in (
+    DatasetInfo("digits", 1, 8, 10, (0.3,), (0.38,), "shift", True,
+                "bundled with scikit-learn: pip install scikit-learn"),
+    DatasetInfo("fashion-mnist", 1, 28, 10, (0.286,), (0.353,), "crop_flip", True,
+                "apt-get install dataset-fashion-mnist (Debian), or put the four IDX .gz files in "
+                f"<root>/fashion-mnist/, {_DOWNLOAD}"),
+    DatasetInfo("cifar10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "crop_flip", True,
+                "put train.npz/test.npz (packed JPEG format) or torchvision's cifar-10-batches-py in "
+                f"<root>/cifar10/, {_DOWNLOAD}"),
+    DatasetInfo("cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "crop_flip", True,
+                "put train.npz/test.npz (packed PNG format) or torchvision's cifar-100-python in <root>/cifar100/ "
+                f"(make data links ../shared/data/cifar100 there), {_DOWNLOAD}", stratified_val=True),
+    DatasetInfo("imagenet100", 3, 224, 100, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), "resized_crop_flip",
+                False, "put the ImageNet-100 class folders in <root>/imagenet100/train/ and .../val/ "
+                "(100 ImageNet classes; no automatic download exists)"),
+)}
 
 FORMAT = 1  # version of the prepared files: a file of another version is prepared again by hand
 PARTS = ("train", "test")
@@ -202,8 +198,7 @@ def read_prepared(name: str, root: str | Path, part: str) -> Part:
     if got.get("format") != FORMAT:
         raise DataError(f"{path} is not a prepared file of format {FORMAT} (format "
                         f"{got.get('format', 'missing')}); {fix}.")
-    x, y, classes = got.get("x"), got.get("y"), got.get("classes")
-    coarse, coarse_classes = got.get("coarse_y"), got.get("coarse_classes")
+    x, y, classes, coarse, coarse_classes = map(got.get, ("x", "y", "classes", "coarse_y", "coarse_classes"))
     shape = (DATASETS[name].channels, DATASETS[name].image_size, DATASETS[name].image_size)  # (C, H, W)
     good = (x is not None and y is not None and classes is not None and "source" in got and y.ndim == 1
             and x.dtype == np.uint8 and x.shape == (len(y), *shape) and y.dtype == np.int64
@@ -321,8 +316,7 @@ def _download(name: str, root: Path, looked: list[str]) -> tuple[str, Path]:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
         raise missing_data_error(name, looked, f"download=True, but torchvision's {klass} download into "
-                                 f"{folder} failed (no internet access?): {type(err).__name__}: "
-                                 f"{err}") from err
+                                 f"{folder} failed (no internet access?): {type(err).__name__}: {err}") from err
     hit, still = find_source(name, root)
     if hit is None:
         raise missing_data_error(name, still, f"torchvision's {klass} download into {folder} ended, but "
@@ -405,8 +399,7 @@ def _from_pickles(folder: Path, name: str, part: str) -> Part:
     md5 differs from the release (any re-packed or test copy), and hashing costs time."""
     *batches, test_file, meta_file = _FILES[name, "pickles"][0]
     files = batches if part == "train" else [test_file]
-    names_key, labels_key = (("label_names", "labels") if name == "cifar10"
-                             else ("fine_label_names", "fine_labels"))
+    names_key, labels_key = ("label_names", "labels") if name == "cifar10" else ("fine_label_names", "fine_labels")
     replace = f"replace the files ({DATASETS[name].how_to_get})"
     xs, ys, coarse = [], [], []
     for file in files:
