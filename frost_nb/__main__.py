@@ -355,14 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bundle", default="adopted", choices=BUNDLES,
                    help="the bundle of defaults of the grids that have one (grids.BUNDLE_GRIDS): "
                         "adopted (today's), per-step (most committed runs) or residual (the runs before both)")
-    p.add_argument("--compile", default=None, choices=("auto", "on", "off"),
-                   help="train.compile of every run (default: the grid's, auto: on CUDA only); the runs "
-                        "stay the same runs. Whether 'on' pays on a CPU depends on the losses: "
-                        "benchmarks/train_throughput.py measures it (docs/scaling.md)")
+    p.add_argument("--compile", default=None, choices=("auto", "on", "off"), help="train.compile of every run "
+                   "(default: the grid's, auto: on CUDA only); the runs stay the same runs. Whether 'on' pays on "
+                   "a CPU depends on the losses: benchmarks/train_throughput.py measures it (docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true")
     skip_option(p)
-    for name, helptext in (("evaluate", "adaptive inference at one quantile"),
-                           ("sweep", "halting quantile sweep")):
+    for name, helptext in (("evaluate", "adaptive inference at one quantile"), ("sweep", "halting quantile sweep")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--checkpoint", required=True)
         p.add_argument("--split", default="test", choices=("train", "val", "test"))

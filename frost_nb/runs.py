@@ -12,7 +12,7 @@ import platform
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any
 
 import pandas as pd
 import torch

@@ -119,8 +119,7 @@ def use_channels_last(cfg: RunConfig, device: torch.device) -> bool:
 def use_compile(cfg: RunConfig, device: torch.device, world_size: int = 1) -> bool:
     """torch.compile of the training forward pass: ``train.compile`` "on", or "auto" on CUDA in a
     single process (compiled DDP with unused parameters is untested here: "on" forces it)."""
-    return cfg.train.compile == "on" or (cfg.train.compile == "auto" and device.type == "cuda"
-                                         and world_size == 1)
+    return cfg.train.compile == "on" or (cfg.train.compile == "auto" and device.type == "cuda" and world_size == 1)
 
 
 def teacher_forced_share(step: int, total_steps: int) -> float:
