@@ -4,6 +4,7 @@ the references; readings at matched depth; the gain over a fixed depth split (``
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -16,35 +17,12 @@ import torch
 from ..halting import PAPER_QUANTILES, HaltingCalibrator
 from ..inputs import check_scores
 from ..training import FullDepthPass
-from .halting_rules import (
-    FIXED,
-    FIXED_RULE,
-    FROST,
-    FROST_QUANTILES,
-    HINDSIGHT,
-    ORACLE,
-    PROBE,
-    REFERENCES,
-    RULES,
-    SIGNAL_RULES,
-    THRESHOLDS,
-    WITHIN,
-    common_window,
-    Rule,
-    candidate_thresholds,
-    curve_auc,
-    depth_to_reach,
-    fit_settled_probe,
-    gain_split,
-    hindsight_exit_at,
-    oracle_accuracy_at,
-    oracle_exits,
-    random_exit_accuracy,
-    reach,
-    rule_exits,
-    settled_exits,
-    sorted_points,
-)
+from .halting_rules import (FIXED, FIXED_RULE, FROST, FROST_QUANTILES, HINDSIGHT, ORACLE, PROBE, REFERENCES,
+                            RULES, SIGNAL_RULES, THRESHOLDS, WITHIN, Rule, candidate_thresholds,
+                            common_window, confidence_signal, curve_auc, depth_to_reach, fit_settled_probe,
+                            fixed_accuracy_at, gain_split, hindsight_exit_at, oracle_accuracy_at,
+                            oracle_exits, random_exit_accuracy, reach, rule_exits, settled_auroc,
+                            settled_exits, sorted_points)
 from .stats import IMAGE_RESAMPLES
 from .trajectories import run_trajectories
 
@@ -110,10 +88,8 @@ def _reference(name: str, test: FullDepthPass, accuracy_at, point: float, model:
     """A reference curve on ``test`` at mean depths 1, 1 + 1/per_step, ..., T and at its own ``point``."""
     depths = np.append(np.linspace(1.0, test.steps, per_step * (test.steps - 1) + 1), point)
     acc = accuracy_at(depths)
-    rows = [{"rule": name, "model": model, "quantile": math.nan, "threshold": math.nan,
-             "val_mean_depth": math.nan, "val_accuracy": math.nan, "mean_depth": float(depths[i]),
-             "std_depth": math.nan, "accuracy": float(acc[i]), "random_accuracy": math.nan, "source": source}
-            for i in np.argsort(depths, kind="stable")]
+    rows = [{**dict.fromkeys(CURVE_COLUMNS, math.nan), "rule": name, "model": model, "mean_depth": float(depths[i]),
+             "accuracy": float(acc[i]), "source": source} for i in np.argsort(depths, kind="stable")]
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
@@ -315,8 +291,6 @@ def settled_summary(passes: dict[Any, FullDepthPass], steps_shown: Sequence[int]
     predictions have settled for good), a fixed depth's accuracy there, and the AUROC of the halting
     score and of the confidence for "settled for good by t" (``settled_auroc``). Returns (summary,
     per-step AUROC table)."""
-    from .halting_rules import confidence_signal, fixed_accuracy_at, settled_auroc
-
     rows, per_step = [], []
     for label, p in passes.items():
         depth = settled_exits(p.preds).double().mean().item()
@@ -350,12 +324,10 @@ def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], gr
     groups: dict[Any, list] = {}
     for model in dict.fromkeys(own["model"]):
         groups.setdefault(group(model), []).append(model)
-    parts = []
-    for name, models in groups.items():
-        tables = {m: versus_fixed_depth(own[own["model"] == m], curves[(curves["model"] == m) & (curves["rule"] == FIXED)])
-                  for m in models}
-        parts.append(split_by_quantile(tables).assign(group=name))
-    return pd.concat(parts, ignore_index=True)
+    fixed = curves[curves["rule"] == FIXED]
+    return pd.concat([split_by_quantile({m: versus_fixed_depth(own[own["model"] == m], fixed[fixed["model"] == m])
+                                         for m in models}).assign(group=name) for name, models in groups.items()],
+                     ignore_index=True)
 
 
 def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, model: str, steps: int,
@@ -412,12 +384,7 @@ def by_column(table: pd.DataFrame) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in table.columns:
         values = [None if isinstance(v, float) and math.isnan(v) else v for v in table[name].tolist()]
-        runs: list[list[Any]] = []
-        for v in values:
-            if runs and runs[-1][0] == v:
-                runs[-1][1] += 1
-            else:
-                runs.append([v, 1])
+        runs = [[v, len(list(same))] for v, same in itertools.groupby(values)]
         out[name] = {"runs": runs} if 2 * size(runs) <= size(values) else values
     return out
 
