@@ -344,12 +344,9 @@ def settled_auroc(scores: Tensor, preds: Tensor) -> tuple[np.ndarray, float]:
     ``scores[:, t - 1]`` for "settled for good by t" (``settled_exits`` <= t), (T - 1,); and their
     mean weighted by the samples not yet settled at t (the ones a stop at t could cost)."""
     exits = settled_exits(preds)
-    per, weight = [], []
-    for t in range(1, preds.shape[1]):
-        done = exits <= t
-        per.append(auroc(scores[:, t - 1], done))
-        weight.append(float((~done).sum()))
-    per, weight = np.array(per), np.array(weight)
+    done = [exits <= t for t in range(1, preds.shape[1])]  # t = 1..T-1
+    per = np.array([auroc(scores[:, t], d) for t, d in enumerate(done)])
+    weight = np.array([float((~d).sum()) for d in done])
     keep = np.isfinite(per) & (weight > 0)
     return per, float(np.average(per[keep], weights=weight[keep])) if keep.any() else math.nan
 

@@ -18,7 +18,7 @@ from ..halting import HaltingCalibrator
 from ..losses import ranking_losses, step_losses
 from ..training import FullDepthPass, evaluate, load_split, optimizer_step
 from .curves import curve, oracle_curve
-from .halting_rules import FIXED, FROST_QUANTILES, THRESHOLDS, confidence_signal
+from .halting_rules import FIXED, FROST_QUANTILES, THRESHOLDS, auroc, confidence_signal
 
 GLOBAL, PER_STEP, PER_STEP_NORM, CORRECTNESS = ("global pairs", "per-step pairs",
                                                 "per-step pairs, LayerNorm", "correctness (BCE)")
@@ -123,15 +123,7 @@ def train_objective(kind: str, head: nn.Module, train: StepFeatures, cfg: LossCo
 def within_step_auc(scores: Tensor, correct: Tensor) -> float:
     """Mean over steps of the AUC of ``scores`` (N, T) for "this step's prediction is correct"
     (ties count half; steps where all or none are correct are skipped)."""
-    from scipy.stats import rankdata  # scipy comes with scikit-learn
-
-    aucs = []
-    for t in range(scores.shape[1]):
-        s, c = scores[:, t].double().numpy(), correct[:, t].numpy()
-        pos, neg = int(c.sum()), int((~c).sum())
-        if pos and neg:
-            ranks = rankdata(s)  # ties share their mean rank
-            aucs.append((ranks[c].sum() - pos * (pos + 1) / 2) / (pos * neg))  # Mann-Whitney U / (pos neg)
+    aucs = [a for a in (auroc(scores[:, t], correct[:, t]) for t in range(scores.shape[1])) if not math.isnan(a)]
     return float(np.mean(aucs)) if aucs else math.nan
 
 
