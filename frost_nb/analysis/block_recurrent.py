@@ -38,10 +38,7 @@ def range_score(similarity: Tensor, ranges: Ranges) -> float:
     return sum(s[a:b, a:b].sum().item() / (b - a) for a, b in ranges)
 
 
-def _check(similarity: Tensor, k: int) -> int:
-    if similarity.dim() != 2 or similarity.shape[0] != similarity.shape[1]:
-        raise ValueError(f"similarity must be a square (T, T) matrix, got shape {tuple(similarity.shape)}")
-    steps = similarity.shape[0]
+def _check_k(k: int, steps: int) -> int:
     if not (isinstance(k, int) and 1 <= k <= steps):
         raise ValueError(f"k={k!r} must be a whole number of ranges from 1 to T = {steps}")
     return steps
@@ -50,7 +47,9 @@ def _check(similarity: Tensor, k: int) -> int:
 def best_ranges(similarity: Tensor, k: int) -> Ranges:
     """The contiguous split of the T steps into k ranges that maximises J (eq. (ranges)), by dynamic
     programming over best[m][j] (the first j steps in m ranges); a tie keeps the earliest start."""
-    steps = _check(similarity, k)
+    if similarity.dim() != 2 or similarity.shape[0] != similarity.shape[1]:
+        raise ValueError(f"similarity must be a square (T, T) matrix, got shape {tuple(similarity.shape)}")
+    steps = _check_k(k, similarity.shape[0])
     s = similarity.double()
     term = [[s[i:j, i:j].sum().item() / (j - i) if j > i else -math.inf for j in range(steps + 1)]
             for i in range(steps + 1)]  # term[i][j]: the range i..j-1
@@ -62,18 +61,15 @@ def best_ranges(similarity: Tensor, k: int) -> Ranges:
             for i in range(m - 1, j):
                 if (v := best[m - 1][i] + term[i][j]) > best[m][j]:
                     best[m][j], cut[m][j] = v, i
-    stops, j = [], steps
-    for m in range(k, 0, -1):
-        stops.append(j)
-        j = cut[m][j]
-    stops.reverse()
+    stops = [steps]  # back from the last: cut[m][j] starts the last of m ranges over the first j steps
+    for m in range(k, 1, -1):
+        stops.insert(0, cut[m][stops[0]])
     return tuple(zip([0] + stops[:-1], stops))
 
 
 def equal_ranges(steps: int, k: int) -> Ranges:
     """The control: k contiguous ranges whose lengths differ by at most one, the longer first."""
-    if not (isinstance(k, int) and 1 <= k <= steps):
-        raise ValueError(f"k={k!r} must be a whole number of ranges from 1 to T = {steps}")
+    _check_k(k, steps)
     sizes = [steps // k + (i < steps % k) for i in range(k)]
     stops = [sum(sizes[:i + 1]) for i in range(k)]
     return tuple(zip([0] + stops[:-1], stops))
