@@ -105,21 +105,18 @@ class Fit:
 def fit(params: Sequence[float], values: Sequence[float]) -> Fit | None:
     """OLS of values on ln(params) with the slope's two-sided CONFIDENCE t interval (n - 2 degrees
     of freedom); None with fewer than three distinct sizes (or no degree of freedom left)."""
-    x = np.log(np.asarray(params, dtype=float))
-    y = np.asarray(values, dtype=float)
+    x, y = np.log(np.asarray(params, dtype=float)), np.asarray(values, dtype=float)
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]
     rungs = len(np.unique(x))
-    if rungs < 3 or len(x) < 3:
+    if rungs < 3:  # (three runs at least, so a degree of freedom is left)
         return None
     xc = x - x.mean()
-    slope = float((xc * (y - y.mean())).sum() / (xc ** 2).sum())
-    intercept = float(y.mean() - slope * x.mean())
-    residual = y - (intercept + slope * x)
-    dof = len(x) - 2
     sxx = float((xc ** 2).sum())
-    sd = math.sqrt(float((residual ** 2).sum()) / dof)
-    t = t_quantile(dof)
+    slope = float((xc * (y - y.mean())).sum() / sxx)
+    intercept = float(y.mean() - slope * x.mean())
+    sd = math.sqrt(float(((y - (intercept + slope * x)) ** 2).sum()) / (len(x) - 2))
+    t = t_quantile(len(x) - 2)
     half = t * sd / math.sqrt(sxx)
     span = (float(math.exp(x.min())), float(math.exp(x.max())))
     return Fit(len(x), rungs, intercept, slope, slope - half, slope + half, span, float(x.mean()), sxx, sd, t)
@@ -177,14 +174,13 @@ def read_out(rows: list[dict]) -> list[dict]:
         delta = result.delta if result else (math.nan,) * 3
         crossing = (result.crossing(q.paper) if result and verdict == TOWARD and q.direction == "value"
                     else math.nan)
-        meets = result.meets_from(q.paper) if verdict == MEETS else None
         out.append({"quantity": name, "label": q.label, "paper": q.paper, "runs": len(points),
                     "rungs": result.rungs if result else len({p["size"] for p in points}),
                     "intercept": result.intercept if result else math.nan,
                     "slope": result.slope if result else math.nan, "change": delta[0],
                     "change_low": delta[1], "change_high": delta[2], "band": q.band,
                     "reading": verdict, "crossing_params": crossing,
-                    "meets_params": math.nan if meets is None else meets})
+                    "meets_params": result.meets_from(q.paper) if verdict == MEETS else math.nan})
     return out
 
 

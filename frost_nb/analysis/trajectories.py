@@ -45,6 +45,12 @@ def adjacent_similarity(pooled: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------- contraction
+def _quartiles(name: str, values: Tensor) -> dict:
+    """``name`` (the median of ``values``), ``<name>_q25`` and ``<name>_q75``."""
+    q = torch.quantile(values.double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
+    return {name: q[1].item(), f"{name}_q25": q[0].item(), f"{name}_q75": q[2].item()}
+
+
 def fit_contraction(step_norms: Tensor, eps: float = 1e-12) -> Tensor:
     """Per-sample rate kappa: exp(slope) of the least-squares line log s_t = a + t log kappa,
     t = 0..T-1. Returns (N,); kappa < 1 means the steps shrink geometrically on average."""
@@ -72,9 +78,7 @@ def contraction_summary(traj: FullDepthPass) -> dict:
     """kappa's quartiles over samples, and the shares of samples with kappa < 1 and with the bound."""
     kappa = fit_contraction(traj.step_norms)
     holds = contraction_bound(traj.step_norms, traj.dist_to_final, kappa)
-    q = torch.quantile(kappa.double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
-    return {"kappa": q[1].item(), "kappa_q25": q[0].item(), "kappa_q75": q[2].item(),
-            "contracting": (kappa < 1).float().mean().item(),
+    return {**_quartiles("kappa", kappa), "contracting": (kappa < 1).float().mean().item(),
             "bound_holds": holds.all(1).float().mean().item()}
 
 
@@ -142,9 +146,7 @@ def jacobian_summary(norms: Tensor, first_step: int = 0) -> dict:
         raise ValueError(f"norms must be (N, T) and first_step in 0..T-1, got {tuple(norms.shape)}, "
                          f"{first_step}")
     s = norms[:, first_step:].double()  # (N, T')
-    q = torch.quantile(s.reshape(-1), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
-    return {"jvp_norm": q[1].item(), "jvp_norm_q25": q[0].item(), "jvp_norm_q75": q[2].item(),
-            "jvp_below_one": (s < 1).double().mean().item(),
+    return {**_quartiles("jvp_norm", s.reshape(-1)), "jvp_below_one": (s < 1).double().mean().item(),
             "jvp_contracting": (s < 1).all(1).double().mean().item(),
             "kappa_jvp": s.max(1).values.median().item()}
 
@@ -159,9 +161,7 @@ def product_summary(norms: Tensor, steps: int) -> dict:
     samples with its quartiles (``product_norm``, what claims.product_rate reads) and ``product_steps``."""
     if norms.dim() != 1 or norms.numel() == 0:
         raise ValueError(f"norms must be (N,) with N >= 1, got shape {tuple(norms.shape)}")
-    q = torch.quantile(norms.double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
-    return {"product_norm": q[1].item(), "product_norm_q25": q[0].item(), "product_norm_q75": q[2].item(),
-            "product_steps": int(steps)}
+    return {**_quartiles("product_norm", norms), "product_steps": int(steps)}
 
 
 def run_jacobian_summary(result, max_samples: int = JVP_SAMPLES) -> dict:
