@@ -17,18 +17,17 @@ def _smooth(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndar
     step), with the x values it lines up with."""
     x, y = np.asarray(x), np.asarray(y, dtype=float)
     w = max(1, len(y) // 50)
-    if w == 1:
-        return x, y
     return x[w - 1:], np.convolve(y, np.ones(w) / w, mode="valid")
 
 
 def _finish(fig: plt.Figure, ax=None, title: str | None = None, fontsize: int | None = 7,
-            **legend: Any) -> plt.Figure:
-    """Common last lines of a figure: a legend on ``ax`` (small by default), a suptitle, a tight layout."""
+            title_size: int | None = None, **legend: Any) -> plt.Figure:
+    """Common last lines of a figure: a legend on ``ax`` (small by default), a suptitle (of ``title_size``,
+    default matplotlib's), a tight layout."""
     if ax is not None:
         ax.legend(fontsize=fontsize, **legend)
     if title is not None:
-        fig.suptitle(title)
+        fig.suptitle(title, size=title_size or plt.rcParams["figure.titlesize"])
     fig.tight_layout()
     return fig
 
@@ -259,8 +258,8 @@ def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=Non
         colour = f"C{i}"
         ax.plot(table["mean_depth"], table["accuracy"], "o-", ms=3, color=colour, label=f"{label}: halting")
         if label in fixed:
-            f = fixed[label]
-            ax.plot(f["mean_depth"], f["accuracy"], "--", lw=1, color=colour, label=f"{label}: fixed depth")
+            ax.plot(fixed[label]["mean_depth"], fixed[label]["accuracy"], "--", lw=1, color=colour,
+                    label=f"{label}: fixed depth")
         if rivals and label in rivals:
             ax.plot(*sorted_points(rivals[label]), ":", lw=1.2, color=colour, label=f"{label}: {rival_name}")
     if paper is not None:
@@ -460,12 +459,8 @@ def plot_ladder_quantities(rows: Sequence[dict], readout: Sequence[dict], paper_
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=6)
     fig.supxlabel("parameters (log)", fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, axes.flat[0], title or None, fontsize=6, title_size=9)
 
 
 def plot_ladder_curves(rows: Sequence[dict], title: str = "") -> plt.Figure:
@@ -479,11 +474,9 @@ def plot_ladder_curves(rows: Sequence[dict], title: str = "") -> plt.Figure:
             ax.plot(range(1, len(acc) + 1), acc, color=f"C{i}", lw=1.4 if j == 0 else 0.7,
                     ls=":" if size == "demo" else "-", label=f"{size} ({r['params']:,} params)" if j == 0 else None)
     ax.set(xlabel="fixed depth t", ylabel="test accuracy")
-    ax.legend(fontsize=7)
     if title:
         ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax)
 
 
 def plot_block_ranges(similarity, ranges: dict[int, Sequence[tuple[int, int]]],
@@ -539,7 +532,4 @@ def plot_against_k(students, per_k, margin: float, title: str = "") -> plt.Figur
     for ax in (a, b, c):
         ax.title.set_fontsize(9)
         ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, title=title or None, title_size=9)
