@@ -178,23 +178,19 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
     studies ``default`` or the smoke FROST on digits instead (CI has no other data set)."""
     if checkpoint is not None:
         config = checkpoint_config(checkpoint)  # a missing or damaged file is an error, smoke or not
-        model, loss = config.model, config.loss
+        model = config.model
         held = f"({model.name}/{model.backbone} on {config.data.name})"
-        if model.name != "frost":
-            raise ParameterError(
-                f"parameter {param}={checkpoint!r} holds a {model.name!r} model {held}, not 'frost': this "
-                f"notebook studies FROST's halting head. Pass a frost checkpoint, or {param}=None")
-        if not loss.halting_trained:
-            raise ParameterError(
-                f"parameter {param}={checkpoint!r} holds a frost model whose halting head was never "
-                f"trained (loss.ranking and loss.ponder both off, as in the 'frost (no ranking)' control): "
-                f"its exits would come from an untrained head. Pass a frost checkpoint trained with the "
-                f"ranking losses or PonderNet's, or {param}=None")
-        if backbone is not None and model.backbone != backbone:
-            raise ParameterError(
-                f"parameter {param}={checkpoint!r} holds frost on the {model.backbone!r} backbone {held}, "
-                f"not {backbone!r}. Pass a {backbone} frost checkpoint "
-                f"(frost_nb.repro.grids.grid('{backbone}')), or {param}=None")
+        for wrong, holds, instead in (  # the first that is wrong is named
+                (model.name != "frost", f"a {model.name!r} model {held}, not 'frost': this notebook studies "
+                 "FROST's halting head", "a frost checkpoint"),
+                (not config.loss.halting_trained, "a frost model whose halting head was never trained (loss.ranking"
+                 " and loss.ponder both off, as in the 'frost (no ranking)' control): its exits would come from an "
+                 "untrained head", "a frost checkpoint trained with the ranking losses or PonderNet's"),
+                (backbone not in (None, model.backbone), f"frost on the {model.backbone!r} backbone {held}, "
+                 f"not {backbone!r}", f"a {backbone} frost checkpoint (frost_nb.repro.grids.grid('{backbone}'))")):
+            if wrong:
+                raise ParameterError(f"parameter {param}={checkpoint!r} holds {holds}. Pass {instead}, "
+                                     f"or {param}=None")
         if not smoke_mode():
             return (config, *load_model(checkpoint))
         print(f"smoke mode: {checkpoint} is not used; a smoke FROST on digits stands in for it")
@@ -224,9 +220,7 @@ def _finite_or_null(value: Any) -> Any:
         return [_finite_or_null(v) for v in value]
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
         value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def metrics_text(record: dict[str, Any]) -> str:
