@@ -121,8 +121,7 @@ class ExitCache:
     def per_class(self, quantile: float, classes: list[str] | None = None):
         """Mean exit depth and accuracy of each true class at quantile q."""
         e = self.at(quantile)
-        y = self.y.numpy()
-        frame = pd.DataFrame({"class": y, "depth": e.depth.numpy(), "correct": e.correct.numpy()})
+        frame = pd.DataFrame({"class": self.y.numpy(), "depth": e.depth.numpy(), "correct": e.correct.numpy()})
         table = frame.groupby("class").agg(samples=("depth", "size"), mean_depth=("depth", "mean"),
                                            std_depth=("depth", lambda d: d.std(ddof=0)),
                                            accuracy=("correct", "mean")).reset_index()
@@ -139,8 +138,7 @@ def sweep_image_halves(caches: dict, quantiles, shown, depths, resamples: int | 
     verdicts read it), and the mean gain over a fixed depth below q = 1."""
     from .stats import IMAGE_RESAMPLES, image_bootstrap
 
-    first = next(iter(caches.values()))
-    n, steps = first.outputs.correct.shape
+    n, steps = next(iter(caches.values())).outputs.correct.shape
     quantiles = sorted(float(q) for q in quantiles)
     below = [i for i, q in enumerate(quantiles) if q < 1.0]
     seeds = []  # per seed (N, Q) exit depths and correctness at the exit, and (N, T) correctness per step

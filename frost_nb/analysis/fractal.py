@@ -259,8 +259,7 @@ def pca_projection(states, k: int = 2) -> np.ndarray:
     if s.ndim != 3:
         raise ValueError(f"states must be (N, T+1, D), got shape {s.shape}")
     flat = s.reshape(-1, s.shape[2])
-    flat = flat - flat.mean(0)
-    _, _, vt = np.linalg.svd(flat, full_matrices=False)
+    _, _, vt = np.linalg.svd(flat - flat.mean(0), full_matrices=False)
     return vt[:k].T  # (D, k)
 
 

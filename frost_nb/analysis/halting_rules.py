@@ -233,9 +233,8 @@ def rule_exits(rule: Rule, signal: Tensor, threshold: float) -> Tensor:
     if rule.hits > 1:
         hit = signal > threshold if rule.exits_when == "above" else signal < threshold  # NaN: False
         return exit_steps(consecutive(hit, rule.hits).to(torch.float32), 0.5)
-    if rule.exits_when == "above":
-        return exit_steps(signal, threshold)  # first s_t > threshold
-    return exit_steps(-signal, -threshold)  # "below": s_t < eps  <=>  -s_t > -eps (NaN stays NaN)
+    # "above": the first s_t > threshold; "below": s_t < eps  <=>  -s_t > -eps (NaN stays NaN)
+    return exit_steps(signal, threshold) if rule.exits_when == "above" else exit_steps(-signal, -threshold)
 
 
 # ---------------------------------------------------------------- exits and accuracy

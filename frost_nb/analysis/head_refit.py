@@ -93,8 +93,7 @@ def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
     n = len(train.y)
     total = settings.epochs * max(1, math.ceil(n / settings.batch_size))  # steps of the cosine decay
     opt = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    cosine = lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / total)))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, cosine)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
     gen = torch.Generator().manual_seed(settings.seed)
     head.train()
     for _ in range(settings.epochs):
@@ -106,8 +105,7 @@ def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
             loss = head_loss(kind, head_logits(head, train.pooled[idx]), losses[idx], correct[idx], cfg)
             optimizer_step(head, opt, loss)
             sched.step()
-    head.eval()
-    return head
+    return head.eval()
 
 
 @torch.no_grad()

@@ -134,10 +134,8 @@ def reading(quantity: Quantity, result: Fit | None) -> str:
         up = low > 0
         if quantity.direction == "":
             return RISES if up else FALLS
-        if quantity.direction == "value":  # the band at the top lies wholly below or above the value
-            wanted_up = quantity.paper > result.at(result.span[1])
-        else:
-            wanted_up = quantity.direction == "up"
+        value = quantity.direction == "value"  # the band at the top lies wholly below or above the value
+        wanted_up = quantity.paper > result.at(result.span[1]) if value else quantity.direction == "up"
         return TOWARD if up == wanted_up else AWAY
     return FLAT if -quantity.band <= low and high <= quantity.band else UNRESOLVED
 

@@ -45,8 +45,7 @@ def adjacent_similarity(pooled: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------- contraction
-def _quartiles(name: str, values: Tensor) -> dict:
-    """``name`` (the median of ``values``), ``<name>_q25`` and ``<name>_q75``."""
+def _quartiles(name: str, values: Tensor) -> dict:  # ``name``: the median; ``<name>_q25``, ``<name>_q75``
     q = torch.quantile(values.double(), torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
     return {name: q[1].item(), f"{name}_q25": q[0].item(), f"{name}_q75": q[2].item()}
 

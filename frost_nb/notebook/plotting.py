@@ -435,10 +435,9 @@ def plot_ladder_quantities(rows: Sequence[dict], readout: Sequence[dict], paper_
 
     points = quantity_points(list(rows))
     fits = {r["quantity"]: r for r in readout}
-    names = list(QUANTITIES)
-    cols = 4
-    fig, axes = plt.subplots(-(-len(names) // cols), cols, figsize=(3.4 * cols, 2.6 * -(-len(names) // cols)),
-                             squeeze=False)
+    names, cols = list(QUANTITIES), 4
+    grid = -(-len(names) // cols)  # rows of panels
+    fig, axes = plt.subplots(grid, cols, figsize=(3.4 * cols, 2.6 * grid), squeeze=False)
     for ax, name in zip(axes.flat, names):
         q, pts = QUANTITIES[name], points.get(name, [])
         ladder_pts = [p for p in pts if p["size"] != "demo"]
