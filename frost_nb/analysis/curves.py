@@ -88,8 +88,9 @@ def _reference(name: str, test: FullDepthPass, accuracy_at, point: float, model:
     """A reference curve on ``test`` at mean depths 1, 1 + 1/per_step, ..., T and at its own ``point``."""
     depths = np.append(np.linspace(1.0, test.steps, per_step * (test.steps - 1) + 1), point)
     acc = accuracy_at(depths)
-    rows = [{**dict.fromkeys(CURVE_COLUMNS, math.nan), "rule": name, "model": model, "mean_depth": float(depths[i]),
-             "accuracy": float(acc[i]), "source": source} for i in np.argsort(depths, kind="stable")]
+    rows = [{**dict.fromkeys(CURVE_COLUMNS, math.nan), "rule": name, "model": model,
+             "mean_depth": float(depths[i]), "accuracy": float(acc[i]), "source": source}
+            for i in np.argsort(depths, kind="stable")]
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
@@ -325,9 +326,9 @@ def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], gr
     for model in dict.fromkeys(own["model"]):
         groups.setdefault(group(model), []).append(model)
     fixed = curves[curves["rule"] == FIXED]
-    return pd.concat([split_by_quantile({m: versus_fixed_depth(own[own["model"] == m], fixed[fixed["model"] == m])
-                                         for m in models}).assign(group=name) for name, models in groups.items()],
-                     ignore_index=True)
+    parts = [split_by_quantile({m: versus_fixed_depth(own[own["model"] == m], fixed[fixed["model"] == m])
+                                for m in models}).assign(group=name) for name, models in groups.items()]
+    return pd.concat(parts, ignore_index=True)
 
 
 def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, model: str, steps: int,

@@ -121,7 +121,8 @@ class ExitCache:
     def per_class(self, quantile: float, classes: list[str] | None = None):
         """Mean exit depth and accuracy of each true class at quantile q."""
         e = self.at(quantile)
-        frame = pd.DataFrame({"class": self.y.numpy(), "depth": e.depth.numpy(), "correct": e.correct.numpy()})
+        y = self.y.numpy()
+        frame = pd.DataFrame({"class": y, "depth": e.depth.numpy(), "correct": e.correct.numpy()})
         table = frame.groupby("class").agg(samples=("depth", "size"), mean_depth=("depth", "mean"),
                                            std_depth=("depth", lambda d: d.std(ddof=0)),
                                            accuracy=("correct", "mean")).reset_index()

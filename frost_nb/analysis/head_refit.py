@@ -93,7 +93,8 @@ def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
     n = len(train.y)
     total = settings.epochs * max(1, math.ceil(n / settings.batch_size))  # steps of the cosine decay
     opt = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
+    cosine = lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / total)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, cosine)
     gen = torch.Generator().manual_seed(settings.seed)
     head.train()
     for _ in range(settings.epochs):
@@ -121,7 +122,8 @@ def train_objective(kind: str, head: nn.Module, train: StepFeatures, cfg: LossCo
 def within_step_auc(scores: Tensor, correct: Tensor) -> float:
     """Mean over steps of the AUC of ``scores`` (N, T) for "this step's prediction is correct"
     (ties count half; steps where all or none are correct are skipped)."""
-    aucs = [a for a in (auroc(scores[:, t], correct[:, t]) for t in range(scores.shape[1])) if not math.isnan(a)]
+    both = [t for t in range(scores.shape[1]) if 0 < int(correct[:, t].sum()) < len(correct)]
+    aucs = [auroc(scores[:, t], correct[:, t]) for t in both]
     return float(np.mean(aucs)) if aucs else math.nan
 
 

@@ -183,11 +183,13 @@ def trained_frost(checkpoint: str | None, size: str, dataset: str | None, defaul
         for wrong, holds, instead in (  # the first that is wrong is named
                 (model.name != "frost", f"a {model.name!r} model {held}, not 'frost': this notebook studies "
                  "FROST's halting head", "a frost checkpoint"),
-                (not config.loss.halting_trained, "a frost model whose halting head was never trained (loss.ranking"
-                 " and loss.ponder both off, as in the 'frost (no ranking)' control): its exits would come from an "
-                 "untrained head", "a frost checkpoint trained with the ranking losses or PonderNet's"),
+                (not config.loss.halting_trained, "a frost model whose halting head was never trained "
+                 "(loss.ranking and loss.ponder both off, as in the 'frost (no ranking)' control): its exits "
+                 "would come from an untrained head",
+                 "a frost checkpoint trained with the ranking losses or PonderNet's"),
                 (backbone not in (None, model.backbone), f"frost on the {model.backbone!r} backbone {held}, "
-                 f"not {backbone!r}", f"a {backbone} frost checkpoint (frost_nb.repro.grids.grid('{backbone}'))")):
+                 f"not {backbone!r}",
+                 f"a {backbone} frost checkpoint (frost_nb.repro.grids.grid('{backbone}'))")):
             if wrong:
                 raise ParameterError(f"parameter {param}={checkpoint!r} holds {holds}. Pass {instead}, "
                                      f"or {param}=None")
