@@ -78,8 +78,7 @@ class ExitCache:
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, calibrator: HaltingCalibrator, dataset, *,
-                   batch_size: int = 512, label: str = "",
-                   allow_other_size: bool = False) -> ExitCache:
+                   batch_size: int = 512, label: str = "", allow_other_size: bool = False) -> ExitCache:
         """Run ``model`` once over ``dataset`` (an ImageData split) at full depth, its images checked
         first (``inputs.check_split``; ``allow_other_size``: the ResNet family at another size)."""
         check_split(model, dataset, allow_other_size=allow_other_size)
