@@ -253,9 +253,8 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
         if own.empty:
             continue
         lo, hi = reach(own)
-        area = {name: curve_auc(c, steps, (lo, hi)) for name, c in
-                (("rule", own), ("fixed", fixed), ("oracle", oracle))}
-        closed = share(area["rule"] - area["fixed"], area["oracle"] - area["fixed"])
+        auc, fixed_auc, oracle_auc = (curve_auc(c, steps, (lo, hi)) for c in (own, fixed, oracle))
+        closed = share(auc - fixed_auc, oracle_auc - fixed_auc)
         if closed > 1 + 1e-3:
             raise ValueError(f"{model}, {rule}: the share of the oracle gap closed is {closed:.4f} > 1; the oracle "
                              f"bounds every exit assignment, so the curves or their areas are wrong")
@@ -270,17 +269,16 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
         gaps = table[with_q].set_index("quantile")["gain"]
         hindsight_depth = depth_to_reach(hindsight, full - 1e-12) if len(hindsight) else math.nan
         window = (lo, min(hi, hindsight_depth))
-        h_area = {name: curve_auc(c, steps, window) if window[0] < window[1] else math.nan
-                  for name, c in (("rule", own), ("fixed", fixed), ("hindsight", hindsight))}
-        within = {name: depth_to_reach(c, full - WITHIN) for name, c in (("rule", own), ("fixed", fixed))}
-        rows.append({"model": model, "rule": rule, "auc": area["rule"], "fixed_auc": area["fixed"],
-                     "oracle_auc": area["oracle"], "closed": closed, "full_depth": full,
+        h_own, h_fixed, h_hind = (curve_auc(c, steps, window) if window[0] < window[1] else math.nan
+                                  for c in (own, fixed, hindsight))
+        within, fixed_within = (depth_to_reach(c, full - WITHIN) for c in (own, fixed))
+        rows.append({"model": model, "rule": rule, "auc": auc, "fixed_auc": fixed_auc,
+                     "oracle_auc": oracle_auc, "closed": closed, "full_depth": full,
                      "spread": float(at["spread"].mean()), "ranking": float(at["ranking"].mean()),
-                     "mean_gain": float(at["gain"].mean()), "depth_within": within["rule"],
-                     "fixed_depth_within": within["fixed"], "steps_saved": within["fixed"] - within["rule"],
-                     "hindsight_depth": hindsight_depth, "hindsight_auc": h_area["hindsight"],
-                     "closed_hindsight": share(h_area["rule"] - h_area["fixed"],
-                                               h_area["hindsight"] - h_area["fixed"]),
+                     "mean_gain": float(at["gain"].mean()), "depth_within": within,
+                     "fixed_depth_within": fixed_within, "steps_saved": fixed_within - within,
+                     "hindsight_depth": hindsight_depth, "hindsight_auc": h_hind,
+                     "closed_hindsight": share(h_own - h_fixed, h_hind - h_fixed),
                      **{f"gap_q{q:g}": float(gaps.get(q, math.nan)) for q in quantiles},
                      "worst_gap": float(gaps.min()) if len(gaps) else math.nan})
     return pd.DataFrame(rows)
