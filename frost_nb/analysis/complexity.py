@@ -7,7 +7,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,8 +29,7 @@ def parameters_without_heads(model: torch.nn.Module) -> int:
     return sum(p.numel() for k, p in model.named_parameters() if not k.startswith(HEAD_PARAMS))
 
 
-def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float,
-                  per_step: float) -> float:
+def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float, per_step: float) -> float:
     """S_ideal = (C_fixed + T C_step) / (C_fixed + mean(d) C_step); 1 at full depth."""
     d = torch.as_tensor(depths, dtype=torch.float64).reshape(-1)
     if d.numel() == 0:

@@ -4,9 +4,8 @@ validation and the constants: docs/fidelity.md section 1; PROTOCOLS: its section
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
