@@ -49,11 +49,11 @@ def _summary(result, where: bool = True) -> dict[str, Any]:
     """What a run is and what it reached, the same trained or loaded; ``where`` adds where the model came
     from this time (printed only: metrics files must not depend on it)."""
     c, metrics = result.config, result.metrics
+    origin = {"checkpoint": shown_path(result.checkpoint), "from_cache": result.from_cache} if where else {}
     return {"dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone, "size": c.size,
             "epochs": c.train.epochs, "seed": c.train.seed, "name": run_name(result.checkpoint),
             "params": result.model.num_parameters(), "accuracy": metrics.get("test_accuracy"),
-            "train_seconds": metrics.get("train_seconds"),
-            **({"checkpoint": shown_path(result.checkpoint), "from_cache": result.from_cache} if where else {})}
+            "train_seconds": metrics.get("train_seconds"), **origin}
 
 
 def _single_process_only(command: str) -> None:
@@ -252,7 +252,8 @@ def cmd_export(args) -> int:
         raise ParameterError("--weights is for forecasting runs: image runs are exported in float32")
     else:
         folder = export_run(args.run, args.to)
-    print(json.dumps({"exported": shown_path(folder), "index": shown_path(folder.parent.parent / "index.csv")}))
+    print(json.dumps({"exported": shown_path(folder),
+                      "index": shown_path(folder.parent.parent / "index.csv")}))
     return 0
 
 
@@ -319,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def run_options(p, dataset=None):
         p.add_argument("--size", default="demo", choices=SIZES)
-        p.add_argument("--dataset", default=dataset, help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
+        p.add_argument("--dataset", default=dataset,
+                       help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
         p.add_argument("--model", default="frost", help="vanilla, recurrent, basic_ssm, frost")
         p.add_argument("--backbone", default="resnet", help="resnet or vit")
         training_options(p, "any config field, e.g. --set train.lr=0.1 (repeatable)")
@@ -334,10 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--no-progress", action="store_true")
 
     def skip_option(p):
-        p.add_argument("--skip-damaged", action="store_true", help="leave a damaged stored run or metrics file "
-                       "out (and say so) instead of stopping; a committed run left out may be trained again")
+        p.add_argument("--skip-damaged", action="store_true",
+                       help="leave a damaged stored run or metrics file out (and say so) instead of "
+                            "stopping; a committed run left out may be trained again")
 
-    run_options(sub.add_parser("demo", help="the main job: FROST on digits + halting sweep"), dataset="digits")
+    run_options(sub.add_parser("demo", help="the main job: FROST on digits + halting sweep"), "digits")
     run_options(sub.add_parser("config", help="print the resolved config of a run and its stored run "
                                               "(trains nothing)"))
     run_options(p := sub.add_parser("train", help="train a model (or load it from the stored runs)"))
@@ -355,12 +358,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bundle", default="adopted", choices=BUNDLES,
                    help="the bundle of defaults of the grids that have one (grids.BUNDLE_GRIDS): "
                         "adopted (today's), per-step (most committed runs) or residual (the runs before both)")
-    p.add_argument("--compile", default=None, choices=("auto", "on", "off"), help="train.compile of every run "
-                   "(default: the grid's, auto: on CUDA only); the runs stay the same runs. Whether 'on' pays on "
-                   "a CPU depends on the losses: benchmarks/train_throughput.py measures it (docs/scaling.md)")
+    p.add_argument("--compile", default=None, choices=("auto", "on", "off"),
+                   help="train.compile of every run (default: the grid's, auto: on CUDA only); the runs stay "
+                        "the same runs. Whether 'on' pays on a CPU depends on the losses: "
+                        "benchmarks/train_throughput.py measures it (docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true")
     skip_option(p)
-    for name, helptext in (("evaluate", "adaptive inference at one quantile"), ("sweep", "halting quantile sweep")):
+    for name, helptext in (("evaluate", "adaptive inference at one quantile"),
+                           ("sweep", "halting quantile sweep")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--checkpoint", required=True)
         p.add_argument("--split", default="test", choices=("train", "val", "test"))
@@ -399,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zero-shot", action="store_true", help="then evaluate it unchanged on the test series "
                    "average-pooled by 2 and 4 (Table 14), kept in its metrics.json")
     p = sub.add_parser("verdicts", help="the verdict table of the paper's claims, from outputs/metrics/")
-    p.add_argument("--metrics-dir", default=None, help="metrics folder (default: the committed outputs/metrics)")
+    p.add_argument("--metrics-dir", default=None,
+                   help="metrics folder (default: the committed outputs/metrics)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--write", metavar="FILE", nargs="?", const="",
                        help="replace the tables between the verdicts markers of FILE (default: README.md "

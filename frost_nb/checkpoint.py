@@ -96,7 +96,8 @@ def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any
     history["steps"] = {k: _as_tensor(v) for k, v in steps.items()}
     lean = {k: v for k, v in state.items() if k not in _RESUME_ONLY and k != "format"}
     if weights == "bfloat16":
-        lean["model"] = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state["model"].items()}
+        lean["model"] = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
+                         for k, v in state["model"].items()}
         lean["weights"] = weights
     return {**lean, "history": history, "lean": True}
 

@@ -452,8 +452,9 @@ def parse_settings(pairs) -> dict[str, Any]:
     text setting keeps a number as written (``model.branch_steps=16`` is "16")."""
     import json
 
-    overrides, text = {}, {"size"} | {f"{s}.{name}" for s, cls in _field_types(RunConfig).items() if s != "size"
-                                      for name, hint in _field_types(cls).items() if hint in (str, str | None)}
+    text = {"size"} | {f"{s}.{name}" for s, cls in _field_types(RunConfig).items() if s != "size"
+                       for name, hint in _field_types(cls).items() if hint in (str, str | None)}
+    overrides = {}
     for pair in pairs:
         key, sep, value = (part.strip() for part in pair.partition("="))
         if not sep:

@@ -50,7 +50,8 @@ class RunCost:
         time = (f"about {self.epoch_seconds / 60:.1f} min per epoch at best ({self.basis})"
                 if self.epoch_seconds is not None else f"time per epoch unknown ({self.basis})")
         return (f"cost: {self.params:,} parameters, {self.flops_per_image / 1e6:,.1f} MFLOP per image "
-                f"(forward, full depth)\ncost: memory about {_size(self.memory_bytes)} ({parts})\ncost: {time}")
+                f"(forward, full depth)\ncost: memory about {_size(self.memory_bytes)} ({parts})\n"
+                f"cost: {time}")
 
 
 def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
@@ -219,7 +220,8 @@ def free_memory(device: torch.device) -> int | None:
 
 
 def refuse_if_too_big(config: RunConfig, cost: RunCost, device: torch.device) -> None:
-    """A ``TrainingError`` naming the shortfall and the fix when ``cost`` cannot fit in ``device``'s free memory."""
+    """A ``TrainingError`` naming the shortfall and the fix when ``cost`` cannot fit in ``device``'s free
+    memory."""
     from .training import TrainingError
 
     free = free_memory(device)

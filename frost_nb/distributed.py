@@ -126,7 +126,8 @@ def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
                           f"{setup.world_size} processes: make it a multiple of {setup.world_size}")
     _let_ddp_see_model_outputs()
     wrapped = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[device] if device.type == "cuda" else None, find_unused_parameters=find_unused_parameters)
+        model, device_ids=[device] if device.type == "cuda" else None,
+        find_unused_parameters=find_unused_parameters)
     return wrapped, ShardedBatches(batches, setup), setup
 
 

@@ -334,7 +334,8 @@ class _Feed:
     """The stream's images, checked and embedded (``prologue``) ``ahead`` at a time before admission,
     so admitting a few rows is a row copy (docs/scaling.md); a chunk holds what a running row holds."""
 
-    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int, start: Any) -> None:
+    def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int,
+                 start: Any) -> None:
         self.model, self.allow_other_size, self.ahead, self.start = model, allow_other_size, ahead, start
         self.batches = enumerate([images] if isinstance(images, (Tensor, np.ndarray)) else images)
         self.rest: Tensor | None = None  # the rest of the batch being taken
@@ -351,12 +352,14 @@ class _Feed:
 
     def _next_batch(self) -> Tensor | None:
         for i, x in self.batches:
-            x = check_images(self.model, x, allow_other_size=self.allow_other_size, name=f"batch {i} of the stream")
+            x = check_images(self.model, x, allow_other_size=self.allow_other_size,
+                             name=f"batch {i} of the stream")
             if self.shape is None:
                 self.shape = tuple(x.shape[1:])
             elif tuple(x.shape[1:]) != self.shape:
-                raise ValueError(f"batch {i} of the stream holds images of shape {tuple(x.shape[1:])}, the first "
-                                 f"batch {self.shape}: every batch of a stream must hold images of one shape")
+                raise ValueError(f"batch {i} of the stream holds images of shape {tuple(x.shape[1:])}, "
+                                 f"the first batch {self.shape}: "
+                                 "every batch of a stream must hold images of one shape")
             if x.shape[0]:
                 return x
         self.unread = False
@@ -431,7 +434,8 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
                           hint=f": admit new images once this many of the {slots} slots are free")
     embed_batch = slots if embed_batch is None else number_in(
-        "embed_batch", embed_batch, 1, 2**31, integer=True, hint=": the images embedded together ahead of admission")
+        "embed_batch", embed_batch, 1, 2**31, integer=True,
+        hint=": the images embedded together ahead of admission")
     config = getattr(model, "config", None)  # rows at different depths share a step: weight-tied only
     if getattr(config, "name", None) == "vanilla" or not getattr(model, "weight_tied", True):
         raise ValueError("stream_predict needs a weight-tied step (recurrent, basic_ssm, frost): "

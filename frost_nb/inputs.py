@@ -92,7 +92,8 @@ def _check_image_shape(config: Any, shape: tuple[int, ...], what: str, allow_oth
                     f"convolutional ResNet family at another size (its accuracy there is untested)")
 
 
-def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = False, name: str = "x") -> Tensor:
+def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = False,
+                 name: str = "x") -> Tensor:
     """``x`` as the model's input: finite floats of the weights' dtype and device, (N, C, H, W) as its
     config says (other sizes for resnet with ``allow_other_size``); else TypeError or ValueError."""
     weights = next(model.parameters(), None)

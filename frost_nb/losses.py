@@ -43,7 +43,7 @@ def _per_step_ce(logits: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Ten
     n, t, k = logits.shape
     flat = logits.float().reshape(n * t, k)  # (N*T, K)
     target = y[:, None].expand(n, t).reshape(n * t)  # (N*T,)
-    return F.cross_entropy(flat, target, reduction="none", label_smoothing=label_smoothing).view(n, t)  # (N, T)
+    return F.cross_entropy(flat, target, reduction="none", label_smoothing=label_smoothing).view(n, t)
 
 
 def step_losses(logits: Tensor, y: Tensor) -> Tensor:
@@ -181,7 +181,8 @@ def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
         rank = RankingLosses(nan, nan, None, None, nan, nan)  # type: ignore[arg-type]
     else:
         with torch.set_grad_enabled(cfg.ranking and torch.is_grad_enabled()):
-            rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin, cfg.rank_pairs)
+            rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin,
+                                  cfg.rank_pairs)
     if cfg.ranking:
         loss = task + cfg.lambda_rel * rank.rel + cfg.lambda_abs * rank.abs  # eq. (total)
     elif cfg.ponder:

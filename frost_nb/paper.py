@@ -6,9 +6,11 @@ from __future__ import annotations
 # Table 1 (ImageNet-100): cos(GAP(h_t), GAP(h_T)), mean (std) over 10K samples; no recurrent row
 TABLE1_STEPS = (1, 3, 6, 9, 12, 15)
 TABLE1_STEP = 3  # the step claim 1 and the ladder read (the largest frost - basic_ssm gap)
-TABLE1 = {"vanilla": ((0.384, 0.11), (0.425, 0.11), (0.510, 0.11), (0.622, 0.13), (0.656, 0.13), (0.837, 0.11)),
-          "basic_ssm": ((0.054, 0.24), (0.351, 0.19), (0.714, 0.10), (0.901, 0.04), (0.977, 0.01), (0.999, 0.00)),
-          "frost": ((0.299, 0.19), (0.697, 0.12), (0.902, 0.04), (0.968, 0.01), (0.993, 0.00), (1.000, 0.00))}
+TABLE1 = {
+    "vanilla": ((0.384, 0.11), (0.425, 0.11), (0.510, 0.11), (0.622, 0.13), (0.656, 0.13), (0.837, 0.11)),
+    "basic_ssm": ((0.054, 0.24), (0.351, 0.19), (0.714, 0.10), (0.901, 0.04), (0.977, 0.01), (0.999, 0.00)),
+    "frost": ((0.299, 0.19), (0.697, 0.12), (0.902, 0.04), (0.968, 0.01), (0.993, 0.00), (1.000, 0.00)),
+}
 
 # Table 2 (CIFAR-100, T = 16): the halting quantile sweep
 TABLE2 = {"quantile": (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0),
@@ -26,7 +28,7 @@ def table1_rows() -> list[dict]:
 
 # Table 3 (ImageNet-100 at 224): parameters (M, backbone), GFLOPs per image at the mean depth,
 # throughput (images/s, the paper's hardware); FROST at its mean depth (std in the paper)
-TABLE3 = [dict(zip(("backbone", "model", "mean_depth", "params_m", "gflops", "images_per_s"), row)) for row in (
+TABLE3 = [dict(zip(("backbone", "model", "mean_depth", "params_m", "gflops", "images_per_s"), r)) for r in (
     ("resnet", "vanilla", 16, 1.24, 8.37, 33.1), ("resnet", "recurrent", 16, 0.11, 8.37, 32.9),
     ("resnet", "basic_ssm", 16, 1.49, 82.77, 23.3), ("resnet", "frost", 7.56, 1.49, 39.11, 47.2),
     ("vit", "vanilla", 12, 85.80, 35.13, 21.5), ("vit", "recurrent", 12, 7.83, 35.13, 22.0),

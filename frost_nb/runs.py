@@ -176,7 +176,8 @@ def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> Frost
     if differ := [f"model.{k} {v!r} -> {getattr(want, k)!r}" for k, v in teacher.config.__dict__.items()
                   if getattr(want, k) != v]:
         raise ConfigError(f"loss.teacher={config.loss.teacher!r} is not the student's model with one branch "
-                          f"per step ({', '.join(differ[:3])}): name a vanilla run of the student's model config")
+                          f"per step ({', '.join(differ[:3])}): "
+                          "name a vanilla run of the student's model config")
     return teacher.eval().requires_grad_(False)
 
 
@@ -399,8 +400,9 @@ def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None)
                 raise damaged_run_file(run.checkpoint, f"run {run.name} lacks its {MODEL_FILE}")
             m, c = read_metrics(run.folder), run.config
             accuracy = m.get("test_accuracy")
-            rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name, "backbone": c.model.backbone,
-                         "update": c.model.update, "seed": c.train.seed, "epochs": c.train.epochs,
+            rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
+                         "backbone": c.model.backbone, "update": c.model.update,
+                         "seed": c.train.seed, "epochs": c.train.epochs,
                          "test_accuracy": None if accuracy is None else round(accuracy, 4),
                          "minutes": round(m["train_seconds"] / 60, 1) if "train_seconds" in m else None,
                          "hardware": m.get("hardware", m.get("device"))})

@@ -119,7 +119,7 @@ def use_channels_last(cfg: RunConfig, device: torch.device) -> bool:
 def use_compile(cfg: RunConfig, device: torch.device, world_size: int = 1) -> bool:
     """torch.compile of the training forward pass: ``train.compile`` "on", or "auto" on CUDA in a
     single process (compiled DDP with unused parameters is untested here: "on" forces it)."""
-    return cfg.train.compile == "on" or (cfg.train.compile == "auto" and device.type == "cuda" and world_size == 1)
+    return cfg.train.compile == "on" or (cfg.train.compile, device.type, world_size) == ("auto", "cuda", 1)
 
 
 def teacher_forced_share(step: int, total_steps: int) -> float:
@@ -142,7 +142,8 @@ def forward_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: 
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp):
-        out = model(x, return_states=teacher is not None, detach_halt_input=not cfg.loss.rank_grad_to_backbone)
+        out = model(x, return_states=teacher is not None,
+                    detach_halt_input=not cfg.loss.rank_grad_to_backbone)
         loss, parts = total_loss(out.logits, out.halt_logits, y, cfg.loss)
         if teacher is not None:
             with torch.no_grad():
@@ -192,8 +193,9 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, los
     optimizer.step()
 
 
-def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512, amp: bool = False, num_workers: int = 0,
-             trajectories: bool = False, max_samples: int | None = None) -> FullDepthPass:
+def evaluate(model: torch.nn.Module, dataset, *, batch_size: int = 512, amp: bool = False,
+             num_workers: int = 0, trajectories: bool = False,
+             max_samples: int | None = None) -> FullDepthPass:
     """``full_depth_pass`` over an ImageData split on the model's device (bf16 autocast with ``amp``)."""
     batches = make_batches(dataset, batch_size, shuffle=False, augment=False,
                            device=next(model.parameters()).device, num_workers=num_workers)
@@ -266,7 +268,8 @@ class Trainer:
         self.steps_per_epoch = len(self.batches)
         total = self.total_steps = cfg.train.epochs * self.steps_per_epoch
         warmup = round(cfg.train.warmup_epochs * self.steps_per_epoch)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, warmup, total))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           lambda s: lr_factor(s, warmup, total))
         self.calibrator = HaltingCalibrator(cfg.halting.sketch_k)
         self.logged_parts = logged_parts(teacher is not None)
         self.history = _new_history(teacher is not None)
@@ -390,8 +393,9 @@ class Trainer:
                     history["diagnostics"][key].append(v)
             tf = teacher_forced_share(self.step, self.total_steps) if cfg.loss.raptor else 0.0
             forced = torch.full((), tf, device=x.device) if tf else None  # a tensor: compiled once
-            loss, step_scores, step_sums = self.forward(self.parallel_model, x, y, cfg, amp=self.amp, forced=forced,
-                                                        channels_last=self.channels_last, teacher=self.teacher)
+            loss, step_scores, step_sums = self.forward(self.parallel_model, x, y, cfg, amp=self.amp,
+                                                        forced=forced, channels_last=self.channels_last,
+                                                        teacher=self.teacher)
             optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
             self.scheduler.step()
             self.step += 1
@@ -503,9 +507,9 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "rng": {"torch": torch.get_rng_state(), "data": self.generator.get_state()},
                 "calibrator": None if self.calibrator.is_empty else self.calibrator.to_bytes(),
-                "history": self.history, "epoch": self.epoch, "step": self.step, "train_seconds": self.train_seconds,
-                "complete": complete, "metrics": metrics or {}, "within_epoch": self.within_epoch,
-                "teacher_digest": self.teacher_digest}
+                "history": self.history, "epoch": self.epoch, "step": self.step,
+                "train_seconds": self.train_seconds, "complete": complete, "metrics": metrics or {},
+                "within_epoch": self.within_epoch, "teacher_digest": self.teacher_digest}
 
     def _save(self, complete: bool, metrics: dict | None = None) -> None:
         """Rank 0 checkpoints the run (``_save_or_rescue``); every rank learns whether that worked, so
@@ -612,7 +616,8 @@ class FullDepthPass:
 
     def __post_init__(self) -> None:
         s, z, lg, y = self.scores, self.halt_logits, self.logits, self.y
-        if s.dim() != 2 or z.shape != s.shape or lg.dim() != 3 or lg.shape[:2] != s.shape or y.shape != s.shape[:1]:
+        if (s.dim() != 2 or z.shape != s.shape or lg.dim() != 3 or lg.shape[:2] != s.shape
+                or y.shape != s.shape[:1]):
             raise ValueError(f"a full-depth pass holds scores and halt_logits (N, T), logits (N, T, K) and "
                              f"labels y (N,), got {tuple(s.shape)}, {tuple(z.shape)}, {tuple(lg.shape)} "
                              f"and {tuple(y.shape)}")

@@ -59,7 +59,8 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
     _check("split", split, split in SPLITS, "one of " + ", ".join(map(repr, SPLITS)))
     _check("val_fraction", val_fraction, _is_number(val_fraction, float) and 0.0 <= val_fraction < 1.0,
            "a fraction in [0, 1)")
-    _check("limit", limit, limit is None or (_is_number(limit, int) and limit >= 1), "None or a positive integer")
+    _check("limit", limit, limit is None or (_is_number(limit, int) and limit >= 1),
+           "None or a positive integer")
     info = DATASETS[name]
     # root and download switch resolved once, here; digits (in scikit-learn) never reads the root
     base = None if name == "digits" else checked_data_root(root)

@@ -58,8 +58,9 @@ DATASETS: dict[str, DatasetInfo] = {info.name: info for info in (
                 "put train.npz/test.npz (packed JPEG format) or torchvision's cifar-10-batches-py in "
                 f"<root>/cifar10/, {_DOWNLOAD}"),
     DatasetInfo("cifar100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "crop_flip", True,
-                "put train.npz/test.npz (packed PNG format) or torchvision's cifar-100-python in <root>/cifar100/ "
-                f"(make data links ../shared/data/cifar100 there), {_DOWNLOAD}", stratified_val=True),
+                "put train.npz/test.npz (packed PNG format) or torchvision's cifar-100-python in "
+                f"<root>/cifar100/ (make data links ../shared/data/cifar100 there), {_DOWNLOAD}",
+                stratified_val=True),
     DatasetInfo("imagenet100", 3, 224, 100, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), "resized_crop_flip",
                 False, "put the ImageNet-100 class folders in <root>/imagenet100/train/ and .../val/ "
                 "(100 ImageNet classes; no automatic download exists)"),
@@ -315,8 +316,9 @@ def _download(name: str, root: Path, looked: list[str]) -> tuple[str, Path]:
     except Exception as err:
         if made is not None:
             shutil.rmtree(made, ignore_errors=True)
-        raise missing_data_error(name, looked, f"download=True, but torchvision's {klass} download into "
-                                 f"{folder} failed (no internet access?): {type(err).__name__}: {err}") from err
+        raise missing_data_error(
+            name, looked, f"download=True, but torchvision's {klass} download into {folder} failed "
+            f"(no internet access?): {type(err).__name__}: {err}") from err
     hit, still = find_source(name, root)
     if hit is None:
         raise missing_data_error(name, still, f"torchvision's {klass} download into {folder} ended, but "
@@ -399,7 +401,8 @@ def _from_pickles(folder: Path, name: str, part: str) -> Part:
     md5 differs from the release (any re-packed or test copy), and hashing costs time."""
     *batches, test_file, meta_file = _FILES[name, "pickles"][0]
     files = batches if part == "train" else [test_file]
-    names_key, labels_key = ("label_names", "labels") if name == "cifar10" else ("fine_label_names", "fine_labels")
+    names_key, labels_key = (("label_names", "labels") if name == "cifar10"
+                             else ("fine_label_names", "fine_labels"))
     replace = f"replace the files ({DATASETS[name].how_to_get})"
     xs, ys, coarse = [], [], []
     for file in files:

@@ -210,7 +210,8 @@ class DFMamba(nn.Module):
 
 def total_loss(forecast: Forecast, target: Tensor, cfg: DFMambaConfig) -> tuple[Tensor, dict[str, float]]:
     """L = L_task + lambda_1 L_recon + lambda_2 L_consist + lambda_3 L_flow (section 3.3); L4: L_task. Each
-    squared norm a mean over its elements (the task's an MSE). Returns L and its unweighted terms as floats."""
+    squared norm a mean over its elements (the task's an MSE). Returns L and its unweighted terms as
+    floats."""
     task = F.mse_loss(forecast.prediction, target)
     weights = {"recon": cfg.lambda_recon, "consist": cfg.lambda_consist, "flow": cfg.lambda_flow}
     loss = task + sum(w * forecast.aux[name] for name, w in weights.items() if w and cfg.variant != "L4")

@@ -102,7 +102,8 @@ class _ChunkedScan(torch.autograd.Function):
         x, dt, A, B, C, D, starts = ctx.saved_tensors
         chunk, block = ctx.sizes
         (N, L, E), S = x.shape, A.shape[1]
-        xt, dtt, Bt, Ct, gyt = (z.transpose(0, 1) for z in (x, dt, B, C, gy.contiguous()))  # gy may be expanded
+        # gy may be expanded
+        xt, dtt, Bt, Ct, gyt = (z.transpose(0, 1) for z in (x, dt, B, C, gy.contiguous()))
         vt, A2 = dtt * xt, A * LOG2E
         gv, gdt = x.new_empty(2, L, N, E)  # dL/d(dt x) and dL/dt through the decay
         gB, gC = x.new_empty(2, L, N, S)

@@ -330,7 +330,8 @@ def collapse(scores: dict[str, Sequence[float]]) -> Verdict:
 KEPT_CLOSE = 0.05  # ours: the paper reports one run without a spread; a share of full-depth
 # accuracy 5 points below its own still reads as the same halting curve
 KEPT_SHOWN = (0.25, 0.5)
-PAPER_KEPT = {q: a / paper.TABLE2["accuracy"][-1] for q, a in zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"])}
+PAPER_KEPT = {q: a / paper.TABLE2["accuracy"][-1]
+              for q, a in zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"])}
 PAPER_DEPTH = dict(zip(paper.TABLE2["quantile"], paper.TABLE2["mean_depth"]))
 
 
@@ -338,8 +339,8 @@ def kept(shares: dict[float, Sequence[float]], image_half: dict[float, float] | 
     """Per quantile shown (KEPT_SHOWN) and seed, our share of full-depth accuracy minus the
     paper's, against -KEPT_CLOSE; every quantile must hold. ``image_half``: per quantile, the test
     images' bootstrap half-width of the seed mean (``decide``), where it was measured."""
-    return combine([decide([s - PAPER_KEPT[q] for s in shares[q]], -KEPT_CLOSE, (image_half or {}).get(q, 0.0))
-                    for q in KEPT_SHOWN])
+    return combine([decide([s - PAPER_KEPT[q] for s in shares[q]], -KEPT_CLOSE,
+                           (image_half or {}).get(q, 0.0)) for q in KEPT_SHOWN])
 
 
 # 11, 12. Table 3: cost ratios to vanilla (deterministic or benchmark numbers)
@@ -362,7 +363,8 @@ def throughput(errors: Sequence[float], device: str) -> Verdict:
     follow its mean depths as an overhead-bound device's do (benchmarks/table3_regime.py); a CPU's
     are compute-bound, so they decide nothing."""
     return ratio(errors) if device.startswith("cuda") else untestable(
-        f"measured on a {device.upper() or 'unnamed device'} only; needs a GPU's outputs/metrics/{GPU_TABLE}.json")
+        f"measured on a {device.upper() or 'unnamed device'} only; needs a GPU's "
+        f"outputs/metrics/{GPU_TABLE}.json")
 
 
 def throughput_batches(errors_by_batch: dict[int, Sequence[float]], device: str) -> Verdict:
@@ -569,9 +571,10 @@ CLAIMS = (
           f"frost - basic_ssm cosine at t = {TABLE1_STEP} > 0 (Welch's 95% interval of the seed means)"),
     Claim(2, "Appendix B contraction", "products of step Jacobians are bounded by kappa^t, kappa < 1",
           "growth rate per step of the late steps' Jacobian product < 1 (one-step norm shown, not deciding)"),
-    Claim(3, "Minkowski dimension", f"vanilla and basic_ssm close to the Koch curve's {paper.KOCH_DIMENSION:.2f}, "
-          "FROST significantly higher", f"frost - each baseline > {DIMENSION_MARGIN} (ours: the estimators' error; "
-          "Welch), where the estimator resolves the Koch curve from a line at 17 states"),
+    Claim(3, "Minkowski dimension", f"vanilla and basic_ssm close to the Koch curve's "
+          f"{paper.KOCH_DIMENSION:.2f}, FROST significantly higher",
+          f"frost - each baseline > {DIMENSION_MARGIN} (ours: the estimators' error; Welch), where the "
+          "estimator resolves the Koch curve from a line at 17 states"),
     Claim(4, "Figure 1 alpha", "alpha first drops, then recovers, and stays below 1",
           f"fall > {ALPHA_FALL}; recovery > {ALPHA_RECOVERY} of the fall (both ours); max < 1"),
     Claim(5, "H sweep", "a small H drives alpha up; a learnable H runs away above 1",
@@ -596,8 +599,8 @@ CLAIMS = (
           f"steps, ResNet's at {_RESNET['mean_depth']} of {_RESNET['steps']}",
           f"depth within {VIT_DEPTH_CLOSE} step (ours); depth / T below ResNet's"),
     Claim(14, "Halting beats a fixed depth (ours)", NO_CLAIM, f"mean gain over q < 1 above {FIXED_GAIN}"),
-    Claim(15, "FROST's score against other halting rules (ours)", NO_CLAIM, f"area within {AREA_TIE} of its best "
-          "rival (a rule one can run; fixed depth, oracle and hindsight exit are references)"),
+    Claim(15, "FROST's score against other halting rules (ours)", NO_CLAIM, f"area within {AREA_TIE} "
+          "of its best rival (a rule one can run; fixed depth, oracle and hindsight exit are references)"),
     Claim(16, "Beyond the paper: a variant's halting beats a fixed depth (ours)", NO_CLAIM,
           f"mean over q = {VARIANT_QUANTILES[0]:g}..{VARIANT_QUANTILES[-1]:g}: ranking above random exits of its "
           f"depths; fewer steps than its fixed depth to come within half a point of full depth; closes > "
@@ -606,13 +609,15 @@ CLAIMS = (
 )
 # beside the 16, in docs/results.md only: the benchmarks of our adaptive inference
 BENCHMARK_CLAIMS = (
-    Claim(17, "Adaptive inference speed-up (ours)", NO_CLAIM, f"measured / ideal speed-up at least {SPEED_CLOSE}"),
+    Claim(17, "Adaptive inference speed-up (ours)", NO_CLAIM,
+          f"measured / ideal speed-up at least {SPEED_CLOSE}"),
     Claim(18, "KLL threshold cost (ours)", NO_CLAIM, f"sketch updates below {KLL_CHEAP} of a training step"),
 )
 # and after them, in docs/results.md only: claims of ours that test the paper's premise after another paper
 EXTENSION_CLAIMS = (
     Claim(19, "Block-recurrent rewrite: k = 2 recovers its teacher (ours, after Raptor)",
-          f"{NO_CLAIM}; Raptor's 2 blocks recover {RECOVERED_MARGIN:.0%} of DINOv2's linear-probe accuracy (its abstract)",
+          f"{NO_CLAIM}; Raptor's 2 blocks recover {RECOVERED_MARGIN:.0%} of DINOv2's linear-probe accuracy "
+          "(its abstract)",
           f"k = 2 student's test accuracy / its vanilla teacher's above {RECOVERED_MARGIN}, per teacher "
           f"seed, where the teachers show phases (chosen ranges at least {PHASE_MARGIN:.0%} above equal)"),
 )

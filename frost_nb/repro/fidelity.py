@@ -59,7 +59,8 @@ def strength_row(result, reference) -> dict[str, Any]:
 
 
 def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
-                             seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None) -> dict[str, Any]:
+                             seeds: tuple[int, ...] = (0, 1, 2),
+                             rows: list[dict] | None = None) -> dict[str, Any]:
     """Experiment (c) from trained runs only: a ``strength_row`` per run of the ``loss_strength`` grid
     with the ranking losses (the record of ``15_loss_strength``)."""
     require_trained(grid("loss_strength", size, dataset, seeds), retrain=False)
@@ -92,11 +93,13 @@ def update_form_row(result, *, jvp_samples: int = trajectories.JVP_SAMPLES) -> d
             **{f"cos t={t}": float(cosine[t]) for t in UPDATE_FORM_STEPS if t <= cfg.model.steps},
             "accuracy per depth": [float(a) for a in per_step], "accuracy": float(per_step[-1]),
             "alpha start": alpha[0], "alpha min": min(alpha), "alpha end": alpha[-1],
-            "area frost": float(areas.get("frost", math.nan)), "area fixed": float(areas.get(FIXED, math.nan))}
+            "area frost": float(areas.get("frost", math.nan)),
+            "area fixed": float(areas.get(FIXED, math.nan))}
 
 
-def update_forms_experiment(size: str = "demo", dataset: str | None = "digits", seeds: tuple[int, ...] = (0, 1, 2),
-                            rows: list[dict] | None = None, jvp_samples: int = 100) -> dict[str, Any]:
+def update_forms_experiment(size: str = "demo", dataset: str | None = "digits",
+                            seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None,
+                            jvp_samples: int = 100) -> dict[str, Any]:
     """Experiment (b) from trained runs only: an ``update_form_row`` per run of the ``update_forms`` grid
     (or ``rows``) and basic_ssm's Table 1 cosine at t = 3 (the record of ``15_update_forms``)."""
     runs = grid("update_forms", size, dataset, seeds)
@@ -144,11 +147,13 @@ def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
     return {"reference": reference,
             "protocols": {name: {"point_set": p[0], "dims": p[1], "window": p[2],
                                  "box_scales": list(fractal.WINDOWS[p[2]])} for name, p in protocols.items()},
-            "box_offsets": fractal.BOX_OFFSETS, "polyline_points": 8192, "frost_above_vanilla_and_basic_ssm": orders}
+            "box_offsets": fractal.BOX_OFFSETS, "polyline_points": 8192,
+            "frost_above_vanilla_and_basic_ssm": orders}
 
 
 def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
-                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300, retrain: bool = False) -> dict:
+                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
+                            retrain: bool = False) -> dict:
     """Fidelity experiment 3(d) (docs/fidelity.md section 2) on the first ``samples`` test images of each
     run of the residual families grid: its metrics record."""
     runs = grid("families", size, dataset, seeds=seeds, bundle="residual")

@@ -118,7 +118,8 @@ def _one_change(ref: dict[str, Any], tuning: dict[str, tuple]) -> dict[str, dict
                      "rel only": {**ref, "loss.lambda_abs": 0.0}, "neither": {**ref, "loss.ranking": False}},
             "tuning": {"reference": ref, **{f"{field.split('.')[1]} = {v}": {**ref, field: v}
                                             for field, values in tuning.items() for v in values}},
-            "conflict": {**{m: {**ref, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]}, "frost": ref}}
+            "conflict": {**{m: {**ref, "model.name": m, "loss.ranking": True} for m in FAMILIES[:3]},
+                         "frost": ref}}
 
 
 def _bundle_tables(bundle: str, defaults: dict[str, Any], halting: dict[str, Any]) -> dict:
@@ -134,7 +135,7 @@ def _bundle_tables(bundle: str, defaults: dict[str, Any], halting: dict[str, Any
             **{f"H = {h}": {**ref, "model.scaled_inside": True, "model.hurst": h} for h in HURST_VALUES},
             "H learnable": {**ref, "model.scaled_inside": True, "model.learn_hurst": True},
             "reference (plain A, B)": ref},
-        "loss": {**arms["loss"],  # and experiment (c)'s arms at DECISIVE_STRENGTH, the strength it found decisive
+        "loss": {**arms["loss"],  # and experiment (c)'s arms at its decisive strength (DECISIVE_STRENGTH)
             "rel 10 abs 3": {**ref, "loss.lambda_rel": 10.0, "loss.lambda_abs": 3.0},
             "abs 3 only": {**ref, "loss.lambda_rel": 0.0, "loss.lambda_abs": 3.0}},
         # each form under its own alpha map ("auto": sigmoid for the leaky forms, softplus else)
@@ -162,11 +163,14 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
                             "H learnable": {**RESIDUAL_REF, "model.learn_hurst": True}},
     ("update", "residual"): {u: {**RESIDUAL_REF, "model.update": u} for u in UPDATE_FORMS[:3]},
     # the selected defaults together, against the reference they beat
-    ("adopted", "residual"): {"reference": RESIDUAL_REF, "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
+    ("adopted", "residual"): {"reference": RESIDUAL_REF,
+                              "adopted defaults": {**RESIDUAL_SELECTION, **ABLATION_BUDGET}},
     # "frost (adopted defaults)" of the residual families
-    ("ponder", "residual"): {"frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False, "loss.ponder": True}},
+    ("ponder", "residual"): {"frost (ponder)": {**RESIDUAL_SELECTION, "loss.ranking": False,
+                                                "loss.ponder": True}},
     ("collapse", "residual"): {label: row for m in FAMILIES[:3] for label, row in (
-        (m, TASK_ONLY[m]), (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
+        (m, TASK_ONLY[m]),
+        (f"{m} (ranking)", {**TASK_ONLY[m], "loss.ranking": True, "loss.rank_frac": 0.5}))},
     # the set size of the adopted (global) sets, chosen on the held-out split by the tuning rule
     # (RANK_FRAC_VALUES, fixed before the runs), each value spelled out
     ("rank_frac", None): {f"rank_frac = {v}": {**ADOPTED_REF, "loss.rank_frac": v} for v in RANK_FRAC_VALUES},
@@ -175,7 +179,8 @@ GRID_TABLES: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {
         (f"{m} (task only)", TASK_ONLY.get(m, NO_RANKING)),
         *((strength_label(m, rel, abs_), _strength_arm(m, rel, abs_)) for rel, abs_ in LOSS_STRENGTHS))},
     # on digits (UPDATE_FORMS_CHECK elsewhere); alpha's map is each form's default
-    ("update_forms", None): {f"{u}, h0 = {init}": {**PER_STEP_HALTING, "model.update": u, "model.init_state": init}
+    ("update_forms", None): {f"{u}, h0 = {init}": {**PER_STEP_HALTING, "model.update": u,
+                                                   "model.init_state": init}
                              for u in UPDATE_FORMS for init in ("embedding", "zeros")},
     ("vit", None): {
         # the defaults when the grid was fixed (the per-step bundle), spelled out
@@ -285,11 +290,13 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
         if (found := find_run(teacher)) is None:
             name = teacher.data.name
             raise ValueError(f"grid 'block-recurrent' reads its teachers' step similarity, but vanilla seed "
-                             f"{seed} ({name}, {size}) is not trained: train it first with python -m frost_nb grid "
-                             f"families --size {size} --dataset {name} --labels vanilla --seeds {seed}")
+                             f"{seed} ({name}, {size}) is not trained: train it first with python -m "
+                             f"frost_nb grid families --size {size} --dataset {name} --labels vanilla "
+                             f"--seeds {seed}")
         first = seed == seeds[0]
         steps = {k: branch_steps(teacher_ranges(found.checkpoint, k)) for k in STUDENT_KS + SCRATCH_KS}
-        student = {k: {**vanilla, "model.branch_steps": steps[k], "loss.teacher": found.name} for k in STUDENT_KS}
+        student = {k: {**vanilla, "model.branch_steps": steps[k], "loss.teacher": found.name}
+                   for k in STUDENT_KS}
         rows = {"vanilla": vanilla, **({"recurrent": TASK_ONLY["recurrent"]} if first else {}),
                 **{f"student k={k}": student[k] for k in (STUDENT_KS if first else (CLAIM_K,))},
                 **{f"scratch k={k}": {**vanilla, "model.branch_steps": steps[k]}
@@ -311,7 +318,8 @@ def block_recurrent_runs(size: str = "demo", dataset: str | None = "cifar100", s
     require_trained(teachers, retrain)
     load_runs(teachers, progress)
     runs = grid("block-recurrent", size, dataset, seeds)
-    runs = Grid({k: v for k, v in runs.items() if controls or family_of(k) not in CLAIM_CONTROLS}, runs.folder)
+    runs = Grid({k: v for k, v in runs.items() if controls or family_of(k) not in CLAIM_CONTROLS},
+                runs.folder)
     require_trained(runs, retrain)
     return load_runs(runs, progress)
 

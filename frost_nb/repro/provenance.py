@@ -84,4 +84,5 @@ def make(record: dict[str, Any], runs: Iterable[str] | dict[str, str | None] = (
     read = [n for n in (_take_read() if take_read else []) if run_folder(n) is not None]
     found |= {n: label for n, label in {**dict.fromkeys(read), **extra}.items() if found.get(n) is None}
     names = sorted(found)
-    return {"commit": commit(), "runs": names, "settings": {n: settings_of(config_of(n), found[n]) for n in names}}
+    return {"commit": commit(), "runs": names,
+            "settings": {n: settings_of(config_of(n), found[n]) for n in names}}

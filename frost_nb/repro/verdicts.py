@@ -44,8 +44,8 @@ DATASET_RANK = ("cifar100", "imagenet100", "fashion-mnist", "cifar10", "digits")
 BUNDLE_RANK = ("adopted", "per-step", "residual", NA)
 SIZE_RANK = ("ladder64", "demo")  # the paper's structure (100,102 parameters) decides; demo, its control
 # where a row's numbers come from: a notebook, or the command that wrote the file
-SOURCES = {**{n: n for n in ("01", "02", "03", "04", "05", "06", "07", "08", "10", "11")}, "15": "docs/fidelity.md",
-           "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
+SOURCES = {**{n: n for n in ("01", "02", "03", "04", "05", "06", "07", "08", "10", "11")},
+           "15": "docs/fidelity.md", "demo": "make demo", "sweep": "sweep CLI", "bench": "benchmarks/"}
 DEFAULT_STRENGTH = (LossConfig().lambda_rel, LossConfig().lambda_abs)
 
 
@@ -104,7 +104,7 @@ class Metrics:
         path = self.folder / f"{name}.json"
         self.current = path
         if name not in self._json:
-            d = self._read(path, lambda text: json.loads(text, object_hook=Record)) if path.is_file() else None
+            d = self._read(path, lambda t: json.loads(t, object_hook=Record)) if path.is_file() else None
             problem = (None if d is None else "not a JSON object" if not isinstance(d, dict) else
                        None if isinstance(d.get("provenance"), dict) else  # every writer's (provenance.make)
                        "no provenance record (which runs its numbers come from)")
@@ -243,14 +243,16 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
                       primary=label == "frost", size=st.get("size"))
             if label == "frost" and control:  # ours, beside
                 yield row(1, st["bundle"], form(st), d["dataset"], min(len(control), len(basic)), "no claim",
-                          f"no ranking {_mean(control):.2f} vs {_mean(basic):.2f}", C.table1_update(control, basic),
-                          "02", title=TABLE1_UPDATE, primary=False, size=st.get("size"))
+                          f"no ranking {_mean(control):.2f} vs {_mean(basic):.2f}",
+                          C.table1_update(control, basic), "02", title=TABLE1_UPDATE, primary=False,
+                          size=st.get("size"))
     for d in m.files("15_update_forms*"):
         basic = d["basic_ssm cos t=3"]
         for runs, st, primary in _forms(d):
             frost = [r["cos t=3"] for r in runs]
             yield row(1, st["bundle"], form(st), d["dataset"], min(len(runs), len(basic)), shown,
-                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15", primary=primary)
+                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15",
+                      primary=primary)
 
 
 # 2. Appendix B (02: FROST among the families; 15_update_forms: every form). The growth rate of
@@ -261,7 +263,8 @@ def _contraction_cells(rs: list[dict], kappa: list[float]) -> tuple[str, list[fl
     rates = rates if len(rates) == len(rs) else None
     shown = f"{rs[0]['product_steps']}-step product rate {_mean(rates):.3f}" if rates else \
         "k-step product not measured"
-    return f"{shown}; one-step norm {_mean(r['jvp_norm'] for r in rs):.2f}; step ratio {_mean(kappa):.3f}", rates
+    return (f"{shown}; one-step norm {_mean(r['jvp_norm'] for r in rs):.2f}; "
+            f"step ratio {_mean(kappa):.3f}", rates)
 
 
 def contraction_rows(m: Metrics) -> Iterator[dict]:
@@ -389,7 +392,8 @@ def loss_rows(m: Metrics) -> Iterator[dict]:
         ours = f"gap {gap(rel):.2f} vs {gap(both):.2f}" if rel else "no L_rel run"
         if alone:
             ours += f"; L_abs alone {100 * alone['test_accuracy']:.2f}% vs {100 * both['test_accuracy']:.2f}%"
-        yield row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours, verdict, "04")
+        yield row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours,
+                  verdict, "04")
         for lam, a in sorted(arms["abs"].items()):  # the other equal strengths, shown beside
             if lam == DEFAULT_STRENGTH[1] or (b := arms["both"].get(lam)) is None:
                 continue
@@ -417,9 +421,10 @@ def conflict_rows(m: Metrics) -> Iterator[dict]:
                 continue
             st = run_of(d, _first(r for r in rs if r["model"] == "frost"))
             base = {k: v for k, v in per.items() if k != "frost"}
-            yield row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0", f"frost "
-                      f"{_mean(per['frost']):+.3f}; " + ", ".join(f"{k} {_mean(v):+.3f}" for k, v in base.items()),
-                      C.gradient_conflict(per["frost"], base), "15", title="" if strength == DEFAULT_STRENGTH else
+            others = ", ".join(f"{k} {_mean(v):+.3f}" for k, v in base.items())
+            yield row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
+                      f"frost {_mean(per['frost']):+.3f}; {others}", C.gradient_conflict(per["frost"], base),
+                      "15", title="" if strength == DEFAULT_STRENGTH else
                       f"Gradient conflict (rel {strength[0]:g}, abs {strength[1]:g})")
 
 
@@ -437,7 +442,7 @@ def _collapse(d: dict, runs: list[dict], run_of_: Callable[[dict, dict], dict | 
         fell = ", ".join(f"{k} {sum(s > 0 for s in v)}/{len(v)}" for k, v in scores.items())
         bundles = [s["bundle"] for s in _runs(d).values() if is_frost(s)]  # of the file's FROST runs
         bundle = max(sorted(set(bundles)), key=bundles.count) if bundles else NA  # the most common one
-        yield row(8, bundle, NA, d.get("collapse_dataset", d["dataset"]), min(len(v) for v in scores.values()),
+        yield row(8, bundle, NA, d.get("collapse_dataset", d["dataset"]), min(map(len, scores.values())),
                   "all collapse", f"seeds collapsed at rel {strength[0]:g}, abs {strength[1]:g}: {fell}",
                   C.collapse(scores), notebook, title="" if strength == DEFAULT_STRENGTH else
                   f"Collapse of the baselines (rel {strength[0]:g}, abs {strength[1]:g})")
@@ -582,7 +587,8 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
     for source, pattern in (("07", "07_halting_baselines*"), ("08", "08_beyond_the_paper*")):
         for d in m.files(pattern):  # every rule on FROST's seeds
             area = {(r["model"], r["rule"]): r["auc"] for r in d["summary"]}
-            models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"}, key=_seed)
+            models = sorted({mod for mod, rule in area if rule == "frost" and family_of(mod) == "frost"},
+                            key=_seed)
             areas = [{rule: a for (mod, rule), a in area.items() if mod == model} for model in models]
             if not models or not all(is_frost(settings(d, d["keys"][model])) for model in models) or not all(
                     C.rivals(a) for a in areas):
@@ -605,8 +611,8 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
                          lambda ks: form(ks[1])).values():
             st = group[0][1]
             values = [margins[k] for k, _ in group if k in margins]
-            yield row(15, st["bundle"], form(st), d["dataset"], len(values), "no claim",
-                      f"best linear head {_mean(values):+.3f} area over fixed depth / confidence", C.head_refit(values),
+            yield row(15, st["bundle"], form(st), d["dataset"], len(values), "no claim", f"best linear head "
+                      f"{_mean(values):+.3f} area over fixed depth / confidence", C.head_refit(values),
                       "15", title="A learned head can beat fixed depth (refit)", primary=False)
 
 
@@ -633,11 +639,13 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
             full, frost_full = [g["full_depth"] for g in gs], [g["full_depth"] for g in frost.values()]
             main = family == d["variant"] and rule == "frost"
             yield row(16, st["bundle"], form(st), d["dataset"], len(gs), "no claim", f"ranking "
-                      f"{100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a point; closes "
-                      f"{_mean(closed):.2f} of the hindsight gap; full depth {_mean(full) - _mean(frost_full):+.3f}",
+                      f"{100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a "
+                      f"point; closes {_mean(closed):.2f} of the hindsight gap; full depth "
+                      f"{_mean(full) - _mean(frost_full):+.3f}",
                       C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
                       primary=main, size=st.get("size"), title="" if main else f"Our rule ({rule}) on "
-                      f"{'the variant' if family == d['variant'] else 'FROST'}'s models, by claim 16's targets (ours)")
+                      f"{'the variant' if family == d['variant'] else 'FROST'}'s models, "
+                      "by claim 16's targets (ours)")
 
 
 # 19 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
@@ -663,9 +671,9 @@ def block_recurrent_rows(m: Metrics) -> Iterator[dict]:
                   if all(r["seed"] in scores for r in students) else (None, None))
         scratch = "" if gain != gain else (f"{100 * gain:+.2f} points over k = {CLAIM_K} from scratch"
                                            f"{f' (seed {controls})' if controls else ''}; ")
-        yield row(19, NA, NA, d["dataset"], len(students), RAPTOR_CELL,
-                  f"{_mean(recovered):.3f} ({100 * avg('accuracy'):.2f}% of {100 * avg('teacher_accuracy'):.2f}%); "
-                  f"{scratch}state cosine {avg('state_cosine_mean'):.2f}", C.block_recurrent(recovered, *ranges), "10")
+        yield row(19, NA, NA, d["dataset"], len(students), RAPTOR_CELL, f"{_mean(recovered):.3f} "
+                  f"({100 * avg('accuracy'):.2f}% of {100 * avg('teacher_accuracy'):.2f}%); {scratch}"
+                  f"state cosine {avg('state_cosine_mean'):.2f}", C.block_recurrent(recovered, *ranges), "10")
 
 
 # 20-22 (DF-Mamba, notebook 11): its "runs", one record per stored run (its key "run", label, horizon, seed,
@@ -726,7 +734,8 @@ def forecast_rows(m: Metrics) -> Iterator[dict]:
                 ours = ", ".join(f"{FORECAST_NAMES.get(b, b)} {_mean(ratio[b]):.3f}" for b in part)
                 yield at(22, min(len(ratio[x]) for x in ("dfmamba", *part)), "no claim" if title else theirs,
                          f"r {_mean(ratio['dfmamba']):.3f} vs {ours}",
-                         C.zero_shot(ratio["dfmamba"], {b: ratio[b] for b in part}), title=title, primary=not title)
+                         C.zero_shot(ratio["dfmamba"], {b: ratio[b] for b in part}), title=title,
+                         primary=not title)
 
 
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
@@ -742,8 +751,9 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
-                yield row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells (B {w['batch_size']}, "
-                          f"q {w['quantile']:g}; 1 thread, {device})", C.speed(w["ratio"]), "bench")
+                yield row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
+                          f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
+                          C.speed(w["ratio"]), "bench")
             batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
             largest = max(r["batch_size"] for r in batch)
             worst = min(r["ratio"] for r in batch if r["batch_size"] == largest)
@@ -758,9 +768,9 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
 
 
 CLAIM_ROWS: tuple[Callable[[Metrics], Iterator[dict]], ...] = (
-    table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows, collapse_rows,
-    table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows, block_recurrent_rows,
-    forecast_rows)
+    table1_rows, contraction_rows, minkowski_rows, alpha_rows, hurst_rows, loss_rows, conflict_rows,
+    collapse_rows, table2_rows, table3_rows, vit_rows, halting_rule_rows, variant_rows, benchmark_rows,
+    block_recurrent_rows, forecast_rows)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -776,7 +786,8 @@ def _rank(r: dict) -> tuple:
     place = lambda ranks, x: ranks.index(x) if x in ranks else len(ranks)  # unranked last
     return (not (data == "cifar100" and r["bundle"] == "adopted"), r["verdict"].startswith(C.NOT_TESTABLE),
             place(SIZE_RANK, "demo" if r.get("size", NA) == NA else r["size"]),
-            not seeds.isdigit() or int(seeds) < C.MIN_SEEDS, place(DATASET_RANK, data), place(BUNDLE_RANK, r["bundle"]),
+            not seeds.isdigit() or int(seeds) < C.MIN_SEEDS,
+            place(DATASET_RANK, data), place(BUNDLE_RANK, r["bundle"]),
             r["title"] != C.CLAIM[r["claim"]].title, not r["primary"], -int(seeds) if seeds.isdigit() else 0)
 
 
@@ -868,9 +879,10 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
     metrics = metrics_dir if isinstance(metrics_dir, Metrics) else Metrics(metrics_dir)
     trends = ladder_trends(metrics.json(LADDER_METRICS))
     link = lambda nb: f"[{nb}](notebooks/{next(iter(_notebook_names(nb)), nb)})" if nb.isdigit() else nb
-    return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r), r["seeds"],
-                                       r["paper"], r["ours"], r["verdict"], trends.get(r["claim"], "-"),
-                                       link(r["notebook"])) for r in summary_rows(rows)))
+    return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r),
+                                       r["seeds"], r["paper"], r["ours"], r["verdict"],
+                                       trends.get(r["claim"], "-"), link(r["notebook"]))
+                                      for r in summary_rows(rows)))
 
 
 def markdown_table(rows: list[dict]) -> str:
