@@ -506,12 +506,11 @@ def test_the_raptor_student_keeps_the_teachers_readout_follows_its_schedule_and_
             assert torch.equal(a, b), (path, name)
 
 
-def test_the_claim_controls_are_read_beside_never_among_the_students(teacher_store, tmp_path):
-    """``summary`` reads the students alone unless asked for other kinds; ``block_recurrent_missing``
-    counts a control as neither a student nor a from-scratch control."""
+def test_the_claim_controls_are_read_beside_never_among_the_students(teacher_store):
+    """``summary`` reads the students alone unless asked for other kinds; the committed grid holds every
+    student, from-scratch control and claim control, finished, each of its own kind."""
     from frost_nb.paths import committed_runs_dir
-    from frost_nb.repro.grids import block_recurrent_missing
-    from frost_nb.runs import train_or_load, write_json
+    from frost_nb.runs import stored_runs, train_or_load
 
     student, warm = _student("4", **{"train.epochs": 1}), _student("4", **{"train.epochs": 1,
                                                                           **CLAIM_CONTROLS["warm k=2"]})
@@ -522,18 +521,11 @@ def test_the_claim_controls_are_read_beside_never_among_the_students(teacher_sto
     assert list(both["label"]) == ["student k=1", "warm k=1"] and list(both["kind"]) == ["student", "warm"]
     with pytest.raises(ValueError, match="no run of kinds"):
         summary({"warm k=1": results["warm k=1"]}, max_samples=8)
-    # the committed students and controls are all there; a stored claim control stands in for none
-    assert block_recurrent_missing("demo", "cifar100", (0, 1, 2), committed_runs_dir()) == []
-    for label, name in (("warm k=2", "warm-k-2-seed0"), ("raptor k=2", "raptor-k-2-seed0")):
-        folder = tmp_path / "runs" / "cifar100-demo-block-recurrent" / name
-        folder.mkdir(parents=True)
-        write_json(folder / "config.json", make_config("demo", "cifar100", "vanilla", **{
-            **TASK_ONLY["vanilla"], "model.branch_steps": "6,10",
-            "loss.teacher": "cifar100-demo-families/vanilla-seed0", **CLAIM_CONTROLS[label]}).to_dict())
-        (folder / "model.pt").write_bytes(b"")
-        write_json(folder / "metrics.json", {})
-    assert block_recurrent_missing("demo", "cifar100", (0,), tmp_path / "runs") == [
-        "student k=1", "student k=2", "student k=4", "scratch k=2", "scratch k=4"]
+    stored = {r.name.split("/")[1]: run_kind(r.config) for r in stored_runs(committed_runs_dir())
+              if r.finished and r.name.startswith("cifar100-demo-block-recurrent/")}
+    students = ("k-1-seed0", "k-2-seed0", "k-4-seed0", "k-2-seed1", "k-2-seed2")
+    assert stored == {**{f"student-{s}": "student" for s in students}, "scratch-k-2-seed0": None,
+                      "scratch-k-4-seed0": None, "warm-k-2-seed0": "warm", "raptor-k-2-seed0": "raptor"}
 
 
 def test_a_students_teacher_is_loaded_once(teacher_store, monkeypatch):

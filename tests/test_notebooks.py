@@ -205,35 +205,6 @@ def test_strip_execution_metadata(tmp_path):
     assert not strip_execution_metadata(path)  # nothing left to strip
 
 
-def test_notebook_10s_missing_runs_are_matched_by_what_they_are(tmp_path):
-    """``block_recurrent_missing`` names the students and controls not stored (finished) yet: the runs
-    are matched by data set, size, seed, branches and teacher, the teachers' ranges unread."""
-    from frost_nb.config import make_config
-    from frost_nb.repro.grids import TASK_ONLY, block_recurrent_missing
-    from frost_nb.runs import write_json
-
-    root = tmp_path / "runs"
-    runs = {"student-k-1-seed0": ("16", 0, True), "student-k-2-seed0": ("5,11", 0, True),
-            "student-k-4-seed0": ("2,3,5,6", 0, True), "student-k-2-seed1": ("6,10", 1, True),
-            "student-k-2-seed2": ("5,11", 2, True), "scratch-k-2-seed0": ("5,11", 0, False),
-            "scratch-k-4-seed0": ("2,3,5,6", 0, False)}
-    for name, (steps, seed, student) in runs.items():
-        cfg = make_config("demo", "cifar100", "vanilla", **{**TASK_ONLY["vanilla"], "model.branch_steps": steps,
-                                                           "train.seed": seed, "loss.teacher": (
-                                                               f"cifar100-demo-families/vanilla-seed{seed}" if student else None)})
-        folder = root / "cifar100-demo-block-recurrent" / name
-        folder.mkdir(parents=True)
-        write_json(folder / "config.json", cfg.to_dict())
-        if name != "student-k-2-seed2":
-            (folder / "model.pt").write_bytes(b"")
-            write_json(folder / "metrics.json", {"test_accuracy": 0.4})
-    assert block_recurrent_missing("demo", "cifar100", (0, 1, 2), root) == ["student k=2 seed 2"]  # unfinished
-    (root / "cifar100-demo-block-recurrent" / "student-k-2-seed2" / "model.pt").write_bytes(b"")
-    write_json(root / "cifar100-demo-block-recurrent" / "student-k-2-seed2" / "metrics.json", {})
-    assert block_recurrent_missing("demo", "cifar100", (0, 1, 2), root) == []
-    assert block_recurrent_missing("demo", "cifar10", (0, 1, 2), root) != []  # another data set's runs are not these
-
-
 @pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("[0-9]*.ipynb")), ids=lambda p: p.name)
 def test_committed_notebooks_are_executed_and_clean(path):
     nb = json.loads(path.read_text())

@@ -11,7 +11,6 @@ held-out accuracy over Table 2's quantiles beats the reference's by more than ``
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -322,28 +321,6 @@ def block_recurrent_runs(size: str = "demo", dataset: str | None = "cifar100", s
                 runs.folder)
     require_trained(runs, retrain)
     return load_runs(runs, progress)
-
-
-def block_recurrent_missing(size: str = "demo", dataset: str | None = "cifar100", seeds: tuple[int, ...] = (0, 1, 2),
-                            root: Path | None = None) -> list[str]:
-    """The students and from-scratch controls of the ``block-recurrent`` grid of ``seeds`` that have no
-    finished run under ``root`` (default: the committed runs), as the grid labels them. Matched by what
-    the grid fixes before reading any teacher: data set, size, seed, the number of branches and the
-    run's kind (``run_kind``; the ranges themselves need the teachers' weights)."""
-    from ..analysis.block_recurrent import run_kind
-    from ..paths import committed_runs_dir
-    from ..runs import stored_runs
-
-    data = make_config(size, dataset).data.name
-    have = {(r.config.train.seed, len(r.config.model.branch_ranges), run_kind(r.config))
-            for r in stored_runs(root if root is not None else committed_runs_dir())
-            if r.finished and r.config.model.name == "vanilla" and (r.config.data.name, r.config.size) == (data, size)
-            and len(r.config.model.branch_ranges) < r.config.model.steps}
-    want = [(f"student k={k}", seed, k, "student") for seed in seeds
-            for k in (STUDENT_KS if seed == seeds[0] else (CLAIM_K,))]
-    want += [(f"scratch k={k}", seeds[0], k, None) for k in SCRATCH_KS]
-    tag = " seed {}" if len(seeds) > 1 else ""
-    return [label + tag.format(seed) for label, seed, k, student in want if (seed, k, student) not in have]
 
 
 def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:
