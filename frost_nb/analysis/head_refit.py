@@ -150,9 +150,9 @@ def refit_curves(val: FullDepthPass, test: FullDepthPass, trained: HaltingCalibr
 
 
 def margins(table) -> dict:
-    """What claims.EXPERIMENT_RULES["head_refit"] reads of a ``summary`` table: per backbone, the per-step
-    head's gain over the global refit and the correctness head's margin over the better of fixed depth and
-    confidence."""
+    """What the design's rule (docs/fidelity.md section 3) reads of a ``summary`` table: per backbone,
+    the per-step head's gain over the global refit and the correctness head's margin over the better of
+    fixed depth and confidence."""
     auc = table.pivot(index="model", columns="rule", values="auc")
     gain = auc[PER_STEP_NORM] - auc[GLOBAL]  # per backbone
     margin = auc[CORRECTNESS] - np.maximum(auc[FIXED], auc[CONFIDENCE])

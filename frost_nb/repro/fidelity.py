@@ -1,4 +1,4 @@
-"""The drivers of the fidelity experiments (docs/fidelity.md; claims.EXPERIMENT_RULES): each reads
+"""The drivers of the fidelity experiments (docs/fidelity.md, which states each design): each reads
 trained runs only and returns the metrics record its notebook or script writes."""
 
 from __future__ import annotations
