@@ -91,7 +91,7 @@ import torch
 from frost_nb.analysis.complexity import flops_per_image, ideal_speedup, prologue
 from frost_nb.checkpoint import checkpoint_config, load_model
 from frost_nb.data.datasets import make_batches
-from frost_nb.halting import adaptive_predict, stream_steps
+from frost_nb.halting import _select, adaptive_predict, stream_steps
 from frost_nb.paths import committed_runs_dir
 from frost_nb.training import load_split
 
@@ -145,7 +145,7 @@ def step_costs(model, x: torch.Tensor, repeats: int, warmup: int) -> pd.DataFram
         seconds: dict[int, list[float]] = {b: [] for b in sizes}
         for r in range(warmup + repeats):
             for b in sizes:
-                cb = ctx.select(torch.arange(b)) if hasattr(ctx, "select") else ctx[:b]  # StepContext or e
+                cb = _select(ctx, torch.arange(b), sizes[-1])  # its first b rows, as compaction copies them
                 hb, calls = h[:b].contiguous(), max(1, 256 // b)
                 start = time.perf_counter()
                 for _ in range(calls):

@@ -46,27 +46,12 @@ class StepContext:
     """What the steps need from the stem, once per forward: e, (N, C, H, W) or (N, L, D), and for
     basic_ssm and frost B(e) like e and GAP(D(e)) (N, D); only ``init_state`` reads e."""
 
-    e: InitVar[Tensor | None] = None
+    e: InitVar[Tensor | None] = None  # init-only: compaction (a row copy of the fields) drops it
     be: Tensor | None = None
     d_pooled: Tensor | None = None
 
     def __post_init__(self, e: Tensor | None) -> None:
         self.e = e
-
-    def select(self, idx: Tensor) -> StepContext:
-        """The samples ``idx`` (int64 indices, or a bool mask over the batch), without e."""
-        if idx.dtype == torch.bool:
-            idx = idx.nonzero().squeeze(1)
-        # index_select copies whole rows: several times faster than v[idx] on the CPU
-        pick = lambda v: None if v is None else v.index_select(0, idx)
-        return StepContext(None, pick(self.be), pick(self.d_pooled))
-
-    def __len__(self) -> int:
-        for v in (self.e, self.be, self.d_pooled):
-            if v is not None:
-                return v.shape[0]
-        raise TypeError("a selected vanilla or recurrent StepContext holds no tensor: "
-                        "its batch size is that of the state h")
 
 
 # --- building blocks --------------------------------------------------------------------------
@@ -272,7 +257,7 @@ class FrostNet(nn.Module):
         e = ctx.e if isinstance(ctx, StepContext) else ctx
         if e is None:
             raise ValueError("init_state needs the stem output e: pass e or context(e), not a "
-                             "selected context (select drops e, which no step reads)")
+                             "compacted context (compaction drops e, which no step reads)")
         return e if self.config.init_state == "embedding" else torch.zeros_like(e)
 
     def step(self, h: Tensor, ctx: StepContext | Tensor, t: int) -> Tensor:

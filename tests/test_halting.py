@@ -20,7 +20,6 @@ from frost_nb.analysis.curves import SWEEP_COLUMNS, curve
 from frost_nb.halting import (
     AdaptiveResult,
     HaltingCalibrator,
-    _select,
     adaptive_predict,
     exit_steps,
     stream_predict,
@@ -543,21 +542,6 @@ def test_adaptive_predict_with_dataclass_context(shared):
     assert (res.depth < model.config.steps).any()  # some compaction happened
     # per-sample fields only: rows copied field by field; a shared field: the context's select()
     assert bool(_DataContext.selects) == shared
-
-
-def test_row_copy_of_step_context_equals_its_select():
-    models = pytest.importorskip("frost_nb.models")
-    g = torch.Generator().manual_seed(0)
-    keep = torch.tensor([0, 2, 3, 6])
-    for ctx in (models.StepContext(torch.randn(7, 4, 3, 3, generator=g),
-                                   torch.randn(7, 4, 3, 3, generator=g),
-                                   torch.randn(7, 4, generator=g)),
-                models.StepContext(torch.randn(7, 5, 4, generator=g))):  # be, d_pooled None
-        fast, slow = _select(ctx, keep, 7), ctx.select(keep)
-        assert type(fast) is type(slow)
-        for name in ("e", "be", "d_pooled"):
-            a, b = getattr(fast, name), getattr(slow, name)
-            assert (a is None and b is None) or torch.equal(a, b)
 
 
 @pytest.mark.parametrize("name", ["vanilla", "recurrent", "basic_ssm", "frost"])

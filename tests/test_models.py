@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from frost_nb.config import ConfigError, ModelConfig, make_config
+from frost_nb.halting import _select
 from frost_nb.models import ChannelsLastMaxPool2d, FrostNet, ModelOutput, StepContext, create_model
 
 NAMES = ("vanilla", "recurrent", "basic_ssm", "frost")
@@ -159,7 +160,7 @@ def test_shapes_and_stepwise_loop(name, backbone):
     assert model(x).states is None
     # (b) forward is exactly the step-wise loop
     ctx = model.context(model.embed(x))
-    assert isinstance(ctx, StepContext) and len(ctx) == 6
+    assert isinstance(ctx, StepContext) and ctx.e.shape[0] == 6
     h = model.init_state(ctx)
     assert torch.equal(h, out.states[:, 0])
     for t in range(4):
@@ -202,8 +203,8 @@ FAMILIES += [("frost", "vit", {"update": "leaky", "scaled_inside": True, "learn_
 
 @pytest.mark.parametrize("name,backbone,fields", FAMILIES)
 def test_compacted_batch_matches_full_batch(name, backbone, fields):
-    # (g) stepping a subset of samples with ctx.select gives their rows of the full batch; the
-    # selected context has no e, so this also shows that no step and no readout reads e
+    # (g) stepping a subset of samples with the context compacted as adaptive inference does gives their
+    # rows of the full batch; the compacted context has no e, so no step and no readout reads e
     model = small(name, backbone, **fields)
     x = images(8)
     out = model(x, return_states=True)
@@ -216,36 +217,30 @@ def test_compacted_batch_matches_full_batch(name, backbone, fields):
         assert torch.allclose(logits, out.logits[idx, t], atol=1e-5)
         assert torch.allclose(halt, out.halt_logits[idx, t], atol=1e-5)
         keep = torch.tensor(keep)
-        h, ctx, idx = h[keep], ctx.select(keep), idx[keep]
+        h, ctx, idx = h[keep], _select(ctx, keep, len(idx)), idx[keep]
         assert ctx.e is None
 
 
-def test_step_context_select():
-    # select copies rows with index_select (int64 indices or a bool mask) and drops e, which
-    # only init_state reads; e is an init-only argument, so a row copy of the fields drops it too
+def test_step_context_compaction():
+    # compaction copies the rows of the fields with index_select and drops e, which only init_state
+    # reads: e is an init-only argument, so a row copy of the fields drops it
     g = torch.Generator().manual_seed(0)
     e, be = torch.randn(7, 4, 3, 3, generator=g), torch.randn(7, 4, 3, 3, generator=g)
     dp = torch.randn(7, 4, generator=g)
     ctx = StepContext(e, be, dp)
-    assert ctx.e is e and len(ctx) == 7
-    assert [f.name for f in dataclasses.fields(ctx)] == ["be", "d_pooled"]
+    assert ctx.e is e and [f.name for f in dataclasses.fields(ctx)] == ["be", "d_pooled"]
     keep = torch.tensor([0, 2, 3, 6])
-    mask = torch.zeros(7, dtype=torch.bool)
-    mask[keep] = True
-    for idx in (keep, mask):
-        sub = ctx.select(idx)
-        assert sub.e is None and len(sub) == 4
-        assert torch.equal(sub.be, be[keep]) and torch.equal(sub.d_pooled, dp[keep])
+    sub = _select(ctx, keep, 7)
+    assert type(sub) is StepContext and sub.e is None
+    assert torch.equal(sub.be, be[keep]) and torch.equal(sub.d_pooled, dp[keep])
     assert StepContext(be=be).e is None
-    empty = StepContext(e).select(keep)  # vanilla, recurrent: nothing to copy
+    empty = _select(StepContext(e), keep, 7)  # vanilla, recurrent: nothing to copy
     assert empty.e is None and empty.be is None and empty.d_pooled is None
-    with pytest.raises(TypeError, match="no tensor"):
-        len(empty)
     model = small("basic_ssm", "resnet")
     ctx = model.context(model.embed(images()))
     assert torch.equal(model.init_state(ctx), ctx.e)
     with pytest.raises(ValueError, match="stem output"):
-        model.init_state(ctx.select(keep[:2]))
+        model.init_state(_select(ctx, keep[:2], 6))
 
 
 def test_channels_last_max_pool_equals_max_pool():
