@@ -116,13 +116,6 @@ def _as_tensor(series: list) -> torch.Tensor | list:
     return wide
 
 
-def export_lean(source: str | os.PathLike, target: str | os.PathLike, weights: str = "float32") -> Path:
-    """Write the lean export (``lean_state``) of the finished checkpoint ``source`` to ``target``,
-    compressed, tensors on the CPU (``runs.export_run`` exports a whole run folder)."""
-    state = load_checkpoint(checkpoint_file(source), map_location="cpu")
-    return save_checkpoint(target, lean_state(state, weights), compress=True)
-
-
 def checkpoint_file(path: str | os.PathLike) -> Path:
     """``path``, a run folder meaning its ``model.pt``; a relative path missing from the working
     directory is looked up in the repository (a notebook in ``notebooks/`` names ``outputs/...``)."""
@@ -189,15 +182,12 @@ def progress_of(state: dict[str, Any]) -> Progress:
 
 
 def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
-               expect: str | ModelConfig | RunConfig | None = None):
-    """A ready model (eval mode) and its halting calibrator from a checkpoint; ``expect`` (a model
-    name or config) makes a checkpoint of another model a clear error."""
+               expect: ModelConfig | RunConfig | None = None):
+    """A ready model (eval mode) and its halting calibrator from a checkpoint; ``expect`` (a config)
+    makes a checkpoint of another model a clear error."""
     path = checkpoint_file(path)
     state = load_checkpoint(path, map_location=device)
     config = stored_config(path, state)
-    if isinstance(expect, str) and config.model.name != expect:
-        raise CheckpointError(f"checkpoint {path} holds a '{config.model.name}' model, "
-                              f"not the expected '{expect}'")
     if isinstance(expect, (ModelConfig, RunConfig)):
         want = expect.model if isinstance(expect, RunConfig) else expect
         if diff := [f"model.{k}: checkpoint {getattr(config.model, k)!r} vs expected {v!r}"

@@ -90,11 +90,6 @@ class HaltingCalibrator:
     def is_empty(self) -> bool:
         return bool(self._sketch.is_empty())
 
-    @property
-    def rank_error(self) -> float:
-        """A-priori normalised rank error of one quantile (about 0.013 at k=200)."""
-        return float(self._sketch.normalized_rank_error(False))
-
     def threshold(self, q: float) -> float:
         """tau_q: exit at the first step with p_t > tau_q. q in [0, 1]; q == 1 gives +inf."""
         q = number_in("quantile q", q, 0, 1, hint=": give the target fraction of halting scores "
@@ -205,14 +200,8 @@ def _like(v: Tensor, u: Tensor, rows: int) -> Tensor:
 
 
 def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
-    """(h_0, ctx), what every forward runs once before step 1: ``FrostNet.prologue``, or the same calls
-    on another model with the step-wise API (``ctx``: the stem output where it has no ``context``)."""
-    if callable(getattr(model, "prologue", None)):
-        return model.prologue(x)
-    e = model.embed(x)
-    context = getattr(model, "context", None)
-    ctx = context(e) if callable(context) else e
-    return model.init_state(ctx), ctx
+    """(h_0, ctx), what every forward runs once before step 1 (``FrostNet.prologue``)."""
+    return model.prologue(x)
 
 
 def _halting(tau: Any, rule: Any, caller: str) -> Any:

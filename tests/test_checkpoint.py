@@ -11,7 +11,6 @@ from frost_nb.checkpoint import (
     LEAN_STEP_POINTS,
     CheckpointError,
     checkpoint_config,
-    export_lean,
     lean_state,
     load_checkpoint,
     load_model,
@@ -21,6 +20,11 @@ from frost_nb.config import make_config
 from frost_nb.paths import OutputError, committed_runs_dir
 from frost_nb.training import train
 
+
+def export_lean(source, target):
+    """The lean export of the finished checkpoint ``source`` at ``target``, compressed, as
+    ``runs.export_run`` writes a run's model.pt."""
+    return save_checkpoint(target, lean_state(load_checkpoint(source)), compress=True)
 
 def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_path, monkeypatch):
     import frost_nb.checkpoint as ckpt
@@ -58,7 +62,7 @@ def test_lean_export_keeps_weights_calibrator_and_history_ends(tiny_config, tmp_
 
 
 def test_lean_exports_are_compressed_losslessly_and_a_damaged_one_is_named(tiny_config, tmp_path):
-    """export_lean writes torch's bytes xz-compressed: they decompress to a file torch reads, the
+    """A lean export is torch's bytes xz-compressed: they decompress to a file torch reads, the
     same state as saving uncompressed; a truncated compressed file is a named CheckpointError."""
     import io
     import lzma

@@ -18,7 +18,7 @@ from frost_nb.checkpoint import (
     load_model,
     save_checkpoint,
 )
-from frost_nb.config import ConfigError
+from frost_nb.config import ConfigError, make_config
 from frost_nb.runs import train_or_load
 from frost_nb.training import TrainingError, lr_factor, train
 
@@ -224,8 +224,8 @@ def test_bad_checkpoints_give_clear_errors(tiny_config, tmp_path, make_trainer):
         load_model(tmp_path / "missing.pt")
     path = tmp_path / "run.pt"
     make_trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
-    with pytest.raises(CheckpointError, match="holds a 'frost' model, not the expected 'vanilla'"):
-        load_model(path, expect="vanilla")
+    with pytest.raises(CheckpointError, match="model.name: checkpoint 'frost' vs expected 'vanilla'"):
+        load_model(path, expect=make_config("smoke", model="vanilla"))
     other = tiny_config.replace(**{"model.width": 32})
     with pytest.raises(CheckpointError, match="model.width"):
         load_model(path, expect=other)

@@ -42,7 +42,7 @@ def plot_training(history: dict[str, Any], title: str = "") -> plt.Figure:
     ax1.legend()
     ax2.plot(*_smooth(steps["step"], steps["accuracy"]), label="train batch (final step)")
     # optimiser steps per epoch from the last step logged, not from the number of entries: a lean
-    # export (checkpoint.export_lean) keeps only some steps of the series
+    # export (checkpoint.lean_state) keeps only some steps of the series
     per_epoch = float(np.asarray(steps["step"])[-1]) / max(1, len(epochs["epoch"]))
     ax2.plot(np.asarray(epochs["epoch"]) * per_epoch, epochs["val_accuracy"], "o-",
              label="held-out split (full depth)")
