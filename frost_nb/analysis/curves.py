@@ -285,7 +285,7 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
 
 
 # ---------------------------------------------------------------- what the score knows
-def settled_summary(passes: dict[Any, FullDepthPass], steps_shown: Sequence[int] | None = None):
+def settled_summary(passes: dict[Any, FullDepthPass]):
     """Per model (label -> its test pass): full-depth accuracy, ``settled_depth`` (the mean step from which
     predictions have settled for good), a fixed depth's accuracy there, and the AUROC of the halting
     score and of the confidence for "settled for good by t" (``settled_auroc``). Returns (summary,
@@ -299,8 +299,7 @@ def settled_summary(passes: dict[Any, FullDepthPass], steps_shown: Sequence[int]
                      "fixed_at_settled_depth": float(fixed_accuracy_at(p.correct, [depth])[0]),
                      "score_auroc": score, "confidence_auroc": conf})
         per_step += [{"model": label, "step": t + 1, "score_auroc": float(a), "confidence_auroc": float(c)}
-                     for t, (a, c) in enumerate(zip(score_steps, conf_steps))
-                     if steps_shown is None or t + 1 in steps_shown]
+                     for t, (a, c) in enumerate(zip(score_steps, conf_steps))]
     return pd.DataFrame(rows), pd.DataFrame(per_step)
 
 

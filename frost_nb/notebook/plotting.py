@@ -191,12 +191,11 @@ def plot_dimension_fits(fits: dict[str, Any], title: str = "") -> plt.Figure:
     return _finish(fig, ax)
 
 
-def plot_planar_trajectories(planar: dict[str, Any], per_model: int = 8, title: str = "") -> plt.Figure:
-    """The first ``per_model`` projected trajectories (N, T+1, 2) of each model, one panel each;
-    a dot marks h_0."""
+def plot_planar_trajectories(planar: dict[str, Any], title: str = "") -> plt.Figure:
+    """The first 8 projected trajectories (N, T+1, 2) of each model, one panel each; a dot marks h_0."""
     fig, axes = plt.subplots(1, len(planar), figsize=(3.1 * len(planar), 3.1), squeeze=False)
     for ax, (label, xy) in zip(axes[0], planar.items()):
-        for path in np.asarray(xy)[:per_model]:
+        for path in np.asarray(xy)[:8]:
             line, = ax.plot(path[:, 0], path[:, 1], "-", lw=0.9, marker=".", ms=2)
             ax.plot(path[0, 0], path[0, 1], "o", ms=4, color=line.get_color())
         ax.set(title=label, xticks=[], yticks=[])
@@ -249,10 +248,10 @@ def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], t
 
 
 def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=None, title: str = "",
-                        rivals: dict[str, Any] | None = None, rival_name: str = "confidence") -> plt.Figure:
+                        rivals: dict[str, Any] | None = None) -> plt.Figure:
     """Accuracy against mean depth: each run's halting sweep (solid), the fixed-depth curve of each run
-    (all samples stopped at step t; dashed), each run's ``rivals`` curve if given (another rule's
-    ``curves.curve`` table, e.g. the confidence rule's; dotted) and the paper's Table 2 if given (crosses)."""
+    (all samples stopped at step t; dashed), each run's ``rivals`` curve if given (the confidence rule's
+    ``curves.curve`` table; dotted) and the paper's Table 2 if given (crosses)."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for i, (label, table) in enumerate(sweeps.items()):
         colour = f"C{i}"
@@ -261,7 +260,7 @@ def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=Non
             ax.plot(fixed[label]["mean_depth"], fixed[label]["accuracy"], "--", lw=1, color=colour,
                     label=f"{label}: fixed depth")
         if rivals and label in rivals:
-            ax.plot(*sorted_points(rivals[label]), ":", lw=1.2, color=colour, label=f"{label}: {rival_name}")
+            ax.plot(*sorted_points(rivals[label]), ":", lw=1.2, color=colour, label=f"{label}: confidence")
     if paper is not None:
         ax.plot(paper["mean_depth"], paper["accuracy"], "kx--", lw=0.8, label="paper (CIFAR-100)")
     ax.set(xlabel="mean depth (steps)", ylabel="accuracy", ylim=(0, 1), title=title or "accuracy against depth")
@@ -289,16 +288,16 @@ FIXED_STYLE, ORACLE_STYLE = dict(ls="--", color="k", lw=1), dict(ls=":", color="
 HINDSIGHT_STYLE = dict(ls="-.", color="grey", lw=1)
 
 
-def plot_rule_curves(curves, fixed, oracle, title: str = "", hindsight=None, random_of: str | None = "frost") -> plt.Figure:
+def plot_rule_curves(curves, fixed, oracle, title: str = "", hindsight=None) -> plt.Figure:
     """Accuracy against mean depth of every halting rule (``curves.curve`` tables), one panel per model:
     a line per rule, the fixed depth (dashed), the oracle's bound (dotted), the hindsight exit
-    (``hindsight``, dash-dot) and random exits with rule ``random_of``'s own depths (thin); one legend."""
+    (``hindsight``, dash-dot) and random exits with rule frost's own depths (thin); one legend."""
     colours = {rule: f"C{i}" for i, rule in enumerate(dict.fromkeys(curves["rule"]))}
 
     def lines(model):
         for rule, part in curves[curves["model"] == model].groupby("rule", sort=False):
             yield part, rule, dict(marker="o", ms=2, lw=1, color=colours[rule])
-            if rule == random_of and "random_accuracy" in part:
+            if rule == "frost" and "random_accuracy" in part:
                 yield part.assign(accuracy=part["random_accuracy"]), f"random exits, {rule}'s depths", \
                     dict(lw=0.8, ls=(0, (1, 1)), color=colours[rule])
         yield fixed[fixed["model"] == model], "fixed depth", FIXED_STYLE
