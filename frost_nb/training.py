@@ -496,8 +496,6 @@ class Trainer:
             raise CheckpointError(f"checkpoint {self.checkpoint} was saved within epoch {self.epoch + 1}, which "
                                   "resumes in one process on in-memory data only: finish that epoch so first "
                                   f"(without torchrun; Trainer.fit(until_epoch={self.epoch + 1})), then go on")
-        for key, v in _new_history()["diagnostics"].items():  # older checkpoints
-            self.history.setdefault("diagnostics", {}).setdefault(key, v)
         self.train_seconds = state.get("train_seconds", 0.0)
         return True
 
