@@ -182,12 +182,15 @@ def progress_of(state: dict[str, Any]) -> Progress:
 
 
 def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
-               expect: ModelConfig | RunConfig | None = None):
-    """A ready model (eval mode) and its halting calibrator from a checkpoint; ``expect`` (a config)
-    makes a checkpoint of another model a clear error."""
+               expect: str | ModelConfig | RunConfig | None = None):
+    """A ready model (eval mode) and its halting calibrator from a checkpoint; ``expect`` (a model
+    name or config) makes a checkpoint of another model a clear error."""
     path = checkpoint_file(path)
     state = load_checkpoint(path, map_location=device)
     config = stored_config(path, state)
+    if isinstance(expect, str) and config.model.name != expect:
+        raise CheckpointError(f"checkpoint {path} holds a '{config.model.name}' model, "
+                              f"not the expected '{expect}'")
     if isinstance(expect, (ModelConfig, RunConfig)):
         want = expect.model if isinstance(expect, RunConfig) else expect
         if diff := [f"model.{k}: checkpoint {getattr(config.model, k)!r} vs expected {v!r}"

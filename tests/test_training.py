@@ -226,6 +226,8 @@ def test_bad_checkpoints_give_clear_errors(tiny_config, tmp_path, make_trainer):
     make_trainer(tiny_config, checkpoint=path).fit(until_epoch=1)
     with pytest.raises(CheckpointError, match="model.name: checkpoint 'frost' vs expected 'vanilla'"):
         load_model(path, expect=make_config("smoke", model="vanilla"))
+    with pytest.raises(CheckpointError, match="holds a 'frost' model, not the expected 'vanilla'"):
+        load_model(path, expect="vanilla")
     other = tiny_config.replace(**{"model.width": 32})
     with pytest.raises(CheckpointError, match="model.width"):
         load_model(path, expect=other)
