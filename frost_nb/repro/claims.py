@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from .. import paper
 from ..paper import TABLE1_STEP
-from ..analysis.stats import CONFIDENCE, IMAGE_RESAMPLES, image_bootstrap, interval, welch, with_images
+from ..analysis.stats import image_bootstrap, interval, welch, with_images
 from ..analysis.halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE, FROST, REFERENCES
 
 REPRODUCED, PARTLY, NOT = "reproduced", "partly reproduced", "not reproduced"
