@@ -149,6 +149,7 @@ BAD = {
     "bundle": ["canonical", None],
     "compare_bundle": ["canonical", "", 3],
     "examples": [-3, 0, 65, 8.0, None, True],
+    "windows": [0, 17, -1, 4.0, None, True],
     "batch_size": [0, 257, "4", 4.0],
     "repeats": [0, 21, 1.5, -1],
     "sections": ["", "alpha,nope", "loss,loss", "Loss", None, 3],
@@ -164,7 +165,7 @@ GOOD = {
     "quantile": [0, 0.25, 1.0], "retrain": [True, False], "checkpoint": [None, "run.pt"],
     "seeds": [1, 10], "samples": [1, None], "jvp_samples": [1, 10_000], "bundle": ["adopted", "residual"],
     "compare_bundle": [None, "per-step", "adopted"],
-    "examples": [1, 64], "batch_size": [1, 256], "repeats": [1, 20],
+    "examples": [1, 64], "windows": [1, 16], "batch_size": [1, 256], "repeats": [1, 20],
     "sections": ["loss", "alpha, loss", "alpha,hurst,loss,tuning,update,conflict,adopted"],
     "models": [None, "frost", "frost,basic_ssm"],
     "vit_checkpoint": [None, "vit.pt"],
@@ -185,7 +186,7 @@ def test_bad_parameter_is_refused_by_name(name, value):
     with pytest.raises(ParameterError, match=rf"^parameter {name}=.* is invalid: expected ") as err:
         validate_params(**{name: value})
     bounds = {"examples": "from 1 to 64", "batch_size": "from 1 to 256", "repeats": "from 1 to 20",
-              "seeds": "from 1 to 10", "quantile": "in [0, 1]"}
+              "seeds": "from 1 to 10", "quantile": "in [0, 1]", "windows": "from 1 to 16"}
     assert bounds.get(name, "") in str(err.value)
 
 

@@ -190,6 +190,78 @@ def test_block_recurrent_notebook_reads_its_students_against_k(tmp_path, monkeyp
             "10_teacher_kl_digits_smoke.png"} <= figures  # the students' match over training, too
 
 
+def test_df_mamba_notebook_reads_its_runs_into_tables_and_verdicts(tmp_path, monkeypatch, isolated_outputs):
+    """Notebook 11 at smoke size trains its tiny runs on a generated series (look-back 16), then writes the
+    runs with their zero-shot errors, the structure and the gate, Tables 1, 2 and 14 and claim 20's windows'
+    bootstrap; the verdict rows read from those metrics are claims 20-22 as their rules decide them on those
+    runs; a seed with no stored run stops it, naming the parameter."""
+    import pandas as pd
+
+    from frost_nb.analysis.stats import block_bootstrap
+    from frost_nb.dfmamba.report import ZERO_SHOT_LABELS
+    from frost_nb.dfmamba.training import evaluate, load_run
+    from frost_nb.paper import DFMAMBA_TABLE2_ETTM2
+    from frost_nb.repro import claims as C
+    from frost_nb.repro import verdicts as V
+
+    _run("11_df_mamba.ipynb", tmp_path, monkeypatch, windows=3)
+    out = isolated_outputs / "outputs"
+    metrics = json.loads((out / "metrics" / "11_df_mamba_smoke.json").read_text())
+    assert (metrics["lookback"], metrics["seed"], metrics["windows"]) == (16, 0, 3)
+    assert len(metrics["forecast_windows"]) == 3
+    runs = pd.DataFrame(metrics["runs"])
+    assert runs.groupby(["label", "horizon"]).size().to_dict() == {
+        ("dfmamba", 96): 2, ("dlinear", 96): 2, ("rlinear", 96): 2, ("dfmamba", 192): 1, ("dlinear", 192): 1,
+        ("rlinear", 192): 1, ("S2", 96): 1, ("S3", 96): 1, ("T3", 96): 1}
+    for r in runs.itertuples():  # x1 is the run's own test windows; r = MSE(x4) / MSE(x1)
+        if r.label in ZERO_SHOT_LABELS and r.horizon == 96:
+            assert r.zs_scales == [1, 2, 4] and r.zs_mse[0] == pytest.approx(r.test_mse, rel=1e-9)
+            assert r.ratio == pytest.approx(r.zs_mse[2] / r.zs_mse[0])
+        else:
+            assert r.zs_scales is None and pd.isna(r.ratio)
+    structure = metrics["structure"]
+    assert [r["stage"] for r in structure] == ["input", "tokens", "level 0", "level 1", "level 2", "forecast"]
+    assert (structure[0]["shape"], structure[-1]["shape"]) == ([3, 16, 7], [3, 96, 7])
+    assert set(metrics["gates"]) == {"level 0", "level 1"}
+    assert all(0 < g < 1 for level in metrics["gates"].values() for g in level.values())
+    seeds = lambda label, h=96, key="test_mse": \
+        runs[(runs.label == label) & (runs.horizon == h)].sort_values("seed")[key].tolist()
+    t1 = {(r["model"], r["horizon"]): r for r in metrics["table1"]}
+    assert len(t1) == 12 and t1[("dfmamba", 96)]["seeds"] == 2
+    assert t1[("dfmamba", 96)]["mse"] == pytest.approx(sum(seeds("dfmamba")) / 2)
+    ablations = {r["variant"]: r for r in metrics["ablations"]}
+    assert list(ablations) == list(DFMAMBA_TABLE2_ETTM2)
+    assert ablations["T2"]["mse"] is None  # not trained at smoke size
+    assert ablations["S3"]["change"] == pytest.approx(seeds("S3")[0] - sum(seeds("dfmamba")) / 2)
+    # claim 20's interval at H = 192 (one DF-Mamba seed): its test windows evaluated again, block-bootstrapped
+    one = load_run(isolated_outputs / "cache" / "forecast" / seeds("dfmamba", 192, "run")[0])
+    per_window = evaluate(one.model, one.config.windows("test"), per_window=True)["per_window"]
+    (boot,), name = metrics["bootstrap"], seeds("dfmamba", 192, "run")[0]
+    assert (boot["run"], boot["horizon"], boot["windows"]) == (name, 192, len(per_window))
+    assert (boot["mean"], boot["half"]) == pytest.approx(block_bootstrap(per_window))
+    # the verdict rows generated from these metrics (repro.verdicts), each by its rule on the runs above; the
+    # notebook itself shows the committed rows, so nothing of the smoke run's is read back there
+    rows = V.verdict_rows(out / "metrics")
+    assert [r["claim"] for r in rows].count(20) == 6 and len(rows) == 10  # no runs at 336 and 720: no rows
+    assert {(r["size"], r["notebook"]) for r in rows} == {("look-back 16", "11")}
+    got = lambda claim, title, paper: next(r["verdict"] for r in rows if r["claim"] == claim and r["paper"].startswith(
+        paper) and r["title"] == (title or C.CLAIM[claim].title))
+    assert got(20, "", "H = 192") == str(C.forecast_against_paper(seeds("dfmamba", 192), 0.287,
+                                                                  block_bootstrap(per_window)))
+    assert got(20, "DF-Mamba Table 1: below our RLinear (ETTh2)", "H = 96") == \
+        str(C.forecast_against_baseline(seeds("dfmamba"), seeds("rlinear")))
+    assert got(21, "", "S3") == str(C.ablation(seeds("S3"), seeds("dfmamba")))
+    assert got(22, "", "r") == str(C.zero_shot(
+        seeds("dfmamba", key="ratio"), {b: seeds(b, key="ratio") for b in ("dlinear", "rlinear")}))
+    assert got(22, V.S2_TITLE, "no claim") == str(C.zero_shot(seeds("dfmamba", key="ratio"),
+                                                              {"S2": seeds("S2", key="ratio")}))
+    figures = {p.name for p in (out / "figures").iterdir()}
+    assert figures == {f"11_{f}_smoke.png" for f in ("forecasts", "gate", "ablations", "zero_shot")}
+    refused = r"parameter seed=5 is invalid: .*stored: \[0, 1\]"
+    with pytest.raises(papermill.PapermillExecutionError, match=refused):
+        _run("11_df_mamba.ipynb", tmp_path, monkeypatch, seed=5)  # the runs above loaded, not trained again
+
+
 def test_strip_execution_metadata(tmp_path):
     from frost_nb.notebook.glue import strip_execution_metadata
 

@@ -32,6 +32,7 @@ EXAMPLES_MAX = 64  # images per row of 05's earliest / latest exits
 BATCH_SIZE_MAX = 256  # images per timed batch in 06 (the paper's training batch)
 REPEATS_MAX = 20  # timed rounds in 06 (medians: a few suffice)
 JVP_SAMPLES_MAX = 10_000  # images per run whose step Jacobians 02 estimates (a CIFAR test split)
+WINDOWS_MAX = 16  # test windows in 11's forecasts (a panel each)
 
 
 # notebook 04's sections, each reading its own grid of runs ("alpha": the frost runs of 02)
@@ -80,6 +81,7 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                        "the path of a ViT frost checkpoint file (.pt), or None"),
     "examples": (int, lambda v: 1 <= v <= EXAMPLES_MAX, f"a number of images from 1 to {EXAMPLES_MAX}"),
+    "windows": (int, lambda v: 1 <= v <= WINDOWS_MAX, f"a number of test windows from 1 to {WINDOWS_MAX}"),
     "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
                    f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
     "repeats": (int, lambda v: 1 <= v <= REPEATS_MAX, f"a number of timed rounds from 1 to {REPEATS_MAX}"),
