@@ -32,7 +32,6 @@ EXAMPLES_MAX = 64  # images per row of 05's earliest / latest exits
 BATCH_SIZE_MAX = 256  # images per timed batch in 06 (the paper's training batch)
 REPEATS_MAX = 20  # timed rounds in 06 (medians: a few suffice)
 JVP_SAMPLES_MAX = 10_000  # images per run whose step Jacobians 02 estimates (a CIFAR test split)
-WINDOWS_MAX = 16  # test windows in 11's forecasts (a panel each)
 
 
 # notebook 04's sections, each reading its own grid of runs ("alpha": the frost runs of 02)
@@ -55,11 +54,9 @@ def sections_suffix(sections: tuple[str, ...]) -> str:
 # these types (tests/test_notebook_params.py holds the two together).
 _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "dataset": (str, lambda v: v in DATASETS, f"one of the data sets {tuple(DATASETS)}"),
-    "collapse_dataset": (str, lambda v: v in DATASETS, f"one of the data sets {tuple(DATASETS)}"),
     "model": (str, lambda v: v in MODELS, f"one of {MODELS}"),
     "backbone": (str, lambda v: v in BACKBONES, f"one of {BACKBONES}"),
     "size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
-    "twin_size": (str, lambda v: v in SIZES, f"one of {SIZES}"),
     "epochs": ((int, type(None)), lambda v: v is None or v >= 1,
                "a positive number of epochs, or None for the size's default"),
     "seed": (int, lambda v: 0 <= v <= SEED_MAX, f"a seed from 0 to {SEED_MAX} (2**64 - 1)"),
@@ -81,15 +78,14 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                        "the path of a ViT frost checkpoint file (.pt), or None"),
     "examples": (int, lambda v: 1 <= v <= EXAMPLES_MAX, f"a number of images from 1 to {EXAMPLES_MAX}"),
-    "windows": (int, lambda v: 1 <= v <= WINDOWS_MAX, f"a number of test windows from 1 to {WINDOWS_MAX}"),
+    "windows": (int, lambda v: 1 <= v <= 16, "a number of test windows (a panel each) from 1 to 16"),
     "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
                    f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
     "repeats": (int, lambda v: 1 <= v <= REPEATS_MAX, f"a number of timed rounds from 1 to {REPEATS_MAX}"),
-    "throughput_dataset": (str, lambda v: v in DATASETS, f"one of the data sets {tuple(DATASETS)}"),
     "throughput_samples": (int, lambda v: v >= 1, "a positive number of test images"),
-    "throughput_repeats": (int, lambda v: 1 <= v <= REPEATS_MAX,
-                           f"a number of timed rounds from 1 to {REPEATS_MAX}"),
 }
+_RULES.update({alias: _RULES[name] for alias, name in (("collapse_dataset", "dataset"), ("twin_size", "size"),
+               ("throughput_dataset", "dataset"), ("throughput_repeats", "repeats"))})  # renamed rules
 
 
 # The data set and size each notebook's committed outputs are on (another one's are written beside them).
