@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from .. import paper
@@ -60,32 +60,28 @@ def untestable(why: str) -> Verdict:
     return Verdict(NOT_TESTABLE, reasons=(why,))
 
 
-def _verdict(d: float, half: float, n: int) -> Verdict:
-    """The verdict of a difference ``d`` from the margin with its interval's half-width ``half``."""
-    return Verdict(INCONCLUSIVE if abs(d) <= half else REPRODUCED if d > 0 else NOT, n)
-
-
-def _few(d: float, n: int, image_half: float) -> Verdict:
-    """Fewer than MIN_SEEDS seeds: suggested by the mean's side of the margin, unless the test
-    images' interval (``image_half`` > 0, measured) spans the margin."""
-    return Verdict(IMAGE_NOISE, n) if image_half > 0 and abs(d) <= image_half else suggested(n, d > 0)
-
-
 def _finite_values(values: Iterable[float]) -> list[float]:
     return [float(x) for x in values if x is not None and not math.isnan(x)]
+
+
+def _verdict(d: float, n: int, image_half: float, half: Callable[[], float]) -> Verdict:
+    """The verdict of a difference ``d`` of seed means from the margin, over ``n`` seeds: against ``half()``,
+    its interval's half-width, widened by the test images' ``image_half`` (``with_images``); with fewer
+    than MIN_SEEDS seeds, suggested by the mean's side of the margin, unless the test images' interval
+    (``image_half`` > 0, measured) spans the margin."""
+    if n < MIN_SEEDS:
+        return Verdict(IMAGE_NOISE, n) if image_half > 0 and abs(d) <= image_half else suggested(n, d > 0)
+    width = with_images(half(), image_half)
+    return Verdict(INCONCLUSIVE if abs(d) <= width else REPRODUCED if d > 0 else NOT, n)
 
 
 def decide(values: Iterable[float], margin: float = 0.0, image_half: float = 0.0) -> Verdict:
     """The verdict of one part: ``values`` one number per seed, the claim holding when their
     mean exceeds ``margin`` (see the module docstring); ``image_half``, the test images' bootstrap
     half-width of that mean (0: not measured), widens the interval (``with_images``)."""
-    v = _finite_values(values)
-    if not v:
+    if not (v := _finite_values(values)):
         return untestable("no runs")
-    d = float(np.mean(v)) - margin
-    if len(v) < MIN_SEEDS:
-        return _few(d, len(v), image_half)
-    return _verdict(d, with_images(interval(v)[1], image_half), len(v))
+    return _verdict(float(np.mean(v)) - margin, len(v), image_half, lambda: interval(v)[1])
 
 
 def decide_between(a: Iterable[float], b: Iterable[float], margin: float = 0.0,
@@ -96,11 +92,8 @@ def decide_between(a: Iterable[float], b: Iterable[float], margin: float = 0.0,
     a, b = _finite_values(a), _finite_values(b)
     if not a or not b:
         return untestable("no runs")
-    n = min(len(a), len(b))
-    if n < MIN_SEEDS:
-        return _few(float(np.mean(a) - np.mean(b)) - margin, n, image_half)
-    diff, half = welch(a, b)
-    return _verdict(diff - margin, with_images(half, image_half), n)
+    return _verdict(float(np.mean(a) - np.mean(b)) - margin, min(len(a), len(b)), image_half,
+                    lambda: welch(a, b)[1])
 
 
 def combine(parts: Sequence[Verdict], guard: Verdict | None = None) -> Verdict:
@@ -241,13 +234,13 @@ ALPHA_RECOVERY_BY = 0.5
 
 
 def alpha(start: Sequence[float], low: Sequence[float], end: Sequence[float], high: Sequence[float],
-          low_at: Sequence[float], alpha_param: str, schedule_to_zero: bool = True) -> Verdict:
+          low_at: Sequence[float], alpha_param: str) -> Verdict:
     """Three parts, per seed: (a) start - min above ALPHA_FALL; (b) end - min above ALPHA_RECOVERY of the
-    fall, testable only when every minimum comes before ALPHA_RECOVERY_BY of training under a schedule that
-    decays to zero; (c) max below 1, testable only when alpha's map can exceed 1 (not "sigmoid")."""
+    fall, testable only when every minimum comes before ALPHA_RECOVERY_BY of training (the learning rate
+    decays to zero); (c) max below 1, testable only when alpha's map can exceed 1 (not "sigmoid")."""
     fall = decide(by_seed(start, low), ALPHA_FALL)
     recovery = (untestable(f"alpha's minimum at {max(low_at):.0%} of training, under a learning rate "
-                           "decaying to 0") if schedule_to_zero and max(low_at) > ALPHA_RECOVERY_BY else
+                           "decaying to 0") if max(low_at) > ALPHA_RECOVERY_BY else
                 decide([e - m - ALPHA_RECOVERY * (s - m) for s, m, e in zip(start, low, end)]))
     below = untestable("alpha = sigmoid(.) < 1 by construction") if alpha_param == "sigmoid" \
         else decide([1.0 - h for h in high])

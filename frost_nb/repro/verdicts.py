@@ -294,11 +294,9 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("03_minkowski*"):
         if any(abs(v["error"]) > C.DIMENSION_MARGIN for v in d.get("validation", [])):
             continue  # an estimator off on a set of known dimension decides nothing
-        dims = {(r["model"], r["seed"]): r["box mean"] for r in d["runs"]}
+        frost, base = _sides(d["runs"], "box mean")
         if not is_frost(st := run_of(d, {"model": "frost", "seed": 0})):
             continue
-        frost = [v for (lab, _), v in sorted(dims.items()) if lab == "frost"]  # separate runs: each side's seeds
-        base = {b: [v for (lab, _), v in sorted(dims.items()) if lab == b] for b in BASELINES}
         yield row(3, st["bundle"], form(st), d["dataset"], min(len(v) for v in (frost, *base.values())),
                   MINKOWSKI_PAPER, f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
                   C.minkowski(frost, base, _resolution()), "03", size=st.get("size"))
@@ -317,20 +315,22 @@ def _resolution() -> tuple[float, float]:
     return resolution(TRAJECTORY_STATES)
 
 
+def _sides(runs: list[dict], key: str) -> tuple[list[float], dict[str, list[float]]]:
+    """frost's ``key`` in ``runs`` and each baseline's (BASELINES), each side by seed (separate runs)."""
+    dims = {(r["model"], r["seed"]): r[key] for r in runs}
+    side = lambda model: [v for (lab, _), v in sorted(dims.items()) if lab == model]
+    return side("frost"), {b: side(b) for b in BASELINES}
+
+
 def _protocol_rows(d: dict, runs: list[dict], source: str) -> Iterator[dict]:
-    """Experiment (d)'s row: per protocol, claims.minkowski over the seeds; then how many held."""
-    per = {}
-    for protocol, rs in _by(runs, "protocol").items():
-        dims = {(r["model"], r["seed"]): r["dimension"] for r in rs}
-        per[protocol] = C.minkowski([v for (lab, _), v in sorted(dims.items()) if lab == "frost"],
-                                    {b: [v for (lab, _), v in sorted(dims.items()) if lab == b] for b in BASELINES},
-                                    _resolution())  # every protocol reads the same 17 states
+    """Experiment (d)'s row: per protocol, claims.minkowski over the seeds (one verdict where every
+    protocol has the same, a reason for all said once); then how many held."""
+    per = {protocol: C.minkowski(*_sides(rs, "dimension"), _resolution())  # every protocol reads 17 states
+           for protocol, rs in _by(runs, "protocol").items()}
     if (st := next((run_of(d, r) for r in runs if r["model"] == "frost"), None)) is None:
         return
     seeds = {r["seed"] for r in runs if r["model"] == "frost"}
     held, protocols = sum(v == C.REPRODUCED for v in per.values()), len(per)
-    if all(v.status == C.NOT_TESTABLE for v in per.values()):  # one reason for all: say it once
-        per = {"all": next(iter(per.values()))}
     yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), MINKOWSKI_PAPER,
               f"reproduced under {held} of {protocols} protocols", C.minkowski_protocols(per), source,
               title="Minkowski dimension (8 protocols)", primary=False)
@@ -619,8 +619,7 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
 # Beyond the paper (notebook 08): the variant against its own fixed depth and oracle, and FROST
 def _seed(label: str) -> int:
     """The seed a grid label carries ("x seed 2" -> 2; a label without one: 0)."""
-    tag = label.rsplit(" seed ", 1)
-    return int(tag[1]) if len(tag) == 2 and tag[1].isdigit() else 0
+    return int(found.group(1)) if (found := re.search(r" seed (\d+)$", label)) else 0
 
 
 def variant_rows(m: Metrics) -> Iterator[dict]:
