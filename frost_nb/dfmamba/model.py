@@ -1,13 +1,9 @@
 """DF-Mamba for forecasting (DF-Mamba-TS): "Dynamic Fractal Mamba: A Neural Renormalization Group Flow
-for Scale-Invariant Sequence Modeling", ICML 2026; section 3, Algorithm 1, Table 11, appendix A.14.
-
-One Mamba block (``MambaBlock``) is applied at every scale k = 0..K of a recursion (Algorithm 1):
-level k runs it with its step scaled by 2^k and clipped at 8 (eq. 5), coarse-grains neighbouring pairs
-with a shared MLP (eq. 6-7), recurses, upsamples the coarser result (eq. 8) and fuses it with its own
-through a gate (eq. 9). Auxiliary losses: reconstruction (eq. 11), consistency (eq. 12), gate flow
-(Algorithm 1, line 28). Around it (not in the paper's text; docs/df-mamba.md): channel independence,
-per-window instance normalisation, a Linear(1 -> D) embedding and a head over time. ``variant`` selects
-the ablations of Table 2: see ``VARIANTS``."""
+for Scale-Invariant Sequence Modeling", ICML 2026; section 3, Algorithm 1, Table 11, appendix A.14. One
+Mamba block (``MambaBlock``) runs at every level k = 0..K of a recursion that halves the sequence, its step
+x 2^k clipped at 8 (``DFMamba.level``: eq. 5-9 at its lines); auxiliary losses eq. (11), (12) and Algorithm
+1, line 28. Around it (not in the paper's text; docs/df-mamba.md): channel independence, per-window
+instance normalisation, a Linear(1 -> D) embedding and a head over time. ``variant``: see ``VARIANTS``."""
 
 from __future__ import annotations
 
