@@ -1,12 +1,8 @@
 """ETTh1 and ETTh2 under the usual long-term forecasting protocol (``../shared/data/ett/README.md``),
-from ``<data root>/ett/``, checked against its ``SHA256SUMS``. As Informer's ``Dataset_ETT_hour`` (which
-DLinear's and RLinear's repositories copy): train rows 0-8,639, validation 8,640-11,519, test
-11,520-14,399, a later split's windows starting ``lookback`` rows before its border; every column
-standardised with the training rows' mean and population sd (ddof 0, as scikit-learn's
-``StandardScaler``); every window counts (2,785 / 2,689 / 2,545 / 2,161 test windows at H = 96 / 192 /
-336 / 720). ``scale=f`` (Table 14): the standardised series averaged over non-overlapping blocks of ``f``
-rows from row 0, the borders divided by ``f``, windows of the same look-back and horizon at that scale
-(1,345 test windows at x2, 625 at x4). A split holds its rows once; a window is an offset."""
+from ``<data root>/ett/``, as Informer's ``Dataset_ETT_hour`` (which DLinear's and RLinear's repositories
+copy): the splits at ``BORDERS``, every column standardised with the training rows' mean and population sd
+(as scikit-learn's ``StandardScaler``), every window counted (2,785 / 2,689 / 2,545 / 2,161 test windows at
+H = 96 / 192 / 336 / 720; 1,345 and 625 in Table 14's series pooled by 2 and 4: ``windows(scale=)``)."""
 
 from __future__ import annotations
 

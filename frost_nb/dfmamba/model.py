@@ -1,13 +1,9 @@
 """DF-Mamba for forecasting (DF-Mamba-TS): "Dynamic Fractal Mamba: A Neural Renormalization Group Flow
-for Scale-Invariant Sequence Modeling", ICML 2026; section 3, Algorithm 1, Table 11, appendix A.14.
-
-One Mamba block (``MambaBlock``) is applied at every scale k = 0..K of a recursion (Algorithm 1):
-level k runs it with its step scaled by 2^k and clipped at 8 (eq. 5), coarse-grains neighbouring pairs
-with a shared MLP (eq. 6-7), recurses, upsamples the coarser result (eq. 8) and fuses it with its own
-through a gate (eq. 9). Auxiliary losses: reconstruction (eq. 11), consistency (eq. 12), gate flow
-(Algorithm 1, line 28). Around it (not in the paper's text; docs/df-mamba.md): channel independence,
-per-window instance normalisation, a Linear(1 -> D) embedding and a head over time. ``variant`` selects
-the ablations of Table 2: see ``VARIANTS``."""
+for Scale-Invariant Sequence Modeling", ICML 2026; section 3, Algorithm 1, Table 11, appendix A.14. One
+Mamba block (``MambaBlock``) runs at every level k = 0..K of a recursion that halves the sequence, its step
+x 2^k clipped at 8 (``DFMamba.level``: eq. 5-9 at its lines); auxiliary losses eq. (11), (12) and Algorithm
+1, line 28. Around it (not in the paper's text; docs/df-mamba.md): channel independence, per-window
+instance normalisation, a Linear(1 -> D) embedding and a head over time. ``variant``: see ``VARIANTS``."""
 
 from __future__ import annotations
 
@@ -64,7 +60,6 @@ class Forecast:
     prediction: Tensor  # (B, H, C) in the input's units
     aux: dict[str, Tensor]  # recon, consist, flow: scalars, each summed over levels, unweighted
     gates: list[Tensor] = field(default_factory=list)  # level k's gate (B, C, L_k, D), k = 0..K-1
-    lengths: list[int] = field(default_factory=list)  # the length each level ran at
 
 
 def level_lengths(cfg: DFMambaConfig) -> list[int]:
@@ -93,9 +88,8 @@ def flow_loss(gates: list[Tensor]) -> Tensor:
 
 
 class MambaBlock(nn.Module):
-    """Mamba's selective state-space block (section 3.1), its parameters named as in mambapy: in_proj
-    to x and z, a depthwise causal convolution, SiLU, input-dependent dt, B and C, A = -exp(A_log), a D
-    skip, the gate SiLU(z), out_proj. 32,640 parameters at Table 11's sizes."""
+    """Mamba's selective state-space block (section 3.1), its layers and parameter names mambapy's (in_proj,
+    conv1d, x_proj, dt_proj, A_log, D, out_proj): 32,640 parameters at Table 11's sizes."""
 
     def __init__(self, cfg: DFMambaConfig):
         super().__init__()
@@ -152,19 +146,14 @@ class DFMamba(nn.Module):
         self.head_time = nn.Linear(cfg.lookback, cfg.horizon)  # over time, per feature
         self.head_out = nn.Linear(d, 1)
 
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
     def local(self, x: Tensor, k: int) -> Tensor:
         """H_local = X + S(Norm(X); Delta * alpha_k): Algorithm 1, line 5."""
         i = k if self.cfg.variant == "S3" else 0
         return x + self.blocks[i](self.norms[i](x), k)
 
-    def level(self, x: Tensor, k: int, aux: dict[str, list[Tensor]], gates: list[Tensor],
-              lengths: list[int]) -> Tensor:
+    def level(self, x: Tensor, k: int, aux: dict[str, list[Tensor]], gates: list[Tensor]) -> Tensor:
         """RecursiveForward(X, k) of Algorithm 1. x (N, L_k, D) -> (N, L_k, D)."""
         cfg, L = self.cfg, x.shape[1]
-        lengths.append(L)
         local = self.local(x, k)  # (N, L, D)
         if k >= cfg.depth or L < cfg.min_length:
             return local
@@ -174,7 +163,7 @@ class DFMamba(nn.Module):
         else:
             coarse = self.encoder(pairs)  # (N, L/2, D)  eq. (7)
             aux["recon"].append(F.mse_loss(self.decoder(coarse), pairs.detach()))  # eq. (11)
-        deep = self.level(coarse, k + 1, aux, gates, lengths)  # (N, L/2, D)
+        deep = self.level(coarse, k + 1, aux, gates)  # (N, L/2, D)
         up = F.interpolate(deep.transpose(1, 2), size=L, mode="linear").transpose(1, 2)  # (N, L, D) eq. (8)
         aux["consist"].append(F.mse_loss(up, local.detach()))  # eq. (12)
         if cfg.variant == "C3":
@@ -192,20 +181,19 @@ class DFMamba(nn.Module):
         std = torch.sqrt(x.var(1, keepdim=True, unbiased=False) + cfg.norm_eps)
         z = ((x - mean) / std).transpose(1, 2).reshape(b * c, L, 1)  # (B*C, L, 1): one sequence per variable
         h = self.embed(z)  # (N, L, D)
-        aux, gates, lengths = {"recon": [], "consist": []}, [], []
+        aux, gates = {"recon": [], "consist": []}, []
         if cfg.variant == "S2":
             for k in range(cfg.depth):
                 h = h + self.blocks[k](self.norms[k](h), 0)
-            lengths.append(L)
         else:
-            h = self.level(h, 0, aux, gates, lengths)
+            h = self.level(h, 0, aux, gates)
         h = self.norm_f(h)
         out = self.head_time(h.transpose(1, 2))  # (N, D, H)
         out = self.head_out(out.transpose(1, 2)).squeeze(-1)  # (N, H)
         pred = out.view(b, c, cfg.horizon).transpose(1, 2) * std + mean  # (B, H, C)
         sums = {name: torch.stack(t).sum() if t else h.new_zeros(()) for name, t in aux.items()}
         sums["flow"] = flow_loss(gates).to(h)
-        return Forecast(pred, sums, [g.view(b, c, *g.shape[1:]) for g in gates], lengths)
+        return Forecast(pred, sums, [g.view(b, c, *g.shape[1:]) for g in gates])
 
 
 def total_loss(forecast: Forecast, target: Tensor, cfg: DFMambaConfig) -> tuple[Tensor, dict[str, float]]:

@@ -1,8 +1,6 @@
 """Notebook 11's numbers (``plots`` draws them): one input's shapes, forecasts (Figure 4), the gate
-(Figure 2), and the stored runs as Table 1, 2 and 14 beside the paper's; ``per_seed`` gives the lists
-that ``repro.claims`` decides claims 20-22 on (``repro.verdicts.forecast_rows`` reads them from the
-notebook's metrics, with ``window_bootstraps``). ``read_runs`` finds the runs (at smoke size,
-``smoke_runs`` trains tiny ones on a generated series in seconds)."""
+(Figure 2), the stored runs (``read_runs``) as Tables 1, 2 and 14 beside the paper's, and the lists that
+``repro.claims`` decides claims 20-22 on (``per_seed``, ``window_bootstraps``)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from ..inputs import ParameterError
 from ..paper import DFMAMBA_TABLE1_ETTH2, DFMAMBA_TABLE2_ETTM2, DFMAMBA_TABLE14_ETTM2
 from ..runs import run_folder
 from .data import COLUMNS, LOOKBACK, write_generated
-from .model import DFMamba, level_scale
+from .model import DFMamba, level_lengths, level_scale
 from .training import (MODELS, STORE, WEIGHTS, ForecastResult, evaluate, load_run, make_forecast_config,
                        read_config, read_metrics, stored_runs, stores, train_or_load, zero_shot)
 
@@ -39,7 +37,7 @@ def structure(model: DFMamba, x: torch.Tensor) -> pd.DataFrame:
     gates = [tuple(g.shape) for g in out.gates] + [None]  # the last level has none
     rows = [("input", (b, length, c), ""), ("tokens", (b * c, length, d), "a sequence per variable")]
     rows += [(f"level {k}", (b * c, n, d), f"step x {level_scale(model.cfg.variant, k):g}, gate {gates[k]}")
-             for k, n in enumerate(out.lengths)]
+             for k, n in enumerate(level_lengths(model.cfg))]
     rows.append(("forecast", tuple(out.prediction.shape), ""))
     return pd.DataFrame(rows, columns=["stage", "shape", "note"])
 
@@ -76,12 +74,11 @@ def runs_frame(folders=None) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()), columns=RUN_COLUMNS)
 
 
-def per_seed(runs: pd.DataFrame, label: str, horizon: int = 96, key: str = "test_mse",
-             lookback: int = LOOKBACK) -> list[float]:
-    """``key`` ("run": their names) of ``label``'s ETTh2 runs at ``lookback`` and ``horizon``, by seed: e.g.
+def per_seed(runs: pd.DataFrame, label: str, horizon: int = 96, key: str = "test_mse") -> list[float]:
+    """``key`` ("run": their names) of ``label``'s ETTh2 runs at look-back 336 and ``horizon``, by seed: e.g.
     ``claims.zero_shot(per_seed(runs, "dfmamba", key="ratio"), {b: per_seed(runs, b, key="ratio") ...})``."""
     rows = runs[(runs.label == label) & (runs.horizon == horizon) & (runs.dataset == "etth2")
-                & (runs.lookback == lookback)].dropna(subset=[key])
+                & (runs.lookback == LOOKBACK)].dropna(subset=[key])
     return rows.sort_values("seed")[key].tolist()
 
 

@@ -77,10 +77,8 @@ def _forward(x, dt, A, B, C, D, chunk, block, keep_starts):
             t = slice(i * chunk, (i + 1) * chunk)
             n, m = len(range(L)[t]), len(range(N)[nb])
             ac, uc = _view(a, n, m, E, S), _view(u, n, m, E, S)
-            if keep_starts and i:
-                h = starts[i, nb].copy_(h)  # before uc, which holds h, is overwritten
-            elif i:
-                h = h.clone()
+            if i:  # h out of uc, which holds it, before uc is overwritten
+                h = starts[i, nb].copy_(h) if keep_starts else h.clone()
             h = _states(h, ac, uc, dtt[t, nb], vt[t, nb], Bt[t, nb], A2)  # uc: the states h_t
             y[t, nb] = torch.mul(uc, Ct[t, nb, None, :], out=ac).sum(-1)  # C . h, eq. (2)
     return torch.addcmul(y.transpose(0, 1), D, x), starts

@@ -2,10 +2,9 @@
 stored in ``forecast/GRID/LABEL`` of each run store with ``runs.py``'s helpers, found by their config's
 identity, checkpointed after every epoch and resumed. The loop: AdamW (no decay on biases, norms, Mamba's
 A and D), the MSE (DF-Mamba's ``total_loss`` adds its terms), shuffled batches, the last short one
-dropped, early stopping on the validation MSE over every window, the best epoch's weights tested on every
-test window. ``PRESETS``: dfmamba as appendix A.10.1 (lr 1e-4, decay 0.05, clipping 1.0, batch 64, 10%
-warm-up then cosine per step, patience 10; its 200 epochs capped); dlinear and rlinear as their
-repositories' ETTh2 scripts (cure-lab/LTSF-Linear, plumprc/RTSF: Adam, the rate halved each epoch)."""
+dropped, early stopping on the validation MSE, the best epoch's weights tested on every test window.
+``PRESETS``: dfmamba as appendix A.10.1 (``TrainSection``'s defaults; its 200 epochs capped), dlinear and
+rlinear as their repositories' ETTh2 scripts (cure-lab/LTSF-Linear, plumprc/RTSF)."""
 
 from __future__ import annotations
 
@@ -78,10 +77,9 @@ class TrainSection(_Validated):
         self._check("warmup", 0 <= self.warmup <= 1, "a share of the epochs in [0, 1]")
 
 
-# DF-Mamba's cap: 45 minutes on one CPU thread; an epoch takes 17.3 min at H = 96 (docs/df-mamba.md)
-DFMAMBA_EPOCH_CAP = 2
 _LINEAR = dict(weight_decay=0.0, grad_clip=0.0, schedule="halve")
-PRESETS = {"dfmamba": TrainSection(epochs=DFMAMBA_EPOCH_CAP),
+# DF-Mamba's epoch cap: 45 minutes on one CPU thread; an epoch takes 17.3 min at H = 96 (docs/df-mamba.md)
+PRESETS = {"dfmamba": TrainSection(epochs=2),
            "dlinear": TrainSection(epochs=10, batch_size=32, lr=0.05, patience=3, **_LINEAR),
            "rlinear": TrainSection(epochs=15, batch_size=256, lr=0.005, patience=10, **_LINEAR)}
 
@@ -231,16 +229,16 @@ class ForecastTrainer:
                 f"(patience {t.patience}); {step:.3f} s a step here: at most "
                 f"{left * self.steps * step / 60:.1f} min of steps, and a validation pass each epoch")
 
-    def fit(self, until_epoch: int | None = None) -> ForecastResult:
-        """Train to the cap or the early stop (or to ``until_epoch``, as an interruption would); a
-        finished run's model is its best validation epoch's, with its test metrics."""
+    def fit(self) -> ForecastResult:
+        """Train to the cap or the early stop: the model is then its best validation epoch's, with its test
+        metrics."""
         from tqdm.auto import tqdm
 
         cfg, t, d, history = self.cfg, self.cfg.train, self.cfg.data, self.history
         show = image_training.show_progress(self.progress)
         bar = tqdm(total=t.epochs * self.steps, initial=self.epoch * self.steps, unit="step",
                    desc=f"{cfg.model} on {d.name}-{d.horizon}", disable=not show or bool(self.stopped))
-        while self.stopped is None and self.epoch < (until_epoch or t.epochs):
+        while self.stopped is None:
             start = time.perf_counter()
             loss = self._train_epoch(bar)
             val = evaluate(self.model, self.splits["val"], t.eval_batch_size)["mse"]
@@ -260,8 +258,6 @@ class ForecastTrainer:
             if self.stopped is None and self.checkpoint is not None:
                 save_checkpoint(self.checkpoint, self._state(complete=False))
         bar.close()
-        if self.stopped is None:
-            return ForecastResult(self.model.eval(), {}, cfg, history)
         if self.best_model is not None:  # None: resumed from a finished checkpoint, whose model is the best
             self.model.load_state_dict(self.best_model)
         test, val = evaluate(self.model, self.splits["test"], t.eval_batch_size), history["val_mse"]
@@ -394,11 +390,10 @@ def train_or_load(cfg: ForecastConfig, *, name: str | None = None, retrain: bool
 
 def zero_shot(run: str | Path | ForecastResult, scales: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
     """Table 14's protocol: the trained model, unchanged, on the test windows of the standardised series
-    average-pooled by each factor of ``scales`` (``data.windows(scale=)``: the borders divided by it, the
-    run's look-back and horizon at that scale). {"scales", "mse", "mae", "windows"}, lists in the order
-    of ``scales``, and with 1 and 4 among them "ratio", r = MSE(x4) / MSE(x1) (claim 22). ``run``: a
-    run folder or a ``ForecastResult``; a stored run keeps the result in its metrics.json ("zero_shot",
-    written atomically) and gives it back from there while the scales asked are the same."""
+    average-pooled by each factor of ``scales`` (``data.windows(scale=)``). {"scales", "mse", "mae",
+    "windows"}, lists in the order of ``scales``, and with 1 and 4 among them "ratio", r = MSE(x4) / MSE(x1)
+    (claim 22). ``run``: a run folder or a ``ForecastResult``; a stored run keeps the result in its
+    metrics.json ("zero_shot", written atomically) and gives it back from there for the same scales."""
     result, scales = run if isinstance(run, ForecastResult) else load_run(run), [int(s) for s in scales]
     if (kept := result.metrics.get("zero_shot", {})).get("scales") == scales:
         return kept
@@ -461,7 +456,7 @@ def command(args) -> int:
     result = train_or_load(cfg, name=args.name, retrain=args.retrain, progress=not args.no_progress and None)
     keys = ("dataset", "model", "variant", "horizon", "seed", "test_mse", "test_mae", "best_epoch",
             "epochs_run", "capped_before_convergence", "params", "minutes", "hardware")
-    extra = {"zero_shot": zero_shot(result)} if getattr(args, "zero_shot", False) else {}
+    extra = {"zero_shot": zero_shot(result)} if args.zero_shot else {}
     print(json.dumps({"run": shown_path(result.folder), **{k: result.metrics.get(k) for k in keys},
                       "from_store": result.from_store, **extra}, indent=2))
     return 0
