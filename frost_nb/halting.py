@@ -321,8 +321,7 @@ class StreamEvent(NamedTuple):
 
 class _Feed:
     """The stream's images, checked and embedded (``prologue``) ``ahead`` at a time before admission,
-    so admitting a few rows is a row copy (docs/scaling.md); a chunk holds what a running row holds,
-    then those tensors as ``_leaves``."""
+    so admitting a few rows is a row copy (docs/scaling.md); a chunk holds what a running row holds."""
 
     def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int,
                  start: Any) -> None:
@@ -380,8 +379,7 @@ class _Feed:
         """Embed what ``fetch`` took, a chunk after the rows still embedded (no copy of those)."""
         (x, rows), self.pending = self.pending, None
         h0, ctx0 = prologue(self.model, x)
-        chunk = (rows, torch.zeros_like(rows), h0, ctx0, self.start(h0))
-        self.chunks.append((*chunk, _leaves(chunk, rows.numel())))
+        self.chunks.append((rows, torch.zeros_like(rows), h0, ctx0, self.start(h0)))
         self.n += rows.numel()
 
     def take(self, k: int) -> list[tuple[tuple, int, int]]:
@@ -398,15 +396,6 @@ class _Feed:
         return parts
 
 
-def _leaves(obj: Any, n: int) -> list[Tensor]:
-    """The per-sample tensors of a state or context of ``n`` rows in ``_rowwise``'s order (no copy),
-    so that the stream's row writes walk its structure once, not at every step."""
-    out: list[Tensor] = []
-    _rowwise(lambda v: out.append(v) or v, (obj,), (n,),
-             "stream_predict cannot write rows into a {} context: " + _STREAM_FIX)
-    return out
-
-
 def _write_rows(u: Tensor, pos: Tensor, v: Tensor) -> Tensor:
     """``u[pos] = v`` in place; on the CPU by numpy's row assignment, 2-4 times faster there than
     ``index_copy_``, which indexes every element (a (64, 64, 7, 7) state, docs/scaling.md)."""
@@ -416,14 +405,12 @@ def _write_rows(u: Tensor, pos: Tensor, v: Tensor) -> Tensor:
     return u.index_copy_(0, pos, v)
 
 
-def _put(leaves: list[Tensor], pos: Tensor, new: list[Tensor], lo: int) -> None:
-    """Write rows ``lo``, ``lo + 1``, ... of the tensors ``new`` into the rows ``pos`` of ``leaves``
-    (``_leaves`` of the same structure), in place."""
+def _put(obj: Any, pos: Tensor, new: Any, lo: int, n: int, n_new: int) -> None:
+    """Write rows ``lo``, ``lo + 1``, ... of ``new`` (``n_new`` rows) into the rows ``pos`` of ``obj``
+    (``n`` rows), in place."""
     k = pos.numel()
-    for u, v in zip(leaves, new, strict=True):
-        v = v[lo:lo + k]
-        same = v.dtype == u.dtype and v.shape[1:] == u.shape[1:]
-        _write_rows(u, pos, v if same else _like(v, u, k).to(u.dtype))
+    _rowwise(lambda u, v: _write_rows(u, pos, _like(v[lo:lo + k], u, k).to(u.dtype)), (obj, new),
+             (n, n_new), "stream_predict cannot write rows into a {} context: " + _STREAM_FIX)
 
 
 def _compact(obj: Any, free: Tensor, n: int, n_left: int) -> Any:
@@ -468,27 +455,23 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
         if not parts:
             return
         # the running rows, none yet: (input row, depth, state, context, rule memory)
-        running, n = _span(parts[0][0][:5], 0, 0, parts[0][0][0].numel()), 0
+        running, n = _span(parts[0][0], 0, 0, parts[0][0][0].numel()), 0
         exit_pos = done = running[0]  # no exit yet
-        ctx_leaves = _leaves(running[3], n)
         while True:
             m, filled = exit_pos.numel(), 0  # new samples take the rows just freed, in place
             for chunk, lo, hi in parts:
                 size, k = chunk[0].numel(), min(hi - lo, m - filled)
-                if k:  # the context's tensors change only where running does (joins, compaction)
-                    leaves = [*_leaves(running[:3], n), *ctx_leaves, *_leaves(running[4], n)]
-                    _put(leaves, exit_pos[filled:filled + k], chunk[5], lo)
+                if k:
+                    _put(running, exit_pos[filled:filled + k], chunk, lo, n, size)
                     filled += k
                 if hi - lo > k:  # more slots free than rows just freed: the rest is appended (a copy)
-                    rest = _span(chunk[:5], lo + k, hi, size)
+                    rest = _span(chunk, lo + k, hi, size)
                     running, n = _join(running, rest, n, hi - lo - k), n + hi - lo - k
-                    ctx_leaves = _leaves(running[3], n)
             if filled < m:  # rows left free: the last running rows move into them
                 if n == m - filled:  # the stream is spent: a refill takes every freed slot it can
                     return
                 done.index_fill_(0, exit_pos[:filled], False)
                 running, n = _compact(running, done, n, n - m + filled), n - m + filled
-                ctx_leaves = _leaves(running[3], n)
             idx, t, h, ctx, memory = running
             h, logits, halt_logit, p = _step_readout(model, h, ctx, 0)  # weight-tied: any t is step t
             t += 1  # (n,) each row's depth now
