@@ -452,16 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-download", action="store_true", help="never try torchvision's download")
     parser.add_argument("--force", action="store_true", help="prepare again even when prepared")
     args = parser.parse_args(argv)
-    try:
-        base, offline = checked_data_root(args.root), not downloads_allowed()  # once, for every set
-    except DataError as err:  # a bad root: no set can be prepared
-        print("\n".join(f"{name}: {err}" for name in args.names), file=sys.stderr)
-        return 1
     failed = False
-    for name in args.names:
+    for name in args.names:  # a bad root fails every set with its message
         try:
-            folder = prepare_at(name, base, source=args.source, download=not args.no_download,
-                                offline=offline, force=args.force)
+            folder = prepare(name, args.root, source=args.source, download=not args.no_download,
+                             force=args.force)
             print(f"{name}: prepared in {folder}")
         except (DataError, OSError) as err:  # OSError: paths.OutputError, an unwritable destination
             print(f"{name}: {err}", file=sys.stderr)
