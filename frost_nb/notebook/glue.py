@@ -38,11 +38,6 @@ JVP_SAMPLES_MAX = 10_000  # images per run whose step Jacobians 02 estimates (a 
 ABLATION_SECTIONS = ("alpha", "hurst", "loss", "tuning", "update", "conflict", "adopted")
 
 
-def _sections_ok(value: str) -> bool:
-    parts = [p.strip() for p in value.split(",")]
-    return all(p in ABLATION_SECTIONS for p in parts) and len(set(parts)) == len(parts)
-
-
 def sections_suffix(sections: tuple[str, ...]) -> str:
     """What notebook 04 appends to its metrics name when it runs only some sections
     (``_alpha-loss``): a partial file never replaces a whole one."""
@@ -72,7 +67,9 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "bundle": (str, lambda v: v in BUNDLES, f"one of {BUNDLES} (docs/method.md section 5.5)"),
     "compare_bundle": ((str, type(None)), lambda v: v is None or v in BUNDLES,
                         f"one of {BUNDLES} to set beside the model's own bundle, or None"),
-    "sections": (str, lambda v: _sections_ok(v), f"a comma-separated subset of {ABLATION_SECTIONS}"),
+    # every part a section, none twice: as many distinct known parts as parts (commas + 1)
+    "sections": (str, lambda v: len({p.strip() for p in v.split(",")} & {*ABLATION_SECTIONS}) > v.count(","),
+                 f"a comma-separated subset of {ABLATION_SECTIONS}"),
     "models": ((str, type(None)), lambda v: v is None or all(p.strip() for p in v.split(",")),
                "comma-separated model families of the grid (e.g. 'frost,basic_ssm'), or None for all"),
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
@@ -271,22 +268,19 @@ def records(table) -> list[dict[str, Any]]:
 
 
 def figure_png(fig, dpi: int = 110, compact: bool = True) -> bytes:
-    """A matplotlib figure as PNG bytes, byte-stable (no date, no version), whatever the backend.
-    ``compact`` (``compact_png``), for what is stored; a widget's live redraw skips it."""
+    """A matplotlib figure as PNG bytes, byte-stable (no date, no version), whatever the backend. ``compact``,
+    for what is stored (a widget's live redraw skips it): 256 colours (median cut, no dither: a plot's flat
+    colours and a colormap's 256 steps survive) recompressed by oxipng, half the bytes, deterministic."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
-    return compact_png(buf.getvalue()) if compact else buf.getvalue()
-
-
-def compact_png(png: bytes) -> bytes:
-    """``png`` in 256 colours (median cut, no dither: a plot's flat colours and a colormap's 256 steps
-    survive) recompressed by oxipng: about half the bytes of the lossless PNG, and deterministic."""
+    if not compact:
+        return buf.getvalue()
     import oxipng
     from PIL import Image
 
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    buf = io.BytesIO()
-    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(buf, format="png")
+    image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+        buf := io.BytesIO(), format="png")
     return oxipng.optimize_from_memory(buf.getvalue(), level=2)
 
 
