@@ -25,13 +25,11 @@ from ..repro.grids import BUNDLES
 from ..runs import train_or_load
 from ..training import pick_device
 
-# Upper bounds of the count parameters: past them a value is a typo, not a setting (unchecked,
-# examples=-3 drew a 50,902 px wide figure in notebook 05)
-SEEDS_MAX = 10  # seeds per model family: each one trains every family again
-EXAMPLES_MAX = 64  # images per row of 05's earliest / latest exits
-BATCH_SIZE_MAX = 256  # images per timed batch in 06 (the paper's training batch)
-REPEATS_MAX = 20  # timed rounds in 06 (medians: a few suffice)
-JVP_SAMPLES_MAX = 10_000  # images per run whose step Jacobians 02 estimates (a CIFAR test split)
+
+def _count(most: int, what: str, note: str = "") -> tuple[type, Any, str]:
+    """The rule of a count from 1 to ``most``: past it a value is a typo, not a setting (unchecked,
+    examples=-3 drew a 50,902 px wide figure in notebook 05)."""
+    return int, lambda v: 1 <= v <= most, f"a number of {what} from 1 to {most}{note}"
 
 
 # notebook 04's sections, each reading its own grid of runs ("alpha": the frost runs of 02)
@@ -59,11 +57,11 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "retrain": (bool, lambda v: True, "True or False"),
     "checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                    "the path of a checkpoint file (.pt), or None"),
-    "seeds": (int, lambda v: 1 <= v <= SEEDS_MAX, f"a number of seeds from 1 to {SEEDS_MAX}"),
+    "seeds": _count(10, "seeds"),  # per model family: each one trains every family again
     "samples": ((int, type(None)), lambda v: v is None or v >= 1,
                 "a positive number of test images, or None for the whole test split"),
-    "jvp_samples": (int, lambda v: 1 <= v <= JVP_SAMPLES_MAX,
-                    f"a number of test images from 1 to {JVP_SAMPLES_MAX} (each costs a power iteration per step)"),
+    # images per run whose step Jacobians 02 estimates (at most a CIFAR test split)
+    "jvp_samples": _count(10_000, "test images", " (each costs a power iteration per step)"),
     "bundle": (str, lambda v: v in BUNDLES, f"one of {BUNDLES} (docs/method.md section 5.5)"),
     "compare_bundle": ((str, type(None)), lambda v: v is None or v in BUNDLES,
                         f"one of {BUNDLES} to set beside the model's own bundle, or None"),
@@ -74,11 +72,10 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
                "comma-separated model families of the grid (e.g. 'frost,basic_ssm'), or None for all"),
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                        "the path of a ViT frost checkpoint file (.pt), or None"),
-    "examples": (int, lambda v: 1 <= v <= EXAMPLES_MAX, f"a number of images from 1 to {EXAMPLES_MAX}"),
-    "windows": (int, lambda v: 1 <= v <= 16, "a number of test windows (a panel each) from 1 to 16"),
-    "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
-                   f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
-    "repeats": (int, lambda v: 1 <= v <= REPEATS_MAX, f"a number of timed rounds from 1 to {REPEATS_MAX}"),
+    "examples": _count(64, "images"),  # per row of 05's earliest / latest exits
+    "windows": _count(16, "test windows (a panel each)"),
+    "batch_size": _count(256, "images per batch"),  # timed in 06 (the paper's training batch)
+    "repeats": _count(20, "timed rounds"),  # in 06 (medians: a few suffice)
     "throughput_samples": (int, lambda v: v >= 1, "a positive number of test images"),
 }
 _RULES.update({alias: _RULES[name] for alias, name in (("collapse_dataset", "dataset"), ("twin_size", "size"),
