@@ -326,16 +326,14 @@ class FrostNet(nn.Module):
 
     def forward(self, x: Tensor, return_states: bool = False, detach_halt_input: bool = False) -> ModelOutput:
         """All T steps. ``detach_halt_input``: the halting head sees GAP(h_t).detach()."""
-        states, logits, halts, pooled = [], [], [], []
+        states, reads = [], []
         for s in self.trajectory(x, detach_halt_input):
             if return_states:
                 states.append(s.h)
             if s.t:
-                logits.append(s.logits)
-                halts.append(s.halt_logit)
-                pooled.append(s.pooled)
-        return ModelOutput(torch.stack(logits, 1), torch.stack(halts, 1),  # (N, T, K), (N, T)
-                           torch.stack(pooled, 1), torch.stack(states, 1) if return_states else None)
+                reads.append((s.logits, s.halt_logit, s.pooled))
+        logits, halts, pooled = (torch.stack(r, 1) for r in zip(*reads))  # (N, T, K), (N, T), (N, T, D)
+        return ModelOutput(logits, halts, pooled, torch.stack(states, 1) if return_states else None)
 
 
 def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone: str | None = None,
