@@ -233,8 +233,7 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None,
     path = outputs_dir() / "metrics" / f"{name}.json"
     if path.is_file():
         try:
-            text = path.read_text()
-            old = json.loads(text)
+            old = json.loads(text := path.read_text())
         except (OSError, ValueError):
             old = None
         # equal once the environment is set aside, numbers within float32 rounding (a reduction on
