@@ -7,6 +7,7 @@ import io
 import json
 import math
 import platform
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterable
@@ -289,11 +290,8 @@ def save_figure(fig, name: str) -> Path:
     png = figure_png(fig)
     plt.close(fig)
     path = _atomic_write(outputs_dir() / "figures" / f"{name}.png", png)
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return path
-    if getattr(get_ipython(), "kernel", None) is not None:  # a notebook kernel, not a terminal
+    ipython = sys.modules.get("IPython")  # imported wherever a kernel runs; a script need not import it
+    if ipython is not None and getattr(ipython.get_ipython(), "kernel", None) is not None:  # not a terminal
         from IPython.display import Image, display
 
         display(Image(data=png, format="png"))
