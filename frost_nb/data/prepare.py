@@ -370,9 +370,8 @@ def _from_packed(folder: Path, name: str, part: str) -> Part:
         coarse, coarse_classes = ((z["coarse_labels"], z["coarse_classes"]) if "coarse_labels" in z.files
                                   else (None, None))
     n = len(labels)
-    diffs = np.diff(offsets)
     if (offsets.ndim != 1 or len(offsets) != n + 1 or n == 0 or offsets[0] != 0
-            or offsets[-1] != jpeg.size or (diffs <= 0).any()):
+            or offsets[-1] != jpeg.size or (np.diff(offsets) <= 0).any()):
         raise DataError(f"{path}: inconsistent offsets (need N+1 = {n + 1} increasing values from 0 to "
                         f"len(jpeg) = {jpeg.size}); {fix}.")
     if not _labels_fit(labels, len(classes), coarse, 0 if coarse is None else len(coarse_classes)):
