@@ -178,7 +178,8 @@ class FrostNet(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         if not isinstance(config, ModelConfig):
-            raise ConfigError(f"FrostNet needs a ModelConfig, got {type(config).__name__}.")
+            raise ConfigError(f"FrostNet needs a ModelConfig (create_model also takes a name of {MODELS}), "
+                              f"got {type(config).__name__}.")
         self.config = cfg = config
         vit = cfg.backbone == "vit"
         self.stem = PatchEmbed(cfg) if vit else resnet_stem(cfg)
@@ -325,16 +326,14 @@ class FrostNet(nn.Module):
 
     def forward(self, x: Tensor, return_states: bool = False, detach_halt_input: bool = False) -> ModelOutput:
         """All T steps. ``detach_halt_input``: the halting head sees GAP(h_t).detach()."""
-        states, logits, halts, pooled = [], [], [], []
+        states, reads = [], []
         for s in self.trajectory(x, detach_halt_input):
             if return_states:
                 states.append(s.h)
             if s.t:
-                logits.append(s.logits)
-                halts.append(s.halt_logit)
-                pooled.append(s.pooled)
-        return ModelOutput(torch.stack(logits, 1), torch.stack(halts, 1),  # (N, T, K), (N, T)
-                           torch.stack(pooled, 1), torch.stack(states, 1) if return_states else None)
+                reads.append((s.logits, s.halt_logit, s.pooled))
+        logits, halts, pooled = (torch.stack(r, 1) for r in zip(*reads))  # (N, T, K), (N, T), (N, T, D)
+        return ModelOutput(logits, halts, pooled, torch.stack(states, 1) if return_states else None)
 
 
 def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone: str | None = None,
@@ -351,14 +350,11 @@ def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone:
     known = {f.name for f in dataclasses.fields(ModelConfig)}
     if bad := set(fields) - known:
         raise ConfigError(f"unknown model parameters {sorted(bad)}; known: {sorted(known)}")
-    if isinstance(cfg_or_name, ModelConfig):
-        cfg = replace_model(cfg_or_name, **fields) if fields else cfg_or_name
-    elif isinstance(cfg_or_name, str):
-        cfg = ModelConfig(name=cfg_or_name, **fields)  # validation names the unknown model
-    else:
-        raise ConfigError(f"create_model needs a ModelConfig or a model name from {MODELS}, "
-                          f"got {type(cfg_or_name).__name__}.")
-    return FrostNet(cfg)  # a ModelConfig is validated on construction (ranges, finite floats)
+    if isinstance(cfg_or_name, str):
+        cfg_or_name = ModelConfig(name=cfg_or_name, **fields)  # validation names the unknown model
+    elif fields and isinstance(cfg_or_name, ModelConfig):
+        cfg_or_name = replace_model(cfg_or_name, **fields)
+    return FrostNet(cfg_or_name)  # refuses anything else; a ModelConfig is validated on construction
 
 
 @torch.no_grad()

@@ -39,10 +39,9 @@ TABLE3_FROST_DEPTH_STD = {"resnet": 2.83, "vit": 2.34}
 
 def table3_frost_depth(backbone: str) -> dict[str, float]:
     """FROST's exit depth in Table 3 for ``backbone``: mean, std, T (the baselines' depth) and mean / T."""
-    mean = next(r["mean_depth"] for r in TABLE3 if r["backbone"] == backbone and r["model"] == "frost")
-    steps = next(r["mean_depth"] for r in TABLE3 if r["backbone"] == backbone and r["model"] == "vanilla")
-    return {"mean_depth": mean, "std_depth": TABLE3_FROST_DEPTH_STD[backbone], "steps": steps,
-            "depth_fraction": mean / steps}
+    depth = {r["model"]: r["mean_depth"] for r in TABLE3 if r["backbone"] == backbone}
+    return {"mean_depth": depth["frost"], "std_depth": TABLE3_FROST_DEPTH_STD[backbone], "steps": depth["vanilla"],
+            "depth_fraction": depth["frost"] / depth["vanilla"]}
 
 
 # DF-Mamba (Fang, Sun and Zhou, "Dynamic Fractal Mamba", ICML 2026; ../shared/papers/df-mamba.txt), the

@@ -34,8 +34,8 @@ def test_held_out_points_sit_at_the_end_of_their_epoch_in_full_and_lean_historie
 
 
 def test_stream_throughput_figure_draws_the_four_lines_of_each_panel():
-    """One panel per (threads, B); in each: full depth, batch-at-a-time, one stream line per
-    refill_at and the ideal, at the quantiles of the rows (the values drawn are the table's)."""
+    """One panel per (threads, B); in each: full depth, batch-at-a-time, one stream line per refill_at
+    and embed_batch, and the ideal, at the quantiles of the rows (the values drawn are the table's)."""
     rows = []
     for threads in (1, 2):
         for b in (64, 256):
@@ -43,21 +43,21 @@ def test_stream_throughput_figure_draws_the_four_lines_of_each_panel():
                 base = {"threads": threads, "batch_size": b, "quantile": q, "full_images_per_s": 1000.0 * threads,
                         "ideal_images_per_s": 3000.0 * (1 - q)}
                 rows.append({**base, "mode": "eager", "compact_below": 1.0, "refill_at": np.nan,
-                             "images_per_s": 1500.0})
-                rows += [{**base, "mode": "stream", "compact_below": 1.0, "refill_at": f,
+                             "embed_batch": np.nan, "images_per_s": 1500.0})
+                rows += [{**base, "mode": "stream", "compact_below": 1.0, "refill_at": f, "embed_batch": b,
                           "images_per_s": 2000.0 + f} for f in (1, 16)]
     fig = plot_stream_throughput(pd.DataFrame(rows))
     assert len(fig.axes) == 4 and fig.axes[3].get_title() == "B = 256, 2 threads"
     lines = {line.get_label(): line for line in fig.axes[1].lines}  # threads 1, B = 256
-    assert set(lines) == {"full depth", "batch-at-a-time", "stream (refill at 1)", "stream (refill at 16)",
-                          "ideal (FLOPs)"}
-    assert list(lines["stream (refill at 16)"].get_ydata()) == [2016.0] * 3
+    assert set(lines) == {"full depth", "batch-at-a-time", "stream (refill at 1, embed 256 ahead)",
+                          "stream (refill at 16, embed 256 ahead)", "ideal (FLOPs)"}
+    assert list(lines["stream (refill at 16, embed 256 ahead)"].get_ydata()) == [2016.0] * 3
     assert list(lines["ideal (FLOPs)"].get_xdata()) == [0.25, 0.5, 0.75]
     assert np.allclose(lines["ideal (FLOPs)"].get_ydata(), [2250.0, 1500.0, 750.0])
     assert list(fig.axes[2].lines[0].get_ydata()) == [2000.0] * 3  # threads 2: full depth
-    # with embed_batch (how many images are embedded ahead of admission): a line per pair
+    # several embed_batch (how many images are embedded ahead of admission): a line per pair
     rows = [{**r, "embed_batch": e, "images_per_s": r["images_per_s"] + e} if r["mode"] == "stream"
-            else {**r, "embed_batch": np.nan} for r in rows for e in ((1, 64) if r["mode"] == "stream" else (0,))]
+            else r for r in rows for e in ((1, 64) if r["mode"] == "stream" else (0,))]
     lines = {line.get_label(): line for line in plot_stream_throughput(pd.DataFrame(rows)).axes[0].lines}
     assert {"stream (refill at 1, embed 1 ahead)", "stream (refill at 16, embed 64 ahead)"} < set(lines)
     assert list(lines["stream (refill at 16, embed 64 ahead)"].get_ydata()) == [2080.0] * 3

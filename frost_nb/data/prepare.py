@@ -370,9 +370,8 @@ def _from_packed(folder: Path, name: str, part: str) -> Part:
         coarse, coarse_classes = ((z["coarse_labels"], z["coarse_classes"]) if "coarse_labels" in z.files
                                   else (None, None))
     n = len(labels)
-    diffs = np.diff(offsets)
     if (offsets.ndim != 1 or len(offsets) != n + 1 or n == 0 or offsets[0] != 0
-            or offsets[-1] != jpeg.size or (diffs <= 0).any()):
+            or offsets[-1] != jpeg.size or (np.diff(offsets) <= 0).any()):
         raise DataError(f"{path}: inconsistent offsets (need N+1 = {n + 1} increasing values from 0 to "
                         f"len(jpeg) = {jpeg.size}); {fix}.")
     if not _labels_fit(labels, len(classes), coarse, 0 if coarse is None else len(coarse_classes)):
@@ -452,16 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-download", action="store_true", help="never try torchvision's download")
     parser.add_argument("--force", action="store_true", help="prepare again even when prepared")
     args = parser.parse_args(argv)
-    try:
-        base, offline = checked_data_root(args.root), not downloads_allowed()  # once, for every set
-    except DataError as err:  # a bad root: no set can be prepared
-        print("\n".join(f"{name}: {err}" for name in args.names), file=sys.stderr)
-        return 1
     failed = False
-    for name in args.names:
+    for name in args.names:  # a bad root fails every set with its message
         try:
-            folder = prepare_at(name, base, source=args.source, download=not args.no_download,
-                                offline=offline, force=args.force)
+            folder = prepare(name, args.root, source=args.source, download=not args.no_download,
+                             force=args.force)
             print(f"{name}: prepared in {folder}")
         except (DataError, OSError) as err:  # OSError: paths.OutputError, an unwritable destination
             print(f"{name}: {err}", file=sys.stderr)

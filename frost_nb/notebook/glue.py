@@ -7,6 +7,7 @@ import io
 import json
 import math
 import platform
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterable
@@ -25,22 +26,15 @@ from ..repro.grids import BUNDLES
 from ..runs import train_or_load
 from ..training import pick_device
 
-# Upper bounds of the count parameters: past them a value is a typo, not a setting (unchecked,
-# examples=-3 drew a 50,902 px wide figure in notebook 05)
-SEEDS_MAX = 10  # seeds per model family: each one trains every family again
-EXAMPLES_MAX = 64  # images per row of 05's earliest / latest exits
-BATCH_SIZE_MAX = 256  # images per timed batch in 06 (the paper's training batch)
-REPEATS_MAX = 20  # timed rounds in 06 (medians: a few suffice)
-JVP_SAMPLES_MAX = 10_000  # images per run whose step Jacobians 02 estimates (a CIFAR test split)
+
+def _count(most: int, what: str, note: str = "") -> tuple[type, Any, str]:
+    """The rule of a count from 1 to ``most``: past it a value is a typo, not a setting (unchecked,
+    examples=-3 drew a 50,902 px wide figure in notebook 05)."""
+    return int, lambda v: 1 <= v <= most, f"a number of {what} from 1 to {most}{note}"
 
 
 # notebook 04's sections, each reading its own grid of runs ("alpha": the frost runs of 02)
 ABLATION_SECTIONS = ("alpha", "hurst", "loss", "tuning", "update", "conflict", "adopted")
-
-
-def _sections_ok(value: str) -> bool:
-    parts = [p.strip() for p in value.split(",")]
-    return all(p in ABLATION_SECTIONS for p in parts) and len(set(parts)) == len(parts)
 
 
 def sections_suffix(sections: tuple[str, ...]) -> str:
@@ -64,24 +58,25 @@ _RULES: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
     "retrain": (bool, lambda v: True, "True or False"),
     "checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                    "the path of a checkpoint file (.pt), or None"),
-    "seeds": (int, lambda v: 1 <= v <= SEEDS_MAX, f"a number of seeds from 1 to {SEEDS_MAX}"),
+    "seeds": _count(10, "seeds"),  # per model family: each one trains every family again
     "samples": ((int, type(None)), lambda v: v is None or v >= 1,
                 "a positive number of test images, or None for the whole test split"),
-    "jvp_samples": (int, lambda v: 1 <= v <= JVP_SAMPLES_MAX,
-                    f"a number of test images from 1 to {JVP_SAMPLES_MAX} (each costs a power iteration per step)"),
+    # images per run whose step Jacobians 02 estimates (at most a CIFAR test split)
+    "jvp_samples": _count(10_000, "test images", " (each costs a power iteration per step)"),
     "bundle": (str, lambda v: v in BUNDLES, f"one of {BUNDLES} (docs/method.md section 5.5)"),
     "compare_bundle": ((str, type(None)), lambda v: v is None or v in BUNDLES,
                         f"one of {BUNDLES} to set beside the model's own bundle, or None"),
-    "sections": (str, lambda v: _sections_ok(v), f"a comma-separated subset of {ABLATION_SECTIONS}"),
+    # every part a section, none twice: as many distinct known parts as parts (commas + 1)
+    "sections": (str, lambda v: len({p.strip() for p in v.split(",")} & {*ABLATION_SECTIONS}) > v.count(","),
+                 f"a comma-separated subset of {ABLATION_SECTIONS}"),
     "models": ((str, type(None)), lambda v: v is None or all(p.strip() for p in v.split(",")),
                "comma-separated model families of the grid (e.g. 'frost,basic_ssm'), or None for all"),
     "vit_checkpoint": ((str, type(None)), lambda v: v is None or v.strip() != "",
                        "the path of a ViT frost checkpoint file (.pt), or None"),
-    "examples": (int, lambda v: 1 <= v <= EXAMPLES_MAX, f"a number of images from 1 to {EXAMPLES_MAX}"),
-    "windows": (int, lambda v: 1 <= v <= 16, "a number of test windows (a panel each) from 1 to 16"),
-    "batch_size": (int, lambda v: 1 <= v <= BATCH_SIZE_MAX,
-                   f"a number of images per batch from 1 to {BATCH_SIZE_MAX}"),
-    "repeats": (int, lambda v: 1 <= v <= REPEATS_MAX, f"a number of timed rounds from 1 to {REPEATS_MAX}"),
+    "examples": _count(64, "images"),  # per row of 05's earliest / latest exits
+    "windows": _count(16, "test windows (a panel each)"),
+    "batch_size": _count(256, "images per batch"),  # timed in 06 (the paper's training batch)
+    "repeats": _count(20, "timed rounds"),  # in 06 (medians: a few suffice)
     "throughput_samples": (int, lambda v: v >= 1, "a positive number of test images"),
 }
 _RULES.update({alias: _RULES[name] for alias, name in (("collapse_dataset", "dataset"), ("twin_size", "size"),
@@ -239,8 +234,7 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None,
     path = outputs_dir() / "metrics" / f"{name}.json"
     if path.is_file():
         try:
-            text = path.read_text()
-            old = json.loads(text)
+            old = json.loads(text := path.read_text())
         except (OSError, ValueError):
             old = None
         # equal once the environment is set aside, numbers within float32 rounding (a reduction on
@@ -271,22 +265,19 @@ def records(table) -> list[dict[str, Any]]:
 
 
 def figure_png(fig, dpi: int = 110, compact: bool = True) -> bytes:
-    """A matplotlib figure as PNG bytes, byte-stable (no date, no version), whatever the backend.
-    ``compact`` (``compact_png``), for what is stored; a widget's live redraw skips it."""
+    """A matplotlib figure as PNG bytes, byte-stable (no date, no version), whatever the backend. ``compact``,
+    for what is stored (a widget's live redraw skips it): 256 colours (median cut, no dither: a plot's flat
+    colours and a colormap's 256 steps survive) recompressed by oxipng, half the bytes, deterministic."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
-    return compact_png(buf.getvalue()) if compact else buf.getvalue()
-
-
-def compact_png(png: bytes) -> bytes:
-    """``png`` in 256 colours (median cut, no dither: a plot's flat colours and a colormap's 256 steps
-    survive) recompressed by oxipng: about half the bytes of the lossless PNG, and deterministic."""
+    if not compact:
+        return buf.getvalue()
     import oxipng
     from PIL import Image
 
-    image = Image.open(io.BytesIO(png)).convert("RGB")
-    buf = io.BytesIO()
-    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(buf, format="png")
+    image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+        buf := io.BytesIO(), format="png")
     return oxipng.optimize_from_memory(buf.getvalue(), level=2)
 
 
@@ -299,11 +290,8 @@ def save_figure(fig, name: str) -> Path:
     png = figure_png(fig)
     plt.close(fig)
     path = _atomic_write(outputs_dir() / "figures" / f"{name}.png", png)
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return path
-    if getattr(get_ipython(), "kernel", None) is not None:  # a notebook kernel, not a terminal
+    ipython = sys.modules.get("IPython")  # imported wherever a kernel runs; a script need not import it
+    if ipython is not None and getattr(ipython.get_ipython(), "kernel", None) is not None:  # not a terminal
         from IPython.display import Image, display
 
         display(Image(data=png, format="png"))

@@ -413,11 +413,9 @@ def plot_stream_throughput(table, title: str = "") -> plt.Figure:
         rows = at(batch)
         ax.plot(rows["quantile"], rows["full_images_per_s"], "--", color="k", lw=1, label="full depth")
         ax.plot(rows["quantile"], rows["images_per_s"], "o-", ms=3, lw=1, color="C0", label="batch-at-a-time")
-        variants = ["refill_at"] + (["embed_batch"] if "embed_batch" in stream else [])
-        for i, (key, part) in enumerate(at(stream).groupby(variants, sort=True)):
-            embed = f", embed {int(key[1])} ahead" if len(variants) == 2 else ""
+        for i, ((refill, embed), part) in enumerate(at(stream).groupby(["refill_at", "embed_batch"])):
             ax.plot(part["quantile"], part["images_per_s"], "s-", ms=3, lw=1, color=f"C{1 + i}",
-                    label=f"stream (refill at {int(key[0])}{embed})")
+                    label=f"stream (refill at {int(refill)}, embed {int(embed)} ahead)")
         ideal = at(stream).drop_duplicates("quantile")
         ax.plot(ideal["quantile"], ideal["ideal_images_per_s"], ":", color="grey", lw=1.2, label="ideal (FLOPs)")
         ax.set(title=f"B = {b}, {threads} thread{'s' * (threads > 1)}", xlabel="halting quantile q")
