@@ -259,14 +259,11 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
             raise ValueError(f"{model}, {rule}: the share of the oracle gap closed is {closed:.4f} > 1; the oracle "
                              f"bounds every exit assignment, so the curves or their areas are wrong")
         full = float(fixed.loc[fixed["mean_depth"] == steps, "accuracy"].iloc[0]) if len(fixed) else math.nan
-        with_q = np.isin(own["quantile"].to_numpy(), np.asarray(quantiles, dtype=float))
         table = versus_fixed_depth(own, fixed)
-        if own["quantile"].notna().any():  # a quantile rule: its budgets are quantiles
-            at = table[np.isin(table["quantile"].to_numpy(), np.asarray(
-                quantiles if budgets is None else budgets, dtype=float))]
-        else:
-            at = table[(table["mean_depth"] > 1) & (table["mean_depth"] < steps)]
-        gaps = table[with_q].set_index("quantile")["gain"]
+        among = lambda qs: table[np.isin(table["quantile"].to_numpy(), np.asarray(qs, dtype=float))]
+        at = (among(quantiles if budgets is None else budgets) if own["quantile"].notna().any()
+              else table[(table["mean_depth"] > 1) & (table["mean_depth"] < steps)])
+        gaps = among(quantiles).set_index("quantile")["gain"]
         hindsight_depth = depth_to_reach(hindsight, full - 1e-12) if len(hindsight) else math.nan
         window = (lo, min(hi, hindsight_depth))
         h_own, h_fixed, h_hind = (curve_auc(c, steps, window) if window[0] < window[1] else math.nan
