@@ -303,8 +303,7 @@ def settled_summary(passes: dict[Any, FullDepthPass]):
 def split_by_quantile(tables: dict[Any, Any]):
     """``versus_fixed_depth`` tables of several seeds (label -> table) to one row per quantile: the
     means of mean depth, gain, spread and ranking, and the least and largest spread and ranking."""
-    both = pd.concat([t.assign(run=k) for k, t in tables.items()])
-    g = both.groupby("quantile")
+    g = pd.concat([t.assign(run=k) for k, t in tables.items()]).groupby("quantile")
     out = g[["mean_depth", "accuracy", "random_accuracy", "fixed_depth_accuracy", "gain", "spread", "ranking"]].mean()
     for column in ("spread", "ranking"):
         out[f"{column}_min"], out[f"{column}_max"] = g[column].min(), g[column].max()

@@ -218,8 +218,6 @@ ONLINE = {
 
 def consecutive(condition: Tensor, hits: int) -> Tensor:
     """(N, T) bool: ``condition`` held at t and at the ``hits`` - 1 steps before it."""
-    if hits == 1:
-        return condition
     before = torch.zeros_like(condition[:, : hits - 1])  # no step 0, -1, ...: never a hit
     return torch.cat([before, condition], 1).unfold(1, hits, 1).all(-1)  # (N, T)
 
