@@ -127,11 +127,6 @@ def run_kind(cfg: RunConfig) -> str | None:
     return "raptor" if loss.raptor else "student" if loss.teacher_state or loss.teacher_kl else "warm"
 
 
-def _steps(cfg: RunConfig) -> str:
-    """The steps of each branch of a run's model, spelled out ("16" for recurrent, "1,1,..." for vanilla)."""
-    return branch_steps(cfg.model.branch_ranges)
-
-
 def summary(results: dict, split: str = "test", max_samples: int | None = None,
             kinds: tuple[str, ...] = ("student",)) -> pd.DataFrame:
     """One row per run of ``kinds`` among ``results`` (the ``block-recurrent`` grid's), by k then seed:
@@ -151,18 +146,18 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None,
         teacher_accuracy = teacher_metrics.get("test_accuracy", math.nan)
         recipe = lambda c: (len(c.model.branch_ranges), c.data.name, c.size, c.train.epochs)
         same = sorted((s for s in scratch if recipe(s.config) == recipe(cfg)),
-                      key=lambda s: (_steps(s.config) != _steps(cfg), s.config.train.seed != cfg.train.seed,
-                                     s.config.train.seed))
+                      key=lambda s: (s.config.model.branch_ranges != cfg.model.branch_ranges,
+                                     s.config.train.seed != cfg.train.seed, s.config.train.seed))
         base = same[0].metrics.get("test_accuracy", math.nan) if same else math.nan
         device = next(r.model.parameters()).device
         match = state_match(r.model, teacher.to(device), load_split(cfg, split),
                             batch_size=cfg.train.eval_batch_size, max_samples=max_samples)
         mean = lambda v: sum(v) / len(v)
         rows.append({"label": label, "kind": run_kind(cfg), "key": run_name(r.checkpoint), "k": k,
-                     "branch_steps": _steps(cfg), "seed": cfg.train.seed,
+                     "branch_steps": branch_steps(cfg.model.branch_ranges), "seed": cfg.train.seed,
                      "teacher": cfg.loss.teacher, "accuracy": accuracy, "teacher_accuracy": teacher_accuracy,
                      "recovered": accuracy / teacher_accuracy, "scratch_accuracy": base,
-                     "scratch_steps": _steps(same[0].config) if same else None,
+                     "scratch_steps": branch_steps(same[0].config.model.branch_ranges) if same else None,
                      "scratch_seed": same[0].config.train.seed if same else None, "gain": accuracy - base,
                      # the share of the gap from the same k from scratch to the teacher that it closes
                      "gap_closed": (accuracy - base) / (teacher_accuracy - base) if teacher_accuracy != base else math.nan,

@@ -259,14 +259,11 @@ def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTIL
             raise ValueError(f"{model}, {rule}: the share of the oracle gap closed is {closed:.4f} > 1; the oracle "
                              f"bounds every exit assignment, so the curves or their areas are wrong")
         full = float(fixed.loc[fixed["mean_depth"] == steps, "accuracy"].iloc[0]) if len(fixed) else math.nan
-        with_q = np.isin(own["quantile"].to_numpy(), np.asarray(quantiles, dtype=float))
         table = versus_fixed_depth(own, fixed)
-        if own["quantile"].notna().any():  # a quantile rule: its budgets are quantiles
-            at = table[np.isin(table["quantile"].to_numpy(), np.asarray(
-                quantiles if budgets is None else budgets, dtype=float))]
-        else:
-            at = table[(table["mean_depth"] > 1) & (table["mean_depth"] < steps)]
-        gaps = table[with_q].set_index("quantile")["gain"]
+        among = lambda qs: table[np.isin(table["quantile"].to_numpy(), np.asarray(qs, dtype=float))]
+        at = (among(quantiles if budgets is None else budgets) if own["quantile"].notna().any()
+              else table[(table["mean_depth"] > 1) & (table["mean_depth"] < steps)])
+        gaps = among(quantiles).set_index("quantile")["gain"]
         hindsight_depth = depth_to_reach(hindsight, full - 1e-12) if len(hindsight) else math.nan
         window = (lo, min(hi, hindsight_depth))
         h_own, h_fixed, h_hind = (curve_auc(c, steps, window) if window[0] < window[1] else math.nan
@@ -306,8 +303,7 @@ def settled_summary(passes: dict[Any, FullDepthPass]):
 def split_by_quantile(tables: dict[Any, Any]):
     """``versus_fixed_depth`` tables of several seeds (label -> table) to one row per quantile: the
     means of mean depth, gain, spread and ranking, and the least and largest spread and ranking."""
-    both = pd.concat([t.assign(run=k) for k, t in tables.items()])
-    g = both.groupby("quantile")
+    g = pd.concat([t.assign(run=k) for k, t in tables.items()]).groupby("quantile")
     out = g[["mean_depth", "accuracy", "random_accuracy", "fixed_depth_accuracy", "gain", "spread", "ranking"]].mean()
     for column in ("spread", "ranking"):
         out[f"{column}_min"], out[f"{column}_max"] = g[column].min(), g[column].max()

@@ -48,8 +48,7 @@ def step_size_signal(traj: FullDepthPass) -> Tensor:
 def second_order_signal(traj: FullDepthPass) -> Tensor:
     """||(h_t - h_{t-1}) - (h_{t-1} - h_{t-2})|| / ||h_t||, (N, T) float64; NaN at t = 1. This
     project's normalised variant of the Two-Scale rule (``two_scale_signal`` is the rule as stated)."""
-    s = _relative(traj.second_diff_norms, traj.state_norms[:, 2:])  # (N, T-1), t = 2..T
-    return torch.cat([torch.full_like(s[:, :1], math.nan), s], 1)
+    return _relative(two_scale_signal(traj), traj.state_norms[:, 1:])
 
 
 def two_scale_signal(traj: FullDepthPass) -> Tensor:
@@ -75,11 +74,6 @@ def confidence_signal(traj: FullDepthPass) -> Tensor:
 def ponder_signal(traj: FullDepthPass) -> Tensor:
     """PonderNet's cumulative halting probability (of ``losses.halting_distribution``), (N, T) float64."""
     return halting_distribution(traj.halt_logits).double().cumsum(1)
-
-
-def frost_signal(traj: FullDepthPass) -> Tensor:
-    """FROST's score sigmoid(halt logit), (N, T) float32: the pass's own, as ``adaptive_predict``'s."""
-    return traj.scores
 
 
 def patience_signal(traj: FullDepthPass) -> Tensor:
@@ -113,7 +107,9 @@ RULES = {r.name: r for r in (
     Rule(PATIENCE, patience_signal, "above", source="PABEE (Zhou et al. 2020): the prediction unchanged "
          "for more than the threshold's steps in a row"),
     Rule("ponder", ponder_signal, "above", source="PonderNet (Banino et al. 2021)"),
-    Rule(FROST, frost_signal, "above", source="FROST (Yu and Hwang 2026): tau_q of the KLL sketch"),
+    # FROST's score sigmoid(halt logit), (N, T) float32: the pass's own, as ``adaptive_predict``'s
+    Rule(FROST, lambda traj: traj.scores, "above",
+         source="FROST (Yu and Hwang 2026): tau_q of the KLL sketch"),
 )}
 SIGNAL_RULES = ("step size", "second-order step", TWO_SCALE, "KL between steps", "confidence",
                 PATIENCE)  # any model
@@ -222,8 +218,6 @@ ONLINE = {
 
 def consecutive(condition: Tensor, hits: int) -> Tensor:
     """(N, T) bool: ``condition`` held at t and at the ``hits`` - 1 steps before it."""
-    if hits == 1:
-        return condition
     before = torch.zeros_like(condition[:, : hits - 1])  # no step 0, -1, ...: never a hit
     return torch.cat([before, condition], 1).unfold(1, hits, 1).all(-1)  # (N, T)
 
@@ -355,11 +349,9 @@ def probe_features(traj: FullDepthPass) -> Tensor:
     """(N, T, 6) what a label-free probe sees at step t: t / T, the run of the prediction
     (``patience_signal`` / T), the top softmax probability, the top-two margin, the KL to the
     previous readout (0 at t = 1) and the model's halting score."""
-    n, steps = traj.scores.shape
-    prob = F.softmax(traj.logits.double(), dim=-1)
-    top2 = prob.topk(2, dim=-1).values  # (N, T, 2)
-    step = torch.arange(1, steps + 1, dtype=torch.float64).expand(n, steps) / steps
-    return torch.stack([step, patience_signal(traj) / steps, top2[..., 0], top2[..., 0] - top2[..., 1],
+    steps = traj.steps
+    first, second = F.softmax(traj.logits.double(), dim=-1).topk(2, dim=-1).values.unbind(-1)  # (N, T) each
+    return torch.stack([_step_index(traj) / steps, patience_signal(traj) / steps, first, first - second,
                         kl_signal(traj).nan_to_num(0.0), traj.scores.double()], -1)
 
 

@@ -157,8 +157,7 @@ def quantity_points(rows: list[dict]) -> dict[str, list[dict]]:
 
 def quantity_means(rows: list[dict]) -> dict[str, float]:
     """Per quantity, the mean of ``rows``' points (``quantity_points``: a control's, beside the fit)."""
-    return {name: float(np.mean([p["value"] for p in points])) if points else math.nan
-            for name, points in quantity_points(rows).items()}
+    return {name: _mean([p["value"] for p in points]) for name, points in quantity_points(rows).items()}
 
 
 def read_out(rows: list[dict]) -> list[dict]:
@@ -170,8 +169,7 @@ def read_out(rows: list[dict]) -> list[dict]:
         result = fit([p["params"] for p in points], [p["value"] for p in points])
         verdict = reading(q, result)
         delta = result.delta if result else (math.nan,) * 3
-        crossing = (result.crossing(q.paper) if result and verdict == TOWARD and q.direction == "value"
-                    else math.nan)
+        crossing = result.crossing(q.paper) if verdict == TOWARD and q.direction == "value" else math.nan
         out.append({"quantity": name, "label": q.label, "paper": q.paper, "runs": len(points),
                     "rungs": result.rungs if result else len({p["size"] for p in points}),
                     "intercept": result.intercept if result else math.nan,
