@@ -254,7 +254,9 @@ def correlation_dimension(points, radii=None, max_points: int = CORRELATION_POIN
 # ---------------------------------------------------------------- trajectories
 def pca_projection(states, k: int = 2) -> np.ndarray:
     """(N, T1, D) states -> (D, k) top-k principal directions of all states together."""
-    s = np.asarray(states, dtype=np.float64)  # checked by ``project``
+    s = np.asarray(states, dtype=np.float64)
+    if s.ndim != 3:
+        raise ValueError(f"states must be (N, T+1, D), got shape {s.shape}")
     flat = s.reshape(-1, s.shape[2])
     _, _, vt = np.linalg.svd(flat - flat.mean(0), full_matrices=False)
     return vt[:k].T  # (D, k)
