@@ -356,10 +356,10 @@ class _Feed:
 
     def fetch(self, k: int) -> Tensor | None:
         """Take the next images from the stream when fewer than ``k`` are embedded (``ahead`` of
-        them, or as many as ``k`` lacks if more); their input positions, before they are embedded."""
+        them, or ``k`` if more); their input positions, before they are embedded (``embed``)."""
         if self.n >= k or not self.unread:
             return None
-        want, parts, a = max(self.ahead, k - self.n), [], 0  # whole batches: the stem as batch-at-a-time
+        want, parts, a = max(self.ahead, k) - self.n, [], 0
         while a < want and self.unread:
             if self.rest is None or self.rest.shape[0] == 0:
                 self.rest = self._next_batch()
@@ -396,20 +396,11 @@ class _Feed:
         return parts
 
 
-def _write_rows(u: Tensor, pos: Tensor, v: Tensor) -> Tensor:
-    """``u[pos] = v`` in place; on the CPU by numpy's row assignment, 2-4 times faster there than
-    ``index_copy_``, which indexes every element (a (64, 64, 7, 7) state, docs/scaling.md)."""
-    if u.device.type == "cpu" and u.dtype != torch.bfloat16:  # numpy has no bfloat16
-        u.numpy()[pos.numpy()] = v.numpy()
-        return u
-    return u.index_copy_(0, pos, v)
-
-
 def _put(obj: Any, pos: Tensor, new: Any, lo: int, n: int, n_new: int) -> None:
     """Write rows ``lo``, ``lo + 1``, ... of ``new`` (``n_new`` rows) into the rows ``pos`` of ``obj``
     (``n`` rows), in place."""
     k = pos.numel()
-    _rowwise(lambda u, v: _write_rows(u, pos, _like(v[lo:lo + k], u, k).to(u.dtype)), (obj, new),
+    _rowwise(lambda u, v: u.index_copy_(0, pos, _like(v[lo:lo + k], u, k).to(u.dtype)), (obj, new),
              (n, n_new), "stream_predict cannot write rows into a {} context: " + _STREAM_FIX)
 
 
@@ -418,7 +409,7 @@ def _compact(obj: Any, free: Tensor, n: int, n_left: int) -> Any:
     past them move into the free rows before them (a copy of those rows only), then views."""
     holes = free[:n_left].nonzero().squeeze(1)  # (r,) the free rows that stay
     movers = (~free[n_left:]).nonzero().squeeze(1) + n_left  # (r,) the running rows past them
-    move = lambda v: _write_rows(v, holes, v.index_select(0, movers))[:n_left]
+    move = lambda v: v.index_copy_(0, holes, v.index_select(0, movers))[:n_left]
     return _rowwise(move, (obj,), (n,), "stream_predict cannot move the rows of a {} context: " + _STREAM_FIX)
 
 

@@ -915,16 +915,3 @@ def test_stream_predict_refuses_bad_input_naming_the_batch_and_the_fix():
     vanilla, _ = _stream_model("vanilla", n=2)
     with pytest.raises(ValueError, match=r"weight-tied step.*vanilla's step depends on t.*use adaptive_predict"):
         stream_predict(vanilla, x, 0.5)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool])
-def test_stream_row_writes_equal_index_copy_for_every_dtype_and_strided_sources(dtype):
-    from frost_nb.halting import _write_rows
-
-    u = (torch.arange(6 * 2 * 3).reshape(6, 2, 3) % 5).to(dtype)
-    v = (torch.arange(40 * 2 * 3).reshape(40, 2, 3) % 7 + 1).to(dtype)[5:29:8]  # 3 rows, strided
-    pos = torch.tensor([4, 0, 2])
-    want = u.clone().index_copy_(0, pos, v)
-    assert _write_rows(u, pos, v) is u and torch.equal(u, want)
-    placeholder = torch.zeros(1, dtype=dtype).expand(3, 2, 3)  # a rule's zero memory: stride 0
-    assert torch.equal(_write_rows(u, pos, placeholder), want.index_fill_(0, pos, 0))
