@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import json
 import math
 import types
 import typing
@@ -450,8 +451,6 @@ class RunConfig:
 def parse_settings(pairs) -> dict[str, Any]:
     """``--set SECTION.FIELD=VALUE`` pairs as overrides: JSON values when they parse, else strings; a
     text setting keeps a number as written (``model.branch_steps=16`` is "16")."""
-    import json
-
     text = {"size"} | {f"{s}.{name}" for s, cls in _field_types(RunConfig).items() if s != "size"
                        for name, hint in _field_types(cls).items() if hint in (str, str | None)}
     overrides = {}
