@@ -277,9 +277,10 @@ def cmd_verdicts(args) -> int:
     if target is None:  # no file to write or check
         print(made["summary"])
     texts = {file: Path(file).read_text() for file in files}
-    for file, text in texts.items():
-        if not any(current_block(text, k) is not None for k in MARKERS):
-            raise ParameterError(f"{file} has no verdicts block ({', '.join(s for s, _ in MARKERS.values())})")
+    blocks = {file: {k: b for k in MARKERS if (b := current_block(text, k)) is not None}
+              for file, text in texts.items()}  # each file's verdicts blocks, by kind
+    if bare := [file for file, found in blocks.items() if not found]:
+        raise ParameterError(f"{bare[0]} has no verdicts block ({', '.join(s for s, _ in MARKERS.values())})")
     index, new_index = paths.committed_runs_dir() / "index.csv", None
     if target == "":  # no FILE: the runs' index too, read whole before any write
         try:
@@ -290,7 +291,7 @@ def cmd_verdicts(args) -> int:
             skip_or_raise(err)  # --skip-damaged: the index is neither checked nor written
     if args.write is not None:
         for file, text in texts.items():
-            for kind in (k for k in MARKERS if current_block(text, k) is not None):
+            for kind in blocks[file]:
                 text = replace_block(text, made[kind], kind)
             with atomic_path(file, f"pass {option} a writable file") as tmp:  # an interrupted write keeps the file
                 tmp.write_text(text)
@@ -299,8 +300,8 @@ def cmd_verdicts(args) -> int:
                 tmp.write_text(new_index)
         return 0
     stale = 0
-    pairs = [(f"{file} ({kind} verdicts block)", current_block(text, kind), made[kind], "verdict table")
-             for file, text in texts.items() for kind in MARKERS if current_block(text, kind) is not None]
+    pairs = [(f"{file} ({kind} verdicts block)", old, made[kind], "verdict table")
+             for file, found in blocks.items() for kind, old in found.items()]
     if new_index is not None:
         pairs.append((str(index), index.read_text(), new_index, "runs' index"))
     for name, old, new, what in pairs:
@@ -417,12 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # one line per epoch on stderr (the progress bar carries it when one is shown)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    commands = {"demo": cmd_demo, "config": cmd_config, "train": cmd_train, "grid": cmd_grid,
-                "evaluate": cmd_evaluate, "sweep": cmd_sweep, "export": cmd_export, "verdicts": cmd_verdicts,
-                "forecast": cmd_forecast}
     try:
         with skip_damaged(getattr(args, "skip_damaged", False)) as skipped:
-            status = commands[args.command](args)
+            status = globals()[f"cmd_{args.command}"](args)  # each subcommand's cmd_ function
     except (ConfigError, DataError, ParameterError, checkpoint.CheckpointError, training.TrainingError,
             OutputError, DamagedInput) as err:
         print(f"error: {err}", file=sys.stderr)

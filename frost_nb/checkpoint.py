@@ -153,9 +153,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} has format {state.get('format')}, this code reads "
                               f"format {FORMAT}; train it again with this version")
-    steps = state.get("history", {}).get("steps")  # a lean export's series: back to lists
-    if isinstance(steps, dict) and any(isinstance(v, torch.Tensor) for v in steps.values()):
-        state["history"] = {**state["history"], "steps": {
+    if isinstance(steps := state.get("history", {}).get("steps"), dict):
+        state["history"] = {**state["history"], "steps": {  # a lean export's series: back to lists
             k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in steps.items()}}
     return state
 

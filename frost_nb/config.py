@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import json
 import math
 import types
 import typing
@@ -294,7 +295,8 @@ class LossConfig(_Validated):
         self._check("rank_frac", 0.0 < self.rank_frac <= 0.5, "a fraction in (0, 0.5]")
         self._check("rank_pairs", self.rank_pairs in RANK_PAIRS, f"one of {RANK_PAIRS}")
         check_range("loss.margin", self.margin, 0.0, LOSS_WEIGHT_MAX, what="a margin")
-        for name in ("lambda_rel", "lambda_abs", "ponder_beta"):
+        for name in ("lambda_rel", "lambda_abs", "ponder_beta", "deep_supervision", "distill", "lambda_halt",
+                     "teacher_state", "teacher_kl"):
             check_range(f"loss.{name}", getattr(self, name), 0.0, LOSS_WEIGHT_MAX, what="a loss weight")
         self._check("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "a value in [0, 1)")
         self._check("ponder", not (self.ponder and self.ranking), "False while loss.ranking is on "
@@ -303,8 +305,6 @@ class LossConfig(_Validated):
         self._check("teacher", self.teacher is None or _is_run_name(self.teacher),
                     "None or a run name GRID/LABEL, e.g. 'cifar100-demo-families/vanilla-seed0'")
         self._check("raptor", not self.raptor or self.teacher is not None, "False without loss.teacher")
-        for name in ("deep_supervision", "distill", "lambda_halt", "teacher_state", "teacher_kl"):
-            check_range(f"loss.{name}", getattr(self, name), 0.0, LOSS_WEIGHT_MAX, what="a loss weight")
         self._check("halt_target", self.halt_target in HALT_TARGETS, f"one of {HALT_TARGETS}")
         self._check("halt_target", self.halt_target == "none" or not (self.ranking or self.ponder),
                     "'none' while loss.ranking or loss.ponder is on (a target trains the head in their "
@@ -450,8 +450,6 @@ class RunConfig:
 def parse_settings(pairs) -> dict[str, Any]:
     """``--set SECTION.FIELD=VALUE`` pairs as overrides: JSON values when they parse, else strings; a
     text setting keeps a number as written (``model.branch_steps=16`` is "16")."""
-    import json
-
     text = {"size"} | {f"{s}.{name}" for s, cls in _field_types(RunConfig).items() if s != "size"
                        for name, hint in _field_types(cls).items() if hint in (str, str | None)}
     overrides = {}

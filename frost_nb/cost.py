@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,13 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from .checkpoint import save_checkpoint
 from .config import ModelConfig, RunConfig, replace_model
 from .data.prepare import DATASETS
 from .halting import prologue
+from .losses import teacher_losses, total_loss
+from .models import create_model
+from .training import Trainer, TrainingError, pick_device, use_amp, use_compile
 
 # training images per data set (the held-out share is taken from them; the trainer's per-epoch
 # held-out pass runs the forward pass alone, about a third of a training step's work)
@@ -77,8 +82,6 @@ def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple
 
 
 def _meta_model(model_config: ModelConfig):
-    from .models import create_model
-
     with torch.device("meta"):
         return create_model(model_config)
 
@@ -86,8 +89,6 @@ def _meta_model(model_config: ModelConfig):
 def _batch_bytes(model, config: RunConfig, teacher=None) -> tuple[int, int]:
     """(bytes of the tensors one training batch's forward pass keeps for the backward pass, bytes of
     the frozen ``teacher``'s outputs the student's loss reads), fp32, as ``training.forward_loss``."""
-    from .losses import teacher_losses, total_loss
-
     m, n = config.model, config.train.batch_size
     x = torch.zeros(n, m.in_channels, m.image_size, m.image_size, device="meta")
     y = torch.zeros(n, dtype=torch.long, device="meta")
@@ -143,9 +144,7 @@ def _epoch_seconds(config: RunConfig, flops: int, device: torch.device, amp: boo
     # single-thread jobs at once each ran at 0.47 of one two-thread job: docs/scaling.md)
     measured_threads = best.get("threads") or threads
     rate = best["mflop_per_image"] * 1e6 * best["images_per_s"] * min(threads, measured_threads) / measured_threads
-    n = TRAIN_IMAGES.get(config.data.name)
-    if n is None:
-        return None, f"no image count for {config.data.name}"
+    n = TRAIN_IMAGES[config.data.name]  # every data set's (config.data.name is one of DATASETS)
     held_out = n * config.data.val_fraction
     # a student's teacher runs forward on every training batch: a third of a step at its FLOPs
     seconds = ((n - held_out) * (flops + teacher_flops * FORWARD_SHARE) + held_out * FORWARD_SHARE * flops) / rate
@@ -156,8 +155,6 @@ def _epoch_seconds(config: RunConfig, flops: int, device: torch.device, amp: boo
 
 def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     """The cost of training ``config`` on ``device`` (default: the one it would train on)."""
-    from .training import pick_device, use_amp, use_compile
-
     device = device or pick_device(config.train.device)
     model = _meta_model(config.model)
     # a student's teacher: the student's model with one branch per step, as runs.load_teacher requires
@@ -174,7 +171,7 @@ def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     if teacher is not None:  # its weights, and the states and logits of one batch the loss reads
         memory["teacher"] = sum(p.numel() for p in teacher.parameters()) * 4 + held
     if DATASETS[config.data.name].in_memory:
-        memory["data"] = TRAIN_IMAGES.get(config.data.name, 0) * m.in_channels * m.image_size ** 2
+        memory["data"] = TRAIN_IMAGES[config.data.name] * m.in_channels * m.image_size ** 2
     seconds, basis = _epoch_seconds(config, flops, device, use_amp(config, device), use_compile(config, device),
                                     flops if teacher is not None else 0)
     return RunCost(params, flops, memory, seconds, basis)
@@ -183,12 +180,6 @@ def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
 def checkpoint_bytes(config: RunConfig, train_images: int) -> int:
     """Bytes of ``config``'s resumable checkpoint at its last epoch (``train_images`` training images):
     ``Trainer.state`` after one optimiser step, a fed halting sketch and every step's history, written."""
-    import tempfile
-
-    from .checkpoint import save_checkpoint
-    from .models import create_model
-    from .training import Trainer
-
     steps = max(1, train_images // config.train.batch_size)
     trainer = Trainer(config, create_model(config.model), range(steps), val_set=())
     trainer.generator = torch.Generator()  # the batches' own, saved in the state
@@ -222,8 +213,6 @@ def free_memory(device: torch.device) -> int | None:
 def refuse_if_too_big(config: RunConfig, cost: RunCost, device: torch.device) -> None:
     """A ``TrainingError`` naming the shortfall and the fix when ``cost`` cannot fit in ``device``'s free
     memory."""
-    from .training import TrainingError
-
     free = free_memory(device)
     if free is not None and cost.memory_bytes > free:
         raise TrainingError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import subprocess
 import tempfile
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -63,8 +64,6 @@ class DamagedInput(Exception):
 def restore_hint(path: str | os.PathLike, regenerate: str | None = None) -> str:
     """How to get a good ``path`` back: ``git checkout -- FILE`` when git tracks it (FILE relative
     to the repository), else, or besides, ``regenerate`` (the command that writes it again)."""
-    import subprocess
-
     path, root = Path(os.path.abspath(path)), repo_root()
     tracked = False
     if path.is_relative_to(root):  # any file tracked at or under path (a run folder counts)
@@ -77,11 +76,9 @@ def restore_hint(path: str | os.PathLike, regenerate: str | None = None) -> str:
 
 
 def _reason(err: OSError) -> str:  # the system's words, without the path (the message names it)
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "the disk is full"
-    if err.errno == errno.EROFS:
-        return "a read-only file system"
-    return err.strerror or str(err) or type(err).__name__
+    known = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk is full",
+             errno.EROFS: "a read-only file system"}
+    return known.get(err.errno) or err.strerror or str(err) or type(err).__name__
 
 
 def nearest_existing(path: Path) -> Path:
@@ -181,19 +178,16 @@ def cache_dir() -> Path:
 def check_writable(path: str | os.PathLike, what: str, fix: str, *, folder: bool = False) -> Path:
     """Raise ``OutputError`` (naming ``what``, saying ``fix``) unless the file ``path`` (with
     ``folder``: files in the folder ``path``) can be written (``path_problem``). Makes nothing."""
-    path = Path(path).expanduser()
-    if (problem := path_problem(path, folder=folder, write=True)) is not None:
-        raise OutputError(f"cannot write {what} {path}: {problem}; {fix}")
-    return path
+    return check_readable(path, what, fix, folder=folder, must_exist=False, write=True)
 
 
-def check_readable(path: str | os.PathLike, what: str, fix: str, *, folder: bool = False,
+def check_readable(path: str | os.PathLike, what: str, fix: str, *, folder: bool = False, write: bool = False,
                    must_exist: bool = True, error: type[Exception] | None = None) -> Path:
-    """Raise ``error`` (naming ``what``, saying ``fix``) unless ``path`` can be read (``path_problem``);
-    without ``must_exist`` a missing one passes."""
+    """Raise ``error`` (naming ``what``, saying ``fix``) unless ``path`` can be read (with ``write``: written;
+    ``path_problem``); without ``must_exist`` a missing one passes."""
     path = Path(path).expanduser()
-    if (problem := path_problem(path, folder=folder, write=False, must_exist=must_exist)) is not None:
-        raise (error or OutputError)(f"cannot read {what} {path}: {problem}; {fix}")
+    if (problem := path_problem(path, folder=folder, write=write, must_exist=must_exist)) is not None:
+        raise (error or OutputError)(f"cannot {'write' if write else 'read'} {what} {path}: {problem}; {fix}")
     return path
 
 

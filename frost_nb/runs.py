@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model, save_checkpoint
 from .config import ConfigError, RunConfig, config_difference, replace_model
-from .models import FrostNet
+from .models import FrostNet, create_model
 from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, one_line,
                     restore_hint, run_stores, shown_path, skip_damaged, skip_or_raise)
 from . import cost
@@ -375,7 +375,6 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
 
 def _test_metrics(state: dict[str, Any]) -> dict[str, Any]:
     """The test metrics of the weights in the checkpoint dict ``state``, evaluated on the CPU."""
-    from .models import create_model
     from .training import evaluate, load_split, use_amp
 
     config = RunConfig.from_dict(state["config"])

@@ -301,8 +301,7 @@ class Trainer:
         self.saved_at = time.monotonic()
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
         show = show_progress(self.progress) and main  # rank 0 alone shows progress and logs
-        done = self.within_epoch["done"] if self.within_epoch is not None else 0
-        bar = tqdm(total=last * self.steps_per_epoch, initial=self.epoch * self.steps_per_epoch + done,
+        bar = tqdm(total=last * self.steps_per_epoch, initial=self.step,
                    desc=f"{cfg.model.name}/{cfg.model.backbone} on {cfg.data.name}", unit="step",
                    disable=not show or self.epoch >= last, leave=True)
         while self.epoch < last:
