@@ -83,6 +83,9 @@ def test_structure_and_gate_map():
     np.testing.assert_allclose(one, gates[0][0].mean(-1).detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(both, gates[1].mean((0, 3)).detach().numpy(), rtol=1e-6)
     assert isinstance(plots.plot_gate(one), matplotlib.figure.Figure)
+    additive = DFMamba(DFMambaConfig(lookback=40, horizon=6, d_model=8, d_state=4, d_conv=3, dt_rank=2,
+                                     variant="C3"))
+    assert report.structure(additive, x)["note"][2:6].str.endswith("gate None").all()  # C3 has no gate
 
 
 def test_forecast_examples(tmp_path):

@@ -34,10 +34,10 @@ SMOKE_DFMAMBA = {"model.d_model": 4, "model.d_state": 2, "model.expand": 1, "mod
 def structure(model: DFMamba, x: torch.Tensor) -> pd.DataFrame:
     """``x`` (B, L, C) through ``model``: the shape at each stage, each level's step factor and gate."""
     out, (b, length, c), d = model.eval()(x), x.shape, model.cfg.d_model
-    gates = [tuple(g.shape) for g in out.gates] + [None]  # the last level has none
+    gates = [tuple(g.shape) for g in out.gates]  # none at the last level, none at all without the gate (C3)
     rows = [("input", (b, length, c), ""), ("tokens", (b * c, length, d), "a sequence per variable")]
-    rows += [(f"level {k}", (b * c, n, d), f"step x {level_scale(model.cfg.variant, k):g}, gate {gates[k]}")
-             for k, n in enumerate(level_lengths(model.cfg))]
+    rows += [(f"level {k}", (b * c, n, d), f"step x {level_scale(model.cfg.variant, k):g}, "
+              f"gate {gates[k] if k < len(gates) else None}") for k, n in enumerate(level_lengths(model.cfg))]
     rows.append(("forecast", tuple(out.prediction.shape), ""))
     return pd.DataFrame(rows, columns=["stage", "shape", "note"])
 
