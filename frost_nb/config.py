@@ -244,8 +244,8 @@ def parse_branch_steps(text: str) -> tuple[int, ...] | None:
     return tuple(map(int, parts)) if all(p.isdigit() and int(p) >= 1 for p in parts) else None
 
 
-def _is_run_name(text: str) -> bool:
-    """Whether ``text`` is a run name, two plain folder names GRID/LABEL (as runs.check_name)."""
+def is_run_name(text: str) -> bool:
+    """Whether ``text`` is a run name, two plain folder names GRID/LABEL (``runs.check_name``'s test)."""
     parts = text.split("/")
     return len(parts) == 2 and all(p and p not in (".", "..") and "\\" not in p for p in parts)
 
@@ -302,7 +302,7 @@ class LossConfig(_Validated):
         self._check("ponder", not (self.ponder and self.ranking), "False while loss.ranking is on "
                     "(PonderNet's loss replaces the ranking losses: set loss.ranking=False with it)")
         self._check("ponder_prior", 0.0 < self.ponder_prior < 1.0, "a halting probability in (0, 1)")
-        self._check("teacher", self.teacher is None or _is_run_name(self.teacher),
+        self._check("teacher", self.teacher is None or is_run_name(self.teacher),
                     "None or a run name GRID/LABEL, e.g. 'cifar100-demo-families/vanilla-seed0'")
         self._check("raptor", not self.raptor or self.teacher is not None, "False without loss.teacher")
         self._check("halt_target", self.halt_target in HALT_TARGETS, f"one of {HALT_TARGETS}")

@@ -11,7 +11,7 @@ import os
 import platform
 import shutil
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model, save_checkpoint
-from .config import ConfigError, RunConfig, config_difference, replace_model
+from .config import ConfigError, RunConfig, config_difference, is_run_name, replace_model
 from .models import FrostNet, create_model
 from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, one_line,
                     restore_hint, run_stores, shown_path, skip_damaged, skip_or_raise)
@@ -199,8 +199,7 @@ def default_name(config: RunConfig) -> str:
 
 def check_name(name: str) -> str:
     """``name`` if it is a run name, ``GRID/LABEL`` (two plain folder names); else ConfigError."""
-    parts = PurePosixPath(name).parts
-    if len(parts) != 2 or name.startswith("/") or any(p in (".", "..") for p in parts) or "\\" in name:
+    if not is_run_name(name):
         raise ConfigError(f"run name {name!r} is invalid: expected GRID/LABEL, two folder names, e.g. "
                           "fashion-mnist-demo-single/frost-resnet-seed0")
     return name

@@ -356,3 +356,21 @@ def test_every_preset_row_is_complete_and_builds():
                 dict(zip(PRESET_FIELDS, row)), (size, dataset, backbone)
     assert preset("demo", "imagenet100") == preset("demo", "*")  # another data set: the size's "*" row
     assert preset("paper", "imagenet100", "vit")["model.width"] == 768
+
+
+@pytest.mark.parametrize("name", ["a/b", "cifar100-demo-families/vanilla-seed0"])
+def test_one_rule_decides_a_run_name_for_the_config_and_the_run_store(name):
+    from frost_nb.config import is_run_name
+    from frost_nb.runs import check_name
+
+    assert is_run_name(name) and check_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["a", "a/b/c", "a//b", "a/b/", "./a/b", "a/./b", "/a/b", "a/..", "a\\b/c", ""])
+def test_an_odd_run_name_is_refused_by_both_the_config_and_the_run_store(name):
+    from frost_nb.config import ConfigError, is_run_name
+    from frost_nb.runs import check_name
+
+    assert not is_run_name(name)
+    with pytest.raises(ConfigError, match="expected GRID/LABEL"):
+        check_name(name)
