@@ -366,7 +366,8 @@ def test_one_rule_decides_a_run_name_for_the_config_and_the_run_store(name):
     assert is_run_name(name) and check_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["a", "a/b/c", "a//b", "a/b/", "./a/b", "a/./b", "/a/b", "a/..", "a\\b/c", ""])
+@pytest.mark.parametrize("name", ["a", "a/b/c", "a//b", "a/b/", "./a/b", "a/./b", "/a/b", "a/..", "a\\b/c",
+                                  ""])
 def test_an_odd_run_name_is_refused_by_both_the_config_and_the_run_store(name):
     from frost_nb.config import ConfigError, is_run_name
     from frost_nb.runs import check_name
