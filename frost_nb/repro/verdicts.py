@@ -333,7 +333,7 @@ def _protocol_rows(d: dict, runs: list[dict], source: str) -> Iterator[dict]:
     held, protocols = sum(v == C.REPRODUCED for v in per.values()), len(per)
     yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), MINKOWSKI_PAPER,
               f"reproduced under {held} of {protocols} protocols", C.minkowski_protocols(per), source,
-              title="Minkowski dimension (8 protocols)", primary=False)
+              title="Minkowski dimension (8 protocols)", primary=False, size=st.get("size"))
 
 
 # 4. Figure 1: alpha
