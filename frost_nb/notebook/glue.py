@@ -91,7 +91,7 @@ COMMITTED_DATASETS = {"02": "cifar100", "03": "cifar100", "04": "fashion-mnist",
                       "10": "cifar100"}
 COMMITTED_SIZE = "demo"
 # at the paper's structure; demo elsewhere
-COMMITTED_SIZES = {"02": "ladder64", "03": "ladder64", "05": "ladder64", "07": "ladder64"}
+COMMITTED_SIZES = {"02": "ladder64", "03": "ladder64", "05": "ladder64", "07": "ladder64", "08": "ladder64"}
 
 
 def output_suffix(notebook: str, dataset: str | None = None, bundle: str = "adopted",
