@@ -112,7 +112,8 @@ def _batch_bytes(model, config: RunConfig, teacher=None) -> tuple[int, int]:
 
 
 def _measured_rates(device_type: str) -> list[dict]:
-    """Rows of the committed throughput benchmarks measured on ``device_type`` with a FLOP count."""
+    """Rows of the committed throughput benchmarks measured on ``device_type`` with a FLOP count (``paths``
+    imported per call: tests replace ``paths.repo_root``)."""
     from .paths import DamagedInput, one_line, repo_root, restore_hint, shown_path, skip_or_raise
 
     rows = []  # the committed measurements (not $FROST_OUTPUTS': a smoke run's are not this machine's)

@@ -374,7 +374,7 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
 
 def _test_metrics(state: dict[str, Any]) -> dict[str, Any]:
     """The test metrics of the weights in the checkpoint dict ``state``, evaluated on the CPU."""
-    from .training import evaluate, load_split, use_amp
+    from .training import evaluate, load_split, use_amp  # per call: tests patch training.evaluate
 
     config = RunConfig.from_dict(state["config"])
     model = create_model(config.model)
