@@ -295,6 +295,22 @@ def test_thresholds_come_from_the_held_out_split_only():
     assert (c["mean_depth"].to_numpy()[:-1] == T).all() and c["mean_depth"].iloc[-1] == 1
 
 
+def test_a_runs_curves_read_the_passes_given_and_compute_only_the_missing_one(monkeypatch):
+    from types import SimpleNamespace
+
+    from frost_nb.analysis import curves as C
+
+    val, test = _traj(n=30, seed=6), _traj(n=30, seed=7)
+    computed = []
+    monkeypatch.setattr(C, "run_trajectories", lambda result, split: computed.append(split) or val)
+    run = SimpleNamespace(config=SimpleNamespace(loss=SimpleNamespace(score_halting=False, ponder=False)))
+    given = C.run_rule_curves(run, "m", count=10, test=test, val=val)
+    assert computed == []  # both passes at hand: no model pass
+    pd.testing.assert_frame_equal(given, model_curves(val, test, "m", count=10))
+    C.run_rule_curves(run, "m", count=10, test=test)
+    assert computed == ["val"]
+
+
 def test_candidate_thresholds_skip_undefined_values():
     s = torch.tensor([[math.nan, 1.0, 2.0], [math.nan, 3.0, math.inf]])
     thr = candidate_thresholds(s, 3)
