@@ -349,9 +349,9 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
 
     assert {"rule", "model", "threshold", "mean_depth", "accuracy", "random_accuracy"} <= set(metrics["curves"])
     curves = from_columns(metrics["curves"]).to_dict("records")  # stored by column (by_column)
-    # FROST's seeds (two in smoke mode) and the other families' seed 0 at `size`; PonderNet's twin beside
-    # frost at `twin_size` (both smoke here)
-    models = {"frost seed 0", "frost seed 1", "basic_ssm seed 0", "vanilla seed 0", "frost (smoke)", "ponder (smoke)"}
+    # FROST's seeds (two in smoke mode) and the other families' seed 0 at `size`; PonderNet's twin at
+    # `twin_size`, beside frost of that size: FROST's seed 0 itself here (both smoke), not a second panel
+    models = {"frost seed 0", "frost seed 1", "basic_ssm seed 0", "vanilla seed 0", "ponder (smoke)"}
     assert {r["model"] for r in curves} == models
     from frost_nb.analysis.halting_rules import SIGNAL_RULES
 
@@ -403,6 +403,11 @@ def test_halting_baselines_notebook(tmp_path, monkeypatch, isolated_outputs):
     assert all(r["images_per_s"] > 0 and 1 <= r["mean_depth"] <= steps for r in throughput["rows"])
     figures = {p.name for p in (out / "figures").iterdir()}
     assert {"07_rule_curves_digits_smoke.png", "07_collapse_smoke.png", "07_rule_throughput_digits_smoke.png"} <= figures
+
+
+def test_halting_baselines_notebook_names_a_family_its_grid_lacks(tmp_path, monkeypatch, isolated_outputs):
+    with pytest.raises(papermill.PapermillExecutionError, match="the grid has no vanila; it has"):
+        _run("07_halting_baselines.ipynb", tmp_path, monkeypatch, models="basic_ssm,vanila")
 
 
 def test_metrics_file_kept_when_results_are_the_same(isolated_outputs):
