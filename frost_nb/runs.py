@@ -186,11 +186,6 @@ def stored_name(config: RunConfig) -> str | None:
     return run.name if (run := find_run(config)) is not None else None
 
 
-def cached_checkpoint(config: RunConfig) -> Path | None:
-    """The finished checkpoint of ``config`` (``find_run``), or None."""
-    return run.checkpoint if (run := find_run(config)) is not None else None
-
-
 def default_name(config: RunConfig) -> str:
     """The name of a run trained outside a grid: ``<data set>-<size>-single/<model>-<backbone>-seed<N>``."""
     c = config

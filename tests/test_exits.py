@@ -254,11 +254,11 @@ def test_budget_depth_is_met_on_the_split_it_was_found_on():
     20 asks for 0.5 there, not met yet), so only the direction is checked: deeper budgets, deeper exits."""
     from frost_nb.checkpoint import load_model
     from frost_nb.config import make_config
-    from frost_nb.runs import cached_checkpoint
+    from frost_nb.runs import find_run
     from frost_nb.training import load_split
 
     config = make_config("demo", "digits", "frost")
-    model, calibrator = load_model(cached_checkpoint(config))
+    model, calibrator = load_model(find_run(config).checkpoint)
     val = ExitCache.from_model(model, calibrator, load_split(config, "val"))
     test = ExitCache.from_model(model, calibrator, load_split(config, "test"))
     steps = config.model.steps

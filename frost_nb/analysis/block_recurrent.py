@@ -91,11 +91,6 @@ def run_similarity(checkpoint: str | Path) -> Tensor:
     return _run_similarity(*file_stamp(Path(checkpoint)))
 
 
-def teacher_ranges(checkpoint: str | Path, k: int) -> Ranges:
-    """``best_ranges`` of a stored teacher's step similarity (``run_similarity``)."""
-    return best_ranges(run_similarity(checkpoint), k)
-
-
 # ---------------------------------------------------------------- after training
 @torch.no_grad()
 def state_match(student: torch.nn.Module, teacher: torch.nn.Module, dataset, *, batch_size: int = 512,

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..config import RunConfig, make_config
 from ..paths import smoke_mode
-from ..runs import cached_checkpoint, find_run, identity_key, train_or_load
+from ..runs import find_run, identity_key, train_or_load
 
 ABLATION_EPOCHS = 5
 DIAGNOSTICS_EVERY = 50  # optimiser steps between gradient-conflict probes (421 per epoch on Fashion-MNIST)
@@ -281,7 +281,7 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
     step similarity on the held-out split chooses the ranges), its students (``student k=K``, named
     by the teacher's stored run), and at the first seed ``recurrent``, the ``scratch k=K`` controls and, last,
     CLAIM_CONTROLS."""
-    from ..analysis.block_recurrent import branch_steps, teacher_ranges
+    from ..analysis.block_recurrent import best_ranges, branch_steps, run_similarity
 
     vanilla, runs, controls, tag = TASK_ONLY["vanilla"], {}, {}, " seed {}" if len(seeds) > 1 else ""
     for seed in seeds:
@@ -293,7 +293,8 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
                              f"frost_nb grid families --size {size} --dataset {name} --labels vanilla "
                              f"--seeds {seed}")
         first = seed == seeds[0]
-        steps = {k: branch_steps(teacher_ranges(found.checkpoint, k)) for k in STUDENT_KS + SCRATCH_KS}
+        similarity = run_similarity(found.checkpoint)  # the teacher's, on its held-out split
+        steps = {k: branch_steps(best_ranges(similarity, k)) for k in STUDENT_KS + SCRATCH_KS}
         student = {k: {**vanilla, "model.branch_steps": steps[k], "loss.teacher": found.name}
                    for k in STUDENT_KS}
         rows = {"vanilla": vanilla, **({"recurrent": TASK_ONLY["recurrent"]} if first else {}),
@@ -376,7 +377,7 @@ def require_trained(runs: dict[str, RunConfig], retrain: bool) -> None:
     unique: dict[str, tuple[str, RunConfig]] = {}
     for label, cfg in runs.items():  # one entry per run: grids share their reference run
         unique.setdefault(identity_key(cfg), (label, cfg))
-    if not (missing := {label: cfg for label, cfg in unique.values() if cached_checkpoint(cfg) is None}):
+    if not (missing := {label: cfg for label, cfg in unique.values() if find_run(cfg) is None}):
         return
     seconds = sum(cfg.train.epochs * CPU_EPOCH_SECONDS.get(cfg.data.name, 240.0) for cfg in missing.values())
     shown = ", ".join(list(missing)[:4]) + (", ..." if len(missing) > 4 else "")
