@@ -83,8 +83,7 @@ def file_stamp(path: Path) -> tuple[str, tuple[int, int]]:
 def damaged_run_file(path: Path, problem: str) -> DamagedInput:
     """The ``DamagedInput`` of ``path``, a file of a run folder (or the folder itself)."""
     folder = path.parent if path.name in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) else path
-    fix = (f"delete the local run {shown_path(folder)} (it trains again on its next use)"
-           if folder.parent.parent.resolve() == cache_dir().resolve()
+    fix = (f"delete the local run {shown_path(folder)} (it trains again on its next use)" if _is_local(folder)
            else "train the run again and export it (python -m frost_nb export RUN_FOLDER)")
     return DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, fix)}")
 
@@ -139,7 +138,7 @@ def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
                 continue
             if run.finished or not finished:
                 return run
-            if not _is_local(run):
+            if not _is_local(run.folder):
                 missing = [f for f in (MODEL_FILE, METRICS_FILE) if not (run.folder / f).is_file()]
                 skip_or_raise(damaged_run_file(run.folder / missing[0], f"the committed run {run.name} "
                                                f"lacks its {' and '.join(missing)}"))
@@ -167,9 +166,8 @@ def teacher_folder(config: RunConfig) -> Path:
 def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> FrostNet:
     """The frozen teacher of the student ``config`` (docs/method.md section 16), checked to be the
     student's model with one branch per step."""
-    folder = teacher_folder(config)
     try:
-        teacher, _ = load_model(folder, device=device)
+        teacher, _ = load_model(teacher_folder(config), device=device)
     except CheckpointError as err:
         raise TrainingError(f"loss.teacher={config.loss.teacher!r} cannot be loaded: {err}") from err
     want = replace_model(config.model, branch_steps="")
@@ -216,7 +214,7 @@ def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
     """Where ``config`` trains: its unfinished local run, else ``name`` (default: its committed run's,
     else ``default_name``) in the local store, with a suffix when another config holds that name."""
     unfinished = find_run(config, finished=False)
-    if unfinished is not None and _is_local(unfinished):
+    if unfinished is not None and _is_local(unfinished.folder):
         return unfinished.name, unfinished.folder
     if name is None:
         committed = [r for r in stored_runs(committed_runs_dir()) if r.identity == identity_key(config)]
@@ -228,8 +226,8 @@ def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
     return candidate, cache_dir() / candidate
 
 
-def _is_local(run: StoredRun) -> bool:
-    return run.folder.parent.parent.resolve() == cache_dir().resolve()
+def _is_local(folder: Path) -> bool:  # in the local store, not among the committed runs
+    return folder.parent.parent.resolve() == cache_dir().resolve()
 
 
 def _set_aside(checkpoint: Path, err: Exception) -> None:
@@ -245,7 +243,7 @@ def _set_aside(checkpoint: Path, err: Exception) -> None:
 def discard_local(config: RunConfig) -> None:
     """Delete the checkpoint and metrics of ``config``'s local run (committed runs are never touched)."""
     run = find_run(config, finished=False)
-    if run is not None and _is_local(run):
+    if run is not None and _is_local(run.folder):
         (run.folder / METRICS_FILE).unlink(missing_ok=True)
         run.checkpoint.unlink(missing_ok=True)
 
@@ -277,7 +275,7 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
             return TrainResult(model, calibrator, state["history"], state.get("metrics", {}), config,
                                found.checkpoint, from_cache=True)
         except CheckpointError as err:
-            if not _is_local(found):
+            if not _is_local(found.folder):
                 raise CheckpointError(f"{err} (the committed run {found.name}; retrain=True, --retrain, "
                                       "trains it again in the local store instead)") from err
             _set_aside(found.checkpoint, err)  # then the next stored run, else training
