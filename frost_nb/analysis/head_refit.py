@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from ..config import LossConfig
 from ..halting import HaltingCalibrator
 from ..losses import ranking_losses, step_losses
-from ..training import FullDepthPass, evaluate, load_split, optimizer_step
+from ..training import FullDepthPass, evaluate, load_split, lr_factor, optimizer_step
 from .curves import curve, oracle_curve
 from .halting_rules import FIXED, FROST_QUANTILES, THRESHOLDS, auroc, confidence_signal
 
@@ -93,8 +93,7 @@ def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
     n = len(train.y)
     total = settings.epochs * max(1, math.ceil(n / settings.batch_size))  # steps of the cosine decay
     opt = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    cosine = lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / total)))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, cosine)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, 0, total))  # cosine, no warm-up
     gen = torch.Generator().manual_seed(settings.seed)
     head.train()
     for _ in range(settings.epochs):
