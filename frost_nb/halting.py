@@ -158,40 +158,39 @@ def _per_sample_fields(obj: Any, n: int | None) -> dict[str, Tensor | None] | No
     return fields if all(f.init and per_sample(fields[f.name]) for f in dataclasses.fields(obj)) else None
 
 
-def _rowwise(op: Any, objs: tuple, ns: tuple, other: Any) -> Any:
-    """``op`` on the tensors of ``objs`` (tensors, dataclasses of per-sample tensors, tuples, lists) of
-    ``ns`` rows each; anything else: ``other(*objs)``, or a TypeError if ``other`` is a message."""
-    a = objs[0]
-    if all(o is None for o in objs):
-        return None
-    if isinstance(a, Tensor):
-        return op(*objs)
-    alike = all(type(o) is type(a) for o in objs)
-    fields = [_per_sample_fields(o, n) for o, n in zip(objs, ns)]
-    if alike and all(f is not None for f in fields):
-        return type(a)(**{k: _rowwise(op, tuple(f[k] for f in fields), ns, other) for k in fields[0]})
-    if alike and isinstance(a, (tuple, list)):
-        return type(a)(_rowwise(op, parts, ns, other) for parts in zip(*objs))
-    if isinstance(other, str):
-        raise TypeError(other.format(type(a).__name__))
-    return other(*objs)
+def _leaves(obj: Any, n: int | None, opaque: bool = False) -> tuple[list, Any]:
+    """The per-sample tensors of a state, context or rule memory of ``n`` rows (a tensor, None, a dataclass
+    of per-sample tensors as the models' StepContext, a tuple or list of these), and a function that
+    builds its like from an iterator over such leaves; anything else is one leaf if ``opaque``."""
+    if obj is None:
+        return [], lambda it: None
+    fields, cls = _per_sample_fields(obj, n), type(obj)
+    if isinstance(obj, Tensor) or (fields is None and not isinstance(obj, (tuple, list))):
+        if isinstance(obj, Tensor) or opaque:
+            return [obj], next
+        raise TypeError(f"stream_predict cannot move the rows of a {cls.__name__} context: make it a "
+                        "dataclass of per-sample tensors (as the models' StepContext) or a tensor, "
+                        "or use adaptive_predict")
+    items = fields.items() if fields is not None else enumerate(obj)
+    parts = [(k, *_leaves(v, n, opaque)) for k, v in items]
+    build = ((lambda it: cls(**{k: b(it) for k, _, b in parts})) if fields is not None
+             else (lambda it: cls(b(it) for _, _, b in parts)))
+    return [leaf for _, leaves, _ in parts for leaf in leaves], build
 
 
 def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
-    """The rows ``idx`` of a state or context of ``n`` samples (``_rowwise``, else ``obj.select``), by
+    """The rows ``idx`` of a state or context of ``n`` samples (``_leaves``; other leaves: ``select``), by
     ``index_select``: on the CPU several times faster than ``v[idx]``, and compaction is frequent."""
 
-    def other(o: Any) -> Any:
-        if callable(getattr(o, "select", None)):
-            return o.select(idx)
-        raise TypeError(f"do not know how to take a subset of the batch from {type(o).__name__}")
+    def pick(v: Any) -> Any:
+        if isinstance(v, Tensor):
+            return v.index_select(0, idx)
+        if callable(getattr(v, "select", None)):
+            return v.select(idx)
+        raise TypeError(f"do not know how to take a subset of the batch from {type(v).__name__}")
 
-    return _rowwise(lambda v: v.index_select(0, idx), (obj,), (n,), other)
-
-
-def _span(obj: Any, lo: int, hi: int, n: int) -> Any:
-    """Rows ``lo`` to ``hi`` of a state or context of ``n`` samples: views where it can, else a copy."""
-    return _rowwise(lambda v: v[lo:hi], (obj,), (n,), lambda o: _select(o, torch.arange(lo, hi), n))
+    leaves, build = _leaves(obj, n, opaque=True)
+    return build(iter([pick(v) for v in leaves]))
 
 
 def _like(v: Tensor, u: Tensor, rows: int) -> Tensor:
@@ -298,16 +297,6 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
 
 # --- continuous batching ------------------------------------------------------------------------
 
-_STREAM_FIX = ("make the context a dataclass of per-sample tensors (as the models' StepContext) or a "
-               "tensor, or use adaptive_predict")
-
-
-def _join(a: Any, b: Any, na: int, nb: int) -> Any:
-    """The rows of ``a`` (na samples) followed by those of ``b`` (nb), as ``_rowwise`` and ``_like``."""
-    return _rowwise(lambda u, v: torch.cat([u, _like(v, u, nb)]), (a, b), (na, nb),
-                    "stream_predict cannot join the rows of two {} contexts: " + _STREAM_FIX)
-
-
 class StreamEvent(NamedTuple):
     """What ``stream_steps`` reports: images taken from the stream to be embedded and admitted
     (``kind`` "admit", before their stem runs), or the samples that exit at a step (``kind`` "exit")."""
@@ -326,27 +315,28 @@ class _Feed:
     def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int,
                  start: Any) -> None:
         self.model, self.allow_other_size, self.ahead, self.start = model, allow_other_size, ahead, start
-        self.batches = enumerate([images] if isinstance(images, (Tensor, np.ndarray)) else images)
+        if isinstance(images, (Tensor, np.ndarray)) and images.ndim == 4:  # one tensor: read and checked an
+            self.batches = ((f"images[{a}:{a + ahead}]", images[a:a + ahead])  # embedding at a time, so its
+                            for a in range(0, max(len(images), 1), ahead))  # pixels are in cache for the stem
+        else:
+            self.batches = ((f"batch {i} of the stream", x) for i, x in enumerate(
+                [images] if isinstance(images, (Tensor, np.ndarray)) else images))
         self.rest: Tensor | None = None  # the rest of the batch being taken
         self.shape: tuple[int, ...] | None = None  # (C, H, W) of the first batch
         self.offset = 0  # input position of the next image
         self.unread = True  # the stream may hold more images
-        self.chunks: list[tuple] = []  # embedded, not yet taken
+        self.chunks: list[list[Tensor]] = []  # embedded, not yet taken: the leaves of (input row, depth,
+        self.builds, self.sizes = [], []  # state, context, rule memory), their builders, leaves of each
         self.at = self.n = 0  # the first chunk's next row; the rows embedded and not yet taken
         self.pending: tuple[Tensor, Tensor] | None = None  # taken by fetch, not yet embedded
 
-    @property
-    def more(self) -> bool:
-        return self.n > 0 or self.unread
-
     def _next_batch(self) -> Tensor | None:
-        for i, x in self.batches:
-            x = check_images(self.model, x, allow_other_size=self.allow_other_size,
-                             name=f"batch {i} of the stream")
+        for name, x in self.batches:
+            x = check_images(self.model, x, allow_other_size=self.allow_other_size, name=name)
             if self.shape is None:
                 self.shape = tuple(x.shape[1:])
             elif tuple(x.shape[1:]) != self.shape:
-                raise ValueError(f"batch {i} of the stream holds images of shape {tuple(x.shape[1:])}, "
+                raise ValueError(f"{name} holds images of shape {tuple(x.shape[1:])}, "
                                  f"the first batch {self.shape}: "
                                  "every batch of a stream must hold images of one shape")
             if x.shape[0]:
@@ -379,10 +369,12 @@ class _Feed:
         """Embed what ``fetch`` took, a chunk after the rows still embedded (no copy of those)."""
         (x, rows), self.pending = self.pending, None
         h0, ctx0 = prologue(self.model, x)
-        self.chunks.append((rows, torch.zeros_like(rows), h0, ctx0, self.start(h0)))
+        parts = [_leaves(v, rows.numel()) for v in (rows, torch.zeros_like(rows), h0, ctx0, self.start(h0))]
+        self.builds, self.sizes = [b for _, b in parts], [len(leaves) for leaves, _ in parts]
+        self.chunks.append([leaf for leaves, _ in parts for leaf in leaves])
         self.n += rows.numel()
 
-    def take(self, k: int) -> list[tuple[tuple, int, int]]:
+    def take(self, k: int) -> list[tuple[list[Tensor], int, int]]:
         """Up to ``k`` embedded rows, from one chunk or two: (chunk, first row, end), never written."""
         parts = []
         while k and self.chunks:
@@ -396,21 +388,19 @@ class _Feed:
         return parts
 
 
-def _put(obj: Any, pos: Tensor, new: Any, lo: int, n: int, n_new: int) -> None:
-    """Write rows ``lo``, ``lo + 1``, ... of ``new`` (``n_new`` rows) into the rows ``pos`` of ``obj``
-    (``n`` rows), in place."""
+def _put(rows: list[Tensor], pos: Tensor, new: list[Tensor], lo: int) -> None:
+    """Write rows ``lo``, ``lo + 1``, ... of ``new`` into the rows ``pos`` of ``rows``, leaf by leaf."""
     k = pos.numel()
-    _rowwise(lambda u, v: u.index_copy_(0, pos, _like(v[lo:lo + k], u, k).to(u.dtype)), (obj, new),
-             (n, n_new), "stream_predict cannot write rows into a {} context: " + _STREAM_FIX)
+    for u, v in zip(rows, new):
+        u.index_copy_(0, pos, _like(v[lo:lo + k], u, k).to(u.dtype))
 
 
-def _compact(obj: Any, free: Tensor, n: int, n_left: int) -> Any:
-    """The ``n_left`` rows of ``obj`` (``n`` rows) not ``free`` as its first rows: the running rows
-    past them move into the free rows before them (a copy of those rows only), then views."""
+def _compact(rows: list[Tensor], free: Tensor, n_left: int) -> list[Tensor]:
+    """The ``n_left`` rows not ``free`` as the first rows: the running rows past them move into the free
+    rows before them (a copy of those rows only), then views."""
     holes = free[:n_left].nonzero().squeeze(1)  # (r,) the free rows that stay
     movers = (~free[n_left:]).nonzero().squeeze(1) + n_left  # (r,) the running rows past them
-    move = lambda v: v.index_copy_(0, holes, v.index_select(0, movers))[:n_left]
-    return _rowwise(move, (obj,), (n,), "stream_predict cannot move the rows of a {} context: " + _STREAM_FIX)
+    return [v.index_copy_(0, holes, v.index_select(0, movers))[:n_left] for v in rows]
 
 
 def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, *, slots: int = 256,
@@ -445,36 +435,42 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
         parts = yield from admit(slots)  # the first images fill the slots; later ones only freed slots
         if not parts:
             return
-        # the running rows, none yet: (input row, depth, state, context, rule memory)
-        running, n = _span(parts[0][0], 0, 0, parts[0][0][0].numel()), 0
+        running, n = [v[:0] for v in parts[0][0]], 0  # the running rows, none yet, leaf by leaf
         exit_pos = done = running[0]  # no exit yet
+        state, memory_at = slice(2, 2 + feed.sizes[2]), sum(feed.sizes[:4])  # where h's, memory's leaves are
         while True:
             m, filled = exit_pos.numel(), 0  # new samples take the rows just freed, in place
             for chunk, lo, hi in parts:
-                size, k = chunk[0].numel(), min(hi - lo, m - filled)
+                k = min(hi - lo, m - filled)
                 if k:
-                    _put(running, exit_pos[filled:filled + k], chunk, lo, n, size)
+                    _put(running, exit_pos[filled:filled + k], chunk, lo)
                     filled += k
                 if hi - lo > k:  # more slots free than rows just freed: the rest is appended (a copy)
-                    rest = _span(chunk, lo + k, hi, size)
-                    running, n = _join(running, rest, n, hi - lo - k), n + hi - lo - k
+                    rest = hi - lo - k
+                    running = [torch.cat([u, _like(v[hi - rest:hi], u, rest)])
+                               for u, v in zip(running, chunk)]
+                    n += rest
             if filled < m:  # rows left free: the last running rows move into them
                 if n == m - filled:  # the stream is spent: a refill takes every freed slot it can
                     return
                 done.index_fill_(0, exit_pos[:filled], False)
-                running, n = _compact(running, done, n, n - m + filled), n - m + filled
-            idx, t, h, ctx, memory = running
+                n -= m - filled
+                running = _compact(running, done, n)
+            leaves = iter(running)  # (input row, depth, state, context, rule memory) of the running rows
+            idx, t, h, ctx, memory = (build(leaves) for build in feed.builds)
             h, logits, halt_logit, p = _step_readout(model, h, ctx, 0)  # weight-tied: any t is step t
-            t += 1  # (n,) each row's depth now
+            t += 1  # (n,) each row's depth now, in place
             done, memory = _exit_test(halting, t, h, logits, halt_logit, p, memory)
             done |= t >= steps  # at T every sample stops
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step, as adaptive_predict
-            running, m, parts = (idx, t, h, ctx, memory), exit_pos.numel(), ()
+            running[state] = [h] if isinstance(h, Tensor) else _leaves(h, n)[0]
+            running[memory_at:] = _leaves(memory, n)[0]
+            m, parts = exit_pos.numel(), ()
             if m == 0:
                 continue
             yield StreamEvent("exit", *(v.index_select(0, exit_pos) for v in (idx, logits, t, p)))
             free = slots - n + m
-            if feed.more and (free >= refill_at or n == m):
+            if (feed.n or feed.unread) and (free >= refill_at or n == m):  # more images: admit them
                 parts = yield from admit(free)
 
 

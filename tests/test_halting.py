@@ -854,6 +854,14 @@ def test_stream_embeds_the_next_images_ahead_in_slot_batches(monkeypatch):
     assert max(sizes[1][1:]) < 16  # embed_batch = 1: the stem on the rows that exits freed only
 
 
+def test_a_stream_of_one_tensor_is_checked_an_embedding_at_a_time_naming_the_images():
+    model, x = _stream_model("frost", n=100)
+    bad = x.clone()
+    bad[70, 0, 1, 1] = float("inf")
+    with pytest.raises(ValueError, match=r"images\[64:96\] has 1 NaN or infinite pixel"):
+        stream_predict(model, bad, 0.5, slots=8, embed_batch=32)
+
+
 def test_stream_of_uneven_batches_returns_input_order_and_reports_admissions_and_exits():
     from frost_nb.halting import stream_steps
 
