@@ -463,7 +463,7 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
             done, memory = _exit_test(halting, t, h, logits, halt_logit, p, memory)
             done |= t >= steps  # at T every sample stops
             exit_pos = done.nonzero().squeeze(1)  # one host sync per step, as adaptive_predict
-            running[state] = [h] if isinstance(h, Tensor) else _leaves(h, n)[0]
+            running[state] = _leaves(h, n)[0]
             running[memory_at:] = _leaves(memory, n)[0]
             m, parts = exit_pos.numel(), ()
             if m == 0:
