@@ -182,6 +182,11 @@ def row(claim: int, bundle: str, form_: str, dataset: str, seeds: int | None, pa
             "verdict": str(verdict), "notebook": SOURCES.get(notebook, notebook), "primary": primary}
 
 
+def _row(claim: int, st: dict | None, dataset: str, *cells, **kw) -> dict[str, Any]:
+    """``row`` of the runs of settings ``st`` (None: no run named): their bundle and form."""
+    return row(claim, st["bundle"] if st else NA, form(st), dataset, *cells, **kw)
+
+
 def _mean(values) -> float:
     """The mean of ``values``, NaN if there are none or any is missing (a NaN is written as null): a cell
     averages every seed its "seeds" column counts, or shows that it cannot."""
@@ -238,21 +243,19 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
                 continue
             frost = [at[(label, s)] for s, _ in sorted(found)]  # separate runs: every seed of each side
             st = found[0][1]
-            yield row(1, st["bundle"], form(st), d["dataset"], min(len(frost), len(basic)), shown,
-                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "02",
-                      primary=label == "frost", size=st.get("size"))
+            yield _row(1, st, d["dataset"], min(len(frost), len(basic)), shown, f"{_mean(frost):.2f} vs "
+                       f"{_mean(basic):.2f}", C.table1(frost, basic), "02", primary=label == "frost",
+                       size=st.get("size"))
             if label == "frost" and control:  # ours, beside
-                yield row(1, st["bundle"], form(st), d["dataset"], min(len(control), len(basic)), "no claim",
-                          f"no ranking {_mean(control):.2f} vs {_mean(basic):.2f}",
-                          C.table1_update(control, basic), "02", title=TABLE1_UPDATE, primary=False,
-                          size=st.get("size"))
+                yield _row(1, st, d["dataset"], min(len(control), len(basic)), "no claim", f"no ranking "
+                           f"{_mean(control):.2f} vs {_mean(basic):.2f}", C.table1_update(control, basic), "02",
+                           title=TABLE1_UPDATE, primary=False, size=st.get("size"))
     for d in m.files("15_update_forms*"):
         basic = d["basic_ssm cos t=3"]
         for runs, st, primary in _forms(d):
             frost = [r["cos t=3"] for r in runs]
-            yield row(1, st["bundle"], form(st), d["dataset"], min(len(runs), len(basic)), shown,
-                      f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15",
-                      primary=primary)
+            yield _row(1, st, d["dataset"], min(len(runs), len(basic)), shown,
+                       f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15", primary=primary)
 
 
 # 2. Appendix B (02: FROST among the families; 15_update_forms: every form). The growth rate of
@@ -275,13 +278,12 @@ def contraction_rows(m: Metrics) -> Iterator[dict]:
         if frost:
             st = runs[(frost[0]["model"], frost[0]["seed"])]
             ours, rates = _contraction_cells(frost, [kappa[(r["model"], r["seed"])] for r in frost])
-            yield row(2, st["bundle"], form(st), d["dataset"], len(frost), "kappa < 1", ours,
-                      C.contraction(rates), "02", size=st.get("size"))
+            yield _row(2, st, d["dataset"], len(frost), "kappa < 1", ours, C.contraction(rates), "02",
+                       size=st.get("size"))
     for d in m.files("15_update_forms*"):
         for runs, st, primary in _forms(d):
             ours, rates = _contraction_cells(runs, [r["kappa"] for r in runs])
-            yield row(2, st["bundle"], form(st), d["dataset"], len(runs), "kappa < 1", ours,
-                      C.contraction(rates), "15", primary=primary)
+            yield _row(2, st, d["dataset"], len(runs), "kappa < 1", ours, C.contraction(rates), "15", primary=primary)
 
 
 # 3. Minkowski dimension (03: one protocol; 15_minkowski_protocols: eight)
@@ -297,9 +299,9 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
         frost, base = _sides(d["runs"], "box mean")
         if not is_frost(st := run_of(d, {"model": "frost", "seed": 0})):
             continue
-        yield row(3, st["bundle"], form(st), d["dataset"], min(len(v) for v in (frost, *base.values())),
-                  MINKOWSKI_PAPER, f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
-                  C.minkowski(frost, base, _resolution()), "03", size=st.get("size"))
+        yield _row(3, st, d["dataset"], min(len(v) for v in (frost, *base.values())),
+                   MINKOWSKI_PAPER, f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
+                   C.minkowski(frost, base, _resolution()), "03", size=st.get("size"))
         if d.get("protocol_runs"):  # notebook 03 measures experiment (d)'s protocols too
             yield from _protocol_rows(d, d["protocol_runs"], "03")
     for d in m.files("15_minkowski_protocols"):
@@ -331,9 +333,9 @@ def _protocol_rows(d: dict, runs: list[dict], source: str) -> Iterator[dict]:
         return
     seeds = {r["seed"] for r in runs if r["model"] == "frost"}
     held, protocols = sum(v == C.REPRODUCED for v in per.values()), len(per)
-    yield row(3, st["bundle"], form(st), d["dataset"], len(seeds), MINKOWSKI_PAPER,
-              f"reproduced under {held} of {protocols} protocols", C.minkowski_protocols(per), source,
-              title="Minkowski dimension (8 protocols)", primary=False, size=st.get("size"))
+    yield _row(3, st, d["dataset"], len(seeds), MINKOWSKI_PAPER,
+               f"reproduced under {held} of {protocols} protocols", C.minkowski_protocols(per), source,
+               title="Minkowski dimension (8 protocols)", primary=False, size=st.get("size"))
 
 
 # 4. Figure 1: alpha
@@ -349,9 +351,9 @@ def alpha_rows(m: Metrics) -> Iterator[dict]:
         for group in _by(runs, lambda rs: form(rs[1])).values():
             st = group[0][1]
             v = {k: [r[k] for r, _ in group] for k in ALPHA_FIELDS}
-            yield row(4, st["bundle"], form(st), d["dataset"], len(group), "drops, recovers, < 1",
-                      f"{_mean(v['start']):.2f} -> {_mean(v['min']):.2f} -> {_mean(v['end']):.2f}",
-                      C.alpha(*v.values(), st["alpha_param"]), _source(name))
+            yield _row(4, st, d["dataset"], len(group), "drops, recovers, < 1",
+                       f"{_mean(v['start']):.2f} -> {_mean(v['min']):.2f} -> {_mean(v['end']):.2f}",
+                       C.alpha(*v.values(), st["alpha_param"]), _source(name))
 
 
 # 5, 6, 7. notebook 04's ablations
@@ -367,9 +369,8 @@ def hurst_rows(m: Metrics) -> Iterator[dict]:
         st = runs[0][1]
         verdict = C.hurst(fixed, [h for h, _ in learned], learned[0][1]["hurst_param"] if learned else None)
         top = max(fixed, key=lambda h: fixed[h][0])
-        yield row(5, st["bundle"], form(st), d["dataset"], 1, "alpha largest at small H; learned H > 1",
-                  f"alpha largest at H = {top:g}" + (f"; learned H {learned[0][0]:.2f}" if learned else ""),
-                  verdict, "04")
+        yield _row(5, st, d["dataset"], 1, "alpha largest at small H; learned H > 1", f"alpha largest at H = {top:g}"
+                   + (f"; learned H {learned[0][0]:.2f}" if learned else ""), verdict, "04")
 
 
 def loss_rows(m: Metrics) -> Iterator[dict]:
@@ -392,16 +393,14 @@ def loss_rows(m: Metrics) -> Iterator[dict]:
         ours = f"gap {gap(rel):.2f} vs {gap(both):.2f}" if rel else "no L_rel run"
         if alone:
             ours += f"; L_abs alone {100 * alone['test_accuracy']:.2f}% vs {100 * both['test_accuracy']:.2f}%"
-        yield row(6, st["bundle"], form(st), d["dataset"], 1, "narrow band; L_abs collapses", ours,
-                  verdict, "04")
+        yield _row(6, st, d["dataset"], 1, "narrow band; L_abs collapses", ours, verdict, "04")
         for lam, a in sorted(arms["abs"].items()):  # the other equal strengths, shown beside
             if lam == DEFAULT_STRENGTH[1] or (b := arms["both"].get(lam)) is None:
                 continue
-            yield row(6, st["bundle"], form(st), d["dataset"], 1, "L_abs collapses",
-                      f"L_abs alone {100 * a['test_accuracy']:.2f}% vs both (rel {b['lambda_rel']:g}) "
-                      f"{100 * b['test_accuracy']:.2f}%",
-                      C.loss_ablation([gap(b)], [b["test_accuracy"]], None, [gap(a)], [a["test_accuracy"]]),
-                      "04", title=f"Loss ablation at lambda_abs = {lam:g}", primary=False)
+            yield _row(6, st, d["dataset"], 1, "L_abs collapses", f"L_abs alone {100 * a['test_accuracy']:.2f}% vs "
+                       f"both (rel {b['lambda_rel']:g}) {100 * b['test_accuracy']:.2f}%",
+                       C.loss_ablation([gap(b)], [b["test_accuracy"]], None, [gap(a)], [a["test_accuracy"]]),
+                       "04", title=f"Loss ablation at lambda_abs = {lam:g}", primary=False)
 
 
 def conflict_rows(m: Metrics) -> Iterator[dict]:
@@ -411,9 +410,9 @@ def conflict_rows(m: Metrics) -> Iterator[dict]:
         if "frost" not in summary or not found:
             continue
         st, base = found[0][1], {k: [v] for k, v in summary.items() if k != "frost"}
-        yield row(7, st["bundle"], form(st), d["dataset"], 1, "> 0 vs < 0", f"{summary['frost']:+.2f} vs "
-                  f"{min(v[0] for v in base.values()):+.2f}..{max(v[0] for v in base.values()):+.2f}",
-                  C.gradient_conflict([summary["frost"]], base), "04", primary=False)
+        yield _row(7, st, d["dataset"], 1, "> 0 vs < 0", f"{summary['frost']:+.2f} vs "
+                   f"{min(v[0] for v in base.values()):+.2f}..{max(v[0] for v in base.values()):+.2f}",
+                   C.gradient_conflict([summary["frost"]], base), "04", primary=False)
     for d in m.files("15_loss_strength"):
         for strength, rs in _by(d["runs"], lambda r: (r["lambda_rel"], r["lambda_abs"])).items():
             per = {k: [r["step_cosine"] for r in sorted(v, key=lambda r: r["seed"])] for k, v in _by(rs, "model").items()}
@@ -422,10 +421,10 @@ def conflict_rows(m: Metrics) -> Iterator[dict]:
             st = run_of(d, _first(r for r in rs if r["model"] == "frost"))
             base = {k: v for k, v in per.items() if k != "frost"}
             others = ", ".join(f"{k} {_mean(v):+.3f}" for k, v in base.items())
-            yield row(7, st["bundle"], form(st), d["dataset"], len(per["frost"]), "> 0 vs < 0",
-                      f"frost {_mean(per['frost']):+.3f}; {others}", C.gradient_conflict(per["frost"], base),
-                      "15", title="" if strength == DEFAULT_STRENGTH else
-                      f"Gradient conflict (rel {strength[0]:g}, abs {strength[1]:g})")
+            yield _row(7, st, d["dataset"], len(per["frost"]), "> 0 vs < 0",
+                       f"frost {_mean(per['frost']):+.3f}; {others}", C.gradient_conflict(per["frost"], base),
+                       "15", title="" if strength == DEFAULT_STRENGTH else
+                       f"Gradient conflict (rel {strength[0]:g}, abs {strength[1]:g})")
 
 
 # 8. Collapse of the baselines
@@ -504,23 +503,23 @@ def table2_rows(m: Metrics) -> Iterator[dict]:
     shown = " / ".join(f"{C.PAPER_KEPT[q]:.2f}" for q in C.KEPT_SHOWN)
     for source, st, dataset, sweeps, fixed, halves in _sweeps(m):
         halves = halves or {}  # the test images' half-widths of the seed means (notebook 05), where measured
-        image = {key: {float(q): h for q, h in halves.get(key, {}).items()} for key in ("kept_at_quantile", "kept_at_depth")}
         at_q = {q: [_first(r["accuracy"] for r in s if r["quantile"] == q) / _first(
             r["accuracy"] for r in s if r["quantile"] == 1.0) for s in sweeps] for q in C.KEPT_SHOWN}
         curves = [np.array(sorted((r["mean_depth"], r["accuracy"]) for r in s)).T for s in sweeps]
         at_depth = {q: [float(np.interp(C.PAPER_DEPTH[q] * depth[-1] / 16, depth, acc)) / acc[-1]
                         for depth, acc in curves] for q in C.KEPT_SHOWN}
-        at = (st["bundle"], form(st), dataset, len(sweeps), shown)
         for claim, kept, key in ((9, at_q, "kept_at_quantile"), (10, at_depth, "kept_at_depth")):
-            yield row(claim, *at, " / ".join(f"{_mean(kept[q]):.2f}" for q in C.KEPT_SHOWN),
-                      C.kept(kept, image[key]), source, primary=own_form(st), size=st.get("size"))
+            image = {float(q): h for q, h in halves.get(key, {}).items()}
+            ours = " / ".join(f"{_mean(kept[q]):.2f}" for q in C.KEPT_SHOWN)
+            yield _row(claim, st, dataset, len(sweeps), shown, ours, C.kept(kept, image), source, primary=own_form(st),
+                       size=st.get("size"))
         # per seed with a fixed-depth curve (accuracy at depth 1..T): the mean gain over q < 1
         gain = [_mean(r["accuracy"] - float(np.interp(r["mean_depth"], list(range(1, len(f) + 1)), f))
                       for r in s if r["quantile"] < 1.0) for s, f in zip(sweeps, fixed) if f]
         if gain:
-            yield row(14, st["bundle"], form(st), dataset, len(gain), "no claim",
-                      f"{100 * _mean(gain):+.1f} points", C.fixed_depth(gain, halves.get("gain_over_fixed", 0.0)),
-                      source, primary=own_form(st), size=st.get("size"))
+            yield _row(14, st, dataset, len(gain), "no claim",
+                       f"{100 * _mean(gain):+.1f} points", C.fixed_depth(gain, halves.get("gain_over_fixed", 0.0)),
+                       source, primary=own_form(st), size=st.get("size"))
 
 
 # 13. Table 3's ViT exit depth (05)
@@ -536,10 +535,9 @@ def vit_rows(m: Metrics) -> Iterator[dict]:
         if not {"resnet", "vit"} <= set(at):
             continue
         v, r = at["vit"], at["resnet"]
-        yield row(13, st["bundle"], form(st), vit["dataset"], 1, shown,
-                  f"{v['mean_depth']:.2f} of {vit['steps']}; {v['fraction']:.2f} vs {r['fraction']:.2f}",
-                  C.vit_depth([v["mean_depth"]], vit["steps"], [v["fraction"]], [r["fraction"]]), "05",
-                  size=st.get("size"))
+        yield _row(13, st, vit["dataset"], 1, shown, f"{v['mean_depth']:.2f} of {vit['steps']}; "
+                   f"{v['fraction']:.2f} vs {r['fraction']:.2f}", C.vit_depth([v["mean_depth"]], vit["steps"],
+                   [v["fraction"]], [r["fraction"]]), "05", size=st.get("size"))
 
 
 # 11, 12. Table 3 (06: shapes at the paper's settings; benchmarks: throughput per regime)
@@ -563,10 +561,9 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
                     [max((r for r in compared if r["model"] != "frost"), key=lambda r: off[r["model"]])]
                 cells = [", ".join(f"{r['model']} {r[key]:.2f}" for r in shown) for key in (f"paper {column}", column)]
                 tail = f" ({device.upper()}, random weights)" if claim == 12 else ""
-                yield row(claim, demo["bundle"] if demo else NA, form(demo), "imagenet100", None,
-                          f"{label} {cells[0]}", f"{label} {cells[1]}{tail}",
-                          C.ratio(errors) if claim == 11 else C.throughput(errors, device), "06",
-                          title="" if backbone == "resnet" else f"{C.CLAIM[claim].title} ({label}, frost / vanilla)")
+                yield _row(claim, demo, "imagenet100", None, f"{label} {cells[0]}", f"{label} {cells[1]}{tail}",
+                           C.ratio(errors) if claim == 11 else C.throughput(errors, device), "06",
+                           title="" if backbone == "resnet" else f"{C.CLAIM[claim].title} ({label}, frost / vanilla)")
     for d in m.files("bench_table3_regime*"):
         device = d.get("env", {}).get("device", "")
         for backbone, rs in _by(d["ratios"], "backbone").items():
@@ -601,19 +598,19 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
             noise = d.get("rival_bootstrap") or {}
             shown = "".join(f"; seed {_seed(m)} [{noise[m]['low']:+.3f}, {noise[m]['high']:+.3f}]"
                             for m, (rival, _) in zip(models, best) if noise.get(m, {}).get("rival") == rival)
-            yield row(15, st["bundle"], form(st), d["dataset"], len(models), "no claim",
-                      f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
-                      C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), source,
-                      primary=own_form(st), size=st.get("size"))
+            yield _row(15, st, d["dataset"], len(models), "no claim",
+                       f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
+                       C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), source,
+                       primary=own_form(st), size=st.get("size"))
     for d in m.files("15_head_refit"):
         margins = d.get("margin_per_backbone", {})
         for group in _by([(k, settings(d, b["key"])) for k, b in d["backbones"].items()],
                          lambda ks: form(ks[1])).values():
             st = group[0][1]
             values = [margins[k] for k, _ in group if k in margins]
-            yield row(15, st["bundle"], form(st), d["dataset"], len(values), "no claim", f"best linear head "
-                      f"{_mean(values):+.3f} area over fixed depth / confidence", C.head_refit(values),
-                      "15", title="A learned head can beat fixed depth (refit)", primary=False)
+            yield _row(15, st, d["dataset"], len(values), "no claim", f"best linear head "
+                       f"{_mean(values):+.3f} area over fixed depth / confidence", C.head_refit(values),
+                       "15", title="A learned head can beat fixed depth (refit)", primary=False)
 
 
 # Beyond the paper (notebook 08): the variant against its own fixed depth and oracle, and FROST
@@ -637,14 +634,12 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
             ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_hindsight"))
             full, frost_full = [g["full_depth"] for g in gs], [g["full_depth"] for g in frost.values()]
             main = family == d["variant"] and rule == "frost"
-            yield row(16, st["bundle"], form(st), d["dataset"], len(gs), "no claim", f"ranking "
-                      f"{100 * _mean(ranking):+.2f} points; {_mean(saved):+.2f} steps to within half a "
-                      f"point; closes {_mean(closed):.2f} of the hindsight gap; full depth "
-                      f"{_mean(full) - _mean(frost_full):+.3f}",
-                      C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
-                      primary=main, size=st.get("size"), title="" if main else f"Our rule ({rule}) on "
-                      f"{'the variant' if family == d['variant'] else 'FROST'}'s models, "
-                      "by claim 16's targets (ours)")
+            yield _row(16, st, d["dataset"], len(gs), "no claim", f"ranking {100 * _mean(ranking):+.2f} points; "
+                       f"{_mean(saved):+.2f} steps to within half a point; closes {_mean(closed):.2f} of the "
+                       f"hindsight gap; full depth {_mean(full) - _mean(frost_full):+.3f}",
+                       C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
+                       primary=main, size=st.get("size"), title="" if main else f"Our rule ({rule}) on "
+                       f"{'the variant' if family == d['variant'] else 'FROST'}'s models, by claim 16's targets (ours)")
 
 
 # 19 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
@@ -743,21 +738,21 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
         device = d.get("env", {}).get("device", "")
         if d.get("benchmark") == "adaptive_inference" and d.get("rows"):
             st = settings(d, next(iter((d.get("provenance") or {}).get("runs", [])), None))
-            at = (st["bundle"] if st else NA, form(st), d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
+            at = (st, d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
             # the stream (continuous batching) at its defaults, refilled at once and the
             # next images embedded a slot batch ahead: its worst cell at 1 thread
             stream = [r for r in d["rows"] if r.get("mode") == "stream" and r.get("threads", 1) == 1
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
-                yield row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
-                          f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
-                          C.speed(w["ratio"]), "bench")
+                yield _row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
+                           f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
+                           C.speed(w["ratio"]), "bench")
             batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
             largest = max(r["batch_size"] for r in batch)
             worst = min(r["ratio"] for r in batch if r["batch_size"] == largest)
-            yield row(17, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
-                      C.speed(worst), "bench", primary=not stream)
+            yield _row(17, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
+                       C.speed(worst), "bench", primary=not stream)
         if d.get("benchmark") == "train_throughput":
             for r in d.get("rows", []):
                 if r.get("model") == "frost" and r.get("kll_share") is not None:
