@@ -477,11 +477,9 @@ def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list
         if "sweep" not in d or len(runs) != 1 or not is_frost(st := settings(d, runs[0])):
             continue
         yield _source(name), st, d["dataset"], [d["sweep"]], [d.get("accuracy_per_step") or _run_curve(runs[0])], None
-    for path in sorted(m.folder.glob("sweep_*.csv")):
-        if not (side := path.with_suffix(".provenance.json")).is_file():
-            continue  # a CSV without its provenance names no run
-        if (record := m.json(side.stem)) is None or (rows := m.csv(path)) is None:
-            continue  # damaged, and skipped (paths.skip_damaged)
+    for path in sorted(m.folder.glob("sweep_*.csv")):  # its provenance: the sidecar sweep_*.provenance.json
+        if (record := m.json(path.with_suffix(".provenance").name)) is None or (rows := m.csv(path)) is None:
+            continue  # a CSV without its provenance names no run; a damaged one skipped (paths.skip_damaged)
         prov = record["provenance"]
         if len(prov["runs"]) != 1 or not is_frost(st := prov["settings"][prov["runs"][0]]):
             continue
