@@ -83,13 +83,7 @@ def _reason(err: OSError) -> str:  # the system's words, without the path (the m
 
 def nearest_existing(path: Path) -> Path:
     """``path`` or its nearest existing ancestor; never raises (behind a closed folder counts as missing)."""
-    while path != path.parent:
-        try:
-            os.lstat(path)
-            return path
-        except OSError:
-            path = path.parent
-    return path
+    return next(p for p in (path, *path.parents) if os.path.lexists(p) or p == p.parent)
 
 
 def _unwritable(folder: Path) -> str | None:
