@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from .checkpoint import save_checkpoint
-from .config import ModelConfig, RunConfig, replace_model
+from .config import RunConfig, replace_model
 from .data.prepare import DATASETS
 from .halting import prologue
 from .losses import teacher_losses, total_loss
@@ -79,11 +81,6 @@ def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple
         fixed, (h, ctx) = count_flops(prologue, model, x)
         per_step, _ = count_flops(lambda: model.readout(model.step(h, ctx, 0), ctx))
     return fixed, per_step
-
-
-def _meta_model(model_config: ModelConfig):
-    with torch.device("meta"):
-        return create_model(model_config)
 
 
 def _batch_bytes(model, config: RunConfig, teacher=None) -> tuple[int, int]:
@@ -157,10 +154,11 @@ def _epoch_seconds(config: RunConfig, flops: int, device: torch.device, amp: boo
 def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     """The cost of training ``config`` on ``device`` (default: the one it would train on)."""
     device = device or pick_device(config.train.device)
-    model = _meta_model(config.model)
-    # a student's teacher: the student's model with one branch per step, as runs.load_teacher requires
-    teacher = (None if config.loss.teacher is None
-               else _meta_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False))
+    with torch.device("meta"):
+        model = create_model(config.model)
+        # a student's teacher: the student's model with one branch per step, as runs.load_teacher requires
+        teacher = (None if config.loss.teacher is None
+                   else create_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False))
     params = sum(p.numel() for p in model.parameters())
     m = config.model
     fixed, per_step = flops_per_image(model, (m.in_channels, m.image_size, m.image_size))
@@ -199,16 +197,12 @@ def free_memory(device: torch.device) -> int | None:
     """Bytes the device has free now (CUDA: the driver's count; CPU: MemAvailable), None if unknown."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
+    with suppress(OSError):
+        if found := re.search(r"^MemAvailable:\s+(\d+)", Path("/proc/meminfo").read_text(), re.MULTILINE):
+            return int(found[1]) * 1024
+    with suppress(ValueError, OSError, AttributeError):
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return None
 
 
 def refuse_if_too_big(config: RunConfig, cost: RunCost, device: torch.device) -> None:
