@@ -48,8 +48,7 @@ def check_range(param: str, value: float, low: float, high: float, *, low_open: 
 def check_non_negative_int(param: str, value: int, *, what: str = "an integer", high: int | None = None,
                            error: type[Exception] = ConfigError) -> int:
     """``value`` is an int (not a bool), ``>= 0`` and at most ``high`` when given."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    if not ok or (high is not None and value > high):
+    if not (_type_ok(value, int) and value >= 0 and (high is None or value <= high)):
         _fail(param, value, f"{what} >= 0" + (f" and <= {high}" if high is not None else ""), error)
     return value
 
@@ -79,7 +78,7 @@ class _Validated:
         types_ = _field_types(type(self))
         for f in dataclasses.fields(self):
             value, annotation = getattr(self, f.name), types_[f.name]
-            if isinstance(value, int) and not isinstance(value, bool) and annotation is float:
+            if annotation is float and _type_ok(value, int):
                 object.__setattr__(self, f.name, float(value))  # frozen: set once, here
             elif not _type_ok(value, annotation):
                 _fail(f"{self._section}.{f.name}", value, f"a value of type {f.type}")
@@ -504,8 +503,7 @@ PRESETS: dict[tuple[str, str, str], Preset] = {
     ("demo", "fashion-mnist", "any"): _DEMO._replace(stem_stride=4, patch_size=4, augment=False, epochs=15,
                                                      batch_size=128),
     # 16x16 states; about an hour
-    ("demo", "cifar10", "any"): _DEMO._replace(stem_stride=2, patch_size=4, augment=False, epochs=18,
-                                               batch_size=128),
+    ("demo", "cifar10", "any"): _DEMO_CIFAR100._replace(epochs=18),
     ("demo", "cifar100", "any"): _DEMO_CIFAR100,
     ("demo", "*", "any"): _DEMO._replace(stem_stride=4, patch_size=4, epochs=10, batch_size=128),
     ("paper", "*", "resnet"): _PAPER,
