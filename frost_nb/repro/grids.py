@@ -76,8 +76,7 @@ RESIDUAL_SELECTION = {**RESIDUAL_BUNDLE, "model.update": "gated", "loss.rank_fra
 def bundle_of(cfg: RunConfig) -> str:
     """"adopted" when a run has every setting of ADOPTED_BUNDLE, "per-step" when it has every setting
     of PER_STEP_BUNDLE, else "residual" (a run made under the defaults before both, or another bundle)."""
-    d = cfg.to_dict()
-    held = lambda settings: all(d[k.split(".")[0]][k.split(".")[1]] == v for k, v in settings.items())
+    held = lambda settings: settings.items() <= cfg.flat().items()  # each setting as the run has it
     return "adopted" if held(ADOPTED_BUNDLE) else "per-step" if held(PER_STEP_BUNDLE) else "residual"
 
 
@@ -351,12 +350,11 @@ def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: i
                 size, dataset, seed)
 
 
-def shard(runs: dict[str, RunConfig], index: int, count: int) -> dict[str, RunConfig]:
-    """Every ``count``-th run starting at ``index`` (for training a grid in parallel)."""
+def shard(runs: Grid, index: int, count: int) -> Grid:
+    """Every ``count``-th run of a grid starting at ``index`` (for training a grid in parallel)."""
     if not 0 <= index < count:
         raise ValueError(f"shard {index}/{count}: the index must be in 0..{count - 1}")
-    picked = {k: v for i, (k, v) in enumerate(runs.items()) if i % count == index}
-    return Grid(picked, runs.folder) if isinstance(runs, Grid) else picked
+    return Grid({k: v for i, (k, v) in enumerate(runs.items()) if i % count == index}, runs.folder)
 
 
 # Seconds per epoch of one demo-size run alone on the 2-core CPU, from the committed runs (README's
