@@ -49,8 +49,8 @@ class HaltingExplorer:
         self.slider.observe(self._on_change, names="value")
         self.selector.observe(self._on_change, names="value")
         # the compute-budget knob: a mean depth in steps, met on the held-out split
-        self.budget = slider(value=self._held_out_depth(), min=1.0, max=float(first.steps), step=0.25,
-                             description="mean depth", readout_format=".2f")
+        self.budget = slider(value=self._held_out_depth() if self.budgets else float(first.steps), min=1.0,
+                             max=float(first.steps), step=0.25, description="mean depth", readout_format=".2f")
         self.budget_note = W.HTML()
         self.budget.observe(self._on_budget, names="value")
         views = [W.HBox([self.histogram, self.per_class], layout=W.Layout(flex_flow="row wrap"))]
@@ -75,9 +75,7 @@ class HaltingExplorer:
         return self.cache.at(self.slider.value)
 
     def _held_out_depth(self) -> float:
-        """The current model's held-out mean depth at the current quantile (T without budgets)."""
-        if not self.budgets:
-            return float(self.cache.steps)
+        """The current model's held-out mean depth at the current quantile (``budgets`` given)."""
         return self.budgets[self.selector.value].at(self.slider.value).mean_depth
 
     def _on_change(self, _change) -> None:
