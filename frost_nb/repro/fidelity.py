@@ -83,7 +83,7 @@ def update_form_row(result, *, jvp_samples: int = trajectories.JVP_SAMPLES) -> d
     cfg = result.config
     traj = trajectories.run_trajectories(result, "test")
     cosine = trajectories.cosine_to_final(traj.pooled).mean(0)  # (T+1,) over samples
-    per_step = (traj.logits.argmax(-1) == traj.y[:, None]).float().mean(0)  # (T,)
+    per_step = traj.accuracy_per_step()  # (T,)
     jvp = trajectories.run_jacobian_summary(result, jvp_samples)
     areas = summary(run_rule_curves(result, "m", test=traj), cfg.model.steps).set_index("rule")["auc"]
     alpha = [a for a in result.history["steps"].get("alpha", []) if a == a] or [math.nan]  # NaN: no alpha
@@ -91,7 +91,7 @@ def update_form_row(result, *, jvp_samples: int = trajectories.JVP_SAMPLES) -> d
             "epochs": cfg.train.epochs, "key": run_name(result.checkpoint),
             **trajectories.contraction_summary(traj), **jvp,
             **{f"cos t={t}": float(cosine[t]) for t in UPDATE_FORM_STEPS if t <= cfg.model.steps},
-            "accuracy per depth": [float(a) for a in per_step], "accuracy": float(per_step[-1]),
+            "accuracy per depth": per_step, "accuracy": per_step[-1],
             "alpha start": alpha[0], "alpha min": min(alpha), "alpha end": alpha[-1],
             "area frost": float(areas.get("frost", math.nan)),
             "area fixed": float(areas.get(FIXED, math.nan))}

@@ -28,7 +28,7 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
     at seed 0 per rung and at the demo control (``smoke``: CI's ladder on digits, SMOKE_WIDTHS);
     GPU_RUNGS' runs where they are stored, never in smoke."""
     from ..runs import find_run
-    from .grids import grid
+    from .grids import family_of, grid
 
     runs = {}
     for size in RUNGS if smoke else (*RUNGS, *GPU_RUNGS, CONTROL):
@@ -36,7 +36,7 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
         wanted = {("frost", s) for s in frost_seeds} | {(BASELINE, 0)}
         g = grid("families", "smoke" if smoke else size, "digits" if smoke else dataset, seeds=(0, 1, 2))
         for label, cfg in g.items():
-            model, seed = label.rsplit(" seed ", 1)[0], cfg.train.seed
+            model, seed = family_of(label), cfg.train.seed
             if (model, seed) not in wanted or (size in GPU_RUNGS and find_run(cfg) is None):
                 continue
             name = g.run_name(label)
