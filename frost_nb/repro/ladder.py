@@ -3,17 +3,25 @@ reads, every quantity of one trained run, and the measures the notebook's metric
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import math
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from ..analysis import curves, fractal, halting_rules, trajectories
 from ..analysis.curves import FIXED, at_depths, curve, versus_fixed_depth
 from ..analysis.halting_rules import sorted_points
 from ..analysis.ladder import PAPER_DEPTHS
 from ..halting import PAPER_QUANTILES
 from ..paper import TABLE1_STEP
+from ..paths import DamagedInput, outputs_dir, restore_hint
+from ..runs import METRICS_FILE, read_metrics
+from .claims import product_rate
+from .grids import family_of, grid
 
 RUNGS = ("ladder32", "ladder64", "ladder128")  # the CPU rungs
 GPU_RUNGS = ("ladder256",)  # a fourth rung of the fit once a GPU has trained it (its runs read when stored)
@@ -27,8 +35,7 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
     """label -> (run name, RunConfig) of every run notebook 09 reads: frost at FROST_SEEDS and BASELINE
     at seed 0 per rung and at the demo control (``smoke``: CI's ladder on digits, SMOKE_WIDTHS);
     GPU_RUNGS' runs where they are stored, never in smoke."""
-    from ..runs import find_run
-    from .grids import family_of, grid
+    from ..runs import find_run  # looked up at the call (tests stand a stored GPU rung in for it)
 
     runs = {}
     for size in RUNGS if smoke else (*RUNGS, *GPU_RUNGS, CONTROL):
@@ -120,8 +127,6 @@ def run_measures(result, samples: int = 300, jvp_samples: int = 100) -> dict:
 def _hardware(result) -> str | None:
     """What trained ``result``: its folder's metrics.json says (the checkpoint's metrics name only the
     device), else the device."""
-    from ..runs import METRICS_FILE, read_metrics
-
     folder = None if result.checkpoint is None else Path(result.checkpoint).parent
     stored = read_metrics(folder) if folder is not None and (folder / METRICS_FILE).is_file() else {}
     return stored.get("hardware", result.metrics.get("hardware", result.metrics.get("device")))
@@ -130,12 +135,6 @@ def _hardware(result) -> str | None:
 def measure_code() -> str:
     """A digest of the code that computes a run's measures (``run_measures`` and what it calls for them):
     a cached row measured by other code is measured again."""
-    import hashlib
-    import inspect
-
-    from ..analysis import curves, fractal, halting_rules, trajectories
-    from .claims import product_rate
-
     code = (run_measures, trajectory_measures, halting_measures, depth_to_keep, curves.curve,
             curves.at_depths, curves.versus_fixed_depth, halting_rules.random_exit_accuracy, halting_rules.gain_split,
             trajectories.run_trajectories, trajectories.scale_consistency_rows, trajectories.run_jacobian_summary,
@@ -182,10 +181,6 @@ def trajectory_measures(result, pooled, samples: int = 300, jvp_samples: int = 1
 
 def cached_measures(name: str) -> dict[str, dict]:
     """The runs' measures kept in the metrics file ``name`` (run name -> row); {} when there is none."""
-    import json
-
-    from ..paths import DamagedInput, outputs_dir, restore_hint
-
     path = outputs_dir() / "metrics" / f"{name}.json"
     if not path.exists():
         return {}
