@@ -8,8 +8,10 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Rectangle
 
 from ..analysis.halting_rules import HINDSIGHT, sorted_points
+from ..analysis.ladder import QUANTITIES, quantity_points
 
 
 def _smooth(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -428,8 +430,6 @@ def plot_ladder_quantities(rows: Sequence[dict], readout: Sequence[dict], paper_
     """One panel per quantity of the scale ladder against parameters (log axis): each run a point
     (the demo control hollow, never fitted), the fitted line with its reading, the paper's value as
     a star at ``paper_params`` (a bound or sign as a dotted line)."""
-    from ..analysis.ladder import QUANTITIES, quantity_points
-
     points = quantity_points(list(rows))
     fits = {r["quantity"]: r for r in readout}
     names, cols = list(QUANTITIES), 4
@@ -479,8 +479,6 @@ def plot_block_ranges(similarity, ranges: dict[int, Sequence[tuple[int, int]]],
                       equal: dict[int, Sequence[tuple[int, int]]], title: str = "") -> plt.Figure:
     """The teacher's step similarity once per k, the ranges its k-branch student was given drawn as
     solid boxes and the equal ranges of the control as dashed ones (steps 1..T)."""
-    from matplotlib.patches import Rectangle
-
     m = np.asarray(similarity)
     fig, axes = plt.subplots(1, len(ranges), figsize=(3.0 * len(ranges) + 0.6, 3.2), squeeze=False)
     for ax, (k, chosen) in zip(axes[0], ranges.items()):
