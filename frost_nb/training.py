@@ -277,7 +277,6 @@ class Trainer:
         self.resumed = False  # fit reads the checkpoint once, on its first call
         self.epoch_seconds = 0.0  # wall time of the latest epoch (evaluation and checkpoint included)
         self.within_epoch: dict | None = None  # an unfinished epoch's pass and sums (mid-epoch checkpoint)
-        self.saved_at = time.monotonic()  # of the latest checkpoint (or of the start)
 
     @property
     def restartable(self) -> bool:
@@ -298,7 +297,7 @@ class Trainer:
                          f" and {self.within_epoch['done']} of its next {self.steps_per_epoch} steps"
                          if self.within_epoch else "")
         model, first = self.model, self.epoch
-        self.saved_at = time.monotonic()
+        self.saved_at = time.monotonic()  # of the latest checkpoint (or of this call's start)
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
         show = show_progress(self.progress) and main  # rank 0 alone shows progress and logs
         bar = tqdm(total=last * self.steps_per_epoch, initial=self.step,
