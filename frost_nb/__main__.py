@@ -27,7 +27,7 @@ import torch
 from . import checkpoint, paths, training
 from .config import SIZES, ConfigError, make_config, parse_settings
 from .data.datasets import DataError, make_batches
-from .distributed import barrier, join_process_group, launched_world_size, leave_process_group
+from .distributed import join_process_group, launched_world_size, leave_process_group
 from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
 from .inputs import ParameterError, check_split, number_in
 from .paths import (DamagedInput, OutputError, atomic_path, check_readable, check_writable, repo_root,
@@ -84,7 +84,7 @@ def cmd_train(args) -> int:
             # the ranks do not race to delete the same files
             if setup.is_main:
                 discard_local(config)
-            barrier()
+            torch.distributed.barrier()
         teacher = load_teacher(config) if args.checkpoint and config.loss.teacher is not None else None
         result = (training.train(config, checkpoint=args.checkpoint, progress=progress, teacher=teacher)
                   if args.checkpoint

@@ -76,12 +76,6 @@ def leave_process_group() -> None:
         dist.destroy_process_group()
 
 
-def barrier() -> None:
-    """Wait until every rank gets here (nothing to wait for in a single process)."""
-    if in_process_group():
-        dist.barrier()
-
-
 def summed_over_ranks(values: torch.Tensor) -> torch.Tensor:
     """``values`` summed over all ranks, elementwise, on their device: one all-reduce and no host
     sync (the tensor itself without a process group)."""
