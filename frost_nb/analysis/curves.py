@@ -21,8 +21,8 @@ from .halting_rules import (FIXED, FIXED_RULE, FROST, FROST_QUANTILES, HINDSIGHT
                             RULES, SIGNAL_RULES, THRESHOLDS, WITHIN, Rule, candidate_thresholds,
                             common_window, confidence_signal, curve_auc, depth_to_reach, fit_settled_probe,
                             fixed_accuracy_at, gain_split, hindsight_exit_at, oracle_accuracy_at,
-                            oracle_exits, random_exit_accuracy, reach, rule_exits, settled_auroc,
-                            settled_exits, sorted_points)
+                            oracle_exits, random_exit_accuracy, reach, read_at, rule_exits, settled_auroc,
+                            settled_exits)
 from .stats import IMAGE_RESAMPLES
 from .trajectories import run_trajectories
 
@@ -138,16 +138,6 @@ def run_rule_curves(result, model: str, count: int | None = None, test=None, val
 
 
 # ---------------------------------------------------------------- readings at matched depth
-def read_at(table, depths) -> np.ndarray:
-    """A curve's accuracy at mean ``depths``: its finite points in order of depth joined by straight
-    lines (points at one depth averaged), as notebook 07's areas join them; outside, its end points."""
-    x, y = sorted_points(table)
-    if not x.size:
-        raise ValueError("the curve has no finite (mean_depth, accuracy) point to read")
-    at, index = np.unique(x, return_inverse=True)
-    return np.interp(depths, at, np.bincount(index, weights=y) / np.bincount(index))
-
-
 def summarise_sweeps(tables: dict[Any, Any]):
     """Mean and spread (sample std over runs, ddof = 1) of several runs' FROST curves, one row per quantile."""
     g = pd.concat([t.assign(run=k) for k, t in tables.items()]).groupby("quantile")

@@ -262,7 +262,7 @@ def random_exit_accuracy(correct: Tensor, exits: Tensor) -> float:
 
 
 def fixed_accuracy_at(correct: Tensor, depths) -> np.ndarray:
-    """A fixed depth read at mean ``depths``: linear between whole steps, as ``curves.read_at`` reads
+    """A fixed depth read at mean ``depths``: linear between whole steps, as ``read_at`` reads
     the fixed-depth curve (the accuracy of stopping at floor(d) and ceil(d) in proportion)."""
     acc = correct.double().mean(0).numpy()  # (T,)
     return np.interp(np.asarray(depths, dtype=float), np.arange(1, acc.size + 1), acc)
@@ -394,6 +394,16 @@ def sorted_points(curve) -> tuple[np.ndarray, np.ndarray]:
     return x[keep][order], y[keep][order]
 
 
+def read_at(table, depths) -> np.ndarray:
+    """A curve's accuracy at mean ``depths``: its finite points in order of depth joined by straight
+    lines (points at one depth averaged), as notebook 07's areas join them; outside, its end points."""
+    x, y = sorted_points(table)
+    if not x.size:
+        raise ValueError("the curve has no finite (mean_depth, accuracy) point to read")
+    at, index = np.unique(x, return_inverse=True)
+    return np.interp(depths, at, np.bincount(index, weights=y) / np.bincount(index))
+
+
 def reach(curve) -> tuple[float, float]:
     """The shallowest and the deepest mean depth of a curve's finite points (NaN, NaN if none)."""
     x, _ = sorted_points(curve)
@@ -408,20 +418,18 @@ def common_window(curves: Sequence, steps: int) -> tuple[float, float]:
 
 def curve_auc(curve, steps: int, window: tuple[float, float] | None = None) -> float:
     """Mean accuracy over mean depths ``window`` (default 1..T): the area under the curve's points joined
-    by straight lines (as ``curves.read_at``) over the window's width. Never extended: NaN when the curve
+    by straight lines (as ``read_at``) over the window's width. Never extended: NaN when the curve
     does not reach the whole window (``common_window``). A window of one depth: the accuracy there."""
     if steps < 2:
         raise ValueError(f"steps={steps}: the depth range 1..T needs T >= 2")
     lo, hi = (1.0, float(steps)) if window is None else (float(window[0]), float(window[1]))
-    x, y = sorted_points(curve)
+    x, _ = sorted_points(curve)
     if not x.size or not (lo <= hi) or x[0] > lo + 1e-9 or x[-1] < hi - 1e-9:
         return math.nan
-    at, index = np.unique(x, return_inverse=True)
-    mean = np.bincount(index, weights=y) / np.bincount(index)
     if hi - lo < 1e-12:
-        return float(np.interp(lo, at, mean))
-    grid = np.unique(np.concatenate([[lo, hi], at[(at > lo) & (at < hi)]]))
-    acc = np.interp(grid, at, mean)
+        return float(read_at(curve, lo))
+    grid = np.unique(np.concatenate([[lo, hi], x[(x > lo) & (x < hi)]]))
+    acc = read_at(curve, grid)
     return float(np.sum((grid[1:] - grid[:-1]) * (acc[1:] + acc[:-1]) / 2) / (hi - lo))
 
 
