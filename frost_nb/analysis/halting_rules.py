@@ -141,13 +141,13 @@ class OnlineRule:
         memory = ONLINE[self.rule.name][0](h0)
         if self.rule.hits == 1:
             return memory
-        return memory, torch.zeros(h0.shape[0], dtype=torch.int64, device=h0.device)  # hits in a row
+        return memory, _per_row(h0, 0, torch.int64)  # hits in a row
 
     def fires(self, t: Tensor | int, h: Tensor, logits: Tensor, halt_logit: Tensor, memory: tuple):
         """``(exits, memory)`` at step ``t`` in 1..T, (n,) int64 per row (or one int for every row):
         (n,) bool, and the memory for each row's next step."""
         if not (isinstance(t, Tensor) and t.dim() == 1):  # one int for every row
-            t = torch.full((h.shape[0],), int(t), dtype=torch.int64, device=h.device)
+            t = _per_row(h, int(t), torch.int64)
         inner, run = (memory, None) if self.rule.hits == 1 else memory
         signal, inner = ONLINE[self.rule.name][1](t, h, logits, halt_logit, inner)
         hit = signal > self.threshold if self.rule.exits_when == "above" else signal < self.threshold
@@ -157,8 +157,8 @@ class OnlineRule:
         return run >= self.rule.hits, (inner, run)
 
 
-def _nan(n: Tensor) -> Tensor:
-    return torch.full((n.shape[0],), math.nan, dtype=torch.float64, device=n.device)
+def _per_row(like: Tensor, value: float, dtype: torch.dtype = torch.float64) -> Tensor:
+    return torch.full((like.shape[0],), value, dtype=dtype, device=like.device)  # (n,) on like's device
 
 
 def _online_second_order(t, h, logits, halt, memory, normalised: bool = True):
@@ -166,13 +166,13 @@ def _online_second_order(t, h, logits, halt, memory, normalised: bool = True):
     d = h - h_prev
     change = _norms(d - d_prev)
     signal = _relative(change, _norms(h)) if normalised else change.double()  # two-scale: unnormalised
-    return torch.where(t == 1, _nan(h), signal), (h, d)  # NaN at t = 1
+    return torch.where(t == 1, _per_row(h, math.nan), signal), (h, d)  # NaN at t = 1
 
 
 def _online_kl(t, h, logits, halt, memory):
     logp = F.log_softmax(logits.double(), dim=-1)  # (n, K)
     (prev,) = memory  # (n, K), or the (n, 1) zeros of start: no y_0, NaN at t = 1 anyway
-    return torch.where(t == 1, _nan(logits), (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)), (logp,)
+    return torch.where(t == 1, _per_row(logits, math.nan), (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)), (logp,)
 
 
 def _online_ponder(t, h, logits, halt, memory):
@@ -208,11 +208,9 @@ ONLINE = {
     "KL between steps": (lambda h0: (torch.zeros(h0.shape[0], 1, dtype=torch.float64, device=h0.device),),
                          _online_kl),
     "confidence": (lambda h0: (), lambda t, h, lg, z, m: (F.softmax(lg.double(), dim=-1).amax(-1), m)),
-    "ponder": (lambda h0: (torch.zeros(h0.shape[0], device=h0.device),
-                           torch.zeros(h0.shape[0], dtype=torch.float64, device=h0.device)), _online_ponder),
+    "ponder": (lambda h0: (_per_row(h0, 0.0, torch.float32), _per_row(h0, 0.0)), _online_ponder),
     FROST: (lambda h0: (), lambda t, h, lg, z, m: (torch.sigmoid(z.float()), m)),
-    PATIENCE: (lambda h0: (torch.full((h0.shape[0],), -1, dtype=torch.int64, device=h0.device),
-                           torch.zeros(h0.shape[0], dtype=torch.float64, device=h0.device)), _online_patience),
+    PATIENCE: (lambda h0: (_per_row(h0, -1, torch.int64), _per_row(h0, 0.0)), _online_patience),
 }
 
 
