@@ -56,11 +56,10 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
     if rule.name == FROST:
         for p in passes:
             check_scores(p.scores.numpy(), "curve: the scores hold")
-    qs = None
     if calibrator is not None:
         if not isinstance(calibrator, HaltingCalibrator):
             raise TypeError(f"calibrator must be a HaltingCalibrator, got {type(calibrator).__name__}")
-        thresholds, qs = calibrator.thresholds(quantiles), [float(q) for q in quantiles]
+        thresholds = calibrator.thresholds(quantiles)
     elif rule is FIXED_RULE and thresholds is None:
         thresholds = [float(t) for t in range(1, test.steps + 1)]
     elif thresholds is None:
@@ -68,7 +67,7 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
             raise ValueError(f"the {rule.name!r} curve takes its thresholds from val: give val, "
                              f"thresholds or (FROST) a calibrator")
         thresholds = candidate_thresholds(rule.signal(val), count)
-    qs = qs or [math.nan] * len(thresholds)
+    qs = [float(q) for q in quantiles] if calibrator is not None else [math.nan] * len(thresholds)
     signals = [rule.signal(p) for p in passes]
     shift = 0.5 if rule is FIXED_RULE else 0.0  # the step index exceeds t - 0.5 first at t
     rows = []
@@ -83,10 +82,9 @@ def curve(test: FullDepthPass, rule: Rule | str = FROST, *, val: FullDepthPass |
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
-def _reference(name: str, test: FullDepthPass, accuracy_at, point: float, model: str, per_step: int,
-               source: str):
-    """A reference curve on ``test`` at mean depths 1, 1 + 1/per_step, ..., T and at its own ``point``."""
-    depths = np.append(np.linspace(1.0, test.steps, per_step * (test.steps - 1) + 1), point)
+def _reference(name: str, test: FullDepthPass, accuracy_at, point: float, model: str, source: str):
+    """A reference curve on ``test`` at mean depths 1, 1 + 1/16, ..., T and at its own ``point``."""
+    depths = np.append(np.linspace(1.0, test.steps, 16 * (test.steps - 1) + 1), point)
     acc = accuracy_at(depths)
     rows = [{**dict.fromkeys(CURVE_COLUMNS, math.nan), "rule": name, "model": model,
              "mean_depth": float(depths[i]), "accuracy": float(acc[i]), "source": source}
@@ -94,18 +92,18 @@ def _reference(name: str, test: FullDepthPass, accuracy_at, point: float, model:
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
 
 
-def oracle_curve(test: FullDepthPass, model: str = "", per_step: int = 16):
+def oracle_curve(test: FullDepthPass, model: str = ""):
     """The oracle's upper bound (a sample counts as right if any step is right) and its own point."""
     correct = test.correct
     return _reference(ORACLE, test, lambda d: oracle_accuracy_at(correct, d), _read(oracle_exits(correct), correct)[0],
-                      model, per_step, "an upper bound: any step correct, the earliest correct step")
+                      model, "an upper bound: any step correct, the earliest correct step")
 
 
-def hindsight_curve(val: FullDepthPass, test: FullDepthPass, model: str = "", per_step: int = 16):
+def hindsight_curve(val: FullDepthPass, test: FullDepthPass, model: str = ""):
     """The hindsight exit on ``test`` (``hindsight_exit_at``: its construction per depth chosen on
     ``val``) and the depth where every sample stops as its prediction settles for good (full depth)."""
     return _reference(HINDSIGHT, test, lambda d: hindsight_exit_at(test.preds, test.y, d, val.preds, val.y),
-                      settled_exits(test.preds).double().mean().item(), model, per_step,
+                      settled_exits(test.preds).double().mean().item(), model,
                       "hindsight: stop where the prediction equals the final one from then on")
 
 
@@ -115,10 +113,8 @@ def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
     """Every curve of one model: the signal rules, FROST's (given its ranking-trained calibrator),
     PonderNet's (``ponder``: a model trained with PonderNet's loss), our settled probe (``probe``:
     fitted on ``val``), fixed depth, the oracle and the hindsight exit."""
-    names = list(SIGNAL_RULES) + (["ponder"] if ponder else [])
-    parts = [curve(test, name, val=val, count=count, model=model) for name in names]
-    if probe:
-        parts.append(curve(test, fit_settled_probe(val), val=val, count=count, model=model))
+    rules = list(SIGNAL_RULES) + (["ponder"] if ponder else []) + ([fit_settled_probe(val)] if probe else [])
+    parts = [curve(test, rule, val=val, count=count, model=model) for rule in rules]
     if calibrator is not None:
         parts.append(curve(test, val=val, calibrator=calibrator, quantiles=FROST_QUANTILES, model=model))
     parts += [curve(test, FIXED, val=val, model=model), oracle_curve(test, model),
