@@ -70,8 +70,7 @@ def best_ranges(similarity: Tensor, k: int) -> Ranges:
 def equal_ranges(steps: int, k: int) -> Ranges:
     """The control: k contiguous ranges whose lengths differ by at most one, the longer first."""
     _check_k(k, steps)
-    sizes = [steps // k + (i < steps % k) for i in range(k)]
-    stops = [sum(sizes[:i + 1]) for i in range(k)]
+    stops = [(i + 1) * (steps // k) + min(i + 1, steps % k) for i in range(k)]  # the first steps % k one longer
     return tuple(zip([0] + stops[:-1], stops))
 
 

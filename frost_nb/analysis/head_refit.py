@@ -81,9 +81,8 @@ def head_loss(kind: str, z: Tensor, losses: Tensor, correct: Tensor, cfg: LossCo
 
 
 def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
-               settings: RefitSettings | None = None) -> nn.Module:
+               settings: RefitSettings = RefitSettings()) -> nn.Module:
     """A fresh head of kind ``kind`` fitted to ``train`` (the backbone's frozen outputs)."""
-    settings = settings or RefitSettings()
     if kind not in HEADS:
         raise ValueError(f"unknown head {kind!r}; known: {HEADS}")
     with torch.random.fork_rng(devices=[]):  # a seeded initialisation that leaves torch's RNG as it was
@@ -174,10 +173,9 @@ def subsample(dataset, count: int, seed: int = 0):
 
 
 def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
-                   settings: RefitSettings | None = None):
+                   settings: RefitSettings = RefitSettings()):
     """All four refits of one trained run (on a seeded subsample of its training split): (curves, {head:
     module}, diagnostics: per score, its test AUCs and, for the refits, the final objective)."""
-    settings = settings or RefitSettings()
     cfg = result.config
     splits = {"train": subsample(load_split(cfg, "train"), train_samples, cfg.data.split_seed),
               "val": load_split(cfg, "val"), "test": load_split(cfg, "test")}
