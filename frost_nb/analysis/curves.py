@@ -301,12 +301,10 @@ def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], gr
     models gathered by ``group`` (model -> group name; default each model its own), a ``group`` column."""
     group = group or (lambda model: model)
     own = curves[(curves["rule"] == rule) & np.isin(curves["quantile"].to_numpy(), np.asarray(quantiles, dtype=float))]
-    groups: dict[Any, list] = {}
-    for model in dict.fromkeys(own["model"]):
-        groups.setdefault(group(model), []).append(model)
     fixed = curves[curves["rule"] == FIXED]
-    parts = [split_by_quantile({m: versus_fixed_depth(own[own["model"] == m], fixed[fixed["model"] == m])
-                                for m in models}).assign(group=name) for name, models in groups.items()]
+    parts = [split_by_quantile({m: versus_fixed_depth(part[part["model"] == m], fixed[fixed["model"] == m])
+                                for m in dict.fromkeys(part["model"])}).assign(group=name)
+             for name, part in own.groupby(own["model"].map(group), sort=False, dropna=False)]
     return pd.concat(parts, ignore_index=True)
 
 
