@@ -180,8 +180,7 @@ def throughput_at_accuracy(throughput: pd.DataFrame, reference: str = FIXED) -> 
     rows = []
     for _, target in ref.iterrows():
         for rule, own in throughput.groupby("rule", sort=False):
-            reached = own[own["accuracy"] >= target["accuracy"]]
-            best = reached["images_per_s"].max() if len(reached) else np.nan
+            best = own.loc[own["accuracy"] >= target["accuracy"], "images_per_s"].max()  # NaN if none
             rows.append({"reference_depth": target["mean_depth"], "accuracy": target["accuracy"], "rule": rule,
                          "images_per_s": best, "speedup": best / target["images_per_s"]})
     return pd.DataFrame(rows)
