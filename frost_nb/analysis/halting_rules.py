@@ -111,8 +111,7 @@ RULES = {r.name: r for r in (
     Rule(FROST, lambda traj: traj.scores, "above",
          source="FROST (Yu and Hwang 2026): tau_q of the KLL sketch"),
 )}
-SIGNAL_RULES = ("step size", "second-order step", TWO_SCALE, "KL between steps", "confidence",
-                PATIENCE)  # any model
+SIGNAL_RULES = tuple(name for name in RULES if name not in ("ponder", FROST))  # any model: no trained halting head
 
 
 def _norms(v: Tensor) -> Tensor:
