@@ -122,15 +122,14 @@ def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
     return pd.concat(parts, ignore_index=True)
 
 
-def run_rule_curves(result, model: str, count: int | None = None, test=None, val=None):
+def run_rule_curves(result, model: str, count: int = THRESHOLDS, test=None, val=None):
     """``model_curves`` of one trained run (``test``, ``val``: its trajectories, if at hand), with FROST's
     rule when its score was trained to be thresholded (the ranking losses or a ``loss.halt_target``),
     PonderNet's when with PonderNet's loss."""
     loss = result.config.loss
     test = run_trajectories(result, "test") if test is None else test
     return model_curves(run_trajectories(result, "val") if val is None else val, test, model,
-                        calibrator=result.calibrator if loss.score_halting else None, ponder=loss.ponder,
-                        count=THRESHOLDS if count is None else count)
+                        calibrator=result.calibrator if loss.score_halting else None, ponder=loss.ponder, count=count)
 
 
 # ---------------------------------------------------------------- readings at matched depth
