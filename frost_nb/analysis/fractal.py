@@ -276,8 +276,11 @@ def project(states, projection=None, dims: int = 2) -> np.ndarray:
     return (s - s.reshape(-1, s.shape[2]).mean(0)) @ proj  # (N, T+1, k)
 
 
-def _has_extent(points: np.ndarray) -> bool:
-    return bool(np.ptp(points, axis=0).max() > 1e-12 * max(1.0, np.abs(points).max()))
+def _per_polyline(planar: np.ndarray, n_points: int, measure, missing) -> list:
+    """``measure`` of each polyline of ``planar`` (N, T+1, k) resampled to ``n_points`` points, ``missing``
+    for one without extent (nothing to measure)."""
+    has_extent = lambda p: np.ptp(p, axis=0).max() > 1e-12 * max(1.0, np.abs(p).max())
+    return [measure(resample_polyline(p, n_points)) if has_extent(p) else missing for p in planar]
 
 
 def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
@@ -292,11 +295,7 @@ def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
     estimate, default = {"box": (box_counting_dimension, BOX_SCALES),
                          "correlation": (correlation_dimension, CORRELATION_SCALES)}[method]
     scales = default if scales is None else scales
-    out = np.full(len(planar), np.nan)
-    for i, poly in enumerate(planar):
-        if _has_extent(poly):  # else no extent: nothing to measure
-            out[i] = estimate(resample_polyline(poly, n_points), scales).dimension
-    return out
+    return np.array(_per_polyline(planar, n_points, lambda pts: estimate(pts, scales).dimension, np.nan), dtype=float)
 
 
 def resolution(states: int = 17) -> tuple[float, float]:
@@ -329,12 +328,9 @@ def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS
     out: dict[str, dict] = {}
     for dims in sorted({d for _, d, _ in PROTOCOLS}):
         planar = project(states, dims=dims)  # (N, T+1, dims)
-        per_sample = {w: np.full(len(planar), np.nan) for w in WINDOWS}
-        for i, poly in enumerate(planar):
-            if _has_extent(poly):
-                counts = box_counts(resample_polyline(poly, n_points), scales, offsets, seed)
-                for w, v in window_dimensions(counts).items():
-                    per_sample[w][i] = v
+        fits = _per_polyline(planar, n_points, lambda pts: window_dimensions(box_counts(pts, scales, offsets, seed)),
+                             dict.fromkeys(WINDOWS, np.nan))
+        per_sample = {w: np.array([fit[w] for fit in fits], dtype=float) for w in WINDOWS}
         cloud = window_dimensions(box_counts(planar.reshape(-1, dims), scales, offsets, seed))
         for point_set, window in ((p, w) for p, d, w in PROTOCOLS if d == dims):
             row = {"point_set": point_set, "dims": dims, "window": window, "dimension": cloud[window]}
