@@ -157,8 +157,8 @@ def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     with torch.device("meta"):
         model = create_model(config.model)
         # a student's teacher: the student's model with one branch per step, as runs.load_teacher requires
-        teacher = (None if config.loss.teacher is None
-                   else create_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False))
+        teacher = (None if config.loss.teacher is None else
+                   create_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False))
     params = sum(p.numel() for p in model.parameters())
     m = config.model
     fixed, per_step = flops_per_image(model, (m.in_channels, m.image_size, m.image_size))

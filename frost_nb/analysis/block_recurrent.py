@@ -70,7 +70,8 @@ def best_ranges(similarity: Tensor, k: int) -> Ranges:
 def equal_ranges(steps: int, k: int) -> Ranges:
     """The control: k contiguous ranges whose lengths differ by at most one, the longer first."""
     _check_k(k, steps)
-    stops = [(i + 1) * (steps // k) + min(i + 1, steps % k) for i in range(k)]  # the first steps % k one longer
+    # the first steps % k ranges one step longer
+    stops = [(i + 1) * (steps // k) + min(i + 1, steps % k) for i in range(k)]
     return tuple(zip([0] + stops[:-1], stops))
 
 

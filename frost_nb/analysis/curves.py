@@ -129,7 +129,8 @@ def run_rule_curves(result, model: str, count: int = THRESHOLDS, test=None, val=
     loss = result.config.loss
     test = run_trajectories(result, "test") if test is None else test
     return model_curves(run_trajectories(result, "val") if val is None else val, test, model,
-                        calibrator=result.calibrator if loss.score_halting else None, ponder=loss.ponder, count=count)
+                        calibrator=result.calibrator if loss.score_halting else None, ponder=loss.ponder,
+                        count=count)
 
 
 # ---------------------------------------------------------------- readings at matched depth

@@ -295,7 +295,8 @@ def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
     estimate, default = {"box": (box_counting_dimension, BOX_SCALES),
                          "correlation": (correlation_dimension, CORRELATION_SCALES)}[method]
     scales = default if scales is None else scales
-    return np.array(_per_polyline(planar, n_points, lambda pts: estimate(pts, scales).dimension, np.nan), dtype=float)
+    dimension = lambda pts: estimate(pts, scales).dimension
+    return np.array(_per_polyline(planar, n_points, dimension, np.nan), dtype=float)
 
 
 def resolution(states: int = 17) -> tuple[float, float]:
@@ -328,8 +329,8 @@ def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS
     out: dict[str, dict] = {}
     for dims in sorted({d for _, d, _ in PROTOCOLS}):
         planar = project(states, dims=dims)  # (N, T+1, dims)
-        fits = _per_polyline(planar, n_points, lambda pts: window_dimensions(box_counts(pts, scales, offsets, seed)),
-                             dict.fromkeys(WINDOWS, np.nan))
+        windows = lambda pts: window_dimensions(box_counts(pts, scales, offsets, seed))
+        fits = _per_polyline(planar, n_points, windows, dict.fromkeys(WINDOWS, np.nan))
         per_sample = {w: np.array([fit[w] for fit in fits], dtype=float) for w in WINDOWS}
         cloud = window_dimensions(box_counts(planar.reshape(-1, dims), scales, offsets, seed))
         for point_set, window in ((p, w) for p, d, w in PROTOCOLS if d == dims):

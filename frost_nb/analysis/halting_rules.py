@@ -111,7 +111,8 @@ RULES = {r.name: r for r in (
     Rule(FROST, lambda traj: traj.scores, "above",
          source="FROST (Yu and Hwang 2026): tau_q of the KLL sketch"),
 )}
-SIGNAL_RULES = tuple(name for name in RULES if name not in ("ponder", FROST))  # any model: no trained halting head
+# the rules any model has: no trained halting head
+SIGNAL_RULES = tuple(name for name in RULES if name not in ("ponder", FROST))
 
 
 def _norms(v: Tensor) -> Tensor:
@@ -119,14 +120,15 @@ def _norms(v: Tensor) -> Tensor:
 
 
 class OnlineRule:
-    """The rule of ``RULES`` (or ``FIXED``) named ``rule``, applied while ``halting.adaptive_predict(rule=...)``
-    or ``stream_predict`` runs: step t's signal on the rows still running from h_t, the readout and a per-row
-    memory (``ONLINE``), against ``threshold`` as in ``rule_exits``; with ``hits`` > 1 it counts consecutive hits."""
+    """A rule of ``RULES`` applied while ``halting.adaptive_predict(rule=...)`` or ``stream_predict`` runs:
+    step t's signal on the rows still running from h_t, the readout and a per-row memory (``ONLINE``),
+    against ``threshold`` as in ``rule_exits``; with ``hits`` > 1 the memory counts consecutive hits."""
 
-    def __init__(self, rule: str, threshold: float):
-        if rule not in ONLINE:  # every rule of RULES, and FIXED
-            raise ValueError(f"unknown halting rule {rule!r}; known: {sorted(ONLINE)}")
-        self.rule = {**RULES, FIXED: FIXED_RULE}[rule]
+    def __init__(self, rule: Rule | str, threshold: float):
+        name = rule if isinstance(rule, str) else rule.name
+        if name not in ONLINE:  # every rule of RULES, and FIXED
+            raise ValueError(f"unknown halting rule {name!r}; known: {sorted(ONLINE)}")
+        self.rule = {**RULES, FIXED: FIXED_RULE}[name] if isinstance(rule, str) else rule
         if math.isnan(threshold):
             raise ValueError(f"rule {self.rule.name!r}: the threshold is NaN; expected a real number")
         self.threshold = float(threshold)
@@ -170,7 +172,8 @@ def _online_second_order(t, h, logits, halt, memory, normalised: bool = True):
 def _online_kl(t, h, logits, halt, memory):
     logp = F.log_softmax(logits.double(), dim=-1)  # (n, K)
     (prev,) = memory  # (n, K), or the (n, 1) zeros of start: no y_0, NaN at t = 1 anyway
-    return torch.where(t == 1, _per_row(logits, math.nan), (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)), (logp,)
+    kl = (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)  # (n,)
+    return torch.where(t == 1, _per_row(logits, math.nan), kl), (logp,)
 
 
 def _online_ponder(t, h, logits, halt, memory):

@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from ..config import _type_ok
 from ..paths import downloads_allowed, shown_path
 from .prepare import (DATASETS, FIXED_ORDER_SEED, DataError, DatasetInfo, Part, checked_data_root, find_source,
                       fixed_order, is_prepared, missing_data_error, prepare_at, prepared_dir, read_prepared)
@@ -58,9 +57,9 @@ def load_dataset(name: str, split: str, root: str | Path | None = None, *, val_f
     `DataError` when missing (listing every place looked in) or unreadable."""
     _check("name", name, name in DATASETS, "one of " + ", ".join(map(repr, DATASETS)))
     _check("split", split, split in SPLITS, "one of " + ", ".join(map(repr, SPLITS)))
-    _check("val_fraction", val_fraction, _type_ok(val_fraction, float) and 0.0 <= val_fraction < 1.0,
+    _check("val_fraction", val_fraction, _is_number(val_fraction, float) and 0.0 <= val_fraction < 1.0,
            "a fraction in [0, 1)")
-    _check("limit", limit, limit is None or (_type_ok(limit, int) and limit >= 1),
+    _check("limit", limit, limit is None or (_is_number(limit, int) and limit >= 1),
            "None or a positive integer")
     info = DATASETS[name]
     # root and download switch resolved once, here; digits (in scikit-learn) never reads the root
@@ -124,7 +123,7 @@ def make_batches(ds: ImageData, batch_size: int, *, shuffle: bool, augment: bool
                  drop_last: bool = False, num_workers: int = 0) -> Batches | FolderBatches:
     """Batches ``(x, y)`` of `ds` on `device`; all randomness comes from `generator` (None: torch's
     global one), one draw per pass. ``num_workers``: folder sets (a DataLoader)."""
-    _check("batch_size", batch_size, _type_ok(batch_size, int) and batch_size >= 1, "a positive integer")
+    _check("batch_size", batch_size, _is_number(batch_size, int) and batch_size >= 1, "a positive integer")
     return (Batches if ds.x is not None else FolderBatches)(
         ds, batch_size, shuffle=shuffle, augment=augment, device=device, generator=generator,
         drop_last=drop_last, num_workers=num_workers)
@@ -259,6 +258,11 @@ def _split_indices(y: torch.Tensor, val_fraction: float, seed: int) -> tuple[tor
     for c, count in zip(*torch.unique(labels, return_counts=True)):  # rank within the class < its quota
         is_val[labels == c] = torch.arange(int(count)) < int(round(val_fraction * int(count)))
     return perm[~is_val], perm[is_val]
+
+
+def _is_number(value: Any, kind: type) -> bool:
+    """An int (kind int), or an int or float (kind float); bool is neither here."""
+    return isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
 
 
 def _check(param: str, value: Any, ok: bool, expected: str) -> None:

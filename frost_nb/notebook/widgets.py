@@ -49,8 +49,9 @@ class HaltingExplorer:
         self.slider.observe(self._on_change, names="value")
         self.selector.observe(self._on_change, names="value")
         # the compute-budget knob: a mean depth in steps, met on the held-out split
-        self.budget = slider(value=self._held_out_depth() if self.budgets else float(first.steps), min=1.0,
-                             max=float(first.steps), step=0.25, description="mean depth", readout_format=".2f")
+        start = self._held_out_depth() if self.budgets else float(first.steps)
+        self.budget = slider(value=start, min=1.0, max=float(first.steps), step=0.25,
+                             description="mean depth", readout_format=".2f")
         self.budget_note = W.HTML()
         self.budget.observe(self._on_budget, names="value")
         views = [W.HBox([self.histogram, self.per_class], layout=W.Layout(flex_flow="row wrap"))]

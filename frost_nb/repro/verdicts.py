@@ -247,15 +247,17 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
                        f"{_mean(basic):.2f}", C.table1(frost, basic), "02", primary=label == "frost",
                        size=st.get("size"))
             if label == "frost" and control:  # ours, beside
-                yield _row(1, st, d["dataset"], min(len(control), len(basic)), "no claim", f"no ranking "
-                           f"{_mean(control):.2f} vs {_mean(basic):.2f}", C.table1_update(control, basic), "02",
-                           title=TABLE1_UPDATE, primary=False, size=st.get("size"))
+                yield _row(1, st, d["dataset"], min(len(control), len(basic)), "no claim",
+                           f"no ranking {_mean(control):.2f} vs {_mean(basic):.2f}",
+                           C.table1_update(control, basic), "02", title=TABLE1_UPDATE, primary=False,
+                           size=st.get("size"))
     for d in m.files("15_update_forms*"):
         basic = d["basic_ssm cos t=3"]
         for runs, st, primary in _forms(d):
             frost = [r["cos t=3"] for r in runs]
             yield _row(1, st, d["dataset"], min(len(runs), len(basic)), shown,
-                       f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15", primary=primary)
+                       f"{_mean(frost):.2f} vs {_mean(basic):.2f}", C.table1(frost, basic), "15",
+                       primary=primary)
 
 
 # 2. Appendix B (02: FROST among the families; 15_update_forms: every form). The growth rate of
@@ -283,7 +285,8 @@ def contraction_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("15_update_forms*"):
         for runs, st, primary in _forms(d):
             ours, rates = _contraction_cells(runs, [r["kappa"] for r in runs])
-            yield _row(2, st, d["dataset"], len(runs), "kappa < 1", ours, C.contraction(rates), "15", primary=primary)
+            yield _row(2, st, d["dataset"], len(runs), "kappa < 1", ours, C.contraction(rates), "15",
+                       primary=primary)
 
 
 # 3. Minkowski dimension (03: one protocol; 15_minkowski_protocols: eight)
@@ -369,8 +372,8 @@ def hurst_rows(m: Metrics) -> Iterator[dict]:
         st = runs[0][1]
         verdict = C.hurst(fixed, [h for h, _ in learned], learned[0][1]["hurst_param"] if learned else None)
         top = max(fixed, key=lambda h: fixed[h][0])
-        yield _row(5, st, d["dataset"], 1, "alpha largest at small H; learned H > 1", f"alpha largest at H = {top:g}"
-                   + (f"; learned H {learned[0][0]:.2f}" if learned else ""), verdict, "04")
+        ours = f"alpha largest at H = {top:g}" + (f"; learned H {learned[0][0]:.2f}" if learned else "")
+        yield _row(5, st, d["dataset"], 1, "alpha largest at small H; learned H > 1", ours, verdict, "04")
 
 
 def loss_rows(m: Metrics) -> Iterator[dict]:
@@ -397,7 +400,8 @@ def loss_rows(m: Metrics) -> Iterator[dict]:
         for lam, a in sorted(arms["abs"].items()):  # the other equal strengths, shown beside
             if lam == DEFAULT_STRENGTH[1] or (b := arms["both"].get(lam)) is None:
                 continue
-            yield _row(6, st, d["dataset"], 1, "L_abs collapses", f"L_abs alone {100 * a['test_accuracy']:.2f}% vs "
+            yield _row(6, st, d["dataset"], 1, "L_abs collapses",
+                       f"L_abs alone {100 * a['test_accuracy']:.2f}% vs "
                        f"both (rel {b['lambda_rel']:g}) {100 * b['test_accuracy']:.2f}%",
                        C.loss_ablation([gap(b)], [b["test_accuracy"]], None, [gap(a)], [a["test_accuracy"]]),
                        "04", title=f"Loss ablation at lambda_abs = {lam:g}", primary=False)
@@ -509,15 +513,16 @@ def table2_rows(m: Metrics) -> Iterator[dict]:
         for claim, kept, key in ((9, at_q, "kept_at_quantile"), (10, at_depth, "kept_at_depth")):
             image = {float(q): h for q, h in halves.get(key, {}).items()}
             ours = " / ".join(f"{_mean(kept[q]):.2f}" for q in C.KEPT_SHOWN)
-            yield _row(claim, st, dataset, len(sweeps), shown, ours, C.kept(kept, image), source, primary=own_form(st),
-                       size=st.get("size"))
+            yield _row(claim, st, dataset, len(sweeps), shown, ours, C.kept(kept, image), source,
+                       primary=own_form(st), size=st.get("size"))
         # per seed with a fixed-depth curve (accuracy at depth 1..T): the mean gain over q < 1
         gain = [_mean(r["accuracy"] - float(np.interp(r["mean_depth"], list(range(1, len(f) + 1)), f))
                       for r in s if r["quantile"] < 1.0) for s, f in zip(sweeps, fixed) if f]
         if gain:
             yield _row(14, st, dataset, len(gain), "no claim",
-                       f"{100 * _mean(gain):+.1f} points", C.fixed_depth(gain, halves.get("gain_over_fixed", 0.0)),
-                       source, primary=own_form(st), size=st.get("size"))
+                       f"{100 * _mean(gain):+.1f} points",
+                       C.fixed_depth(gain, halves.get("gain_over_fixed", 0.0)), source, primary=own_form(st),
+                       size=st.get("size"))
 
 
 # 13. Table 3's ViT exit depth (05)
@@ -559,9 +564,10 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
                     [max((r for r in compared if r["model"] != "frost"), key=lambda r: off[r["model"]])]
                 cells = [", ".join(f"{r['model']} {r[key]:.2f}" for r in shown) for key in (f"paper {column}", column)]
                 tail = f" ({device.upper()}, random weights)" if claim == 12 else ""
-                yield _row(claim, demo, "imagenet100", None, f"{label} {cells[0]}", f"{label} {cells[1]}{tail}",
-                           C.ratio(errors) if claim == 11 else C.throughput(errors, device), "06",
-                           title="" if backbone == "resnet" else f"{C.CLAIM[claim].title} ({label}, frost / vanilla)")
+                title = "" if backbone == "resnet" else f"{C.CLAIM[claim].title} ({label}, frost / vanilla)"
+                decided = C.ratio(errors) if claim == 11 else C.throughput(errors, device)
+                yield _row(claim, demo, "imagenet100", None, f"{label} {cells[0]}",
+                           f"{label} {cells[1]}{tail}", decided, "06", title=title)
     for d in m.files("bench_table3_regime*"):
         device = d.get("env", {}).get("device", "")
         for backbone, rs in _by(d["ratios"], "backbone").items():
@@ -632,12 +638,14 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
             ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_hindsight"))
             full, frost_full = [g["full_depth"] for g in gs], [g["full_depth"] for g in frost.values()]
             main = family == d["variant"] and rule == "frost"
-            yield _row(16, st, d["dataset"], len(gs), "no claim", f"ranking {100 * _mean(ranking):+.2f} points; "
+            yield _row(16, st, d["dataset"], len(gs), "no claim",
+                       f"ranking {100 * _mean(ranking):+.2f} points; "
                        f"{_mean(saved):+.2f} steps to within half a point; closes {_mean(closed):.2f} of the "
                        f"hindsight gap; full depth {_mean(full) - _mean(frost_full):+.3f}",
                        C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
-                       primary=main, size=st.get("size"), title="" if main else f"Our rule ({rule}) on "
-                       f"{'the variant' if family == d['variant'] else 'FROST'}'s models, by claim 16's targets (ours)")
+                       primary=main, size=st.get("size"), title="" if main else
+                       f"Our rule ({rule}) on {'the variant' if family == d['variant'] else 'FROST'}'s "
+                       "models, by claim 16's targets (ours)")
 
 
 # 19 (ours, after Raptor). The block-recurrent rewrite (10): its k = CLAIM_K students, one per teacher seed
