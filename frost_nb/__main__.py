@@ -33,7 +33,7 @@ from .inputs import ParameterError, check_split, number_in
 from .paths import (DamagedInput, OutputError, atomic_path, check_readable, check_writable, repo_root,
                     shown_path, skip_damaged, skip_or_raise)
 from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
-from .runs import discard_local, export_run, find_run, load_teacher, run_name, train_or_load
+from .runs import discard_local, export_run, load_teacher, run_name, stored_name, train_or_load
 
 
 def run_config(args):
@@ -68,8 +68,7 @@ def _single_process_only(command: str) -> None:
 def cmd_config(args) -> int:
     """Print the resolved config of a run and the name of its stored run (null when none), as JSON."""
     config = run_config(args)
-    run = find_run(config)
-    print(json.dumps({"run": None if run is None else run.name, **config.flat()}, indent=2))
+    print(json.dumps({"run": stored_name(config), **config.flat()}, indent=2))
     return 0
 
 

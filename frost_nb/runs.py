@@ -179,6 +179,11 @@ def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> Frost
     return teacher.eval().requires_grad_(False)
 
 
+def stored_name(config: RunConfig) -> str | None:
+    """The name (``<grid>/<label>``) of ``config``'s finished stored run, or None."""
+    return run.name if (run := find_run(config)) is not None else None
+
+
 def default_name(config: RunConfig) -> str:
     """The name of a run trained outside a grid: ``<data set>-<size>-single/<model>-<backbone>-seed<N>``."""
     c = config
