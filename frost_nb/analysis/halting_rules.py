@@ -393,14 +393,20 @@ def sorted_points(curve) -> tuple[np.ndarray, np.ndarray]:
     return x[keep][order], y[keep][order]
 
 
+def _joined(curve) -> tuple[np.ndarray, np.ndarray]:
+    """A curve's finite points by depth, points at one depth averaged: (depths, accuracies), ascending."""
+    x, y = sorted_points(curve)
+    at, index = np.unique(x, return_inverse=True)
+    return at, np.bincount(index, weights=y) / np.bincount(index)
+
+
 def read_at(table, depths) -> np.ndarray:
     """A curve's accuracy at mean ``depths``: its finite points in order of depth joined by straight
     lines (points at one depth averaged), as notebook 07's areas join them; outside, its end points."""
-    x, y = sorted_points(table)
-    if not x.size:
+    at, mean = _joined(table)
+    if not at.size:
         raise ValueError("the curve has no finite (mean_depth, accuracy) point to read")
-    at, index = np.unique(x, return_inverse=True)
-    return np.interp(depths, at, np.bincount(index, weights=y) / np.bincount(index))
+    return np.interp(depths, at, mean)
 
 
 def reach(curve) -> tuple[float, float]:
@@ -422,13 +428,13 @@ def curve_auc(curve, steps: int, window: tuple[float, float] | None = None) -> f
     if steps < 2:
         raise ValueError(f"steps={steps}: the depth range 1..T needs T >= 2")
     lo, hi = (1.0, float(steps)) if window is None else (float(window[0]), float(window[1]))
-    x, _ = sorted_points(curve)
-    if not x.size or not (lo <= hi) or x[0] > lo + 1e-9 or x[-1] < hi - 1e-9:
+    at, mean = _joined(curve)  # sorted and averaged once: bootstraps call this per resample
+    if not at.size or not (lo <= hi) or at[0] > lo + 1e-9 or at[-1] < hi - 1e-9:
         return math.nan
     if hi - lo < 1e-12:
-        return float(read_at(curve, lo))
-    grid = np.unique(np.concatenate([[lo, hi], x[(x > lo) & (x < hi)]]))
-    acc = read_at(curve, grid)
+        return float(np.interp(lo, at, mean))
+    grid = np.unique(np.concatenate([[lo, hi], at[(at > lo) & (at < hi)]]))
+    acc = np.interp(grid, at, mean)
     return float(np.sum((grid[1:] - grid[:-1]) * (acc[1:] + acc[:-1]) / 2) / (hi - lo))
 
 
