@@ -88,7 +88,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from frost_nb.analysis.complexity import flops_per_image, ideal_speedup, prologue
+from frost_nb.analysis.complexity import flops_per_image, ideal_speedup
 from frost_nb.checkpoint import checkpoint_config, load_model
 from frost_nb.data.datasets import make_batches
 from frost_nb.halting import _select, adaptive_predict, stream_steps
@@ -141,7 +141,7 @@ def step_costs(model, x: torch.Tensor, repeats: int, warmup: int) -> pd.DataFram
     there are), the median over rounds of the mean over 256 / b calls, and per row."""
     sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= x.shape[0]]
     with torch.no_grad():
-        h, ctx = prologue(model, x[: sizes[-1]])
+        h, ctx = model.prologue(x[: sizes[-1]])
         seconds: dict[int, list[float]] = {b: [] for b in sizes}
         for r in range(warmup + repeats):
             for b in sizes:
@@ -218,7 +218,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
                 start = time.perf_counter()
                 if k == "fixed":
                     with torch.no_grad():
-                        prologue(model, xb)
+                        model.prologue(xb)
                 elif k == "forward":
                     with torch.no_grad():
                         model(xb)

@@ -22,7 +22,6 @@ from torch.utils.flop_counter import FlopCounterMode
 from .checkpoint import save_checkpoint
 from .config import RunConfig, replace_model
 from .data.prepare import DATASETS
-from .halting import prologue
 from .losses import teacher_losses, total_loss
 from .models import create_model
 from .training import Trainer, TrainingError, pick_device, use_amp, use_compile
@@ -78,7 +77,7 @@ def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple
     device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
     x = torch.zeros((1, *shape), device=device)  # (1, C, H, W)
     with torch.no_grad():
-        fixed, (h, ctx) = count_flops(prologue, model, x)
+        fixed, (h, ctx) = count_flops(model.prologue, x)
         per_step, _ = count_flops(lambda: model.readout(model.step(h, ctx, 0), ctx))
     return fixed, per_step
 

@@ -198,11 +198,6 @@ def _like(v: Tensor, u: Tensor, rows: int) -> Tensor:
     return v if v.shape[1:] == u.shape[1:] else v.expand(rows, *u.shape[1:])
 
 
-def prologue(model: torch.nn.Module, x: Tensor) -> tuple[Any, Any]:
-    """(h_0, ctx), what every forward runs once before step 1 (``FrostNet.prologue``)."""
-    return model.prologue(x)
-
-
 def _halting(tau: Any, rule: Any, caller: str) -> Any:
     """What exits are tested with: FROST's tau (a float, NaN refused) or an ``OnlineRule``, checked once."""
     if rule is not None and tau is not None:
@@ -266,7 +261,7 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
     n = x.shape[0]
     exits = _Exits(return_scores)
     with torch.no_grad():
-        h, ctx = prologue(model, x)  # h_0 and the per-sample step inputs
+        h, ctx = model.prologue(x)  # h_0 and the per-sample step inputs
         memory = None if isinstance(halting, float) else halting.start(h)  # the rule's per-row memory
         idx = torch.arange(n, device=x.device)  # original row of each carried sample
         live, n_live = None, n  # live: (n_carried,) bool, still running; None: every carried row is
@@ -309,7 +304,7 @@ class StreamEvent(NamedTuple):
 
 
 class _Feed:
-    """The stream's images, checked and embedded (``prologue``) ``ahead`` at a time before admission,
+    """The stream's images, checked and embedded (the model's ``prologue``) ``ahead`` at a time before admission,
     so admitting a few rows is a row copy (docs/scaling.md); a chunk holds what a running row holds."""
 
     def __init__(self, model: torch.nn.Module, images: Any, allow_other_size: bool, ahead: int,
@@ -368,7 +363,7 @@ class _Feed:
     def embed(self) -> None:
         """Embed what ``fetch`` took, a chunk after the rows still embedded (no copy of those)."""
         (x, rows), self.pending = self.pending, None
-        h0, ctx0 = prologue(self.model, x)
+        h0, ctx0 = self.model.prologue(x)
         parts = [_leaves(v, rows.numel()) for v in (rows, torch.zeros_like(rows), h0, ctx0, self.start(h0))]
         self.builds, self.sizes = [b for _, b in parts], [len(leaves) for leaves, _ in parts]
         self.chunks.append([leaf for leaves, _ in parts for leaf in leaves])

@@ -833,15 +833,14 @@ def test_stream_refill_at_changes_when_slots_refill_not_the_exits(refill_at):
 def test_stream_embeds_the_next_images_ahead_in_slot_batches(monkeypatch):
     """The stem runs on a slot batch of images ahead of their admission (default), so admitting
     the few rows that exits free is a row copy; embed_batch = 1 runs it on the rows admitted."""
-    import frost_nb.halting as halting
     from frost_nb.halting import stream_steps
 
     model, x = _stream_model("frost", n=100)
     with torch.no_grad():
         tau = float(torch.sigmoid(model(x).halt_logits.float()).quantile(0.4))
     calls: list[int] = []
-    real = halting.prologue
-    monkeypatch.setattr(halting, "prologue", lambda m, xb: calls.append(xb.shape[0]) or real(m, xb))
+    real = model.prologue
+    monkeypatch.setattr(model, "prologue", lambda xb: calls.append(xb.shape[0]) or real(xb))
     sizes = {}
     for embed in (None, 1, 64):
         calls.clear()
