@@ -299,7 +299,6 @@ def cmd_verdicts(args) -> int:
             with atomic_path(index) as tmp:
                 tmp.write_text(new_index)
         return 0
-    stale = 0
     pairs = [(f"{file} ({kind} verdicts block)", old, made[kind], "verdict table")
              for file, found in blocks.items() for kind, old in found.items()]
     if new_index is not None:
@@ -310,8 +309,7 @@ def cmd_verdicts(args) -> int:
             print("\n".join(diff), file=sys.stderr)
             print(f"{name}: the {what} is stale; refresh it with python -m frost_nb verdicts --write",
                   file=sys.stderr)
-            stale = 1
-    return stale
+    return int(any(old != new for _, old, new, _ in pairs))
 
 
 def main(argv: list[str] | None = None) -> int:

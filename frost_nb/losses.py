@@ -224,8 +224,7 @@ def teacher_losses(states: Tensor, logits: Tensor, teacher_states: Tensor, teach
     err = (states[:, 1:].float().flatten(2) - ref).pow(2).sum(-1)  # (N, T)
     state = (err / ref.pow(2).sum(-1).clamp_min(eps)).mean()  # eq. (state)
     log_q = F.log_softmax(teacher_logits[:, -1].detach().float(), dim=-1)  # (N, K) the teacher's
-    log_p = F.log_softmax(logits[:, -1].float(), dim=-1)  # (N, K)
-    kl = (log_q.exp() * (log_q - log_p)).sum(-1).mean()
+    kl = (log_q.exp() * (log_q - F.log_softmax(logits[:, -1].float(), dim=-1))).sum(-1).mean()
     return TeacherLosses(w_state * state + w_kl * kl, state, kl)  # eq. (match), without the task loss
 
 

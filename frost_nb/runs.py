@@ -390,11 +390,10 @@ def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None)
             if not run.checkpoint.is_file():
                 raise damaged_run_file(run.checkpoint, f"run {run.name} lacks its {MODEL_FILE}")
             m, c = read_metrics(run.folder), run.config
-            accuracy = m.get("test_accuracy")
             rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
                          "backbone": c.model.backbone, "update": c.model.update,
                          "seed": c.train.seed, "epochs": c.train.epochs,
-                         "test_accuracy": None if accuracy is None else round(accuracy, 4),
+                         "test_accuracy": None if (a := m.get("test_accuracy")) is None else round(a, 4),
                          "minutes": round(m["train_seconds"] / 60, 1) if "train_seconds" in m else None,
                          "hardware": m.get("hardware", m.get("device"))})
     return rows

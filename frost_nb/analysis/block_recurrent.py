@@ -144,8 +144,7 @@ def summary(results: dict, split: str = "test", max_samples: int | None = None,
                       key=lambda s: (s.config.model.branch_ranges != cfg.model.branch_ranges,
                                      s.config.train.seed != cfg.train.seed, s.config.train.seed))
         base = same[0].metrics.get("test_accuracy", math.nan) if same else math.nan
-        device = next(r.model.parameters()).device
-        match = state_match(r.model, teacher.to(device), load_split(cfg, split),
+        match = state_match(r.model, teacher.to(next(r.model.parameters()).device), load_split(cfg, split),
                             batch_size=cfg.train.eval_batch_size, max_samples=max_samples)
         mean = lambda v: sum(v) / len(v)
         rows.append({"label": label, "kind": run_kind(cfg), "key": run_name(r.checkpoint), "k": k,
@@ -210,6 +209,5 @@ def teacher_view(results: dict, seed: int = 0) -> tuple[Tensor, dict[int, Ranges
                 if run_kind(r.config) == "student" and r.config.train.seed == seed}
     if not students:
         raise ValueError(f"teacher_view found no student of seed {seed} among the results")
-    teacher = next(iter(students.values()))
-    return (run_similarity(teacher_folder(teacher) / "model.pt"),
+    return (run_similarity(teacher_folder(next(iter(students.values()))) / "model.pt"),
             {k: cfg.model.branch_ranges for k, cfg in sorted(students.items())})

@@ -244,8 +244,7 @@ def oracle_accuracy_at(correct: Tensor, depths: Sequence[float] | np.ndarray) ->
     extra = np.sort((oracle_exits(correct)[correct.any(1)] - 1).numpy())  # (M,) cost of each solvable one
     spent = np.concatenate([[0], np.cumsum(extra)])  # cost of the k cheapest, k = 0..M
     budget = n * (np.asarray(depths, dtype=float) - 1.0) + 1e-6  # slack for mean-of-ints rounding
-    k = np.searchsorted(spent, budget, side="right") - 1
-    return np.where(budget >= 0, k / n, np.nan)
+    return np.where(budget >= 0, (np.searchsorted(spent, budget, side="right") - 1) / n, np.nan)
 
 
 def random_exit_accuracy(correct: Tensor, exits: Tensor) -> float:
@@ -327,8 +326,7 @@ def auroc(score: Tensor, positive: Tensor) -> float:
     n_pos, n_neg = int(pos.sum()), int((~pos).sum())
     if not n_pos or not n_neg:
         return math.nan
-    ranks = rankdata(score.double().numpy())
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    return float((rankdata(score.double().numpy())[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def settled_auroc(scores: Tensor, preds: Tensor) -> tuple[np.ndarray, float]:

@@ -173,9 +173,8 @@ def read_out(rows: list[dict]) -> list[dict]:
         out.append({"quantity": name, "label": q.label, "paper": q.paper, "runs": len(points),
                     "rungs": result.rungs if result else len({p["size"] for p in points}),
                     "intercept": result.intercept if result else math.nan,
-                    "slope": result.slope if result else math.nan, "change": delta[0],
-                    "change_low": delta[1], "change_high": delta[2], "band": q.band,
-                    "reading": verdict, "crossing_params": crossing,
+                    "slope": result.slope if result else math.nan, "change": delta[0], "change_low": delta[1],
+                    "change_high": delta[2], "band": q.band, "reading": verdict, "crossing_params": crossing,
                     "meets_params": result.meets_from(q.paper) if verdict == MEETS else math.nan})
     return out
 

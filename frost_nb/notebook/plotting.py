@@ -463,8 +463,7 @@ def plot_ladder_curves(rows: Sequence[dict], title: str = "") -> plt.Figure:
     """Fixed-depth accuracy by step of every frost run of the ladder (and the demo control), one
     colour per size, seeds as thin lines."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    sizes = list(dict.fromkeys(r["size"] for r in rows if r["model"] == "frost"))
-    for i, size in enumerate(sizes):
+    for i, size in enumerate(dict.fromkeys(r["size"] for r in rows if r["model"] == "frost")):
         for j, r in enumerate(r for r in rows if r["model"] == "frost" and r["size"] == size):
             acc = r["accuracy_per_step"]
             ax.plot(range(1, len(acc) + 1), acc, color=f"C{i}", lw=1.4 if j == 0 else 0.7,
