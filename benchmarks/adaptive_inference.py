@@ -92,6 +92,7 @@ from frost_nb.analysis.complexity import flops_per_image, ideal_speedup
 from frost_nb.checkpoint import checkpoint_config, load_model
 from frost_nb.data.datasets import make_batches
 from frost_nb.halting import _select, adaptive_predict, stream_steps
+from frost_nb.models import EMBED_CHUNK
 from frost_nb.paths import committed_runs_dir
 from frost_nb.training import load_split
 
@@ -182,11 +183,13 @@ def timed_stream(model, x: torch.Tensor, tau: float, slots: int, refill_at: int,
 
 
 def _embed_batch(text: str) -> int | None:
-    """``--embed-batch`` values: a positive count, or "slots" (None: the batch size)."""
-    if text == "slots":
-        return None
+    """``--embed-batch`` values: a positive count, "slots" (0: the batch size) or "default" (None: the
+    stream's own, the slots up to ``models.EMBED_CHUNK``)."""
+    if text in ("slots", "default"):
+        return 0 if text == "slots" else None
     if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of images or 'slots', got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive number of images, 'slots' or 'default', "
+                                         f"got {text!r}")
     return int(text)
 
 
@@ -202,8 +205,8 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
     """Rows of one batch size: for every mode of ``models`` (name -> model), every quantile of
     ``taus`` and compaction setting of ``compact`` (``adaptive_predict``'s ``compact_below``)
     against full depth, interleaved; and for each ``refill_at`` of ``refill`` and ``embed_batch``
-    of ``embed`` (None: the slots) continuous batching of the eager model in ``batch_size`` slots
-    (``mode = stream``), at the end of each round."""
+    of ``embed`` (0: the slots; None: the stream's default) continuous batching of the eager model in
+    ``batch_size`` slots (``mode = stream``), at the end of each round."""
     model = models["eager"]
     steps = int(model.config.steps)
     chunks = list(x.split(batch_size))  # (B, C, H, W) views, the last one may be shorter
@@ -232,7 +235,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
                 if r >= warmup:
                     seconds[k][c].append(elapsed)
         for (q, f, e), results in streams.items():  # the same round, after its batch-at-a-time passes
-            res = timed_stream(model, x, taus[q], batch_size, f, e)
+            res = timed_stream(model, x, taus[q], batch_size, f, batch_size if e == 0 else e)
             if r >= warmup:
                 results.append(res)
     total = {k: sum(statistics.median(rounds) for rounds in seconds[k]) for k in keys}
@@ -277,7 +280,8 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
         ideal, measured = ideal_speedup(depth, steps, *costs), t_full / t_stream
         time_ideal = t_full / (t_fixed_r + mean_depth / steps * (t_full - t_fixed_r))
         rows.append({"mode": "stream", "quantile": q, "tau": taus[q], "batch_size": batch_size,
-                     "compact_below": 1.0, "refill_at": f, "embed_batch": batch_size if e is None else e,
+                     "compact_below": 1.0, "refill_at": f, "embed_batch": batch_size if e == 0 else
+                     min(batch_size, EMBED_CHUNK) if e is None else e,
                      "mean_depth": mean_depth,
                      "accuracy": (pred == y).double().mean().item(),
                      "ideal": ideal, "measured": measured, "ratio": measured / ideal,
@@ -317,9 +321,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="also measure continuous batching (halting.stream_predict), the batch size as its slots")
     p.add_argument("--refill-at", nargs="+", type=int, default=[1],
                    help="with --stream: refill the slots once this many are free (several: side by side)")
-    p.add_argument("--embed-batch", nargs="+", type=_embed_batch, default=[None], metavar="N|slots",
+    p.add_argument("--embed-batch", nargs="+", type=_embed_batch, default=[None], metavar="N|slots|default",
                    help="with --stream: embed the next images this many at a time ahead of admission "
-                        "('slots', the default: the batch size; 1: exactly the rows admitted; several: side by side)")
+                        "('default': the stream's, the batch size up to models.EMBED_CHUNK; 'slots': the batch "
+                        "size; 1: exactly the rows admitted; several: side by side)")
     p.add_argument("--compile", action="store_true",
                    help="also measure the model with step and readout compiled (torch.compile), side by side")
     p.add_argument("--channels-last", action="store_true",
@@ -400,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                "run": run_name,
                "dataset": config.data.name, "model": m.name, "update": m.update, "steps": m.steps,
                "images": int(x.shape[0]), "repeats": a.repeats, "warmup": a.warmup,
-               "threads": list(a.threads), "cpu": cpu_name()}
+               "threads": list(a.threads), "cpu": cpu_name(), "embed_chunk": EMBED_CHUNK}
         path = write_metrics(f"bench_{a.metrics}", {**run, "rows": table.to_dict(orient="records")},
                              device="cpu")
         print(f"metrics: {path}")

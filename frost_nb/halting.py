@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .distributed import in_process_group
 from .inputs import check_images, check_scores, number_in, real_number
+from .models import EMBED_CHUNK
 
 PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid of Table 2
 
@@ -407,7 +408,7 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     slots = number_in("slots", slots, 1, 2**31, integer=True, hint=": the number of samples stepped together")
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
                           hint=f": admit new images once this many of the {slots} slots are free")
-    embed_batch = slots if embed_batch is None else number_in(
+    embed_batch = min(slots, EMBED_CHUNK) if embed_batch is None else number_in(
         "embed_batch", embed_batch, 1, 2**31, integer=True,
         hint=": the images embedded together ahead of admission")
     config = getattr(model, "config", None)  # rows at different depths share a step: weight-tied only

@@ -67,14 +67,15 @@ def resnet_stem(cfg: ModelConfig) -> nn.Sequential:
 
 
 class ChannelsLastMaxPool2d(nn.MaxPool2d):
-    """nn.MaxPool2d run in channels-last layout on an NCHW input, returning NCHW: the same maxima and
-    gradients, but on the CPU much faster (Fashion-MNIST demo: 7-13 ms in NCHW, 2-3 ms so)."""
+    """nn.MaxPool2d through faster layouts on the CPU, NCHW in and out: the same maxima and gradients."""
 
     def forward(self, z: Tensor) -> Tensor:
         if z.dim() != 4 or z.is_contiguous(memory_format=torch.channels_last):
             return super().forward(z)
-        z = z.contiguous(memory_format=torch.channels_last)  # (N, C, H, W), strides of NHWC
-        return super().forward(z).contiguous()  # (N, C, H', W') NCHW
+        if _inference(z) and z.dtype == torch.float32 and torch.backends.mkldnn.is_available():
+            return torch.mkldnn_max_pool2d(z.to_mkldnn(), self.kernel_size, self.stride, self.padding,
+                                           self.dilation, self.ceil_mode).to_dense()
+        return super().forward(z.contiguous(memory_format=torch.channels_last)).contiguous()
 
 
 class PatchEmbed(nn.Module):
@@ -149,6 +150,11 @@ def state_map(cfg: ModelConfig) -> nn.Module:
     lin = nn.Linear if vit else lambda i, o: nn.Conv2d(i, o, k, padding=k // 2)
     act = nn.GELU() if vit else nn.ReLU(inplace=True)
     return lin(w, w) if h == 0 else nn.Sequential(lin(w, h), act, lin(h, w))
+
+
+def _inference(x: Tensor) -> bool:
+    """No gradient, eager, on the CPU: the fast paths of ``embed`` and the stem's pool."""
+    return not torch.is_grad_enabled() and x.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def gap(h: Tensor) -> Tensor:
@@ -239,8 +245,9 @@ class FrostNet(nn.Module):
     # --- step-wise API (trajectory runs it; forward reads trajectory) --------------------------
 
     def embed(self, x: Tensor) -> Tensor:
-        """Stem: (N, C_in, S, S) -> e, (N, C, S/s, S/s) or (N, L, D)."""
-        return self.stem(x)
+        """Stem: (N, C_in, S, S) -> e, (N, C, S/s, S/s) or (N, L, D); in inference EMBED_CHUNK at a time."""
+        return self.stem(x) if len(x) <= EMBED_CHUNK or not _inference(x) else \
+            torch.cat([self.stem(part) for part in x.split(EMBED_CHUNK)])
 
     def _gap_of(self, m: nn.Module, z: Tensor) -> Tensor:
         """GAP(m(z)) for C or D: (N, D); with ``pool_first`` as W GAP(z) + b, which is GAP(W z + b)."""
@@ -377,4 +384,5 @@ def init_from_teacher(student: FrostNet, teacher: FrostNet) -> list[int]:
 
 
 _UPDATES = {name: getattr(FrostNet, f"_{name}") for name in UPDATES}  # chosen once per model
+EMBED_CHUNK = 128  # images the stem takes at once in inference: fewer page faults (docs/scaling.md)
 HEAD_PARAMS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads

@@ -256,6 +256,8 @@ def test_channels_last_max_pool_equals_max_pool():
     a.backward(grad)
     b.backward(grad)
     assert torch.equal(za.grad, zb.grad)
+    with torch.no_grad():  # inference takes oneDNN's pooling: the same maxima, an NCHW result
+        assert torch.equal(pool(z), b) and pool(z).is_contiguous() and torch.equal(pool(-z), ref(-z))
     cl = z.contiguous(memory_format=torch.channels_last)  # a channels-last model keeps its layout
     assert torch.equal(pool(cl), b) and pool(cl).is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(pool(z[0]), ref(z[0]))  # unbatched (C, H, W)
@@ -635,3 +637,21 @@ def test_free_hurst_can_leave_the_unit_interval():
     assert sig.hurst().item() == pytest.approx(1 / (1 + math.exp(-1.3)))
     # free H starts anywhere in [0, 1], sigmoid H only inside
     assert small("frost", "resnet", update="canonical", learn_hurst=True, hurst_param="free", hurst=1.0).hurst().item() == 1.0
+
+
+@pytest.mark.parametrize("backbone", ["resnet", "vit"])
+def test_inference_embeds_in_chunks_the_same_e(backbone, monkeypatch):
+    """In inference the stem takes EMBED_CHUNK images at a time (fewer page faults on the CPU): the same
+    e bit for bit, and with gradients on (training) one call on the whole batch."""
+    import frost_nb.models as models
+
+    model = small("frost", backbone, **({"stem_stride": 4} if backbone == "resnet" else {}))
+    x = images(11)
+    calls = []
+    stem = model.stem.forward
+    monkeypatch.setattr(model.stem, "forward", lambda z: calls.append(len(z)) or stem(z))
+    whole = model.embed(x).detach()
+    monkeypatch.setattr(models, "EMBED_CHUNK", 4)
+    with torch.no_grad():
+        chunked = model.embed(x)
+    assert calls == [11, 4, 4, 3] and torch.equal(chunked, whole)

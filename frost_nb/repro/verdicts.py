@@ -745,10 +745,11 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
         if d.get("benchmark") == "adaptive_inference" and d.get("rows"):
             st = settings(d, next(iter((d.get("provenance") or {}).get("runs", [])), None))
             at = (st, d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
-            # the stream (continuous batching) at its defaults, refilled at once and the
-            # next images embedded a slot batch ahead: its worst cell at 1 thread
+            # the stream (continuous batching) at its defaults, refilled at once and the next images
+            # embedded a slot batch ahead, at most the file's embed_chunk: its worst cell at 1 thread
+            ahead = lambda r: min(r["batch_size"], d.get("embed_chunk", r["batch_size"]))
             stream = [r for r in d["rows"] if r.get("mode") == "stream" and r.get("threads", 1) == 1
-                      and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == r["batch_size"]]
+                      and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == ahead(r)]
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
                 yield _row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
