@@ -209,6 +209,8 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
     ``batch_size`` slots (``mode = stream``), at the end of each round."""
     model = models["eager"]
     steps = int(model.config.steps)
+    embed = tuple(dict.fromkeys(batch_size if e == 0 else min(batch_size, EMBED_CHUNK) if e is None else e
+                                for e in embed))  # each one once, as the images it embeds ahead
     chunks = list(x.split(batch_size))  # (B, C, H, W) views, the last one may be shorter
     keys = ["fixed", "forward"] + [(mode, *k) for mode in models for q in taus
                                    for k in [("full", q, 1.0)] + [("adaptive", q, c) for c in compact]]
@@ -235,7 +237,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
                 if r >= warmup:
                     seconds[k][c].append(elapsed)
         for (q, f, e), results in streams.items():  # the same round, after its batch-at-a-time passes
-            res = timed_stream(model, x, taus[q], batch_size, f, batch_size if e == 0 else e)
+            res = timed_stream(model, x, taus[q], batch_size, f, e)
             if r >= warmup:
                 results.append(res)
     total = {k: sum(statistics.median(rounds) for rounds in seconds[k]) for k in keys}
@@ -280,8 +282,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
         ideal, measured = ideal_speedup(depth, steps, *costs), t_full / t_stream
         time_ideal = t_full / (t_fixed_r + mean_depth / steps * (t_full - t_fixed_r))
         rows.append({"mode": "stream", "quantile": q, "tau": taus[q], "batch_size": batch_size,
-                     "compact_below": 1.0, "refill_at": f, "embed_batch": batch_size if e == 0 else
-                     min(batch_size, EMBED_CHUNK) if e is None else e,
+                     "compact_below": 1.0, "refill_at": f, "embed_batch": e,
                      "mean_depth": mean_depth,
                      "accuracy": (pred == y).double().mean().item(),
                      "ideal": ideal, "measured": measured, "ratio": measured / ideal,

@@ -409,8 +409,7 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
                           hint=f": admit new images once this many of the {slots} slots are free")
     embed_batch = min(slots, EMBED_CHUNK) if embed_batch is None else number_in(
-        "embed_batch", embed_batch, 1, 2**31, integer=True,
-        hint=": the images embedded together ahead of admission")
+        "embed_batch", embed_batch, 1, 2**31, integer=True, hint=": images embedded together, ahead")
     config = getattr(model, "config", None)  # rows at different depths share a step: weight-tied only
     if getattr(config, "name", None) == "vanilla" or not getattr(model, "weight_tied", True):
         raise ValueError("stream_predict needs a weight-tied step (recurrent, basic_ssm, frost): "

@@ -72,9 +72,10 @@ class ChannelsLastMaxPool2d(nn.MaxPool2d):
     def forward(self, z: Tensor) -> Tensor:
         if z.dim() != 4 or z.is_contiguous(memory_format=torch.channels_last):
             return super().forward(z)
-        if _inference(z) and z.dtype == torch.float32 and torch.backends.mkldnn.is_available():
-            return torch.mkldnn_max_pool2d(z.to_mkldnn(), self.kernel_size, self.stride, self.padding,
-                                           self.dilation, self.ceil_mode).to_dense()
+        fast = _inference(z) and z.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+        if fast and self.dilation == 1 and not self.return_indices and not z.sum().isnan():
+            return torch.mkldnn_max_pool2d(z.to_mkldnn(), self.kernel_size, self.stride, self.padding, 1,
+                                           self.ceil_mode).to_dense()  # oneDNN's: no NaN in z to lose
         return super().forward(z.contiguous(memory_format=torch.channels_last)).contiguous()
 
 
@@ -245,9 +246,9 @@ class FrostNet(nn.Module):
     # --- step-wise API (trajectory runs it; forward reads trajectory) --------------------------
 
     def embed(self, x: Tensor) -> Tensor:
-        """Stem: (N, C_in, S, S) -> e, (N, C, S/s, S/s) or (N, L, D); in inference EMBED_CHUNK at a time."""
-        return self.stem(x) if len(x) <= EMBED_CHUNK or not _inference(x) else \
-            torch.cat([self.stem(part) for part in x.split(EMBED_CHUNK)])
+        """Stem: (N, C_in, S, S) -> e, (N, C, S/s, S/s) or (N, L, D); in inference in chunks (EMBED_CHUNK)."""
+        return self.stem(x) if not _inference(x) or len(x) <= EMBED_CHUNK else \
+            torch.cat([self.stem(part) for part in x.tensor_split(-(-len(x) // EMBED_CHUNK))])
 
     def _gap_of(self, m: nn.Module, z: Tensor) -> Tensor:
         """GAP(m(z)) for C or D: (N, D); with ``pool_first`` as W GAP(z) + b, which is GAP(W z + b)."""
@@ -384,5 +385,5 @@ def init_from_teacher(student: FrostNet, teacher: FrostNet) -> list[int]:
 
 
 _UPDATES = {name: getattr(FrostNet, f"_{name}") for name in UPDATES}  # chosen once per model
-EMBED_CHUNK = 128  # images the stem takes at once in inference: fewer page faults (docs/scaling.md)
+EMBED_CHUNK = 128  # inference's stem chunks: at most this many images, more than half (docs/scaling.md)
 HEAD_PARAMS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads

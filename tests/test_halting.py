@@ -913,7 +913,7 @@ def test_stream_predict_refuses_bad_input_naming_the_batch_and_the_fix():
             stream_predict(model, x, 0.5, slots=slots)
     with pytest.raises(ValueError, match=r"refill_at=9(\.0)? is outside \[1, 8\].*slots are free"):
         stream_predict(model, x, 0.5, slots=8, refill_at=9)
-    with pytest.raises(ValueError, match=r"embed_batch=0(\.0)? is outside .*embedded together ahead of admission"):
+    with pytest.raises(ValueError, match=r"embed_batch=0(\.0)? is outside .*images embedded together, ahead"):
         stream_predict(model, x, 0.5, slots=8, embed_batch=0)
     with pytest.raises(ValueError, match=r"threshold tau=nan (is not a number|must be a real number)"):
         stream_predict(model, x, float("nan"))

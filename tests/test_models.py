@@ -258,6 +258,11 @@ def test_channels_last_max_pool_equals_max_pool():
     assert torch.equal(za.grad, zb.grad)
     with torch.no_grad():  # inference takes oneDNN's pooling: the same maxima, an NCHW result
         assert torch.equal(pool(z), b) and pool(z).is_contiguous() and torch.equal(pool(-z), ref(-z))
+        nan = z.clone()
+        nan[0, 0, 0, 0] = float("nan")  # oneDNN's would drop it: the other path keeps it
+        torch.testing.assert_close(pool(nan), ref(nan), rtol=0, atol=0, equal_nan=True)
+        wide = ChannelsLastMaxPool2d(3, stride=2, padding=1, dilation=2)  # a setting oneDNN's refuses
+        assert torch.equal(wide(z), nn.MaxPool2d(3, stride=2, padding=1, dilation=2)(z))
     cl = z.contiguous(memory_format=torch.channels_last)  # a channels-last model keeps its layout
     assert torch.equal(pool(cl), b) and pool(cl).is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(pool(z[0]), ref(z[0]))  # unbatched (C, H, W)
@@ -655,3 +660,13 @@ def test_inference_embeds_in_chunks_the_same_e(backbone, monkeypatch):
     with torch.no_grad():
         chunked = model.embed(x)
     assert calls == [11, 4, 4, 3] and torch.equal(chunked, whole)
+    calls.clear()
+    with torch.no_grad():
+        model.embed(images(9))
+    assert calls == [3, 3, 3]  # even chunks: never a batch of one, which may take another kernel
+    monkeypatch.setattr(models, "EMBED_CHUNK", 128)
+    for fields in ({}, {"stem_stride": 4}) if backbone == "resnet" else ({},):  # a 3x3 or a 7x7 stem
+        model, x = small("frost", backbone, **fields), images(2 * 128 + 1)
+        whole = model.embed(x).detach()  # gradients on: one call
+        with torch.no_grad():
+            assert torch.equal(model.embed(x), whole)
