@@ -830,9 +830,10 @@ def test_stream_refill_at_changes_when_slots_refill_not_the_exits(refill_at):
         assert stream_sizes == counter.sizes
 
 
-def test_stream_embeds_the_next_images_ahead_in_slot_batches(monkeypatch):
-    """The stem runs on a slot batch of images ahead of their admission (default), so admitting
-    the few rows that exits free is a row copy; embed_batch = 1 runs it on the rows admitted."""
+def test_stream_embeds_the_next_images_ahead_in_batches(monkeypatch):
+    """The stem runs on STREAM_AHEAD images (default) or embed_batch ahead of their admission, so
+    admitting the few rows that exits free is a row copy; embed_batch = 1 runs it on the rows admitted."""
+    from frost_nb import halting
     from frost_nb.halting import stream_steps
 
     model, x = _stream_model("frost", n=100)
@@ -841,16 +842,33 @@ def test_stream_embeds_the_next_images_ahead_in_slot_batches(monkeypatch):
     calls: list[int] = []
     real = model.prologue
     monkeypatch.setattr(model, "prologue", lambda xb: calls.append(xb.shape[0]) or real(xb))
+    monkeypatch.setattr(halting, "STREAM_AHEAD", 40)
     sizes = {}
-    for embed in (None, 1, 64):
+    for embed in (None, 1, 16, 64):
         calls.clear()
         events = list(stream_steps(model, x, tau, slots=16, embed_batch=embed))
         entered = [e.rows.numel() for e in events if e.kind == "admit"]
         assert calls == entered and sum(calls) == 100  # an "admit" event for each stem call
         sizes[embed] = list(calls)
-    assert sizes[None][0] == 16 and sizes[64][0] == 64 and len(sizes[64]) <= 3  # topped up to embed_batch
-    assert len(sizes[1]) >= len(sizes[None]) > len(sizes[64])
+    assert sizes[None][0] == 40 and sizes[16][0] == 16 and sizes[64][0] == 64  # topped up to the look-ahead
+    assert len(sizes[64]) <= 3 and len(sizes[None]) <= 4
+    assert len(sizes[1]) >= len(sizes[16]) > len(sizes[None]) >= len(sizes[64])
     assert max(sizes[1][1:]) < 16  # embed_batch = 1: the stem on the rows that exits freed only
+
+
+def test_put_writes_the_same_rows_whether_or_not_they_are_copied_as_16_byte_elements():
+    from frost_nb.halting import _put, _wide
+
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((12, 8), (12, 3), (12, 2, 3, 2), (12,)):  # rows of 32 and 48 bytes (wide), 12, 1-d
+        rows, new = torch.randn(shape, generator=gen), torch.randn((7, *shape[1:]), generator=gen)
+        pos = torch.tensor([1, 4, 5, 10])
+        expected = rows.clone().index_copy_(0, pos, new[2:6])
+        _put([rows], pos, [new], 2)
+        assert torch.equal(rows, expected), shape
+        assert (_wide(rows).dtype == torch.complex128) == (shape in ((12, 8), (12, 2, 3, 2)))
+    odd = torch.randn(13, 8)[1:]  # rows of 32 bytes, but a view 32 bytes in: still aligned
+    assert _wide(odd).dtype == torch.complex128 and _wide(torch.randn(12, 9)[:, :8]).dtype == torch.float32
 
 
 def test_a_stream_of_one_tensor_is_checked_an_embedding_at_a_time_naming_the_images():

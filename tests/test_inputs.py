@@ -74,6 +74,13 @@ def test_check_images_leaves_a_good_batch_alone_and_skips_shapes_without_an_imag
     assert check_images(standin, torch.ones(5, 6)).shape == (5, 6)
     with pytest.raises(ValueError, match="NaN or infinite"):
         check_images(standin, torch.full((5, 6), math.nan))
+    huge = torch.full((5, 6), 3e38)  # finite pixels whose sum overflows: counted, and good
+    assert torch.isinf(huge.sum()) and check_images(standin, huge) is huge
+    for bad in (math.inf, -math.inf):  # one infinity among them (a sum of inf or inf - inf): named
+        x = huge.clone()
+        x[1, 2] = bad
+        with pytest.raises(ValueError, match=r"1 NaN or infinite pixel value\(s\) out of 30"):
+            check_images(standin, x)
 
 
 def test_check_split(smoke):

@@ -234,6 +234,14 @@ def test_the_stream_benchmark_decides_claim_17_by_its_worst_default_cell(tmp_pat
     primary = [r for r in V.verdict_rows(folder) if r["claim"] == 17 and r["primary"]][0]["ours"]
     assert primary.startswith("0.25, the worst of") and "(B 256," in primary
 
+    def ahead(d):  # a file whose stream embeds stream_ahead images ahead by default: 1 of them, at B 64
+        d["stream_ahead"] = 1
+        next(r for r in d["rows"] if r["mode"] == "stream" and r["threads"] == 1 and r["batch_size"] == 64
+             and r["embed_batch"] == 1 and r["refill_at"] == 1)["ratio"] = 0.125
+    _edit(folder, name, ahead)
+    primary = [r for r in V.verdict_rows(folder) if r["claim"] == 17 and r["primary"]][0]["ours"]
+    assert primary.startswith("0.12, the worst of 6 stream cells") and "(B 64," in primary
+
 
 def test_a_file_with_two_bundles_side_by_side_reads_its_own_bundles_seeds():
     """Notebook 05 with compare_bundle names both bundles' runs of every seed: the sweep's other

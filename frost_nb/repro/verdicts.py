@@ -746,8 +746,8 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
             st = settings(d, next(iter((d.get("provenance") or {}).get("runs", [])), None))
             at = (st, d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
             # the stream (continuous batching) at its defaults, refilled at once and the next images
-            # embedded a slot batch ahead, at most the file's embed_chunk: its worst cell at 1 thread
-            ahead = lambda r: min(r["batch_size"], d.get("embed_chunk", r["batch_size"]))
+            # embedded the file's stream_ahead ahead (earlier: a slot batch, at most embed_chunk): its worst cell
+            ahead = lambda r: d.get("stream_ahead") or min(r["batch_size"], d.get("embed_chunk", r["batch_size"]))
             stream = [r for r in d["rows"] if r.get("mode") == "stream" and r.get("threads", 1) == 1
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == ahead(r)]
             if stream:
