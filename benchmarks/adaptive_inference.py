@@ -91,7 +91,7 @@ import torch
 from frost_nb.analysis.complexity import flops_per_image, ideal_speedup
 from frost_nb.checkpoint import checkpoint_config, load_model
 from frost_nb.data.datasets import make_batches
-from frost_nb.halting import STREAM_AHEAD, _select, adaptive_predict, stream_steps
+from frost_nb.halting import _select, adaptive_predict, stream_ahead, stream_steps
 from frost_nb.paths import committed_runs_dir
 from frost_nb.training import load_split
 
@@ -183,7 +183,7 @@ def timed_stream(model, x: torch.Tensor, tau: float, slots: int, refill_at: int,
 
 def _embed_batch(text: str) -> int | None:
     """``--embed-batch`` values: a positive count, "slots" (0: the batch size) or "default" (None: the
-    stream's own, ``halting.STREAM_AHEAD``)."""
+    stream's own, ``halting.stream_ahead``)."""
     if text in ("slots", "default"):
         return 0 if text == "slots" else None
     if not text.isdigit() or int(text) < 1:
@@ -208,7 +208,7 @@ def measure(models: dict, x: torch.Tensor, y: torch.Tensor, taus: dict[float, fl
     ``batch_size`` slots (``mode = stream``), at the end of each round."""
     model = models["eager"]
     steps = int(model.config.steps)
-    embed = tuple(dict.fromkeys(batch_size if e == 0 else STREAM_AHEAD if e is None else e
+    embed = tuple(dict.fromkeys(batch_size if e == 0 else stream_ahead(batch_size) if e is None else e
                                 for e in embed))  # each one once, as the images it embeds ahead
     chunks = list(x.split(batch_size))  # (B, C, H, W) views, the last one may be shorter
     keys = ["fixed", "forward"] + [(mode, *k) for mode in models for q in taus
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --stream: refill the slots once this many are free (several: side by side)")
     p.add_argument("--embed-batch", nargs="+", type=_embed_batch, default=[None], metavar="N|slots|default",
                    help="with --stream: embed the next images this many at a time ahead of admission "
-                        "('default': the stream's, halting.STREAM_AHEAD; 'slots': the batch "
+                        "('default': the stream's, halting.stream_ahead; 'slots': the batch "
                         "size; 1: exactly the rows admitted; several: side by side)")
     p.add_argument("--compile", action="store_true",
                    help="also measure the model with step and readout compiled (torch.compile), side by side")
@@ -405,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                "run": run_name,
                "dataset": config.data.name, "model": m.name, "update": m.update, "steps": m.steps,
                "images": int(x.shape[0]), "repeats": a.repeats, "warmup": a.warmup,
-               "threads": list(a.threads), "cpu": cpu_name(), "stream_ahead": STREAM_AHEAD}
+               "threads": list(a.threads), "cpu": cpu_name(),
+               "stream_ahead": {str(b): stream_ahead(b) for b in a.batch_sizes}}
         path = write_metrics(f"bench_{a.metrics}", {**run, "rows": table.to_dict(orient="records")},
                              device="cpu")
         print(f"metrics: {path}")

@@ -16,8 +16,10 @@ from torch import Tensor
 
 from .distributed import in_process_group
 from .inputs import check_images, check_scores, number_in, real_number
+from .models import EMBED_CHUNK
 
 PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid of Table 2
+stream_ahead = lambda slots: max(512, 4 * slots)  # images a stream embeds ahead by default (docs/scaling.md)
 
 
 class HaltingCalibrator:
@@ -303,9 +305,6 @@ class StreamEvent(NamedTuple):
     halt_scores: Tensor | None = None  # (m,) float32 p at the exit step
 
 
-STREAM_AHEAD = 512  # images a stream embeds ahead by default: the stem seldom between steps (docs/scaling.md)
-
-
 class _Feed:
     """The stream's images, checked and embedded (the model's ``prologue``) ``ahead`` at a time before admission,
     so admitting a few rows is a row copy (docs/scaling.md); a chunk holds what a running row holds."""
@@ -321,8 +320,7 @@ class _Feed:
                 [images] if isinstance(images, (Tensor, np.ndarray)) else images))
         self.rest: Tensor | None = None  # the rest of the batch being taken
         self.shape: tuple[int, ...] | None = None  # (C, H, W) of the first batch
-        self.offset = 0  # input position of the next image
-        self.unread = True  # the stream may hold more images
+        self.offset, self.unread = 0, True  # the next image's input position; the stream may hold more
         self.chunks: list[list[Tensor]] = []  # embedded, not yet taken: the leaves of (input row, depth,
         self.builds, self.sizes = [], []  # state, context, rule memory), their builders, leaves of each
         self.at = self.n = 0  # the first chunk's next row; the rows embedded and not yet taken
@@ -364,45 +362,35 @@ class _Feed:
         return self.pending[1]
 
     def embed(self) -> None:
-        """Embed what ``fetch`` took, a chunk after the rows still embedded (no copy of those)."""
-        (x, rows), self.pending = self.pending, None
-        h0, ctx0 = self.model.prologue(x)
-        parts = [_leaves(v, rows.numel()) for v in (rows, torch.zeros_like(rows), h0, ctx0, self.start(h0))]
-        self.builds, self.sizes = [b for _, b in parts], [len(leaves) for leaves, _ in parts]
-        self.chunks.append([leaf for leaves, _ in parts for leaf in leaves])
-        self.n += rows.numel()
+        """Embed what ``fetch`` took after the rows still embedded, ``EMBED_CHUNK`` images a chunk."""
+        for x, rows in zip(*(v.split(EMBED_CHUNK) for v in self.pending)):
+            h0, ctx0 = self.model.prologue(x)
+            parts = [_leaves(v, len(rows)) for v in (rows, torch.zeros_like(rows), h0, ctx0, self.start(h0))]
+            self.builds, self.sizes = [b for _, b in parts], [len(leaves) for leaves, _ in parts]
+            self.chunks.append([leaf for leaves, _ in parts for leaf in leaves])
+            self.n += rows.numel()
 
     def take(self, k: int) -> list[tuple[list[Tensor], int, int]]:
-        """Up to ``k`` embedded rows, from one chunk or two: (chunk, first row, end), never written."""
+        """Up to ``k`` embedded rows, from one chunk or more: (chunk, first row, end), never written."""
         parts = []
         while k and self.chunks:
             size = self.chunks[0][0].numel()
             a = min(k, size - self.at)
             parts.append((self.chunks[0], self.at, self.at + a))
             self.at, self.n, k = self.at + a, self.n - a, k - a
-            if self.at == size:
-                self.chunks.pop(0)
-                self.at = 0
+            if self.at == size:  # that chunk is spent
+                self.chunks, self.at = self.chunks[1:], 0
         return parts
 
 
-def _wide(v: Tensor) -> Tensor:
-    """``v``'s rows as 16-byte elements where they divide them (a view, the same bytes), else ``v``: the
-    CPU's ``index_copy_`` costs by the element, so it writes float32 rows 3 times faster (docs/scaling.md)."""
-    size = v.element_size()
-    if v.dim() < 2 or not v.numel() or not v.is_contiguous() or (v.stride(0) * size) % 16 \
-            or (v.storage_offset() * size) % 16:
-        return v
-    return v.view(len(v), -1).view(torch.complex128)
-
-
 def _put(rows: list[Tensor], pos: Tensor, new: list[Tensor], lo: int) -> None:
-    """Write rows ``lo``, ``lo + 1``, ... of ``new`` into the rows ``pos`` of ``rows``, leaf by leaf."""
+    """Write rows ``lo``, ... of ``new`` into the rows ``pos`` of ``rows`` (16-byte elements if they fit)."""
     k = pos.numel()
     for u, v in zip(rows, new):
         v = _like(v[lo:lo + k], u, k).to(u.dtype)
-        wide = _wide(u), _wide(v)
-        u, v = wide if wide[0].dtype == wide[1].dtype else (u, v)
+        if u.dim() > 1 and all(w.is_contiguous() and not w.stride(0) * w.element_size() % 16
+                               and not w.storage_offset() * w.element_size() % 16 for w in (u, v)):
+            u, v = u.view(len(u), -1).view(torch.complex128), v.view(k, -1).view(torch.complex128)
         u.index_copy_(0, pos, v)
 
 
@@ -423,7 +411,7 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     slots = number_in("slots", slots, 1, 2**31, integer=True, hint=": the number of samples stepped together")
     refill_at = number_in("refill_at", refill_at, 1, slots, integer=True,
                           hint=f": admit new images once this many of the {slots} slots are free")
-    embed_batch = STREAM_AHEAD if embed_batch is None else number_in(
+    embed_batch = stream_ahead(slots) if embed_batch is None else number_in(
         "embed_batch", embed_batch, 1, 2**31, integer=True, hint=": images embedded together, ahead")
     config = getattr(model, "config", None)  # rows at different depths share a step: weight-tied only
     if getattr(config, "name", None) == "vanilla" or not getattr(model, "weight_tied", True):
@@ -434,7 +422,7 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
     start = (lambda h0: None) if isinstance(halting, float) else halting.start  # the rule's memory
     feed = _Feed(model, images, allow_other_size, embed_batch, start)
 
-    def admit(k: int):  # up to k new samples: (chunk, first row, end) of one chunk or two
+    def admit(k: int):  # up to k new samples: (chunk, first row, end) of one chunk or more
         entering = feed.fetch(k)
         if entering is not None:
             yield StreamEvent("admit", entering)  # (timed from here: before their stem runs)

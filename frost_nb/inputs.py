@@ -114,8 +114,7 @@ def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = Fal
     _check_image_shape(getattr(model, "config", None), tuple(x.shape), name, allow_other_size, ValueError)
     if weights is not None and weights.is_floating_point() and x.dtype != weights.dtype:
         x = x.to(weights.dtype)  # e.g. float64 numpy images for float32 weights
-    # a NaN or infinity makes the sum so (one fast pass and host sync); an overflow, counted exactly
-    if not bool(torch.isfinite(x.sum())) and (bad := int((~torch.isfinite(x)).sum())):
+    if not torch.isfinite(x.sum()) and (bad := int((~torch.isfinite(x)).sum())):  # NaN, inf or overflow
         raise ValueError(f"{name} has {bad} NaN or infinite pixel value(s) out of {x.numel()}: "
                          f"the model would return NaN logits for those images")
     return x

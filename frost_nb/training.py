@@ -418,7 +418,6 @@ class Trainer:
         medians += running_medians(sketch, scores)  # this epoch's training scores (this rank's); figure 2
         for step, (row, lr, median) in enumerate(zip(table, lrs, medians), self.step - len(sums) + 1):
             loss_sum, correct, seen, _, *part_sums, alpha, hurst = row
-            # mean over ranks
             parts = {k: v / self.setup.world_size for k, v in zip(self.logged_parts, part_sums)}
             values = {"step": step, "epoch": self.epoch, "lr": lr, "loss": loss_sum / seen, **parts,
                       "accuracy": correct / seen, "alpha": alpha, "hurst": hurst, "threshold_median": median}

@@ -831,7 +831,7 @@ def test_stream_refill_at_changes_when_slots_refill_not_the_exits(refill_at):
 
 
 def test_stream_embeds_the_next_images_ahead_in_batches(monkeypatch):
-    """The stem runs on STREAM_AHEAD images (default) or embed_batch ahead of their admission, so
+    """The stem runs on stream_ahead(slots) images (default) or embed_batch ahead of their admission, so
     admitting the few rows that exits free is a row copy; embed_batch = 1 runs it on the rows admitted."""
     from frost_nb import halting
     from frost_nb.halting import stream_steps
@@ -842,7 +842,7 @@ def test_stream_embeds_the_next_images_ahead_in_batches(monkeypatch):
     calls: list[int] = []
     real = model.prologue
     monkeypatch.setattr(model, "prologue", lambda xb: calls.append(xb.shape[0]) or real(xb))
-    monkeypatch.setattr(halting, "STREAM_AHEAD", 40)
+    monkeypatch.setattr(halting, "stream_ahead", lambda slots: 40)
     sizes = {}
     for embed in (None, 1, 16, 64):
         calls.clear()
@@ -854,21 +854,32 @@ def test_stream_embeds_the_next_images_ahead_in_batches(monkeypatch):
     assert len(sizes[64]) <= 3 and len(sizes[None]) <= 4
     assert len(sizes[1]) >= len(sizes[16]) > len(sizes[None]) >= len(sizes[64])
     assert max(sizes[1][1:]) < 16  # embed_batch = 1: the stem on the rows that exits freed only
+    monkeypatch.setattr(halting, "EMBED_CHUNK", 16)  # what is taken ahead is embedded 16 images a call
+    calls.clear()
+    entered = [e.rows.numel() for e in stream_steps(model, x, tau, slots=16) if e.kind == "admit"]
+    assert entered == sizes[None] and calls[:3] == [16, 16, 8] and sum(calls) == 100 and max(calls) == 16
 
 
-def test_put_writes_the_same_rows_whether_or_not_they_are_copied_as_16_byte_elements():
-    from frost_nb.halting import _put, _wide
+def test_put_writes_the_same_rows_whether_or_not_they_are_copied_as_16_byte_elements(monkeypatch):
+    from frost_nb.halting import _put
 
+    wide = []  # the dtypes index_copy_ writes in
+    real = torch.Tensor.index_copy_
+    monkeypatch.setattr(torch.Tensor, "index_copy_", lambda u, *a: wide.append(u.dtype) or real(u, *a))
     gen = torch.Generator().manual_seed(0)
-    for shape in ((12, 8), (12, 3), (12, 2, 3, 2), (12,)):  # rows of 32 and 48 bytes (wide), 12, 1-d
+    for shape, dtype in (((12, 8), torch.complex128), ((12, 2, 3, 2), torch.complex128),
+                         ((12, 3), torch.float32), ((12,), torch.float32)):  # rows of 32, 48, 12 bytes; 1-d
         rows, new = torch.randn(shape, generator=gen), torch.randn((7, *shape[1:]), generator=gen)
         pos = torch.tensor([1, 4, 5, 10])
         expected = rows.clone().index_copy_(0, pos, new[2:6])
+        wide.clear()
         _put([rows], pos, [new], 2)
-        assert torch.equal(rows, expected), shape
-        assert (_wide(rows).dtype == torch.complex128) == (shape in ((12, 8), (12, 2, 3, 2)))
-    odd = torch.randn(13, 8)[1:]  # rows of 32 bytes, but a view 32 bytes in: still aligned
-    assert _wide(odd).dtype == torch.complex128 and _wide(torch.randn(12, 9)[:, :8]).dtype == torch.float32
+        assert torch.equal(rows, expected) and wide == [dtype], shape
+    rows, new = torch.randn(12, 9)[:, :8], torch.randn(7, 8)  # not contiguous: written as floats
+    expected = rows.clone().index_copy_(0, torch.tensor([3]), new[:1])
+    wide.clear()
+    _put([rows], torch.tensor([3]), [new], 0)
+    assert torch.equal(rows, expected) and wide == [torch.float32]
 
 
 def test_a_stream_of_one_tensor_is_checked_an_embedding_at_a_time_naming_the_images():

@@ -225,17 +225,8 @@ def test_the_stream_benchmark_decides_claim_17_by_its_worst_default_cell(tmp_pat
     _edit(folder, name, slower)
     assert [r for r in V.verdict_rows(folder) if r["claim"] == 17 and r["primary"]][0]["ours"].startswith("0.50")
 
-    def chunked(d):  # a file whose stream embeds at most embed_chunk ahead: its default is min(B, 64)
-        d["embed_chunk"] = 64
-        for r in d["rows"]:
-            if r["mode"] == "stream" and r["batch_size"] == 256 and r["embed_batch"] == 256:
-                r["embed_batch"], r["ratio"] = 64, 0.25  # now the default cell, and the worst
-    _edit(folder, name, chunked)
-    primary = [r for r in V.verdict_rows(folder) if r["claim"] == 17 and r["primary"]][0]["ours"]
-    assert primary.startswith("0.25, the worst of") and "(B 256," in primary
-
-    def ahead(d):  # a file whose stream embeds stream_ahead images ahead by default: 1 of them, at B 64
-        d["stream_ahead"] = 1
+    def ahead(d):  # a file whose stream embeds stream_ahead[B] images ahead by default: 1 of them at B 64
+        d["stream_ahead"] = {"64": 1, "256": 256}
         next(r for r in d["rows"] if r["mode"] == "stream" and r["threads"] == 1 and r["batch_size"] == 64
              and r["embed_batch"] == 1 and r["refill_at"] == 1)["ratio"] = 0.125
     _edit(folder, name, ahead)

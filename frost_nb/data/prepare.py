@@ -72,6 +72,7 @@ SHEET, SHEET_COLS = 1000, 100  # write_sheets: images per WebP sheet, per row (W
 FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                          "Sneaker", "Bag", "Ankle boot")  # label order of the IDX files
 FIXED_ORDER_SEED = 0  # seed of every order that must not depend on split_seed
+_names = lambda v: None if v is None else tuple(str(c) for c in v)  # class names as str (None: none)
 
 # Where a prepared set's source may be, in the order tried: (kind, folder under the data root),
 # then (kind, folder under ``source=``) when one is named (never a download then). "{system}" is
@@ -208,8 +209,7 @@ def read_prepared(name: str, root: str | Path, part: str) -> Part:
     if not good:
         raise DataError(f"{path}: arrays do not fit a prepared {name} part (x uint8 (N, "
                         f"{', '.join(map(str, shape))}), y int64 (N,) below len(classes)); {fix}.")
-    return Part(x, y, tuple(str(c) for c in classes), str(got["source"]), coarse,
-                None if coarse_classes is None else tuple(str(c) for c in coarse_classes))
+    return Part(x, y, _names(classes), str(got["source"]), coarse, _names(coarse_classes))
 
 
 def write_sheets(part: Part, target: Path, *, method: int = 6, quality: int = 50) -> Path:
@@ -251,8 +251,8 @@ def read_sheets(source) -> Part:
     if hashlib.sha256(x.tobytes()).hexdigest() != got["sha256"].item():
         raise DataError(f"{source}: the decoded images do not match their SHA-256 (damaged on the way): "
                         "write and send them again")
-    strs = lambda key: tuple(str(k) for k in got[key]) if key in got else None
-    return Part(x, got["y"], strs("classes"), str(got["source"]), got.get("coarse_y"), strs("coarse_classes"))
+    return Part(x, got["y"], _names(got.get("classes")), str(got["source"]), got.get("coarse_y"),
+                _names(got.get("coarse_classes")))
 
 
 def _labels_fit(y: np.ndarray, k: int, coarse: np.ndarray | None = None, k_coarse: int = 0) -> bool:
@@ -390,9 +390,8 @@ def _from_packed(folder: Path, name: str, part: str) -> Part:
     # see every class (the pickled CIFAR releases come in a random order already).
     order = fixed_order(n).numpy()
     return Part(x.transpose(0, 3, 1, 2)[order], labels.astype(np.int64)[order],  # (N, C, H, W), (N,)
-                tuple(str(c) for c in classes), str(path),
-                None if coarse is None else coarse.astype(np.int64)[order],
-                None if coarse is None else tuple(str(c) for c in coarse_classes))
+                _names(classes), str(path), None if coarse is None else coarse.astype(np.int64)[order],
+                _names(coarse_classes))
 
 
 def _from_pickles(folder: Path, name: str, part: str) -> Part:
@@ -417,7 +416,7 @@ def _from_pickles(folder: Path, name: str, part: str) -> Part:
                             f"{replace}.") from err
     try:
         meta = _unpickle(folder / meta_file, name)
-        classes = tuple(str(c) for c in meta[names_key])
+        classes = _names(meta[names_key])
         coarse_classes = tuple(str(c) for c in meta.get("coarse_label_names", ()))
     except (KeyError, TypeError) as err:
         raise DataError(f"{folder / meta_file}: no {names_key!r} list; {replace}.") from err

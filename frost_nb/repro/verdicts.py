@@ -745,9 +745,8 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
         if d.get("benchmark") == "adaptive_inference" and d.get("rows"):
             st = settings(d, next(iter((d.get("provenance") or {}).get("runs", [])), None))
             at = (st, d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
-            # the stream (continuous batching) at its defaults, refilled at once and the next images
-            # embedded the file's stream_ahead ahead (earlier: a slot batch, at most embed_chunk): its worst cell
-            ahead = lambda r: d.get("stream_ahead") or min(r["batch_size"], d.get("embed_chunk", r["batch_size"]))
+            # the stream at its defaults (refill at once, the file's stream_ahead[B] ahead, else B): worst cell
+            ahead = lambda r: d.get("stream_ahead", {}).get(str(r["batch_size"]), r["batch_size"])
             stream = [r for r in d["rows"] if r.get("mode") == "stream" and r.get("threads", 1) == 1
                       and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == ahead(r)]
             if stream:
