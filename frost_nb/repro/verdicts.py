@@ -752,7 +752,7 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
             if stream:
                 w = min(stream, key=lambda r: r["ratio"])
                 yield _row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
-                           f"(B {w['batch_size']}, q {w['quantile']:g}; 1 thread, {device})",
+                           f"(B {w['batch_size']}, q {w['quantile']:g}, {w['embed_batch']:g} ahead; 1 thread, {device})",
                            C.speed(w["ratio"]), "bench")
             batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
             largest = max(r["batch_size"] for r in batch)
