@@ -720,10 +720,13 @@ def _assert_same_exits(res, ref, near_threshold):
 
 @pytest.mark.parametrize("name", WEIGHT_TIED)
 @pytest.mark.parametrize("backbone", ["resnet", "vit"])
-def test_stream_predict_exits_as_adaptive_predict_does(name, backbone):
+def test_stream_predict_exits_as_adaptive_predict_does(name, backbone, monkeypatch):
     """FROST's threshold at three quantiles; slot counts of 1, one that divides nothing (7), one
     that leaves a short last refill (16) and one larger than the whole stream (100); images
-    embedded a slot batch ahead (the default), exactly as admitted (1), or in other counts."""
+    embedded stream_ahead(slots) ahead (the default), exactly as admitted (1), or in other counts,
+    in prologue calls of EMBED_CHUNK images or of 16 (several a look-ahead)."""
+    from frost_nb import halting
+
     model, x = _stream_model(name, backbone)
     with torch.no_grad():
         scores = torch.sigmoid(model(x).halt_logits.float())  # (N, T) full depth
@@ -736,7 +739,9 @@ def test_stream_predict_exits_as_adaptive_predict_does(name, backbone):
         def near(i, d1, d2):
             return bool((scores[i, min(d1, d2) - 1:max(d1, d2)] - tau).abs().min() < SCORE_TIE)
 
-        for slots, embed in ((1, None), (7, None), (7, 1), (7, 5), (16, None), (16, 40), (100, None)):
+        for slots, embed, chunk in ((1, None, 128), (7, None, 128), (7, 1, 128), (7, 5, 128), (16, None, 128),
+                                    (16, 40, 16), (100, None, 16)):
+            monkeypatch.setattr(halting, "EMBED_CHUNK", chunk)
             res = stream_predict(model, x, tau, slots=slots, embed_batch=embed, return_scores=True)
             assert isinstance(res, AdaptiveResult) and res.logits.shape == ref.logits.shape
             flips += _assert_same_exits(res, ref, near)
