@@ -417,7 +417,7 @@ def _from_pickles(folder: Path, name: str, part: str) -> Part:
     try:
         meta = _unpickle(folder / meta_file, name)
         classes = _names(meta[names_key])
-        coarse_classes = tuple(str(c) for c in meta.get("coarse_label_names", ()))
+        coarse_classes = _names(meta.get("coarse_label_names", ()))
     except (KeyError, TypeError) as err:
         raise DataError(f"{folder / meta_file}: no {names_key!r} list; {replace}.") from err
     x, y = np.concatenate(xs), np.concatenate(ys)  # (N, 3, 32, 32), (N,)
