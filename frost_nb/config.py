@@ -232,8 +232,7 @@ class ModelConfig(_Validated):
         if self.name != "vanilla":
             return ((0, self.steps),)
         sizes = parse_branch_steps(self.branch_steps) or (1,) * self.steps
-        stops = [sum(sizes[:i + 1]) for i in range(len(sizes))]
-        return tuple(zip([0] + stops[:-1], stops))
+        return tuple((sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(len(sizes)))
 
 
 def parse_branch_steps(text: str) -> tuple[int, ...] | None:

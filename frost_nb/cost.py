@@ -158,7 +158,7 @@ def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
         # a student's teacher: the student's model with one branch per step, as runs.load_teacher requires
         teacher = (None if config.loss.teacher is None else
                    create_model(replace_model(config.model, branch_steps="")).eval().requires_grad_(False))
-    params = sum(p.numel() for p in model.parameters())
+    params = model.num_parameters()
     m = config.model
     fixed, per_step = flops_per_image(model, (m.in_channels, m.image_size, m.image_size))
     flops = fixed + m.steps * per_step  # a teacher has the same shapes, so the same FLOPs (flops_per_image)
@@ -167,7 +167,7 @@ def estimate(config: RunConfig, device: torch.device | None = None) -> RunCost:
     memory = {"weights": params * 4, "gradients": params * 4, "optimizer": params * 4 * moments,
               "activations": saved}
     if teacher is not None:  # its weights, and the states and logits of one batch the loss reads
-        memory["teacher"] = sum(p.numel() for p in teacher.parameters()) * 4 + held
+        memory["teacher"] = teacher.num_parameters() * 4 + held
     if DATASETS[config.data.name].in_memory:
         memory["data"] = TRAIN_IMAGES[config.data.name] * m.in_channels * m.image_size ** 2
     seconds, basis = _epoch_seconds(config, flops, device, use_amp(config, device), use_compile(config, device),

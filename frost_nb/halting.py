@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -54,10 +55,7 @@ class HaltingCalibrator:
         """One calibrator holding every score of the serialised sketches ``blobs`` (each once)."""
         if not blobs:
             raise ValueError("pooled needs at least one serialised sketch (from to_bytes())")
-        out = cls.from_bytes(blobs[0])
-        for blob in blobs[1:]:
-            out.merge(cls.from_bytes(blob))
-        return out
+        return functools.reduce(cls.merge, map(cls.from_bytes, blobs))  # each merged into the first
 
     def merge_across_ranks(self, shared: HaltingCalibrator | None = None) -> HaltingCalibrator:
         """Pool the sketches of a DDP job's ranks, and ``shared`` once, into every rank (rank 0 merges:

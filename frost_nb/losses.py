@@ -39,11 +39,9 @@ def task_loss(logits: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor
 
 def _per_step_ce(logits: Tensor, y: Tensor, label_smoothing: float = 0.0) -> Tensor:
     """CE(y_t[i], y[i]) for every sample and step, float32 (N, T), differentiable."""
-    _check_logits(logits, y)
-    n, t, k = logits.shape
-    flat = logits.float().reshape(n * t, k)  # (N*T, K)
-    target = y[:, None].expand(n, t).reshape(n * t)  # (N*T,)
-    return F.cross_entropy(flat, target, reduction="none", label_smoothing=label_smoothing).view(n, t)
+    _check_logits(logits, y)  # below: the (N*T, K) rows, each sample's label T times (N*T,)
+    return F.cross_entropy(logits.float().flatten(0, 1), y.repeat_interleave(logits.shape[1]),
+                           reduction="none", label_smoothing=label_smoothing).view(logits.shape[:2])
 
 
 def step_losses(logits: Tensor, y: Tensor) -> Tensor:
@@ -71,10 +69,9 @@ def ranking_losses(halt_logits: Tensor, losses: Tensor, rank_frac: float = 0.25,
         raise ValueError(f"pairs={pairs!r} must be one of {RANK_PAIRS}")
     # columns ranked on their own: one column of all N*T entries ("global"), or the T steps
     loss_cols = losses.detach().reshape(-1, 1) if pairs == "global" else losses.detach()  # (M, C)
-    rows = loss_cols.shape[0]
-    m = set_size(rows, rank_frac)
+    m = set_size(loss_cols.shape[0], rank_frac)  # >= 1, so order[-m:] is the last m rows
     order = torch.argsort(loss_cols, dim=0, stable=True)  # (M, C) ascending per column
-    easy_idx, hard_idx = order[:m], order[rows - m:]  # (E, C), (D, C) row indices
+    easy_idx, hard_idx = order[:m], order[-m:]  # (E, C), (D, C) row indices
 
     z = halt_logits.float().reshape(loss_cols.shape)  # (M, C) float32 even under bf16 autocast
     z_easy, z_hard = z.gather(0, easy_idx), z.gather(0, hard_idx)  # (E, C), (D, C)

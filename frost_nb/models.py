@@ -1,7 +1,7 @@
 """The four model families of FROST (Yu and Hwang, ICML 2026, arXiv 2601.19551), one class.
 
 Families, branches, heads: docs/method.md section 3; scaled operators, H and alpha: section 4; the
-update forms (``model.update``, from ``_UPDATES``): section 5; k branches (``model.branch_steps``): 16.
+update forms (``model.update``, the method ``_<update>``): section 5; k branches (``model.branch_steps``): 16.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import MODELS, UPDATES, ConfigError, ModelConfig, RunConfig, replace_model
+from .config import MODELS, ConfigError, ModelConfig, RunConfig, replace_model
 
 __all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "Step", "StepContext",
            "create_model", "init_from_teacher"]
@@ -90,8 +90,7 @@ class PatchEmbed(nn.Module):
         nn.init.trunc_normal_(self.pos, std=0.02)
 
     def forward(self, x: Tensor) -> Tensor:
-        e = self.proj(x)  # (N, D, H/p, W/p)
-        return e.flatten(2).transpose(1, 2) + self.pos  # (N, L, D)
+        return self.proj(x).flatten(2).transpose(1, 2) + self.pos  # (N, D, H/p, W/p) -> (N, L, D)
 
 
 class BottleneckBranch(nn.Module):
@@ -190,10 +189,9 @@ class FrostNet(nn.Module):
         self.config = cfg = config
         vit = cfg.backbone == "vit"
         self.stem = PatchEmbed(cfg) if vit else resnet_stem(cfg)
-        branch = EncoderBranch if vit else BottleneckBranch
         # vanilla: T distinct branches, or k each over a range of steps (model.branch_steps); else one
         ranges = cfg.branch_ranges
-        self.branches = nn.ModuleList(branch(cfg) for _ in ranges)
+        self.branches = nn.ModuleList((EncoderBranch if vit else BottleneckBranch)(cfg) for _ in ranges)
         self.branch_of_step = tuple(i for i, (a, b) in enumerate(ranges) for _ in range(a, b))  # t -> branch
         self.has_bcd = cfg.name in ("basic_ssm", "frost")
         if self.has_bcd:
@@ -215,7 +213,7 @@ class FrostNet(nn.Module):
             if cfg.update in ("gated", "leaky_gated"):  # per-channel, per-position gate from h_t
                 self.gate = nn.Linear(cfg.width, cfg.width) if vit else nn.Conv2d(cfg.width, cfg.width, 1)
         # h_{t+1} from (self, h_t, A, B(e)), chosen once: basic_ssm's, or frost's update form
-        self._update = _UPDATES[cfg.update] if cfg.name == "frost" else FrostNet._basic_ssm
+        self._update = getattr(FrostNet, f"_{cfg.update}") if cfg.name == "frost" else FrostNet._basic_ssm
         self._term = FrostNet._scaled_term if cfg.scaled_inside else FrostNet._plain_term  # leaky's bracket
         self.head_norm = nn.LayerNorm(cfg.width)
         self.head = nn.Linear(cfg.width, cfg.num_classes)
@@ -384,6 +382,5 @@ def init_from_teacher(student: FrostNet, teacher: FrostNet) -> list[int]:
     return picked
 
 
-_UPDATES = {name: getattr(FrostNet, f"_{name}") for name in UPDATES}  # chosen once per model
 EMBED_CHUNK = 128  # inference's stem chunks: at most this many images, more than half (docs/scaling.md)
 HEAD_PARAMS = ("head.", "head_norm.", "halt_head.", "halt_head_norm.")  # the classifier and halting heads

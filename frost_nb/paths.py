@@ -65,13 +65,12 @@ def restore_hint(path: str | os.PathLike, regenerate: str | None = None) -> str:
     """How to get a good ``path`` back: ``git checkout -- FILE`` when git tracks it (FILE relative
     to the repository), else, or besides, ``regenerate`` (the command that writes it again)."""
     path, root = Path(os.path.abspath(path)), repo_root()
-    tracked = False
+    ways = [regenerate] if regenerate else []
     if path.is_relative_to(root):  # any file tracked at or under path (a run folder counts)
         with suppress(OSError, subprocess.SubprocessError):
-            tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "--", str(path)], cwd=root,
-                                     capture_output=True, timeout=10).returncode == 0
-    ways = ([f"git checkout -- {path.relative_to(root).as_posix()}"] if tracked else []) + \
-        ([regenerate] if regenerate else [])
+            if subprocess.run(["git", "ls-files", "--error-unmatch", "--", str(path)], cwd=root,
+                              capture_output=True, timeout=10).returncode == 0:
+                ways.insert(0, f"git checkout -- {path.relative_to(root).as_posix()}")
     return "restore it: " + " or ".join(ways) if ways else "replace it with a good copy"
 
 
@@ -153,13 +152,9 @@ def _make_dir(path: Path, variable: str) -> Path:
 
 def outputs_dir() -> Path:
     """``$FROST_OUTPUTS``, else a temporary folder in smoke mode, else ``<repo>/outputs``."""
-    if os.environ.get("FROST_OUTPUTS"):
-        path = Path(os.environ["FROST_OUTPUTS"]).expanduser()
-    elif smoke_mode():
-        path = Path(tempfile.gettempdir()) / "frost_nb_smoke_outputs"
-    else:
-        path = repo_root() / "outputs"
-    return _make_dir(path, "FROST_OUTPUTS")
+    smoke = Path(tempfile.gettempdir()) / "frost_nb_smoke_outputs"
+    default = smoke if smoke_mode() else repo_root() / "outputs"
+    return _make_dir(Path(os.environ.get("FROST_OUTPUTS") or default).expanduser(), "FROST_OUTPUTS")
 
 
 def cache_dir() -> Path:

@@ -437,9 +437,8 @@ class Trainer:
                 self._stop(f"the loss became {loss_sum / seen} {at} (parts: {parts})")
             if bad_scores:
                 self._stop(f"the halting scores became non-finite {at}")
-        params = [(n, p) for n, p in self.model.named_parameters()]
-        finite = torch.stack([torch.isfinite(p).all() for _, p in params]).tolist() if params else []
-        if bad := [n for (n, _), ok in zip(params, finite) if not ok]:
+        finite = torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).tolist()  # one read
+        if bad := [n for (n, _), ok in zip(self.model.named_parameters(), finite) if not ok]:
             # never calibrate on or checkpoint broken weights, whatever the loss said
             self._stop(f"the weights {bad[:3]} became non-finite in epoch {self.epoch + 1}")
         return table

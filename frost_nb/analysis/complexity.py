@@ -118,18 +118,15 @@ def rule_settings(val, rules: Sequence[str], *, calibrator=None, count: int = 6)
     if FROST in rules and calibrator is None:
         raise ValueError("rule 'frost' needs the run's calibrator: "
                          "rule_settings(..., calibrator=result.calibrator)")
-    steps = val.halt_logits.shape[1]
     settings: list[tuple[str, float]] = []
     for name in rules:
         if name == FIXED:
-            depths = sorted({int(round(d)) for d in np.linspace(1, steps, count)})
-            settings += [(FIXED, d - 0.5) for d in depths]
+            thresholds = [d - 0.5 for d in sorted({int(round(d)) for d in np.linspace(1, val.steps, count)})]
         elif name == FROST:
-            qs = np.linspace(0, 1, count + 2)[1:-1]
-            settings += [(FROST, float(calibrator.threshold(float(q)))) for q in qs]
-        else:
-            inner = candidate_thresholds(RULES[name].signal(val), count + 2)[2:-2]  # not -inf, min, max, inf
-            settings += [(name, float(t)) for t in inner if np.isfinite(t)]
+            thresholds = [calibrator.threshold(float(q)) for q in np.linspace(0, 1, count + 2)[1:-1]]
+        else:  # its inner quantiles: not -inf, min, max, inf
+            thresholds = candidate_thresholds(RULES[name].signal(val), count + 2)[2:-2]
+        settings += [(name, float(t)) for t in thresholds]
     return settings
 
 

@@ -325,19 +325,17 @@ def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS
                         seed: int = 0) -> dict[str, dict]:
     """Box dimension of the trajectories ``states`` (N, T+1, D) under each of the PROTOCOLS: name ->
     {"point_set", "dims", "window", "dimension"} plus, for polylines, "per_sample"."""
-    scales = np.asarray(PROTOCOL_SCALES)
+    windows = lambda pts: window_dimensions(box_counts(pts, PROTOCOL_SCALES, offsets, seed))
     out: dict[str, dict] = {}
     for dims in sorted({d for _, d, _ in PROTOCOLS}):
         planar = project(states, dims=dims)  # (N, T+1, dims)
-        windows = lambda pts: window_dimensions(box_counts(pts, scales, offsets, seed))
         fits = _per_polyline(planar, n_points, windows, dict.fromkeys(WINDOWS, np.nan))
-        per_sample = {w: np.array([fit[w] for fit in fits], dtype=float) for w in WINDOWS}
-        cloud = window_dimensions(box_counts(planar.reshape(-1, dims), scales, offsets, seed))
+        per_sample = {w: summarise_dimensions([fit[w] for fit in fits]) for w in WINDOWS}
+        cloud = windows(planar.reshape(-1, dims))
         for point_set, window in ((p, w) for p, d, w in PROTOCOLS if d == dims):
             row = {"point_set": point_set, "dims": dims, "window": window, "dimension": cloud[window]}
             if point_set == "polyline":
-                summary = summarise_dimensions(per_sample[window])
-                row.update(dimension=summary["mean"], per_sample=summary)
+                row.update(dimension=per_sample[window]["mean"], per_sample=per_sample[window])
             out[protocol_name(point_set, dims, window)] = row
     return out
 

@@ -139,9 +139,7 @@ class OnlineRule:
     def start(self, h0: Tensor) -> tuple:
         """The memory before step 1 (from h_0), one row per row of h_0."""
         memory = ONLINE[self.rule.name][0](h0)
-        if self.rule.hits == 1:
-            return memory
-        return memory, _per_row(h0, 0, torch.int64)  # hits in a row
+        return memory if self.rule.hits == 1 else (memory, _per_row(h0, 0, torch.int64))  # and hits in a row
 
     def fires(self, t: Tensor | int, h: Tensor, logits: Tensor, halt_logit: Tensor, memory: tuple):
         """``(exits, memory)`` at step ``t`` in 1..T, (n,) int64 per row (or one int for every row):
@@ -206,8 +204,7 @@ ONLINE = {
     "second-order step": (lambda h0: (h0, torch.zeros_like(h0)), _online_second_order),
     TWO_SCALE: (lambda h0: (h0, torch.zeros_like(h0)),
                 lambda t, h, lg, z, m: _online_second_order(t, h, lg, z, m, normalised=False)),
-    "KL between steps": (lambda h0: (torch.zeros(h0.shape[0], 1, dtype=torch.float64, device=h0.device),),
-                         _online_kl),
+    "KL between steps": (lambda h0: (_per_row(h0, 0.0)[:, None],), _online_kl),
     "confidence": (lambda h0: (), lambda t, h, lg, z, m: (F.softmax(lg.double(), dim=-1).amax(-1), m)),
     "ponder": (lambda h0: (_per_row(h0, 0.0, torch.float32), _per_row(h0, 0.0)), _online_ponder),
     FROST: (lambda h0: (), lambda t, h, lg, z, m: (torch.sigmoid(z.float()), m)),
@@ -358,11 +355,10 @@ def fit_settled_probe(val: FullDepthPass) -> Rule:
     as a rule (exit once its probability is above a threshold). Offline only."""
     from sklearn.linear_model import LogisticRegression
 
-    x = probe_features(val)  # (N, T, 6)
+    x = probe_features(val).flatten(0, 1)  # (N T, 6)
     target = torch.arange(1, val.steps + 1)[None] >= settled_exits(val.preds)[:, None]  # (N, T)
-    mean, std = x.reshape(-1, x.shape[-1]).mean(0), x.reshape(-1, x.shape[-1]).std(0).clamp_min(1e-9)
-    fit = LogisticRegression(max_iter=1000).fit(((x - mean) / std).reshape(-1, x.shape[-1]).numpy(),
-                                                target.reshape(-1).numpy())
+    mean, std = x.mean(0), x.std(0).clamp_min(1e-9)
+    fit = LogisticRegression(max_iter=1000).fit(((x - mean) / std).numpy(), target.reshape(-1).numpy())
     w, b = torch.tensor(fit.coef_[0]), float(fit.intercept_[0])
 
     def signal(traj: FullDepthPass) -> Tensor:

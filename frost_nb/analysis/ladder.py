@@ -27,18 +27,16 @@ class Quantity:
     band: float  # the flat band: a change across the ladder smaller than this does not matter
 
 
-def _kept(q: float) -> float:
-    return paper.TABLE2["accuracy"][paper.TABLE2["quantile"].index(q)] / paper.TABLE2["accuracy"][-1]
-
-
+_KEPT = {depth: accuracy / paper.TABLE2["accuracy"][-1]  # Table 2's share of full-depth accuracy by depth
+         for depth, accuracy in zip(paper.TABLE2["mean_depth"], paper.TABLE2["accuracy"])}
 _TABLE1 = paper.TABLE1_STEPS.index(TABLE1_STEP)
 QUANTITIES: dict[str, Quantity] = {
     "full_depth": Quantity("full-depth accuracy", paper.TABLE2["accuracy"][-1], "value", 0.01),
     "depth_99": Quantity("first fixed depth with 99% of full-depth accuracy", None, "", 1.0),
     **{f"fixed_kept_{d}": Quantity(f"share kept at mean depth {d}, fixed depth", None, "", 0.02)
        for d in PAPER_DEPTHS},
-    **{f"halting_kept_{d}": Quantity(f"share kept at mean depth {d}, FROST's halting", _kept(q), "value", 0.02)
-       for d, q in zip(PAPER_DEPTHS, (0.125, 0.25, 0.5))},
+    **{f"halting_kept_{d}": Quantity(f"share kept at mean depth {d}, FROST's halting", _KEPT[d], "value",
+                                     0.02) for d in PAPER_DEPTHS},
     "gap": Quantity("claim 14's gap: halting minus fixed depth", 0.0, "up", 0.005),
     "spread": Quantity("its spread: random exits of the same depths minus fixed depth", 0.0, "up", 0.005),
     "ranking": Quantity("its ranking: halting minus random exits of the same depths", 0.0, "up", 0.005),
@@ -90,8 +88,8 @@ class Fit:
         low, high = (math.log(p) - self.x_mean for p in self.span)
         if f(low) <= 0:
             return self.span[0]
-        roots = np.roots([quad, lin, const] if quad else [lin, const]) if (quad or lin) else []
-        inside = sorted(float(r.real) for r in np.atleast_1d(roots) if abs(r.imag) < 1e-12 and low <= r.real <= high)
+        inside = sorted(float(r.real) for r in np.roots([quad, lin, const])  # leading zeros dropped
+                        if abs(r.imag) < 1e-12 and low <= r.real <= high)
         return math.exp(inside[0] + self.x_mean) if inside else None
 
     def crossing(self, value: float) -> float:
@@ -140,19 +138,17 @@ def reading(quantity: Quantity, result: Fit | None) -> str:
     return FLAT if -quantity.band <= low and high <= quantity.band else UNRESOLVED
 
 
-def paired_differences(rows: list[dict], key: str, against: str = "basic_ssm") -> list[dict]:
-    """frost minus ``against`` of ``key``, per (size, seed) where both runs exist."""
-    other = {(r["size"], r["seed"]): r[key] for r in rows if r["model"] == against and key in r}
-    return [{**r, "value": r[key] - other[(r["size"], r["seed"])]} for r in rows
-            if r["model"] == "frost" and key in r and (r["size"], r["seed"]) in other]
-
-
 def quantity_points(rows: list[dict]) -> dict[str, list[dict]]:
-    """Per quantity, its points (size, seed, params, value): frost's own, or frost minus basic_ssm."""
+    """Per quantity, its points (size, seed, params, value): frost's own, or frost minus basic_ssm
+    (per size and seed where both runs exist)."""
     frost = [r for r in rows if r["model"] == "frost"]
     points = {name: [{**r, "value": r[name]} for r in frost if name in r]
               for name in QUANTITIES if name not in FROST_SIDE.values()}
-    return {**points, **{paired: paired_differences(rows, side) for side, paired in FROST_SIDE.items()}}
+    for side, paired in FROST_SIDE.items():
+        other = {(r["size"], r["seed"]): r[side] for r in rows if r["model"] == "basic_ssm" and side in r}
+        points[paired] = [{**r, "value": r[side] - other[r["size"], r["seed"]]} for r in frost
+                          if side in r and (r["size"], r["seed"]) in other]
+    return points
 
 
 def quantity_means(rows: list[dict]) -> dict[str, float]:

@@ -330,10 +330,9 @@ def _with_transform(scanned: Any, info: DatasetInfo, train: bool) -> Any:
     from torchvision.transforms import v2
 
     size = info.image_size
-    if train:
-        geometry = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()]
-    else:  # the standard resize-to-256, centre-crop-224 evaluation (scaled for other sizes)
-        geometry = [v2.Resize(round(size * 256 / 224), antialias=True), v2.CenterCrop(size)]
+    # not train: the standard resize-to-256, centre-crop-224 evaluation (scaled for other sizes)
+    geometry = ([v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()] if train
+                else [v2.Resize(round(size * 256 / 224), antialias=True), v2.CenterCrop(size)])
     folder = copy.copy(scanned)
     folder.transform = v2.Compose([*geometry, v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
                                    v2.Normalize(list(info.mean), list(info.std))])  # DatasetFolder applies it

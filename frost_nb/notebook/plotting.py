@@ -94,8 +94,7 @@ def plot_series(histories: dict[str, dict[str, Any]], key: str, section: str = "
     """One history series (e.g. alpha, hurst, grad_cosine) of several runs against the step."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for label, history in histories.items():
-        part = history[section]
-        x, y = part["step"], np.asarray(part[key], dtype=float)
+        x, y = history[section]["step"], np.asarray(history[section][key], dtype=float)
         ax.plot(*(_smooth(x, y) if smooth else (x, y)), label=label)
     if hline is not None:
         ax.axhline(hline, color="grey", lw=0.8, ls="--")
@@ -224,8 +223,7 @@ def plot_depth_per_class(table, steps: int, title: str = "") -> plt.Figure:
     acc.plot(x, table["accuracy"], "ko", ms=4, label="accuracy")
     acc.set(ylabel="accuracy", ylim=(0, 1.02))
     bars, dots = ax.get_legend_handles_labels(), acc.get_legend_handles_labels()
-    ax.legend(bars[0] + dots[0], bars[1] + dots[1], loc="lower left", fontsize=7)
-    return _finish(fig)
+    return _finish(fig, ax, handles=bars[0] + dots[0], labels=bars[1] + dots[1], loc="lower left")
 
 
 def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], title: str = "") -> plt.Figure:
@@ -245,8 +243,7 @@ def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], t
             ax.set_title(f"{labels[i]}\nstep {int(depth[i])}", fontsize=7)
         axes[row][0].text(-0.15, 0.5, name, transform=axes[row][0].transAxes, rotation=90,
                           va="center", ha="right", fontsize=8)
-    fig.suptitle(title or "earliest and latest exits", fontsize=9)
-    return _finish(fig)
+    return _finish(fig, title=title or "earliest and latest exits", title_size=9)
 
 
 def plot_depth_accuracy(sweeps: dict[str, Any], fixed: dict[str, Any], paper=None, title: str = "",
@@ -317,8 +314,7 @@ def plot_rule_curves(curves, fixed, oracle, title: str = "", hindsight=None) -> 
         ax.set(title=model, xlabel="mean depth (steps)")
         handles.update((lab, h) for h, lab in zip(*ax.get_legend_handles_labels()) if lab not in handles)
     axes[0][0].set(ylabel="test accuracy")
-    fig.suptitle(title or "halting rules: accuracy against mean depth")
-    fig.tight_layout()
+    _finish(fig, title=title or "halting rules: accuracy against mean depth")
     fig.legend(handles.values(), handles.keys(), fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     return fig
 
@@ -334,7 +330,7 @@ def plot_gain_split(split, auroc, title: str = "", curves=None) -> plt.Figure:
     ax1, ax2 = axes[-2:]
     if curves is not None:
         styles = {"fixed depth": FIXED_STYLE, "oracle": ORACLE_STYLE, HINDSIGHT: HINDSIGHT_STYLE}
-        for i, (rule, part) in enumerate(curves.groupby("rule", sort=False)):
+        for rule, part in curves.groupby("rule", sort=False):
             part = part.sort_values("mean_depth", kind="stable")
             axes[0].plot(part["mean_depth"], part["accuracy"], label=rule,
                          **styles.get(rule, dict(marker="o", ms=3, lw=1, color="C0")))
@@ -387,13 +383,12 @@ def plot_collapse(table, title: str = "") -> plt.Figure:
     families = list(dict.fromkeys(table["model"]))
     pos = np.array([families.index(m) for m in table["model"]], dtype=float)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
-    ax1.plot(pos - 0.1, table["reference_accuracy"], "o", color="C0", label="task loss only")
     ok = ~np.asarray(table["collapsed"], dtype=bool)
-    ax1.plot(pos[ok] + 0.1, np.asarray(table["accuracy"])[ok], "o", color="C1", label="with ranking losses")
+    for ax, col, kept in ((ax1, "accuracy", ok), (ax2, "gradient_cosine", slice(None))):
+        ax.plot(pos - 0.1, table[f"reference_{col}"], "o", color="C0", label="task loss only")
+        ax.plot(pos[kept] + 0.1, np.asarray(table[col])[kept], "o", color="C1", label="with ranking losses")
     ax1.plot(pos[~ok] + 0.1, np.asarray(table["accuracy"])[~ok], "x", color="C3", ms=8, label="collapsed")
     ax1.set(ylabel="test accuracy (full depth)", ylim=(0, 1.02), title="accuracy")
-    ax2.plot(pos - 0.1, table["reference_gradient_cosine"], "o", color="C0", label="task loss only")
-    ax2.plot(pos + 0.1, table["gradient_cosine"], "o", color="C1", label="with ranking losses")
     ax2.axhline(0.0, color="grey", lw=0.8, ls="--")
     ax2.set(ylabel="cos(grad task, grad ranking)", title="gradient conflict")
     for ax in (ax1, ax2):

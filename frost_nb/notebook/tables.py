@@ -102,12 +102,11 @@ def trajectory_dimension_table(results: dict[str, Any], samples: int | None) -> 
     for label, r in results.items():
         states = run_trajectories(r, "test", samples).pooled.numpy()  # (n, T+1, D)
         model, seed = family_of(label), r.config.train.seed
-        box = trajectory_dimensions(states, "box")
-        row = {"model": model, "seed": seed, **{f"box {k}": v for k, v in summarise_dimensions(box).items()}}
+        row = {"model": model, "seed": seed}
+        for m in ("box", "correlation") if seed == 0 else ("box",):
+            row |= {f"{m} {k}": v for k, v in summarise_dimensions(trajectory_dimensions(states, m)).items()}
         if seed == 0:
             planar[model] = project(states)  # (n, T+1, 2)
-            corr = trajectory_dimensions(states, "correlation")
-            row.update({f"correlation {k}": v for k, v in summarise_dimensions(corr).items()})
         rows.append(row)
     return pd.DataFrame(rows), planar
 

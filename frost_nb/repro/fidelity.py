@@ -59,16 +59,14 @@ def strength_row(result, reference) -> dict[str, Any]:
 
 
 def loss_strength_experiment(size: str = "demo", dataset: str | None = "digits",
-                             seeds: tuple[int, ...] = (0, 1, 2),
-                             rows: list[dict] | None = None) -> dict[str, Any]:
+                             seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, Any]:
     """Experiment (c) from trained runs only: a ``strength_row`` per run of the ``loss_strength`` grid
     with the ranking losses (the record of ``15_loss_strength``)."""
     require_trained(grid("loss_strength", size, dataset, seeds), retrain=False)
-    if rows is None:
-        arms = {seed: grid("loss_strength", size, dataset, (seed,)) for seed in seeds}
-        load = lambda cfg: train_or_load(cfg, progress=False)
-        rows = [{"run": label, **strength_row(load(cfg), load(arms[seed][f"{cfg.model.name} (task only)"]))}
-                for seed in seeds for label, cfg in arms[seed].items() if cfg.loss.ranking]
+    arms = {seed: grid("loss_strength", size, dataset, (seed,)) for seed in seeds}
+    load = lambda cfg: train_or_load(cfg, progress=False)
+    rows = [{"run": label, **strength_row(load(cfg), load(arms[seed][f"{cfg.model.name} (task only)"]))}
+            for seed in seeds for label, cfg in arms[seed].items() if cfg.loss.ranking]
     return {"dataset": dataset, "size": size, "seeds": list(seeds),
             "strengths": [list(s) for s in LOSS_STRENGTHS], "runs": rows}
 
@@ -98,19 +96,17 @@ def update_form_row(result, *, jvp_samples: int = trajectories.JVP_SAMPLES) -> d
 
 
 def update_forms_experiment(size: str = "demo", dataset: str | None = "digits",
-                            seeds: tuple[int, ...] = (0, 1, 2), rows: list[dict] | None = None,
-                            jvp_samples: int = 100) -> dict[str, Any]:
+                            seeds: tuple[int, ...] = (0, 1, 2), jvp_samples: int = 100) -> dict[str, Any]:
     """Experiment (b) from trained runs only: an ``update_form_row`` per run of the ``update_forms`` grid
-    (or ``rows``) and basic_ssm's Table 1 cosine at t = 3 (the record of ``15_update_forms``)."""
+    and basic_ssm's Table 1 cosine at t = 3 (the record of ``15_update_forms``)."""
     runs = grid("update_forms", size, dataset, seeds)
     families = {s: grid("families", size, dataset, (s,))["basic_ssm"] for s in seeds}
     require_trained({**runs, **{f"basic_ssm seed {s}": c for s, c in families.items()}}, retrain=False)
-    if rows is None:
-        rows = [{"run": label, **update_form_row(train_or_load(cfg, progress=False), jvp_samples=jvp_samples)}
-                for label, cfg in runs.items()]
+    rows = [{"run": label, **update_form_row(train_or_load(cfg, progress=False), jvp_samples=jvp_samples)}
+            for label, cfg in runs.items()]
     basic = [float(trajectories.cosine_to_final(trajectories.run_trajectories(
         train_or_load(cfg, progress=False), "test").pooled).mean(0)[3]) for cfg in families.values()]
-    epochs = sorted({r["epochs"] for r in rows if "epochs" in r})
+    epochs = sorted({r["epochs"] for r in rows})
     label = dataset if dataset == "digits" else f"{dataset} ({', '.join(map(str, epochs))} epochs, seeds " \
         f"{', '.join(map(str, seeds))})"
     return {"dataset": dataset, "label": label, "size": size, "seeds": list(seeds),
@@ -121,13 +117,11 @@ def update_forms_experiment(size: str = "demo", dataset: str | None = "digits",
 def minkowski_protocol_rows(results: dict[str, Any], samples: int | None) -> list[dict]:
     """Every protocol's dimension (``fractal.minkowski_protocols``) on the trajectories of the first
     ``samples`` test images of each loaded run (label -> result): one row per run and protocol."""
-    rows = []
-    for label, result in results.items():
-        states = trajectories.run_trajectories(result, "test", samples).pooled.numpy()  # (n, T+1, D)
-        for name, r in fractal.minkowski_protocols(states).items():
-            rows.append({"run": label, "model": family_of(label), "seed": result.config.train.seed,
-                         "key": run_name(result.checkpoint), "protocol": name, **r})
-    return rows
+    return [{"run": label, "model": family_of(label), "seed": result.config.train.seed,
+             "key": run_name(result.checkpoint), "protocol": name, **r}
+            for label, result in results.items()  # each run's states: (n, T+1, D)
+            for name, r in fractal.minkowski_protocols(
+                trajectories.run_trajectories(result, "test", samples).pooled.numpy()).items()]
 
 
 def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
@@ -137,7 +131,6 @@ def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
     tables: dict[str, dict[str, dict[int, float]]] = {name: {} for name in protocols}
     for r in rows:  # protocol -> family -> seed -> dimension
         tables[r["protocol"]].setdefault(r["model"], {})[r["seed"]] = r["dimension"]
-    orders = {name: fractal.protocol_order(table) for name, table in tables.items()}
     scales, reference = np.asarray(fractal.PROTOCOL_SCALES), {}
     # sets of known dimension as 8192-point polylines, under each window
     for name, (vertices, truth) in {"straight line": (fractal.straight_line(2), 1.0),
@@ -148,7 +141,7 @@ def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
             "protocols": {name: {"point_set": p[0], "dims": p[1], "window": p[2],
                                  "box_scales": list(fractal.WINDOWS[p[2]])} for name, p in protocols.items()},
             "box_offsets": fractal.BOX_OFFSETS, "polyline_points": 8192,
-            "frost_above_vanilla_and_basic_ssm": orders}
+            "frost_above_vanilla_and_basic_ssm": {n: fractal.protocol_order(t) for n, t in tables.items()}}
 
 
 def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
@@ -166,22 +159,19 @@ def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-m
 
 def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
                    seeds: tuple[int, ...] = (0, 1, 2), train_samples: int = TRAIN_SAMPLES,
-                   settings: RefitSettings | None = None, retrain: bool = False):
+                   settings: RefitSettings = RefitSettings(), retrain: bool = False):
     """Experiment 3(a) on the families grid's frost at ``seeds`` and "frost (adopted defaults)" at the
     first: (metrics record, curves)."""
-    settings = settings or RefitSettings()
     families = grid("families", size, dataset, seeds=seeds, bundle="residual")
     runs = {label: cfg for family in ("frost", "frost (adopted defaults)")
             for label, cfg in families.items() if family_of(label) == family}
     require_trained(runs, retrain)
     results = load_runs(runs, progress=False)
-    curves, diagnostics = [], []
-    for label, result in results.items():
+    for result in results.values():
         result.model.requires_grad_(False)  # frozen: only the new heads learn
-        part, _, diag = refit_backbone(result, label, train_samples, settings)
-        curves.append(part)
-        diagnostics += diag
-    curves = pd.concat(curves, ignore_index=True)
+    refits = [refit_backbone(result, label, train_samples, settings) for label, result in results.items()]
+    curves = pd.concat([part for part, _, _ in refits], ignore_index=True)
+    diagnostics = [row for _, _, diag in refits for row in diag]
     first = next(iter(runs.values()))
     table = summary(curves, first.model.steps)
     return {
