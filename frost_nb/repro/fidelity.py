@@ -144,19 +144,6 @@ def minkowski_protocol_summary(rows: list[dict]) -> dict[str, Any]:
             "frost_above_vanilla_and_basic_ssm": {n: fractal.protocol_order(t) for n, t in tables.items()}}
 
 
-def run_minkowski_protocols(size: str = "demo", dataset: str | None = "fashion-mnist",
-                            seeds: tuple[int, ...] = (0, 1, 2), samples: int = 300,
-                            retrain: bool = False) -> dict:
-    """Fidelity experiment 3(d) (docs/fidelity.md section 2) on the first ``samples`` test images of each
-    run of the residual families grid: its metrics record."""
-    runs = grid("families", size, dataset, seeds=seeds, bundle="residual")
-    require_trained(runs, retrain)
-    results = load_runs(runs, progress=False)
-    rows = minkowski_protocol_rows(results, samples)
-    return {"dataset": next(iter(results.values())).config.data.name, "size": size, "seeds": list(seeds),
-            "samples": samples, **minkowski_protocol_summary(rows), "runs": rows}
-
-
 def run_head_refit(size: str = "demo", dataset: str | None = "fashion-mnist",
                    seeds: tuple[int, ...] = (0, 1, 2), train_samples: int = TRAIN_SAMPLES,
                    settings: RefitSettings = RefitSettings(), retrain: bool = False):
