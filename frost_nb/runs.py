@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 import torch
-import torch.distributed as dist
 
 from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model, save_checkpoint
 from .config import ConfigError, RunConfig, config_difference, is_run_name, replace_model
+from .distributed import join_process_group
 from .models import FrostNet, create_model
 from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, one_line,
                     restore_hint, run_stores, shown_path, skip_damaged, skip_or_raise)
@@ -299,7 +299,7 @@ def train_or_load(config: RunConfig, *, name: str | None = None, progress: bool 
             load_checkpoint(target)  # an unfinished run: the trainer resumes it
         except CheckpointError as err:  # damaged: keep it for inspection, train afresh
             _set_aside(target, err)
-    main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+    main = join_process_group(device)[0].is_main  # under torchrun joined here (train would) before any write
     if main:  # under torchrun rank 0 alone writes, as it writes the checkpoint
         write_json(folder / CONFIG_FILE, config.to_dict())
     result = train(config, checkpoint=target, progress=progress, teacher=teacher)

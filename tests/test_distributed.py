@@ -66,6 +66,24 @@ def _interrupted(config, checkpoint) -> None:
     trainer.fit(until_epoch=1)
 
 
+def _store_before_joining(config, folder, rank: int) -> None:
+    """``runs.train_or_load`` called before anything joined the job (as a user's script does under
+    torchrun): which ranks write the run's config.json and metrics.json, noted in ``folder``."""
+    from frost_nb import runs
+
+    writes = {"write_json": runs.write_json, "store_run": runs.store_run}
+    for name, write in writes.items():
+        def noted(*args, _name=name, _write=write, **kwargs):
+            (folder / f"{_name}_rank{rank}").touch()
+            return _write(*args, **kwargs)
+        setattr(runs, name, noted)
+    try:
+        runs.train_or_load(config, name="ddp/before-joining", progress=False)
+    finally:
+        for name, write in writes.items():
+            setattr(runs, name, write)
+
+
 def _train_on_each_rank(rank: int, port: int, folder) -> None:
     """One rank of the job, joined the way torchrun's environment makes the trainer join."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD),
@@ -73,6 +91,7 @@ def _train_on_each_rank(rank: int, port: int, folder) -> None:
                       FROST_CACHE=str(folder / "cache"), FROST_PROGRESS="0")
     torch.set_num_threads(1)
     try:
+        _store_before_joining(BASELINE, folder, rank)
         _record(train(FROST, checkpoint=folder / "whole.pt"), folder, "whole", rank)
         _interrupted(FROST, folder / "split.pt")
         _record(train(FROST, checkpoint=folder / "split.pt"), folder, "resumed", rank)
@@ -119,6 +138,12 @@ def test_pooled_sketch_counts_every_score_once_and_gives_the_same_threshold(two_
         # rank 0 merged and sent its sketch: the same bytes, so the same thresholds
         assert runs[name, 0]["sketch"] == runs[name, 1]["sketch"], name
         assert runs[name, 0]["thresholds"] == runs[name, 1]["thresholds"], name
+
+
+def test_train_or_load_before_joining_writes_the_run_on_rank_zero_alone(two_rank_runs):
+    _, folder = two_rank_runs
+    for name in ("write_json", "store_run"):
+        assert [rank for rank in range(WORLD) if (folder / f"{name}_rank{rank}").exists()] == [0], name
 
 
 def test_rank_zero_writes_a_checkpoint_that_resumes_exactly(two_rank_runs):
