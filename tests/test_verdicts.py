@@ -418,6 +418,20 @@ def test_claim_11_shows_the_ratio_that_decides_it(tmp_path):
     assert row()["verdict"] == P and "basic_ssm" in row()["ours"] and "basic_ssm" in row()["paper"]
 
 
+def test_claim_11_with_frost_alone_against_the_paper_shows_frost(tmp_path):
+    """Constructed: no family but frost has the paper's ratio (the others' cells null): the row shows
+    frost's ratio alone, decided on it, instead of failing on an empty comparison."""
+    folder = _copy(tmp_path, "06_complexity.json")
+
+    def frost_alone(d):
+        for r in d["ratios"]:
+            if r["model"] != "frost":
+                r["paper gflops / vanilla"] = r["paper images_per_s / vanilla"] = None
+    _edit(folder, "06_complexity.json", frost_alone)
+    row = next(r for r in V.verdict_rows(folder) if r["claim"] == 11 and r["title"] == C.CLAIM[11].title)
+    assert row["ours"].startswith("ResNet frost ") and "," not in row["ours"] and row["verdict"] in (R, P, N)
+
+
 def test_claim_12_waits_for_a_gpu(tmp_path, committed_rows):
     """The CPU's throughput decides nothing; a GPU's table (benchmarks/table3_regime.py --device
     cuda --metrics) is read when present. Constructed: the CPU table relabelled as a GPU's, to

@@ -558,10 +558,10 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
                     continue
                 errors = [r[column] / r[f"paper {column}"] - 1 for r in compared]
                 label = BACKBONE_NAMES[backbone]
-                # frost and the family furthest from the paper's ratio (the one that decides)
+                # frost and the family furthest from the paper's ratio (the one that decides), if any
                 off = {r["model"]: abs(e) for r, e in zip(compared, errors)}
                 shown = [r for r in compared if r["model"] == "frost"][:1] + \
-                    [max((r for r in compared if r["model"] != "frost"), key=lambda r: off[r["model"]])]
+                    sorted((r for r in compared if r["model"] != "frost"), key=lambda r: -off[r["model"]])[:1]
                 cells = [", ".join(f"{r['model']} {r[key]:.2f}" for r in shown) for key in (f"paper {column}", column)]
                 tail = f" ({device.upper()}, random weights)" if claim == 12 else ""
                 title = "" if backbone == "resnet" else f"{C.CLAIM[claim].title} ({label}, frost / vanilla)"
