@@ -332,3 +332,9 @@ def test_protocol_order():
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("states", [-3, 0, 1, 2, 4, 16])
+def test_resolution_names_what_a_koch_curve_needs_for_any_count_it_cannot_take(states):
+    with pytest.raises(ValueError, match=r"a Koch curve has 4\^level \+ 1 vertices"):
+        fractal.resolution(states)

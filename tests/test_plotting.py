@@ -127,3 +127,14 @@ def test_against_k_figure_draws_each_student_the_means_and_the_margin():
     assert list(b.lines[0].get_ydata()) == [0.25, 0.4] and b.collections[1].get_offsets().tolist() == [[2, 0.425]]
     assert list(b.lines[1].get_ydata()) == [0.3, 0.35] and list(b.lines[2].get_ydata()) == [0.5, 0.5]  # each teacher once
     assert [list(line.get_ydata()) for line in c.lines] == [[0.9, 0.7], [0.8, 0.6]]
+
+
+def test_alpha_summary_of_a_run_with_one_logged_step_puts_its_minimum_at_the_start():
+    from types import SimpleNamespace
+
+    from frost_nb.notebook.tables import alpha_summary
+
+    run = SimpleNamespace(history={"steps": {"alpha": [0.8]}}, checkpoint=None,
+                          config=SimpleNamespace(train=SimpleNamespace(seed=0)))
+    row = alpha_summary({"frost": run}).loc["frost"]
+    assert row["min at (fraction of training)"] == 0.0 and row["start"] == row["end"] == row["min"] == 0.8

@@ -302,7 +302,7 @@ def trajectory_dimensions(states, method: str = "box", n_points: int = 8192,
 def resolution(states: int = 17) -> tuple[float, float]:
     """The estimator's resolution at ``states`` points (claim 3): (Koch, line), ``trajectory_dimensions``
     of a Koch curve of ``states`` vertices (4^level + 1; dimension 1.26) and of a ``states``-point line."""
-    level = round(math.log(states - 1, 4))
+    level = round(math.log(max(states - 1, 1), 4))  # any count below 5 fails below, by name
     if states < 5 or 4 ** level + 1 != states:
         raise ValueError(f"{states} states: a Koch curve has 4^level + 1 vertices (5, 17, 65, ...)")
     koch, line = koch_curve(level), straight_line(states)

@@ -61,7 +61,7 @@ def alpha_summary(results: dict[str, Any]) -> pd.DataFrame:
         a = pd.Series(r.history["steps"]["alpha"])
         rows.append({"run": label, "key": run_name(r.checkpoint), "seed": r.config.train.seed,
                      "start": a.iloc[0],
-                     "min": a.min(), "min at (fraction of training)": a.idxmin() / (len(a) - 1),
+                     "min": a.min(), "min at (fraction of training)": a.idxmin() / max(len(a) - 1, 1),
                      "end": a.iloc[-1], "recovery (end - min)": a.iloc[-1] - a.min(), "max": a.max()})
     return pd.DataFrame(rows).set_index("run")
 
