@@ -11,6 +11,7 @@ from frost_nb.notebook.plotting import (  # noqa: E402
     plot_against_k,
     plot_block_ranges,
     plot_depth_accuracy,
+    plot_exit_examples,
     plot_stream_throughput,
     plot_training,
 )
@@ -138,3 +139,10 @@ def test_alpha_summary_of_a_run_with_one_logged_step_puts_its_minimum_at_the_sta
                           config=SimpleNamespace(train=SimpleNamespace(seed=0)))
     row = alpha_summary({"frost": run}).loc["frost"]
     assert row["min at (fraction of training)"] == 0.0 and row["start"] == row["end"] == row["min"] == 0.8
+
+
+def test_exit_examples_show_one_channel_images_on_the_pixel_scale_not_stretched_each():
+    dark = np.full((2, 1, 4, 4), 40, dtype=np.uint8)  # a dark image must stay dark
+    dark[:, :, 0, 0] = 80
+    fig = plot_exit_examples(dark, [0], [1], np.array([1, 2]), ["a", "b"])
+    assert all(im.get_clim() == (0, 1) for ax in fig.axes for im in ax.images)

@@ -239,7 +239,7 @@ def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], t
             i = int(picks[col])
             img = np.asarray(images[i])
             img = (img / 255.0 if img.dtype == np.uint8 else img.astype(float)).transpose(1, 2, 0)
-            ax.imshow(img.squeeze(-1) if img.shape[-1] == 1 else img.clip(0, 1), cmap="gray")
+            ax.imshow(img.squeeze(-1) if img.shape[-1] == 1 else img.clip(0, 1), cmap="gray", vmin=0, vmax=1)
             ax.set_title(f"{labels[i]}\nstep {int(depth[i])}", fontsize=7)
         axes[row][0].text(-0.15, 0.5, name, transform=axes[row][0].transAxes, rotation=90,
                           va="center", ha="right", fontsize=8)
