@@ -25,8 +25,8 @@ import torch
 # modules load only in the commands that use them, and checkpoint and training functions are
 # looked up on their module when called (tests replace some of them), as are paths' folders.
 from . import checkpoint, paths, training
-from .config import SIZES, ConfigError, make_config, parse_settings
-from .data.datasets import DataError, make_batches
+from .config import BACKBONES, MODELS, SIZES, ConfigError, make_config, parse_settings
+from .data.datasets import DATASETS, SPLITS, DataError, make_batches
 from .distributed import join_process_group, launched_world_size, leave_process_group
 from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
 from .inputs import ParameterError, check_split, number_in
@@ -319,10 +319,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def run_options(p, dataset=None):
         p.add_argument("--size", default="demo", choices=SIZES)
-        p.add_argument("--dataset", default=dataset,
-                       help="digits, fashion-mnist, cifar10, cifar100, imagenet100")
-        p.add_argument("--model", default="frost", help="vanilla, recurrent, basic_ssm, frost")
-        p.add_argument("--backbone", default="resnet", help="resnet or vit")
+        p.add_argument("--dataset", default=dataset, help=", ".join(DATASETS))
+        p.add_argument("--model", default="frost", help=", ".join(MODELS))
+        p.add_argument("--backbone", default="resnet", help=" or ".join(BACKBONES))
         training_options(p, "any config field, e.g. --set train.lr=0.1 (repeatable)")
         skip_option(p)
 
@@ -367,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                            ("sweep", "halting quantile sweep")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--checkpoint", required=True)
-        p.add_argument("--split", default="test", choices=("train", "val", "test"))
+        p.add_argument("--split", default="test", choices=SPLITS)
         p.add_argument("--root", default=None)
         if name == "evaluate":
             group = p.add_mutually_exclusive_group()

@@ -171,11 +171,10 @@ def load_teacher(config: RunConfig, device: str | torch.device = "cpu") -> Frost
     except CheckpointError as err:
         raise TrainingError(f"loss.teacher={config.loss.teacher!r} cannot be loaded: {err}") from err
     want = replace_model(config.model, branch_steps="")
-    if differ := [f"model.{k} {v!r} -> {getattr(want, k)!r}" for k, v in teacher.config.__dict__.items()
-                  if getattr(want, k) != v]:
+    if teacher.config != want:
+        differ = config_difference(RunConfig(model=teacher.config), RunConfig(model=want))
         raise ConfigError(f"loss.teacher={config.loss.teacher!r} is not the student's model with one branch "
-                          f"per step ({', '.join(differ[:3])}): "
-                          "name a vanilla run of the student's model config")
+                          f"per step ({differ}): name a vanilla run of the student's model config")
     return teacher.eval().requires_grad_(False)
 
 

@@ -10,7 +10,7 @@ from ..analysis.curves import curve
 from ..analysis.fractal import project, summarise_dimensions, trajectory_dimensions
 from ..analysis.trajectories import run_trajectories, scale_consistency_rows
 from ..halting import PAPER_QUANTILES
-from ..paper import TABLE1, TABLE1_STEPS
+from ..paper import TABLE1_STEPS, table1_rows
 from ..repro.grids import family_of
 from ..runs import run_name
 from ..training import evaluate, load_split
@@ -124,7 +124,5 @@ def beside_paper_table1(table, steps=None):
     g = table[table["step"].isin(TABLE1_STEPS if steps is None else steps)].groupby(["model", "step"])
     ours = pd.DataFrame({"mean": g["mean"].mean(), "spread over seeds": g["mean"].std(ddof=1),
                          "std over samples": g["std"].mean(), "seeds": g["seed"].nunique()})
-    paper = {(m, s): cell for m, cells in TABLE1.items() for s, cell in zip(TABLE1_STEPS, cells)}
-    ours["paper mean"] = [paper.get(i, (float("nan"),) * 2)[0] for i in ours.index]
-    ours["paper std"] = [paper.get(i, (float("nan"),) * 2)[1] for i in ours.index]
-    return ours.reset_index()
+    paper = pd.DataFrame(table1_rows()).set_index(["model", "step"]).add_prefix("paper ")
+    return ours.join(paper).reset_index()

@@ -19,6 +19,7 @@ from .. import paper
 from ..paper import TABLE1_STEP
 from ..analysis.stats import image_bootstrap, interval, welch, with_images
 from ..analysis.halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE, FROST, REFERENCES
+from ..analysis.ladder import TABLE1_AT
 
 REPRODUCED, PARTLY, NOT = "reproduced", "partly reproduced", "not reproduced"
 INCONCLUSIVE = "inconclusive (95% interval spans the margin)"
@@ -554,13 +555,12 @@ def kll_overhead(share: float) -> Verdict:
     return Verdict(REPRODUCED if share < KLL_CHEAP else PARTLY if share < KLL_NOTICEABLE else NOT)
 
 
-_T1 = paper.TABLE1_STEPS.index(TABLE1_STEP)
 _VIT, _RESNET = paper.table3_frost_depth("vit"), paper.table3_frost_depth("resnet")
 NO_CLAIM = "no such claim in the paper"
 CLAIMS = (
     Claim(1, "Table 1 scale-consistency", f"FROST's GAP(h_t) is close to GAP(h_T) early "
-          f"({paper.TABLE1['frost'][_T1][0]} at t = {TABLE1_STEP}), basic_ssm's is not "
-          f"({paper.TABLE1['basic_ssm'][_T1][0]})",
+          f"({TABLE1_AT['frost']} at t = {TABLE1_STEP}), basic_ssm's is not "
+          f"({TABLE1_AT['basic_ssm']})",
           f"frost - basic_ssm cosine at t = {TABLE1_STEP} > 0 (Welch's 95% interval of the seed means)"),
     Claim(2, "Appendix B contraction", "products of step Jacobians are bounded by kappa^t, kappa < 1",
           "growth rate per step of the late steps' Jacobian product < 1 (one-step norm shown, not deciding)"),

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .. import paper
-from ..analysis.ladder import MEETS
+from ..analysis.ladder import MEETS, TABLE1_AT
 from ..config import LossConfig
 from ..paths import DamagedInput, one_line, repo_root, restore_hint, shown_path, skip_or_raise
 from ..repro import claims as C
@@ -230,8 +230,7 @@ TABLE1_UPDATE = "Table 1 gap without the ranking losses (ours)"  # claims.table1
 
 
 def table1_rows(m: Metrics) -> Iterator[dict]:
-    step = paper.TABLE1_STEPS.index(paper.TABLE1_STEP)
-    shown = f"{paper.TABLE1['frost'][step][0]:.2f} vs {paper.TABLE1['basic_ssm'][step][0]:.2f}"
+    shown = f"{TABLE1_AT['frost']:.2f} vs {TABLE1_AT['basic_ssm']:.2f}"
     for d in m.files("02_scale_consistency*"):
         at = {(r["model"], r["seed"]): r["mean"] for r in d["table1"] if r["step"] == paper.TABLE1_STEP}
         runs = {(r["model"], r["seed"]): run_of(d, r) for r in d["runs"]}
