@@ -350,7 +350,7 @@ def export_run(source: str | os.PathLike, target_root: str | os.PathLike | None 
     if missing := [f for f in (CONFIG_FILE, MODEL_FILE, METRICS_FILE) if not (source / f).is_file()]:
         raise CheckpointError(f"run {source} lacks {', '.join(missing)}: export a finished run folder "
                               "(<store>/<grid>/<label>/ with config.json, model.pt and metrics.json)")
-    root = Path(target_root) if target_root is not None else committed_runs_dir()
+    root = Path(target_root or committed_runs_dir())  # an empty target: the default, as forecasting runs
     folder = root / source.parent.name / source.name
     metrics = read_metrics(source)
     state = load_checkpoint(source / MODEL_FILE, map_location="cpu")

@@ -236,5 +236,14 @@ def test_train_under_a_name_then_export_it(tmp_path, capsys):
     assert {p.name for p in folder.iterdir()} >= {"config.json", "model.pt", "metrics.json"}
     assert main(["export", str(folder), "--to", str(tmp_path / "runs")]) == 0
     assert list(pd.read_csv(tmp_path / "runs" / "index.csv")["run"]) == ["my-grid/first-try"]
+    # an empty --to is the default runs folder, the one checked for writing (not the working folder)
+    default, elsewhere = tmp_path / "default-runs", tmp_path / "working-folder"
+    elsewhere.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("frost_nb.paths.committed_runs_dir", lambda: default)
+        mp.setattr("frost_nb.runs.committed_runs_dir", lambda: default)
+        mp.chdir(elsewhere)
+        assert main(["export", str(folder), "--to", ""]) == 0
+    assert (default / "my-grid" / "first-try" / "model.pt").is_file() and not any(elsewhere.iterdir())
     assert main(args + ["--name", "../outside"]) == 2
     assert "expected GRID/LABEL" in capsys.readouterr().err
