@@ -684,5 +684,5 @@ def full_depth_pass(model: torch.nn.Module, batches, *, trajectories: bool = Fal
         for key, value in batch.items():
             parts[key].append(value.cpu())
     if not parts:
-        raise ValueError("full_depth_pass got no batches (an empty split?)")
+        raise ValueError(f"full_depth_pass got no samples (an empty split, or max_samples={max_samples})")
     return FullDepthPass(**{k: torch.cat(v) for k, v in parts.items()})

@@ -60,6 +60,8 @@ def test_trajectories_equal_the_forward_pass(name):
 def test_trajectories_stop_at_max_samples():
     traj = full_depth_pass(_model(), _batches(), trajectories=True, max_samples=7)
     assert len(traj) == 7 and traj.pooled.shape[:2] == (7, 6)
+    with pytest.raises(ValueError, match=r"no samples \(an empty split, or max_samples=0\)"):
+        full_depth_pass(_model(), _batches(), max_samples=0)
 
 
 def _rotating(n=4, steps=6, angle=0.3):

@@ -461,9 +461,9 @@ def collapse_rows(m: Metrics) -> Iterator[dict]:
 
 
 # 9, 10, 14. Table 2: the halting sweeps, per seed
-def _sweeps(m: Metrics) -> Iterator[tuple[str, dict, str, list[list[dict]], list[list[float] | None]]]:
-    """(source, settings, dataset, per-seed sweeps, per-seed fixed-depth curves) of every Table 2
-    sweep of FROST with its ranking losses, each run named by the file's provenance."""
+def _sweeps(m: Metrics) -> Iterator[tuple]:
+    """(source, settings, dataset, per-seed sweeps, per-seed fixed-depth curves, image halves or None) of
+    every Table 2 sweep of FROST with its ranking losses, each run named by the file's provenance."""
     for d in m.files("05_halting*"):
         seeds = sorted({r["seed"] for r in d["sweep"]})
         # the file's own key names its seed's run; the others by label and seed, of its bundle
@@ -599,8 +599,8 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
             named = sorted({rule for rule, _ in best})
             # per seed: FROST minus its best rival over the test images
             noise = d.get("rival_bootstrap") or {}
-            shown = "".join(f"; seed {_seed(m)} [{noise[m]['low']:+.3f}, {noise[m]['high']:+.3f}]"
-                            for m, (rival, _) in zip(models, best) if noise.get(m, {}).get("rival") == rival)
+            shown = "".join(f"; seed {_seed(k)} [{noise[k]['low']:+.3f}, {noise[k]['high']:+.3f}]"
+                            for k, (rival, _) in zip(models, best) if noise.get(k, {}).get("rival") == rival)
             yield _row(15, st, d["dataset"], len(models), "no claim",
                        f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
                        C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), source,
