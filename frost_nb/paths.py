@@ -136,9 +136,8 @@ def path_problem(path: str | os.PathLike, *, folder: bool = False, write: bool =
 
 def _why(folder: Path, err: OSError) -> str:
     """Why ``folder`` could not be made or written into: a full disk, its path's problem, or the system's."""
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return _reason(err)
-    return path_problem(folder, folder=True) or _reason(err)
+    full = err.errno in (errno.ENOSPC, errno.EDQUOT)  # the disk's fault, not the path's
+    return (None if full else path_problem(folder, folder=True)) or _reason(err)
 
 
 def _make_dir(path: Path, variable: str) -> Path:
