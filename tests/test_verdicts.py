@@ -200,13 +200,14 @@ def test_write_metrics_records_provenance(tmp_path, monkeypatch):
 
 
 def test_the_stream_benchmark_decides_claim_17_by_its_worst_default_cell(tmp_path):
-    """The stream's rows at its defaults (refill at once, a slot batch embedded ahead), 1 thread:
-    the worst ratio decides; batch-at-a-time's row stays beside it, not primary."""
+    """The stream's rows at its defaults (refill at once, the file's stream_ahead[B] images embedded
+    ahead), 1 thread: the worst ratio decides; batch-at-a-time's row stays beside it, not primary."""
     name = "bench_adaptive_inference_stream_fashion-mnist.json"
     folder = _copy(tmp_path, name)
     data = json.loads((folder / name).read_text())
-    stream = [r for r in data["rows"] if r["mode"] == "stream" and r["threads"] == 1
-              and r["refill_at"] == 1 and r["embed_batch"] == r["batch_size"]]
+    default = lambda d, r: (r["mode"], r["threads"], r["refill_at"], r["embed_batch"]) == (
+        "stream", 1, 1, d["stream_ahead"][str(r["batch_size"])])
+    stream = [r for r in data["rows"] if default(data, r)]
     assert stream and len(stream) < len([r for r in data["rows"] if r["mode"] == "stream"])
     worst = min(r["ratio"] for r in stream)
     rows = [r for r in V.verdict_rows(folder) if r["claim"] == 17]
@@ -218,8 +219,7 @@ def test_the_stream_benchmark_decides_claim_17_by_its_worst_default_cell(tmp_pat
         " (batch-at-a-time, batch 256; 1 thread")
 
     def slower(d):  # one default cell at half its ratio decides the row
-        cell = next(r for r in d["rows"] if r["mode"] == "stream" and r["threads"] == 1
-                    and r["refill_at"] == 1 and r["embed_batch"] == r["batch_size"])
+        cell = next(r for r in d["rows"] if default(d, r))
         cell["ratio"] = 0.5
 
     _edit(folder, name, slower)

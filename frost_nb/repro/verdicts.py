@@ -738,26 +738,27 @@ def forecast_rows(m: Metrics) -> Iterator[dict]:
 
 
 # Benchmarks (benchmarks/adaptive_inference.py, train_throughput.py --metrics)
+def default_stream_cells(d: dict, threads: int | None = 1) -> list[dict]:
+    """``d``'s stream cells at the defaults (refill at once, stream_ahead[B] ahead); ``threads`` None: all."""
+    return [r for r in d["rows"] if r.get("mode") == "stream" and r["refill_at"] == 1 and threads in
+            (None, r["threads"]) and r["embed_batch"] == d["stream_ahead"][str(r["batch_size"])]]
+
+
 def benchmark_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("bench_*"):
         device = d.get("env", {}).get("device", "")
         if d.get("benchmark") == "adaptive_inference" and d.get("rows"):
             st = settings(d, next(iter((d.get("provenance") or {}).get("runs", [])), None))
             at = (st, d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
-            # the stream at its defaults (refill at once, the file's stream_ahead[B] ahead, else B): worst cell
-            ahead = lambda r: d.get("stream_ahead", {}).get(str(r["batch_size"]), r["batch_size"])
-            stream = [r for r in d["rows"] if r.get("mode") == "stream" and r.get("threads", 1) == 1
-                      and r.get("refill_at") == 1 and r.get("embed_batch", r["batch_size"]) == ahead(r)]
-            if stream:
+            if stream := default_stream_cells(d):  # the worst of them decides
                 w = min(stream, key=lambda r: r["ratio"])
                 yield _row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
                            f"(B {w['batch_size']}, q {w['quantile']:g}, {w['embed_batch']:g} ahead; 1 thread, {device})",
                            C.speed(w["ratio"]), "bench")
-            batch = [r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1]
-            largest = max(r["batch_size"] for r in batch)
-            worst = min(r["ratio"] for r in batch if r["batch_size"] == largest)
-            yield _row(17, *at, f"{worst:.2f} (batch-at-a-time, batch {largest}; 1 thread, {device})",
-                       C.speed(worst), "bench", primary=not stream)
+            b = min((r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1),
+                    key=lambda r: (-r["batch_size"], r["ratio"]))  # the worst cell at the largest batch
+            yield _row(17, *at, f"{b['ratio']:.2f} (batch-at-a-time, batch {b['batch_size']}; 1 thread, "
+                       f"{device})", C.speed(b["ratio"]), "bench", primary=not stream)
         if d.get("benchmark") == "train_throughput":
             for r in d.get("rows", []):
                 if r.get("model") == "frost" and r.get("kll_share") is not None:
