@@ -136,7 +136,7 @@ def path_problem(path: str | os.PathLike, *, folder: bool = False, write: bool =
 
 def _why(folder: Path, err: OSError) -> str:
     """Why ``folder`` could not be made or written into: a full disk, its path's problem, or the system's."""
-    full = err.errno in (errno.ENOSPC, errno.EDQUOT)  # the disk's fault, not the path's
+    full = err.errno in (errno.ENOSPC, errno.EDQUOT)
     return (None if full else path_problem(folder, folder=True)) or _reason(err)
 
 

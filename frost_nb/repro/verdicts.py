@@ -750,13 +750,13 @@ def benchmark_rows(m: Metrics) -> Iterator[dict]:
         if d.get("benchmark") == "adaptive_inference" and d.get("rows"):
             st = settings(d, next(iter((d.get("provenance") or {}).get("runs", [])), None))
             at = (st, d.get("dataset", ""), None, f">= {C.SPEED_CLOSE}")
-            if stream := default_stream_cells(d):  # the worst of them decides
+            if stream := default_stream_cells(d):  # the worst decides
                 w = min(stream, key=lambda r: r["ratio"])
                 yield _row(17, *at, f"{w['ratio']:.2f}, the worst of {len(stream)} stream cells "
                            f"(B {w['batch_size']}, q {w['quantile']:g}, {w['embed_batch']:g} ahead; 1 thread, {device})",
                            C.speed(w["ratio"]), "bench")
             b = min((r for r in d["rows"] if r.get("mode", "eager") != "stream" and r.get("threads", 1) == 1),
-                    key=lambda r: (-r["batch_size"], r["ratio"]))  # the worst cell at the largest batch
+                    key=lambda r: (-r["batch_size"], r["ratio"]))  # the largest batch's worst
             yield _row(17, *at, f"{b['ratio']:.2f} (batch-at-a-time, batch {b['batch_size']}; 1 thread, "
                        f"{device})", C.speed(b["ratio"]), "bench", primary=not stream)
         if d.get("benchmark") == "train_throughput":
