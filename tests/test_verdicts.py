@@ -234,6 +234,17 @@ def test_the_stream_benchmark_decides_claim_17_by_its_worst_default_cell(tmp_pat
     assert primary.startswith("0.12, the worst of 6 stream cells") and "(B 64," in primary
 
 
+def test_the_default_stream_cells_are_one_per_thread_count_slot_count_and_quantile():
+    """Notebook 06's table (threads=None) and claim 17 (1 thread) read the same cells: the stream at refill 1
+    with the file's stream_ahead[B] ahead, one per (threads, B, q) measured, never a slot batch or 1 ahead."""
+    d = json.loads((V.default_metrics_dir() / "bench_adaptive_inference_stream_cifar100.json").read_text())
+    every = V.default_stream_cells(d, threads=None)
+    assert sorted((r["threads"], r["batch_size"], r["quantile"]) for r in every) == sorted(
+        (t, b, q) for t in d["threads"] for b in (64, 256) for q in (0.25, 0.5, 0.75))
+    assert {(r["batch_size"], r["embed_batch"]) for r in every} == {(64, 512), (256, 1024)}
+    assert V.default_stream_cells(d) == [r for r in every if r["threads"] == 1] and len(every) == 12
+
+
 def test_a_file_with_two_bundles_side_by_side_reads_its_own_bundles_seeds():
     """Notebook 05 with compare_bundle names both bundles' runs of every seed: the sweep's other
     seeds are its own bundle's (05_halting_fashion-mnist.json: global beside per-step)."""
