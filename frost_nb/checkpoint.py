@@ -82,8 +82,7 @@ def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any
         raise CheckpointError("only a finished run can be exported lean (this one would need resuming)")
     if weights not in LEAN_WEIGHTS:
         raise CheckpointError(f"weights={weights!r}: a lean export stores them as one of {LEAN_WEIGHTS}")
-    history = dict(state["history"])
-    steps = history.get("steps", {})
+    steps = state["history"].get("steps", {})
     n = len(steps.get("step", ()))
     if n > LEAN_STEP_POINTS and not state.get("lean"):  # a lean export is thinned once (idempotent)
         keep = {round(i * (n - 1) / (LEAN_STEP_POINTS - 1)) for i in range(LEAN_STEP_POINTS)}
@@ -93,7 +92,7 @@ def lean_state(state: dict[str, Any], weights: str = "float32") -> dict[str, Any
         steps = {k: [v[i] for i in sorted(keep)] for k, v in steps.items()}
     # as tensors, losslessly (float32 where every value is one: half the bytes of pickled floats);
     # load_checkpoint turns them back into lists
-    history["steps"] = {k: _as_tensor(v) for k, v in steps.items()}
+    history = {**state["history"], "steps": {k: _as_tensor(v) for k, v in steps.items()}}
     lean = {k: v for k, v in state.items() if k not in _RESUME_ONLY and k != "format"}
     if weights == "bfloat16":
         lean["model"] = {k: v.to(torch.bfloat16) if v.is_floating_point() else v

@@ -75,9 +75,8 @@ class _Validated:
     _section = ""
 
     def __post_init__(self) -> None:
-        types_ = _field_types(type(self))
         for f in dataclasses.fields(self):
-            value, annotation = getattr(self, f.name), types_[f.name]
+            value, annotation = getattr(self, f.name), _field_types(type(self))[f.name]
             if annotation is float and _type_ok(value, int):
                 object.__setattr__(self, f.name, float(value))  # frozen: set once, here
             elif not _type_ok(value, annotation):

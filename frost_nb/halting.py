@@ -39,8 +39,7 @@ class HaltingCalibrator:
         else:
             arr = np.ascontiguousarray(np.asarray(scores, dtype=np.float32).reshape(-1))
         check_scores(arr, "the calibrator added nothing: the scores hold")
-        if arr.size:
-            self._sketch.update(arr)  # vectorised update of datasketches >= 5
+        self._sketch.update(arr)  # vectorised update of datasketches >= 5 (an empty array adds nothing)
         return self
 
     def merge(self, other: HaltingCalibrator) -> HaltingCalibrator:

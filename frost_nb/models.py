@@ -238,8 +238,8 @@ class FrostNet(nn.Module):
             return self.hurst_value
         return self.hurst_raw if cfg.hurst_param == "free" else torch.sigmoid(self.hurst_raw)
 
-    def num_parameters(self, trainable_only: bool = False) -> int:
-        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
 
     # --- step-wise API (trajectory runs it; forward reads trajectory) --------------------------
 

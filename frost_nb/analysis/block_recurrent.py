@@ -26,10 +26,9 @@ Ranges = tuple[tuple[int, int], ...]  # (start, stop) per branch: 0-based steps 
 
 
 # ---------------------------------------------------------------- the ranges
-def step_similarity(model: torch.nn.Module, config: RunConfig, split: str = "val",
-                    max_samples: int | None = None) -> Tensor:
-    """(T, T) eq. (sim): the mean cosine of the pooled states h_1..h_T of ``model`` over ``split``."""
-    return similarity_matrix(model_trajectories(model, config, split, max_samples).pooled)[1:, 1:]
+def step_similarity(model: torch.nn.Module, config: RunConfig) -> Tensor:
+    """(T, T) eq. (sim): the mean cosine of ``model``'s pooled states h_1..h_T over its held-out split."""
+    return similarity_matrix(model_trajectories(model, config, "val").pooled)[1:, 1:]
 
 
 def range_score(similarity: Tensor, ranges: Ranges) -> float:

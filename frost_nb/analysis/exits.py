@@ -130,8 +130,7 @@ class ExitCache:
         return table
 
 
-def sweep_image_halves(caches: dict, quantiles, shown, depths, resamples: int | None = None,
-                       seed: int = 0) -> dict[str, dict[float, float] | float]:
+def sweep_image_halves(caches: dict, quantiles, shown, depths) -> dict[str, dict[float, float] | float]:
     """The test images' bootstrap half-widths (``stats.image_bootstrap``, jointly across the seeds'
     ``caches``, all over the same images) of Table 2's seed means, which the claims add to the seeds' in
     quadrature: per quantile of ``shown``, the share kept at q and at the mean depth ``depths[q]`` (as the
@@ -161,8 +160,8 @@ def sweep_image_halves(caches: dict, quantiles, shown, depths, resamples: int | 
                           + [np.mean([a[i] - np.interp(d[i], np.arange(1, steps + 1), f) for i in below])])
         return np.mean(values, axis=0)  # the seed mean of each number
 
-    _, half = image_bootstrap(statistic, n, resamples or IMAGE_RESAMPLES, seed)
+    _, half = image_bootstrap(statistic, n)
     k = len(shown)
     return {"kept_at_quantile": dict(zip(map(float, shown), half[:k].tolist())),
             "kept_at_depth": dict(zip(map(float, shown), half[k:2 * k].tolist())),
-            "gain_over_fixed": float(half[-1]), "resamples": resamples or IMAGE_RESAMPLES}
+            "gain_over_fixed": float(half[-1]), "resamples": IMAGE_RESAMPLES}

@@ -321,11 +321,10 @@ def window_dimensions(counts) -> dict[str, float]:
     return {window: _fit(1 / scales[m], counts[m])[0] for window, m in masks.items()}
 
 
-def minkowski_protocols(states, n_points: int = 8192, offsets: int = BOX_OFFSETS,
-                        seed: int = 0) -> dict[str, dict]:
+def minkowski_protocols(states, n_points: int = 8192) -> dict[str, dict]:
     """Box dimension of the trajectories ``states`` (N, T+1, D) under each of the PROTOCOLS: name ->
     {"point_set", "dims", "window", "dimension"} plus, for polylines, "per_sample"."""
-    windows = lambda pts: window_dimensions(box_counts(pts, PROTOCOL_SCALES, offsets, seed))
+    windows = lambda pts: window_dimensions(box_counts(pts, PROTOCOL_SCALES))
     out: dict[str, dict] = {}
     for dims in sorted({d for _, d, _ in PROTOCOLS}):
         planar = project(states, dims=dims)  # (N, T+1, dims)

@@ -65,19 +65,17 @@ MOVING_BLOCK = 432  # windows a block: the forecast windows overlap (look-back 3
 # resampled unit is a run of consecutive windows, not one (DF-Mamba's Table 1 on one seed)
 
 
-def block_bootstrap(values: Sequence[float], block: int = MOVING_BLOCK, resamples: int = IMAGE_RESAMPLES,
-                    seed: int = 0) -> tuple[float, float]:
+def block_bootstrap(values: Sequence[float], block: int = MOVING_BLOCK) -> tuple[float, float]:
     """(mean, half-width) of the mean of ``values`` (one per test window, in time order) by the moving-
-    block bootstrap over blocks of ``block`` windows (central CONFIDENCE percentile interval)."""
+    block bootstrap over blocks of ``block`` windows (central CONFIDENCE percentile interval over
+    IMAGE_RESAMPLES resamples drawn from seed 0)."""
     v = np.asarray(values, dtype=float)
-    if resamples < IMAGE_RESAMPLES:
-        raise ValueError(f"{resamples} resamples: the rule asks for at least {IMAGE_RESAMPLES}")
     if not 1 <= block <= len(v):
         raise ValueError(f"a block of {block} windows over {len(v)}: it needs 1 <= block <= the windows")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(0)
     blocks = -(-len(v) // block)  # ceil
     sums = np.concatenate([[0.0], np.cumsum(v)])
-    starts = rng.integers(0, len(v) - block + 1, (resamples, blocks))  # (R, blocks)
+    starts = rng.integers(0, len(v) - block + 1, (IMAGE_RESAMPLES, blocks))  # (R, blocks)
     totals = (sums[starts + block] - sums[starts]).sum(1)  # every block whole ...
     cut = blocks * block - len(v)  # ... less the last block's tail beyond the series' length
     last = starts[:, -1]

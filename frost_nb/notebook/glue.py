@@ -10,7 +10,7 @@ import platform
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 import torch
@@ -225,12 +225,11 @@ def metrics_text(record: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(f"{dump(k)}:{dump(v)}" for k, v in record.items()) + "\n}\n"
 
 
-def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None,
-                  runs: Iterable[str] | dict[str, str | None] = ()) -> Path:
+def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None) -> Path:
     """Write ``outputs/metrics/<name>.json`` atomically (``metrics_text``; non-finite numbers as null) with
     the environment (``env``) and the runs it was computed from (``provenance.make``). A file that holds
     the same results already keeps its record, so a re-executed notebook leaves the tree clean."""
-    record = _finite_or_null({**metrics, "provenance": provenance.make(metrics, runs), "env": environment(device)})
+    record = _finite_or_null({**metrics, "provenance": provenance.make(metrics), "env": environment(device)})
     path = outputs_dir() / "metrics" / f"{name}.json"
     if path.is_file():
         try:
