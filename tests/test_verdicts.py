@@ -121,6 +121,22 @@ def test_the_paper_structure_decides_before_the_demo_size(tmp_path):
     assert {r["size"] for r in V.verdict_rows(folder) if r["claim"] == 9} == {"demo"}
 
 
+def test_every_row_of_runs_names_their_size(tmp_path):
+    """Notebook 04's rows (alpha, H sweep, loss ablation, conflict) name their runs' size as every other
+    row of runs does (they named none, which ranks as demo); relabelled ladder64, they say ladder64."""
+    name = "04_alpha_H_ablation_per-step.json"
+    folder = _copy(tmp_path, name)
+    assert {(r["claim"], r["size"]) for r in V.verdict_rows(folder)} == {(c, "demo") for c in (4, 5, 6, 7)}
+
+    def at_ladder64(d):
+        for s in d["provenance"]["settings"].values():
+            s["size"] = "ladder64"
+    _edit(folder, name, at_ladder64)
+    rows = V.verdict_rows(folder)
+    assert {r["size"] for r in rows} == {"ladder64"}
+    assert V._data_name(next(r for r in rows if r["claim"] == 4)) == "Fashion-MNIST ladder64"
+
+
 def test_cli_check_and_write(tmp_path, capsys):
     folder = _copy(tmp_path, "06_complexity.json")
     readme, results = tmp_path / "README.md", tmp_path / "results.md"

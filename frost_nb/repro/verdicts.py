@@ -183,7 +183,8 @@ def row(claim: int, bundle: str, form_: str, dataset: str, seeds: int | None, pa
 
 
 def _row(claim: int, st: dict | None, dataset: str, *cells, **kw) -> dict[str, Any]:
-    """``row`` of the runs of settings ``st`` (None: no run named): their bundle and form."""
+    """``row`` of the runs of settings ``st`` (None: no run named): their bundle, form and size."""
+    kw.setdefault("size", st and st.get("size"))  # size=None: a row of no run's size
     return row(claim, st["bundle"] if st else NA, form(st), dataset, *cells, **kw)
 
 
@@ -243,13 +244,11 @@ def table1_rows(m: Metrics) -> Iterator[dict]:
             frost = [at[(label, s)] for s, _ in sorted(found)]  # separate runs: every seed of each side
             st = found[0][1]
             yield _row(1, st, d["dataset"], min(len(frost), len(basic)), shown, f"{_mean(frost):.2f} vs "
-                       f"{_mean(basic):.2f}", C.table1(frost, basic), "02", primary=label == "frost",
-                       size=st.get("size"))
+                       f"{_mean(basic):.2f}", C.table1(frost, basic), "02", primary=label == "frost")
             if label == "frost" and control:  # ours, beside
                 yield _row(1, st, d["dataset"], min(len(control), len(basic)), "no claim",
                            f"no ranking {_mean(control):.2f} vs {_mean(basic):.2f}",
-                           C.table1_update(control, basic), "02", title=TABLE1_UPDATE, primary=False,
-                           size=st.get("size"))
+                           C.table1_update(control, basic), "02", title=TABLE1_UPDATE, primary=False)
     for d in m.files("15_update_forms*"):
         basic = d["basic_ssm cos t=3"]
         for runs, st, primary in _forms(d):
@@ -279,8 +278,7 @@ def contraction_rows(m: Metrics) -> Iterator[dict]:
         if frost:
             st = runs[(frost[0]["model"], frost[0]["seed"])]
             ours, rates = _contraction_cells(frost, [kappa[(r["model"], r["seed"])] for r in frost])
-            yield _row(2, st, d["dataset"], len(frost), "kappa < 1", ours, C.contraction(rates), "02",
-                       size=st.get("size"))
+            yield _row(2, st, d["dataset"], len(frost), "kappa < 1", ours, C.contraction(rates), "02")
     for d in m.files("15_update_forms*"):
         for runs, st, primary in _forms(d):
             ours, rates = _contraction_cells(runs, [r["kappa"] for r in runs])
@@ -303,7 +301,7 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
             continue
         yield _row(3, st, d["dataset"], min(len(v) for v in (frost, *base.values())),
                    MINKOWSKI_PAPER, f"{_mean(frost):.2f} vs {max(_mean(v) for v in base.values()):.2f}",
-                   C.minkowski(frost, base, _resolution()), "03", size=st.get("size"))
+                   C.minkowski(frost, base, _resolution()), "03")
         if d.get("protocol_runs"):  # notebook 03 measures experiment (d)'s protocols too
             yield from _protocol_rows(d, d["protocol_runs"], "03")
     for d in m.files("15_minkowski_protocols"):
@@ -337,7 +335,7 @@ def _protocol_rows(d: dict, runs: list[dict], source: str) -> Iterator[dict]:
     held, protocols = sum(v == C.REPRODUCED for v in per.values()), len(per)
     yield _row(3, st, d["dataset"], len(seeds), MINKOWSKI_PAPER,
                f"reproduced under {held} of {protocols} protocols", C.minkowski_protocols(per), source,
-               title="Minkowski dimension (8 protocols)", primary=False, size=st.get("size"))
+               title="Minkowski dimension (8 protocols)", primary=False)
 
 
 # 4. Figure 1: alpha
@@ -513,15 +511,14 @@ def table2_rows(m: Metrics) -> Iterator[dict]:
             image = {float(q): h for q, h in halves.get(key, {}).items()}
             ours = " / ".join(f"{_mean(kept[q]):.2f}" for q in C.KEPT_SHOWN)
             yield _row(claim, st, dataset, len(sweeps), shown, ours, C.kept(kept, image), source,
-                       primary=own_form(st), size=st.get("size"))
+                       primary=own_form(st))
         # per seed with a fixed-depth curve (accuracy at depth 1..T): the mean gain over q < 1
         gain = [_mean(r["accuracy"] - float(np.interp(r["mean_depth"], list(range(1, len(f) + 1)), f))
                       for r in s if r["quantile"] < 1.0) for s, f in zip(sweeps, fixed) if f]
         if gain:
             yield _row(14, st, dataset, len(gain), "no claim",
                        f"{100 * _mean(gain):+.1f} points",
-                       C.fixed_depth(gain, halves.get("gain_over_fixed", 0.0)), source, primary=own_form(st),
-                       size=st.get("size"))
+                       C.fixed_depth(gain, halves.get("gain_over_fixed", 0.0)), source, primary=own_form(st))
 
 
 # 13. Table 3's ViT exit depth (05)
@@ -539,7 +536,7 @@ def vit_rows(m: Metrics) -> Iterator[dict]:
         v, r = at["vit"], at["resnet"]
         yield _row(13, st, vit["dataset"], 1, shown, f"{v['mean_depth']:.2f} of {vit['steps']}; "
                    f"{v['fraction']:.2f} vs {r['fraction']:.2f}", C.vit_depth([v["mean_depth"]], vit["steps"],
-                   [v["fraction"]], [r["fraction"]]), "05", size=st.get("size"))
+                   [v["fraction"]], [r["fraction"]]), "05")
 
 
 # 11, 12. Table 3 (06: shapes at the paper's settings; benchmarks: throughput per regime)
@@ -565,8 +562,8 @@ def table3_rows(m: Metrics) -> Iterator[dict]:
                 tail = f" ({device.upper()}, random weights)" if claim == 12 else ""
                 title = "" if backbone == "resnet" else f"{C.CLAIM[claim].title} ({label}, frost / vanilla)"
                 decided = C.ratio(errors) if claim == 11 else C.throughput(errors, device)
-                yield _row(claim, demo, "imagenet100", None, f"{label} {cells[0]}",
-                           f"{label} {cells[1]}{tail}", decided, "06", title=title)
+                yield _row(claim, demo, "imagenet100", None, f"{label} {cells[0]}",  # the paper's shapes
+                           f"{label} {cells[1]}{tail}", decided, "06", title=title, size=None)
     for d in m.files("bench_table3_regime*"):
         device = d.get("env", {}).get("device", "")
         for backbone, rs in _by(d["ratios"], "backbone").items():
@@ -604,7 +601,7 @@ def halting_rule_rows(m: Metrics) -> Iterator[dict]:
             yield _row(15, st, d["dataset"], len(models), "no claim",
                        f"{_mean(own):.3f} vs {_mean(a for _, a in best):.3f} ({', '.join(named)}){shown}",
                        C.halting_rules(own, [a for _, a in best], d.get("rival_image_half", 0.0)), source,
-                       primary=own_form(st), size=st.get("size"))
+                       primary=own_form(st))
     for d in m.files("15_head_refit"):
         margins = d.get("margin_per_backbone", {})
         for group in _by([(k, settings(d, b["key"])) for k, b in d["backbones"].items()],
@@ -642,7 +639,7 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
                        f"{_mean(saved):+.2f} steps to within half a point; closes {_mean(closed):.2f} of the "
                        f"hindsight gap; full depth {_mean(full) - _mean(frost_full):+.3f}",
                        C.variant(ranking, saved, closed, full, frost_full, same_runs=family == "frost"), "08",
-                       primary=main, size=st.get("size"), title="" if main else
+                       primary=main, title="" if main else
                        f"Our rule ({rule}) on {'the variant' if family == d['variant'] else 'FROST'}'s "
                        "models, by claim 16's targets (ours)")
 
