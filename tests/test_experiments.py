@@ -5,6 +5,7 @@ import torch
 
 from frost_nb.config import make_config
 from frost_nb.notebook.tables import run_summary
+from frost_nb.repro import grids
 from frost_nb.repro.fidelity import collapse_row
 from frost_nb.repro.grids import (
     ABLATION_EPOCHS,
@@ -16,10 +17,15 @@ from frost_nb.repro.grids import (
     TUNING_VALUES,
     family_of,
     grid,
-    reference,
     shard,
 )
 from frost_nb.runs import find_run, run_name, train_or_load
+
+
+def reference(bundle: str = "residual"):
+    """The reference run every ablation arm of ``bundle`` differs from in one setting (demo, Fashion-MNIST)."""
+    return grids._run({"residual": grids.RESIDUAL_REF, "per-step": grids.PER_STEP_REF,
+                       "adopted": grids.ADOPTED_REF}[bundle], "demo", "fashion-mnist", 0)
 
 
 def _diff(a, b):

@@ -343,13 +343,6 @@ def adopted_label(scores: pd.Series, reference: str) -> str:
     return best if scores[best] - scores[reference] > ADOPT_MARGIN else reference
 
 
-def reference(size: str = "demo", dataset: str | None = "fashion-mnist", seed: int = 0,
-              bundle: str = "residual") -> RunConfig:
-    """The reference run every ablation arm of ``bundle`` differs from in one setting."""
-    return _run({"residual": RESIDUAL_REF, "per-step": PER_STEP_REF, "adopted": ADOPTED_REF}[bundle],
-                size, dataset, seed)
-
-
 def shard(runs: Grid, index: int, count: int) -> Grid:
     """Every ``count``-th run of a grid starting at ``index`` (for training a grid in parallel)."""
     if not 0 <= index < count:
