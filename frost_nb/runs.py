@@ -317,7 +317,7 @@ def store_run(folder: Path, metrics: dict[str, Any], *, state: dict[str, Any] | 
         theirs, ours = read_config(folder / CONFIG_FILE), read_config(config_file)
         if identity_key(theirs) != identity_key(ours):
             raise CheckpointError(f"{folder} holds another run ({config_difference(theirs, ours)}): store "
-                                  "this one under another name (--name GRID/LABEL) or move that one away")
+                                  "it elsewhere (train --name GRID/LABEL, export --to DIR) or move that away")
     (folder / METRICS_FILE).unlink(missing_ok=True)  # until the run is whole it reads as unfinished
     if state is not None:
         if "test_accuracy" not in state["metrics"]:

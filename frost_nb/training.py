@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checkpoint import (CheckpointError, load_checkpoint, progress_of, save_checkpoint, stored_config,
-                         weights_digest)
+from .checkpoint import (CheckpointError, checkpoint_file, load_checkpoint, progress_of, save_checkpoint,
+                         stored_config, weights_digest)
 from .config import ConfigError, RunConfig, config_difference
 from .data.datasets import load_dataset, make_batches
 from .distributed import join_process_group, parallel, sum_over_ranks, summed_over_ranks
@@ -242,7 +242,7 @@ class Trainer:
         # what the checkpoint records of the teacher: a resumed student refuses other weights
         self.teacher_digest = None if teacher is None else weights_digest(teacher)
         self.val_set, self.test_set, self.progress = val_set, test_set, progress
-        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
+        self.checkpoint = None if checkpoint is None else checkpoint_file(checkpoint)  # as loading finds it
         self.generator = getattr(batches, "generator", None)
         if self.checkpoint is not None and self.generator is None:
             raise TrainingError("the batches draw from torch's global generator, which a checkpoint "
@@ -274,7 +274,7 @@ class Trainer:
         self.logged_parts = logged_parts(teacher is not None)
         self.history = _new_history(teacher is not None)
         self.epoch, self.step, self.train_seconds = 0, 0, 0.0  # epochs and optimiser steps completed
-        self.resumed = False  # fit reads the checkpoint once, on its first call
+        self.resumed = False  # the first fit reads the checkpoint (after a fit that raised: a new Trainer)
         self.epoch_seconds = 0.0  # wall time of the latest epoch (evaluation and checkpoint included)
         self.within_epoch: dict | None = None  # an unfinished epoch's pass and sums (mid-epoch checkpoint)
 
@@ -291,11 +291,11 @@ class Trainer:
 
         cfg, main = self.config, self.setup.is_main
         if not self.resumed:
-            self.resumed = True
             if self._resume() and main:  # every rank reads the same checkpoint
                 log.info("resumed %s after epoch %d of %d%s", self.checkpoint, self.epoch, cfg.train.epochs,
                          f" and {self.within_epoch['done']} of its next {self.steps_per_epoch} steps"
                          if self.within_epoch else "")
+            self.resumed = True  # after _resume: a checkpoint it refused is refused again, never overwritten
         model, first = self.model, self.epoch
         self.saved_at = time.monotonic()  # of the latest checkpoint (or of this call's start)
         last = cfg.train.epochs if until_epoch is None else min(until_epoch, cfg.train.epochs)
@@ -395,12 +395,12 @@ class Trainer:
                                                         forced=forced, channels_last=self.channels_last,
                                                         teacher=self.teacher)
             optimizer_step(model, self.optimizer, loss, cfg.train.grad_clip)
+            lrs.append(self.scheduler.get_last_lr()[0])  # the step's own, before the schedule moves on
             self.scheduler.step()
             self.step += 1
             sums.append(step_sums)
             scalars.append(self._alpha_hurst())  # after the step, as the figure plots them
             scores.append(step_scores)
-            lrs.append(self.scheduler.get_last_lr()[0])
             bar.update(1)
             due = (self.checkpoint is not None and time.monotonic() - self.saved_at >= MID_EPOCH_SECONDS
                    and self.restartable)

@@ -567,6 +567,39 @@ def test_halting_gains_shares_are_nan_where_there_is_no_gap_to_close():
     assert share(0.1, 0.2) == pytest.approx(0.5) and math.isnan(share(0.1, 0.0)) and math.isnan(share(math.nan, 1.0))
 
 
+def test_predictions_that_never_change_give_nan_shares_and_a_constant_probe():
+    """Defects on a pass whose predictions never change across steps (200 samples): the areas of the
+    oracle and the fixed depth differ by float noise (1e-17), which ``share`` divided by (``closed`` read
+    0, 0.5 or 1 by seed); the settled probe, every sample settled at step 1, failed to fit (one class)."""
+    from frost_nb.analysis.curves import halting_gains, share
+    from frost_nb.analysis.halting_rules import PROBE, fit_settled_probe
+
+    for seed in range(3):
+        val, test = (_traj(200, k=4, logits=_traj(200, t=1, k=4, seed=s).logits.expand(200, T, 4), seed=s)
+                     for s in (2 * seed, 2 * seed + 1))
+        curves = model_curves(val, test, "m", calibrator=HaltingCalibrator(200).update(val.scores), count=8)
+        assert PROBE in set(curves["rule"])
+        for rule in ("frost", "step size", PROBE):
+            assert math.isnan(halting_gains(curves, T, rule=rule).iloc[0]["closed"]), (seed, rule)
+    assert (fit_settled_probe(val).signal(test) == 1.0).all()  # settled from the first step on
+    assert math.isnan(share(1e-17, 3e-17)) and share(0.01, 0.02) == pytest.approx(0.5)
+
+
+def test_area_gap_bootstrap_reads_the_settled_probe_as_the_rule_too():
+    """Defect: the probe was fitted again only as the rival; as the rule under test it was None."""
+    from frost_nb.analysis.curves import area_gap_bootstrap
+    from frost_nb.analysis.halting_rules import PROBE, REFERENCES, summary
+
+    val, test = _traj(300, seed=1), _traj(300, seed=2)
+    curves = model_curves(val, test, "m", calibrator=HaltingCalibrator(200).update(val.scores))
+    table = summary(curves, T)
+    gap = area_gap_bootstrap(curves, table, test, val, "m", T, rule=PROBE, draws=200)
+    own = table[table["model"] == "m"].set_index("rule")["auc"]
+    rivals = own.drop([PROBE, *REFERENCES])
+    assert (gap["rule"], gap["rival"]) == (PROBE, rivals.idxmax())
+    assert gap["gap"] == pytest.approx(own[PROBE] - rivals.max(), abs=1e-9) and gap["low"] < gap["high"]
+
+
 # ---------------------------------------------------------------- the references and the split
 def test_random_exit_accuracy_is_the_mean_over_every_permutation_of_the_exits():
     """The exact expectation: brute force over every assignment of the same exit depths to samples."""

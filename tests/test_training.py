@@ -354,6 +354,35 @@ def test_relative_checkpoint_paths_fall_back_to_the_repository(tmp_path, monkeyp
     assert checkpoint_file(tmp_path / "x.pt") == tmp_path / "x.pt"
 
 
+def test_the_trainer_resumes_a_relative_checkpoint_where_loading_finds_it(tiny_config, tmp_path, monkeypatch,
+                                                                          make_trainer):
+    """Defect: from another working folder, loading found outputs/... in the repository but the trainer
+    looked for it in the working folder (and would have started afresh there)."""
+    from frost_nb.paths import repo_root
+
+    monkeypatch.chdir(tmp_path)
+    assert make_trainer(tiny_config, checkpoint="pyproject.toml").checkpoint == repo_root() / "pyproject.toml"
+    assert make_trainer(tiny_config, checkpoint="new/run.pt").checkpoint == Path("new/run.pt")
+
+
+def test_a_refused_checkpoint_is_refused_again_and_the_lr_logged_is_the_steps_own(tiny_config, tmp_path,
+                                                                                   make_trainer):
+    """Defects: a second fit after the checkpoint was refused trained from scratch over it; the history's
+    lr of step s was step s + 1's (read after the schedule moved on)."""
+    path = tmp_path / "run.pt"
+    first = make_trainer(tiny_config, checkpoint=path)
+    first.fit(until_epoch=1)
+    lr = first.history["steps"]["lr"]
+    warmup, total = round(tiny_config.train.warmup_epochs * first.steps_per_epoch), first.total_steps
+    assert lr == pytest.approx([tiny_config.train.lr * lr_factor(s, warmup, total) for s in range(len(lr))])
+    kept = _digest(path)
+    other = make_trainer(tiny_config.replace(**{"train.seed": 1}), checkpoint=path)
+    for _ in range(2):
+        with pytest.raises(CheckpointError, match="another run"):
+            other.fit(until_epoch=1)
+    assert _digest(path) == kept
+
+
 def test_run_sketch_counts_every_score_of_every_epoch_and_survives_resume(tiny_config, tmp_path,
                                                                           make_trainer):
     # sketch_window="run": one KLL sketch over the whole run, fed each epoch with that epoch's

@@ -217,9 +217,9 @@ def split_summary(curves, steps: int, depths: Sequence[float] | None = None):
 
 
 def share(part: float, whole: float) -> float:
-    """``part / whole``, NaN where ``whole`` is 0 (no gap to close: predictions that never change across
-    steps leave the oracle, the hindsight exit and a fixed depth level) or either is NaN."""
-    return part / whole if whole != 0 and not (math.isnan(part) or math.isnan(whole)) else math.nan
+    """``part / whole``, NaN where ``whole`` is 0 up to float noise (no gap to close: predictions that never
+    change across steps leave the oracle, the hindsight exit and a fixed depth level) or either is NaN."""
+    return part / whole if abs(whole) > 1e-12 else math.nan  # areas of accuracies: below 1e-12 is float noise
 
 
 def halting_gains(curves, steps: int, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], rule: str = FROST,
@@ -317,7 +317,7 @@ def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, m
     them): the estimate, its 95% percentile interval and the resampled gaps (``values``)."""
     own = table[table["model"] == model].set_index("rule")
     rival = own["auc"].drop([rule, *REFERENCES], errors="ignore").idxmax()
-    named = {FIXED: FIXED_RULE, PROBE: fit_settled_probe(val) if rival == PROBE else None, **RULES}
+    named = {FIXED: FIXED_RULE, PROBE: fit_settled_probe(val) if PROBE in (rule, rival) else None, **RULES}
     window = (float(own["window_lo"].iloc[0]), float(own["window_hi"].iloc[0]))
     n, parts = len(test), []
     for r in (rule, rival):
