@@ -13,7 +13,7 @@ import torch
 from frost_nb.analysis.curves import FIXED, curve, summarise_sweeps, versus_fixed_depth
 from frost_nb.analysis.exits import ExitCache
 from frost_nb.config import make_config
-from frost_nb.halting import HaltingCalibrator, adaptive_predict
+from frost_nb.halting import HaltingCalibrator, adaptive_predict, exit_steps
 from frost_nb.models import create_model
 from frost_nb.training import full_depth_pass
 
@@ -38,6 +38,19 @@ def test_cached_exits_are_those_of_adaptive_inference(model_and_cache, q):
     assert torch.equal(e.depth, res.depth)
     assert torch.equal(e.correct, res.logits.argmax(-1) == y)
     assert e.accuracy == pytest.approx((res.logits.argmax(-1) == y).double().mean().item())
+
+
+def test_exits_follow_a_calibrator_updated_after_they_were_read(model_and_cache):
+    """Defect: exits were kept by quantile alone, so a calibrator updated since gave the old exits."""
+    _, _, _, cache = model_and_cache
+    calibrator = HaltingCalibrator.from_bytes(cache.calibrator.to_bytes())
+    own = ExitCache(cache.outputs, calibrator, "own")
+    before = own.at(0.5)
+    calibrator.update(torch.full((500,), 0.999))  # most scores now lie below the median: a higher threshold
+    after = own.at(0.5)
+    assert after.threshold == calibrator.threshold(0.5) > before.threshold
+    assert torch.equal(after.depth, exit_steps(cache.outputs.scores, after.threshold))
+    assert not torch.equal(after.depth, before.depth)
 
 
 def test_exit_views_add_up(model_and_cache):

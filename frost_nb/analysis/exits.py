@@ -69,7 +69,7 @@ class ExitCache:
     outputs: FullDepthPass
     calibrator: HaltingCalibrator
     label: str = ""
-    _memo: dict[float, Exits] = field(default_factory=dict, repr=False)
+    _memo: dict[tuple[float, float], Exits] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.calibrator, HaltingCalibrator):
@@ -96,13 +96,13 @@ class ExitCache:
         """Exits at quantile q of the calibrator (q in [0, 1]; q = 1: full depth for all)."""
         tau = self.calibrator.threshold(quantile)  # validates q
         q = float(quantile)
-        if q not in self._memo:
+        if (q, tau) not in self._memo:  # by threshold too: a calibrator updated since moves it
             scores, correct = self.outputs.scores, self.outputs.correct
             depth = exit_steps(scores, tau)  # (N,)
             at_exit = (depth - 1)[:, None]
-            self._memo[q] = Exits(q, tau, depth, correct.gather(1, at_exit).squeeze(1),
-                                  scores.gather(1, at_exit).squeeze(1).double() - tau, self.steps)
-        return self._memo[q]
+            self._memo[q, tau] = Exits(q, tau, depth, correct.gather(1, at_exit).squeeze(1),
+                                       scores.gather(1, at_exit).squeeze(1).double() - tau, self.steps)
+        return self._memo[q, tau]
 
     def quantile_for_depth(self, depth: float, *, rounds: int = 50) -> DepthBudget:
         """The quantile whose mean exit depth on this split is closest to ``depth`` (in [1, T]), by
