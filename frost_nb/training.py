@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checkpoint import (CheckpointError, checkpoint_file, load_checkpoint, progress_of, save_checkpoint,
-                         stored_config, weights_digest)
+from .checkpoint import (CheckpointError, load_checkpoint, progress_of, save_checkpoint, stored_config,
+                         weights_digest)
 from .config import ConfigError, RunConfig, config_difference
 from .data.datasets import load_dataset, make_batches
 from .distributed import join_process_group, parallel, sum_over_ranks, summed_over_ranks
@@ -242,7 +242,7 @@ class Trainer:
         # what the checkpoint records of the teacher: a resumed student refuses other weights
         self.teacher_digest = None if teacher is None else weights_digest(teacher)
         self.val_set, self.test_set, self.progress = val_set, test_set, progress
-        self.checkpoint = None if checkpoint is None else checkpoint_file(checkpoint)  # as loading finds it
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else None
         self.generator = getattr(batches, "generator", None)
         if self.checkpoint is not None and self.generator is None:
             raise TrainingError("the batches draw from torch's global generator, which a checkpoint "

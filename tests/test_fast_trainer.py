@@ -45,10 +45,11 @@ def per_step_reference(trainer):
                 [loss.detach() * len(y), (out.logits[:, -1].argmax(-1) == y).sum(), len(y),
                  (~torch.isfinite(scores)).sum(), *(parts[k] for k in LOGGED_PARTS)], trainer.device)
             optimizer_step(model, trainer.optimizer, loss, cfg.train.grad_clip)
+            lr = trainer.scheduler.get_last_lr()[0]  # the step's own
             trainer.scheduler.step()
             step += 1
             sketch.update(scores)
-            row = {"step": step, "epoch": epoch, "lr": trainer.scheduler.get_last_lr()[0],
+            row = {"step": step, "epoch": epoch, "lr": lr,
                    "loss": loss_sum / seen, **dict(zip(LOGGED_PARTS, part_sums)), "accuracy": correct / seen,
                    "alpha": model.alpha().item(), "hurst": model.hurst().item(),
                    "threshold_median": sketch.threshold(0.5)}

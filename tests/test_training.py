@@ -354,17 +354,6 @@ def test_relative_checkpoint_paths_fall_back_to_the_repository(tmp_path, monkeyp
     assert checkpoint_file(tmp_path / "x.pt") == tmp_path / "x.pt"
 
 
-def test_the_trainer_resumes_a_relative_checkpoint_where_loading_finds_it(tiny_config, tmp_path, monkeypatch,
-                                                                          make_trainer):
-    """Defect: from another working folder, loading found outputs/... in the repository but the trainer
-    looked for it in the working folder (and would have started afresh there)."""
-    from frost_nb.paths import repo_root
-
-    monkeypatch.chdir(tmp_path)
-    assert make_trainer(tiny_config, checkpoint="pyproject.toml").checkpoint == repo_root() / "pyproject.toml"
-    assert make_trainer(tiny_config, checkpoint="new/run.pt").checkpoint == Path("new/run.pt")
-
-
 def test_a_refused_checkpoint_is_refused_again_and_the_lr_logged_is_the_steps_own(tiny_config, tmp_path,
                                                                                    make_trainer):
     """Defects: a second fit after the checkpoint was refused trained from scratch over it; the history's
