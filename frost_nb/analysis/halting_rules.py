@@ -358,10 +358,10 @@ def fit_settled_probe(val: FullDepthPass) -> Rule:
     x = probe_features(val).flatten(0, 1)  # (N T, 6)
     y = (torch.arange(1, val.steps + 1)[None] >= settled_exits(val.preds)[:, None]).flatten().numpy()  # (NT,)
     mean, std = x.mean(0), x.std(0).clamp_min(1e-9)
-    fit = LogisticRegression(max_iter=1000).fit(((x - mean) / std).numpy(), y) if 0 < y.mean() < 1 else None
-    # one class (predictions that never change): nothing to fit, a constant probe (the sigmoid of +-inf)
+    fit = None if y.all() else LogisticRegression(max_iter=1000).fit(((x - mean) / std).numpy(), y)
+    # every sample settled from step 1 (step T always is): nothing to fit, a probe at 1 (the sigmoid of inf)
     w, b = ((torch.tensor(fit.coef_[0]), float(fit.intercept_[0])) if fit is not None
-            else (torch.zeros(x.shape[1], dtype=torch.float64), math.inf if y.all() else -math.inf))
+            else (torch.zeros(x.shape[1], dtype=torch.float64), math.inf))
 
     def signal(traj: FullDepthPass) -> Tensor:
         return torch.sigmoid(((probe_features(traj) - mean) / std) @ w + b)  # (N, T) float64
