@@ -166,6 +166,14 @@ def test_a_controls_means_pair_frost_with_basic_ssm_as_the_fit_does():
     means = ladder.quantity_means(rows)
     assert means["table1"] == pytest.approx(0.41) and means["full_depth"] == pytest.approx(0.305)
     assert math.isnan(means["gap"])  # no run has it
+    # defect: a point without a value (NaN, a depth the sweep misses) made the mean NaN and counted in the
+    # read-out's runs, though the fit leaves it out
+    rows += [{"size": s, "model": "frost", "seed": 0, "params": p, "full_depth": v}
+             for s, p, v in zip(("ladder32", "ladder64", "ladder128"), SIZES, (0.2, 0.4, 0.6))]
+    rows += [{"size": "ladder128", "model": "frost", "seed": 1, "params": SIZES[2], "full_depth": math.nan}]
+    assert ladder.quantity_means(rows)["full_depth"] == pytest.approx((0.3 + 0.31 + 0.2 + 0.4 + 0.6) / 5)
+    out = next(r for r in ladder.read_out(rows) if r["quantity"] == "full_depth")
+    assert out["runs"] == 5 and out["rungs"] == 4
 
 
 def test_read_out_pairs_frost_with_basic_ssm_by_size_and_seed():
@@ -277,6 +285,7 @@ def test_the_precision_reading_names_what_fails_and_which_of_it_is_inside_its_ba
     fp32["gap"] = math.nan  # no value (a depth the sweep misses): that quantity is undecided
     rows = ladder.precision_check(bf16, fp32)
     assert next(r for r in rows if r["quantity"] == "gap")["within"] is None
+    assert next(r for r in rows if r["quantity"] == "gap")["within_band"] is None  # was False
     adequate, line = ladder.precision_reading(rows)
     assert adequate is None and line.endswith("or no value for gap")
 

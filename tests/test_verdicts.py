@@ -249,6 +249,12 @@ def test_the_stream_benchmark_decides_claim_17_by_its_worst_default_cell(tmp_pat
     primary = [r for r in V.verdict_rows(folder) if r["claim"] == 17 and r["primary"]][0]["ours"]
     assert primary.startswith("0.12, the worst of 6 stream cells") and "(B 64," in primary
 
+    def two_threads(d):  # defect: a file without 1-thread rows (--threads 2) stopped the tables
+        for r in d["rows"]:
+            r["threads"] = 2
+    _edit(folder, name, two_threads)
+    assert [r for r in V.verdict_rows(folder) if r["claim"] == 17] == []
+
 
 def test_the_default_stream_cells_are_one_per_thread_count_slot_count_and_quantile():
     """Notebook 06's table (threads=None) and claim 17 (1 thread) read the same cells: the stream at refill 1

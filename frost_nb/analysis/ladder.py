@@ -140,7 +140,7 @@ def reading(quantity: Quantity, result: Fit | None) -> str:
 
 def quantity_points(rows: list[dict]) -> dict[str, list[dict]]:
     """Per quantity, its points (size, seed, params, value): frost's own, or frost minus basic_ssm
-    (per size and seed where both runs exist)."""
+    (per size and seed where both runs exist); a point without a value (NaN) is left out."""
     frost = [r for r in rows if r["model"] == "frost"]
     points = {name: [{**r, "value": r[name]} for r in frost if name in r]
               for name in QUANTITIES if name not in FROST_SIDE.values()}
@@ -148,7 +148,7 @@ def quantity_points(rows: list[dict]) -> dict[str, list[dict]]:
         other = {(r["size"], r["seed"]): r[side] for r in rows if r["model"] == "basic_ssm" and side in r}
         points[paired] = [{**r, "value": r[side] - other[r["size"], r["seed"]]} for r in frost
                           if side in r and (r["size"], r["seed"]) in other]
-    return points
+    return {name: [p for p in ps if math.isfinite(p["value"])] for name, ps in points.items()}
 
 
 def quantity_means(rows: list[dict]) -> dict[str, float]:
@@ -217,7 +217,7 @@ def precision_check(bf16: Sequence[dict], fp32: dict, seed: int = 0) -> list[dic
                     "bf16": twin[name], "fp32": fp32[name], "difference": diff, "seeds": len(values),
                     "seed_sd": sd, "limit": PRECISION_SDS * sd,
                     "within": None if math.isnan(sd) or math.isnan(diff) else bool(abs(diff) <= PRECISION_SDS * sd),
-                    "band": band, "within_band": bool(abs(diff) <= band)})
+                    "band": band, "within_band": None if math.isnan(diff) else bool(abs(diff) <= band)})
     return out
 
 

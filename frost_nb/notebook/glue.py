@@ -149,8 +149,8 @@ def setup(notebook: str, **params: Any) -> SimpleNamespace:
     """The one preamble of every notebook: its parameters checked (``validate_params``), then, under
     ``FROST_SMOKE=1``, shrunk (``SMOKE_VALUES``, ``SMOKE_CAPS``); returned as attributes with ``smoke``."""
     validate_params(**params)
-    if "sections" in params:  # notebook 04: "alpha,loss" -> ("alpha", "loss")
-        params["sections"] = tuple(p.strip() for p in params["sections"].split(","))
+    if typed := params.get("sections"):  # notebook 04: "loss, alpha" -> ("alpha", "loss")
+        params["sections"] = tuple(s for s in ABLATION_SECTIONS if s in typed.replace(" ", "").split(","))
     if smoke_mode():
         params.update({k: v for k, v in SMOKE_VALUES.items() if k in params})
         params.update({k: cap if params[k] is None else min(params[k], cap)

@@ -115,15 +115,13 @@ def combine(parts: Sequence[Verdict], guard: Verdict | None = None) -> Verdict:
         return Verdict(NOT_TESTABLE, reasons=reasons)
     seeds = min((p.seeds for p in tested if p.seeds is not None), default=None)
     status = [p.status for p in tested]
-    few = (SUGGESTED, NOT_SUGGESTED, IMAGE_NOISE)
-    if any(s in few for s in status):  # a part on fewer than MIN_SEEDS seeds
-        main = (SUGGESTED if all(s in (SUGGESTED, REPRODUCED) for s in status) else
-                NOT_SUGGESTED if NOT_SUGGESTED in status or NOT in status else IMAGE_NOISE)
-        seeds = min(p.seeds for p in tested if p.status in few)
-    else:  # not reproduced when a part fails and none holds: the claim (every part) fails
-        main = (REPRODUCED if all(s == REPRODUCED for s in status) else
-                PARTLY if PARTLY in status or (REPRODUCED in status and NOT in status) else
-                NOT if NOT in status else INCONCLUSIVE)
+    fewer = [p.seeds for p in tested if p.status in (SUGGESTED, NOT_SUGGESTED, IMAGE_NOISE)]  # < MIN_SEEDS
+    main = (SUGGESTED if fewer and all(s in (SUGGESTED, REPRODUCED) for s in status) else
+            NOT_SUGGESTED if fewer and (NOT_SUGGESTED in status or NOT in status) else
+            IMAGE_NOISE if IMAGE_NOISE in status else REPRODUCED if all(s == REPRODUCED for s in status) else
+            PARTLY if PARTLY in status or (REPRODUCED in status and NOT in status) else
+            NOT if NOT in status else INCONCLUSIVE)  # not reproduced when a part fails and none holds
+    seeds = min(fewer, default=seeds)
     if guard is not None and guard.status == INCONCLUSIVE and main in (REPRODUCED, PARTLY):
         main = INCONCLUSIVE  # the parts hold, but whether their precondition does is open
     if guard is not None and guard.status == SUGGESTED and main == REPRODUCED:
