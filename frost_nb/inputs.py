@@ -117,7 +117,7 @@ def check_images(model: torch.nn.Module, x: Any, *, allow_other_size: bool = Fal
     if not torch.isfinite(x.sum()) and (bad := int((~torch.isfinite(x)).sum())):  # NaN, inf or overflow
         raise ValueError(f"{name} has {bad} NaN or infinite pixel value(s) out of {x.numel()}: "
                          f"the model would return NaN logits for those images")
-    return x
+    return x if weights is None else x.to(weights.device)  # e.g. CPU images for a GPU model
 
 
 def check_split(model: torch.nn.Module, dataset: Any, *, allow_other_size: bool = False) -> None:

@@ -97,6 +97,8 @@ def test_best_ranges_are_the_brute_force_optimum():
         best_ranges(blocks, 0)
     with pytest.raises(ValueError, match="square"):
         best_ranges(blocks[:3], 2)
+    with pytest.raises(ValueError, match="finite"):  # defect: a NaN matrix gave an empty range
+        best_ranges(torch.full((4, 4), math.nan), 2)
 
 
 def test_equal_ranges_are_the_control():

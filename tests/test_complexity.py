@@ -77,7 +77,8 @@ def test_ideal_speedup_values():
 
 @pytest.mark.parametrize("depths,steps,fixed,per_step", [
     ([0, 3], 4, 1.0, 1.0), ([5], 4, 1.0, 1.0), ([], 4, 1.0, 1.0),
-    ([2], 4, -1.0, 1.0), ([2], 4, 1.0, 0.0)])
+    ([2], 4, -1.0, 1.0), ([2], 4, 1.0, 0.0),
+    ([2, math.nan], 4, 1.0, 1.0), ([2], 4, math.nan, 1.0), ([2], 4, 1.0, math.nan)])  # defect: NaN passed
 def test_ideal_speedup_rejects_bad_input(depths, steps, fixed, per_step):
     with pytest.raises(ValueError):
         ideal_speedup(depths, steps, fixed, per_step)

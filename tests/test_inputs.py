@@ -81,6 +81,9 @@ def test_check_images_leaves_a_good_batch_alone_and_skips_shapes_without_an_imag
         x[1, 2] = bad
         with pytest.raises(ValueError, match=r"1 NaN or infinite pixel value\(s\) out of 30"):
             check_images(standin, x)
+    # defect: a tensor kept its device (CPU images for a GPU model failed inside the model); "meta" stands in
+    # for the model's device, checked on the images' own
+    assert check_images(standin.to("meta"), torch.ones(5, 6)).device.type == "meta"
 
 
 def test_check_split(smoke):

@@ -46,8 +46,8 @@ def _check_k(k: int, steps: int) -> int:
 def best_ranges(similarity: Tensor, k: int) -> Ranges:
     """The contiguous split of the T steps into k ranges that maximises J (eq. (ranges)), by dynamic
     programming over best[m][j] (the first j steps in m ranges); a tie keeps the earliest start."""
-    if similarity.dim() != 2 or similarity.shape[0] != similarity.shape[1]:
-        raise ValueError(f"similarity must be a square (T, T) matrix, got shape {tuple(similarity.shape)}")
+    if similarity.dim() != 2 or similarity.shape[0] != similarity.shape[1] or not similarity.isfinite().all():
+        raise ValueError(f"similarity must be a finite square (T, T) matrix, got {tuple(similarity.shape)}")
     steps = _check_k(k, similarity.shape[0])
     s = similarity.double()
     term = [[s[i:j, i:j].sum().item() / (j - i) if j > i else -math.inf for j in range(steps + 1)]

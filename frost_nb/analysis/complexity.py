@@ -34,10 +34,10 @@ def ideal_speedup(depths: Tensor | Sequence[int], steps: int, fixed: float, per_
     d = torch.as_tensor(depths, dtype=torch.float64).reshape(-1)
     if d.numel() == 0:
         raise ValueError("depths is empty: give the exit depth of at least one sample")
-    if int(steps) < 1 or bool(((d < 1) | (d > int(steps))).any()):
+    if int(steps) < 1 or not bool(((d >= 1) & (d <= int(steps))).all()):  # NaN too
         raise ValueError(f"exit depths must lie in 1..steps={steps}, got "
                          f"{d.min().item():g}..{d.max().item():g}")
-    if fixed < 0 or per_step <= 0:
+    if not (fixed >= 0 and per_step > 0):
         raise ValueError(f"costs must be fixed >= 0 and per_step > 0, got {fixed}, {per_step}")
     return float((fixed + int(steps) * per_step) / (fixed + d.mean().item() * per_step))
 

@@ -110,10 +110,10 @@ def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
 @torch.no_grad()
 def train_objective(kind: str, head: nn.Module, train: StepFeatures, cfg: LossConfig,
                     batch_size: int = 128) -> float:
-    """Mean of ``head_loss`` over consecutive batches of ``train`` (the last, partial one left out)."""
+    """Mean of ``head_loss`` over the consecutive batches of ``train`` (a last, partial one only if alone)."""
     z, losses, correct = head_logits(head, train.pooled), step_losses(train.logits, train.y), train.correct
     parts = [head_loss(kind, z[i:i + batch_size], losses[i:i + batch_size], correct[i:i + batch_size],
-                       cfg).item() for i in range(0, len(train.y) - batch_size + 1, batch_size)]
+                       cfg).item() for i in range(0, max(len(train.y) - batch_size, 0) + 1, batch_size)]
     return float(np.mean(parts))
 
 
