@@ -514,7 +514,7 @@ def test_a_carried_wheel_is_checked_and_installed(tmp_path, monkeypatch):
     sys.modules.pop("frost_demo_pkg")
 
 
-def test_bf16_export_stores_the_metrics_of_its_own_weights(tmp_path, monkeypatch):
+def test_bf16_export_stores_the_metrics_of_its_own_weights(tmp_path, monkeypatch, request):
     """``runs.export_run(weights="bfloat16")``, what ``fetch --commit`` calls: a model trained far
     enough that rounding its weights to bf16 changes answers (checked first, so that the test can
     fail), whose export then holds the accuracies of the rounded weights, the float32 accuracy
@@ -522,6 +522,8 @@ def test_bf16_export_stores_the_metrics_of_its_own_weights(tmp_path, monkeypatch
     from frost_nb.runs import export_run, train_or_load
 
     monkeypatch.setenv("FROST_CACHE", str(tmp_path / "cache"))
+    request.addfinalizer(lambda before=torch.get_num_threads(): torch.set_num_threads(before))
+    torch.set_num_threads(1)  # as runs train: at 2 threads this model's answers happen to survive the rounding
     config = make_config("smoke", **{"train.epochs": 4})
     result = train_or_load(config, name="bf16/frost-seed0")
     folder = export_run(result.checkpoint.parent, tmp_path / "runs", weights="bfloat16")
