@@ -116,6 +116,7 @@ def test_setup_validates_then_shrinks_to_a_smoke_run(monkeypatch):
     assert setup("04", sections="alpha, loss").sections == ("alpha", "loss")
     # defect: the order typed named the metrics file (loss-alpha beside alpha-loss, both read by the tables)
     assert setup("04", sections="loss,alpha").sections == ("alpha", "loss")
+    assert setup("04", sections="alpha,\tloss\n").sections == ("alpha", "loss")  # any white space
     monkeypatch.setenv("FROST_SMOKE", "1")
     smoke = setup("03", **given)
     assert (smoke.size, smoke.dataset, smoke.seeds, smoke.samples, smoke.smoke) == ("smoke", "digits", 1, 40, True)

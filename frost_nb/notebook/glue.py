@@ -150,7 +150,7 @@ def setup(notebook: str, **params: Any) -> SimpleNamespace:
     ``FROST_SMOKE=1``, shrunk (``SMOKE_VALUES``, ``SMOKE_CAPS``); returned as attributes with ``smoke``."""
     validate_params(**params)
     if typed := params.get("sections"):  # notebook 04: "loss, alpha" -> ("alpha", "loss")
-        params["sections"] = tuple(s for s in ABLATION_SECTIONS if s in typed.replace(" ", "").split(","))
+        params["sections"] = tuple(s for s in ABLATION_SECTIONS if s in "".join(typed.split()).split(","))
     if smoke_mode():
         params.update({k: v for k, v in SMOKE_VALUES.items() if k in params})
         params.update({k: cap if params[k] is None else min(params[k], cap)
