@@ -535,7 +535,7 @@ def ablation(variant_mse: Sequence[float], full_mse: Sequence[float]) -> Verdict
 def zero_shot(dfmamba_ratio: Sequence[float], baselines: dict[str, Sequence[float]]) -> Verdict:
     """Claim 22 (Table 14): r = MSE at inputs coarsened x4 over MSE at the native scale, per seed;
     "holds" where Welch's interval of r_DF-Mamba minus r_baseline lies wholly below 0 for every baseline
-    (each a part; DLinear and RLinear at 3 seeds, the flat stack S2 at 1, which only suggests)."""
+    (each a part; DLinear and RLinear together; the flat stack S2 in a row of its own)."""
     v = combine([decide_between(r, dfmamba_ratio) for r in baselines.values()])
     return Verdict(_ORIENTED[v.status], v.seeds, v.reasons) if v.status in _ORIENTED else v
 
