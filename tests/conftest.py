@@ -1,10 +1,12 @@
-"""Shared fixtures: every test writes outputs and caches into its own temporary folder.
+"""Shared fixtures: every test writes outputs and caches into its own temporary folder, and leaves torch's
+thread count as it found it.
 
 (The repository's top-level ``conftest.py`` hides every real data set from tests and notebooks.)"""
 
 import contextlib
 
 import pytest
+import torch
 
 from frost_nb.config import make_config
 
@@ -17,7 +19,9 @@ def isolated_outputs(tmp_path, monkeypatch):
     from frost_nb.runs import take_read
 
     take_read()  # the runs an earlier test read are not this test's (provenance's read log)
-    return tmp_path
+    threads = torch.get_num_threads()  # nor the thread count it set (a benchmark's main run in-process)
+    yield tmp_path
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
