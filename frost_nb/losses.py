@@ -165,21 +165,13 @@ def distill_loss(logits: Tensor) -> Tensor:
     return (target.exp() * (target - logp[:, :-1])).sum(-1).mean()  # the mean of (N, T-1)
 
 
-def total_loss(logits: Tensor, halt_logits: Tensor | None, y: Tensor,
+def total_loss(logits: Tensor, halt_logits: Tensor, y: Tensor,
                cfg: LossConfig) -> tuple[Tensor, dict[str, Tensor]]:
     """L = L_task + lambda_rel L_rel + lambda_abs L_abs (cfg.ranking), PonderNet's loss (cfg.ponder),
     else L_task; ``(loss, parts)``, parts detached (the ranking terms reported even when not trained)."""
     task = task_loss(logits, y, cfg.label_smoothing)
-    nan = torch.full((), float("nan"), device=task.device)
-    if halt_logits is None:
-        if cfg.halting_trained:
-            raise ValueError("a halting loss (loss.ranking, loss.ponder or loss.halt_target) is on but no "
-                             "halt_logits were given")
-        rank = RankingLosses(nan, nan, None, None, nan, nan)  # type: ignore[arg-type]
-    else:
-        with torch.set_grad_enabled(cfg.ranking and torch.is_grad_enabled()):
-            rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin,
-                                  cfg.rank_pairs)
+    with torch.set_grad_enabled(cfg.ranking and torch.is_grad_enabled()):
+        rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin, cfg.rank_pairs)
     if cfg.ranking:
         loss = task + cfg.lambda_rel * rank.rel + cfg.lambda_abs * rank.abs  # eq. (total)
     elif cfg.ponder:

@@ -36,9 +36,6 @@ log = logging.getLogger("frost_nb")
 LOGGED_PARTS = ("task", "rel", "abs", "easy_score", "hard_score")  # of the loss, per step
 # a student's too: its match to the teacher, unweighted (eq. (state) and the KL; method.md section 16)
 TEACHER_PARTS = ("teacher_state", "teacher_kl")
-# what train_forward sums of each step's batch (summed over the ranks too; the parts then averaged),
-# a student's then TEACHER_PARTS
-STEP_SUMS = ("loss", "correct", "seen", "bad_scores", *LOGGED_PARTS)
 # train.diagnostics_every; step_grad_cosine: per probe, one cosine per step t (Definition D.1)
 DIAGNOSTICS = ("step", "grad_cosine", "task_grad_norm", "rank_grad_norm", "step_grad_cosine")
 NAN = float("nan")
@@ -165,7 +162,8 @@ def train_forward(model: torch.nn.Module, x: Tensor, y: Tensor, cfg: RunConfig, 
                   channels_last: bool, teacher: torch.nn.Module | None = None,
                   forced: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The forward pass the trainer runs (and compiles): the loss, the halting scores (B, T) and the
-    batch's STEP_SUMS then a student's TEACHER_PARTS (float32), all left on the device."""
+    batch's sums of loss, correct, seen, bad_scores, LOGGED_PARTS then a student's TEACHER_PARTS (float32;
+    the trainer sums them over the ranks too, the parts then averaged), all left on the device."""
     out, loss, parts = forward_loss(model, x, y, cfg, amp=amp, channels_last=channels_last, teacher=teacher,
                                     forced=forced)
     scores = torch.sigmoid(out.halt_logits.detach().float())  # (B, T)
@@ -426,7 +424,7 @@ class Trainer:
         return sum(r[0] for r in table), sum(r[1] for r in table), sum(r[2] for r in table), sketch
 
     def _guarded(self, sums: list[Tensor], scalars: list[Tensor]) -> list[list[float]]:
-        """The epoch's steps so far as host rows (``STEP_SUMS`` over the ranks, alpha, H) in one read; a
+        """The epoch's steps so far as host rows (the step sums over the ranks, alpha, H) in one read; a
         non-finite loss, score or weight stops every rank at once (``_stop``), before any checkpoint."""
         first_step = self.step - len(sums)
         table = torch.cat([summed_over_ranks(torch.stack(sums)), torch.stack(scalars)], 1).tolist()

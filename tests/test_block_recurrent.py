@@ -20,7 +20,6 @@ from frost_nb.analysis.block_recurrent import (
     ranges_table,
     run_kind,
     state_match,
-    step_similarity,
     summary,
     teacher_view,
 )

@@ -24,8 +24,9 @@ from frost_nb.runs import find_run, run_name, train_or_load
 
 def reference(bundle: str = "residual"):
     """The reference run every ablation arm of ``bundle`` differs from in one setting (demo, Fashion-MNIST)."""
-    return grids._run({"residual": grids.RESIDUAL_REF, "per-step": grids.PER_STEP_REF,
-                       "adopted": grids.ADOPTED_REF}[bundle], "demo", "fashion-mnist", 0)
+    refs = {"residual": grids.RESIDUAL_REF, "per-step": {**grids.PER_STEP_BUNDLE, **grids.ABLATION_BUDGET},
+            "adopted": grids.ADOPTED_REF}
+    return grids._run(refs[bundle], "demo", "fashion-mnist", 0)
 
 
 def _diff(a, b):

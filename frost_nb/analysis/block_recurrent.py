@@ -26,11 +26,6 @@ Ranges = tuple[tuple[int, int], ...]  # (start, stop) per branch: 0-based steps 
 
 
 # ---------------------------------------------------------------- the ranges
-def step_similarity(model: torch.nn.Module, config: RunConfig) -> Tensor:
-    """(T, T) eq. (sim): the mean cosine of ``model``'s pooled states h_1..h_T over its held-out split."""
-    return similarity_matrix(model_trajectories(model, config, "val").pooled)[1:, 1:]
-
-
 def range_score(similarity: Tensor, ranges: Ranges) -> float:
     """J of eq. (ranges): sum over ranges of their within-range similarity sum over their length."""
     s = similarity.double()
@@ -81,8 +76,8 @@ def branch_steps(ranges: Ranges) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _run_similarity(path: str, stamp: tuple[int, int]) -> Tensor:
-    model, _ = load_model(path)
-    return step_similarity(model, checkpoint_config(path))
+    model, _ = load_model(path)  # (T, T): the mean cosine of its pooled h_1..h_T (h_0 dropped)
+    return similarity_matrix(model_trajectories(model, checkpoint_config(path), "val").pooled)[1:, 1:]
 
 
 def run_similarity(checkpoint: str | Path) -> Tensor:

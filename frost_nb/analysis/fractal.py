@@ -252,16 +252,6 @@ def correlation_dimension(points, radii=None, max_points: int = CORRELATION_POIN
 
 
 # ---------------------------------------------------------------- trajectories
-def pca_projection(states, k: int = 2) -> np.ndarray:
-    """(N, T1, D) states -> (D, k) top-k principal directions of all states together."""
-    s = np.asarray(states, dtype=np.float64)
-    if s.ndim != 3:
-        raise ValueError(f"states must be (N, T+1, D), got shape {s.shape}")
-    flat = s.reshape(-1, s.shape[2])
-    _, _, vt = np.linalg.svd(flat - flat.mean(0), full_matrices=False)
-    return vt[:k].T  # (D, k)
-
-
 def project(states, projection=None, dims: int = 2) -> np.ndarray:
     """(N, T+1, D) states -> (N, T+1, k) on the top ``dims`` principal directions of all of
     them together (``projection`` (D, k) to reuse one), after centring on the mean state."""
@@ -270,10 +260,12 @@ def project(states, projection=None, dims: int = 2) -> np.ndarray:
         raise ValueError(f"states must be (N, T+1, D) with T+1 >= 2, got shape {s.shape}")
     if not np.isfinite(s).all():
         raise ValueError("states contain NaN or infinite values")
-    proj = pca_projection(s, dims) if projection is None else np.asarray(projection, dtype=np.float64)
+    flat = s.reshape(-1, s.shape[2])
+    proj = (np.linalg.svd(flat - flat.mean(0), full_matrices=False)[2][:dims].T if projection is None
+            else np.asarray(projection, dtype=np.float64))  # (D, k): the top principal directions
     if proj.ndim != 2 or proj.shape[0] != s.shape[2]:
         raise ValueError(f"projection must be (D, k) with D = {s.shape[2]}, got {proj.shape}")
-    return (s - s.reshape(-1, s.shape[2]).mean(0)) @ proj  # (N, T+1, k)
+    return (s - flat.mean(0)) @ proj  # (N, T+1, k)
 
 
 def _per_polyline(planar: np.ndarray, n_points: int, measure, missing) -> list:

@@ -162,8 +162,7 @@ def plot_similarity_matrices(matrices: dict[str, Any], title: str = "") -> plt.F
     return fig
 
 
-def plot_step_sizes(step_norms: dict[str, Any], kappa: dict[str, float] | None = None,
-                    title: str = "") -> plt.Figure:
+def plot_step_sizes(step_norms: dict[str, Any], kappa: dict[str, float], title: str = "") -> plt.Figure:
     """Median ||h_{t+1} - h_t|| against t (log scale, quartile band) per model, with the
     geometric line of the fitted rate kappa through the median at t = 0."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
@@ -173,7 +172,7 @@ def plot_step_sizes(step_norms: dict[str, Any], kappa: dict[str, float] | None =
         q25, med, q75 = np.quantile(s, [0.25, 0.5, 0.75], axis=0)
         line, = ax.plot(t, med, "o-", ms=3, label=label)
         ax.fill_between(t, q25, q75, color=line.get_color(), alpha=0.12)
-        if kappa and label in kappa:
+        if label in kappa:
             ax.plot(t, med[0] * kappa[label] ** t, ls=":", color=line.get_color(), lw=1)
     ax.set(xlabel="step t", ylabel="||h_{t+1} - h_t||", yscale="log",
            title=title or "step sizes (dotted: fitted kappa^t)")
@@ -464,8 +463,7 @@ def plot_ladder_curves(rows: Sequence[dict], title: str = "") -> plt.Figure:
             ax.plot(range(1, len(acc) + 1), acc, color=f"C{i}", lw=1.4 if j == 0 else 0.7,
                     ls=":" if size == "demo" else "-", label=f"{size} ({r['params']:,} params)" if j == 0 else None)
     ax.set(xlabel="fixed depth t", ylabel="test accuracy")
-    if title:
-        ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=9)
     return _finish(fig, ax)
 
 

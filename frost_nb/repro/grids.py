@@ -92,7 +92,6 @@ def strength_label(family: str, lambda_rel: float, lambda_abs: float) -> str:
 ABLATION_BUDGET = {"train.epochs": ABLATION_EPOCHS, "train.diagnostics_every": DIAGNOSTICS_EVERY}
 RESIDUAL_REF = {**RESIDUAL_BUNDLE, **ABLATION_BUDGET}  # the run each ablation arm changes one thing of
 ADOPTED_REF = {**ADOPTED_BUNDLE, **ABLATION_BUDGET}
-PER_STEP_REF = {**PER_STEP_BUNDLE, **ABLATION_BUDGET}
 # a baseline's families run: the task loss alone, which no halting setting reaches (the halting
 # head's LayerNorm draws no random number), so both bundles share it
 TASK_ONLY = {m: {"model.name": m, **RESIDUAL_BUNDLE} for m in FAMILIES[:3]}
