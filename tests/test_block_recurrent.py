@@ -7,6 +7,7 @@ import os
 import shutil
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -106,6 +107,14 @@ def test_equal_ranges_are_the_control():
     assert branch_steps(equal_ranges(16, 4)) == "4,4,4,4"
     with pytest.raises(ValueError, match="from 1 to T = 16"):
         equal_ranges(16, 17)
+    # defects: a numpy integer (as read off an array) was refused, a bool taken for 1
+    assert equal_ranges(16, np.int64(2)) == equal_ranges(16, 2)
+    assert type(equal_ranges(16, np.int64(2))[0][1]) is int  # not a numpy integer, which json refuses
+    assert best_ranges(_block_matrix((3, 6, 2, 5)), np.int64(4)) == ((0, 3), (3, 9), (9, 11), (11, 16))
+    with pytest.raises(ValueError, match="k=True"):
+        equal_ranges(16, True)
+    with pytest.raises(ValueError, match="k=2.0"):
+        equal_ranges(16, 2.0)
 
 
 def test_branch_steps_is_validated_and_spelled_one_way():

@@ -33,9 +33,9 @@ def range_score(similarity: Tensor, ranges: Ranges) -> float:
 
 
 def _check_k(k: int, steps: int) -> int:
-    if not (isinstance(k, int) and 1 <= k <= steps):
+    if isinstance(k, bool) or not (hasattr(k, "__index__") and 1 <= k <= steps):  # np.int64 too
         raise ValueError(f"k={k!r} must be a whole number of ranges from 1 to T = {steps}")
-    return steps
+    return int(k)
 
 
 def best_ranges(similarity: Tensor, k: int) -> Ranges:
@@ -43,7 +43,7 @@ def best_ranges(similarity: Tensor, k: int) -> Ranges:
     programming over best[m][j] (the first j steps in m ranges); a tie keeps the earliest start."""
     if similarity.dim() != 2 or similarity.shape[0] != similarity.shape[1] or not similarity.isfinite().all():
         raise ValueError(f"similarity must be a finite square (T, T) matrix, got {tuple(similarity.shape)}")
-    steps = _check_k(k, similarity.shape[0])
+    steps, k = similarity.shape[0], _check_k(k, similarity.shape[0])
     s = similarity.double()
     term = [[s[i:j, i:j].sum().item() / (j - i) if j > i else -math.inf for j in range(steps + 1)]
             for i in range(steps + 1)]  # term[i][j]: the range i..j-1
@@ -63,8 +63,7 @@ def best_ranges(similarity: Tensor, k: int) -> Ranges:
 
 def equal_ranges(steps: int, k: int) -> Ranges:
     """The control: k contiguous ranges whose lengths differ by at most one, the longer first."""
-    _check_k(k, steps)
-    # the first steps % k ranges one step longer
+    k = _check_k(k, steps)  # the first steps % k ranges one step longer
     stops = [(i + 1) * (steps // k) + min(i + 1, steps % k) for i in range(k)]
     return tuple(zip([0] + stops[:-1], stops))
 
