@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,16 @@ def sum_over_ranks(values: Sequence[torch.Tensor | float], device: torch.device)
     return summed_over_ranks(stacked).tolist()
 
 
+@functools.cache
+def _let_ddp_see_model_outputs() -> None:
+    """Register ``ModelOutput`` with torch's pytree: DDP finds the forward's outputs through it, and
+    with ``find_unused_parameters`` an opaque one stops it ("Expected to have finished reduction")."""
+    from torch.export import register_dataclass
+
+    with contextlib.suppress(ValueError):  # registered already (elsewhere in this process)
+        register_dataclass(ModelOutput)
+
+
 def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
     """``(parallel_model, its_batches, setup)``, the wrapper for the training forward only. Some parameters
     get no gradient (``find_unused_parameters``): DDP's warning that it "did not find any unused parameters"
@@ -107,10 +118,7 @@ def parallel(model: torch.nn.Module, batches, *, find_unused_parameters: bool):
     if size is not None and size % setup.world_size:
         raise ConfigError(f"train.batch_size={size} is the global batch, split evenly among the "
                           f"{setup.world_size} processes: make it a multiple of {setup.world_size}")
-    # ModelOutput registered with torch's pytree: DDP finds the forward's outputs through it, and with
-    # find_unused_parameters an opaque one stops it ("Expected to have finished reduction")
-    with contextlib.suppress(ValueError):  # registered already (by an earlier call in this process)
-        torch.export.register_dataclass(ModelOutput)
+    _let_ddp_see_model_outputs()
     wrapped = torch.nn.parallel.DistributedDataParallel(
         model, device_ids=[device] if device.type == "cuda" else None,
         find_unused_parameters=find_unused_parameters)

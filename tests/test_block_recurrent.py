@@ -113,8 +113,9 @@ def test_equal_ranges_are_the_control():
     assert best_ranges(_block_matrix((3, 6, 2, 5)), np.int64(4)) == ((0, 3), (3, 9), (9, 11), (11, 16))
     with pytest.raises(ValueError, match="k=True"):
         equal_ranges(16, True)
-    with pytest.raises(ValueError, match="k=2.0"):
-        equal_ranges(16, 2.0)
+    for bad in (2.0, np.array(2.5), torch.tensor(2.5)):  # not whole numbers (the last two refuse __index__)
+        with pytest.raises(ValueError, match="must be a whole number"):
+            equal_ranges(16, bad)
 
 
 def test_branch_steps_is_validated_and_spelled_one_way():

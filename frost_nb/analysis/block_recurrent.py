@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from pathlib import Path
 
 import pandas as pd
@@ -33,7 +34,7 @@ def range_score(similarity: Tensor, ranges: Ranges) -> float:
 
 
 def _check_k(k: int, steps: int) -> int:
-    if isinstance(k, bool) or not (hasattr(k, "__index__") and 1 <= k <= steps):  # np.int64 too
+    if isinstance(k, bool) or not (isinstance(k, numbers.Integral) and 1 <= k <= steps):  # np.int64 too
         raise ValueError(f"k={k!r} must be a whole number of ranges from 1 to T = {steps}")
     return int(k)
 

@@ -82,8 +82,9 @@ def head_loss(kind: str, z: Tensor, losses: Tensor, correct: Tensor, cfg: LossCo
 
 def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
                settings: RefitSettings = RefitSettings()) -> nn.Module:
-    """A fresh head of kind ``kind`` fitted to ``train`` (the backbone's frozen outputs; ``head_loss``
-    refuses an unknown kind)."""
+    """A fresh head of kind ``kind`` fitted to ``train`` (the backbone's frozen outputs)."""
+    if kind not in HEADS:
+        raise ValueError(f"unknown head {kind!r}; known: {HEADS}")
     with torch.random.fork_rng(devices=[]):  # a seeded initialisation that leaves torch's RNG as it was
         torch.manual_seed(settings.seed)
         head = make_head(train.pooled.shape[2], norm=kind == PER_STEP_NORM)
