@@ -158,20 +158,13 @@ def cmd_evaluate(args) -> int:
     tau = calibrator.threshold(args.quantile)
     device = next(model.parameters()).device
     batches = make_batches(dataset, config.train.eval_batch_size, shuffle=False, augment=False, device=device)
-    if stream:
-        labels = []
-
-        def images():  # the stream's batches; their labels kept in the same order
-            for x, y in batches:
-                labels.append(y)
-                yield x
-
-        res = stream_predict(model, images(), tau, slots=slots, refill_at=args.refill_at)
-        parts = [(res, torch.cat(labels))]  # one result for the whole split
+    images = (x for x, _ in batches)  # in the split's order (no shuffle), so dataset.y labels them
+    if stream:  # one result for the whole split, in input order
+        parts = [stream_predict(model, images, tau, slots=slots, refill_at=args.refill_at)]
     else:
-        parts = [(adaptive_predict(model, x, tau), y) for x, y in batches]
-    correct = torch.cat([(res.logits.argmax(-1) == y).cpu() for res, y in parts]).float()
-    depths = torch.cat([res.depth.cpu() for res, _ in parts]).float()
+        parts = [adaptive_predict(model, x, tau) for x in images]
+    correct = (torch.cat([res.logits.argmax(-1).cpu() for res in parts]) == dataset.y).float()
+    depths = torch.cat([res.depth.cpu() for res in parts]).float()
     print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **budget, "quantile": args.quantile,
                       "threshold": tau, **stream, "accuracy": correct.mean().item(),
                       "mean_depth": depths.mean().item(), "std_depth": depths.std().item(),

@@ -410,11 +410,10 @@ def stream_steps(model: torch.nn.Module, images: Any, tau: float | None = None, 
                           hint=f": admit new images once this many of the {slots} slots are free")
     embed_batch = stream_ahead(slots) if embed_batch is None else number_in(
         "embed_batch", embed_batch, 1, 2**31, integer=True, hint=": images embedded together, ahead")
-    config = getattr(model, "config", None)  # rows at different depths share a step: weight-tied only
-    if getattr(config, "name", None) == "vanilla" or not getattr(model, "weight_tied", True):
-        raise ValueError("stream_predict needs a weight-tied step (recurrent, basic_ssm, frost): "
-                         f"{getattr(config, 'name', type(model).__name__)}'s step depends on t, so "
-                         "rows at different depths cannot share a step call; use adaptive_predict")
+    if getattr(model.config, "name", None) == "vanilla":  # rows at different depths share a step
+        raise ValueError("stream_predict needs a weight-tied step (recurrent, basic_ssm, frost): vanilla's "
+                         "step depends on t, so rows at different depths cannot share a step call; use "
+                         "adaptive_predict")
     steps = int(model.config.steps)
     start = (lambda h0: None) if isinstance(halting, float) else halting.start  # the rule's memory
     feed = _Feed(model, images, allow_other_size, embed_batch, start)

@@ -377,13 +377,12 @@ def _test_metrics(state: dict[str, Any]) -> dict[str, Any]:
             "test_evaluated_on": "cpu", **({"weights": state["weights"]} if "weights" in state else {})}
 
 
-def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None) -> list[dict[str, Any]]:
+def index_rows(root: str | os.PathLike, *, but: str | None = None) -> list[dict[str, Any]]:
     """The rows of ``root``'s index (INDEX_COLUMNS), ``but`` left out; a damaged or unfinished run is a
     ``DamagedInput``, even inside ``skip_damaged()``."""
-    root = Path(root) if root is not None else committed_runs_dir()
     rows = []
     with skip_damaged(False):
-        for run in stored_runs(root):
+        for run in stored_runs(Path(root)):
             if run.name == but:
                 continue
             if not run.checkpoint.is_file():
@@ -398,25 +397,24 @@ def index_rows(root: str | os.PathLike | None = None, *, but: str | None = None)
     return rows
 
 
-def index_text(root: str | os.PathLike | None = None) -> str:
+def index_text(root: str | os.PathLike) -> str:
     """``index.csv`` of the runs under ``root`` as text: a row per run (``index_rows``), sorted by name."""
     return pd.DataFrame(index_rows(root), columns=list(INDEX_COLUMNS)).to_csv(index=False)
 
 
-def write_index(root: str | os.PathLike | None = None) -> Path:
-    """Write ``index_text(root)`` to ``root/index.csv`` (default ``outputs/runs/``), read whole first."""
-    root = Path(root) if root is not None else committed_runs_dir()
+def write_index(root: str | os.PathLike) -> Path:
+    """Write ``index_text(root)`` to ``root/index.csv``, read whole first."""
+    root = Path(root)
     text = index_text(root)
     with atomic_path(root / "index.csv") as tmp:
         tmp.write_text(text)
     return root / "index.csv"
 
 
-def read_index(root: str | os.PathLike | None = None) -> pd.DataFrame:
+def read_index(root: str | os.PathLike) -> pd.DataFrame:
     """``root``'s ``index.csv``, checked against its runs (header, whole rows, one per run folder; not
     its values); else a ``DamagedInput``."""
-    root = Path(root) if root is not None else committed_runs_dir()
-    path = root / "index.csv"
+    path = Path(root) / "index.csv"
     damaged = lambda problem: DamagedInput(f"{shown_path(path)}: {problem}; {restore_hint(path, INDEX_FIX)}")
     try:
         lines = list(csv.reader(path.read_text().splitlines(), strict=True))

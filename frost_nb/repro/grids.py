@@ -51,7 +51,7 @@ STRENGTH_DIAGNOSTICS_EVERY = 100  # digits demo: 21 steps per epoch, 630 in all 
 # (15_loss_strength.json: recurrent, 2 of 3 seeds): the collapse runs of the adopted bundle
 DECISIVE_STRENGTH = (10.0, 3.0)
 BUNDLES = ("adopted", "per-step", "residual")  # each below (docs/method.md section 5.5)
-# the grids whose runs depend on ``reading`` (the others are what they were fixed as)
+# the grids whose runs depend on ``bundle`` (the others are what they were fixed as)
 BUNDLE_GRIDS = ("families", "hurst", "loss", "update", "tuning", "conflict", "adopted", "ponder", "collapse")
 # a bundle's grid folder suffix: the default (adopted) bundle's runs, FROST and the baselines it shares
 # with the others, in one grid per data set without a suffix; the older bundles' runs beside them
@@ -306,20 +306,19 @@ def _block_recurrent(size: str, dataset: str | None, seeds: tuple[int, ...]) -> 
 
 
 def block_recurrent_runs(size: str = "demo", dataset: str | None = "cifar100", seeds: tuple[int, ...] = (0,),
-                         retrain: bool = False, progress: bool | None = None,
-                         controls: bool = False) -> dict[str, Any]:
+                         retrain: bool = False, controls: bool = False) -> dict[str, Any]:
     """The ``block-recurrent`` grid's runs, label -> TrainResult (``load_runs``): first its teachers, the
     ``families`` grid's vanilla of each seed, whose step similarity the grid reads its ranges off, then
     the grid, CLAIM_CONTROLS only with ``controls``. ``require_trained`` stops before either when runs
     are neither committed nor cached and ``retrain`` is False (a smoke run trains them: seconds)."""
     teachers = grid("families", size, dataset, seeds).only("vanilla")
     require_trained(teachers, retrain)
-    load_runs(teachers, progress)
+    load_runs(teachers)
     runs = grid("block-recurrent", size, dataset, seeds)
     runs = Grid({k: v for k, v in runs.items() if controls or family_of(k) not in CLAIM_CONTROLS},
                 runs.folder)
     require_trained(runs, retrain)
-    return load_runs(runs, progress)
+    return load_runs(runs)
 
 
 def _run(row: dict[str, Any], size: str, dataset: str | None, seed: int) -> RunConfig:
