@@ -296,10 +296,9 @@ def split_by_quantile(tables: dict[Any, Any]):
     return out.assign(runs=g["run"].nunique()).reset_index()
 
 
-def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], group=None, rule: str = FROST):
+def quantile_split(curves, quantiles: Sequence[float] = PAPER_QUANTILES[:-1], *, group, rule: str = FROST):
     """``split_by_quantile`` of one quantile ``rule`` in ``curves`` (``model_curves`` tables), its
-    models gathered by ``group`` (model -> group name; default each model its own), a ``group`` column."""
-    group = group or (lambda model: model)
+    models gathered by ``group`` (model -> group name; ``lambda m: m``: each its own), a ``group`` column."""
     own = curves[(curves["rule"] == rule) & np.isin(curves["quantile"].to_numpy(), np.asarray(quantiles, dtype=float))]
     fixed = curves[curves["rule"] == FIXED]
     parts = [split_by_quantile({m: versus_fixed_depth(part[part["model"] == m], fixed[fixed["model"] == m])

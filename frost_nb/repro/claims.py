@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from .. import paper
 from ..paper import TABLE1_STEP
-from ..analysis.stats import image_bootstrap, interval, welch, with_images
+from ..analysis.stats import interval, welch, with_images
 from ..analysis.halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE, FROST, REFERENCES
 from ..analysis.ladder import TABLE1_AT
 
