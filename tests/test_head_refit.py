@@ -1,6 +1,8 @@
 """Refitting the halting head of a frozen backbone (frost_nb/analysis/head_refit.py)."""
 
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -130,6 +132,9 @@ def test_subsample_is_seeded_and_ordered():
     again = hr.subsample(ds, 100, seed=3)
     assert torch.equal(sub.x, again.x) and torch.equal(sub.y, again.y)
     assert hr.subsample(ds, len(ds) + 1) is ds
+    # superclass labels (CIFAR-100's coarse_y) follow the images they label
+    with_coarse = hr.subsample(dataclasses.replace(ds, coarse_y=ds.y // 2), 100, seed=3)
+    assert torch.equal(with_coarse.coarse_y, sub.y // 2) and sub.coarse_y is None
 
 
 def test_margins_read_the_table():

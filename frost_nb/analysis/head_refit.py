@@ -169,7 +169,8 @@ def subsample(dataset, count: int, seed: int = 0):
     if len(dataset) <= count:
         return dataset
     idx = torch.from_numpy(np.sort(np.random.default_rng(seed).choice(len(dataset), count, replace=False)))
-    return dataclasses.replace(dataset, x=dataset.x[idx], y=dataset.y[idx])
+    coarse = None if dataset.coarse_y is None else dataset.coarse_y[idx]  # CIFAR-100's superclasses
+    return dataclasses.replace(dataset, x=dataset.x[idx], y=dataset.y[idx], coarse_y=coarse)
 
 
 def refit_backbone(result, label: str, train_samples: int = TRAIN_SAMPLES,
