@@ -230,16 +230,14 @@ class _Exits:
         self.return_scores = return_scores
         self.parts: list[tuple[Tensor, Tensor, Tensor, Tensor | None]] = []
 
-    def add(self, rows: Tensor, logits: Tensor, depth: Tensor | int, p: Tensor) -> None:
-        """rows (m,) input positions; logits (m, K); depth (m,) or one int; p (m,)."""
-        if not isinstance(depth, Tensor):
-            depth = torch.full(rows.shape, depth, dtype=torch.int64, device=rows.device)
+    def add(self, rows: Tensor, logits: Tensor, depth: Tensor, p: Tensor) -> None:
+        """rows (m,) input positions; logits (m, K); depth (m,) int64; p (m,)."""
         self.parts.append((rows, logits, depth, p if self.return_scores else None))
 
     def result(self, num_classes: int, device: Any) -> AdaptiveResult:
         if not self.parts:  # nothing ran: an empty input
-            self.add(torch.empty(0, dtype=torch.int64, device=device),
-                     torch.empty((0, num_classes), device=device), 0, torch.empty(0, device=device))
+            idx = torch.empty(0, dtype=torch.int64, device=device)  # no rows, no depths
+            self.add(idx, torch.empty((0, num_classes), device=device), idx, torch.empty(0, device=device))
         rows, logits, depth, p = zip(*self.parts)
         order = torch.argsort(torch.cat(rows))  # rows: every input row once, in the order of the exits
         return AdaptiveResult(torch.cat(logits)[order], torch.cat(depth)[order],
@@ -276,7 +274,7 @@ def adaptive_predict(model: torch.nn.Module, x: Tensor, tau: float | None = None
             if exit_pos.numel() == 0:
                 continue
             pick = lambda v: v.index_select(0, exit_pos)
-            exits.add(pick(idx), pick(logits), t + 1, pick(p))
+            exits.add(pick(idx), pick(logits), torch.full_like(exit_pos, t + 1), pick(p))  # (m,) int64
             n_live -= exit_pos.numel()
             if n_live == 0:
                 break

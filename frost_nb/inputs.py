@@ -21,12 +21,13 @@ class ParameterError(ValueError):
     """A notebook or command-line parameter is wrong; the message names it."""
 
 
-def _as_real(name: str, value: Any, expected: str, hint: str, error: type[Exception]) -> numbers.Real:
+def _as_real(name: str, value: Any, expected: str, hint: str, error: type[Exception],
+             kind: type = numbers.Real) -> numbers.Real:  # kind numbers.Integral: integers only
     """``value`` as a Python or numpy scalar when it is a real number (a one-element tensor or
     array counts; bool does not: True is an int to Python, never a number of ours), else ``error``."""
     one = isinstance(value, (Tensor, np.ndarray)) and math.prod(value.shape) == 1  # 0-dim, or one element
     scalar = value.item() if one else value
-    if isinstance(scalar, (bool, np.bool_)) or not isinstance(scalar, numbers.Real):
+    if isinstance(scalar, (bool, np.bool_)) or not isinstance(scalar, kind):
         raise error(f"{name}={value!r} must be {expected}{hint}")
     return scalar
 
@@ -43,10 +44,8 @@ def real_number(name: str, value: Any, *, allow_inf: bool = False, hint: str = "
 def number_in(name: str, value: Any, low: float, high: float, *, integer: bool = False,
               hint: str = "", error: type[Exception] = ValueError) -> float | int:
     """``value`` in the closed interval [low, high] (NaN never is); an int when ``integer``."""
-    what = "an integer" if integer else "a real number"
-    scalar = _as_real(name, value, f"{what} in [{low}, {high}]", hint, error)
-    if integer and not isinstance(scalar, numbers.Integral):
-        raise error(f"{name}={value!r} must be {what} in [{low}, {high}]{hint}")
+    what, kind = ("an integer", numbers.Integral) if integer else ("a real number", numbers.Real)
+    scalar = _as_real(name, value, f"{what} in [{low}, {high}]", hint, error, kind)
     check_range(name, float(scalar), low, high, what=what, hint=hint, error=error)
     return int(scalar) if integer else float(scalar)
 

@@ -172,13 +172,12 @@ def total_loss(logits: Tensor, halt_logits: Tensor, y: Tensor,
     task = task_loss(logits, y, cfg.label_smoothing)
     with torch.set_grad_enabled(cfg.ranking and torch.is_grad_enabled()):
         rank = ranking_losses(halt_logits, step_losses(logits, y), cfg.rank_frac, cfg.margin, cfg.rank_pairs)
+    loss = task
     if cfg.ranking:
         loss = task + cfg.lambda_rel * rank.rel + cfg.lambda_abs * rank.abs  # eq. (total)
     elif cfg.ponder:
         loss = ponder_loss(logits, halt_logits, y, cfg.ponder_prior, cfg.ponder_beta,
                            cfg.label_smoothing).loss  # eq. (ponder)
-    else:
-        loss = task
     # beyond the paper (eq. (variant)); each term is off at its default, FROST's recipe
     if cfg.deep_supervision > 0:
         loss = loss + cfg.deep_supervision * _per_step_ce(logits, y, cfg.label_smoothing).mean()

@@ -10,6 +10,7 @@ import logging
 import os
 import platform
 import shutil
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,16 +133,13 @@ def find_run(config: RunConfig, *, finished: bool = True) -> StoredRun | None:
     """The stored run of ``config``, local store first (only finished ones unless ``finished=False``);
     a committed one lacking weights or metrics is a ``DamagedInput``, never silently retrained."""
     want = identity_key(config)
-    for root in run_stores():
-        for run in stored_runs(root):
-            if run.identity != want:
-                continue
-            if run.finished or not finished:
-                return run
-            if not _is_local(run.folder):
-                missing = [f for f in (MODEL_FILE, METRICS_FILE) if not (run.folder / f).is_file()]
-                skip_or_raise(damaged_run_file(run.folder / missing[0], f"the committed run {run.name} "
-                                               f"lacks its {' and '.join(missing)}"))
+    for run in (r for root in run_stores() for r in stored_runs(root) if r.identity == want):
+        if run.finished or not finished:
+            return run
+        if not _is_local(run.folder):
+            missing = [f for f in (MODEL_FILE, METRICS_FILE) if not (run.folder / f).is_file()]
+            skip_or_raise(damaged_run_file(run.folder / missing[0], f"the committed run {run.name} "
+                                           f"lacks its {' and '.join(missing)}"))
     return None
 
 
@@ -232,11 +230,9 @@ def _is_local(folder: Path) -> bool:  # in the local store, not among the commit
 def _set_aside(checkpoint: Path, err: Exception) -> None:
     """Keep a damaged checkpoint for inspection as ``model.pt.damaged``."""
     aside = checkpoint.with_suffix(".pt.damaged")
-    try:
+    with suppress(FileNotFoundError):  # under torchrun another rank moved it first
         os.replace(checkpoint, aside)
-    except FileNotFoundError:  # under torchrun another rank moved it first
-        return
-    log.warning("%s; moved it to %s and training again", err, aside)
+        log.warning("%s; moved it to %s and training again", err, aside)
 
 
 def discard_local(config: RunConfig) -> None:
@@ -382,9 +378,7 @@ def index_rows(root: str | os.PathLike, *, but: str | None = None) -> list[dict[
     ``DamagedInput``, even inside ``skip_damaged()``."""
     rows = []
     with skip_damaged(False):
-        for run in stored_runs(Path(root)):
-            if run.name == but:
-                continue
+        for run in (r for r in stored_runs(Path(root)) if r.name != but):
             if not run.checkpoint.is_file():
                 raise damaged_run_file(run.checkpoint, f"run {run.name} lacks its {MODEL_FILE}")
             m, c = read_metrics(run.folder), run.config

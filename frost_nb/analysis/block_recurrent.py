@@ -99,8 +99,7 @@ def state_match(student: torch.nn.Module, teacher: torch.nn.Module, dataset, *, 
         a, b = (m(x, return_states=True).states[:, 1:].float() for m in (student, teacher))  # (B, T, *state)
         pooled = lambda h: gap(h.flatten(0, 1)).view(*h.shape[:2], -1)  # (B, T, D)
         cos = cos + F.cosine_similarity(pooled(a), pooled(b), dim=2).sum(0)  # (T,)
-        flat_b = b.flatten(2)
-        err = err + ((a.flatten(2) - flat_b).pow(2).sum(2) / flat_b.pow(2).sum(2).clamp_min(1e-12)).sum(0)
+        err = err + ((a - b).flatten(2).pow(2).sum(2) / b.flatten(2).pow(2).sum(2).clamp_min(1e-12)).sum(0)
         n += len(x)
     if not n:
         raise ValueError("state_match got no samples (an empty split?)")

@@ -201,9 +201,8 @@ def split_summary(curves, steps: int, depths: Sequence[float] | None = None):
     extended): the means over those depths, and how many there were."""
     depths = np.arange(2.0, steps) if depths is None else np.asarray(depths, dtype=float)
     rows = []
-    for (model, rule), part in curves.groupby(["model", "rule"], sort=False):
-        if rule in REFERENCES:
-            continue
+    rules = curves[~curves["rule"].isin(REFERENCES)]
+    for (model, rule), part in rules.groupby(["model", "rule"], sort=False):
         fixed = curves[(curves["model"] == model) & (curves["rule"] == FIXED)]
         lo, hi = reach(part)
         at = depths[(depths >= lo - 1e-9) & (depths <= hi + 1e-9)]

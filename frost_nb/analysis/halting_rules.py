@@ -80,10 +80,9 @@ def patience_signal(traj: FullDepthPass) -> Tensor:
     """How many steps in a row the prediction has stayed the same up to t (0 at t = 1 and wherever it
     just changed), (N, T) float64: PABEE (Zhou et al. 2020) stops once it reaches its patience."""
     preds = traj.preds  # (N, T)
-    runs = [torch.zeros(preds.shape[0], dtype=torch.float64)]
-    for t in range(1, preds.shape[1]):
-        runs.append(torch.where(preds[:, t] == preds[:, t - 1], runs[-1] + 1, 0.0))
-    return torch.stack(runs, 1)
+    t = torch.arange(preds.shape[1], device=preds.device)
+    changed = F.pad(preds[:, 1:] != preds[:, :-1], (1, 0), value=True)  # step 1 starts a run
+    return (t - torch.where(changed, t, 0).cummax(1).values).double()
 
 
 @dataclass(frozen=True)

@@ -96,9 +96,7 @@ def refit_head(kind: str, train: StepFeatures, cfg: LossConfig,
     gen = torch.Generator().manual_seed(settings.seed)
     head.train()
     for _ in range(settings.epochs):
-        order = torch.randperm(n, generator=gen)
-        for start in range(0, n, settings.batch_size):
-            idx = order[start:start + settings.batch_size]
+        for idx in torch.randperm(n, generator=gen).split(settings.batch_size):
             if len(idx) < 2:
                 continue  # a ranking needs an easy and a hard entry
             loss = head_loss(kind, head_logits(head, train.pooled[idx]), losses[idx], correct[idx], cfg)

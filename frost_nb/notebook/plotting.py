@@ -137,9 +137,8 @@ def plot_scale_consistency(table, paper_rows: Sequence[dict] = (), title: str = 
     for model, part in table.groupby("model", sort=False):
         g = part.groupby("step")
         mean, std = g["mean"].mean(), g["std"].mean()
-        line, = ax.plot(mean.index, mean.values, "o-", ms=3, label=model)
-        colors[model] = line.get_color()
-        ax.fill_between(mean.index, mean - std, mean + std, color=line.get_color(), alpha=0.12)
+        colors[model] = ax.plot(mean.index, mean.values, "o-", ms=3, label=model)[0].get_color()
+        ax.fill_between(mean.index, mean - std, mean + std, color=colors[model], alpha=0.12)
     for model in sorted({r["model"] for r in paper_rows}):
         rows = [r for r in paper_rows if r["model"] == model]
         ax.plot([r["step"] for r in rows], [r["mean"] for r in rows], "x", ms=7,
@@ -428,14 +427,14 @@ def plot_ladder_quantities(rows: Sequence[dict], readout: Sequence[dict], paper_
     fits = {r["quantity"]: r for r in readout}
     names, cols = list(QUANTITIES), 4
     grid = -(-len(names) // cols)  # rows of panels
+    xy = lambda pts: ([p["params"] for p in pts], [p["value"] for p in pts])
     fig, axes = plt.subplots(grid, cols, figsize=(3.4 * cols, 2.6 * grid), squeeze=False)
     for ax, name in zip(axes.flat, names):
         q, pts = QUANTITIES[name], points.get(name, [])
         ladder_pts = [p for p in pts if p["size"] != "demo"]
         demo_pts = [p for p in pts if p["size"] == "demo"]
-        ax.scatter([p["params"] for p in ladder_pts], [p["value"] for p in ladder_pts], s=14, color="C0")
-        ax.scatter([p["params"] for p in demo_pts], [p["value"] for p in demo_pts], s=14, facecolors="none",
-                   edgecolors="C1", label="demo (not fitted)")
+        ax.scatter(*xy(ladder_pts), s=14, color="C0")
+        ax.scatter(*xy(demo_pts), s=14, facecolors="none", edgecolors="C1", label="demo (not fitted)")
         f = fits.get(name, {})
         if np.isfinite(f.get("slope", np.nan)) and ladder_pts:  # the fit's line, a + b ln N
             x = np.geomspace(min(p["params"] for p in ladder_pts), paper_params, 20)

@@ -45,12 +45,9 @@ ABLATION_COLUMNS = ["alpha", "hurst", "val_accuracy", "val_score", "test_accurac
 def summarise_runs(results: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
     """One ``run_summary`` row per run (label -> TrainResult; held-out and test numbers), indexed
     by label, and each run's test FROST curve (label -> ``curves.curve`` table)."""
-    rows, sweeps = [], {}
-    for label, r in results.items():
-        per_split: dict[str, Any] = {}
-        rows.append({"run": label, **run_summary(r, sweeps=per_split)})
-        sweeps[label] = per_split["test"]
-    return pd.DataFrame(rows).set_index("run"), sweeps
+    per_split: dict[str, Any] = {label: {} for label in results}
+    rows = [{"run": label, **run_summary(r, sweeps=per_split[label])} for label, r in results.items()]
+    return pd.DataFrame(rows).set_index("run"), {label: s["test"] for label, s in per_split.items()}
 
 
 def alpha_summary(results: dict[str, Any]) -> pd.DataFrame:

@@ -493,6 +493,7 @@ def block_recurrent(recovered: Sequence[float], chosen: Sequence[float] | None =
 CANNOT_TELL = "cannot tell"
 HOLDS, REVERSED, NOT_SHOWN = "holds", "reversed", "not shown"
 _ORIENTED = {REPRODUCED: HOLDS, NOT: REVERSED, INCONCLUSIVE: NOT_SHOWN}  # claims 21 and 22's words for a side
+_oriented = lambda v: Verdict(_ORIENTED[v.status], v.seeds, v.reasons) if v.status in _ORIENTED else v
 FORECAST_CLOSE = 0.02  # ours: our mean MSE at most this above the paper's reads as its number
 
 
@@ -528,16 +529,14 @@ def ablation(variant_mse: Sequence[float], full_mse: Sequence[float]) -> Verdict
     """Claim 21 (Table 2's S3: no sharing; T3: no 2^k step), one variant against the full model, each over
     its seeds: "holds" where Welch's 95% interval of variant minus full MSE lies wholly above 0,
     "reversed" wholly below, "not shown" otherwise; with fewer than MIN_SEEDS a side, suggested."""
-    v = decide_between(variant_mse, full_mse)
-    return Verdict(_ORIENTED[v.status], v.seeds, v.reasons) if v.status in _ORIENTED else v
+    return _oriented(decide_between(variant_mse, full_mse))
 
 
 def zero_shot(dfmamba_ratio: Sequence[float], baselines: dict[str, Sequence[float]]) -> Verdict:
     """Claim 22 (Table 14): r = MSE at inputs coarsened x4 over MSE at the native scale, per seed;
     "holds" where Welch's interval of r_DF-Mamba minus r_baseline lies wholly below 0 for every baseline
     (each a part; DLinear and RLinear together; the flat stack S2 in a row of its own)."""
-    v = combine([decide_between(r, dfmamba_ratio) for r in baselines.values()])
-    return Verdict(_ORIENTED[v.status], v.seeds, v.reasons) if v.status in _ORIENTED else v
+    return _oriented(combine([decide_between(r, dfmamba_ratio) for r in baselines.values()]))
 
 
 # Benchmarks beside the tables (ours)
