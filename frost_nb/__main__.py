@@ -31,7 +31,7 @@ from .distributed import join_process_group, launched_world_size, leave_process_
 from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
 from .inputs import ParameterError, check_split, number_in
 from .paths import (DamagedInput, OutputError, atomic_path, check_readable, check_writable, repo_root,
-                    shown_path, skip_damaged, skip_or_raise)
+                    shown_path, skip_damaged, skip_or_raise, write_atomic)
 from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
 from .runs import discard_local, export_run, load_teacher, run_name, stored_name, train_or_load
 
@@ -191,8 +191,7 @@ def cmd_sweep(args) -> int:
         record = {"provenance": provenance.make({"checkpoint": str(args.checkpoint)})}
         with atomic_path(args.csv, "pass another --csv") as tmp:
             table.to_csv(tmp, index=False)
-        with atomic_path(Path(args.csv).with_suffix(".provenance.json")) as tmp:
-            tmp.write_text(json.dumps(record, indent=2) + "\n")
+        write_atomic(Path(args.csv).with_suffix(".provenance.json"), json.dumps(record, indent=2) + "\n")
     return 0
 
 
@@ -286,11 +285,9 @@ def cmd_verdicts(args) -> int:
         for file, text in texts.items():
             for kind in blocks[file]:
                 text = replace_block(text, made[kind], kind)
-            with atomic_path(file, f"pass {option} a writable file") as tmp:  # an interrupted write keeps the file
-                tmp.write_text(text)
+            write_atomic(file, text, f"pass {option} a writable file")  # an interrupted write keeps the file
         if new_index is not None:
-            with atomic_path(index) as tmp:
-                tmp.write_text(new_index)
+            write_atomic(index, new_index)
         return 0
     pairs = [(f"{file} ({kind} verdicts block)", old, made[kind], "verdict table")
              for file, found in blocks.items() for kind, old in found.items()]

@@ -217,6 +217,13 @@ def atomic_path(path: str | os.PathLike, fix: str = "choose a writable place"):
             tmp.unlink()
 
 
+def write_atomic(path: str | os.PathLike, data: str | bytes, fix: str = "choose a writable place") -> Path:
+    """Write ``data`` (text, or bytes) to ``path`` through ``atomic_path`` (``fix`` as there); ``path``."""
+    with atomic_path(path, fix) as tmp:
+        (tmp.write_bytes if isinstance(data, bytes) else tmp.write_text)(data)
+    return Path(path)
+
+
 _SKIPPING: list[dict[str, None] | None] = []  # skip_damaged's stack: what each open one skipped (None: none)
 
 

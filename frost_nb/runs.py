@@ -23,7 +23,7 @@ from .config import ConfigError, RunConfig, config_difference, is_run_name, repl
 from .distributed import join_process_group
 from .models import FrostNet, create_model
 from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, one_line,
-                    restore_hint, run_stores, shown_path, skip_damaged, skip_or_raise)
+                    restore_hint, run_stores, shown_path, skip_damaged, skip_or_raise, write_atomic)
 from . import cost
 from .training import TrainingError, TrainResult, pick_device, train
 
@@ -58,8 +58,7 @@ def write_json(path: Path, data: Any) -> None:
     dump = lambda v: json.dumps(v, separators=(",", ":"), sort_keys=True)
     text = dump(data) if not isinstance(data, dict) else \
         "{\n" + ",\n".join(f"{dump(k)}:{dump(v)}" for k, v in sorted(data.items())) + "\n}"
-    with atomic_path(path, "set FROST_CACHE to a writable folder") as tmp:
-        tmp.write_text(text + "\n")
+    write_atomic(path, text + "\n", "set FROST_CACHE to a writable folder")
 
 
 def hardware(device: torch.device | str) -> str:
@@ -400,9 +399,7 @@ def write_index(root: str | os.PathLike) -> Path:
     """Write ``index_text(root)`` to ``root/index.csv``, read whole first."""
     root = Path(root)
     text = index_text(root)
-    with atomic_path(root / "index.csv") as tmp:
-        tmp.write_text(text)
-    return root / "index.csv"
+    return write_atomic(root / "index.csv", text)
 
 
 def read_index(root: str | os.PathLike) -> pd.DataFrame:

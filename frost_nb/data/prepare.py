@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..paths import (OutputError, atomic_path, check_readable, check_writable, data_root, downloads_allowed,
-                     nearest_existing, system_data_dir)
+                     nearest_existing, system_data_dir, write_atomic)
 
 log = logging.getLogger("frost_nb")
 
@@ -231,9 +231,7 @@ def write_sheets(part: Part, target: Path, *, method: int = 6, quality: int = 50
     np.savez(buf := io.BytesIO(), webp=np.concatenate(blobs), offsets=np.cumsum([0, *map(len, blobs)]),
              shape=np.array([n, c, h, w]), **rest)
     read_sheets(io.BytesIO(buf.getvalue()))  # the exact pixels, or nothing is written
-    with atomic_path(target) as tmp:
-        tmp.write_bytes(buf.getvalue())
-    return Path(target)
+    return write_atomic(target, buf.getvalue())
 
 
 def read_sheets(source) -> Part:

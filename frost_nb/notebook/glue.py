@@ -20,7 +20,7 @@ from ..config import BACKBONES, MODELS, SEED_MAX, SIZES, make_config
 from ..data.datasets import DATASETS
 from ..inputs import ParameterError
 from ..models import create_model
-from ..paths import atomic_path, cache_dir, check_writable, outputs_dir, smoke_mode
+from ..paths import cache_dir, check_writable, outputs_dir, smoke_mode, write_atomic
 from ..repro import provenance as provenance
 from ..repro.grids import BUNDLES
 from ..runs import train_or_load
@@ -203,9 +203,7 @@ def environment(device: str | None = None) -> dict[str, Any]:
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
-    with atomic_path(path, "set FROST_OUTPUTS to a writable folder") as tmp:
-        tmp.write_bytes(data)
-    return path
+    return write_atomic(path, data, "set FROST_OUTPUTS to a writable folder")
 
 
 def _finite_or_null(value: Any) -> Any:
