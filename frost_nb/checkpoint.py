@@ -9,6 +9,7 @@ import lzma
 import os
 import pickle
 import re
+import struct
 import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -142,7 +143,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         with torch.serialization.safe_globals([bytes]):
             state = torch.load(data, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, pickle.UnpicklingError,
-            lzma.LZMAError) as err:
+            lzma.LZMAError, KeyError, IndexError, struct.error) as err:  # the last three: a short text file
         hint = restore_hint(path)  # git's copy of a committed checkpoint, else a new training
         fix = hint if "git checkout" in hint else "delete it and train again"
         raise CheckpointError(f"checkpoint {path} is damaged or not a frost_nb checkpoint "

@@ -151,6 +151,15 @@ def test_load_errors_keep_torchs_reason_without_its_advice_or_colour_codes(tmp_p
         assert "\x1b" not in message and "weights_only" not in message and "\n" not in message
 
 
+
+@pytest.mark.parametrize("text", [b"hello\n", b"a", b"j{ka"])  # KeyError, IndexError, struct.error in torch
+def test_short_text_files_are_named_as_no_checkpoint(tmp_path, text):
+    path = tmp_path / "notes.pt"
+    path.write_bytes(text)
+    with pytest.raises(CheckpointError, match=r"notes.pt is damaged or not a frost_nb checkpoint \((KeyError|"
+                                              r"IndexError|error): .*; delete it and train again$"):
+        load_checkpoint(path)
+
 def test_checkpoint_paths_that_are_folders_or_hold_unknown_fields_are_named(tmp_path):
     with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path} is a folder without a model.pt: pass a "
                                               r"run folder or the path of a \.pt file"):
