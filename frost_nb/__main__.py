@@ -30,7 +30,7 @@ from .data.datasets import DATASETS, SPLITS, DataError, make_batches
 from .distributed import join_process_group, launched_world_size, leave_process_group
 from .halting import PAPER_QUANTILES, adaptive_predict, stream_predict
 from .inputs import ParameterError, check_split, number_in
-from .paths import (DamagedInput, OutputError, atomic_path, check_readable, check_writable, repo_root,
+from .paths import (DamagedInput, OutputError, check_readable, check_writable, repo_root,
                     shown_path, skip_damaged, skip_or_raise, write_atomic)
 from .repro.grids import BUNDLES, GRIDS, Grid, family_of, grid, shard
 from .runs import discard_local, export_run, load_teacher, run_name, stored_name, train_or_load
@@ -189,8 +189,7 @@ def cmd_sweep(args) -> int:
         # the sidecar <stem>.provenance.json: which run the CSV's numbers come from; made first (it
         # reads the run's config), so that a damaged input leaves both files as they were
         record = {"provenance": provenance.make({"checkpoint": str(args.checkpoint)})}
-        with atomic_path(args.csv, "pass another --csv") as tmp:
-            table.to_csv(tmp, index=False)
+        write_atomic(args.csv, table.to_csv(index=False).encode(), "pass another --csv")
         write_atomic(Path(args.csv).with_suffix(".provenance.json"), json.dumps(record, indent=2) + "\n")
     return 0
 

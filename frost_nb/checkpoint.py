@@ -19,7 +19,7 @@ import torch
 from .config import ConfigError, ModelConfig, RunConfig
 from .halting import HaltingCalibrator
 from .models import create_model
-from .paths import OutputError, atomic_path, path_problem, repo_root, restore_hint
+from .paths import OutputError, atomic_path, check_readable, repo_root, restore_hint
 
 FORMAT = 2  # bump when the layout of the checkpoint dict changes (2: the config stored whole, every field)
 XZ_MAGIC = b"\xfd7zXZ\x00"  # the first bytes of an xz stream: a compressed checkpoint
@@ -131,9 +131,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if os.path.isdir(path):
         raise CheckpointError(f"checkpoint {path} is a folder without a model.pt: pass a run folder "
                               "or the path of a .pt file (python -m frost_nb train ... writes one)")
-    if (problem := path_problem(path, write=False, must_exist=True)) is not None:
-        raise CheckpointError(f"cannot read checkpoint {path}: {problem}; train a model first "
-                              "(python -m frost_nb train ...) or pass the path of an existing .pt file")
+    check_readable(path, "checkpoint", "train a model first (python -m frost_nb train ...) or pass the path of "
+                   "an existing .pt file", error=CheckpointError)
     try:
         with open(path, "rb") as f:  # compressed (XZ_MAGIC) or torch's own bytes
             head = f.read(len(XZ_MAGIC))

@@ -342,15 +342,13 @@ class FrostNet(nn.Module):
         return ModelOutput(logits, halts, pooled, torch.stack(states, 1) if return_states else None)
 
 
-def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", backbone: str | None = None,
-                 **fields: Any) -> FrostNet:
-    """The model of a config, or of a name (vanilla | recurrent | basic_ssm | frost) plus fields.
+def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", **fields: Any) -> FrostNet:
+    """The model of a config, or of a name (vanilla | recurrent | basic_ssm | frost) plus fields
+    (``backbone`` among them).
 
     >>> create_model("recurrent", backbone="vit", width=32, heads=2).config.backbone
     'vit'
     """
-    if backbone is not None:
-        fields["backbone"] = backbone
     if isinstance(cfg_or_name, RunConfig):
         cfg_or_name = cfg_or_name.model
     known = {f.name for f in dataclasses.fields(ModelConfig)}

@@ -27,15 +27,15 @@ class Quantity:
     band: float  # the flat band: a change across the ladder smaller than this does not matter
 
 
-_KEPT = {depth: accuracy / paper.TABLE2["accuracy"][-1]  # Table 2's share of full-depth accuracy by depth
-         for depth, accuracy in zip(paper.TABLE2["mean_depth"], paper.TABLE2["accuracy"])}
+KEPT_AT = {depth: accuracy / paper.TABLE2["accuracy"][-1]  # Table 2's share of full-depth accuracy by depth
+           for depth, accuracy in zip(paper.TABLE2["mean_depth"], paper.TABLE2["accuracy"])}
 TABLE1_AT = {m: cells[paper.TABLE1_STEPS.index(TABLE1_STEP)][0] for m, cells in paper.TABLE1.items()}  # mean
 QUANTITIES: dict[str, Quantity] = {
     "full_depth": Quantity("full-depth accuracy", paper.TABLE2["accuracy"][-1], "value", 0.01),
     "depth_99": Quantity("first fixed depth with 99% of full-depth accuracy", None, "", 1.0),
     **{f"fixed_kept_{d}": Quantity(f"share kept at mean depth {d}, fixed depth", None, "", 0.02)
        for d in PAPER_DEPTHS},
-    **{f"halting_kept_{d}": Quantity(f"share kept at mean depth {d}, FROST's halting", _KEPT[d], "value",
+    **{f"halting_kept_{d}": Quantity(f"share kept at mean depth {d}, FROST's halting", KEPT_AT[d], "value",
                                      0.02) for d in PAPER_DEPTHS},
     "gap": Quantity("claim 14's gap: halting minus fixed depth", 0.0, "up", 0.005),
     "spread": Quantity("its spread: random exits of the same depths minus fixed depth", 0.0, "up", 0.005),

@@ -19,7 +19,7 @@ from .. import paper
 from ..paper import TABLE1_STEP
 from ..analysis.stats import interval, welch, with_images
 from ..analysis.halting_rules import COLLAPSE_ACCURACY_RATIO, COLLAPSE_ONE_STEP_SHARE, FROST, REFERENCES
-from ..analysis.ladder import TABLE1_AT
+from ..analysis.ladder import KEPT_AT, TABLE1_AT
 
 REPRODUCED, PARTLY, NOT = "reproduced", "partly reproduced", "not reproduced"
 INCONCLUSIVE = "inconclusive (95% interval spans the margin)"
@@ -322,8 +322,7 @@ def collapse(scores: dict[str, Sequence[float]]) -> Verdict:
 KEPT_CLOSE = 0.05  # ours: the paper reports one run without a spread; a share of full-depth
 # accuracy 5 points below its own still reads as the same halting curve
 KEPT_SHOWN = (0.25, 0.5)
-PAPER_KEPT = {q: a / paper.TABLE2["accuracy"][-1]
-              for q, a in zip(paper.TABLE2["quantile"], paper.TABLE2["accuracy"])}
+PAPER_KEPT = dict(zip(paper.TABLE2["quantile"], KEPT_AT.values()))  # Table 2's share kept, by quantile
 PAPER_DEPTH = dict(zip(paper.TABLE2["quantile"], paper.TABLE2["mean_depth"]))
 
 
