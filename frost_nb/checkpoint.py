@@ -131,8 +131,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if os.path.isdir(path):
         raise CheckpointError(f"checkpoint {path} is a folder without a model.pt: pass a run folder "
                               "or the path of a .pt file (python -m frost_nb train ... writes one)")
-    check_readable(path, "checkpoint", "train a model first (python -m frost_nb train ...) or pass the path of "
-                   "an existing .pt file", error=CheckpointError)
+    check_readable(path, "checkpoint", "train a model first (python -m frost_nb train ...) or pass the path "
+                   "of an existing .pt file", error=CheckpointError)
     try:
         with open(path, "rb") as f:  # compressed (XZ_MAGIC) or torch's own bytes
             head = f.read(len(XZ_MAGIC))
