@@ -38,11 +38,11 @@ from .runs import discard_local, export_run, load_teacher, run_name, stored_name
 
 def run_config(args):
     """The config of a run command's parsed ``args`` (scripts/gpu.py builds them too): size, data set,
-    model, backbone, the --set overrides (``parse_settings``), then --epochs, --seed, --root."""
+    model, backbone, the --set overrides (``parse_settings``; size= too), then --epochs, --seed, --root."""
     overrides = parse_settings(args.set)
     given = {"train.epochs": args.epochs, "train.seed": args.seed, "data.root": args.root}
     overrides |= {key: value for key, value in given.items() if value is not None}
-    return make_config(args.size, args.dataset, args.model, args.backbone, **overrides)
+    return make_config(overrides.pop("size", args.size), args.dataset, args.model, args.backbone, **overrides)
 
 
 def _summary(result, where: bool = True) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from datasketches import kll_floats_sketch
 from torch import Tensor
 
 from .distributed import in_process_group
-from .inputs import check_images, check_scores, number_in, real_number
+from .inputs import ParameterError, check_images, check_scores, number_in, real_number
 from .models import EMBED_CHUNK
 
 PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid of Table 2
@@ -96,7 +96,7 @@ class HaltingCalibrator:
         if q == 1.0:
             return math.inf  # eq. (tau): above every score, including unseen test scores
         if self.is_empty:
-            raise ValueError("no halting scores were fed to the calibrator, so it has no "
+            raise ParameterError("no halting scores were fed to the calibrator, so it has no "
                              "threshold: train the model (the trainer feeds the sketch) or call "
                              "calibrator.update(sigmoid(halt_logits)) over a held-out pass first")
         return float(self._sketch.get_quantile(q))  # eq. (tau)

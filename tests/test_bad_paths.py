@@ -132,8 +132,9 @@ def _case(place: str, target: Path, base: Path) -> dict:
     return {"argv": ["verdicts", "--write", str(target)], "env": env}
 
 
-class Work(Exception):
-    """Raised where a command's work begins (a data set or a checkpoint is read)."""
+class Work(BaseException):
+    """Raised where a command's work begins (a data set or a checkpoint is read); not an Exception, which
+    load_checkpoint turns into its damaged-file error whatever torch.load raises."""
 
 
 def run_cases(cases: list[dict]) -> list[dict]:

@@ -1,8 +1,11 @@
 """Lean exports: what is committed loads and evaluates exactly like the full checkpoint, is small,
 and refuses to be resumed with a message that says why."""
 
+import contextlib
 import io
 import lzma
+import random
+import zipfile
 
 import pytest
 import torch
@@ -159,6 +162,34 @@ def test_short_text_files_are_named_as_no_checkpoint(tmp_path, text):
     with pytest.raises(CheckpointError, match=r"notes.pt is damaged or not a frost_nb checkpoint \((KeyError|"
                                               r"IndexError|error): .*; delete it and train again$"):
         load_checkpoint(path)
+
+
+def test_a_changed_byte_in_an_uncompressed_checkpoint_is_named_or_harmless(tmp_path):
+    """One byte of the pickle set to 0x4B (as a disk or a copy might): torch's loader raises TypeError,
+    AssertionError, AttributeError and more for such files; each must be the CheckpointError line."""
+    state = load_checkpoint(committed_runs_dir() / "digits-demo-families" / "frost-seed0")
+    state.pop("format")
+    save_checkpoint(tmp_path / "plain.pt", state)  # uncompressed, as training writes
+    raw = (tmp_path / "plain.pt").read_bytes()
+    info = zipfile.ZipFile(tmp_path / "plain.pt").getinfo("archive/data.pkl")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    for offset in [65, 1638, 1682, *random.Random(0).sample(range(2000), 60)]:  # the first three escaped once
+        flipped = bytearray(raw)
+        flipped[start + offset] = 0x4B
+        (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
+        with contextlib.suppress(CheckpointError):  # a changed byte may also be harmless (a weight's value)
+            load_checkpoint(tmp_path / "flipped.pt")
+
+
+def test_damaged_calibrator_bytes_are_named(tmp_path):
+    """The sketch's bytes cut short (an uncompressed checkpoint has no checksum): the CheckpointError line."""
+    state = load_checkpoint(committed_runs_dir() / "digits-demo-families" / "frost-seed0")
+    state.pop("format")
+    save_checkpoint(tmp_path / "cut.pt", {**state, "calibrator": state["calibrator"][:100]})
+    for load in (load_model, load_checkpoint):  # training's resume reads it through load_checkpoint
+        with pytest.raises(CheckpointError, match=r"cut.pt is damaged or not a frost_nb checkpoint \(IndexError: "
+                                                  r".*\); delete it and train again$"):
+            load(tmp_path / "cut.pt")
 
 def test_checkpoint_paths_that_are_folders_or_hold_unknown_fields_are_named(tmp_path):
     with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path} is a folder without a model.pt: pass a "

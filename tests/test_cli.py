@@ -102,6 +102,9 @@ def test_config_prints_the_resolved_config_and_its_stored_run(capsys):
     assert len(shown) == 1 + 1 + sum(len(v) for k, v in expected.to_dict().items() if k != "size")
     assert main(["config", "--set", "model.depth=3"]) == 2  # an unknown field: named, as for train
     assert "unknown parameter" in capsys.readouterr().err
+    assert main(["config", "--dataset", "digits", "--set", "size=smoke"]) == 0  # the size, as --size gives it
+    assert json.loads(capsys.readouterr().out) == {"run": None, **make_config("smoke", "digits").flat()}
+    assert main(["config", "--set", "size=huge"]) == 2 and "huge" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["16", '"16"'])
@@ -121,6 +124,21 @@ def test_quantile_outside_unit_interval(tmp_path, capsys):
     assert main(["evaluate", "--checkpoint", str(ckpt), "--quantile", "1.5"]) == 2
     assert "quantile=1.5" in capsys.readouterr().err
 
+
+
+def test_a_checkpoint_saved_within_its_first_epoch_has_no_threshold_yet(tmp_path, capsys):
+    """No halting scores yet (the calibrator is saved once an epoch ends): one error line, and full depth
+    (q = 1) still evaluates."""
+    from frost_nb.checkpoint import load_checkpoint, save_checkpoint
+    from frost_nb.paths import committed_runs_dir
+
+    state = load_checkpoint(committed_runs_dir() / "digits-demo-families" / "frost-seed0")
+    state.pop("format")
+    save_checkpoint(tmp_path / "early.pt", {**state, "calibrator": None, "complete": False})
+    for argv in (["evaluate", "--quantile", "0.5"], ["sweep"]):
+        assert main([*argv, "--checkpoint", str(tmp_path / "early.pt")]) == 2
+        assert "error: no halting scores were fed to the calibrator" in capsys.readouterr().err
+    assert main(["evaluate", "--quantile", "1", "--checkpoint", str(tmp_path / "early.pt")]) == 0
 
 def test_grid_and_demo_refuse_several_torchrun_processes(monkeypatch, capsys):
     # only train runs under DDP: N processes of grid or demo would each train the same runs

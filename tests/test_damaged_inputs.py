@@ -135,6 +135,10 @@ def test_a_damaged_sweep_csv_or_its_provenance_sidecar(committed, tmp_path, caps
     good = csv_file.read_text()
     csv_file.write_text(good[: good.index("\n", good.index("\n") + 1) + 8])  # the second row cut off
     _fails(args, capsys, str(csv_file), "a row with other fields than its header", "python -m frost_nb sweep")
+    csv_file.write_text(good[: good.rindex(",") + 1])  # cut right after a comma: an empty last cell
+    _fails(args, capsys, str(csv_file), "unreadable (ValueError: could not convert", "python -m frost_nb sweep")
+    csv_file.write_text(good.replace(",", ";"))  # saved again with semicolons: one column, of text
+    _fails(args, capsys, str(csv_file), "unreadable (ValueError: could not convert")
     csv_file.write_text(good)
     side.write_text(side.read_text()[:-20])
     _fails(args, capsys, str(side), "unreadable (JSONDecodeError")

@@ -3,6 +3,7 @@ trainer: window counts, borders and standardisation on the real ETTh2 (read from
 which CI has beside the clone), the closed-form least-squares pin that checks the protocol, DLinear's
 decomposition, the best validation epoch kept, resuming, and the command line on a generated series."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -124,6 +125,31 @@ def test_files_are_checked_against_their_sums(tmp_path):
     assert "ETTh2.csv does not match its SHA256SUMS" in message
     with pytest.raises(DataError, match=r"not found: no file .*ETTh1.csv; link the shared copy"):
         data.load_series("etth1", root)
+
+
+def row(line):  # a damage of the generated CSV: its line 4 (the row of t2) replaced by ``line``
+    return lambda raw: b"\n".join(raw.split(b"\n")[:3] + [line] + raw.split(b"\n")[4:])
+
+
+@pytest.mark.parametrize("csv, sums, problem", [  # each with a SHA256SUMS made for it, as HOW_TO_GET says
+    (lambda raw: raw[:-37], b"", r"ETTh2.csv, line 14421: [2-7] fields, expected 8"),  # cut mid-row
+    (row(b"t2,1,2,,4,5,6,7"), b"", r"ETTh2.csv, line 4: cell '' is not a finite number"),
+    (row(b"t2,1,2,abc,4,5,6,7"), b"", r"ETTh2.csv, line 4: cell 'abc' is not a finite number"),
+    (row(b"t2,1,2,nan,4,5,6,7"), b"", r"ETTh2.csv, line 4: cell 'nan' is not a finite number"),
+    (row(b"t2,1,2,3,4,5,6,7,8"), b"", r"ETTh2.csv, line 4: 9 fields, expected 8"),
+    (lambda raw: b"", b"", r"ETTh2.csv is empty"),
+    (row(b"t2,1,2,\xff3,4,5,6,7"), b"", r"ETTh2.csv, line 4: byte 0xff is not UTF-8"),
+    (lambda raw: raw, b"\xff\n", r"SHA256SUMS, line 1: byte 0xff is not UTF-8"),
+], ids=["cut-mid-row", "empty-cell", "text-cell", "nan-cell", "extra-column", "empty-file", "not-utf8",
+        "sums-not-utf8"])
+def test_damaged_csvs_with_matching_sums_are_one_line_errors(tmp_path, csv, sums, problem):
+    folder = write_ett(tmp_path) / "ett"
+    raw = csv((folder / "ETTh2.csv").read_bytes())
+    (folder / "ETTh2.csv").write_bytes(raw)
+    (folder / "SHA256SUMS").write_bytes(sums + f"{hashlib.sha256(raw).hexdigest()}  ETTh2.csv\n".encode())
+    with pytest.raises(DataError, match=problem) as err:
+        data.load_series("etth2", tmp_path)
+    assert "\n" not in str(err.value) and "make data" in str(err.value)  # the fix: HOW_TO_GET
 
 
 def test_dlinear_decomposition_on_a_ramp_and_a_cycle():

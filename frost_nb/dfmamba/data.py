@@ -33,26 +33,66 @@ class Series:
     sha256: str
 
 
+DAMAGED = f"a damaged or edited copy; replace it with the original ({HOW_TO_GET})"
+
+
+def _text(file: Path, raw: bytes) -> str:
+    """``raw`` as UTF-8 text; a one-line ``DataError`` naming the line of the first byte that is not."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataError(f"{file}, line {line}: byte 0x{raw[err.start]:02x} is not UTF-8 text: "
+                        f"{DAMAGED}") from err
+
+
+def _finite(cell: str) -> bool:
+    """Whether the CSV cell ``cell`` reads as a finite float64."""
+    try:
+        return bool(np.isfinite(np.float64(cell)))
+    except ValueError:
+        return False
+
+
+def _bad_row(file: Path, lines: list[str]) -> DataError:
+    """The error naming the first row of ``lines`` (after the header) not a date and 7 finite numbers."""
+    for number, line in enumerate(lines[1:], 2):
+        cells = line.split(",")[1:]
+        if line and len(cells) != len(COLUMNS):
+            return DataError(f"{file}, line {number}: {len(cells) + 1} fields, expected {len(COLUMNS) + 1} "
+                             f"(date,{','.join(COLUMNS)}): {DAMAGED}")
+        if line and (bad := [c for c in cells if not _finite(c)]):
+            return DataError(f"{file}, line {number}: cell {bad[0]!r} is not a finite number: {DAMAGED}")
+    return DataError(f"{file}: its rows are not a date and {len(COLUMNS)} numbers each: {DAMAGED}")
+
+
 @functools.lru_cache(maxsize=4)
 def _read(path: str, stamps: tuple) -> tuple[np.ndarray, str]:  # stamps: both files' times and sizes
     """The raw (T, 7) float64 columns of the CSV ``path``, checked against its folder's SHA256SUMS."""
-    file = Path(path)
+    file, sums_file = Path(path), Path(path).parent / "SHA256SUMS"
     try:
-        sums = dict(reversed(line.split()) for line in (file.parent / "SHA256SUMS").read_text().splitlines()
-                    if len(line.split()) == 2)
+        listing = sums_file.read_bytes()
     except OSError as err:
-        raise DataError(f"{file.parent / 'SHA256SUMS'} cannot be read ({err.strerror or err}); "
-                        f"{HOW_TO_GET}") from err
+        raise DataError(f"{sums_file} cannot be read ({err.strerror or err}); {HOW_TO_GET}") from err
+    sums = dict(reversed(line.split()) for line in _text(sums_file, listing).splitlines()
+                if len(line.split()) == 2)
     raw = file.read_bytes()
     got, want = hashlib.sha256(raw).hexdigest(), sums.get(file.name, sums.get("*" + file.name))
     if got != want:
         raise DataError(f"{file} does not match its SHA256SUMS (sha256 {got[:12]}..., listed "
-                        f"{str(want)[:12]}...): a damaged or edited copy; replace it with the original "
-                        f"({HOW_TO_GET})")
-    header, *rows = raw.decode().splitlines()
-    if tuple(header.split(",")[1:]) != COLUMNS:
-        raise DataError(f"{file}: columns {header!r}, expected date,{','.join(COLUMNS)}; {HOW_TO_GET}")
-    return np.array([row.split(",")[1:] for row in rows if row], dtype=np.float64), got
+                        f"{str(want)[:12]}...): {DAMAGED}")
+    lines = _text(file, raw).splitlines()
+    if not lines:
+        raise DataError(f"{file} is empty: {DAMAGED}")
+    if tuple(lines[0].split(",")[1:]) != COLUMNS:
+        raise DataError(f"{file}: columns {lines[0]!r}, expected date,{','.join(COLUMNS)}; {HOW_TO_GET}")
+    try:
+        values = np.array([row.split(",")[1:] for row in lines[1:] if row], dtype=np.float64)
+    except ValueError:  # a row cut short or with a cell too many, an empty or a text cell
+        raise _bad_row(file, lines) from None
+    if values.size and (values.shape[1:] != (len(COLUMNS),) or not np.isfinite(values).all()):
+        raise _bad_row(file, lines)  # every row short or long alike; nan or inf
+    return values, got
 
 
 def load_series(name: str, root: str | Path | None = None) -> Series:

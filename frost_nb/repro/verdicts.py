@@ -112,8 +112,10 @@ class Metrics:
         return self._json[name]
 
     def csv(self, path: Path) -> list[dict[str, str]] | None:
-        """The rows of the CSV file ``path`` (a sweep), by header, each whole."""
-        rows = self._read(path, lambda text: [Record(r) for r in csv.DictReader(text.splitlines())])
+        """The rows of the CSV file ``path`` (a sweep), by header, each whole: ``Record``s of numbers."""
+        number = lambda v: float(v) if isinstance(v, str) else v  # an empty or text cell: unreadable
+        rows = self._read(path, lambda text: [Record({k: number(v) for k, v in r.items()})
+                                              for r in csv.DictReader(text.splitlines())])
         if rows is not None and any(None in r or None in r.values() for r in rows):
             return skip_or_raise(self.damaged(path, "a row with other fields than its header (cut off?)"))
         return rows
@@ -484,8 +486,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple]:
         prov = record["provenance"]
         if len(prov["runs"]) != 1 or not is_frost(st := prov["settings"][prov["runs"][0]]):
             continue
-        sweep = [{k: float(v) for k, v in r.items()} for r in rows]
-        yield "sweep", st, st["dataset"], [sweep], [_run_curve(prov["runs"][0])], None
+        yield "sweep", st, st["dataset"], [rows], [_run_curve(prov["runs"][0])], None
 
 
 def _run_curve(name: str) -> list[float] | None:
