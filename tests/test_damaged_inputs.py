@@ -123,6 +123,21 @@ def test_a_metrics_file_lacking_what_a_claim_reads_is_named(tmp_path):
         V.verdict_rows(folder)
 
 
+
+@pytest.mark.parametrize("name, damage, claim", [
+    ("02_scale_consistency", lambda d: d["kappa"].pop(), "contraction_rows"),  # a run's step ratio
+    ("04_alpha_H_ablation_per-step", lambda d: d["loss_ablation"][0].pop("test_accuracy"), "loss_rows"),
+    ("05_halting_demo", lambda d: d.update(sweep=[]), "table2_rows"),  # no seed's sweep
+])
+def test_a_record_lacking_a_row_or_field_a_claim_looks_up_is_named(tmp_path, name, damage, claim):
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    data = json.loads((V.default_metrics_dir() / f"{name}.json").read_text())
+    damage(data)
+    (folder / f"{name}.json").write_text(json.dumps(data))
+    with pytest.raises(DamagedInput, match=f"{name}.json: {claim} cannot read it"):
+        V.verdict_rows(folder)
+
 def test_a_damaged_sweep_csv_or_its_provenance_sidecar(committed, tmp_path, capsys):
     folder = tmp_path / "metrics"
     csv_file = folder / "sweep_demo_frost_digits.csv"

@@ -275,7 +275,7 @@ def _contraction_cells(rs: list[dict], kappa: list[float]) -> tuple[str, list[fl
 def contraction_rows(m: Metrics) -> Iterator[dict]:
     for d in m.files("02_scale_consistency*"):
         runs = {(r["model"], r["seed"]): run_of(d, r) for r in d["runs"]}
-        kappa = {(r["model"], r["seed"]): r["kappa"] for r in d["kappa"]}
+        kappa = Record({(r["model"], r["seed"]): r["kappa"] for r in d["kappa"]})
         frost = [r for r in d.get("jacobian", []) if is_frost(runs.get((r["model"], r["seed"])))]
         if frost:
             st = runs[(frost[0]["model"], frost[0]["seed"])]
@@ -384,7 +384,7 @@ def loss_rows(m: Metrics) -> Iterator[dict]:
             if not is_frost(s := run_of(d, r)):
                 continue
             arm = "both" if s["lambda_rel"] and s["lambda_abs"] else "rel" if s["lambda_rel"] else "abs"
-            arms[arm][s["lambda_abs"]] = {**r, "lambda_rel": s["lambda_rel"]}
+            arms[arm][s["lambda_abs"]] = Record({**r, "lambda_rel": s["lambda_rel"]})
             st = s if arm == "both" and (s["lambda_rel"], s["lambda_abs"]) == DEFAULT_STRENGTH else st
         if st is None:
             continue
@@ -472,7 +472,7 @@ def _sweeps(m: Metrics) -> Iterator[tuple]:
                run_of(d, {"model": "frost", "seed": s}, d.get("bundle")) for s in seeds]
         if not all(is_frost(s) for s in sts):
             continue
-        yield "05", sts[0], d["dataset"], [[r for r in d["sweep"] if r["seed"] == s] for s in seeds], \
+        yield "05", _first(sts), d["dataset"], [[r for r in d["sweep"] if r["seed"] == s] for s in seeds], \
             [d.get("fixed_depth", {}).get(f"seed {s}") for s in seeds], d.get("image_halves")
     for name in m.names("01_training*") + m.names("demo_*"):
         d = m.json(name)
