@@ -1,10 +1,12 @@
 """The forecasting protocol (frost_nb/dfmamba/data.py), the linear baselines and the forecasting
 trainer: window counts, borders and standardisation on the real ETTh2 (read from ../shared/data/ett,
 which CI has beside the clone), the closed-form least-squares pin that checks the protocol, DLinear's
-decomposition, the best validation epoch kept, resuming, and the command line on a generated series."""
+decomposition, the best validation epoch kept, resuming, the command line on a generated series, and the
+one error line of a damaged stored run (copies of committed runs in the test's local store)."""
 
 import hashlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -17,9 +19,10 @@ from frost_nb.dfmamba import data
 from frost_nb.dfmamba import training as forecasting
 from frost_nb.dfmamba.baselines import DLinear, DLinearConfig, RLinear, RLinearConfig
 from frost_nb.dfmamba.model import Forecast
-from frost_nb.paths import repo_root
+from frost_nb.paths import DamagedInput, repo_root
 
 SHARED = repo_root().parent / "shared" / "data"  # the data root holding ett/
+COMMITTED = repo_root() / "outputs" / "runs" / "forecast"  # read here, never written
 needs_ett = pytest.mark.skipif(not (SHARED / "ett" / "ETTh2.csv").is_file(),
                                reason="../shared/data/ett is not beside this checkout")
 
@@ -255,3 +258,78 @@ def test_command_line_trains_loads_and_exports(tmp_path, capsys):
     assert main([*args, "--retrain"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "SHA256SUMS" in err
+
+
+def local_copy(tmp_path, name):
+    """The committed run ``name`` copied into the test's local store (FROST_CACHE), to damage there."""
+    folder = tmp_path / "cache" / "forecast" / name
+    shutil.copytree(COMMITTED / name, folder)
+    return folder
+
+
+def one_error_line(capsys, *parts):
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert all(part in err for part in parts), err
+    return err
+
+
+DLINEAR = ["forecast", "--model", "dlinear", "--no-progress"]  # etth2-L336-H96/dlinear-seed0, committed
+
+
+def test_a_stored_run_holding_other_weights_is_one_error_line(tmp_path, capsys):
+    folder = local_copy(tmp_path, "etth2-L336-H96/dlinear-seed0")
+    assert main(DLINEAR) == 0  # the good copy: loaded from the local store, the committed numbers
+    out = json.loads(capsys.readouterr().out)
+    committed = json.loads((COMMITTED / "etth2-L336-H96/dlinear-seed0/metrics.json").read_text())
+    assert out["from_store"] and out["run"].endswith(str(folder)) and out["test_mse"] == committed["test_mse"]
+    shutil.copyfile(COMMITTED / "etth2-L336-H192/dfmamba-seed0/model.pt", folder / "model.pt")
+    assert main(DLINEAR) == 2  # a DF-Mamba run's weights: used to be load_state_dict's RuntimeError
+    one_error_line(capsys, "dlinear-seed0/model.pt: the weights of another run",
+                   "model.name 'dfmamba' vs 'dlinear', data.horizon 192 vs 96",
+                   "delete the local run")
+    state = forecasting.load_checkpoint(COMMITTED / "etth2-L336-H96/dlinear-seed0/model.pt")
+    state["model"].pop("trend.bias")  # its own config, weights that do not fit it
+    forecasting.save_checkpoint(folder / "model.pt", state, compress=True)
+    fits = r"model.pt: weights that do not fit the run's config .*trend.bias.*; restore it: delete the local"
+    with pytest.raises(forecasting.CheckpointError, match=fits) as err:
+        forecasting.load_run(folder)
+    assert "\n" not in str(err.value)
+
+
+def test_a_null_zero_shot_in_stored_metrics_is_one_error_line(tmp_path, capsys):
+    folder = local_copy(tmp_path, "etth2-L336-H96/dlinear-seed0")
+    metrics = json.loads((folder / "metrics.json").read_text())
+    for damaged in (None, [1, 2, 4], "x"):
+        (folder / "metrics.json").write_text(json.dumps({**metrics, "zero_shot": damaged}))
+        assert main([*DLINEAR, "--zero-shot"]) == 2  # null used to be an AttributeError
+        one_error_line(capsys, "dlinear-seed0/metrics.json: a zero_shot entry that is",
+                       "not a JSON object; restore it: delete the local run")
+        with pytest.raises(DamagedInput):
+            forecasting.zero_shot(folder)
+
+
+@pytest.mark.parametrize("text", ["null", "[1, 2]", '"forecast"', '{"kind": "forecast", "model": null}',
+                                  '{"kind": "forecast", "model": {"name": "dlinear"}, "data": "etth2"}'],
+                         ids=["null", "list", "string", "null-model", "string-data"])
+def test_any_damaged_stored_config_is_one_error_line(tmp_path, capsys, text):
+    folder = local_copy(tmp_path, "etth2-L336-H720/rlinear-seed2")  # another run: every config is read
+    (folder / "config.json").write_text(text)
+    assert main(DLINEAR) == 2  # used to be an AttributeError (or TypeError) in ForecastConfig.from_dict
+    one_error_line(capsys, "rlinear-seed2/config.json: unreadable forecasting run config (ConfigError: ",
+                   "delete the local run")
+    with pytest.raises(forecasting.ConfigError, match="forecasting"):
+        forecasting.ForecastConfig.from_dict(json.loads(text))
+
+
+def test_a_seed_past_torchs_range_is_refused_before_anything_is_written(tmp_path, capsys):
+    root = write_ett(tmp_path / "data")
+    args = ["forecast", "--model", "dlinear", "--horizon", "4", "--root", str(root), "--epochs", "1",
+            "--set", "data.lookback=16", "--name", "fz/seed", "--no-progress"]
+    assert main([*args, "--seed", str(2**64)]) == 2  # used to be torch's overflow, after config.json
+    one_error_line(capsys, f"train.seed={2**64} is invalid: expected a seed >= 0 and <= {2**64 - 1}")
+    assert main([*args, "--set", f"train.seed={2**64}"]) == 2
+    one_error_line(capsys, f"train.seed={2**64} is invalid: expected a seed >= 0 and <= {2**64 - 1}")
+    assert not (tmp_path / "cache" / "forecast").exists()  # nothing written
+    cfg = tiny_config(root, **{"train.seed": 2**64 - 1})  # torch's largest seed
+    assert forecasting.ForecastConfig.from_dict(cfg.to_dict()).train.seed == 2**64 - 1

@@ -23,9 +23,9 @@ import torch.nn.functional as F
 
 from .. import training as image_training
 from ..checkpoint import CheckpointError, lean_state, load_checkpoint, save_checkpoint
-from ..config import ConfigError, _Validated, parse_settings
-from ..paths import atomic_path, check_writable, committed_runs_dir, run_stores, shown_path
-from ..runs import check_name, hardware, read_metrics, run_folder, store_run, write_json
+from ..config import SEED_MAX, ConfigError, _Validated, parse_settings
+from ..paths import DamagedInput, atomic_path, check_writable, committed_runs_dir, one_line, run_stores, shown_path
+from ..runs import check_name, damaged_run_file, hardware, read_metrics, run_folder, store_run, write_json
 from .baselines import DLinear, DLinearConfig, RLinear, RLinearConfig
 from .data import COLUMNS, FILES, SPLITS, Windows, load_series, windows
 from .model import DFMamba, DFMambaConfig, total_loss
@@ -70,8 +70,9 @@ class TrainSection(_Validated):
     def validate(self) -> None:
         for name in ("epochs", "batch_size", "eval_batch_size", "patience"):
             self._check(name, getattr(self, name) >= 1, "a positive integer")
-        for name in ("weight_decay", "grad_clip", "seed"):
+        for name in ("weight_decay", "grad_clip"):
             self._check(name, getattr(self, name) >= 0, "non-negative")
+        self._check("seed", 0 <= self.seed <= SEED_MAX, f"a seed >= 0 and <= {SEED_MAX}")  # torch's range
         self._check("lr", 0 < self.lr <= 10, "a learning rate in (0, 10]")
         self._check("schedule", self.schedule in ("cosine", "halve"), "'cosine' or 'halve'")
         self._check("warmup", 0 <= self.warmup <= 1, "a share of the epochs in [0, 1]")
@@ -99,7 +100,11 @@ class ForecastConfig:
                 "model": {"name": self.model, **asdict(self.arch)}}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ForecastConfig:
+    def from_dict(cls, d: Any) -> ForecastConfig:  # a dict; anything else (a damaged file's) is a ConfigError
+        if not isinstance(d, dict):
+            raise ConfigError(f"not a forecasting run's config: a {type(d).__name__}, not a JSON object")
+        if bad := [s for s in ("data", "model", "train") if not isinstance(d.get(s, {}), dict)]:
+            raise ConfigError(f"forecasting config: its {', '.join(bad)} section is not a JSON object")
         model = dict(d.get("model", {}))
         name = model.pop("name", None)
         if d.get("kind") != STORE or name not in MODELS:
@@ -330,12 +335,45 @@ def is_forecast_run(folder: str | Path) -> bool:
         return False
 
 
+def damaged(path: Path, problem: str, error: type[Exception] = CheckpointError) -> Exception:
+    """``runs.damaged_run_file``'s line (the file, ``problem``, how to restore it) for ``path``, a damaged
+    file of a stored forecasting run, as an ``error``."""
+    return error(str(damaged_run_file(path, problem)))
+
+
 def read_config(folder: Path) -> ForecastConfig:
     try:
         return ForecastConfig.from_dict(json.loads((folder / CONFIG).read_text()))
     except (OSError, ValueError) as err:  # ConfigError is a ValueError
-        raise CheckpointError(f"{shown_path(folder / CONFIG)}: unreadable forecasting run config ({err})") \
-            from err
+        raise damaged(folder / CONFIG, f"unreadable forecasting run config ({one_line(err)})") from err
+
+
+def _differences(theirs: ForecastConfig, ours: ForecastConfig, shown: int = 3) -> str:
+    """The fields of both identities that differ, the model's name and the data first: ``FIELD THEIRS vs
+    OURS``, ``shown`` of them and how many more (another model's own fields, and the data's copied into
+    the model's, left out)."""
+    a, b = ({f"{s}.{k}": v for s, section in json.loads(c.identity()).items() if isinstance(section, dict)
+             for k, v in section.items()} for c in (theirs, ours))
+    keys = sorted(k for k in a.keys() & b.keys() - {"model.lookback", "model.horizon"} if a[k] != b[k])
+    keys.sort(key=lambda k: (k != "model.name", not k.startswith("data.")))
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(f"{k} {a[k]!r} vs {b[k]!r}" for k in keys[:shown]) + more
+
+
+def stored_model(path: Path, state: dict[str, Any], cfg: ForecastConfig) -> torch.nn.Module:
+    """The model of the checkpoint dict ``state`` read from ``path``, a run folder's weights, checked to be
+    its config's run (``cfg``) and to fit it; else CheckpointError (load_model's, for the image runs)."""
+    try:
+        theirs = ForecastConfig.from_dict(state["config"])
+    except ConfigError as err:
+        raise damaged(path, f"a checkpoint whose own config is unreadable ({one_line(err)})") from err
+    if theirs.identity() != cfg.identity():
+        raise damaged(path, f"the weights of another run (its config against config.json: "
+                            f"{_differences(theirs, cfg)})")
+    try:
+        return cfg.new_model(state["model"])
+    except (RuntimeError, TypeError, ValueError) as err:  # load_state_dict's missing or misshapen weights
+        raise damaged(path, f"weights that do not fit the run's config ({one_line(err)})") from err
 
 
 def stored_runs(finished: bool = True) -> list[Path]:  # the local store's first
@@ -350,9 +388,9 @@ def find_run(cfg: ForecastConfig, finished: bool = True) -> Path | None:
 def load_run(folder: str | Path) -> ForecastResult:
     """The finished run in ``folder``: its config, metrics and (when kept) model, in eval mode."""
     folder, cfg = Path(folder), read_config(Path(folder))
-    state = load_checkpoint(folder / WEIGHTS)["model"] if (folder / WEIGHTS).is_file() else None
-    return ForecastResult(state and cfg.new_model(state).eval(), read_metrics(folder), cfg, folder=folder,
-                          from_store=True)
+    model = (stored_model(folder / WEIGHTS, load_checkpoint(folder / WEIGHTS), cfg).eval()
+             if (folder / WEIGHTS).is_file() else None)
+    return ForecastResult(model, read_metrics(folder), cfg, folder=folder, from_store=True)
 
 
 def default_name(cfg: ForecastConfig) -> str:
@@ -395,7 +433,11 @@ def zero_shot(run: str | Path | ForecastResult, scales: tuple[int, ...] = (1, 2,
     (claim 22). ``run``: a run folder or a ``ForecastResult``; a stored run keeps the result in its
     metrics.json ("zero_shot", written atomically) and gives it back from there for the same scales."""
     result, scales = run if isinstance(run, ForecastResult) else load_run(run), [int(s) for s in scales]
-    if (kept := result.metrics.get("zero_shot", {})).get("scales") == scales:
+    if not isinstance(kept := result.metrics.get("zero_shot", {}), dict):  # written only as an object
+        problem = f"a zero_shot entry that is {json.dumps(kept, default=repr)[:40]}, not a JSON object"
+        stored = result.folder is not None
+        raise damaged(result.folder / METRICS, problem, DamagedInput) if stored else DamagedInput(problem)
+    if kept.get("scales") == scales:
         return kept
     if result.model is None:
         raise CheckpointError(f"{shown_path(result.folder)} is stored without its weights: no zero-shot")
@@ -424,7 +466,9 @@ def export_run(source: str | Path, target_root: str | Path | None = None, weight
     folder = root / source.parent.name / source.name
     if (folder / CONFIG).is_file() and read_config(folder).identity() != cfg.identity():
         raise CheckpointError(f"{folder} holds another run: train this one under another name (--name)")
-    metrics, lean = read_metrics(source), lean_state(load_checkpoint(source / WEIGHTS))
+    metrics, state = read_metrics(source), load_checkpoint(source / WEIGHTS)
+    stored_model(source / WEIGHTS, state, cfg)  # the weights of this run, fitting it
+    lean = lean_state(state)
     if weights == "float16":
         lean["model"] = {k: v.half() if v.is_floating_point() else v for k, v in lean["model"].items()}
         test = evaluate(cfg.new_model(lean["model"]), cfg.windows("test"))
