@@ -97,8 +97,8 @@ class HaltingCalibrator:
             return math.inf  # eq. (tau): above every score, including unseen test scores
         if self.is_empty:
             raise ParameterError("no halting scores were fed to the calibrator, so it has no "
-                             "threshold: train the model (the trainer feeds the sketch) or call "
-                             "calibrator.update(sigmoid(halt_logits)) over a held-out pass first")
+                                 "threshold: train the model (the trainer feeds the sketch) or call "
+                                 "calibrator.update(sigmoid(halt_logits)) over a held-out pass first")
         return float(self._sketch.get_quantile(q))  # eq. (tau)
 
     def thresholds(self, qs: Sequence[float]) -> list[float]:

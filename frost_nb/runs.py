@@ -222,8 +222,8 @@ def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
     return candidate, cache_dir() / candidate
 
 
-def _is_local(folder: Path) -> bool:  # in the local store (a forecasting run one folder deeper), not committed
-    return cache_dir().resolve() in folder.resolve().parents
+def _is_local(folder: Path) -> bool:  # in the local store (a forecasting run: in its forecast/), not committed
+    return folder.parent.parent.resolve() in (cache_dir().resolve(), (cache_dir() / "forecast").resolve())
 
 
 def _set_aside(checkpoint: Path, err: Exception) -> None:

@@ -111,7 +111,7 @@ class Metrics:
             self._json[name] = skip_or_raise(self.damaged(path, problem)) if problem else d
         return self._json[name]
 
-    def csv(self, path: Path) -> list[dict[str, str]] | None:
+    def csv(self, path: Path) -> list[dict[str, float]] | None:
         """The rows of the CSV file ``path`` (a sweep), by header, each whole: ``Record``s of numbers."""
         number = lambda v: float(v) if isinstance(v, str) else v  # an empty or text cell: unreadable
         rows = self._read(path, lambda text: [Record({k: number(v) for k, v in r.items()})
