@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from .checkpoint import CheckpointError, lean_state, load_checkpoint, load_model
 from .config import ConfigError, RunConfig, config_difference, is_run_name, replace_model
 from .distributed import join_process_group
 from .models import FrostNet, create_model
-from .paths import (DamagedInput, atomic_path, cache_dir, check_writable, committed_runs_dir, one_line,
+from .paths import (DamagedInput, cache_dir, check_writable, committed_runs_dir, one_line,
                     restore_hint, run_stores, shown_path, skip_damaged, skip_or_raise, write_atomic)
 from . import cost
 from .training import TrainingError, TrainResult, pick_device, train
@@ -320,8 +319,7 @@ def store_run(folder: Path, metrics: dict[str, Any], *, state: dict[str, Any] | 
         metrics = {**state["metrics"], **metrics}
         save_checkpoint(folder / MODEL_FILE, state, compress=bool(state.get("lean")))
     if config_file is not None:
-        with atomic_path(folder / CONFIG_FILE) as tmp:
-            shutil.copyfile(config_file, tmp)
+        write_atomic(folder / CONFIG_FILE, Path(config_file).read_bytes())
     for name, data in (files or {}).items():
         write_json(folder / name, data)
     write_json(folder / METRICS_FILE, metrics)

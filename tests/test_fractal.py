@@ -327,6 +327,8 @@ def test_protocol_order():
     (lambda: trajectory_dimensions(np.zeros((2, 3, 4)), method="hausdorff"), "method"),
     (lambda: trajectory_dimensions(np.zeros((2, 3))), r"\(N, T\+1, D\)"),
     (lambda: resample_polyline(np.zeros((3, 2)), 1), "n must be"),
+    (lambda: fractal.project(np.ones((2, 3, 4)), dims=5), r"dims must be from 1 to D = 4, got 5"),
+    (lambda: fractal.project(np.ones((2, 3, 4)), dims=0), r"dims must be from 1 to D = 4, got 0"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):

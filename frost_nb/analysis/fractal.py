@@ -260,6 +260,8 @@ def project(states, projection=None, dims: int = 2) -> np.ndarray:
         raise ValueError(f"states must be (N, T+1, D) with T+1 >= 2, got shape {s.shape}")
     if not np.isfinite(s).all():
         raise ValueError("states contain NaN or infinite values")
+    if projection is None and not 1 <= dims <= s.shape[2]:  # a slice of the SVD's rows would not say so
+        raise ValueError(f"dims must be from 1 to D = {s.shape[2]}, got {dims}")
     flat = s.reshape(-1, s.shape[2])
     proj = (np.linalg.svd(flat - flat.mean(0), full_matrices=False)[2][:dims].T if projection is None
             else np.asarray(projection, dtype=np.float64))  # (D, k): the top principal directions
