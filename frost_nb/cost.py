@@ -117,8 +117,8 @@ def _measured_rates(device_type: str) -> list[dict]:
         try:
             rows += [r for r in json.loads(path.read_text()).get("rows", [])
                      if str(r.get("device", "")).split(":")[0] == device_type
-                     and r.get("mflop_per_image") and r.get("images_per_s") == r.get("images_per_s")]
-        except (OSError, ValueError, AttributeError) as err:  # said, never swallowed (--skip-damaged: left out)
+                     and (r.get("mflop_per_image") or 0) > 0 and (r.get("images_per_s") or 0) > 0]  # NaN too
+        except (OSError, ValueError, AttributeError, TypeError) as err:  # said (--skip-damaged: left out)
             skip_or_raise(DamagedInput(f"{shown_path(path)} is no throughput record ({one_line(err)}); "
                                        f"{restore_hint(path, 'python benchmarks/train_throughput.py --metrics')}"))
     return rows

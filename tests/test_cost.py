@@ -157,3 +157,7 @@ def test_an_unreadable_throughput_record_is_said_not_swallowed(tmp_path, monkeyp
     with skip_damaged() as skipped:
         assert [r["images_per_s"] for r in cost._measured_rates("cpu")] == [100.0]
     assert len(skipped) == 1
+    for damaged in ({"rows": None}, {"rows": [{"device": "cpu", "mflop_per_image": "12.5", "images_per_s": 1.0}]}):
+        (metrics / "bench_train_throughput.json").write_text(json.dumps(damaged))  # JSON, of the wrong types
+        with pytest.raises(paths.DamagedInput, match=r"bench_train_throughput\.json is no throughput record"):
+            cost._measured_rates("cpu")
