@@ -238,7 +238,7 @@ def parse_branch_steps(text: str) -> tuple[int, ...] | None:
     """``model.branch_steps`` as step counts ("5,11" -> (5, 11); "" -> ()), None when it is not
     a list of positive integers."""
     parts = [p.strip() for p in text.split(",")] if text.strip() else []
-    return tuple(map(int, parts)) if all(p.isdigit() and int(p) >= 1 for p in parts) else None
+    return tuple(map(int, parts)) if all(p.isascii() and p.isdigit() and int(p) >= 1 for p in parts) else None
 
 
 def is_run_name(text: str) -> bool:
@@ -456,7 +456,7 @@ def parse_settings(pairs) -> dict[str, Any]:
             raise ConfigError(f"--set {pair!r}: expected section.field=value, e.g. train.lr=0.1")
         try:
             parsed = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON (or an int past Python's 4,300 digits, or too deep)
             parsed = value
         overrides[key] = value if key in text and isinstance(parsed, (int, float)) else parsed  # bools too
     return overrides

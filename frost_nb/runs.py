@@ -92,7 +92,7 @@ def _read_config(path: str, stamp: tuple[int, int]) -> tuple[RunConfig, str]:
     """The config in ``path`` and its identity, read again when ``stamp`` changes; else DamagedInput."""
     try:
         config = RunConfig.from_dict(json.loads(Path(path).read_text()))
-    except (ConfigError, AttributeError, TypeError, ValueError, OSError) as err:
+    except (ConfigError, AttributeError, TypeError, ValueError, OSError, RecursionError) as err:
         raise damaged_run_file(Path(path), f"unreadable run config ({one_line(err)})") from err
     return config, identity_key(config)
 
@@ -107,7 +107,7 @@ def read_metrics(folder: str | os.PathLike) -> dict[str, Any]:
     path = Path(folder) / METRICS_FILE
     try:
         metrics = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
         raise damaged_run_file(path, f"unreadable run metrics ({one_line(err)})") from err
     if not isinstance(metrics, dict):
         raise damaged_run_file(path, f"run metrics that are a {type(metrics).__name__}, not a JSON object")

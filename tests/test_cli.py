@@ -79,6 +79,9 @@ def test_evaluate_stream_gives_the_exits_of_batch_at_a_time(tmp_path, capsys):
     (["train", "--size", "smoke", "--set", "loss.margin=Infinity"], "expected a margin in [0, 1000]"),
     (["train", "--size", "smoke", "--set", "loss.lambda_rel=Infinity"],
      "expected a loss weight in [0, 1000]"),
+    (["train", "--size", "smoke", "--set", "model.branch_steps=8,\u2078"], "model.branch_steps"),  # a Unicode digit
+    (["train", "--size", "smoke", "--set", "train.seed=" + "9" * 5000], "train.seed"),  # past int()'s 4,300 digits
+    (["train", "--size", "smoke", "--set", "train.lr=" + "[" * 100_000], "train.lr"),  # too deep for JSON
 ])
 def test_bad_input_gives_a_clear_error(argv, message, capsys):
     assert main(argv) == 2

@@ -239,6 +239,12 @@ def test_index_and_export_refuse_a_damaged_run_and_leave_the_index(committed, pr
     before = _snapshot(committed)
     with pytest.raises(DamagedInput, match="grid/copy/metrics.json: unreadable run metrics"):
         runs.write_index(committed)
+    cut = metrics.read_text()
+    for damaged in ("[" * 100_000, '{"a": ' * 100_000):  # nested past the parser's depth: RecursionError
+        metrics.write_text(damaged)
+        with pytest.raises(DamagedInput, match=r"grid/copy/metrics.json: unreadable run metrics \(RecursionError"):
+            runs.write_index(committed)
+    metrics.write_text(cut)
     source = pristine.parent / "cache" / RUN
     _fails(["export", str(source), "--to", str(committed)], capsys, str(metrics), "unreadable run metrics")
     assert _snapshot(committed) == before

@@ -97,7 +97,7 @@ class Metrics:
         self.current = path
         try:
             return parse(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError, csv.Error) as err:
+        except (OSError, UnicodeDecodeError, ValueError, csv.Error, RecursionError) as err:
             return skip_or_raise(self.damaged(path, f"unreadable ({one_line(err)})"))
 
     def json(self, name: str) -> dict[str, Any] | None:
