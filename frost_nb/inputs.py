@@ -32,13 +32,12 @@ def _as_real(name: str, value: Any, expected: str, hint: str, error: type[Except
     return scalar
 
 
-def real_number(name: str, value: Any, *, allow_inf: bool = False, hint: str = "",
-                error: type[Exception] = ValueError) -> float:
+def real_number(name: str, value: Any, *, allow_inf: bool = False, hint: str = "") -> float:
     """``value`` as a float: a real number, never NaN, finite unless ``allow_inf``."""
-    out = float(_as_real(name, value, "a real number", hint, error))
+    out = float(_as_real(name, value, "a real number", hint, ValueError))
     if allow_inf:
-        return check_range(name, out, -math.inf, math.inf, what="a real number", hint=hint, error=error)
-    return check_finite(name, out, hint=hint, error=error)
+        return check_range(name, out, -math.inf, math.inf, what="a real number", hint=hint, error=ValueError)
+    return check_finite(name, out, hint=hint, error=ValueError)
 
 
 def number_in(name: str, value: Any, low: float, high: float, *, integer: bool = False,

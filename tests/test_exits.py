@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from frost_nb.analysis.curves import FIXED, curve, summarise_sweeps, versus_fixed_depth
+from frost_nb.analysis.curves import FIXED, PAPER_QUANTILES, curve, summarise_sweeps, versus_fixed_depth
 from frost_nb.analysis.exits import ExitCache
 from frost_nb.config import make_config
 from frost_nb.halting import HaltingCalibrator, adaptive_predict, exit_steps
@@ -103,11 +103,11 @@ def test_groups_side_by_side_are_their_runs_means(model_and_cache):
     calibrator.update(cache.outputs.scores ** 2)  # other thresholds, other exits
     other = ExitCache(cache.outputs, calibrator, "other")
     rival = pd.DataFrame({"mean_depth": [1.0, float(cache.steps)], "accuracy": [0.0, cache.outputs.accuracy]})
-    quantiles = (0.25, 0.5, 1.0)
-    table = side_by_side({"a": {0: cache, 1: other}, "b": {0: cache}}, {"a": {0: rival, 1: rival}, "b": {0: rival}},
-                         quantiles=quantiles)
+    quantiles = PAPER_QUANTILES
+    table = side_by_side({"a": {0: cache, 1: other}, "b": {0: cache}},
+                         {"a": {0: rival, 1: rival}, "b": {0: rival}})
     assert list(zip(table["group"], table["quantile"])) == [(g, q) for g in "ab" for q in quantiles]
-    assert table["runs"].tolist() == [2, 2, 2, 1, 1, 1]
+    assert table["runs"].tolist() == [2] * len(quantiles) + [1] * len(quantiles)
     one, two = (versus_fixed_depth(_sweep(c, quantiles), curve(c.outputs, FIXED), rival, "confidence")
                 for c in (cache, other))
     a = table[table["group"] == "a"]
@@ -117,7 +117,6 @@ def test_groups_side_by_side_are_their_runs_means(model_and_cache):
     b = table[table["group"] == "b"]
     assert b["std_depth"].to_numpy() == pytest.approx([cache.at(q).std_depth for q in quantiles])
     assert b["kept"].iloc[-1] == pytest.approx(1.0)  # q = 1: full depth keeps all of it
-    assert "gain_over_confidence" not in side_by_side({"b": {0: cache}}, quantiles=quantiles)
 
 
 def test_sweep_read_at_given_depths():

@@ -163,7 +163,7 @@ def test_run_summary_of_a_smoke_run():
     cfg = grid("loss", size="smoke", dataset=None)["both"]
     assert cfg.train.epochs == 2
     result = train_or_load(cfg, name="loss-smoke/both", progress=False)
-    row = run_summary(result)
+    row = run_summary(result, {})
     for split in ("val", "test"):
         assert 0 <= row[f"{split}_accuracy_q0.125"] <= 1 and 1 <= row[f"{split}_depth_q0.125"] <= 4
         # the score averages the grid, whose last point (q = 1) is the full-depth accuracy

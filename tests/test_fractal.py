@@ -210,7 +210,7 @@ def test_correlation_integral_counts_pairs():
     rng = np.random.default_rng(0)
     p = rng.random((300, 2))
     r = np.array([0.05, 0.1, 0.3])
-    c = correlation_integral(p, r, max_points=300)
+    c = correlation_integral(p, r)
     q = fractal.normalise(p)
     d = np.linalg.norm(q[:, None] - q[None], axis=2)
     brute = [((d <= x).sum() - 300) / (300 * 299) for x in r]  # ordered pairs, self excluded
@@ -323,7 +323,6 @@ def test_protocol_order():
     (lambda: box_counting_dimension(np.ones((5, 2))), "zero extent"),
     (lambda: box_counting_dimension(straight_line(), scales=(0.5,)), "at least two"),
     (lambda: box_counting_dimension(straight_line(), offsets=0), "offsets"),
-    (lambda: correlation_dimension(straight_line(), max_points=1), "max_points"),
     (lambda: trajectory_dimensions(np.zeros((2, 3, 4)), method="hausdorff"), "method"),
     (lambda: trajectory_dimensions(np.zeros((2, 3))), r"\(N, T\+1, D\)"),
     (lambda: resample_polyline(np.zeros((3, 2)), 1), "n must be"),

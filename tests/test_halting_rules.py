@@ -304,10 +304,10 @@ def test_a_runs_curves_read_the_passes_given_and_compute_only_the_missing_one(mo
     computed = []
     monkeypatch.setattr(C, "run_trajectories", lambda result, split: computed.append(split) or val)
     run = SimpleNamespace(config=SimpleNamespace(loss=SimpleNamespace(score_halting=False, ponder=False)))
-    given = C.run_rule_curves(run, "m", count=10, test=test, val=val)
+    given = C.run_rule_curves(run, "m", test=test, val=val)
     assert computed == []  # both passes at hand: no model pass
-    pd.testing.assert_frame_equal(given, model_curves(val, test, "m", count=10))
-    C.run_rule_curves(run, "m", count=10, test=test)
+    pd.testing.assert_frame_equal(given, model_curves(val, test, "m"))
+    C.run_rule_curves(run, "m", test=test)
     assert computed == ["val"]
 
 
@@ -577,7 +577,7 @@ def test_predictions_that_never_change_give_nan_shares_and_a_constant_probe():
     for seed in range(3):
         val, test = (_traj(200, k=4, logits=_traj(200, t=1, k=4, seed=s).logits.expand(200, T, 4), seed=s)
                      for s in (2 * seed, 2 * seed + 1))
-        curves = model_curves(val, test, "m", calibrator=HaltingCalibrator(200).update(val.scores), count=8)
+        curves = model_curves(val, test, "m", calibrator=HaltingCalibrator(200).update(val.scores))
         assert PROBE in set(curves["rule"])
         for rule in ("frost", "step size", PROBE):
             assert math.isnan(halting_gains(curves, T, rule=rule).iloc[0]["closed"]), (seed, rule)
@@ -832,7 +832,7 @@ def test_rival_gap_bootstrap_draws_the_test_images_jointly_across_seeds():
     from frost_nb.analysis.halting_rules import summary
 
     passes = {m: (_traj(300, seed=1 + 2 * i), _traj(300, seed=2 + 2 * i)) for i, m in enumerate("ab")}
-    curves = pd.concat([model_curves(val, test, m, calibrator=HaltingCalibrator(200).update(val.scores), probe=False)
+    curves = pd.concat([model_curves(val, test, m, calibrator=HaltingCalibrator(200).update(val.scores))
                         for m, (val, test) in passes.items()], ignore_index=True)
     table = summary(curves, T)
     tests, vals = ({m: p[i] for m, p in passes.items()} for i in (1, 0))
@@ -843,5 +843,3 @@ def test_rival_gap_bootstrap_draws_the_test_images_jointly_across_seeds():
     alone = [(own[m]["high"] - own[m]["low"]) / 2 for m in "ab"]
     assert half < max(alone)  # two different models: the mean's interval is not either seed's
     assert all(each[m] == {k: v for k, v in own[m].items() if k != "values"} for m in "ab")
-    with pytest.raises(ValueError, match="at least 1000"):
-        rival_gap_bootstrap(curves, table, tests, vals, T, draws=200)

@@ -149,7 +149,7 @@ def test_the_wheel_carries_and_imports_every_module(tmp_path):
 LIBRARY_GOAL = 11_000  # the FROST library's size goal (wc -l), DF-Mamba's package counted apart
 # Not yet met: the library may not grow past its count when the goal was last worked on; lower this as it
 # shrinks, never raise it; at the goal the test reads LIBRARY_GOAL alone.
-LIBRARY_CEILING = 11_077
+LIBRARY_CEILING = 11_059
 
 
 def library_lines(package: Path) -> int:

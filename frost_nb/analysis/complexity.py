@@ -183,24 +183,23 @@ def throughput_at_accuracy(throughput: pd.DataFrame, reference: str = FIXED) -> 
     return pd.DataFrame(rows)
 
 
-def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5, count: int = 6,
-                          batch_size: int = 256, threads: int = 1, rules: Sequence[str] | None = None) -> pd.DataFrame:
-    """``rule_throughput`` (CPU, ``threads`` threads, the first ``samples`` test images) of the rules
+def rule_throughput_table(result, *, samples: int | None = 1024, rounds: int = 5,
+                          rules: Sequence[str] | None = None) -> pd.DataFrame:
+    """``rule_throughput`` (CPU, one thread, the first ``samples`` test images) of the rules
     (of ``rules``) that apply to one trained run, thresholds from the held-out split."""
     cfg = result.config
     applies = [FIXED, *SIGNAL_RULES] + ["frost"] * cfg.loss.score_halting + ["ponder"] * cfg.loss.ponder
     rules = applies if rules is None else [rule for rule in applies if rule in rules]
     model = result.model.eval()
     val = run_trajectories(result, "val")
-    settings = rule_settings(val, rules, calibrator=result.calibrator, count=count)
+    settings = rule_settings(val, rules, calibrator=result.calibrator)
     test = make_batches(load_split(cfg, "test"), cfg.train.eval_batch_size, shuffle=False, augment=False,
                         device="cpu")
     x, y = (torch.cat(t) for t in zip(*test))
     before, device = torch.get_num_threads(), next(model.parameters()).device
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
     try:  # a model on a GPU comes to the CPU for it and goes back after
-        return rule_throughput(model.cpu(), x[:samples], y[:samples], settings, batch_size=batch_size,
-                               rounds=rounds)
+        return rule_throughput(model.cpu(), x[:samples], y[:samples], settings, rounds=rounds)
     finally:
         torch.set_num_threads(before)
         model.to(device)

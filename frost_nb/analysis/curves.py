@@ -108,13 +108,12 @@ def hindsight_curve(val: FullDepthPass, test: FullDepthPass, model: str = ""):
 
 
 def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
-                 calibrator: HaltingCalibrator | None = None, ponder: bool = False,
-                 count: int = THRESHOLDS, probe: bool = True):
-    """Every curve of one model: the signal rules, FROST's (given its ranking-trained calibrator),
-    PonderNet's (``ponder``: a model trained with PonderNet's loss), our settled probe (``probe``:
-    fitted on ``val``), fixed depth, the oracle and the hindsight exit."""
-    rules = list(SIGNAL_RULES) + (["ponder"] if ponder else []) + ([fit_settled_probe(val)] if probe else [])
-    parts = [curve(test, rule, val=val, count=count, model=model) for rule in rules]
+                 calibrator: HaltingCalibrator | None = None, ponder: bool = False):
+    """Every curve of one model (THRESHOLDS thresholds a rule): the signal rules, FROST's (given its
+    ranking-trained calibrator), PonderNet's (``ponder``: a model trained with PonderNet's loss), our
+    settled probe (fitted on ``val``), fixed depth, the oracle and the hindsight exit."""
+    rules = list(SIGNAL_RULES) + (["ponder"] if ponder else []) + [fit_settled_probe(val)]
+    parts = [curve(test, rule, val=val, model=model) for rule in rules]
     if calibrator is not None:
         parts.append(curve(test, val=val, calibrator=calibrator, quantiles=FROST_QUANTILES, model=model))
     parts += [curve(test, FIXED, val=val, model=model), oracle_curve(test, model),
@@ -122,15 +121,13 @@ def model_curves(val: FullDepthPass, test: FullDepthPass, model: str = "", *,
     return pd.concat(parts, ignore_index=True)
 
 
-def run_rule_curves(result, model: str, count: int = THRESHOLDS, test=None, val=None):
-    """``model_curves`` of one trained run (``test``, ``val``: its trajectories, if at hand), with FROST's
-    rule when its score was trained to be thresholded (the ranking losses or a ``loss.halt_target``),
+def run_rule_curves(result, model: str, *, test, val=None):
+    """``model_curves`` of one trained run (``test``, ``val``: its trajectories, ``val`` if at hand), with
+    FROST's rule when its score was trained to be thresholded (the ranking losses or a ``loss.halt_target``),
     PonderNet's when with PonderNet's loss."""
     loss = result.config.loss
-    test = run_trajectories(result, "test") if test is None else test
     return model_curves(run_trajectories(result, "val") if val is None else val, test, model,
-                        calibrator=result.calibrator if loss.score_halting else None, ponder=loss.ponder,
-                        count=count)
+                        calibrator=result.calibrator if loss.score_halting else None, ponder=loss.ponder)
 
 
 # ---------------------------------------------------------------- readings at matched depth
@@ -173,24 +170,22 @@ def at_depths(sweep, fixed, depths, rival=None, rival_name: str = "rival"):
     return table
 
 
-def side_by_side(groups: dict[str, dict[Any, Any]], rivals: dict[str, dict[Any, Any]] | None = None,
-                 rival_name: str = "confidence", quantiles=PAPER_QUANTILES):
-    """Groups of runs (group -> run label -> ``exits.ExitCache`` of the test split) at ``quantiles``,
+def side_by_side(groups: dict[str, dict[Any, Any]], rivals: dict[str, dict[Any, Any]]):
+    """Groups of runs (group -> run label -> ``exits.ExitCache`` of the test split) at PAPER_QUANTILES,
     one row per group and quantile, means over the group's runs: ``mean_depth``, ``std_depth``
-    (per-sample spread), ``accuracy``, ``kept`` (share of full depth), ``gain`` over a fixed depth;
-    with ``rivals`` (group -> label -> curve), ``gain_over_<rival_name>``; ``runs``."""
+    (per-sample spread), ``accuracy``, ``kept`` (share of full depth), ``gain`` over a fixed depth,
+    ``gain_over_confidence`` (``rivals``: group -> label -> the confidence rule's curve); ``runs``."""
     parts = []
     for group, caches in groups.items():
         for label, cache in caches.items():
-            sweep = curve(cache.outputs, calibrator=cache.calibrator, quantiles=quantiles)
+            sweep = curve(cache.outputs, calibrator=cache.calibrator, quantiles=PAPER_QUANTILES)
             fixed = curve(cache.outputs, FIXED)
-            rival = None if rivals is None else rivals[group][label]
-            table = versus_fixed_depth(sweep, fixed, rival, rival_name)
+            rival = rivals[group][label]
+            table = versus_fixed_depth(sweep, fixed, rival, "confidence")
             parts.append(table.assign(std_depth=sweep["std_depth"].to_numpy(),
                                       kept=table["accuracy"] / float(fixed["accuracy"].iloc[-1]),
                                       group=group, run=str(label)))
-    columns = ["mean_depth", "std_depth", "accuracy", "kept", "gain"] + (
-        [f"gain_over_{rival_name}"] if rivals is not None else [])
+    columns = ["mean_depth", "std_depth", "accuracy", "kept", "gain", "gain_over_confidence"]
     by = pd.concat(parts).groupby(["group", "quantile"], sort=False)
     return by[columns].mean().assign(runs=by["run"].nunique()).reset_index()
 
@@ -337,16 +332,13 @@ def area_gap_bootstrap(curves, table, test: FullDepthPass, val: FullDepthPass, m
             "draws": draws, "values": values}
 
 
-def rival_gap_bootstrap(curves, table, tests: dict, vals: dict, steps: int, rule: str = FROST,
-                        draws: int = 1000) -> tuple[dict[str, dict], float]:
+def rival_gap_bootstrap(curves, table, tests: dict, vals: dict, steps: int) -> tuple[dict[str, dict], float]:
     """Claim 15 on several seeds of one model (label -> test and held-out pass): per label
-    ``area_gap_bootstrap`` without its draws, and the bootstrap half-width of the seeds' mean gap with
-    the test images resampled jointly across seeds (the same draws for every label); at least
+    ``area_gap_bootstrap`` of FROST's rule without its draws, and the bootstrap half-width of the seeds'
+    mean gap with the test images resampled jointly across seeds (the same draws for every label);
     ``stats.IMAGE_RESAMPLES`` draws, since the half-width feeds claim 15's verdict."""
-    if draws < IMAGE_RESAMPLES:
-        raise ValueError(f"{draws} draws: the rule asks for at least {IMAGE_RESAMPLES}")
-    each = {label: area_gap_bootstrap(curves, table, tests[label], vals[label], label, steps, rule, draws)
-            for label in tests}
+    each = {label: area_gap_bootstrap(curves, table, tests[label], vals[label], label, steps,
+                                      draws=IMAGE_RESAMPLES) for label in tests}
     mean = np.mean([b.pop("values") for b in each.values()], axis=0)
     return each, float(np.diff(np.nanpercentile(mean, [2.5, 97.5]))[0] / 2)
 

@@ -133,35 +133,34 @@ def _check_scales(scales, name: str) -> tuple[float, ...]:
     return scales
 
 
-def stable_range(x, y, width: float = FIT_WIDTH, tolerance: float = FIT_TOLERANCE,
-                 min_span: float = FIT_MIN_SPAN) -> np.ndarray:
+def stable_range(x, y) -> np.ndarray:
     """Mask of the longest range of x (octaves) over which the slope of y is stable (docs/fidelity.md
     section 1; ties: the finest scales); none stable: every point."""
     order = np.argsort(x, kind="stable")
     x, y = np.asarray(x, dtype=np.float64)[order], np.asarray(y, dtype=np.float64)[order]
-    if len(x) < 3 or x[-1] - x[0] < min_span - 1e-9:
+    if len(x) < 3 or x[-1] - x[0] < FIT_MIN_SPAN - 1e-9:
         raise ValueError(f"the scales span {x[-1] - x[0] if len(x) else 0.0:.2f} octaves in {len(x)} "
-                         f"points; a fit range needs at least {min_span}")
-    # secant slope over ``width`` octaves centred on each x_i (y interpolated linearly), NaN where
+                         f"points; a fit range needs at least {FIT_MIN_SPAN}")
+    # secant slope over FIT_WIDTH octaves centred on each x_i (y interpolated linearly), NaN where
     # that leaves the data: exact over one period of a self-similar set's log-periodic wobble
-    lo, hi = x - width / 2, x + width / 2
+    lo, hi = x - FIT_WIDTH / 2, x + FIT_WIDTH / 2
     inside = (lo >= x[0] - 1e-9) & (hi <= x[-1] + 1e-9)
-    slopes = np.where(inside, (np.interp(hi, x, y) - np.interp(lo, x, y)) / width, np.nan)
+    slopes = np.where(inside, (np.interp(hi, x, y) - np.interp(lo, x, y)) / FIT_WIDTH, np.nan)
     valid = np.flatnonzero(np.isfinite(slopes))  # consecutive: the interior of x
     best = None
     for ia, a in enumerate(valid):
         lo = hi = slopes[a]
         for b in valid[ia:]:
             lo, hi = min(lo, slopes[b]), max(hi, slopes[b])
-            if hi - lo > 2 * tolerance:
+            if hi - lo > 2 * FIT_TOLERANCE:
                 break
-            span = x[b] - x[a] + width
-            if span >= min_span - 1e-9 and (best is None or (span, x[b]) > best[0]):
+            span = x[b] - x[a] + FIT_WIDTH
+            if span >= FIT_MIN_SPAN - 1e-9 and (best is None or (span, x[b]) > best[0]):
                 best = ((span, x[b]), a, b)
     if best is None:
         return np.ones(len(x), dtype=bool)
     _, a, b = best
-    keep = (x >= x[a] - width / 2 - 1e-9) & (x <= x[b] + width / 2 + 1e-9)
+    keep = (x >= x[a] - FIT_WIDTH / 2 - 1e-9) & (x <= x[b] + FIT_WIDTH / 2 + 1e-9)
     return keep[np.argsort(order)]  # in the caller's order of x
 
 
@@ -218,35 +217,33 @@ def box_counting_dimension(points, scales=None, offsets: int = BOX_OFFSETS, seed
     return DimensionFit(slope, tuple(map(float, scales)), tuple(map(float, counts)), intercept, r2)
 
 
-def correlation_integral(points, radii, max_points: int = CORRELATION_POINTS, seed: int = 0) -> np.ndarray:
-    """C(r) for each r in ``radii``: the share of pairs (q, p), q from a seeded subsample of at
-    most ``max_points`` points and p from the whole normalised set, p != q, at most r apart."""
+def correlation_integral(points, radii) -> np.ndarray:
+    """C(r) for each r in ``radii``: the share of pairs (q, p), q from a subsample (seed 0) of at
+    most CORRELATION_POINTS points and p from the whole normalised set, p != q, at most r apart."""
     from scipy.spatial import cKDTree  # scipy comes with scikit-learn
 
     p = normalise(points)
     radii = _check_scales(radii, "radii")
-    if max_points < 2:
-        raise ValueError(f"max_points must be at least 2, got {max_points}")
-    q = p[np.random.default_rng(seed).choice(len(p), max_points, replace=False)] if len(p) > max_points else p
+    n = CORRELATION_POINTS
+    q = p[np.random.default_rng(0).choice(len(p), n, replace=False)] if len(p) > n else p
     close = cKDTree(q).count_neighbors(cKDTree(p), np.asarray(radii)) - len(q)  # self-pairs out
     return close / (len(q) * (len(p) - 1.0))
 
 
-def correlation_dimension(points, radii=None, max_points: int = CORRELATION_POINTS,
-                          seed: int = 0) -> DimensionFit:
+def correlation_dimension(points, radii=None) -> DimensionFit:
     """Grassberger-Procaccia correlation dimension over the pair distances ``radii`` (None: automatic)."""
     p = normalise(points)
     if radii is None:
         cand = np.asarray(AUTO_CORRELATION_SCALES)
-        frac = correlation_integral(p, cand, max_points, seed)
+        frac = correlation_integral(p, cand)
         usable = frac * (len(p) - 1) >= MIN_NEIGHBOURS  # coarser than the points' resolution
         cand, frac = cand[usable], frac[usable]
         keep = stable_range(np.log2(cand), np.log2(frac))
         radii, frac = tuple(cand[keep]), frac[keep]
     else:
         radii = _check_scales(radii, "radii")
-        q = min(len(p), max_points)  # an empty count is floored at one pair
-        frac = np.maximum(correlation_integral(p, radii, max_points, seed), 1 / (q * (len(p) - 1.0)))
+        q = min(len(p), CORRELATION_POINTS)  # an empty count is floored at one pair
+        frac = np.maximum(correlation_integral(p, radii), 1 / (q * (len(p) - 1.0)))
     slope, intercept, r2 = _fit(radii, frac)
     return DimensionFit(slope, tuple(float(r) for r in radii), tuple(float(c) for c in frac), intercept, r2)
 

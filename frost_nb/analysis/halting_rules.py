@@ -123,11 +123,10 @@ class OnlineRule:
     step t's signal on the rows still running from h_t, the readout and a per-row memory (``ONLINE``),
     against ``threshold`` as in ``rule_exits``; with ``hits`` > 1 the memory counts consecutive hits."""
 
-    def __init__(self, rule: Rule | str, threshold: float):
-        name = rule if isinstance(rule, str) else rule.name
-        if name not in ONLINE:  # every rule of RULES, and FIXED
-            raise ValueError(f"unknown halting rule {name!r}; known: {sorted(ONLINE)}")
-        self.rule = {**RULES, FIXED: FIXED_RULE}[name] if isinstance(rule, str) else rule
+    def __init__(self, rule: str, threshold: float):
+        if rule not in ONLINE:  # every rule of RULES, and FIXED
+            raise ValueError(f"unknown halting rule {rule!r}; known: {sorted(ONLINE)}")
+        self.rule = {**RULES, FIXED: FIXED_RULE}[rule]
         if math.isnan(threshold):
             raise ValueError(f"rule {self.rule.name!r}: the threshold is NaN; expected a real number")
         self.threshold = float(threshold)

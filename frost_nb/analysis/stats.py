@@ -47,15 +47,13 @@ def with_images(h_seeds: float, h_images: float) -> float:
     return math.hypot(h_seeds, h_images)
 
 
-def image_bootstrap(statistic: Callable[[np.ndarray], float], n_images: int, resamples: int = IMAGE_RESAMPLES,
-                    seed: int = 0) -> tuple[float, float]:
+def image_bootstrap(statistic: Callable[[np.ndarray], float], n_images: int) -> tuple[float, float]:
     """(value, half-width) of ``statistic(index)`` (the number from the images ``index``, n_images ints;
     a seed mean draws the same images for every seed): its central CONFIDENCE percentile interval over
-    ``resamples`` (ValueError below IMAGE_RESAMPLES) draws with replacement; a 1-d statistic gives arrays."""
-    if resamples < IMAGE_RESAMPLES:
-        raise ValueError(f"{resamples} resamples: the rule asks for at least {IMAGE_RESAMPLES}")
-    rng = np.random.default_rng(seed)
-    draws = np.array([statistic(rng.integers(0, n_images, n_images)) for _ in range(resamples)], dtype=float)
+    IMAGE_RESAMPLES draws with replacement (seed 0); a 1-d statistic gives arrays."""
+    rng = np.random.default_rng(0)
+    draws = np.array([statistic(rng.integers(0, n_images, n_images)) for _ in range(IMAGE_RESAMPLES)],
+                     dtype=float)
     low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2], axis=0)
     value, half = np.asarray(statistic(np.arange(n_images)), dtype=float), (high - low) / 2
     return (float(value), float(half)) if value.ndim == 0 else (value, half)

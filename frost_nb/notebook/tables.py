@@ -16,7 +16,7 @@ from ..runs import run_name
 from ..training import evaluate, load_split
 
 
-def run_summary(result, sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_summary(result, sweeps: dict[str, Any]) -> dict[str, Any]:
     """What the ablation tables show of one trained run: per split, accuracies (full depth, q = 0.125 and
     0.5) and the selection score; final alpha, H and scores. ``sweeps`` receives each split's curve."""
     cfg, steps = result.config, result.history["steps"]
@@ -26,8 +26,7 @@ def run_summary(result, sweeps: dict[str, Any] | None = None) -> dict[str, Any]:
     for split in ("val", "test"):
         out = evaluate(result.model, load_split(cfg, split), batch_size=cfg.train.eval_batch_size)
         full = curve(out, calibrator=result.calibrator, quantiles=PAPER_QUANTILES)
-        if sweeps is not None:
-            sweeps[split] = full
+        sweeps[split] = full
         table = full.set_index("quantile")
         row[f"{split}_accuracy"] = out.accuracy
         for q in (0.125, 0.5):

@@ -85,15 +85,14 @@ def decide(values: Iterable[float], margin: float = 0.0, image_half: float = 0.0
     return _verdict(float(np.mean(v)) - margin, len(v), image_half, lambda: interval(v)[1])
 
 
-def decide_between(a: Iterable[float], b: Iterable[float], margin: float = 0.0,
-                   image_half: float = 0.0) -> Verdict:
+def decide_between(a: Iterable[float], b: Iterable[float], margin: float = 0.0) -> Verdict:
     """The verdict of one part that compares separately trained models: mean(a) - mean(b) against
-    ``margin`` by Welch's interval (``welch``), widened by the test images' ``image_half`` as in
-    ``decide``; with fewer than MIN_SEEDS seeds on either side, suggested (on the fewer)."""
+    ``margin`` by Welch's interval (``welch``); with fewer than MIN_SEEDS seeds on either side,
+    suggested (on the fewer)."""
     a, b = _finite_values(a), _finite_values(b)
     if not a or not b:
         return untestable("no runs")
-    return _verdict(float(np.mean(a) - np.mean(b)) - margin, min(len(a), len(b)), image_half,
+    return _verdict(float(np.mean(a) - np.mean(b)) - margin, min(len(a), len(b)), 0.0,
                     lambda: welch(a, b)[1])
 
 
