@@ -179,8 +179,9 @@ class ModelConfig(_Validated):
     branch_steps: str = ""
 
     def validate(self) -> None:
-        self._check("name", self.name in MODELS, f"one of {MODELS}")
-        self._check("backbone", self.backbone in BACKBONES, f"one of {BACKBONES}")
+        for name, choices in (("name", MODELS), ("backbone", BACKBONES), ("update", UPDATES),
+                              ("alpha_param", ("auto",) + ALPHA_PARAMS), ("hurst_param", HURST_PARAMS)):
+            self._check(name, getattr(self, name) in choices, f"one of {choices}")
         for name in ("in_channels", "image_size", "num_classes", "steps", "width", "bottleneck",
                      "dilation", "stem_stride", "norm_groups", "patch_size", "heads", "bcd_kernel"):
             self._check(name, getattr(self, name) >= 1, "a positive integer")
@@ -189,15 +190,11 @@ class ModelConfig(_Validated):
         self._check("bcd_hidden", self.bcd_hidden >= 0, "0 or a positive width")
         self._check("mlp_ratio", self.mlp_ratio > 0, "a positive ratio")
         self._check("init_state", self.init_state in ("embedding", "zeros"), "'embedding' or 'zeros'")
-        self._check("update", self.update in UPDATES, f"one of {UPDATES}")
-        self._check("alpha_param", self.alpha_param in ("auto",) + ALPHA_PARAMS,
-                    f"one of {('auto',) + ALPHA_PARAMS}")
         if self.alpha_param == "auto":  # resolved here: to_dict and identity() never see "auto"
             object.__setattr__(self, "alpha_param", default_alpha_param(self.update))
         upper = 1.0 if self.alpha_param == "sigmoid" else float("inf")
         self._check("alpha_init", 0.0 < self.alpha_init < upper, f"a value in (0, {upper})")
         self._check("hurst", 0.0 <= self.hurst <= 1.0, "a Hurst exponent in [0, 1]")
-        self._check("hurst_param", self.hurst_param in HURST_PARAMS, f"one of {HURST_PARAMS}")
         self._check("hurst_param", self.hurst_param == "sigmoid" or self.learn_hurst,
                     "'sigmoid' unless model.learn_hurst (a fixed H has no parameterisation)")
         if self.learn_hurst and self.hurst_param == "sigmoid":  # sigmoid(raw) cannot start at 0 or 1

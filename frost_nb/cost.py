@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -60,13 +59,6 @@ class RunCost:
                 f"cost: {time}")
 
 
-def count_flops(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
-    """(FLOPs of ``fn(*args, **kwargs)`` as FlopCounterMode counts them, its result)."""
-    with FlopCounterMode(display=False) as counter:
-        out = fn(*args, **kwargs)
-    return int(counter.get_total_flops()), out
-
-
 def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple[int, int]:
     """(C_fixed, C_step) of one image of shape ``input_shape`` (C, H, W): ``prologue``, then step 0 and
     its readout (every step costs the same); no gradient, the model's device and mode."""
@@ -76,10 +68,11 @@ def flops_per_image(model: torch.nn.Module, input_shape: Sequence[int]) -> tuple
                          f"e.g. (1, 28, 28); the batch axis is added here")
     device = next(model.parameters(), torch.empty(0)).device  # a model without weights: the CPU
     x = torch.zeros((1, *shape), device=device)  # (1, C, H, W)
-    with torch.no_grad():
-        fixed, (h, ctx) = count_flops(model.prologue, x)
-        per_step, _ = count_flops(lambda: model.readout(model.step(h, ctx, 0), ctx))
-    return fixed, per_step
+    with torch.no_grad(), FlopCounterMode(display=False) as fixed:
+        h, ctx = model.prologue(x)
+    with torch.no_grad(), FlopCounterMode(display=False) as per_step:
+        model.readout(model.step(h, ctx, 0), ctx)
+    return fixed.get_total_flops(), per_step.get_total_flops()  # FlopCounterMode's counts
 
 
 def _batch_bytes(model, config: RunConfig, teacher=None) -> tuple[int, int]:

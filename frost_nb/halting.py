@@ -147,49 +147,40 @@ class AdaptiveResult(NamedTuple):
     halt_scores: Tensor | None  # (N,) float32 p at the exit step (return_scores=True), else None
 
 
-def _per_sample_fields(obj: Any, n: int | None) -> dict[str, Tensor | None] | None:
+def _per_sample_fields(obj: Any, n: int) -> dict[str, Tensor | None] | None:
     """The fields of a dataclass when each is None or a tensor of ``n`` rows (as StepContext's), else None."""
-    if n is None or not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         return None
     fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     per_sample = lambda v: v is None or (isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == n)
-    # a shared or non-tensor field: None, which leaves the subset to obj.select
+    # a shared or non-tensor field: None, which _leaves refuses (its rows cannot be taken)
     return fields if all(f.init and per_sample(fields[f.name]) for f in dataclasses.fields(obj)) else None
 
 
-def _leaves(obj: Any, n: int | None, opaque: bool = False) -> tuple[list, Any]:
+def _leaves(obj: Any, n: int) -> tuple[list, Any]:
     """The per-sample tensors of a state, context or rule memory of ``n`` rows (a tensor, None, a dataclass
     of per-sample tensors as the models' StepContext, a tuple or list of these), and a function that
-    builds its like from an iterator over such leaves; anything else is one leaf if ``opaque``."""
+    builds its like from an iterator over such leaves; anything else is a TypeError."""
     if obj is None:
         return [], lambda it: None
+    if isinstance(obj, Tensor):
+        return [obj], next
     fields, cls = _per_sample_fields(obj, n), type(obj)
-    if isinstance(obj, Tensor) or (fields is None and not isinstance(obj, (tuple, list))):
-        if isinstance(obj, Tensor) or opaque:
-            return [obj], next
-        raise TypeError(f"stream_predict cannot move the rows of a {cls.__name__} context: make it a "
-                        "dataclass of per-sample tensors (as the models' StepContext) or a tensor, "
-                        "or use adaptive_predict")
+    if fields is None and not isinstance(obj, (tuple, list)):
+        raise TypeError(f"cannot take rows of a {cls.__name__} context: make it a dataclass of per-sample "
+                        "tensors (as the models' StepContext) or a tensor")
     items = fields.items() if fields is not None else enumerate(obj)
-    parts = [(k, *_leaves(v, n, opaque)) for k, v in items]
+    parts = [(k, *_leaves(v, n)) for k, v in items]
     build = ((lambda it: cls(**{k: b(it) for k, _, b in parts})) if fields is not None
              else (lambda it: cls(b(it) for _, _, b in parts)))
     return [leaf for _, leaves, _ in parts for leaf in leaves], build
 
 
-def _select(obj: Any, idx: Tensor, n: int | None = None) -> Any:
-    """The rows ``idx`` of a state or context of ``n`` samples (``_leaves``; other leaves: ``select``), by
-    ``index_select``: on the CPU several times faster than ``v[idx]``, and compaction is frequent."""
-
-    def pick(v: Any) -> Any:
-        if isinstance(v, Tensor):
-            return v.index_select(0, idx)
-        if callable(getattr(v, "select", None)):
-            return v.select(idx)
-        raise TypeError(f"do not know how to take a subset of the batch from {type(v).__name__}")
-
-    leaves, build = _leaves(obj, n, opaque=True)
-    return build(iter([pick(v) for v in leaves]))
+def _select(obj: Any, idx: Tensor, n: int) -> Any:
+    """The rows ``idx`` of a state or context of ``n`` samples (``_leaves``), by ``index_select``: on the
+    CPU several times faster than ``v[idx]``, and compaction is frequent."""
+    leaves, build = _leaves(obj, n)
+    return build(iter([v.index_select(0, idx) for v in leaves]))
 
 
 def _like(v: Tensor, u: Tensor, rows: int) -> Tensor:

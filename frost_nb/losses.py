@@ -106,11 +106,6 @@ def log_halting_distribution(halt_logits: Tensor) -> Tensor:
     return torch.cat([log_p[:, :-1], log_not_yet[:, -1:]], 1)  # the last step takes the rest
 
 
-def halting_distribution(halt_logits: Tensor) -> Tensor:
-    """PonderNet's p_t = lambda_t prod_{s<t} (1 - lambda_s), p_T the remaining mass: (N, T)."""
-    return log_halting_distribution(halt_logits).exp()
-
-
 def log_geometric_prior(lambda_p: float, steps: int) -> Tensor:
     """log p_G(t), t = 1..T: the geometric(lambda_p) prior truncated to T and renormalised, (T,)."""
     if not 0.0 < lambda_p < 1.0 or steps < 1:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import MODELS, ConfigError, ModelConfig, RunConfig, replace_model
+from .config import MODELS, ConfigError, ModelConfig, replace_model
 
 __all__ = ["MODELS", "ChannelsLastMaxPool2d", "FrostNet", "ModelOutput", "Step", "StepContext",
            "create_model", "init_from_teacher"]
@@ -342,15 +342,13 @@ class FrostNet(nn.Module):
         return ModelOutput(logits, halts, pooled, torch.stack(states, 1) if return_states else None)
 
 
-def create_model(cfg_or_name: ModelConfig | RunConfig | str = "frost", **fields: Any) -> FrostNet:
+def create_model(cfg_or_name: ModelConfig | str = "frost", **fields: Any) -> FrostNet:
     """The model of a config, or of a name (vanilla | recurrent | basic_ssm | frost) plus fields
     (``backbone`` among them).
 
     >>> create_model("recurrent", backbone="vit", width=32, heads=2).config.backbone
     'vit'
     """
-    if isinstance(cfg_or_name, RunConfig):
-        cfg_or_name = cfg_or_name.model
     known = {f.name for f in dataclasses.fields(ModelConfig)}
     if bad := set(fields) - known:
         raise ConfigError(f"unknown model parameters {sorted(bad)}; known: {sorted(known)}")

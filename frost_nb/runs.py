@@ -208,12 +208,11 @@ def _taken(name: str, config: RunConfig) -> bool:
 def _local_folder(config: RunConfig, name: str | None) -> tuple[str, Path]:
     """Where ``config`` trains: its unfinished local run, else ``name`` (default: its committed run's,
     else ``default_name``) in the local store, with a suffix when another config holds that name."""
-    unfinished = find_run(config, finished=False)
-    if unfinished is not None and _is_local(unfinished.folder):
-        return unfinished.name, unfinished.folder
+    found = find_run(config, finished=False)  # the local store first: a committed one when not local
+    if found is not None and _is_local(found.folder):
+        return found.name, found.folder
     if name is None:
-        committed = [r for r in stored_runs(committed_runs_dir()) if r.identity == identity_key(config)]
-        name = committed[0].name if committed else default_name(config)
+        name = default_name(config) if found is None else found.name
     candidate, n = check_name(name), 1
     while _taken(candidate, config):
         n += 1

@@ -43,11 +43,11 @@ def test_cifar_size_is_the_paper_branch_at_cifar_resolution():
     for field in ("steps", "width", "bottleneck", "norm_groups", "bcd_kernel", "bcd_hidden"):
         assert getattr(cifar.model, field) == getattr(paper.model, field), field
     assert (cifar.train.amp, cifar.train.channels_last) == ("auto", "auto")
-    model = create_model(cifar)
+    model = create_model(cifar.model)
     assert model.stem(torch.zeros(1, 3, 32, 32)).shape == (1, 256, 16, 16)
     def beyond_stem(m):  # the stem differs with its stride; branch, B, C, D and heads do not
         return sum(p.numel() for name, p in m.named_parameters() if not name.startswith("stem"))
-    assert beyond_stem(model) == beyond_stem(create_model(paper))  # Table 3's ResNet frost, 100 classes
+    assert beyond_stem(model) == beyond_stem(create_model(paper.model))  # Table 3's ResNet frost, 100 classes
     demo = make_config("demo", "cifar100")
     assert (demo.model.stem_stride, demo.model.num_classes, demo.data.augment) == (2, 100, False)
 

@@ -23,6 +23,13 @@ def points(values_by_size, seeds=1):
     return params, [v for vs in values_by_size.values() for v in vs]
 
 
+def _band(result, params):
+    """The half-width of a fit's pointwise confidence band at ``params`` (docs/method.md section 15):
+    t s sqrt(1/n + (ln N - mean)^2 / Sxx)."""
+    x = np.log(np.asarray(params, dtype=float))
+    return result.t * result.residual_sd * np.sqrt(1.0 / result.n + (x - result.x_mean) ** 2 / result.sxx)
+
+
 def test_the_fit_agrees_with_scipy_linregress():
     rng = np.random.default_rng(0)
     params = [n for n in SIZES for _ in range(3)]
@@ -36,7 +43,8 @@ def test_the_fit_agrees_with_scipy_linregress():
     # the band at the mean of ln N is the mean's own interval: t s / sqrt(n)
     s = math.sqrt(np.sum((np.asarray(values) - ref.intercept - ref.slope * np.log(params)) ** 2) / (len(params) - 2))
     centre = math.exp(np.mean(np.log(params)))
-    assert result.band(centre) == pytest.approx(student_t.ppf(0.975, len(params) - 2) * s / math.sqrt(len(params)))
+    half = student_t.ppf(0.975, len(params) - 2) * s / math.sqrt(len(params))
+    assert _band(result, centre) == pytest.approx(half)
 
 
 def test_the_span_is_the_fitted_rows_own():
@@ -58,7 +66,7 @@ def test_meets_where_the_band_holds_the_value_and_says_from_which_size():
     first = result.meets_from(q.paper)
     # the first size where |line - 0.845| <= band: just below the crossing of the line itself
     assert first < result.crossing(q.paper) and abs(result.at(first) - q.paper) == pytest.approx(
-        float(result.band(first)), abs=2e-3)
+        float(_band(result, first)), abs=2e-3)
     # the same points without noise: the band is almost 0, so the value is met only at the crossing
     exact = ladder.fit(params, [line(n) + e * 1e-6 for n, e in zip(params, noise)])
     assert exact.meets_from(q.paper) == pytest.approx(exact.crossing(q.paper), rel=2e-3)
@@ -348,7 +356,7 @@ def test_a_gpu_rung_is_read_once_its_runs_are_stored(monkeypatch):
 
     assert not [k for k in repro_ladder.ladder_runs("cifar100") if k.startswith("ladder256")]  # none stored
     real = frost_nb.runs.find_run
-    monkeypatch.setattr(frost_nb.runs, "find_run",
+    monkeypatch.setattr(repro_ladder, "find_run",
                         lambda cfg, **kw: object() if cfg.size == "ladder256" and cfg.model.name == "frost" else real(cfg, **kw))
     runs = repro_ladder.ladder_runs("cifar100")
     assert [k for k in runs if k.startswith("ladder256")] == ["ladder256 frost seed 0"]  # basic_ssm not stored

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from frost_nb.config import LossConfig
 from frost_nb.losses import (
     RankingLosses,
-    halting_distribution,
     log_geometric_prior,
+    log_halting_distribution,
     ponder_loss,
     ranking_losses,
     set_size,
@@ -291,11 +291,11 @@ def test_bf16_autocast_does_not_raise():
 
 def test_halting_distribution_sums_to_one_with_the_rest_on_the_last_step():
     halt = torch.tensor([[0.0, 0.0, 0.0, 0.0], [60.0, 3.0, -2.0, 9.0], [-60.0, -60.0, -60.0, 5.0]])
-    p = halting_distribution(halt)
+    p = log_halting_distribution(halt).exp()
     assert torch.allclose(p.sum(1), torch.ones(3), atol=1e-6)
     assert torch.allclose(p[0], torch.tensor([0.5, 0.25, 0.125, 0.125]))  # lambda = 1/2 each step
     assert p[1, 0] > 0.999 and p[2, -1] > 0.999  # halts at once; never halts: T takes the mass
-    assert torch.isfinite(halting_distribution(torch.full((2, 5), 1e4))).all()
+    assert torch.isfinite(log_halting_distribution(torch.full((2, 5), 1e4)).exp()).all()
 
 
 def test_geometric_prior_truncated_and_renormalised():
@@ -309,7 +309,7 @@ def test_geometric_prior_truncated_and_renormalised():
 def test_ponder_loss_known_answer():
     logits, halt, y = _batch(6, 5, seed=1)
     out = ponder_loss(logits, halt, y, prior=0.3, beta=0.5)
-    p = halting_distribution(halt)
+    p = log_halting_distribution(halt).exp()
     ce = torch.stack([F.cross_entropy(logits[:, t], y, reduction="none") for t in range(5)], 1)
     prior = log_geometric_prior(0.3, 5).exp()
     kl = (p * (p.log() - prior.log())).sum(1).mean()

@@ -116,7 +116,8 @@ def test_create_model_registry():
     model = create_model(cfg)
     assert model.config is cfg
     assert create_model(cfg, steps=2).config.steps == 2  # fields override a config
-    assert create_model(make_config("smoke")).config.name == "frost"  # a RunConfig: its model
+    with pytest.raises(ConfigError, match="FrostNet needs a ModelConfig"):
+        create_model(make_config("smoke"))  # a RunConfig: pass its .model
     with pytest.raises(ConfigError, match="model.name"):
         create_model("resnet50")
     with pytest.raises(ConfigError, match="unknown model parameters"):

@@ -45,8 +45,7 @@ def best_ranges(similarity: Tensor, k: int) -> Ranges:
     if similarity.dim() != 2 or similarity.shape[0] != similarity.shape[1] or not similarity.isfinite().all():
         raise ValueError(f"similarity must be a finite square (T, T) matrix, got {tuple(similarity.shape)}")
     steps, k = similarity.shape[0], _check_k(k, similarity.shape[0])
-    s = similarity.double()
-    term = [[s[i:j, i:j].sum().item() / (j - i) if j > i else -math.inf for j in range(steps + 1)]
+    term = [[range_score(similarity, ((i, j),)) if j > i else -math.inf for j in range(steps + 1)]
             for i in range(steps + 1)]  # term[i][j]: the range i..j-1
     best = [[-math.inf] * (steps + 1) for _ in range(k + 1)]
     cut = [[0] * (steps + 1) for _ in range(k + 1)]

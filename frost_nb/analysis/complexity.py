@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..config import BACKBONES, MODELS, make_config
-from ..cost import count_flops, flops_per_image  # noqa: F401 (the FLOP counts live with the cost of a run)
+from ..cost import flops_per_image  # the FLOP counts live with the cost of a run
 from ..data.datasets import make_batches
 from ..halting import adaptive_predict, stream_predict
 from ..models import HEAD_PARAMS, create_model

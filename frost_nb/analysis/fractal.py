@@ -53,22 +53,15 @@ def filled_square(n: int = 400000, seed: int = 0) -> np.ndarray:
 KOCH_MOTIF = (0.0, 1 / 3, 0.5 + 1j * np.sqrt(3) / 6, 2 / 3, 1.0)  # 4 segments of 1/3
 
 
-def motif_curve(motif, level: int) -> np.ndarray:
-    """Vertices of the curve that replaces every segment a -> b by a + (b - a) * ``motif`` (complex
-    points from 0 to 1), ``level`` times: m segments of length r, no overlap: log m / log(1/r)."""
-    m = np.asarray(motif, dtype=np.complex128)
-    if m.ndim != 1 or len(m) < 2 or m[0] != 0 or m[-1] != 1:
-        raise ValueError("motif must be complex points running from 0 to 1")
+def koch_curve(level: int = 7) -> np.ndarray:
+    """Vertices of the Koch curve polyline after ``level`` refinements (dimension log4/log3): every
+    segment a -> b replaced by a + (b - a) * KOCH_MOTIF, ``level`` times."""
+    m = np.asarray(KOCH_MOTIF, dtype=np.complex128)
     pts = np.array([0.0, 1.0], dtype=np.complex128)
     for _ in range(level):
         a, b = pts[:-1, None], pts[1:, None]  # (M, 1) segment ends
         pts = np.concatenate([(a + (b - a) * m[None, :-1]).reshape(-1), pts[-1:]])
-    return np.stack([pts.real, pts.imag], 1)  # ((len(motif) - 1)^level + 1, 2)
-
-
-def koch_curve(level: int = 7) -> np.ndarray:
-    """Vertices of the Koch curve polyline after ``level`` refinements (dimension log4/log3)."""
-    return motif_curve(KOCH_MOTIF, level)  # (4^level + 1, 2)
+    return np.stack([pts.real, pts.imag], 1)  # (4^level + 1, 2)
 
 
 def sierpinski_points(n: int = 20000, seed: int = 0) -> np.ndarray:

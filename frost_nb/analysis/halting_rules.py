@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..halting import exit_steps
-from ..losses import halting_distribution
+from ..losses import log_halting_distribution
 from ..training import FullDepthPass
 
 THRESHOLDS = 40  # candidate thresholds per rule: quantiles of its signal on the held-out split
@@ -72,8 +72,8 @@ def confidence_signal(traj: FullDepthPass) -> Tensor:
 
 
 def ponder_signal(traj: FullDepthPass) -> Tensor:
-    """PonderNet's cumulative halting probability (of ``losses.halting_distribution``), (N, T) float64."""
-    return halting_distribution(traj.halt_logits).double().cumsum(1)
+    """PonderNet's cumulative halting probability (of ``losses.log_halting_distribution``), (N, T) float64."""
+    return log_halting_distribution(traj.halt_logits).exp().double().cumsum(1)
 
 
 def patience_signal(traj: FullDepthPass) -> Tensor:

@@ -73,12 +73,6 @@ class Fit:
     def at(self, params: float) -> float:
         return self.intercept + self.slope * math.log(params)
 
-    def band(self, params) -> np.ndarray:
-        """The half-width of the fitted line's pointwise CONFIDENCE band at ``params`` (OLS: t s
-        sqrt(1/n + (ln N - mean)^2 / Sxx))."""
-        x = np.log(np.asarray(params, dtype=float))
-        return self.t * self.residual_sd * np.sqrt(1.0 / self.n + (x - self.x_mean) ** 2 / self.sxx)
-
     def meets_from(self, value: float) -> float | None:
         """The smallest size in the span where the band holds ``value`` (None: nowhere), solving
         (c + b u)^2 <= (t s)^2 (1/n + u^2 / Sxx) in u = ln N - mean exactly."""

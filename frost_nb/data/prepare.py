@@ -179,10 +179,8 @@ def write_prepared(dest: Path, parts: dict[str, Part], fix: str = "choose a writ
     each to a temporary file, all renamed only when every one is written."""
     with contextlib.ExitStack() as stack:
         for p, part in parts.items():
-            arrays = {"x": np.ascontiguousarray(part.x), "y": part.y, "classes": np.array(part.classes),
-                      "source": np.array(part.source), "format": np.array(FORMAT)}
-            if part.coarse_y is not None:
-                arrays |= {"coarse_y": part.coarse_y, "coarse_classes": np.array(part.coarse_classes)}
+            arrays = {k: np.asarray(v) for k, v in part._asdict().items() if v is not None}  # as write_sheets
+            arrays |= {"x": np.ascontiguousarray(part.x), "format": np.array(FORMAT)}
             # a file object: savez would append .npz to the temporary name
             with open(stack.enter_context(atomic_path(dest / f"{p}.npz", fix)), "wb") as f:
                 np.savez(f, **arrays)

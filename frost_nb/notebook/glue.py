@@ -206,16 +206,6 @@ def _atomic_write(path: Path, data: bytes) -> Path:
     return write_atomic(path, data, "set FROST_OUTPUTS to a writable folder")
 
 
-def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _finite_or_null(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_null(v) for v in value]
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
-        value = value.item()
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 def metrics_text(record: dict[str, Any]) -> str:
     """``record`` as a metrics file stores it: strict JSON, one line per top-level key, no spaces (a
     third of the bytes of indented JSON; a diff still names the keys that changed)."""
@@ -227,7 +217,9 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None)
     """Write ``outputs/metrics/<name>.json`` atomically (``metrics_text``; non-finite numbers as null) with
     the environment (``env``) and the runs it was computed from (``provenance.make``). A file that holds
     the same results already keeps its record, so a re-executed notebook leaves the tree clean."""
-    record = _finite_or_null({**metrics, "provenance": provenance.make(metrics), "env": environment(device)})
+    record = {**metrics, "provenance": provenance.make(metrics), "env": environment(device)}
+    scalar = lambda v: v.item() if getattr(v, "ndim", 1) == 0 else float(v)  # numpy / torch scalars
+    record = json.loads(json.dumps(record, default=scalar), parse_constant=lambda _: None)  # non-finite: null
     path = outputs_dir() / "metrics" / f"{name}.json"
     if path.is_file():
         try:

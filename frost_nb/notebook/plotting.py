@@ -24,10 +24,10 @@ def _smooth(x: Sequence[float], y: Sequence[float]) -> tuple[np.ndarray, np.ndar
 
 def _finish(fig: plt.Figure, ax=None, title: str | None = None, fontsize: int | None = 7,
             title_size: int | None = None, **legend: Any) -> plt.Figure:
-    """Common last lines of a figure: a legend on ``ax`` (small by default), a suptitle (of ``title_size``,
-    default matplotlib's), a tight layout."""
-    if ax is not None:
-        ax.legend(fontsize=fontsize, **legend)
+    """Common last lines of a figure: a legend on ``ax``, one axes or several (small by default), a suptitle
+    (of ``title_size``, default matplotlib's), a tight layout."""
+    for each in np.ravel([] if ax is None else ax):
+        each.legend(fontsize=fontsize, **legend)
     if title is not None:
         fig.suptitle(title, size=title_size or plt.rcParams["figure.titlesize"])
     fig.tight_layout()
@@ -41,7 +41,6 @@ def plot_training(history: dict[str, Any], title: str = "") -> plt.Figure:
     ax1.plot(*_smooth(steps["step"], steps["loss"]), label="total")
     ax1.plot(*_smooth(steps["step"], steps["task"]), label="task (final step)")
     ax1.set(xlabel="optimiser step", ylabel="loss", yscale="log")
-    ax1.legend()
     ax2.plot(*_smooth(steps["step"], steps["accuracy"]), label="train batch (final step)")
     # optimiser steps per epoch from the last step logged, not from the number of entries: a lean
     # export (checkpoint.lean_state) keeps only some steps of the series
@@ -49,7 +48,7 @@ def plot_training(history: dict[str, Any], title: str = "") -> plt.Figure:
     ax2.plot(np.asarray(epochs["epoch"]) * per_epoch, epochs["val_accuracy"], "o-",
              label="held-out split (full depth)")
     ax2.set(xlabel="optimiser step", ylabel="accuracy", ylim=(0, 1))
-    return _finish(fig, ax2, title, fontsize=None)
+    return _finish(fig, (ax1, ax2), title, fontsize=None)
 
 
 def plot_alpha(history: dict[str, Any], title: str = "") -> plt.Figure:
@@ -232,8 +231,6 @@ def plot_exit_examples(images, earliest, latest, depth, labels: Sequence[str], t
     for row, (name, picks) in enumerate((("earliest", earliest), ("latest", latest))):
         for col, ax in enumerate(axes[row]):
             ax.axis("off")
-            if col >= len(picks):
-                continue
             i = int(picks[col])
             img = np.asarray(images[i])
             img = (img / 255.0 if img.dtype == np.uint8 else img.astype(float)).transpose(1, 2, 0)
@@ -277,8 +274,7 @@ def plot_complexity_ratios(table, title: str = "") -> plt.Figure:
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         ax.set(ylabel=col, title=col)
         ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=6)
-        ax.legend(fontsize=7)
-    return _finish(fig, title=title or "cost relative to vanilla (same backbone)")
+    return _finish(fig, axes, title or "cost relative to vanilla (same backbone)")
 
 
 FIXED_STYLE, ORACLE_STYLE = dict(ls="--", color="k", lw=1), dict(ls=":", color="grey", lw=1)
@@ -336,7 +332,6 @@ def plot_gain_split(split, auroc, title: str = "", curves=None) -> plt.Figure:
                 axes[0].plot(part["mean_depth"], part["random_accuracy"], marker="s", ms=3, ls=(0, (1, 1)), lw=0.8,
                              color="C1", label=f"random exits, {rule}'s depths")
         axes[0].set(xlabel="mean depth (steps)", ylabel="test accuracy", title=curves["model"].iloc[0])
-        axes[0].legend(fontsize=7)
     for i, (group, part) in enumerate(split.groupby("group", sort=False)):
         for column, marker in (("spread", "s"), ("ranking", "o")):
             err = [100 * (part[column] - part[f"{column}_min"]), 100 * (part[f"{column}_max"] - part[column])]
@@ -351,8 +346,7 @@ def plot_gain_split(split, auroc, title: str = "", curves=None) -> plt.Figure:
         ax2.plot(by.index, by["confidence_auroc"], lw=0.8, ls=":", color=f"C{i}", label=f"{group}: confidence")
     ax2.axhline(0.5, color="k", lw=0.6)
     ax2.set(xlabel="step t", ylabel="AUROC", title='"settled for good by t"')
-    ax2.legend(fontsize=7)
-    return _finish(fig, ax1, title or "what the halting score knows")
+    return _finish(fig, axes, title or "what the halting score knows")
 
 
 def plot_rule_throughput(table, title: str = "") -> plt.Figure:
@@ -391,8 +385,7 @@ def plot_collapse(table, title: str = "") -> plt.Figure:
     ax2.set(ylabel="cos(grad task, grad ranking)", title="gradient conflict")
     for ax in (ax1, ax2):
         ax.set_xticks(range(len(families)), families)
-        ax.legend(fontsize=7)
-    return _finish(fig, title=title or "the ranking losses on the non-fractal families")
+    return _finish(fig, (ax1, ax2), title or "the ranking losses on the non-fractal families")
 
 
 def plot_stream_throughput(table, title: str = "") -> plt.Figure:
@@ -516,5 +509,4 @@ def plot_against_k(students, per_k, margin: float, title: str = "") -> plt.Figur
     c.set(xlabel="step t", ylabel="cos(GAP(h_t), teacher's)", title="state similarity to the teacher")
     for ax in (a, b, c):
         ax.title.set_fontsize(9)
-        ax.legend(fontsize=7)
-    return _finish(fig, title=title or None, title_size=9)
+    return _finish(fig, (a, b, c), title or None, title_size=9)

@@ -19,7 +19,7 @@ from ..analysis.ladder import PAPER_DEPTHS
 from ..halting import PAPER_QUANTILES
 from ..paper import TABLE1_STEP
 from ..paths import DamagedInput, outputs_dir, restore_hint
-from ..runs import METRICS_FILE, read_metrics
+from ..runs import METRICS_FILE, find_run, read_metrics
 from .claims import product_rate
 from .grids import family_of, grid
 
@@ -35,8 +35,6 @@ def ladder_runs(dataset: str = "cifar100", seeds: int = 3, smoke: bool = False) 
     """label -> (run name, RunConfig) of every run notebook 09 reads: frost at FROST_SEEDS and BASELINE
     at seed 0 per rung and at the demo control (``smoke``: CI's ladder on digits, SMOKE_WIDTHS);
     GPU_RUNGS' runs where they are stored, never in smoke."""
-    from ..runs import find_run  # looked up at the call (tests stand a stored GPU rung in for it)
-
     runs = {}
     for size in RUNGS if smoke else (*RUNGS, *GPU_RUNGS, CONTROL):
         frost_seeds = tuple(range(seeds)) if size == CONTROL else FROST_SEEDS[size][:seeds]

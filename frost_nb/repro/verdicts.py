@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .. import paper
+from ..analysis.fractal import resolution
 from ..analysis.ladder import MEETS, TABLE1_AT
 from ..config import LossConfig
 from ..paths import DamagedInput, one_line, repo_root, restore_hint, shown_path, skip_or_raise
@@ -314,8 +315,6 @@ def minkowski_rows(m: Metrics) -> Iterator[dict]:
 def _resolution() -> tuple[float, float]:
     """The box estimator's (Koch, line) estimates at a trajectory's T + 1 = 17 states (claims.resolves):
     a property of the estimator, not of a run, so computed here once (fractal.resolution)."""
-    from ..analysis.fractal import resolution
-
     return resolution(TRAJECTORY_STATES)
 
 
