@@ -814,3 +814,13 @@ def test_claim_20_is_a_readme_row_once_notebook_11_decides_it(tmp_path):
     assert [r["claim"] for r in rows] == [20] * 3 + [21]  # rlinear has no runs at H = 96: no claim 22 row
     table = V.verdict_table("11", folder)
     assert table["claim"].tolist() == [20, 20, 20, 21] and set(table["notebook"]) == {"11"}
+
+
+def test_a_damaged_metrics_file_names_what_writes_it_again():
+    """Each kind of metrics file's restore hint names its writer (the benchmark files' once read "run
+    benchmarks/ again": the command's key never matched)."""
+    assert V._writer("05_halting.json") == "run notebooks/05_halting.ipynb again"
+    assert V._writer("bench_adaptive_inference_default.json") == "run its benchmark in benchmarks/"
+    assert V._writer("sweep_frost.csv") == "python -m frost_nb sweep --csv FILE"
+    assert V._writer("15_head_refit.json") == "run its experiment again (docs/fidelity.md)"
+    assert V._writer("demo_frost_digits.json") == "run make demo again"

@@ -214,7 +214,8 @@ def _writer(name: str) -> str:
     source = _source(name)
     if source.isdigit():
         return f"run notebooks/{next(iter(_notebook_names(source)), source)} again"
-    return {"sweep CLI": "python -m frost_nb sweep --csv FILE", "bench": "run its benchmark in benchmarks/",
+    return {"sweep CLI": "python -m frost_nb sweep --csv FILE",
+            "benchmarks/": "run its benchmark in benchmarks/",
             "docs/fidelity.md": "run its experiment again (docs/fidelity.md)"}.get(source, f"run {source} again")
 
 
