@@ -414,7 +414,7 @@ def read_index(root: str | os.PathLike) -> pd.DataFrame:
         raise damaged(f"line {short[0]} has not the {len(INDEX_COLUMNS)} fields of a row (cut off or edited)")
     listed = [line[0] for line in lines[1:]]
     with skip_damaged(False):
-        held = [run.name for run in stored_runs(root)]
+        held = [run.name for run in stored_runs(path.parent)]
     if listed != held:
         gone, new = sorted(set(held) - set(listed)), sorted(set(listed) - set(held))
         what = "; ".join(filter(None, (gone and f"{len(gone)} of its runs missing, e.g. {gone[0]}",

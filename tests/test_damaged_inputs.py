@@ -229,6 +229,7 @@ def test_a_damaged_index_stops_verdicts_check_and_write_mends_it(committed, tmp_
     assert main(args + ["--check"]) == 1 and "runs' index is stale" in capsys.readouterr().err
     assert main(args + ["--write"]) == 0 and index.read_text() == good  # written again from the runs
     assert _snapshot(site) == tables
+    assert runs.read_index(str(committed)).equals(runs.read_index(committed))  # a str root, as a Path
 
 
 def test_index_and_export_refuse_a_damaged_run_and_leave_the_index(committed, pristine, tmp_path, capsys):
