@@ -16,7 +16,7 @@ from datasketches import kll_floats_sketch
 from torch import Tensor
 
 from .distributed import in_process_group
-from .inputs import ParameterError, check_images, check_scores, number_in, real_number
+from .inputs import ParameterError, check_images, check_scores, number_in
 from .models import EMBED_CHUNK
 
 PAPER_QUANTILES = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)  # the grid of Table 2
@@ -123,8 +123,8 @@ class HaltingCalibrator:
 
 def _checked_tau(tau: Any) -> float:
     """tau as a float; NaN is refused: ``p > NaN`` is False, so everyone would run to T."""
-    return real_number("threshold tau", tau, allow_inf=True,
-                       hint=" (HaltingCalibrator.threshold(q); +inf runs every sample to full depth)")
+    return number_in("threshold tau", tau, -math.inf, math.inf,
+                     hint=" (HaltingCalibrator.threshold(q); +inf runs every sample to full depth)")
 
 
 def exit_steps(scores: Tensor, tau: float) -> Tensor:

@@ -11,40 +11,25 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import check_finite, check_range
+from .config import check_range
 from .data.datasets import DataError, ImageData
 
-__all__ = ["ParameterError", "check_images", "check_scores", "check_split", "number_in", "real_number"]
+__all__ = ["ParameterError", "check_images", "check_scores", "check_split", "number_in"]
 
 
 class ParameterError(ValueError):
     """A notebook or command-line parameter is wrong; the message names it."""
 
 
-def _as_real(name: str, value: Any, expected: str, hint: str, error: type[Exception],
-             kind: type = numbers.Real) -> numbers.Real:  # kind numbers.Integral: integers only
-    """``value`` as a Python or numpy scalar when it is a real number (a one-element tensor or
-    array counts; bool does not: True is an int to Python, never a number of ours), else ``error``."""
+def number_in(name: str, value: Any, low: float, high: float, *, integer: bool = False,
+              hint: str = "", error: type[Exception] = ValueError) -> float | int:
+    """``value`` in the closed interval [low, high] (NaN never is); an int when ``integer``. A real number is
+    a Python or numpy scalar, or a one-element tensor or array; bool is not (True is an int to Python)."""
+    what, kind = ("an integer", numbers.Integral) if integer else ("a real number", numbers.Real)
     one = isinstance(value, (Tensor, np.ndarray)) and math.prod(value.shape) == 1  # 0-dim, or one element
     scalar = value.item() if one else value
     if isinstance(scalar, (bool, np.bool_)) or not isinstance(scalar, kind):
-        raise error(f"{name}={value!r} must be {expected}{hint}")
-    return scalar
-
-
-def real_number(name: str, value: Any, *, allow_inf: bool = False, hint: str = "") -> float:
-    """``value`` as a float: a real number, never NaN, finite unless ``allow_inf``."""
-    out = float(_as_real(name, value, "a real number", hint, ValueError))
-    if allow_inf:
-        return check_range(name, out, -math.inf, math.inf, what="a real number", hint=hint, error=ValueError)
-    return check_finite(name, out, hint=hint, error=ValueError)
-
-
-def number_in(name: str, value: Any, low: float, high: float, *, integer: bool = False,
-              hint: str = "", error: type[Exception] = ValueError) -> float | int:
-    """``value`` in the closed interval [low, high] (NaN never is); an int when ``integer``."""
-    what, kind = ("an integer", numbers.Integral) if integer else ("a real number", numbers.Real)
-    scalar = _as_real(name, value, f"{what} in [{low}, {high}]", hint, error, kind)
+        raise error(f"{name}={value!r} must be {what} in [{low}, {high}]{hint}")
     check_range(name, float(scalar), low, high, what=what, hint=hint, error=error)
     return int(scalar) if integer else float(scalar)
 

@@ -16,24 +16,10 @@ from frost_nb.__main__ import main
 from frost_nb.config import ConfigError, make_config
 from frost_nb.data.datasets import DATASETS, DataError, ImageData
 from frost_nb.halting import HaltingCalibrator
-from frost_nb.inputs import check_images, check_split, number_in, real_number
+from frost_nb.inputs import check_images, check_split, number_in
 from frost_nb.models import create_model
 
 # --- numbers -----------------------------------------------------------------------------------
-
-def test_real_number():
-    assert real_number("a", 2) == 2.0 and isinstance(real_number("a", 2), float)
-    assert real_number("a", np.float32(0.25)) == 0.25
-    assert real_number("a", torch.tensor([0.5])) == 0.5  # one-element tensors count
-    assert real_number("a", math.inf, allow_inf=True) == math.inf
-    with pytest.raises(ValueError, match=r"^a=inf is not finite: expected a finite number"):
-        real_number("a", math.inf)
-    with pytest.raises(ValueError, match=r"a=nan is not a number"):
-        real_number("a", math.nan, allow_inf=True)
-    for bad in (True, "1", None, [1.0], torch.tensor([1.0, 2.0])):
-        with pytest.raises(ValueError, match=r"must be a real number"):
-            real_number("a", bad)
-
 
 def test_number_in():
     assert number_in("q", 0, 0, 1) == 0.0 and number_in("q", 1, 0, 1) == 1.0  # closed interval
@@ -46,6 +32,14 @@ def test_number_in():
         number_in("k", 2.0, 8, 16, integer=True)
     with pytest.raises(ValueError, match=r"k=True must be an integer"):
         number_in("k", True, 0, 16, integer=True)
+    # a real number: a one-element tensor or array counts, +-inf within an infinite interval; NaN never
+    assert number_in("a", np.float32(0.25), 0, 1) == 0.25 and number_in("a", torch.tensor([0.5]), 0, 1) == 0.5
+    assert number_in("a", math.inf, -math.inf, math.inf) == math.inf
+    with pytest.raises(ValueError, match=r"a=nan is not a number: expected a real number in \[-inf, inf\]"):
+        number_in("a", math.nan, -math.inf, math.inf)
+    for bad in (True, "1", None, [1.0], torch.tensor([1.0, 2.0])):
+        with pytest.raises(ValueError, match=r"must be a real number in \[0, 1\]"):
+            number_in("a", bad, 0, 1)
 
 
 # --- images and splits -------------------------------------------------------------------------
