@@ -3,6 +3,7 @@ provenance only, and the README's and docs/results.md's tables are the generated
 
 import math
 import json
+import re
 import shutil
 
 import pytest
@@ -824,3 +825,20 @@ def test_a_damaged_metrics_file_names_what_writes_it_again():
     assert V._writer("sweep_frost.csv") == "python -m frost_nb sweep --csv FILE"
     assert V._writer("15_head_refit.json") == "run its experiment again (docs/fidelity.md)"
     assert V._writer("demo_frost_digits.json") == "run make demo again"
+
+
+def test_a_ladder_record_lacking_a_field_is_a_damaged_file_for_the_readme_table(tmp_path):
+    """The README's trend column reads notebook 09's record outside the claims' rows: a read-out row
+    without its quantity is that file's damaged-file line (a bare KeyError once), or left out when asked."""
+    from frost_nb import paths
+
+    record = json.loads((V.default_metrics_dir() / f"{V.LADDER_METRICS}.json").read_text())
+    del record["read_out"][0]["quantity"]
+    damaged = tmp_path / f"{V.LADDER_METRICS}.json"
+    damaged.write_text(json.dumps(record))
+    with pytest.raises(DamagedInput, match=re.escape(f"{damaged}: ladder_trends cannot read it (KeyError: "
+                                                     "'quantity')")):
+        V.tables(tmp_path)
+    with paths.skip_damaged() as skipped:
+        summary = V.tables(tmp_path)["summary"]
+    assert [line.split(":")[0] for line in skipped] == [str(damaged)] and V.NOT_YET in summary

@@ -789,18 +789,25 @@ def _rank(r: dict) -> tuple:
             r["title"] != C.CLAIM[r["claim"]].title, not r["primary"], -int(seeds) if seeds.isdigit() else 0)
 
 
+def _read_whole(m: Metrics, reader: str, read: Callable[[], Any], skipped: Any) -> Any:
+    """``read()`` (of the files of ``m``); a ``MissingField`` or ``MissingRow`` there is the file's, not the
+    code's: the ``DamagedInput`` of the file read last (inside ``paths.skip_damaged()``: ``skipped``)."""
+    try:
+        return read()
+    except (MissingField, MissingRow) as err:  # any other error is the code's, raised as it is
+        shown = KeyError(*err.args) if isinstance(err, KeyError) else IndexError(*err.args)
+        skip_or_raise(m.damaged(m.current or m.folder, f"{reader} cannot read it ({one_line(shown)}): it lacks "
+                                "what the claim reads"))
+        return skipped
+
+
 def verdict_rows(metrics_dir: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """Every row from the metrics in ``metrics_dir`` (default: the committed ones), by claim, the
     decisive evidence first within each claim (``_rank``)."""
     m = metrics_dir if isinstance(metrics_dir, Metrics) else Metrics(metrics_dir)
     rows = []
     for find in CLAIM_ROWS:
-        try:
-            rows += list(find(m))  # all of a claim's rows, or none
-        except (MissingField, MissingRow) as err:  # the file's; any other error is the code's, raised as it is
-            shown = KeyError(*err.args) if isinstance(err, KeyError) else IndexError(*err.args)
-            skip_or_raise(m.damaged(m.current or m.folder, f"{find.__name__} cannot read it "
-                                    f"({one_line(shown)}): it lacks what the claim reads"))
+        rows += _read_whole(m, find.__name__, lambda: list(find(m)), [])  # all of a claim's rows, or none
     unique: dict[tuple, dict] = {}
     for r in sorted(rows, key=lambda r: (r["claim"], _rank(r))):  # two files holding the same runs: once
         unique.setdefault(tuple(v for k, v in r.items() if k != "notebook"), r)
@@ -875,7 +882,8 @@ def markdown_summary(rows: list[dict], metrics_dir: str | os.PathLike | Metrics 
     """The README's table: one row per claim, with its trend over the scale ladder by the rule of
     docs/method.md section 15 (notebook 09's metrics in ``metrics_dir``: ``ladder_trends``)."""
     metrics = metrics_dir if isinstance(metrics_dir, Metrics) else Metrics(metrics_dir)
-    trends = ladder_trends(metrics.json(LADDER_METRICS))
+    trends = _read_whole(metrics, "ladder_trends", lambda: ladder_trends(metrics.json(LADDER_METRICS)),
+                         ladder_trends(None))
     link = lambda nb: f"[{nb}](notebooks/{next(iter(_notebook_names(nb)), nb)})" if nb.isdigit() else nb
     return _markdown(SUMMARY_HEADER, ((f"{r['claim']}. {C.CLAIM[r['claim']].title}", _dataset_cell(r),
                                        r["seeds"], r["paper"], r["ours"], r["verdict"],
