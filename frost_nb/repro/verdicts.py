@@ -796,8 +796,8 @@ def _read_whole(m: Metrics, reader: str, read: Callable[[], Any], skipped: Any) 
         return read()
     except (MissingField, MissingRow) as err:  # any other error is the code's, raised as it is
         shown = KeyError(*err.args) if isinstance(err, KeyError) else IndexError(*err.args)
-        skip_or_raise(m.damaged(m.current or m.folder, f"{reader} cannot read it ({one_line(shown)}): it lacks "
-                                "what the claim reads"))
+        skip_or_raise(m.damaged(m.current or m.folder, f"{reader} cannot read it ({one_line(shown)}): it "
+                                "lacks what the claim reads"))
         return skipped
 
 
