@@ -378,11 +378,14 @@ def index_rows(root: str | os.PathLike, *, but: str | None = None) -> list[dict[
             if not run.checkpoint.is_file():
                 raise damaged_run_file(run.checkpoint, f"run {run.name} lacks its {MODEL_FILE}")
             m, c = read_metrics(run.folder), run.config
+            number = lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+            if bad := [k for k in ("test_accuracy", "train_seconds") if not number(m.get(k))]:
+                raise damaged_run_file(run.folder / METRICS_FILE, f"its {bad[0]} is not a number")
             rows.append({"run": run.name, "dataset": c.data.name, "model": c.model.name,
                          "backbone": c.model.backbone, "update": c.model.update,
                          "seed": c.train.seed, "epochs": c.train.epochs,
                          "test_accuracy": None if (a := m.get("test_accuracy")) is None else round(a, 4),
-                         "minutes": round(m["train_seconds"] / 60, 1) if "train_seconds" in m else None,
+                         "minutes": None if (s := m.get("train_seconds")) is None else round(s / 60, 1),
                          "hardware": m.get("hardware", m.get("device"))})
     return rows
 

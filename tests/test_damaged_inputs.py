@@ -245,6 +245,11 @@ def test_index_and_export_refuse_a_damaged_run_and_leave_the_index(committed, pr
         metrics.write_text(damaged)
         with pytest.raises(DamagedInput, match=r"grid/copy/metrics.json: unreadable run metrics \(RecursionError"):
             runs.write_index(committed)
+    good = json.loads((committed / RUN / "metrics.json").read_text())
+    for field, value in (("train_seconds", "12"), ("test_accuracy", [0.5]), ("test_accuracy", True)):
+        metrics.write_text(json.dumps({**good, field: value}))  # JSON, but not a number where one is read
+        with pytest.raises(DamagedInput, match=rf"grid/copy/metrics.json: its {field} is not a number"):
+            runs.write_index(committed)
     metrics.write_text(cut)
     source = pristine.parent / "cache" / RUN
     _fails(["export", str(source), "--to", str(committed)], capsys, str(metrics), "unreadable run metrics")
