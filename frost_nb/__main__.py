@@ -256,18 +256,23 @@ def cmd_verdicts(args) -> int:
 
     option, target = ("--write", args.write) if args.write is not None else ("--check", args.check)
     files = [] if target is None else [target] if target else [str(repo_root() / name) for name in TARGETS]
+    texts = {}
     for file in files:  # before the metrics are read
         fix = f"pass {option} an existing file with a verdicts block (README.md, docs/results.md)"
         check_readable(file, "the file", fix, error=ParameterError)
         if args.write is not None:
             check_writable(file, "the file", fix)
+        try:
+            texts[file] = Path(file).read_text()
+        except UnicodeDecodeError as err:
+            where = f"{err.reason} at byte {err.start}"
+            raise ParameterError(f"{file} is not UTF-8 text ({where}); {fix}") from None
     if args.metrics_dir is not None:
         check_readable(args.metrics_dir, "the metrics folder", "pass --metrics-dir an existing folder",
                        folder=True, error=ParameterError)
     made = tables(Metrics(args.metrics_dir))
     if target is None:  # no file to write or check
         print(made["summary"])
-    texts = {file: Path(file).read_text() for file in files}
     blocks = {file: {k: b for k in MARKERS if (b := current_block(text, k)) is not None}
               for file, text in texts.items()}  # each file's verdicts blocks, by kind
     if bare := [file for file, found in blocks.items() if not found]:

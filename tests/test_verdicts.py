@@ -842,3 +842,15 @@ def test_a_ladder_record_lacking_a_field_is_a_damaged_file_for_the_readme_table(
     with paths.skip_damaged() as skipped:
         summary = V.tables(tmp_path)["summary"]
     assert [line.split(":")[0] for line in skipped] == [str(damaged)] and V.NOT_YET in summary
+
+
+def test_a_target_file_that_is_not_utf8_text_is_one_error_line(tmp_path, capsys):
+    """verdicts --write/--check FILE where FILE is not UTF-8 text (a bare UnicodeDecodeError once):
+    one line naming it, before any metrics are read, and the file is left as it was."""
+    target = tmp_path / "README.md"
+    target.write_bytes(b"\xff\xfe<!-- verdicts:start -->\n")
+    for option in ("--write", "--check"):
+        assert main(["verdicts", option, str(target)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {target} is not UTF-8 text")
+    assert target.read_bytes() == b"\xff\xfe<!-- verdicts:start -->\n"
