@@ -854,3 +854,19 @@ def test_a_target_file_that_is_not_utf8_text_is_one_error_line(tmp_path, capsys)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: {target} is not UTF-8 text")
     assert target.read_bytes() == b"\xff\xfe<!-- verdicts:start -->\n"
+
+
+def test_claim_16_pairs_frosts_own_rules_by_seed_and_names_a_missing_frost_row(tmp_path):
+    """Notebook 08's rules of ours on FROST's own models compare full depth seed by seed: a record lacking
+    one seed's row of such a rule reads on the seeds it has (a bare ValueError of claims.by_seed once); one
+    lacking FROST's own row of a seed that rule has is that file's damaged-file line."""
+    name = "08_beyond_the_paper"
+    record = json.loads((V.default_metrics_dir() / f"{name}.json").read_text())
+    target = tmp_path / f"{name}.json"
+    drop = lambda model, rule: [g for g in record["gains"] if (g["model"], g["rule"]) != (model, rule)]
+    target.write_text(json.dumps({**record, "gains": drop("frost seed 2", "patience")}))
+    rows = [r for r in V.verdict_rows(tmp_path) if r["claim"] == 16 and "(patience) on FROST" in r["title"]]
+    assert [r["seeds"] for r in rows] == ["2"]
+    target.write_text(json.dumps({**record, "gains": drop("frost seed 1", "frost")}))
+    with pytest.raises(DamagedInput, match=re.escape(f"{target}: variant_rows cannot read it (KeyError: 1)")):
+        V.verdict_rows(tmp_path)

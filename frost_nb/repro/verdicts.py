@@ -626,14 +626,15 @@ def variant_rows(m: Metrics) -> Iterator[dict]:
     restated targets; the guard is the family's full depth against FROST's of the same seed."""
     for d in m.files("08_beyond_the_paper*"):
         by_rule = _by(d["gains"], lambda g: (family_of(g["model"]), g["rule"]))
-        frost = {_seed(g["model"]): g for g in by_rule.get(("frost", "frost"), [])}
+        frost = Record({_seed(g["model"]): g for g in by_rule.get(("frost", "frost"), [])})
         st = settings(d, d["keys"][_first(g["model"] for g in d["gains"] if family_of(g["model"]) == d["variant"])])
         for (family, rule), gs in by_rule.items():
             if family == "frost" and rule == "frost":
                 continue  # FROST's own rule is claims 14 and 15
             gs = sorted(gs, key=lambda g: _seed(g["model"]))
             ranking, saved, closed = ([g[k] for g in gs] for k in ("ranking", "steps_saved", "closed_hindsight"))
-            full, frost_full = [g["full_depth"] for g in gs], [g["full_depth"] for g in frost.values()]
+            seeds = [_seed(g["model"]) for g in gs] if family == "frost" else sorted(frost)
+            full, frost_full = [g["full_depth"] for g in gs], [frost[s]["full_depth"] for s in seeds]
             main = family == d["variant"] and rule == "frost"
             yield _row(16, st, d["dataset"], len(gs), "no claim",
                        f"ranking {100 * _mean(ranking):+.2f} points; "
