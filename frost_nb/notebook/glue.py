@@ -229,9 +229,9 @@ def write_metrics(name: str, metrics: dict[str, Any], device: str | None = None)
         # equal once the environment is set aside, numbers within float32 rounding (a reduction on
         # another thread count or device moves the last digits, not the result)
         # the commit aside too: the same runs and numbers at a later commit are the same record
-        strip = lambda d: json.loads(json.dumps({k: ({f: v.get(f) for f in ("runs", "settings")}
-                                                     if k == "provenance" and isinstance(v, dict) else v)
-                                                 for k, v in d.items() if k != "env"}, default=float))
+        # both are JSON values already (the record through its round trip above)
+        strip = lambda d: {k: ({f: v.get(f) for f in ("runs", "settings")} if k == "provenance"
+                               and isinstance(v, dict) else v) for k, v in d.items() if k != "env"}
         if isinstance(old, dict) and _close(strip(old), strip(record)):
             return path if metrics_text(old) == text else _atomic_write(path, metrics_text(old).encode())
     return _atomic_write(path, metrics_text(record).encode())
